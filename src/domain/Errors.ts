@@ -1,0 +1,288 @@
+/**
+ * Every typed failure of tiller's public API.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Schema } from "effect"
+import { CancelCause, LlmFailure } from "./Values.js"
+import { MessageId, SessionId } from "./Ids.js"
+
+/**
+ * Rule identifiers of the relational checker (SPEC 5.2).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export const RuleId = Schema.Literal(
+  "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10",
+  "R11", "R12", "R13", "R14", "R15", "R16", "R17", "R18", "R19"
+)
+
+/**
+ * A rule identifier of the relational checker.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type RuleId = typeof RuleId.Type
+
+/**
+ * The state of a known message id (SPEC 3.9).
+ *
+ * @since 0.1.0
+ * @category schemas
+ */
+export const KnownIdState = Schema.Literal("pending", "claimed", "entered", "discarded")
+
+/**
+ * The state of a known message id.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type KnownIdState = typeof KnownIdState.Type
+
+/**
+ * A pre-step listener rejected the proposed batch.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class PreStepRejected extends Schema.TaggedError<PreStepRejected>("tiller/PreStepRejected")("PreStepRejected", {
+  turn: Schema.Number,
+  step: Schema.Number,
+  reason: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    return `pre-step rejected turn ${this.turn} step ${this.step}${this.reason === undefined ? "" : `: ${this.reason}`}`
+  }
+}
+
+/**
+ * A pre-step listener failed or died.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class PreStepFailed extends Schema.TaggedError<PreStepFailed>("tiller/PreStepFailed")("PreStepFailed", {
+  turn: Schema.Number,
+  step: Schema.Number,
+  cause: Schema.Defect
+}) {
+  override get message(): string {
+    return `pre-step listener failed at turn ${this.turn} step ${this.step}: ${describe(this.cause)}`
+  }
+}
+
+/**
+ * A message id was submitted that the session already knows.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class DuplicateMessage extends Schema.TaggedError<DuplicateMessage>("tiller/DuplicateMessage")("DuplicateMessage", {
+  id: MessageId,
+  state: KnownIdState
+}) {
+  override get message(): string {
+    return `message ${this.id} is already known (${this.state})`
+  }
+}
+
+/**
+ * Splice coordinates that are not numbers.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class InvalidSplice extends Schema.TaggedError<InvalidSplice>("tiller/InvalidSplice")("InvalidSplice", {
+  target: Schema.String,
+  start: Schema.Unknown,
+  deleteCount: Schema.Unknown,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `invalid splice of ${this.target}: ${this.reason}`
+  }
+}
+
+/**
+ * An event or message that fails validation (SPEC 5.1, 5.2).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class InvalidEvent extends Schema.TaggedError<InvalidEvent>("tiller/InvalidEvent")("InvalidEvent", {
+  type: Schema.String,
+  reason: Schema.String,
+  rule: Schema.optional(RuleId)
+}) {
+  override get message(): string {
+    return `invalid ${this.type}${this.rule === undefined ? "" : ` (${this.rule})`}: ${this.reason}`
+  }
+}
+
+/**
+ * The agent is busy with other work.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentBusy extends Schema.TaggedError<AgentBusy>("tiller/AgentBusy")("AgentBusy", {
+  sessionId: SessionId,
+  operation: Schema.Literal("runMaintenance", "open"),
+  phase: Schema.Literal("running", "maintenance", "disposing", "open")
+}) {
+  override get message(): string {
+    return `session ${this.sessionId} cannot ${this.operation}: ${this.phase}`
+  }
+}
+
+/**
+ * The agent was disposed.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class AgentDisposed extends Schema.TaggedError<AgentDisposed>("tiller/AgentDisposed")("AgentDisposed", {
+  sessionId: SessionId
+}) {
+  override get message(): string {
+    return `session ${this.sessionId} is disposed`
+  }
+}
+
+/**
+ * A maintenance task was cancelled.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class MaintenanceAborted extends Schema.TaggedError<MaintenanceAborted>("tiller/MaintenanceAborted")(
+  "MaintenanceAborted",
+  { cause: CancelCause }
+) {
+  override get message(): string {
+    return `maintenance aborted (${this.cause.kind})`
+  }
+}
+
+/**
+ * Storage failed; the session fails closed (SPEC 6.3).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class PersistenceError extends Schema.TaggedError<PersistenceError>("tiller/PersistenceError")(
+  "PersistenceError",
+  { sessionId: Schema.String, operation: Schema.String, cause: Schema.Defect }
+) {
+  /**
+   * Maps every failure of an effect to a `PersistenceError`.
+   *
+   * @since 0.1.0
+   */
+  static refail(sessionId: string, operation: string) {
+    return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, PersistenceError, R> =>
+      Effect.mapError(self, (cause) => cause instanceof PersistenceError ? cause : new PersistenceError({ sessionId, operation, cause }))
+  }
+
+  override get message(): string {
+    return `storage failed during ${this.operation} of session ${this.sessionId}: ${describe(this.cause)}`
+  }
+}
+
+/**
+ * A stored or loaded log violates the format.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class MalformedLog extends Schema.TaggedError<MalformedLog>("tiller/MalformedLog")("MalformedLog", {
+  sessionId: Schema.String,
+  seq: Schema.optional(Schema.Number),
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `malformed log of session ${this.sessionId}${this.seq === undefined ? "" : ` at seq ${this.seq}`}: ${this.reason}`
+  }
+}
+
+/**
+ * A log written in a format version this reader does not support.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class UnsupportedLogVersion extends Schema.TaggedError<UnsupportedLogVersion>("tiller/UnsupportedLogVersion")(
+  "UnsupportedLogVersion",
+  { sessionId: Schema.String, found: Schema.Number, supported: Schema.Number }
+) {
+  override get message(): string {
+    return `session ${this.sessionId} has log format ${this.found}; this reader supports ${this.supported}`
+  }
+}
+
+/**
+ * A fork that cannot be made.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class ForkError extends Schema.TaggedError<ForkError>("tiller/ForkError")("ForkError", {
+  source: SessionId,
+  reason: Schema.Literal("open-turn", "invalid-boundary", "child-exists"),
+  boundary: Schema.optional(Schema.Number),
+  childId: Schema.optional(Schema.String)
+}) {
+  override get message(): string {
+    return `cannot fork ${this.source}: ${this.reason}`
+  }
+}
+
+/**
+ * No session is stored under this id.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class SessionNotFound extends Schema.TaggedError<SessionNotFound>("tiller/SessionNotFound")("SessionNotFound", {
+  sessionId: Schema.String
+}) {
+  override get message(): string {
+    return `session ${this.sessionId} not found`
+  }
+}
+
+/**
+ * A session is already stored under this id.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class SessionExists extends Schema.TaggedError<SessionExists>("tiller/SessionExists")("SessionExists", {
+  sessionId: Schema.String
+}) {
+  override get message(): string {
+    return `session ${this.sessionId} already exists`
+  }
+}
+
+/**
+ * A model request failed.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class ModelError extends Schema.TaggedError<ModelError>("tiller/ModelError")("ModelError", {
+  failure: LlmFailure
+}) {
+  override get message(): string {
+    return this.failure.message
+  }
+}
+
+const describe = (cause: unknown): string =>
+  typeof cause === "object" && cause !== null && "message" in cause && typeof cause.message === "string"
+    ? cause.message
+    : String(cause)

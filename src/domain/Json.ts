@@ -1,0 +1,146 @@
+/**
+ * Lossless JSON values: the only data the durable log stores.
+ *
+ * @since 0.1.0
+ */
+import { Schema } from "effect"
+
+/**
+ * A lossless JSON value.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Json = null | boolean | number | string | ReadonlyArray<Json> | { readonly [k: string]: Json }
+
+/**
+ * Returns `undefined` when `value` is lossless JSON (2.1), otherwise a readable reason naming the
+ * offending path. Rejects `undefined`, functions, symbols, BigInt, non-finite numbers, `-0`, sparse
+ * arrays, class instances and cycles.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const jsonProblem = (value: unknown, path = "$"): string | undefined =>
+  check(value, path, undefined)
+
+const check = (value: unknown, path: string, seen: Set<object> | undefined): string | undefined => {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return undefined
+    case "number":
+      if (!Number.isFinite(value)) return `${path}: ${String(value)} is not a finite number`
+      if (Object.is(value, -0)) return `${path}: -0 is not lossless JSON`
+      return undefined
+    case "object": {
+      if (value === null) return undefined
+      if (seen?.has(value)) return `${path}: cyclic value`
+      const visited = seen ?? new Set<object>()
+      if (Array.isArray(value)) {
+        visited.add(value)
+        for (let i = 0; i < value.length; i++) {
+          if (!(i in value)) return `${path}[${i}]: sparse array`
+          const problem = check(value[i], `${path}[${i}]`, visited)
+          if (problem !== undefined) return problem
+        }
+        visited.delete(value)
+        return undefined
+      }
+      const proto = Object.getPrototypeOf(value)
+      if (proto !== Object.prototype && proto !== null) {
+        return `${path}: ${proto?.constructor?.name ?? "class"} instance is not a plain object`
+      }
+      if (Object.getOwnPropertySymbols(value).length > 0) return `${path}: symbol keys are not JSON`
+      visited.add(value)
+      for (const key in value) {
+        const problem = check((value as Record<string, unknown>)[key], `${path}.${key}`, visited)
+        if (problem !== undefined) return problem
+      }
+      visited.delete(value)
+      return undefined
+    }
+    case "undefined":
+      return `${path}: undefined is not JSON`
+    case "bigint":
+      return `${path}: BigInt is not JSON`
+    case "function":
+      return `${path}: a function is not JSON`
+    case "symbol":
+      return `${path}: a symbol is not JSON`
+  }
+}
+
+/**
+ * Deep-copies a lossless JSON value and freezes every level of the copy.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const freezeCopy = <A>(value: A): A => {
+  if (typeof value !== "object" || value === null) return value
+  if (Array.isArray(value)) {
+    const out = new Array(value.length)
+    for (let i = 0; i < value.length; i++) out[i] = freezeCopy(value[i])
+    return Object.freeze(out) as A
+  }
+  const out: Record<string, unknown> = {}
+  for (const key in value) {
+    const v = (value as Record<string, unknown>)[key]
+    if (v !== undefined) out[key] = freezeCopy(v)
+  }
+  return Object.freeze(out) as A
+}
+
+/**
+ * Freezes a freshly built value in place, every level (use only on values nobody else holds).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const deepFreeze = <A>(value: A): A => {
+  if (typeof value !== "object" || value === null || Object.isFrozen(value)) return value
+  Object.freeze(value)
+  for (const key in value) deepFreeze((value as Record<string, unknown>)[key])
+  return value
+}
+
+/**
+ * Schema of a lossless JSON value (validated with {@link jsonProblem}).
+ *
+ * @since 0.1.0
+ * @category schemas
+ */
+export const JsonValue: Schema.Schema<Json> = Schema.declare(
+  (u: unknown): u is Json => jsonProblem(u) === undefined,
+  {
+    identifier: "Json",
+    description: "a lossless JSON value",
+    message: (issue) => jsonProblem(issue.actual) ?? "not lossless JSON"
+  }
+)
+
+/**
+ * Structural equality of two JSON values.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const jsonEquals = (a: unknown, b: unknown): boolean => {
+  if (a === b) return true
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) return false
+  if (Array.isArray(a)) {
+    if (!Array.isArray(b) || a.length !== b.length) return false
+    for (let i = 0; i < a.length; i++) if (!jsonEquals(a[i], b[i])) return false
+    return true
+  }
+  if (Array.isArray(b)) return false
+  const ka = Object.keys(a)
+  const kb = Object.keys(b)
+  if (ka.length !== kb.length) return false
+  for (const k of ka) {
+    if (!Object.prototype.hasOwnProperty.call(b, k)) return false
+    if (!jsonEquals((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false
+  }
+  return true
+}

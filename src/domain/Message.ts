@@ -1,0 +1,87 @@
+/**
+ * Constructors and validation of identified, immutable messages.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Either, ParseResult, Schema } from "effect"
+import { InvalidEvent } from "./Errors.js"
+import { REPAIR_ID_PREFIX } from "./Ids.js"
+import { freezeCopy, jsonProblem } from "./Json.js"
+import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
+import { UserMessage } from "./Values.js"
+
+const decodeUserMessage = Schema.decodeUnknownEither(UserMessage, { onExcessProperty: "error" })
+
+/**
+ * Validates an unknown value as a `UserMessage` with the load Schema (D6) and returns a deep-frozen
+ * copy, or the reason it is invalid.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const validateUserMessage = (input: unknown): Either.Either<UserMessage, string> => {
+  const problem = jsonProblem(input, "message")
+  if (problem !== undefined) return Either.left(problem)
+  return Either.match(decodeUserMessage(input), {
+    onLeft: (error) => Either.left(ParseResult.TreeFormatter.formatErrorSync(error)),
+    onRight: () => Either.right(freezeCopy(input as UserMessage))
+  })
+}
+
+/**
+ * Validates a caller's message for an inbox operation: the load Schema plus the reserved-id rule.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const acceptCallerMessage = (input: unknown): Either.Either<UserMessage, InvalidEvent> =>
+  Either.flatMap(
+    Either.mapLeft(validateUserMessage(input), (reason) => new InvalidEvent({ type: "user/message", reason })),
+    (message) =>
+      message.id.startsWith(REPAIR_ID_PREFIX)
+        ? Either.left(new InvalidEvent({ type: "user/message", reason: `message ids starting with ${REPAIR_ID_PREFIX} are reserved` }))
+        : Either.right(message)
+  )
+
+/**
+ * Input of {@link userMessage}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface UserMessageInput {
+  readonly id: string
+  readonly text?: string
+  readonly content?: ReadonlyArray<TextBlock | ImageBlock>
+  readonly source?: MessageSource
+}
+
+/**
+ * Creates an identified, deep-frozen user message; throws `InvalidEvent` on invalid input.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const userMessage = (input: UserMessageInput): UserMessage => {
+  const hasText = input.text !== undefined
+  const hasContent = input.content !== undefined
+  if (hasText === hasContent) {
+    throw new InvalidEvent({ type: "user/message", reason: "exactly one of text and content must be given" })
+  }
+  const candidate = {
+    id: input.id,
+    role: "user",
+    content: hasText ? [{ type: "text", text: input.text }] : input.content,
+    source: input.source ?? { kind: "user" }
+  }
+  return Either.getOrThrowWith(validateUserMessage(candidate), (reason) => new InvalidEvent({ type: "user/message", reason }))
+}
+
+/**
+ * Creates a user message with a fresh UUID v4 id.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const newUserMessage = (input: Omit<UserMessageInput, "id">): Effect.Effect<UserMessage> =>
+  Effect.sync(() => userMessage({ ...input, id: crypto.randomUUID() }))

@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import { Effect, Schema } from "effect"
+import { optional } from "../internal/Exact.js"
 import { CancelCause, LlmFailure } from "./Values.js"
 import { MessageId, SessionId } from "./Ids.js"
 
@@ -51,7 +52,7 @@ export type KnownIdState = typeof KnownIdState.Type
 export class PreStepRejected extends Schema.TaggedError<PreStepRejected>("tiller/PreStepRejected")("PreStepRejected", {
   turn: Schema.Number,
   step: Schema.Number,
-  reason: Schema.optional(Schema.String)
+  reason: optional(Schema.String)
 }) {
   override get message(): string {
     return `pre-step rejected turn ${this.turn} step ${this.step}${this.reason === undefined ? "" : `: ${this.reason}`}`
@@ -115,7 +116,7 @@ export class InvalidSplice extends Schema.TaggedError<InvalidSplice>("tiller/Inv
 export class InvalidEvent extends Schema.TaggedError<InvalidEvent>("tiller/InvalidEvent")("InvalidEvent", {
   type: Schema.String,
   reason: Schema.String,
-  rule: Schema.optional(RuleId)
+  rule: optional(RuleId)
 }) {
   override get message(): string {
     return `invalid ${this.type}${this.rule === undefined ? "" : ` (${this.rule})`}: ${this.reason}`
@@ -200,7 +201,7 @@ export class PersistenceError extends Schema.TaggedError<PersistenceError>("till
  */
 export class MalformedLog extends Schema.TaggedError<MalformedLog>("tiller/MalformedLog")("MalformedLog", {
   sessionId: Schema.String,
-  seq: Schema.optional(Schema.Number),
+  seq: optional(Schema.Number),
   reason: Schema.String
 }) {
   override get message(): string {
@@ -232,8 +233,8 @@ export class UnsupportedLogVersion extends Schema.TaggedError<UnsupportedLogVers
 export class ForkError extends Schema.TaggedError<ForkError>("tiller/ForkError")("ForkError", {
   source: SessionId,
   reason: Schema.Literal("open-turn", "invalid-boundary", "child-exists"),
-  boundary: Schema.optional(Schema.Number),
-  childId: Schema.optional(Schema.String)
+  boundary: optional(Schema.Number),
+  childId: optional(Schema.String)
 }) {
   override get message(): string {
     return `cannot fork ${this.source}: ${this.reason}`

@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import { Schema } from "effect"
+import { optional } from "../internal/Exact.js"
 import { JsonValue } from "./Json.js"
 import { SessionId } from "./Ids.js"
 import {
@@ -48,7 +49,7 @@ const ReplaceOp = Schema.Struct({ op: Schema.Literal("replace"), start: Int, end
 const envelope = {
   seq: Seq,
   time: Int,
-  ignorable: Schema.optional(Schema.Literal(true))
+  ignorable: optional(Schema.Literal(true))
 }
 
 const plain = <T extends string, D extends Schema.Schema.AnyNoContext>(type: T, data: D) =>
@@ -64,7 +65,7 @@ const surfaced = <T extends string, D extends Schema.Schema.AnyNoContext, S exte
     ...envelope,
     data,
     surfaceOp,
-    sourceEventSeqs: Schema.optional(Schema.Array(Seq))
+    sourceEventSeqs: optional(Schema.Array(Seq))
   })
 
 const TurnStep = { turn: Positive, step: Positive }
@@ -91,8 +92,8 @@ export const AssistantMessageEvent = surfaced(
     ...TurnStep,
     attempt: Positive,
     message: AssistantMessage,
-    usage: Schema.optional(Usage),
-    interrupted: Schema.optional(Schema.Literal(true))
+    usage: optional(Usage),
+    interrupted: optional(Schema.Literal(true))
   }),
   Schema.Literal("append")
 )
@@ -107,8 +108,8 @@ export const ToolResult = surfaced(
   Schema.Struct({
     ...TurnStep,
     message: ToolResultMessage,
-    error: Schema.optional(Schema.Struct({ name: Schema.String, code: Schema.String })),
-    meta: Schema.optional(JsonValue)
+    error: optional(Schema.Struct({ name: Schema.String, code: Schema.String })),
+    meta: optional(JsonValue)
   }),
   SurfaceOp
 )
@@ -132,9 +133,9 @@ export const LlmRetry = plain(
 export const SpliceData = Schema.Struct({
   target: InboxTarget,
   start: Int,
-  removedCount: Schema.optional(Positive),
+  removedCount: optional(Positive),
   inserted: Schema.Array(UserMessage),
-  outcome: Schema.optional(Schema.Literal("canceled"))
+  outcome: optional(Schema.Literal("canceled"))
 })
 /** The payload of `agent/inbox/spliced`. @since 0.1.0 @category models */
 export type SpliceData = typeof SpliceData.Type
@@ -142,7 +143,11 @@ export type SpliceData = typeof SpliceData.Type
 /** `agent/inbox/spliced`. @since 0.1.0 @category schemas */
 export const InboxSpliced = plain("agent/inbox/spliced", SpliceData)
 /** `session/end-seed`. @since 0.1.0 @category schemas */
-export const EndSeed = plain("session/end-seed", Schema.Struct({}))
+export const EndSeed = plain(
+  "session/end-seed",
+  // `Schema.Struct({})` would accept any non-nullish value (even `5`); only `{}` is valid.
+  Schema.Record({ key: Schema.String, value: Schema.Never })
+)
 
 const compaction = <T extends string>(type: T, extra: Schema.Struct.Fields) =>
   plain(
@@ -159,7 +164,7 @@ export const CompactionStart = compaction("compaction/start", {})
 export const CompactionSummary = compaction("compaction/summary", {})
 /** `compaction/end`. @since 0.1.0 @category schemas */
 export const CompactionEnd = compaction("compaction/end", {
-  error: Schema.optional(Schema.Struct({ message: Schema.String }))
+  error: optional(Schema.Struct({ message: Schema.String }))
 })
 
 /**
@@ -290,8 +295,8 @@ export const SessionHeader = Schema.Struct({
   sessionId: SessionId,
   createdAt: Int,
   seedLength: Int,
-  parent: Schema.optional(Schema.Struct({ sessionId: SessionId, boundary: Schema.Int })),
-  metadata: Schema.optional(JsonValue)
+  parent: optional(Schema.Struct({ sessionId: SessionId, boundary: Schema.Int })),
+  metadata: optional(JsonValue)
 })
 /** The out-of-band header of a session. @since 0.1.0 @category models */
 export type SessionHeader = typeof SessionHeader.Type

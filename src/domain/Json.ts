@@ -87,7 +87,13 @@ export const freezeCopy = <A>(value: A): A => {
   const out: Record<string, unknown> = {}
   for (const key in value) {
     const v = (value as Record<string, unknown>)[key]
-    if (v !== undefined) out[key] = freezeCopy(v)
+    if (v === undefined) continue
+    // Assigning `out["__proto__"]` would set the prototype instead of copying the own key.
+    if (key === "__proto__") {
+      Object.defineProperty(out, key, { value: freezeCopy(v), enumerable: true, writable: true, configurable: true })
+    } else {
+      out[key] = freezeCopy(v)
+    }
   }
   return Object.freeze(out) as A
 }

@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import { Schema } from "effect"
+import { optional } from "../internal/Exact.js"
 import { MessageId } from "./Ids.js"
 import { JsonValue } from "./Json.js"
 
@@ -115,7 +116,7 @@ export const ModelSource = Schema.Struct({
   kind: Schema.Literal("model"),
   provider: Schema.String,
   model: Schema.String,
-  replayState: Schema.optional(JsonValue)
+  replayState: optional(JsonValue)
 })
 
 /**
@@ -171,10 +172,10 @@ const Count = Schema.NonNegativeInt
 export const Usage = Schema.Struct({
   inputTokens: Count,
   outputTokens: Count,
-  totalTokens: Schema.optional(Count),
-  reasoningTokens: Schema.optional(Count),
-  cacheReadTokens: Schema.optional(Count),
-  cacheWriteTokens: Schema.optional(Count)
+  totalTokens: optional(Count),
+  reasoningTokens: optional(Count),
+  cacheReadTokens: optional(Count),
+  cacheWriteTokens: optional(Count)
 })
 /** Token usage. @since 0.1.0 @category models */
 export type Usage = typeof Usage.Type
@@ -188,10 +189,10 @@ export type Usage = typeof Usage.Type
 export const LlmFailure = Schema.Struct({
   message: Schema.String,
   code: Schema.String,
-  status: Schema.optional(Schema.Number),
-  retryAfterMs: Schema.optional(Schema.Number),
-  requestId: Schema.optional(Schema.String),
-  retryable: Schema.optional(Schema.Boolean)
+  status: optional(Schema.Number),
+  retryAfterMs: optional(Schema.Number),
+  requestId: optional(Schema.String),
+  retryable: optional(Schema.Boolean)
 })
 /** A failed model request. @since 0.1.0 @category models */
 export type LlmFailure = typeof LlmFailure.Type
@@ -270,7 +271,7 @@ export type CancelCause = typeof CancelCauseSchema.Type
 export const TurnEndReason = Schema.Union(
   Schema.Struct({ kind: Schema.Literal("completed") }),
   Schema.Struct({ kind: Schema.Literal("max-tokens") }),
-  Schema.Struct({ kind: Schema.Literal("blocked"), message: Schema.optional(Schema.String) }),
+  Schema.Struct({ kind: Schema.Literal("blocked"), message: optional(Schema.String) }),
   Schema.Struct({ kind: Schema.Literal("aborted"), reason: CancelCauseSchema }),
   Schema.Struct({ kind: Schema.Literal("error"), error: LlmFailure }),
   Schema.Struct({ kind: Schema.Literal("interrupted") })
@@ -297,9 +298,9 @@ export type ToolSchema = typeof ToolSchema.Type
 export const RequestHeader = Schema.Struct({
   provider: Schema.String,
   model: Schema.String,
-  system: Schema.optional(Schema.String),
-  maxTokens: Schema.optional(Schema.Number),
-  temperature: Schema.optional(Schema.Number),
+  system: optional(Schema.String),
+  maxTokens: optional(Schema.Number),
+  temperature: optional(Schema.Number),
   tools: Schema.Array(ToolSchema)
 })
 /** The routing and limits of a model request. @since 0.1.0 @category models */

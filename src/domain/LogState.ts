@@ -1,0 +1,230 @@
+/**
+ * The fold of a session log: pending inbox, known ids, surface and relational state, advanced one
+ * event at a time with the acceptance rules (SPEC 5.1) and, when enabled, the relational rules
+ * (SPEC 5.2). The same fold validates live appends and loaded logs (D6).
+ *
+ * @since 0.1.0
+ */
+import { Either, HashMap } from "effect"
+import type { RuleId } from "./Errors.js"
+import type { SessionEvent, SpliceData, SurfaceOp } from "./Event.js"
+import { isCoreType } from "./Event.js"
+import { jsonEquals } from "./Json.js"
+import type { KnownIds } from "./KnownIds.js"
+import { emptyKnownIds, markEntered, markPending, markRemoved } from "./KnownIds.js"
+import type { Relations, RuleViolation } from "./Relations.js"
+import { initialRelations, relate } from "./Relations.js"
+import type { InboxLists, SpliceShape } from "./Splice.js"
+import { applySplice, emptyInbox, spliceShape } from "./Splice.js"
+import type { Surface } from "./Surface.js"
+import { applySurfaceOp, emptySurface, replaceRange } from "./Surface.js"
+import type { ToolResultMessage, UserMessage } from "./Values.js"
+
+/**
+ * A violation found while advancing: a relational rule, or an acceptance rule (`rule` undefined).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Violation {
+  readonly rule: RuleId | undefined
+  readonly message: string
+}
+
+/**
+ * Options of the fold.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface FoldOptions {
+  /** Run the relational rules R1-R17 (the agent option `invariants: "check"`). */
+  readonly relations: boolean
+  /** Declared extension event types. */
+  readonly eventTypes: ReadonlySet<string>
+}
+
+/**
+ * The fold state after a prefix of the log.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LogState {
+  readonly length: number
+  readonly seedLength: number
+  readonly inbox: InboxLists
+  readonly known: KnownIds
+  readonly surface: Surface
+  readonly relations: Relations
+  readonly openStepStart: number
+  readonly lastTurn: number
+}
+
+/**
+ * The state of an empty log with the given seed length.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const initialLogState = (seedLength = 0): LogState => ({
+  length: 0,
+  seedLength,
+  inbox: emptyInbox,
+  known: emptyKnownIds,
+  surface: emptySurface(),
+  relations: initialRelations,
+  openStepStart: -1,
+  lastTurn: 0
+})
+
+/**
+ * Advances the fold by one event. Always returns a best-effort next state; the event is acceptable
+ * iff `violations` is empty.
+ *
+ * @since 0.1.0
+ * @category folding
+ */
+export const advance = (
+  state: LogState,
+  event: SessionEvent,
+  eventAt: (seq: number) => SessionEvent | undefined,
+  options: FoldOptions
+): { readonly state: LogState; readonly violations: ReadonlyArray<Violation> } => {
+  const violations: Array<Violation> = []
+  const accept = (message: string) => {
+    violations.push({ rule: undefined, message })
+  }
+  if (event.seq !== state.length) accept(`seq ${event.seq} where ${state.length} was expected`)
+  if (!isCoreType(event.type) && event.ignorable !== true && !options.eventTypes.has(event.type)) {
+    accept(`event type ${event.type} is neither core nor declared and is not marked ignorable`)
+  }
+  let inbox = state.inbox
+  let known = state.known
+  let surface = state.surface
+  let openStepStart = state.openStepStart
+  let lastTurn = state.lastTurn
+  let shape: SpliceShape | undefined
+  let removed: ReadonlyArray<UserMessage> | undefined
+  switch (event.type) {
+    case "agent/inbox/spliced": {
+      const data = event.data as SpliceData
+      shape = spliceShape(data)
+      if (event.seq >= state.seedLength) {
+        const applied = applySplice(inbox, data)
+        if (Either.isLeft(applied)) {
+          violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
+        } else {
+          inbox = applied.right.lists
+          removed = applied.right.removed
+          if (removed.length > 0) known = markRemoved(known, removed.map((m) => m.id), shape === "claim" ? "claim" : "cancel")
+          if (data.inserted.length > 0) known = markPending(known, data.inserted.map((m) => m.id))
+        }
+      } else if (data.inserted.length > 0) {
+        const fresh = data.inserted.map((m) => m.id).filter((id) => !HashMap.has(known, id))
+        known = markRemoved(known, fresh, "cancel")
+      }
+      break
+    }
+    case "user/message":
+    case "assistant/message":
+    case "tool/result": {
+      const e = event as SessionEvent & { readonly surfaceOp: SurfaceOp; readonly sourceEventSeqs?: ReadonlyArray<number> }
+      const citationProblem = checkCitations(e.type, e.seq, e.sourceEventSeqs)
+      if (citationProblem !== undefined) accept(citationProblem)
+      if (e.surfaceOp !== "append") {
+        const problem = checkReplacement(state, e, e.surfaceOp, eventAt)
+        if (problem !== undefined) accept(problem)
+      }
+      if (violations.length === 0 || e.surfaceOp === "append") surface = applySurfaceOp(surface, e.seq, e.surfaceOp)
+      const id = e.type === "user/message"
+        ? (e.data as UserMessage).id
+        : (e.data as { readonly message: { readonly id: string } }).message.id
+      known = markEntered(known, id)
+      break
+    }
+    case "turn/start":
+      lastTurn = (event.data as { readonly turn: number }).turn
+      break
+    case "step/start":
+      openStepStart = event.seq
+      break
+    case "step/end":
+    case "turn/end":
+      openStepStart = -1
+      break
+  }
+  const relations = options.relations
+    ? relate(state.relations, event, {
+      known: state.known,
+      spliceShape: shape,
+      removed,
+      nextStepLength: state.inbox.nextStep.length
+    }, violations as Array<RuleViolation>)
+    : state.relations
+  return {
+    state: { length: state.length + 1, seedLength: state.seedLength, inbox, known, surface, relations, openStepStart, lastTurn },
+    violations
+  }
+}
+
+const checkCitations = (type: string, seq: number, cites: ReadonlyArray<number> | undefined): string | undefined => {
+  if (cites === undefined) return undefined
+  if (cites.length === 0 && type !== "assistant/message") return `${type} sourceEventSeqs must not be empty`
+  const seen = new Set<number>()
+  for (const c of cites) {
+    if (c >= seq) return `sourceEventSeqs cites ${c}, not earlier than the event's own seq ${seq}`
+    if (seen.has(c)) return `sourceEventSeqs cites ${c} twice`
+    seen.add(c)
+  }
+  return undefined
+}
+
+const checkReplacement = (
+  state: LogState,
+  event: SessionEvent & { readonly sourceEventSeqs?: ReadonlyArray<number> },
+  op: { readonly start: number; readonly end: number },
+  eventAt: (seq: number) => SessionEvent | undefined
+): string | undefined => {
+  const range = replaceRange(state.surface, op.start, op.end)
+  if (Either.isLeft(range)) return range.left
+  const { from, to } = range.right
+  const shadowed = state.surface.buffer.slice(from, to + 1)
+  const cites = new Set(event.sourceEventSeqs ?? [])
+  for (const seq of shadowed) {
+    if (!cites.has(seq)) return `replacement must cite every shadowed seq (missing ${seq})`
+    if (state.openStepStart >= 0 && seq > state.openStepStart) return `replacement range holds seq ${seq} of the open step`
+  }
+  if (event.type === "tool/result") {
+    const target = eventAt(op.start)
+    if (from !== to || target?.type !== "tool/result") return `a tool/result replacement must shadow exactly one tool/result`
+    const before = (target.data as { readonly message: ToolResultMessage }).message
+    const after = (event.data as { readonly message: ToolResultMessage }).message
+    const strip = (m: ToolResultMessage) => ({ ...m, content: [{ ...m.content[0], content: [] }] })
+    if (!jsonEquals(strip(before), strip(after))) return `a tool/result replacement may change only the result content`
+    return undefined
+  }
+  // A range must not separate a tool call from its result.
+  const inRange = new Set(shadowed)
+  const callOwner = new Map<string, number>()
+  const resultOf = new Map<string, number>()
+  for (let i = 0; i < state.surface.length; i++) {
+    const seq = state.surface.buffer[i]!
+    const e = eventAt(seq)
+    if (e?.type === "assistant/message") {
+      for (const block of (e.data as { readonly message: { readonly content: ReadonlyArray<{ readonly type: string; readonly id?: string }> } }).message.content) {
+        if (block.type === "tool-call" && block.id !== undefined) callOwner.set(block.id, seq)
+      }
+    } else if (e?.type === "tool/result") {
+      resultOf.set((e.data as { readonly message: ToolResultMessage }).message.content[0].toolCallId, seq)
+    }
+  }
+  for (const [callId, resultSeq] of resultOf) {
+    const ownerSeq = callOwner.get(callId)
+    if (ownerSeq === undefined) continue
+    if (inRange.has(resultSeq) !== inRange.has(ownerSeq)) {
+      return `replacement range separates tool call ${callId} from its result`
+    }
+  }
+  return undefined
+}

@@ -1,0 +1,435 @@
+/**
+ * The relational rules R1-R17 of SPEC 5.2 as an incremental state machine: one `relate` call per
+ * event, constant work per event apart from the event's own payload.
+ *
+ * @since 0.1.0
+ */
+import { HashMap } from "effect"
+import * as GrowOnly from "../internal/GrowOnly.js"
+import type { RuleId } from "./Errors.js"
+import type { CoreEvent, SessionEvent, SpliceData } from "./Event.js"
+import { isCoreEvent } from "./Event.js"
+import type { KnownIds } from "./KnownIds.js"
+import type { SpliceShape } from "./Splice.js"
+import type { ToolCallBlock, UserMessage } from "./Values.js"
+
+/**
+ * One violated rule at one event.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RuleViolation {
+  readonly rule: RuleId
+  readonly message: string
+}
+
+interface AssistantAnchor {
+  readonly calls: ReadonlyArray<ToolCallBlock>
+  readonly interrupted: boolean
+}
+
+interface StepRelations {
+  readonly attempt: number
+  readonly chunkSeqs: GrowOnly.GrowOnly<number>
+  readonly finish: "stop" | "max-tokens" | "error" | "aborted" | undefined
+  readonly anchor: AssistantAnchor | undefined
+  readonly callSeqs: ReadonlyMap<string, number>
+  readonly lastCallIndex: number
+  readonly answered: ReadonlySet<string>
+  readonly lastResultIndex: number
+}
+
+/**
+ * Where the claim rule (R7) stands.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ClaimPhase = "none" | "after-turn-start" | "after-initial-ns" | "boundary" | "boundary-claimed"
+
+/**
+ * The relational state after a prefix of the log.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Relations {
+  readonly lastTurn: number
+  readonly turnOpen: boolean
+  readonly lastStep: number
+  readonly stepOpen: boolean
+  readonly maxTokensInTurn: boolean
+  readonly claimPhase: ClaimPhase
+  readonly entering: boolean
+  readonly claimedForStep: ReadonlySet<string>
+  readonly headerSeen: boolean
+  readonly bracket: { readonly turn: number | null } | undefined
+  readonly step: StepRelations | undefined
+}
+
+/**
+ * The state before the first event.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const initialRelations: Relations = {
+  lastTurn: 0,
+  turnOpen: false,
+  lastStep: 0,
+  stepOpen: false,
+  maxTokensInTurn: false,
+  claimPhase: "none",
+  entering: false,
+  claimedForStep: new Set(),
+  headerSeen: false,
+  bracket: undefined,
+  step: undefined
+}
+
+/**
+ * Facts about the event that the acceptance fold computed before it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface EventFacts {
+  readonly known: KnownIds
+  readonly spliceShape?: SpliceShape | undefined
+  readonly removed?: ReadonlyArray<UserMessage> | undefined
+  readonly nextStepLength?: number | undefined
+}
+
+const emptyStep: StepRelations = {
+  attempt: 1,
+  chunkSeqs: GrowOnly.empty(),
+  finish: undefined,
+  anchor: undefined,
+  callSeqs: new Map(),
+  lastCallIndex: -1,
+  answered: new Set(),
+  lastResultIndex: -1
+}
+
+/**
+ * Advances the relational state by one event, collecting every rule it violates. The state is
+ * advanced leniently even when rules are violated, so a checker can keep reporting.
+ *
+ * @since 0.1.0
+ * @category folding
+ */
+export const relate = (
+  state: Relations,
+  event: SessionEvent,
+  facts: EventFacts,
+  out: Array<RuleViolation>
+): Relations => {
+  const violation = (rule: RuleId, message: string) => {
+    out.push({ rule, message })
+  }
+  let s = state
+  // R7: the events right after turn/start must be its claims.
+  if (s.claimPhase === "after-turn-start" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
+    violation("R7", `turn/start ${s.lastTurn} is not followed by a claim`)
+    s = { ...s, claimPhase: "none" }
+  } else if (s.claimPhase === "after-initial-ns" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
+    s = { ...s, claimPhase: "none" }
+  }
+  const entering = s.entering
+  if (entering) s = { ...s, entering: false }
+  if (!isCoreEvent(event)) return s
+  return relateCore(s, event, facts, entering, violation)
+}
+
+const relateCore = (
+  s: Relations,
+  event: CoreEvent,
+  facts: EventFacts,
+  entering: boolean,
+  violation: (rule: RuleId, message: string) => void
+): Relations => {
+  switch (event.type) {
+    case "turn/start": {
+      const { turn } = event.data
+      if (s.turnOpen) violation("R1", `turn/start ${turn} while turn ${s.lastTurn} is open`)
+      else if (turn !== s.lastTurn + 1) violation("R1", `turn/start ${turn} after turn ${s.lastTurn}`)
+      return {
+        ...s,
+        lastTurn: turn,
+        turnOpen: true,
+        lastStep: 0,
+        stepOpen: false,
+        step: undefined,
+        maxTokensInTurn: false,
+        claimPhase: "after-turn-start",
+        claimedForStep: new Set()
+      }
+    }
+    case "turn/end": {
+      const { turn, reason } = event.data
+      if (!s.turnOpen) violation("R2", `turn/end ${turn} with no open turn`)
+      else if (turn !== s.lastTurn) violation("R2", `turn/end ${turn} names another turn than ${s.lastTurn}`)
+      else if (s.stepOpen) violation("R2", `turn/end ${turn} while step ${s.lastStep} is open`)
+      if (reason.kind === "completed" && s.maxTokensInTurn) {
+        violation("R16", `turn ${turn} ended completed after a max-tokens step`)
+      } else if (reason.kind === "max-tokens" && !s.maxTokensInTurn) {
+        violation("R16", `turn ${turn} ended max-tokens but no step finished max-tokens`)
+      }
+      const bracket = s.bracket !== undefined && s.bracket.turn === turn ? undefined : s.bracket
+      return { ...s, turnOpen: false, stepOpen: false, step: undefined, claimPhase: "none", bracket }
+    }
+    case "step/start": {
+      const { step, turn } = event.data
+      if (!s.turnOpen) violation("R3", `step/start with no open turn`)
+      else if (turn !== s.lastTurn) violation("R3", `step/start names turn ${turn}, open turn is ${s.lastTurn}`)
+      else if (s.stepOpen) violation("R3", `step/start ${step} while step ${s.lastStep} is open`)
+      else if (step !== s.lastStep + 1) violation("R3", `step/start ${step} after step ${s.lastStep}`)
+      return { ...s, lastStep: step, stepOpen: true, step: emptyStep, entering: true, claimPhase: "none" }
+    }
+    case "step/end": {
+      const { step, turn } = event.data
+      if (!s.stepOpen || turn !== s.lastTurn || step !== s.lastStep) {
+        violation("R4", `step/end (${turn}, ${step}) does not name the open step`)
+      } else if (s.step?.anchor !== undefined && !s.step.anchor.interrupted) {
+        for (const call of s.step.anchor.calls) {
+          if (!s.step.answered.has(call.id)) {
+            violation("R15", `step/end while tool call ${call.id} has no tool/result`)
+            break
+          }
+        }
+      }
+      return {
+        ...s,
+        stepOpen: false,
+        step: undefined,
+        claimPhase: s.turnOpen ? "boundary" : "none",
+        claimedForStep: new Set()
+      }
+    }
+    case "user/message": {
+      const id = event.data.id
+      if (event.surfaceOp !== "append") {
+        if (HashMap.has(facts.known, id)) violation("R9", `replacement user/message reuses known id ${id}`)
+        return s
+      }
+      if (!s.stepOpen || !entering) {
+        violation("R8", `appended user/message ${id} is not directly after its step/start`)
+      }
+      if (HashMap.has(facts.known, id)) {
+        if (!s.claimedForStep.has(id)) {
+          violation("R9", `appended user/message reuses known id ${id} that this step did not claim`)
+          return { ...s, entering: s.stepOpen }
+        }
+        const claimed = new Set(s.claimedForStep)
+        claimed.delete(id)
+        return { ...s, entering: s.stepOpen, claimedForStep: claimed }
+      }
+      return { ...s, entering: s.stepOpen }
+    }
+    case "assistant/chunk": {
+      const d = event.data
+      const step = stepEnclosed(s, d.turn, d.step, "assistant/chunk", violation)
+      if (!s.headerSeen) violation("R17", `assistant/chunk before any request/header`)
+      if (step === undefined) return s
+      if (d.attempt !== step.attempt) violation("R10", `chunk attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      if (step.finish !== undefined) violation("R10", `chunk after the finish chunk of attempt ${step.attempt}`)
+      const finish = d.chunk.type === "finish" ? d.chunk.finish.kind : step.finish
+      return { ...s, step: { ...step, chunkSeqs: GrowOnly.push(step.chunkSeqs, event.seq), finish } }
+    }
+    case "assistant/message": {
+      const d = event.data
+      const step = stepEnclosed(s, d.turn, d.step, "assistant/message", violation)
+      if (step === undefined) return s
+      if (d.attempt !== step.attempt) violation("R10", `assistant/message attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      const interrupted = d.interrupted === true
+      const calls = d.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
+      if (step.anchor !== undefined) violation("R11", `a second assistant/message in step ${s.lastStep}`)
+      else if (!interrupted && step.finish !== "stop" && step.finish !== "max-tokens") {
+        violation("R11", `assistant/message without a stop or max-tokens finish chunk`)
+      } else if (interrupted && step.finish !== undefined) {
+        violation("R11", `interrupted assistant/message after a finish chunk`)
+      }
+      if (!sameSeqs(event.sourceEventSeqs ?? [], step.chunkSeqs)) {
+        violation("R11", `assistant/message must cite exactly the chunks of attempt ${step.attempt}`)
+      }
+      if (calls.length > 0 && (interrupted || step.finish === "max-tokens")) {
+        violation("R14", `${interrupted ? "interrupted" : "max-tokens"} assistant/message carries a tool call`)
+      }
+      const maxTokens = !interrupted && step.finish === "max-tokens"
+      return {
+        ...s,
+        maxTokensInTurn: s.maxTokensInTurn || maxTokens,
+        step: { ...step, anchor: { calls, interrupted } }
+      }
+    }
+    case "tool/call": {
+      const d = event.data
+      const step = stepEnclosed(s, d.turn, d.step, "tool/call", violation)
+      if (step === undefined) return s
+      if (step.anchor === undefined) {
+        violation("R12", `tool/call ${d.callId} before the step's assistant/message`)
+        return s
+      }
+      const index = step.anchor.calls.findIndex((c) => c.id === d.callId)
+      const block = step.anchor.calls[index]
+      if (block === undefined || block.name !== d.name || block.arguments !== d.arguments) {
+        violation("R12", `tool/call ${d.callId} matches no tool-call block of the assistant/message`)
+        return s
+      }
+      if (step.callSeqs.has(d.callId)) {
+        violation("R12", `tool/call ${d.callId} repeated`)
+        return s
+      }
+      if (index < step.lastCallIndex) violation("R12", `tool/call ${d.callId} out of block order`)
+      const callSeqs = new Map(step.callSeqs)
+      callSeqs.set(d.callId, event.seq)
+      return { ...s, step: { ...step, callSeqs, lastCallIndex: Math.max(index, step.lastCallIndex) } }
+    }
+    case "tool/result": {
+      if (event.surfaceOp !== "append") return s
+      const d = event.data
+      const step = stepEnclosed(s, d.turn, d.step, "tool/result", violation)
+      if (step === undefined) return s
+      const callId = d.message.content[0].toolCallId
+      const index = step.anchor === undefined ? -1 : step.anchor.calls.findIndex((c) => c.id === callId)
+      if (index < 0) {
+        violation("R13", `tool/result answers no tool call of the step (${callId})`)
+        return s
+      }
+      if (step.answered.has(callId)) {
+        violation("R13", `tool/result answers ${callId} twice`)
+        return s
+      }
+      if (index < step.lastResultIndex) violation("R13", `tool/result for ${callId} out of block order`)
+      const callSeq = step.callSeqs.get(callId)
+      const cites = event.sourceEventSeqs
+      if (callSeq === undefined) {
+        const repair = d.error?.code === "TOOL_NOT_STARTED" && cites === undefined
+        if (!repair) violation("R13", `tool/result for ${callId} without a tool/call`)
+      } else if (cites === undefined || cites.length !== 1 || cites[0] !== callSeq) {
+        violation("R13", `tool/result for ${callId} must cite [${callSeq}]`)
+      }
+      const answered = new Set(step.answered)
+      answered.add(callId)
+      return { ...s, step: { ...step, answered, lastResultIndex: Math.max(index, step.lastResultIndex) } }
+    }
+    case "request/header": {
+      if (!s.stepOpen) violation("R5", `request/header with no open step`)
+      return { ...s, headerSeen: true }
+    }
+    case "llm/retry": {
+      const d = event.data
+      const step = stepEnclosed(s, d.turn, d.step, "llm/retry", violation)
+      if (step === undefined) return s
+      if (d.attempt !== step.attempt) violation("R10", `llm/retry attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      else if (step.finish !== "error" && step.finish !== "aborted") {
+        violation("R10", `llm/retry for attempt ${d.attempt} without a failure finish`)
+      } else if (step.anchor !== undefined) violation("R10", `llm/retry after an assistant/message`)
+      return {
+        ...s,
+        step: { ...step, attempt: step.attempt + 1, chunkSeqs: GrowOnly.empty(), finish: undefined }
+      }
+    }
+    case "agent/inbox/spliced":
+      return relateSplice(s, event.data, facts, violation)
+    case "session/end-seed":
+      return { ...s, bracket: undefined }
+    case "compaction/start":
+    case "compaction/summary":
+    case "compaction/end": {
+      const turn = event.data.turn
+      if (turn === null) {
+        if (s.turnOpen) violation("R6", `${event.type} with turn null inside turn ${s.lastTurn}`)
+      } else if (!s.turnOpen || turn !== s.lastTurn) {
+        violation("R6", `${event.type} names turn ${turn}, which is not open`)
+      }
+      if (event.type === "compaction/start") {
+        if (s.bracket !== undefined) violation("R6", `compaction/start while a compaction is open`)
+        return { ...s, bracket: { turn } }
+      }
+      if (event.type === "compaction/end") {
+        if (s.bracket === undefined || s.bracket.turn !== turn) {
+          violation("R6", `compaction/end without an open compaction/start of the same turn`)
+          return s
+        }
+        return { ...s, bracket: undefined }
+      }
+      return s
+    }
+  }
+}
+
+const relateSplice = (
+  s: Relations,
+  data: SpliceData,
+  facts: EventFacts,
+  violation: (rule: RuleId, message: string) => void
+): Relations => {
+  const shape = facts.spliceShape
+  if (shape === "insertion" || shape === "replacement") {
+    const removedIds = new Set((facts.removed ?? []).map((m) => m.id))
+    for (const m of data.inserted) {
+      if (HashMap.has(facts.known, m.id) && !(shape === "replacement" && removedIds.has(m.id))) {
+        violation("R9", `splice inserts known id ${m.id}`)
+      }
+    }
+    return s
+  }
+  if (shape !== "claim") return s
+  const target = data.target
+  const n = data.removedCount ?? 0
+  if (!s.turnOpen) {
+    violation("R7", `claim of ${target} outside a turn`)
+    return s
+  }
+  if (data.start !== 0) violation("R7", `claim of ${target} with start ${data.start}`)
+  if (target === "next-step" && facts.nextStepLength !== undefined && n !== facts.nextStepLength) {
+    violation("R7", `claim of next-step takes ${n} of ${facts.nextStepLength} items`)
+  }
+  const claimed = new Set(s.claimedForStep)
+  for (const m of facts.removed ?? []) claimed.add(m.id)
+  if (target === "next-turn") {
+    if (n !== 1) violation("R7", `claim of next-turn takes ${n} items`)
+    if (s.claimPhase !== "after-turn-start" && s.claimPhase !== "after-initial-ns") {
+      violation("R7", `claim of next-turn away from a turn/start`)
+    }
+    return { ...s, claimPhase: "none", claimedForStep: claimed }
+  }
+  switch (s.claimPhase) {
+    case "after-turn-start":
+      return { ...s, claimPhase: "after-initial-ns", claimedForStep: claimed }
+    case "boundary":
+      return { ...s, claimPhase: "boundary-claimed", claimedForStep: claimed }
+    case "boundary-claimed":
+      violation("R7", `a second claim of next-step in one boundary`)
+      return { ...s, claimedForStep: claimed }
+    default:
+      violation("R7", `claim of next-step outside a boundary`)
+      return { ...s, claimedForStep: claimed }
+  }
+}
+
+const stepEnclosed = (
+  s: Relations,
+  turn: number,
+  step: number,
+  type: string,
+  violation: (rule: RuleId, message: string) => void
+): StepRelations | undefined => {
+  if (!s.stepOpen || s.step === undefined) {
+    violation("R5", `${type} with no open step`)
+    return undefined
+  }
+  if (turn !== s.lastTurn || step !== s.lastStep) {
+    violation("R5", `${type} names (${turn}, ${step}) but the open step is (${s.lastTurn}, ${s.lastStep})`)
+    return undefined
+  }
+  return s.step
+}
+
+const sameSeqs = (cited: ReadonlyArray<number>, seqs: GrowOnly.GrowOnly<number>): boolean => {
+  if (cited.length !== seqs.length) return false
+  for (let i = 0; i < cited.length; i++) if (cited[i] !== seqs.buffer[i]) return false
+  return true
+}

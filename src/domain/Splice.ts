@@ -1,0 +1,167 @@
+/**
+ * Inbox splices: normalisation of public coordinates, the four durable shapes, and the pure fold
+ * of `agent/inbox/spliced` events into the two pending lists (SPEC 2.7).
+ *
+ * @since 0.1.0
+ */
+import { Either } from "effect"
+import type { SessionEvent, SpliceData } from "./Event.js"
+import { MalformedLog } from "./Errors.js"
+import type { InboxTarget, UserMessage } from "./Values.js"
+
+/**
+ * The two pending lists.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface InboxLists {
+  readonly nextTurn: ReadonlyArray<UserMessage>
+  readonly nextStep: ReadonlyArray<UserMessage>
+}
+
+/**
+ * Empty pending lists.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const emptyInbox: InboxLists = Object.freeze({ nextTurn: Object.freeze([]), nextStep: Object.freeze([]) })
+
+/**
+ * The list of `lists` addressed by `target`.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const listOf = (lists: InboxLists, target: InboxTarget): ReadonlyArray<UserMessage> =>
+  target === "next-turn" ? lists.nextTurn : lists.nextStep
+
+/**
+ * The shape of a splice: insertion, claim, cancellation or replacement (SPEC 2.7).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type SpliceShape = "insertion" | "claim" | "cancellation" | "replacement"
+
+/**
+ * Classifies a splice's shape, or returns `undefined` when it is none of the four.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const spliceShape = (data: SpliceData): SpliceShape | undefined => {
+  const removes = data.removedCount !== undefined
+  const inserts = data.inserted.length > 0
+  const canceled = data.outcome === "canceled"
+  if (!removes) return inserts && !canceled ? "insertion" : undefined
+  if (!inserts) return canceled ? "cancellation" : "claim"
+  return canceled ? "replacement" : undefined
+}
+
+/**
+ * Normalised public splice coordinates, or the reason they are invalid.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type NormalisedSplice = { readonly start: number; readonly deleteCount: number }
+
+/**
+ * Normalises public `splice(start, deleteCount)` coordinates against a list of length `len`
+ * (Array.prototype.splice semantics, except that a non-number or `NaN` is refused).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const normaliseSplice = (
+  len: number,
+  start: unknown,
+  deleteCount: unknown
+): Either.Either<NormalisedSplice, string> => {
+  if (typeof start !== "number" || Number.isNaN(start)) return Either.left(`start ${String(start)} is not a number`)
+  if (typeof deleteCount !== "number" || Number.isNaN(deleteCount)) {
+    return Either.left(`deleteCount ${String(deleteCount)} is not a number`)
+  }
+  let s = Math.trunc(start)
+  if (s < 0) s = Math.max(len + s, 0)
+  s = Math.min(s, len)
+  const d = Math.min(Math.max(Math.trunc(deleteCount), 0), len - s)
+  return Either.right({ start: s === 0 ? 0 : s, deleteCount: d === 0 ? 0 : d })
+}
+
+/**
+ * Applies one recorded splice to the lists, validating it as on replay: a valid shape,
+ * `0 <= start <= len`, `1 <= removedCount <= len - start`, and ids unique across both lists.
+ * Returns the new lists and the removed messages, or the reason it is invalid.
+ *
+ * @since 0.1.0
+ * @category folding
+ */
+export const applySplice = (
+  lists: InboxLists,
+  data: SpliceData
+): Either.Either<{ readonly lists: InboxLists; readonly removed: ReadonlyArray<UserMessage> }, string> => {
+  if (spliceShape(data) === undefined) return Either.left("splice has none of the four valid shapes")
+  const list = listOf(lists, data.target)
+  const removedCount = data.removedCount ?? 0
+  if (!Number.isInteger(data.start) || data.start < 0) return Either.left(`start ${data.start} is not a non-negative integer`)
+  if (data.removedCount !== undefined && (!Number.isInteger(data.removedCount) || data.removedCount < 1)) {
+    return Either.left(`removedCount ${data.removedCount} is not a positive integer`)
+  }
+  if (data.start > list.length) return Either.left(`start ${data.start} is past the end of ${data.target} (length ${list.length})`)
+  if (removedCount > list.length - data.start) {
+    return Either.left(`removedCount ${removedCount} exceeds ${data.target} (length ${list.length}) from ${data.start}`)
+  }
+  const removed = list.slice(data.start, data.start + removedCount)
+  if (data.inserted.length > 0) {
+    const other = data.target === "next-turn" ? lists.nextStep : lists.nextTurn
+    const seen = new Set<string>()
+    for (const m of other) seen.add(m.id)
+    for (let i = 0; i < list.length; i++) {
+      if (i < data.start || i >= data.start + removedCount) seen.add(list[i]!.id)
+    }
+    for (const m of data.inserted) {
+      if (seen.has(m.id)) return Either.left(`inserted id ${m.id} is already pending`)
+      seen.add(m.id)
+    }
+  }
+  const next = removedCount === 0 && data.start === list.length
+    ? [...list, ...data.inserted]
+    : [...list.slice(0, data.start), ...data.inserted, ...list.slice(data.start + removedCount)]
+  return Either.right({
+    lists: data.target === "next-turn"
+      ? { nextTurn: next, nextStep: lists.nextStep }
+      : { nextTurn: lists.nextTurn, nextStep: next },
+    removed
+  })
+}
+
+/**
+ * Folds every splice with `seq >= seedLength` into the two pending lists (SPEC 2.7).
+ *
+ * @since 0.1.0
+ * @category folding
+ */
+export const foldInbox = (
+  events: ReadonlyArray<SessionEvent>,
+  seedLength = 0
+): Either.Either<InboxLists, MalformedLog> => {
+  let lists = emptyInbox
+  for (const event of events) {
+    if (event.type !== "agent/inbox/spliced" || event.seq < seedLength) continue
+    const applied = applySplice(lists, event.data as SpliceData)
+    if (Either.isLeft(applied)) {
+      return Either.left(
+        new MalformedLog({
+          sessionId: "",
+          seq: event.seq,
+          reason: `invalid persisted inbox splice at seq ${event.seq}: ${applied.left}`
+        })
+      )
+    }
+    lists = applied.right.lists
+  }
+  return Either.right({ nextTurn: Object.freeze([...lists.nextTurn]), nextStep: Object.freeze([...lists.nextStep]) })
+}

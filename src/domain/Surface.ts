@@ -1,0 +1,125 @@
+/**
+ * The surface: the ordered seqs of the message events that make up model history (SPEC 2.8).
+ *
+ * @since 0.1.0
+ */
+import { Either } from "effect"
+import * as GrowOnly from "../internal/GrowOnly.js"
+import type { SessionEvent, SurfaceOp } from "./Event.js"
+import type { Message } from "./Values.js"
+
+/**
+ * The surface (persistent, append-optimised).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type Surface = GrowOnly.GrowOnly<number>
+
+/**
+ * The empty surface.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const emptySurface = (): Surface => GrowOnly.empty()
+
+/**
+ * The inclusive positional range `[from, to]` of a replace op, or the reason it is invalid.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const replaceRange = (
+  surface: Surface,
+  start: number,
+  end: number
+): Either.Either<{ readonly from: number; readonly to: number }, string> => {
+  let from = -1
+  let to = -1
+  for (let i = 0; i < surface.length; i++) {
+    const seq = surface.buffer[i]
+    if (seq === start) from = i
+    if (seq === end) to = i
+  }
+  if (from < 0) return Either.left(`replace start ${start} is not on the surface`)
+  if (to < 0) return Either.left(`replace end ${end} is not on the surface`)
+  if (from > to) return Either.left(`replace start ${start} comes after end ${end} on the surface`)
+  return Either.right({ from, to })
+}
+
+/**
+ * Applies a surface op for the event at `seq`, assuming the range was validated.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const applySurfaceOp = (surface: Surface, seq: number, op: SurfaceOp): Surface => {
+  if (op === "append") return GrowOnly.push(surface, seq)
+  const range = replaceRange(surface, op.start, op.end)
+  if (Either.isLeft(range)) return surface
+  const items = GrowOnly.toArray(surface)
+  items.splice(range.right.from, range.right.to - range.right.from + 1, seq)
+  return GrowOnly.fromArray(items)
+}
+
+/**
+ * The message a surface node contributes to history, if any (an empty assistant message yields none).
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const messageOf = (event: SessionEvent | undefined): Message | undefined => {
+  if (event === undefined) return undefined
+  switch (event.type) {
+    case "user/message":
+      return event.data as Message
+    case "assistant/message": {
+      const message = (event.data as { readonly message: Message }).message
+      return message.content.length === 0 ? undefined : message
+    }
+    case "tool/result":
+      return (event.data as { readonly message: Message }).message
+    default:
+      return undefined
+  }
+}
+
+/**
+ * The derived history of a surface (a fresh array of frozen values).
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const messagesOf = (surface: Surface, eventAt: (seq: number) => SessionEvent | undefined): Array<Message> => {
+  const out: Array<Message> = []
+  for (let i = 0; i < surface.length; i++) {
+    const message = messageOf(eventAt(surface.buffer[i]!))
+    if (message !== undefined) out.push(message)
+  }
+  return out
+}
+
+/**
+ * The surface of a whole log (replace ops that are invalid are skipped).
+ *
+ * @since 0.1.0
+ * @category folding
+ */
+export const surfaceOf = (events: ReadonlyArray<SessionEvent>): Surface => {
+  let surface = emptySurface()
+  for (const event of events) {
+    const op = (event as { readonly surfaceOp?: SurfaceOp }).surfaceOp
+    if (op !== undefined) surface = applySurfaceOp(surface, event.seq, op)
+  }
+  return surface
+}
+
+/**
+ * Derived model history of a log (SPEC 2.8).
+ *
+ * @since 0.1.0
+ * @category folding
+ */
+export const deriveMessages = (events: ReadonlyArray<SessionEvent>): ReadonlyArray<Message> =>
+  messagesOf(surfaceOf(events), (seq) => events[seq])

@@ -1,0 +1,41 @@
+/**
+ * The domain of tiller: schemas and pure functions, no services and no I/O.
+ *
+ * @since 0.1.0
+ */
+export * from "./Check.js"
+export type { DriverEvent } from "./DriverEvent.js"
+export * from "./Errors.js"
+export {
+  CORE_EVENT_TYPES,
+  LOG_FORMAT_VERSION,
+  SessionEvent,
+  SessionHeader,
+  SurfaceOp
+} from "./Event.js"
+export { MessageId, SessionId } from "./Ids.js"
+export type { Json } from "./Json.js"
+export { newUserMessage, userMessage } from "./Message.js"
+export { repairClosers } from "./Repair.js"
+export { foldInbox } from "./Splice.js"
+export { deriveMessages } from "./Surface.js"
+export {
+  AssistantMessage,
+  CancelCause,
+  ImageBlock,
+  LlmFailure,
+  Message,
+  MessageSource,
+  ReasoningBlock,
+  RequestHeader,
+  StreamChunk,
+  TextBlock,
+  ToolCallBlock,
+  ToolResultBlock,
+  ToolResultMessage,
+  ToolSchema,
+  TurnEndReason,
+  Usage,
+  UserMessage
+} from "./Values.js"
+export type { AgentStatus, InboxTarget } from "./Values.js"

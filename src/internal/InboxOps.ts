@@ -1,0 +1,190 @@
+/**
+ * Inbox changes as STM building blocks: each validates, writes exactly one normalised
+ * `agent/inbox/spliced` event (or nothing), updates the wake marks and queues the live
+ * notifications, all inside the caller's transaction. The Inbox service, the driver's `send` and
+ * the loop's claim compose them with phase changes (D1).
+ *
+ * @since 0.1.0
+ */
+import { Either, HashMap, HashSet, Option, STM, TRef } from "effect"
+import type { DriverEvent } from "../domain/DriverEvent.js"
+import { DuplicateMessage } from "../domain/Errors.js"
+import type { SpliceData } from "../domain/Event.js"
+import { stateOfRecord } from "../domain/KnownIds.js"
+import { listOf } from "../domain/Splice.js"
+import type { InboxTarget, UserMessage } from "../domain/Values.js"
+import type { Draft, SessionStateShape, WakeMarks } from "./SessionState.js"
+import { appendDrafts, publish } from "./SessionState.js"
+import type { InvalidEvent } from "../domain/Errors.js"
+
+/**
+ * Checks that every id is fresh: unknown to the session and not repeated in `messages`, except ids
+ * in `reusable` (the ids a replacement removes). The first offender is reported.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const freshnessSTM = (
+  state: SessionStateShape,
+  messages: ReadonlyArray<UserMessage>,
+  reusable: ReadonlySet<string> = new Set()
+): STM.STM<Option.Option<DuplicateMessage>> =>
+  STM.map(TRef.get(state.log), ({ fold }) => {
+    const seen = new Set<string>()
+    for (const m of messages) {
+      if (seen.has(m.id)) return Option.some(new DuplicateMessage({ id: m.id, state: "pending" }))
+      seen.add(m.id)
+      if (reusable.has(m.id)) continue
+      const record = HashMap.get(fold.known, m.id)
+      if (Option.isSome(record)) return Option.some(new DuplicateMessage({ id: m.id, state: stateOfRecord(record.value) }))
+    }
+    return Option.none()
+  })
+
+const spliceDraft = (data: SpliceData): Draft => ({ type: "agent/inbox/spliced", data })
+
+const spliceData = (
+  target: InboxTarget,
+  start: number,
+  removedCount: number,
+  inserted: ReadonlyArray<UserMessage>,
+  claim = false
+): SpliceData => {
+  const base = { target, start, inserted }
+  if (removedCount === 0) return base
+  return claim ? { ...base, removedCount } : { ...base, removedCount, outcome: "canceled" }
+}
+
+/**
+ * Writes one splice of `target` at normalised coordinates with fresh (already checked) messages,
+ * moving wake marks for replacements and dropping removed steers. Returns the removed messages.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const spliceSTM = (
+  state: SessionStateShape,
+  target: InboxTarget,
+  start: number,
+  deleteCount: number,
+  inserted: ReadonlyArray<UserMessage>
+): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> =>
+  STM.gen(function*() {
+    if (deleteCount === 0 && inserted.length === 0) return []
+    const { fold } = yield* TRef.get(state.log)
+    const removed = listOf(fold.inbox, target).slice(start, start + deleteCount)
+    yield* appendDrafts(state, [spliceDraft(spliceData(target, start, deleteCount, inserted))], true)
+    if (removed.length > 0) {
+      yield* TRef.update(state.marks, (marks) => moveMarks(marks, removed, inserted))
+    }
+    const notifications: Array<DriverEvent> = []
+    for (const m of removed) notifications.push({ type: "agent/inbox/discarded", message: m })
+    for (const m of inserted) notifications.push({ type: "agent/inbox/inserted", message: m })
+    yield* publish(state, notifications)
+    return removed
+  })
+
+// A one-for-one replacement keeps the mark under the new id (an edited wake is still a wake);
+// anything else removed leaves the marks.
+const moveMarks = (
+  marks: WakeMarks,
+  removed: ReadonlyArray<UserMessage>,
+  inserted: ReadonlyArray<UserMessage>
+): WakeMarks => {
+  let { latched, wakingSteers } = marks
+  const single = removed.length === 1 && inserted.length === 1
+  for (const m of removed) {
+    const replacement = single ? inserted[0]!.id : undefined
+    if (HashSet.has(latched, m.id)) {
+      latched = HashSet.remove(latched, m.id)
+      if (replacement !== undefined) latched = HashSet.add(latched, replacement)
+    }
+    if (HashSet.has(wakingSteers, m.id)) {
+      wakingSteers = HashSet.remove(wakingSteers, m.id)
+      if (replacement !== undefined) wakingSteers = HashSet.add(wakingSteers, replacement)
+    }
+  }
+  return { latched, wakingSteers }
+}
+
+/**
+ * Where a pending id sits: `next-turn` is searched first, then `next-step`.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const locateSTM = (
+  state: SessionStateShape,
+  id: string
+): STM.STM<Option.Option<{ readonly target: InboxTarget; readonly index: number; readonly message: UserMessage }>> =>
+  STM.map(TRef.get(state.log), ({ fold }) => {
+    for (const target of ["next-turn", "next-step"] as const) {
+      const list = listOf(fold.inbox, target)
+      const index = list.findIndex((m) => m.id === id)
+      if (index >= 0) return Option.some({ target, index, message: list[index]! })
+    }
+    return Option.none()
+  })
+
+/**
+ * Inserts fresh-checked messages at the end (or start) of `target`; identity failures are returned
+ * as values so the caller can acknowledge them after durability.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const insertSTM = (
+  state: SessionStateShape,
+  target: InboxTarget,
+  message: UserMessage,
+  at: "end" | "start"
+): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> =>
+  STM.gen(function*() {
+    const duplicate = yield* freshnessSTM(state, [message])
+    if (Option.isSome(duplicate)) return Either.left(duplicate.value)
+    const { fold } = yield* TRef.get(state.log)
+    const start = at === "end" ? listOf(fold.inbox, target).length : 0
+    yield* spliceSTM(state, target, start, 0, [message])
+    return Either.void
+  })
+
+/**
+ * Discards everything pending: `CAN(ns)` then `CAN(nt)`, each only when non-empty.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const clearSTM = (state: SessionStateShape): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> =>
+  STM.gen(function*() {
+    const { fold } = yield* TRef.get(state.log)
+    const step = yield* spliceSTM(state, "next-step", 0, fold.inbox.nextStep.length, [])
+    const turn = yield* spliceSTM(state, "next-turn", 0, fold.inbox.nextTurn.length, [])
+    return [...step, ...turn]
+  })
+
+/**
+ * The loop's claim (SPEC 4.2): all of `next-step`, plus at the initial boundary the first
+ * `next-turn` item; pure-deletion splices, one `claimed` notification per message (next-step
+ * first), and the waking-steer marks emptied. Returns the batch in claim order.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const claimSTM = (
+  state: SessionStateShape,
+  turn: number,
+  initial: boolean
+): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> =>
+  STM.gen(function*() {
+    const { fold } = yield* TRef.get(state.log)
+    const steps = fold.inbox.nextStep
+    const followup = initial ? fold.inbox.nextTurn.slice(0, 1) : []
+    const drafts: Array<Draft> = []
+    if (steps.length > 0) drafts.push(spliceDraft(spliceData("next-step", 0, steps.length, [], true)))
+    if (followup.length > 0) drafts.push(spliceDraft(spliceData("next-turn", 0, 1, [], true)))
+    if (drafts.length > 0) yield* appendDrafts(state, drafts, true)
+    if (steps.length > 0) yield* TRef.update(state.marks, (marks) => ({ ...marks, wakingSteers: HashSet.empty() }))
+    const batch = [...steps, ...followup]
+    yield* publish(state, batch.map((message) => ({ type: "agent/inbox/claimed", message, turn })))
+    return batch
+  })

@@ -1,0 +1,167 @@
+/**
+ * Opening a session: create a fresh one, or resume a stored one (load, validate with the append
+ * rules, repair an open final turn, mark the end of the seed), then start its writer fiber.
+ *
+ * @since 0.1.0
+ */
+import type { Scope } from "effect"
+import { Effect, Either, HashSet, Option, STM, TPubSub, TRef } from "effect"
+import type { DriverEvent } from "../domain/DriverEvent.js"
+import {
+  MalformedLog,
+  PersistenceError,
+  type SessionExists,
+  type SessionNotFound,
+  UnsupportedLogVersion
+} from "../domain/Errors.js"
+import type { SessionEvent, SessionHeader } from "../domain/Event.js"
+import { LOG_FORMAT_VERSION } from "../domain/Event.js"
+import type { SessionId } from "../domain/Ids.js"
+import type { FoldOptions, LogState } from "../domain/LogState.js"
+import { advance, initialLogState } from "../domain/LogState.js"
+import { repairClosers } from "../domain/Repair.js"
+import { SessionStore } from "../services/SessionStore.js"
+import * as GrowOnly from "./GrowOnly.js"
+import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
+import { appendDrafts, awaitDurable, decodeUntrusted } from "./SessionState.js"
+import type { DurabilityOptions } from "./Writer.js"
+import { runWriter } from "./Writer.js"
+
+/**
+ * Options for opening a session.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionOptions {
+  readonly invariants?: "check" | "off"
+  readonly eventTypes?: ReadonlyArray<string>
+  readonly durability?: DurabilityOptions
+}
+
+/**
+ * Which session to open: a new id to create, or a stored id to resume.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type SessionTarget = { readonly sessionId: SessionId } | { readonly resume: SessionId }
+
+/**
+ * Failures of opening a session.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type OpenError = SessionExists | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError
+
+const foldOptionsOf = (options: SessionOptions): FoldOptions => ({
+  relations: options.invariants !== "off",
+  eventTypes: new Set(options.eventTypes ?? [])
+})
+
+/**
+ * Validates a loaded log with the same Schemas and rules as live appends (D6) and returns its fold.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const validateLoaded = (
+  header: SessionHeader,
+  stored: ReadonlyArray<SessionEvent>,
+  options: FoldOptions
+): Either.Either<LogSnapshot, MalformedLog | UnsupportedLogVersion> => {
+  if (header.formatVersion !== LOG_FORMAT_VERSION) {
+    return Either.left(
+      new UnsupportedLogVersion({ sessionId: header.sessionId, found: header.formatVersion, supported: LOG_FORMAT_VERSION })
+    )
+  }
+  const buffer: Array<SessionEvent> = []
+  let fold: LogState = initialLogState(header.seedLength)
+  const eventAt = (seq: number) => buffer[seq]
+  for (let i = 0; i < stored.length; i++) {
+    const decoded = decodeUntrusted(stored[i])
+    if (Either.isLeft(decoded)) {
+      return Either.left(new MalformedLog({ sessionId: header.sessionId, seq: i, reason: decoded.left }))
+    }
+    const next = advance(fold, decoded.right, eventAt, options)
+    const first = next.violations[0]
+    if (first !== undefined) {
+      const reason = first.rule === "R18"
+        ? `invalid persisted inbox splice at seq ${i}: ${first.message}`
+        : first.rule === undefined ? first.message : `${first.rule}: ${first.message}`
+      return Either.left(new MalformedLog({ sessionId: header.sessionId, seq: i, reason }))
+    }
+    fold = next.state
+    buffer.push(decoded.right)
+  }
+  return Either.right({ events: { buffer, length: buffer.length }, fold })
+}
+
+/**
+ * Opens a session and starts its writer in the current scope. Resume commits the repair closers
+ * and `session/end-seed` durably before returning.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const openSessionState = (
+  target: SessionTarget,
+  options: SessionOptions = {}
+): Effect.Effect<SessionStateShape, OpenError, SessionStore | Scope.Scope> =>
+  Effect.gen(function*() {
+    const store = yield* SessionStore
+    const clock = yield* Effect.clock
+    const foldOptions = foldOptionsOf(options)
+    let header: SessionHeader
+    let snapshot: LogSnapshot
+    if ("resume" in target) {
+      const loaded = yield* store.load(target.resume)
+      header = loaded.header
+      snapshot = yield* validateLoaded(loaded.header, loaded.events, foldOptions)
+    } else {
+      header = {
+        formatVersion: LOG_FORMAT_VERSION,
+        sessionId: target.sessionId,
+        createdAt: yield* clock.currentTimeMillis,
+        seedLength: 0
+      }
+      yield* store.create(header, [])
+      snapshot = { events: GrowOnly.empty(), fold: initialLogState(0) }
+    }
+    const state: SessionStateShape = {
+      sessionId: header.sessionId,
+      header,
+      firstLiveSeq: snapshot.events.length,
+      options: foldOptions,
+      store,
+      clock,
+      log: yield* TRef.make(snapshot),
+      marks: yield* TRef.make({ latched: HashSet.empty<string>(), wakingSteers: HashSet.empty<string>() }),
+      durableSeq: yield* TRef.make(snapshot.events.length - 1),
+      requestedSeq: yield* TRef.make(-1),
+      poisoned: yield* TRef.make(Option.none<PersistenceError>()),
+      disposed: yield* TRef.make(false),
+      closed: yield* TRef.make(false),
+      notifications: yield* TPubSub.unbounded<DriverEvent>()
+    }
+    yield* Effect.forkScoped(runWriter(state, options.durability))
+    if ("resume" in target) yield* sealResumed(state)
+    return state
+  })
+
+// Repair an open final turn and mark the end of the seed; both durable before anything else.
+const sealResumed = (state: SessionStateShape): Effect.Effect<void, PersistenceError> =>
+  Effect.gen(function*() {
+    const { events } = yield* TRef.get(state.log)
+    const stored = GrowOnly.toArray(events)
+    const closers = repairClosers(stored)
+    const last = closers.length > 0 ? closers[closers.length - 1] : stored[stored.length - 1]
+    const drafts: Array<Draft> = closers.map(({ seq: _seq, ...draft }) => draft)
+    if (last?.type !== "session/end-seed") drafts.push({ type: "session/end-seed", data: {} })
+    if (drafts.length === 0) return
+    const appended = yield* STM.commit(appendDrafts(state, drafts, true)).pipe(
+      Effect.mapError((cause) => new PersistenceError({ sessionId: state.sessionId, operation: "resume", cause }))
+    )
+    yield* awaitDurable(state, appended[appended.length - 1]!.seq)
+  })

@@ -1,0 +1,237 @@
+/**
+ * The shared transactional state of one open session: the in-memory log (the authority inside the
+ * process), its fold (inbox, known ids, surface, relations), wake marks, durability progress and
+ * the live notification outbox. Every public service of a session operates on this state, so one
+ * STM transaction can change the log, the inbox and the phase together (D1).
+ *
+ * @since 0.1.0
+ */
+import type { Clock } from "effect"
+import { Context, Effect, Either, HashSet, Option, ParseResult, Schema, STM, TPubSub, TRef } from "effect"
+import type { DriverEvent } from "../domain/DriverEvent.js"
+import { AgentDisposed, InvalidEvent, PersistenceError } from "../domain/Errors.js"
+import type { SessionEvent, SessionHeader } from "../domain/Event.js"
+import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
+import type { SessionId } from "../domain/Ids.js"
+import { deepFreeze, freezeCopy, jsonProblem } from "../domain/Json.js"
+import type { FoldOptions, LogState } from "../domain/LogState.js"
+import { advance, initialLogState } from "../domain/LogState.js"
+import type { SessionStore } from "../services/SessionStore.js"
+import * as GrowOnly from "./GrowOnly.js"
+
+/**
+ * An event before the log gives it `seq` and `time`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Draft {
+  readonly type: string
+  readonly data: unknown
+  readonly surfaceOp?: unknown
+  readonly sourceEventSeqs?: ReadonlyArray<number>
+  readonly ignorable?: true
+  /** Only for repair closers, which reuse the time of the last event before them (SPEC 6.5). */
+  readonly time?: number
+}
+
+/**
+ * The log and its fold, changed together.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LogSnapshot {
+  readonly events: GrowOnly.GrowOnly<SessionEvent>
+  readonly fold: LogState
+}
+
+/**
+ * Ids whose pending presence is waking work: latched deliveries and unclaimed running steers.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WakeMarks {
+  readonly latched: HashSet.HashSet<string>
+  readonly wakingSteers: HashSet.HashSet<string>
+}
+
+/**
+ * The state of one open session.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionStateShape {
+  readonly sessionId: SessionId
+  readonly header: SessionHeader
+  readonly firstLiveSeq: number
+  readonly options: FoldOptions
+  readonly store: Context.Tag.Service<SessionStore>
+  readonly clock: Clock.Clock
+  readonly log: TRef.TRef<LogSnapshot>
+  readonly marks: TRef.TRef<WakeMarks>
+  readonly durableSeq: TRef.TRef<number>
+  readonly requestedSeq: TRef.TRef<number>
+  readonly poisoned: TRef.TRef<Option.Option<PersistenceError>>
+  readonly disposed: TRef.TRef<boolean>
+  readonly closed: TRef.TRef<boolean>
+  readonly notifications: TPubSub.TPubSub<DriverEvent>
+}
+
+/**
+ * The state of the session being served (internal; never exported from the package root).
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class SessionState extends Context.Tag("tiller/internal/SessionState")<SessionState, SessionStateShape>() {}
+
+const decodeEvent = Schema.decodeUnknownEither(SessionEventSchema, { onExcessProperty: "error" })
+
+/**
+ * Decodes an untrusted event with the load Schema; the reason on failure.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const decodeUntrusted = (input: unknown): Either.Either<SessionEvent, string> => {
+  const problem = jsonProblem(input, "event")
+  if (problem !== undefined) return Either.left(problem)
+  return Either.match(decodeEvent(input), {
+    onLeft: (error) => Either.left(ParseResult.TreeFormatter.formatErrorSync(error)),
+    onRight: () => Either.right(freezeCopy(input as SessionEvent))
+  })
+}
+
+/**
+ * Fails when the session no longer accepts writes: disposed first, then poisoned (SPEC 3.1).
+ *
+ * @since 0.1.0
+ * @category guards
+ */
+export const guardWritable = (state: SessionStateShape): STM.STM<void, AgentDisposed | PersistenceError> =>
+  STM.gen(function*() {
+    if (yield* TRef.get(state.disposed)) return yield* STM.fail(new AgentDisposed({ sessionId: state.sessionId }))
+    const poisoned = yield* TRef.get(state.poisoned)
+    if (Option.isSome(poisoned)) return yield* STM.fail(poisoned.value)
+  })
+
+/**
+ * Appends drafts to the in-memory log inside the caller's transaction. Each event gets the next
+ * seq and the Clock time read in the transaction; trusted drafts (built by tiller's own typed code)
+ * skip the Schema decode, untrusted ones are decoded and copied. Every event passes the same fold
+ * rules as on load; the first violation fails with `InvalidEvent` and nothing is appended.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const appendDrafts = (
+  state: SessionStateShape,
+  drafts: ReadonlyArray<Draft>,
+  trusted: boolean
+): STM.STM<ReadonlyArray<SessionEvent>, InvalidEvent> =>
+  STM.flatMap(TRef.get(state.log), (snapshot) => {
+    const time = state.clock.unsafeCurrentTimeMillis()
+    let events = snapshot.events
+    let fold = snapshot.fold
+    const eventAt = (seq: number) => GrowOnly.get(events, seq)
+    const appended: Array<SessionEvent> = []
+    for (const draft of drafts) {
+      const raw: Record<string, unknown> = {
+        type: draft.type,
+        seq: events.length,
+        time: draft.time ?? time,
+        data: draft.data
+      }
+      if (draft.surfaceOp !== undefined) raw.surfaceOp = draft.surfaceOp
+      if (draft.sourceEventSeqs !== undefined) raw.sourceEventSeqs = draft.sourceEventSeqs
+      if (draft.ignorable !== undefined) raw.ignorable = draft.ignorable
+      let event: SessionEvent
+      if (trusted) {
+        event = deepFreeze(raw as unknown as SessionEvent)
+      } else {
+        const decoded = decodeUntrusted(raw)
+        if (Either.isLeft(decoded)) return STM.fail(new InvalidEvent({ type: draft.type, reason: decoded.left }))
+        event = decoded.right
+      }
+      const next = advance(fold, event, eventAt, state.options)
+      const first = next.violations[0]
+      if (first !== undefined) {
+        return STM.fail(
+          first.rule === undefined
+            ? new InvalidEvent({ type: draft.type, reason: first.message })
+            : new InvalidEvent({ type: draft.type, reason: first.message, rule: first.rule })
+        )
+      }
+      fold = next.state
+      events = GrowOnly.push(events, event)
+      appended.push(event)
+    }
+    if (appended.length === 0) return STM.succeed(appended)
+    return STM.as(TRef.set(state.log, { events, fold }), appended)
+  })
+
+/**
+ * The seq of the last event in the log (−1 when empty), read in the caller's transaction.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const lastSeq = (state: SessionStateShape): STM.STM<number> =>
+  STM.map(TRef.get(state.log), (snapshot) => snapshot.events.length - 1)
+
+/**
+ * Publishes live notifications inside the caller's transaction (delivered after commit).
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const publish = (state: SessionStateShape, notifications: ReadonlyArray<DriverEvent>): STM.STM<void> =>
+  notifications.length === 0 ? STM.void : STM.asVoid(TPubSub.publishAll(state.notifications, notifications))
+
+/**
+ * Waits until every event up to `seq` is durably stored; fails if the session is poisoned first.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const awaitDurable = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
+  seq < 0
+    ? Effect.void
+    : TRef.get(state.durableSeq).pipe(
+      STM.flatMap((durable) =>
+        durable >= seq ? STM.succeed(true) : STM.as(TRef.update(state.requestedSeq, (r) => Math.max(r, seq)), false)
+      ),
+      STM.commit,
+      Effect.flatMap((done) =>
+        done ? Effect.void : STM.commit(
+          STM.gen(function*() {
+            const durable = yield* TRef.get(state.durableSeq)
+            if (durable >= seq) return
+            const poisoned = yield* TRef.get(state.poisoned)
+            if (Option.isSome(poisoned)) return yield* STM.fail(poisoned.value)
+            return yield* STM.retry
+          })
+        )
+      )
+    )
+
+/**
+ * Commits a transaction, then acknowledges it: waits until everything in the log at its commit is
+ * durable (SPEC 3.1, D13). A failure value returned by the transaction (`Either.left`) is delivered
+ * after durability too, so a `DuplicateMessage` answer is never earlier than the state it reports.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const commitAcknowledged = <A, E, E2>(
+  state: SessionStateShape,
+  transaction: STM.STM<Either.Either<A, E2>, E>
+): Effect.Effect<A, E | E2 | PersistenceError> =>
+  STM.commit(STM.zip(transaction, lastSeq(state))).pipe(
+    Effect.flatMap(([result, seq]) =>
+      Effect.zipRight(awaitDurable(state, seq), Either.isRight(result) ? Effect.succeed(result.right) : Effect.fail(result.left))
+    )
+  )

@@ -1,0 +1,83 @@
+/**
+ * The per-session writer fiber: group commit of everything appended but not yet durable (SPEC 6.2),
+ * fail-stop on a store failure that outlives the retry policy (SPEC 6.3).
+ *
+ * @since 0.1.0
+ */
+import { Duration, Effect, Option, Schedule, STM, TRef } from "effect"
+import { PersistenceError } from "../domain/Errors.js"
+import type { SessionEvent } from "../domain/Event.js"
+import type { SessionStateShape } from "./SessionState.js"
+
+/**
+ * Durability options of a session.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface DurabilityOptions {
+  readonly batchSize?: number
+  readonly batchWindow?: Duration.DurationInput
+  readonly writeRetry?: Schedule.Schedule<unknown, unknown>
+}
+
+/**
+ * Runs the writer until interrupted. A store append covers every pending event; waiters are
+ * released together when it completes. Writes start at once when someone awaits durability, when
+ * `batchSize` events are pending, or `batchWindow` after the oldest pending event was appended.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const runWriter = (state: SessionStateShape, options: DurabilityOptions = {}): Effect.Effect<void> => {
+  const batchSize = Math.max(1, options.batchSize ?? 256)
+  const windowMs = Duration.toMillis(options.batchWindow ?? Duration.millis(200))
+  const retry = options.writeRetry ?? Schedule.recurs(2)
+
+  // The time (Clock, as recorded on the event) of the oldest event not yet durable.
+  const oldestPending = STM.gen(function*() {
+    if (Option.isSome(yield* TRef.get(state.poisoned))) return yield* STM.retry
+    const durable = yield* TRef.get(state.durableSeq)
+    const { events } = yield* TRef.get(state.log)
+    if (events.length - 1 <= durable) return yield* STM.retry
+    return events.buffer[durable + 1]!.time
+  })
+
+  const demanded = STM.gen(function*() {
+    const durable = yield* TRef.get(state.durableSeq)
+    const { events } = yield* TRef.get(state.log)
+    const requested = yield* TRef.get(state.requestedSeq)
+    if (requested > durable || events.length - 1 - durable >= batchSize) return
+    return yield* STM.retry
+  })
+
+  const takeBatch = STM.gen(function*() {
+    const durable = yield* TRef.get(state.durableSeq)
+    const { events } = yield* TRef.get(state.log)
+    return events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
+  })
+
+  const writeOnce = Effect.gen(function*() {
+    const oldest = yield* STM.commit(oldestPending)
+    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    const wait = oldest + windowMs - now
+    if (wait > 0) yield* Effect.raceFirst(STM.commit(demanded), Effect.sleep(Duration.millis(wait)))
+    const batch = yield* STM.commit(takeBatch)
+    if (batch.length === 0) return
+    const last = batch[batch.length - 1]!.seq
+    const written = yield* state.store.append(state.sessionId, batch as [SessionEvent, ...Array<SessionEvent>]).pipe(
+      Effect.retry(retry),
+      Effect.either
+    )
+    if (written._tag === "Right") {
+      yield* STM.commit(TRef.set(state.durableSeq, last))
+    } else {
+      const error = written.left instanceof PersistenceError
+        ? written.left
+        : new PersistenceError({ sessionId: state.sessionId, operation: "append", cause: written.left })
+      yield* STM.commit(TRef.set(state.poisoned, Option.some(error)))
+    }
+  })
+
+  return Effect.forever(writeOnce)
+}

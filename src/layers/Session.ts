@@ -1,0 +1,51 @@
+/**
+ * The session preset: opens (creates or resumes) one session on the provided store and serves
+ * its log and inbox. Closing the layer's scope flushes and detaches the session.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Layer, STM, TRef } from "effect"
+import { Inbox } from "../services/Inbox.js"
+import { SessionLog } from "../services/SessionLog.js"
+import type { SessionStore } from "../services/SessionStore.js"
+import type { OpenError, SessionOptions, SessionTarget } from "../internal/SessionOpen.js"
+import { openSessionState } from "../internal/SessionOpen.js"
+import { lastSeq, SessionState, awaitDurable } from "../internal/SessionState.js"
+
+/**
+ * The open session state, with a finalizer that seals it: later writes fail with `AgentDisposed`,
+ * pending events are flushed (a failure is logged), then streams end.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerState = (
+  options: SessionOptions & SessionTarget
+): Layer.Layer<SessionState, OpenError, SessionStore> =>
+  Layer.scoped(
+    SessionState,
+    Effect.gen(function*() {
+      const state = yield* openSessionState(options, options)
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function*() {
+          const seq = yield* STM.commit(STM.zipLeft(lastSeq(state), TRef.set(state.disposed, true)))
+          yield* awaitDurable(state, seq).pipe(
+            Effect.catchAll((error) => Effect.logWarning("tiller: final flush failed", error))
+          )
+          yield* STM.commit(TRef.set(state.closed, true))
+        })
+      )
+      return state
+    })
+  )
+
+/**
+ * `SessionLog` and `Inbox` of one session opened on the provided store.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer = (
+  options: SessionOptions & SessionTarget
+): Layer.Layer<SessionLog | Inbox, OpenError, SessionStore> =>
+  Layer.mergeAll(SessionLog.layer, Inbox.layer).pipe(Layer.provide(layerState(options)))

@@ -1,0 +1,176 @@
+/**
+ * Inbox: the two pending lists of a session and their public mutations (SPEC 3.8). Every change
+ * is one `agent/inbox/spliced` event written in the same transaction that changes the lists.
+ *
+ * @since 0.1.0
+ */
+import { Context, Effect, Either, Layer, Option, STM, TRef } from "effect"
+import type { AgentDisposed, DuplicateMessage, KnownIdState, PersistenceError } from "../domain/Errors.js"
+import { InvalidEvent, InvalidSplice } from "../domain/Errors.js"
+import type { MessageId } from "../domain/Ids.js"
+import { idState } from "../domain/KnownIds.js"
+import { acceptCallerMessage } from "../domain/Message.js"
+import { listOf, normaliseSplice } from "../domain/Splice.js"
+import type { InboxTarget, UserMessage } from "../domain/Values.js"
+import { clearSTM, freshnessSTM, insertSTM, locateSTM, spliceSTM } from "../internal/InboxOps.js"
+import type { SessionStateShape } from "../internal/SessionState.js"
+import { commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
+
+/**
+ * Failures of a delivery: invalid or duplicate message, storage, disposal.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type DeliveryError = InvalidEvent | DuplicateMessage | PersistenceError | AgentDisposed
+
+/**
+ * Both pending lists, read atomically.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface InboxSnapshot {
+  readonly nextTurn: ReadonlyArray<UserMessage>
+  readonly nextStep: ReadonlyArray<UserMessage>
+}
+
+/**
+ * The pending input of a session: `next-turn` prompts and `next-step` steering and context.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Inbox extends Context.Tag("tiller/Inbox")<Inbox, {
+  readonly nextTurn: Effect.Effect<ReadonlyArray<UserMessage>>
+  readonly nextStep: Effect.Effect<ReadonlyArray<UserMessage>>
+  readonly snapshot: Effect.Effect<InboxSnapshot>
+  readonly hasPending: Effect.Effect<boolean>
+  readonly append: (target: InboxTarget, m: UserMessage) => Effect.Effect<void, DeliveryError>
+  readonly prepend: (target: InboxTarget, m: UserMessage) => Effect.Effect<void, DeliveryError>
+  readonly splice: (
+    target: InboxTarget,
+    start: number,
+    deleteCount: number,
+    inserted: ReadonlyArray<UserMessage>
+  ) => Effect.Effect<ReadonlyArray<UserMessage>, InvalidSplice | DeliveryError>
+  readonly replace: (id: MessageId, m: UserMessage) => Effect.Effect<boolean, DeliveryError>
+  readonly remove: (id: MessageId) => Effect.Effect<boolean, PersistenceError | AgentDisposed>
+  readonly clear: Effect.Effect<void, PersistenceError | AgentDisposed>
+  readonly idState: (id: MessageId) => Effect.Effect<Option.Option<KnownIdState>>
+}>() {
+  /**
+   * The inbox service over the open session state.
+   *
+   * @since 0.1.0
+   */
+  static readonly layer: Layer.Layer<Inbox, never, SessionState> = Layer.effect(
+    Inbox,
+    Effect.map(SessionState, (state) => makeInbox(state))
+  )
+}
+
+const validateAll = (messages: ReadonlyArray<unknown>): Either.Either<ReadonlyArray<UserMessage>, InvalidEvent> =>
+  Either.all(messages.map(acceptCallerMessage))
+
+// An InvalidEvent raised by the fold for a splice we built ourselves means a broken invariant.
+const orDieInternal = <A, E>(stm: STM.STM<A, E | InvalidEvent>): STM.STM<A, Exclude<E, InvalidEvent>> =>
+  STM.catchAll(stm, (error) =>
+    error instanceof InvalidEvent ? STM.die(error) : STM.fail(error as Exclude<E, InvalidEvent>)) as STM.STM<
+      A,
+      Exclude<E, InvalidEvent>
+    >
+
+const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
+  const lists = STM.map(TRef.get(state.log), ({ fold }) => fold.inbox)
+
+  const insert = (at: "end" | "start") => (target: InboxTarget, m: UserMessage) => {
+    const accepted = acceptCallerMessage(m)
+    return commitAcknowledged(
+      state,
+      STM.gen(function*() {
+        yield* guardWritable(state)
+        if (Either.isLeft(accepted)) return yield* STM.fail(accepted.left)
+        return yield* orDieInternal(insertSTM(state, target, accepted.right, at))
+      })
+    )
+  }
+
+  const splice = Effect.fn("Inbox.splice")(function*(
+    target: InboxTarget,
+    start: number,
+    deleteCount: number,
+    inserted: ReadonlyArray<UserMessage>
+  ) {
+    const accepted = validateAll(inserted)
+    return yield* commitAcknowledged(
+      state,
+      STM.gen(function*() {
+        yield* guardWritable(state)
+        const list = listOf(yield* lists, target)
+        const coordinates = normaliseSplice(list.length, start, deleteCount)
+        if (Either.isLeft(coordinates)) {
+          return yield* STM.fail(new InvalidSplice({ target, start, deleteCount, reason: coordinates.left }))
+        }
+        if (Either.isLeft(accepted)) return yield* STM.fail(accepted.left)
+        const { deleteCount: count, start: at } = coordinates.right
+        const reusable = new Set(list.slice(at, at + count).map((m) => m.id))
+        const duplicate = yield* freshnessSTM(state, accepted.right, reusable)
+        if (Option.isSome(duplicate)) return Either.left(duplicate.value)
+        return Either.right(yield* orDieInternal(spliceSTM(state, target, at, count, accepted.right)))
+      })
+    )
+  })
+
+  const replace = Effect.fn("Inbox.replace")(function*(id: MessageId, m: UserMessage) {
+    const accepted = acceptCallerMessage(m)
+    return yield* commitAcknowledged(
+      state,
+      STM.gen(function*() {
+        yield* guardWritable(state)
+        if (Either.isLeft(accepted)) return yield* STM.fail(accepted.left)
+        const found = yield* locateSTM(state, id)
+        if (Option.isNone(found)) return Either.right(false)
+        const duplicate = yield* freshnessSTM(state, [accepted.right], new Set([id]))
+        if (Option.isSome(duplicate)) return Either.left(duplicate.value)
+        const { index, target } = found.value
+        yield* orDieInternal(spliceSTM(state, target, index, 1, [accepted.right]))
+        return Either.right(true)
+      })
+    )
+  })
+
+  const remove = Effect.fn("Inbox.remove")(function*(id: MessageId) {
+    return yield* commitAcknowledged(
+      state,
+      STM.gen(function*() {
+        yield* guardWritable(state)
+        const found = yield* locateSTM(state, id)
+        if (Option.isNone(found)) return Either.right(false)
+        yield* orDieInternal(spliceSTM(state, found.value.target, found.value.index, 1, []))
+        return Either.right(true)
+      })
+    )
+  })
+
+  return {
+    nextTurn: STM.commit(STM.map(lists, (l) => l.nextTurn)),
+    nextStep: STM.commit(STM.map(lists, (l) => l.nextStep)),
+    snapshot: STM.commit(STM.map(lists, (l) => ({ nextTurn: l.nextTurn, nextStep: l.nextStep }))),
+    hasPending: STM.commit(STM.map(lists, (l) => l.nextTurn.length > 0 || l.nextStep.length > 0)),
+    append: (target, m) => insert("end")(target, m).pipe(Effect.withSpan("Inbox.append")),
+    prepend: (target, m) => insert("start")(target, m).pipe(Effect.withSpan("Inbox.prepend")),
+    splice,
+    replace,
+    remove,
+    clear: commitAcknowledged(
+      state,
+      STM.gen(function*() {
+        yield* guardWritable(state)
+        yield* orDieInternal(clearSTM(state))
+        return Either.void
+      })
+    ).pipe(Effect.withSpan("Inbox.clear")),
+    idState: (id) => STM.commit(STM.map(TRef.get(state.log), ({ fold }) => idState(fold.known, id)))
+  }
+}

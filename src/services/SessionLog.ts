@@ -1,0 +1,161 @@
+/**
+ * SessionLog: the durable, append-only event log of one session and everything derived from it.
+ *
+ * @since 0.1.0
+ */
+import { Chunk, Context, Effect, Either, HashMap, Layer, Option, STM, Stream, TRef } from "effect"
+import type { AgentDisposed, PersistenceError } from "../domain/Errors.js"
+import { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
+import type { SessionEvent, SessionHeader, SurfaceOp } from "../domain/Event.js"
+import type { SessionId } from "../domain/Ids.js"
+import { stateOfRecord } from "../domain/KnownIds.js"
+import { messagesOf } from "../domain/Surface.js"
+import type { Message } from "../domain/Values.js"
+import * as GrowOnly from "../internal/GrowOnly.js"
+import { appendDrafts, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
+
+/**
+ * Input of `SessionLog.append`: an extension event or a surface replacement.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface AppendInput {
+  readonly type: string
+  readonly data: unknown
+  readonly surfaceOp?: SurfaceOp
+  readonly sourceEventSeqs?: ReadonlyArray<number>
+  readonly ignorable?: true
+}
+
+/**
+ * The event log of one session: snapshot, stream, derived history, durability and extension appends.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class SessionLog extends Context.Tag("tiller/SessionLog")<SessionLog, {
+  readonly sessionId: SessionId
+  readonly header: SessionHeader
+  /** The stored length when the session was opened. */
+  readonly firstLiveSeq: number
+  /** An in-memory snapshot of every event. */
+  readonly events: Effect.Effect<ReadonlyArray<SessionEvent>>
+  /** Events with `seq >= fromSeq`, then every later append, in order; ends on dispose or poison. */
+  readonly stream: (fromSeq?: number) => Stream.Stream<SessionEvent>
+  /** The derived model history (SPEC 2.8). */
+  readonly messages: Effect.Effect<ReadonlyArray<Message>>
+  /** The seqs of the message events on the surface. */
+  readonly surface: Effect.Effect<ReadonlyArray<number>>
+  /** The highest durably committed seq (−1 when none). */
+  readonly durableSeq: Effect.Effect<number>
+  /** Waits until every event appended before the call is durable. */
+  readonly flush: Effect.Effect<void, PersistenceError>
+  /** Appends an extension event or a surface replacement; acknowledged after durability. */
+  readonly append: (
+    input: AppendInput
+  ) => Effect.Effect<SessionEvent, InvalidEvent | DuplicateMessage | PersistenceError | AgentDisposed>
+}>() {
+  /**
+   * The log service over the open session state.
+   *
+   * @since 0.1.0
+   */
+  static readonly layer: Layer.Layer<SessionLog, never, SessionState> = Layer.effect(
+    SessionLog,
+    Effect.map(SessionState, (state) => makeSessionLog(state))
+  )
+}
+
+const reservedMessage = "reserved for the loop; append accepts extension events, compaction/* and surface replacements"
+
+const isAcceptedType = (input: AppendInput): boolean => {
+  switch (input.type) {
+    case "compaction/start":
+    case "compaction/summary":
+    case "compaction/end":
+      return true
+    case "user/message":
+    case "tool/result":
+      return typeof input.surfaceOp === "object" && input.surfaceOp !== null
+    case "turn/start":
+    case "turn/end":
+    case "step/start":
+    case "step/end":
+    case "assistant/chunk":
+    case "assistant/message":
+    case "tool/call":
+    case "request/header":
+    case "llm/retry":
+    case "agent/inbox/spliced":
+    case "session/end-seed":
+      return false
+    default:
+      return true
+  }
+}
+
+const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.Service<SessionLog> => {
+  const readLog = TRef.get(state.log)
+
+  const stream = (fromSeq = 0): Stream.Stream<SessionEvent> =>
+    Stream.unfoldChunkEffect(Math.max(0, fromSeq), (cursor) =>
+      STM.commit(
+        STM.gen(function*() {
+          const { events } = yield* readLog
+          if (events.length > cursor) {
+            return Option.some([Chunk.unsafeFromArray(GrowOnly.toArray(events, cursor)), events.length] as const)
+          }
+          const ended = (yield* TRef.get(state.closed)) || Option.isSome(yield* TRef.get(state.poisoned))
+          return ended ? Option.none() : yield* STM.retry
+        })
+      ))
+
+  const append = Effect.fn("SessionLog.append")(function*(input: AppendInput) {
+    if (!isAcceptedType(input)) {
+      yield* STM.commit(guardWritable(state))
+      return yield* new InvalidEvent({ type: input.type, reason: reservedMessage })
+    }
+    const transaction = STM.gen(function*() {
+      yield* guardWritable(state)
+      if (input.type === "user/message") {
+        const id = (input.data as { readonly id?: unknown } | null)?.id
+        const { fold } = yield* readLog
+        if (typeof id === "string") {
+          const record = HashMap.get(fold.known, id)
+          if (Option.isSome(record)) {
+            return Either.left(new DuplicateMessage({ id: id as never, state: stateOfRecord(record.value) }))
+          }
+        }
+      }
+      const [event] = yield* appendDrafts(state, [input], false)
+      return Either.right(event!)
+    })
+    return yield* commitAcknowledged(state, transaction)
+  })
+
+  return {
+    sessionId: state.sessionId,
+    header: state.header,
+    firstLiveSeq: state.firstLiveSeq,
+    events: STM.commit(STM.map(readLog, ({ events }) => Object.freeze(GrowOnly.toArray(events)))),
+    stream,
+    messages: STM.commit(
+      STM.map(readLog, ({ events, fold }) => Object.freeze(messagesOf(fold.surface, (seq) => GrowOnly.get(events, seq))))
+    ),
+    surface: STM.commit(STM.map(readLog, ({ fold }) => Object.freeze(GrowOnly.toArray(fold.surface)))),
+    durableSeq: TRef.get(state.durableSeq).pipe(STM.commit),
+    flush: Effect.flatMap(
+      STM.commit(
+        STM.gen(function*() {
+          const poisoned = yield* TRef.get(state.poisoned)
+          if (Option.isSome(poisoned)) return yield* STM.fail(poisoned.value)
+          const { events } = yield* readLog
+          return events.length - 1
+        })
+      ),
+      (seq) => awaitDurable(state, seq)
+    ).pipe(Effect.withSpan("SessionLog.flush")),
+    append
+  }
+}

@@ -14,8 +14,8 @@ import type { KnownIds } from "./KnownIds.js"
 import { emptyKnownIds, markEntered, markPending, markRemoved } from "./KnownIds.js"
 import type { Relations, RuleViolation } from "./Relations.js"
 import { initialRelations, relate } from "./Relations.js"
-import type { InboxLists, SpliceShape } from "./Splice.js"
-import { applySplice, emptyInbox, spliceShape } from "./Splice.js"
+import type { PendingLists, SpliceShape } from "./Splice.js"
+import { applyPending, emptyPending, spliceShape } from "./Splice.js"
 import type { Surface } from "./Surface.js"
 import { applySurfaceOp, emptySurface, replaceRange } from "./Surface.js"
 import type { ToolResultMessage, UserMessage } from "./Values.js"
@@ -53,7 +53,7 @@ export interface FoldOptions {
 export interface LogState {
   readonly length: number
   readonly seedLength: number
-  readonly inbox: InboxLists
+  readonly inbox: PendingLists
   readonly known: KnownIds
   readonly surface: Surface
   readonly relations: Relations
@@ -70,7 +70,7 @@ export interface LogState {
 export const initialLogState = (seedLength = 0): LogState => ({
   length: 0,
   seedLength,
-  inbox: emptyInbox,
+  inbox: emptyPending,
   known: emptyKnownIds,
   surface: emptySurface(),
   relations: initialRelations,
@@ -111,11 +111,14 @@ export const advance = (
       const data = event.data as SpliceData
       shape = spliceShape(data)
       if (event.seq >= state.seedLength) {
-        const applied = applySplice(inbox, data)
+        const applied = applyPending(inbox, data, (id) => {
+          const record = HashMap.get(known, id)
+          return record._tag === "Some" && record.value.pending
+        })
         if (Either.isLeft(applied)) {
           violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
         } else {
-          inbox = applied.right.lists
+          inbox = applied.right.pending
           removed = applied.right.removed
           if (removed.length > 0) known = markRemoved(known, removed.map((m) => m.id), shape === "claim" ? "claim" : "cancel")
           if (data.inserted.length > 0) known = markPending(known, data.inserted.map((m) => m.id))
@@ -130,7 +133,9 @@ export const advance = (
     case "assistant/message":
     case "tool/result": {
       const e = event as SessionEvent & { readonly surfaceOp: SurfaceOp; readonly sourceEventSeqs?: ReadonlyArray<number> }
-      const citationProblem = checkCitations(e.type, e.seq, e.sourceEventSeqs)
+      const citationProblem = e.type === "user/message" && e.surfaceOp === "append" && e.sourceEventSeqs !== undefined
+        ? `an appended user/message carries no sourceEventSeqs`
+        : checkCitations(e.type, e.seq, e.sourceEventSeqs)
       if (citationProblem !== undefined) accept(citationProblem)
       if (e.surfaceOp !== "append") {
         const problem = checkReplacement(state, e, e.surfaceOp, eventAt)
@@ -154,12 +159,15 @@ export const advance = (
       openStepStart = -1
       break
   }
+  // The inbox is folded only from the seed length: inside the seed, what a claim removed is unknown.
+  const inSeed = event.seq < state.seedLength
   const relations = options.relations
     ? relate(state.relations, event, {
       known: state.known,
       spliceShape: shape,
       removed,
-      nextStepLength: state.inbox.nextStep.length
+      nextStepLength: inSeed ? undefined : state.inbox.nextStep.length,
+      inSeed
     }, violations as Array<RuleViolation>)
     : state.relations
   return {
@@ -204,10 +212,10 @@ const checkReplacement = (
     if (!jsonEquals(strip(before), strip(after))) return `a tool/result replacement may change only the result content`
     return undefined
   }
-  // A range must not separate a tool call from its result.
+  // A range must not separate a tool call from its result. A result's call is carried by the nearest
+  // assistant/message before it on the surface that has the call id (ids may repeat across steps).
   const inRange = new Set(shadowed)
   const callOwner = new Map<string, number>()
-  const resultOf = new Map<string, number>()
   for (let i = 0; i < state.surface.length; i++) {
     const seq = state.surface.buffer[i]!
     const e = eventAt(seq)
@@ -216,14 +224,11 @@ const checkReplacement = (
         if (block.type === "tool-call" && block.id !== undefined) callOwner.set(block.id, seq)
       }
     } else if (e?.type === "tool/result") {
-      resultOf.set((e.data as { readonly message: ToolResultMessage }).message.content[0].toolCallId, seq)
-    }
-  }
-  for (const [callId, resultSeq] of resultOf) {
-    const ownerSeq = callOwner.get(callId)
-    if (ownerSeq === undefined) continue
-    if (inRange.has(resultSeq) !== inRange.has(ownerSeq)) {
-      return `replacement range separates tool call ${callId} from its result`
+      const callId = (e.data as { readonly message: ToolResultMessage }).message.content[0].toolCallId
+      const ownerSeq = callOwner.get(callId)
+      if (ownerSeq !== undefined && inRange.has(seq) !== inRange.has(ownerSeq)) {
+        return `replacement range separates tool call ${callId} from its result`
+      }
     }
   }
   return undefined

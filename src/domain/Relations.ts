@@ -99,6 +99,8 @@ export interface EventFacts {
   readonly spliceShape?: SpliceShape | undefined
   readonly removed?: ReadonlyArray<UserMessage> | undefined
   readonly nextStepLength?: number | undefined
+  /** The event lies in the inherited seed, where the inbox is not folded (claims removed unknown messages). */
+  readonly inSeed?: boolean | undefined
 }
 
 const emptyStep: StepRelations = {
@@ -216,7 +218,7 @@ const relateCore = (
       if (!s.stepOpen || !entering) {
         violation("R8", `appended user/message ${id} is not directly after its step/start`)
       }
-      if (HashMap.has(facts.known, id)) {
+      if (HashMap.has(facts.known, id) && facts.inSeed !== true) {
         if (!s.claimedForStep.has(id)) {
           violation("R9", `appended user/message reuses known id ${id} that this step did not claim`)
           return { ...s, entering: s.stepOpen }

@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
+import * as GrowOnly from "../internal/GrowOnly.js"
 import type { SessionEvent, SpliceData } from "./Event.js"
 import { MalformedLog } from "./Errors.js"
 import type { InboxTarget, UserMessage } from "./Values.js"
@@ -94,14 +95,16 @@ export const normaliseSplice = (
 /**
  * Applies one recorded splice to the lists, validating it as on replay: a valid shape,
  * `0 <= start <= len`, `1 <= removedCount <= len - start`, and ids unique across both lists.
- * Returns the new lists and the removed messages, or the reason it is invalid.
+ * Returns the new lists and the removed messages, or the reason it is invalid. `isPending`, when
+ * given, must say whether an id is currently in either list (it replaces a scan of both lists).
  *
  * @since 0.1.0
  * @category folding
  */
 export const applySplice = (
   lists: InboxLists,
-  data: SpliceData
+  data: SpliceData,
+  isPending?: (id: string) => boolean
 ): Either.Either<{ readonly lists: InboxLists; readonly removed: ReadonlyArray<UserMessage> }, string> => {
   if (spliceShape(data) === undefined) return Either.left("splice has none of the four valid shapes")
   const list = listOf(lists, data.target)
@@ -115,7 +118,17 @@ export const applySplice = (
     return Either.left(`removedCount ${removedCount} exceeds ${data.target} (length ${list.length}) from ${data.start}`)
   }
   const removed = list.slice(data.start, data.start + removedCount)
-  if (data.inserted.length > 0) {
+  if (data.inserted.length > 0 && isPending !== undefined) {
+    // Fast path: the caller's known-id table answers "pending" in O(1) per inserted id.
+    const removedIds = new Set(removed.map((m) => m.id))
+    const seen = new Set<string>()
+    for (const m of data.inserted) {
+      if (seen.has(m.id) || (isPending(m.id) && !removedIds.has(m.id))) {
+        return Either.left(`inserted id ${m.id} is already pending`)
+      }
+      seen.add(m.id)
+    }
+  } else if (data.inserted.length > 0) {
     const other = data.target === "next-turn" ? lists.nextStep : lists.nextTurn
     const seen = new Set<string>()
     for (const m of other) seen.add(m.id)
@@ -137,6 +150,87 @@ export const applySplice = (
     removed
   })
 }
+
+/**
+ * The two pending lists as the live fold keeps them: appends at the end cost O(1), so a long
+ * queue does not make every insertion copy it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface PendingLists {
+  readonly nextTurn: GrowOnly.GrowOnly<UserMessage>
+  readonly nextStep: GrowOnly.GrowOnly<UserMessage>
+}
+
+/**
+ * Empty pending lists.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const emptyPending: PendingLists = { nextTurn: GrowOnly.empty(), nextStep: GrowOnly.empty() }
+
+/**
+ * The list of `pending` addressed by `target`.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const pendingOf = (pending: PendingLists, target: InboxTarget): GrowOnly.GrowOnly<UserMessage> =>
+  target === "next-turn" ? pending.nextTurn : pending.nextStep
+
+/**
+ * Frozen arrays of both pending lists.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const pendingArrays = (pending: PendingLists): InboxLists => ({
+  nextTurn: Object.freeze(GrowOnly.toArray(pending.nextTurn)),
+  nextStep: Object.freeze(GrowOnly.toArray(pending.nextStep))
+})
+
+/**
+ * {@link applySplice} over the live fold's lists; `isPending` answers whether an id is in either
+ * list before the splice.
+ *
+ * @since 0.1.0
+ * @category folding
+ */
+export const applyPending = (
+  pending: PendingLists,
+  data: SpliceData,
+  isPending: (id: string) => boolean
+): Either.Either<{ readonly pending: PendingLists; readonly removed: ReadonlyArray<UserMessage> }, string> => {
+  const list = pendingOf(pending, data.target)
+  if (data.removedCount === undefined && data.start === list.length && data.inserted.length > 0 && data.outcome === undefined) {
+    // The common insertion at the end: validate ids, then push without copying the list.
+    const seen = new Set<string>()
+    for (const m of data.inserted) {
+      if (seen.has(m.id) || isPending(m.id)) return Either.left(`inserted id ${m.id} is already pending`)
+      seen.add(m.id)
+    }
+    let next = list
+    for (const m of data.inserted) next = GrowOnly.push(next, m)
+    return Either.right({ pending: withList(pending, data.target, next), removed: [] })
+  }
+  const arrays = { nextTurn: pending.nextTurn, nextStep: pending.nextStep }
+  const target = GrowOnly.toArray(list)
+  const applied = applySplice(
+    data.target === "next-turn"
+      ? { nextTurn: target, nextStep: [] }
+      : { nextTurn: [], nextStep: target },
+    data,
+    isPending
+  )
+  if (Either.isLeft(applied)) return Either.left(applied.left)
+  const next = GrowOnly.fromArray(listOf(applied.right.lists, data.target))
+  return Either.right({ pending: withList(arrays, data.target, next), removed: applied.right.removed })
+}
+
+const withList = (pending: PendingLists, target: InboxTarget, list: GrowOnly.GrowOnly<UserMessage>): PendingLists =>
+  target === "next-turn" ? { nextTurn: list, nextStep: pending.nextStep } : { nextTurn: pending.nextTurn, nextStep: list }
 
 /**
  * Folds every splice with `seq >= seedLength` into the two pending lists (SPEC 2.7).

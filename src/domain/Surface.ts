@@ -6,6 +6,7 @@
 import { Either } from "effect"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import type { SessionEvent, SurfaceOp } from "./Event.js"
+import { freezeCopy } from "./Json.js"
 import type { Message } from "./Values.js"
 
 /**
@@ -122,4 +123,5 @@ export const surfaceOf = (events: ReadonlyArray<SessionEvent>): Surface => {
  * @category folding
  */
 export const deriveMessages = (events: ReadonlyArray<SessionEvent>): ReadonlyArray<Message> =>
-  messagesOf(surfaceOf(events), (seq) => events[seq])
+  // Stored events are deep-frozen already; a caller's own events are copied, never frozen in place.
+  messagesOf(surfaceOf(events), (seq) => events[seq]).map((m) => Object.isFrozen(m) ? m : freezeCopy(m))

@@ -11,7 +11,8 @@ import type { DriverEvent } from "../domain/DriverEvent.js"
 import { DuplicateMessage } from "../domain/Errors.js"
 import type { SpliceData } from "../domain/Event.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
-import { listOf } from "../domain/Splice.js"
+import { pendingOf } from "../domain/Splice.js"
+import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
 import type { Draft, SessionStateShape, WakeMarks } from "./SessionState.js"
 import { appendDrafts, publish } from "./SessionState.js"
@@ -72,7 +73,7 @@ export const spliceSTM = (
   STM.gen(function*() {
     if (deleteCount === 0 && inserted.length === 0) return []
     const { fold } = yield* TRef.get(state.log)
-    const removed = listOf(fold.inbox, target).slice(start, start + deleteCount)
+    const removed = pendingOf(fold.inbox, target).buffer.slice(start, Math.min(start + deleteCount, pendingOf(fold.inbox, target).length))
     yield* appendDrafts(state, [spliceDraft(spliceData(target, start, deleteCount, inserted))], true)
     if (removed.length > 0) {
       yield* TRef.update(state.marks, (marks) => moveMarks(marks, removed, inserted))
@@ -119,9 +120,11 @@ export const locateSTM = (
 ): STM.STM<Option.Option<{ readonly target: InboxTarget; readonly index: number; readonly message: UserMessage }>> =>
   STM.map(TRef.get(state.log), ({ fold }) => {
     for (const target of ["next-turn", "next-step"] as const) {
-      const list = listOf(fold.inbox, target)
-      const index = list.findIndex((m) => m.id === id)
-      if (index >= 0) return Option.some({ target, index, message: list[index]! })
+      const list = pendingOf(fold.inbox, target)
+      for (let index = 0; index < list.length; index++) {
+        const message = list.buffer[index]!
+        if (message.id === id) return Option.some({ target, index, message })
+      }
     }
     return Option.none()
   })
@@ -143,7 +146,7 @@ export const insertSTM = (
     const duplicate = yield* freshnessSTM(state, [message])
     if (Option.isSome(duplicate)) return Either.left(duplicate.value)
     const { fold } = yield* TRef.get(state.log)
-    const start = at === "end" ? listOf(fold.inbox, target).length : 0
+    const start = at === "end" ? pendingOf(fold.inbox, target).length : 0
     yield* spliceSTM(state, target, start, 0, [message])
     return Either.void
   })
@@ -177,8 +180,8 @@ export const claimSTM = (
 ): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> =>
   STM.gen(function*() {
     const { fold } = yield* TRef.get(state.log)
-    const steps = fold.inbox.nextStep
-    const followup = initial ? fold.inbox.nextTurn.slice(0, 1) : []
+    const steps = GrowOnly.toArray(fold.inbox.nextStep)
+    const followup = initial ? GrowOnly.toArray(fold.inbox.nextTurn).slice(0, 1) : []
     const drafts: Array<Draft> = []
     if (steps.length > 0) drafts.push(spliceDraft(spliceData("next-step", 0, steps.length, [], true)))
     if (followup.length > 0) drafts.push(spliceDraft(spliceData("next-turn", 0, 1, [], true)))

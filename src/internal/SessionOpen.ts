@@ -21,6 +21,7 @@ import type { FoldOptions, LogState } from "../domain/LogState.js"
 import { advance, initialLogState } from "../domain/LogState.js"
 import { repairClosers } from "../domain/Repair.js"
 import { SessionStore } from "../services/SessionStore.js"
+import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { appendDrafts, awaitDurable, decodeUntrusted } from "./SessionState.js"
@@ -143,7 +144,8 @@ export const openSessionState = (
       poisoned: yield* TRef.make(Option.none<PersistenceError>()),
       disposed: yield* TRef.make(false),
       closed: yield* TRef.make(false),
-      notifications: yield* TPubSub.unbounded<DriverEvent>()
+      notifications: yield* TPubSub.unbounded<DriverEvent>(),
+      waiters: DurableWaiters.make(snapshot.events.length - 1)
     }
     yield* Effect.forkScoped(runWriter(state, options.durability))
     if ("resume" in target) yield* sealResumed(state)

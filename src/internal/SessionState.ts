@@ -17,6 +17,7 @@ import { deepFreeze, freezeCopy, jsonProblem } from "../domain/Json.js"
 import type { FoldOptions, LogState } from "../domain/LogState.js"
 import { advance, initialLogState } from "../domain/LogState.js"
 import type { SessionStore } from "../services/SessionStore.js"
+import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
 
 /**
@@ -78,6 +79,7 @@ export interface SessionStateShape {
   readonly disposed: TRef.TRef<boolean>
   readonly closed: TRef.TRef<boolean>
   readonly notifications: TPubSub.TPubSub<DriverEvent>
+  readonly waiters: DurableWaiters.DurableWaiters
 }
 
 /**
@@ -198,25 +200,13 @@ export const publish = (state: SessionStateShape, notifications: ReadonlyArray<D
  * @category durability
  */
 export const awaitDurable = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
-  seq < 0
-    ? Effect.void
-    : TRef.get(state.durableSeq).pipe(
-      STM.flatMap((durable) =>
-        durable >= seq ? STM.succeed(true) : STM.as(TRef.update(state.requestedSeq, (r) => Math.max(r, seq)), false)
-      ),
-      STM.commit,
-      Effect.flatMap((done) =>
-        done ? Effect.void : STM.commit(
-          STM.gen(function*() {
-            const durable = yield* TRef.get(state.durableSeq)
-            if (durable >= seq) return
-            const poisoned = yield* TRef.get(state.poisoned)
-            if (Option.isSome(poisoned)) return yield* STM.fail(poisoned.value)
-            return yield* STM.retry
-          })
-        )
-      )
+  Effect.suspend(() => {
+    if (seq <= state.waiters.durable) return Effect.void
+    return Effect.zipRight(
+      STM.commit(TRef.update(state.requestedSeq, (r) => Math.max(r, seq))),
+      DurableWaiters.wait(state.waiters, seq)
     )
+  })
 
 /**
  * Commits a transaction, then acknowledges it: waits until everything in the log at its commit is

@@ -7,6 +7,7 @@
 import { Duration, Effect, Option, Schedule, STM, TRef } from "effect"
 import { PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
+import * as DurableWaiters from "./DurableWaiters.js"
 import type { SessionStateShape } from "./SessionState.js"
 
 /**
@@ -71,11 +72,13 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     )
     if (written._tag === "Right") {
       yield* STM.commit(TRef.set(state.durableSeq, last))
+      DurableWaiters.commit(state.waiters, last)
     } else {
       const error = written.left instanceof PersistenceError
         ? written.left
         : new PersistenceError({ sessionId: state.sessionId, operation: "append", cause: written.left })
       yield* STM.commit(TRef.set(state.poisoned, Option.some(error)))
+      DurableWaiters.poison(state.waiters, error)
     }
   })
 

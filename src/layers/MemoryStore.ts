@@ -7,6 +7,7 @@
  *
  * @since 0.1.0
  */
+import * as GrowOnly from "../internal/GrowOnly.js"
 import { Chunk, Deferred, Effect, Exit, HashMap, Option, Ref } from "effect"
 import { PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
@@ -18,7 +19,7 @@ import type { MemoryStoreControl, SessionStore } from "../services/SessionStore.
 /** One stored session: its header and committed events, all deep-frozen. */
 interface StoredSession {
   readonly header: SessionHeader
-  readonly events: Chunk.Chunk<SessionEvent>
+  readonly events: GrowOnly.GrowOnly<SessionEvent>
 }
 
 /** The committed contents of a memory store; immutable, so a reference is a consistent image. */
@@ -96,7 +97,7 @@ export const makeMemoryStore = (
       }
       const stored: StoredSession = {
         header: isolate(header),
-        events: Chunk.fromIterable(events.map(isolate))
+        events: GrowOnly.fromArray(events.map(isolate))
       }
       const created = yield* Ref.modify(state, (current): [boolean, StoreState] =>
         HashMap.has(current.sessions, sessionId)
@@ -121,7 +122,7 @@ export const makeMemoryStore = (
           supported: LOG_FORMAT_VERSION
         })
       }
-      return { header, events: Chunk.toArray(events) }
+      return { header, events: GrowOnly.toArray(events) }
     })
 
     const commitAppend = (id: SessionId, events: ReadonlyArray<SessionEvent>) =>
@@ -130,19 +131,21 @@ export const makeMemoryStore = (
         const injected = yield* Ref.modify(failuresLeft, (n): [boolean, number] => n > 0 ? [true, n - 1] : [false, n])
         if (injected) return yield* fail("injected failure (MemoryStoreControl.failAppends)")
         if (events.length === 0) return yield* fail("an append needs at least one event")
-        const copies = Chunk.fromIterable(events.map(isolate))
+        const copies = events.map(isolate)
         const problem = yield* Ref.modify(state, (current): [unknown, StoreState] => {
           const stored = HashMap.get(current.sessions, id)
           if (Option.isNone(stored)) return [new SessionNotFound({ sessionId: id }), current]
-          const seqError = seqProblem(events, Chunk.size(stored.value.events))
+          const seqError = seqProblem(events, stored.value.events.length)
           if (seqError !== undefined) return [seqError, current]
-          const next = { ...stored.value, events: Chunk.appendAll(stored.value.events, copies) }
+          let log = stored.value.events
+          for (const event of copies) log = GrowOnly.push(log, event)
+          const next = { ...stored.value, events: log }
           return [undefined, { ...current, sessions: HashMap.set(current.sessions, id, next) }]
         })
         if (problem !== undefined) return yield* fail(problem)
       })
 
-    const append = Effect.fn("SessionStore.append")(function*(
+    const append = Effect.fnUntraced(function*(
       id: SessionId,
       events: readonly [SessionEvent, ...Array<SessionEvent>]
     ) {

@@ -10,7 +10,7 @@ import { InvalidEvent, InvalidSplice } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { idState } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
-import { listOf, normaliseSplice } from "../domain/Splice.js"
+import { listOf, normaliseSplice, pendingArrays } from "../domain/Splice.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
 import { clearSTM, freshnessSTM, insertSTM, locateSTM, spliceSTM } from "../internal/InboxOps.js"
 import type { SessionStateShape } from "../internal/SessionState.js"
@@ -82,7 +82,7 @@ const orDieInternal = <A, E>(stm: STM.STM<A, E | InvalidEvent>): STM.STM<A, Excl
     >
 
 const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
-  const lists = STM.map(TRef.get(state.log), ({ fold }) => fold.inbox)
+  const lists = STM.map(TRef.get(state.log), ({ fold }) => pendingArrays(fold.inbox))
 
   const insert = (at: "end" | "start") => (target: InboxTarget, m: UserMessage) => {
     const accepted = acceptCallerMessage(m)
@@ -157,7 +157,9 @@ const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
     nextTurn: STM.commit(STM.map(lists, (l) => l.nextTurn)),
     nextStep: STM.commit(STM.map(lists, (l) => l.nextStep)),
     snapshot: STM.commit(STM.map(lists, (l) => ({ nextTurn: l.nextTurn, nextStep: l.nextStep }))),
-    hasPending: STM.commit(STM.map(lists, (l) => l.nextTurn.length > 0 || l.nextStep.length > 0)),
+    hasPending: STM.commit(
+      STM.map(TRef.get(state.log), ({ fold }) => fold.inbox.nextTurn.length > 0 || fold.inbox.nextStep.length > 0)
+    ),
     append: (target, m) => insert("end")(target, m).pipe(Effect.withSpan("Inbox.append")),
     prepend: (target, m) => insert("start")(target, m).pipe(Effect.withSpan("Inbox.prepend")),
     splice,

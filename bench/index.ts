@@ -6,7 +6,7 @@
  * `npm run bench` bundles this file with esbuild into `node_modules/.cache/tiller-bench/` and runs
  * it with `node --expose-gc`. It does not run under tsx: tsx compiles with esbuild's `keepNames`,
  * which wraps every closure the hot path creates in an `Object.defineProperty` call (about a
- * quarter of the chunk-append time in a profile), a cost compiled tiller does not have.
+ * fifth of the chunk-append time in a profile), a cost compiled tiller does not have.
  * `node --expose-gc --import tsx bench/index.ts` still works, with that overhead.
  *
  * @since 0.1.0
@@ -191,7 +191,9 @@ const report = (s: Sizes, when: string, memory: ChunkMemory, results: ReadonlyAr
     `# tiller benchmarks (${s.label}), ${when}`,
     "",
     `machine: ${machineLine()}`,
-    sourceLine(),
+    `${sourceLine()}; run ${
+      import.meta.url.endsWith(".ts") ? "from TypeScript under tsx (keepNames overhead included)" : "as an esbuild bundle"
+    }`,
     loadReport(),
     "",
     "## Throughput",

@@ -1,0 +1,216 @@
+/**
+ * The assembler of one model attempt (SPEC 4.5, 7.4): folds stream chunks into the content, usage
+ * and replay state of an `AssistantMessage`, and detects malformed chunk order.
+ *
+ * The state is immutable. Every chunk costs O(1) amortised: block starts and deltas are pushed onto
+ * persistent lists and grouped and joined once, when a message is built.
+ *
+ * @since 0.1.0
+ */
+import { Either, HashMap, Option } from "effect"
+import type { MessageId } from "../domain/Ids.js"
+import type { Json } from "../domain/Json.js"
+import type { AssistantMessage, StreamChunk, Usage } from "../domain/Values.js"
+
+type BlockKind = "text" | "reasoning" | "tool-call"
+
+interface BlockStart {
+  readonly ordinal: number
+  readonly kind: BlockKind
+  readonly id: string
+  readonly name: string
+}
+
+interface Delta {
+  readonly ordinal: number
+  readonly text: string
+}
+
+// A persistent stack, newest first.
+type Stack<A> = { readonly head: A; readonly tail: Stack<A> } | undefined
+
+const push = <A>(stack: Stack<A>, head: A): Stack<A> => ({ head, tail: stack })
+
+const toArray = <A>(stack: Stack<A>): Array<A> => {
+  const out: Array<A> = []
+  for (let s = stack; s !== undefined; s = s.tail) out.push(s.head)
+  return out.reverse()
+}
+
+/**
+ * What the assembler has seen of one attempt so far.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface AssemblerState {
+  readonly starts: Stack<BlockStart>
+  readonly deltas: Stack<Delta>
+  readonly blockCount: number
+  readonly open: HashMap.HashMap<number, BlockStart>
+  readonly usage: Usage | undefined
+  readonly replayState: { readonly value: Json } | undefined
+}
+
+/**
+ * The identity and route of the message being assembled; the caller mints the id.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface MessageOrigin {
+  readonly id: MessageId
+  readonly provider: string
+  readonly model: string
+}
+
+/**
+ * An assembled assistant message with the usage of the last usage chunk, if any.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Assembled {
+  readonly message: AssistantMessage
+  readonly usage?: Usage
+}
+
+/**
+ * The state before the first chunk of an attempt.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const empty = (): AssemblerState => ({
+  starts: undefined,
+  deltas: undefined,
+  blockCount: 0,
+  open: HashMap.empty(),
+  usage: undefined,
+  replayState: undefined
+})
+
+const deltaKind = {
+  "text-delta": "text",
+  "reasoning-delta": "reasoning",
+  "tool-call-delta": "tool-call"
+} as const
+
+const appendDelta = (
+  state: AssemblerState,
+  type: keyof typeof deltaKind,
+  index: number,
+  text: string
+): Either.Either<AssemblerState, string> => {
+  const block = HashMap.get(state.open, index)
+  if (Option.isNone(block)) return Either.left(`${type} for unopened index ${index}`)
+  if (block.value.kind !== deltaKind[type]) {
+    return Either.left(`${type} for ${block.value.kind} block at index ${index}`)
+  }
+  return Either.right({ ...state, deltas: push(state.deltas, { ordinal: block.value.ordinal, text }) })
+}
+
+/**
+ * Feeds one chunk; `Left` carries the reason when the chunk breaks the block order (a delta or end
+ * for an index with no open block, a delta of another block kind, a start reusing an open index).
+ * `finish` chunks leave the state unchanged: the caller decides what a finish means.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const feed = (state: AssemblerState, chunk: StreamChunk): Either.Either<AssemblerState, string> => {
+  switch (chunk.type) {
+    case "block-start": {
+      if (HashMap.has(state.open, chunk.index)) {
+        return Either.left(`block-start reuses open index ${chunk.index}`)
+      }
+      const start: BlockStart = chunk.block === "tool-call"
+        ? { ordinal: state.blockCount, kind: "tool-call", id: chunk.id, name: chunk.name }
+        : { ordinal: state.blockCount, kind: chunk.block, id: "", name: "" }
+      return Either.right({
+        ...state,
+        starts: push(state.starts, start),
+        blockCount: state.blockCount + 1,
+        open: HashMap.set(state.open, chunk.index, start)
+      })
+    }
+    case "text-delta":
+    case "reasoning-delta":
+      return appendDelta(state, chunk.type, chunk.index, chunk.text)
+    case "tool-call-delta":
+      return appendDelta(state, chunk.type, chunk.index, chunk.arguments)
+    case "block-end":
+      return HashMap.has(state.open, chunk.index)
+        ? Either.right({ ...state, open: HashMap.remove(state.open, chunk.index) })
+        : Either.left(`block-end for unopened index ${chunk.index}`)
+    case "usage":
+      return Either.right({ ...state, usage: chunk.usage })
+    case "replay-state":
+      return Either.right({ ...state, replayState: { value: chunk.state } })
+    case "finish":
+      return Either.right(state)
+    default:
+      return Either.left(`unknown chunk type ${String((chunk as { readonly type?: unknown }).type)}`)
+  }
+}
+
+type Content = AssistantMessage["content"][number]
+
+// Every block in block-start order, with its deltas joined.
+const blocks = (state: AssemblerState): Array<Content> => {
+  const parts: Array<Array<string>> = Array.from({ length: state.blockCount }, () => [])
+  for (const delta of toArray(state.deltas)) parts[delta.ordinal]!.push(delta.text)
+  return toArray(state.starts).map((start): Content => {
+    const text = parts[start.ordinal]!.join("")
+    return start.kind === "tool-call"
+      ? { type: "tool-call", id: start.id, name: start.name, arguments: text }
+      : { type: start.kind, text }
+  })
+}
+
+const build = (
+  state: AssemblerState,
+  origin: MessageOrigin,
+  content: ReadonlyArray<Content>,
+  replayState: { readonly value: Json } | undefined
+): Assembled => {
+  const message: AssistantMessage = {
+    id: origin.id,
+    role: "assistant",
+    content,
+    source: replayState === undefined
+      ? { kind: "model", provider: origin.provider, model: origin.model }
+      : { kind: "model", provider: origin.provider, model: origin.model, replayState: replayState.value }
+  }
+  return state.usage === undefined ? { message } : { message, usage: state.usage }
+}
+
+/**
+ * The message of a `stop` or `max-tokens` finish. Empty text and reasoning blocks are dropped;
+ * on `max-tokens` every tool-call block and the replay state are dropped too.
+ *
+ * @since 0.1.0
+ * @category destructors
+ */
+export const finishMessage = (
+  state: AssemblerState,
+  origin: MessageOrigin,
+  finish: "stop" | "max-tokens"
+): Assembled => {
+  const content = blocks(state).filter((block) =>
+    block.type === "tool-call" ? finish === "stop" : block.text.length > 0
+  )
+  return build(state, origin, content, finish === "stop" ? state.replayState : undefined)
+}
+
+/**
+ * The interrupted prefix (SPEC 7.4): text and reasoning blocks, open or closed, with non-whitespace
+ * text, in stream order; tool calls and replay state dropped. `undefined` when nothing is left.
+ *
+ * @since 0.1.0
+ * @category destructors
+ */
+export const interruptedPrefix = (state: AssemblerState, origin: MessageOrigin): Assembled | undefined => {
+  const content = blocks(state).filter((block) => block.type !== "tool-call" && block.text.trim().length > 0)
+  return content.length === 0 ? undefined : build(state, origin, content, undefined)
+}

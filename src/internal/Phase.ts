@@ -129,7 +129,10 @@ export const openTurn = (ds: DriverState, turn: number, fromIdle: boolean): STM.
  */
 export interface TurnErrorReport {
   readonly step: number
-  readonly errors: ReadonlyArray<unknown>
+  /** The original error, published when the turn ends `error`. */
+  readonly error?: unknown
+  /** Defects of loop components, published when the turn ends `aborted`. */
+  readonly defects?: ReadonlyArray<unknown>
 }
 
 /**
@@ -152,7 +155,7 @@ export const closeTurn = (
     yield* appendDrafts(ds.session, [{ type: "turn/end", data: { turn, reason: written } }], true)
     if (report !== undefined) {
       // Case 1: one error for an `error` ending; case 2: one per defect of an aborted turn.
-      const errors = written.kind === "error" ? report.errors.slice(0, 1) : written.kind === "aborted" ? report.errors : []
+      const errors = written.kind === "error" ? [report.error] : written.kind === "aborted" ? report.defects ?? [] : []
       yield* publish(
         ds.session,
         errors.map((error): DriverEvent => ({ type: "agent/error", turn, step: report.step, error }))

@@ -23,6 +23,7 @@ import { repairClosers } from "../domain/Repair.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
+import * as Outbox from "./Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { appendDrafts, awaitDurable, decodeUntrusted } from "./SessionState.js"
 import type { DurabilityOptions } from "./Writer.js"
@@ -144,7 +145,7 @@ export const openSessionState = (
       poisoned: yield* TRef.make(Option.none<PersistenceError>()),
       disposed: yield* TRef.make(false),
       closed: yield* TRef.make(false),
-      notifications: yield* TPubSub.unbounded<DriverEvent>(),
+      outbox: yield* Outbox.make,
       waiters: DurableWaiters.make(snapshot.events.length - 1)
     }
     yield* Effect.forkScoped(runWriter(state, options.durability))

@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import type { Clock } from "effect"
-import { Context, Effect, Either, HashSet, Option, ParseResult, Schema, STM, TPubSub, TRef } from "effect"
+import { Context, Effect, Either, HashSet, Option, ParseResult, Schema, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, InvalidEvent, PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
@@ -19,6 +19,7 @@ import { advance, initialLogState } from "../domain/LogState.js"
 import type { SessionStore } from "../services/SessionStore.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
+import * as Outbox from "./Outbox.js"
 
 /**
  * An event before the log gives it `seq` and `time`.
@@ -78,7 +79,7 @@ export interface SessionStateShape {
   readonly poisoned: TRef.TRef<Option.Option<PersistenceError>>
   readonly disposed: TRef.TRef<boolean>
   readonly closed: TRef.TRef<boolean>
-  readonly notifications: TPubSub.TPubSub<DriverEvent>
+  readonly outbox: Outbox.Outbox
   readonly waiters: DurableWaiters.DurableWaiters
 }
 
@@ -191,7 +192,16 @@ export const lastSeq = (state: SessionStateShape): STM.STM<number> =>
  * @category combinators
  */
 export const publish = (state: SessionStateShape, notifications: ReadonlyArray<DriverEvent>): STM.STM<void> =>
-  notifications.length === 0 ? STM.void : STM.asVoid(TPubSub.publishAll(state.notifications, notifications))
+  Outbox.publish(state.outbox, notifications)
+
+/**
+ * Commits a transaction of the session, then delivers the notifications it (or anyone) queued.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A, E> =>
+  Effect.tap(STM.commit(transaction), () => Outbox.deliver(state.outbox))
 
 /**
  * Waits until every event up to `seq` is durably stored; fails if the session is poisoned first.
@@ -220,7 +230,7 @@ export const commitAcknowledged = <A, E, E2>(
   state: SessionStateShape,
   transaction: STM.STM<Either.Either<A, E2>, E>
 ): Effect.Effect<A, E | E2 | PersistenceError> =>
-  STM.commit(STM.zip(transaction, lastSeq(state))).pipe(
+  commit(state, STM.zip(transaction, lastSeq(state))).pipe(
     Effect.flatMap(([result, seq]) =>
       Effect.zipRight(awaitDurable(state, seq), Either.isRight(result) ? Effect.succeed(result.right) : Effect.fail(result.left))
     )

@@ -10,7 +10,8 @@ import { SessionLog } from "../services/SessionLog.js"
 import type { SessionStore } from "../services/SessionStore.js"
 import type { OpenError, SessionOptions, SessionTarget } from "../internal/SessionOpen.js"
 import { openSessionState } from "../internal/SessionOpen.js"
-import { lastSeq, SessionState, awaitDurable } from "../internal/SessionState.js"
+import * as Outbox from "../internal/Outbox.js"
+import { awaitDurable, lastSeq, SessionState } from "../internal/SessionState.js"
 
 /**
  * The open session state, with a finalizer that seals it: later writes fail with `AgentDisposed`,
@@ -33,6 +34,7 @@ export const layerState = (
             Effect.catchAll((error) => Effect.logWarning("tiller: final flush failed", error))
           )
           yield* STM.commit(TRef.set(state.closed, true))
+          yield* Outbox.close(state.outbox)
         })
       )
       return state

@@ -1,11 +1,12 @@
 /**
  * Shared test harness for session services: a session over a memory store, and live notifications.
  */
-import { Effect, Layer, Queue, STM, TPubSub, TRef } from "effect"
+import { Effect, Layer, Queue, STM, TRef } from "effect"
 import type { Scope } from "effect"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import { claimSTM } from "../../src/internal/InboxOps.js"
-import { appendDrafts, SessionState } from "../../src/internal/SessionState.js"
+import * as Outbox from "../../src/internal/Outbox.js"
+import { appendDrafts, commit, SessionState } from "../../src/internal/SessionState.js"
 import { layerState } from "../../src/layers/Session.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
@@ -31,8 +32,8 @@ export type SessionServices = SessionLog | Inbox | SessionState | SessionStore |
 /** Subscribes to the live notifications; the queue receives everything committed afterwards. */
 export const subscribe: Effect.Effect<Queue.Dequeue<DriverEvent>, never, SessionState | Scope.Scope> = Effect.flatMap(
   SessionState,
-  (state) => TPubSub.subscribeScoped(state.notifications)
-) as never
+  (state) => Effect.map(Outbox.subscribe(state.outbox, STM.void), ([queue]) => queue)
+)
 
 /** Drains what a subscription has received so far. */
 export const drain = (queue: Queue.Dequeue<DriverEvent>) => Effect.map(Queue.takeAll(queue), (c) => Array.from(c))
@@ -47,7 +48,8 @@ export const plugin = (id: string, text = id): UserMessage =>
 /** Opens a zero-step turn that claims the initial batch and closes it, the way the loop's TX-OPEN would. */
 export const claimTurn = Effect.gen(function*() {
   const state = yield* SessionState
-  return yield* STM.commit(
+  return yield* commit(
+    state,
     STM.gen(function*() {
       const { fold } = yield* TRef.get(state.log)
       if (fold.inbox.nextStep.length === 0 && fold.inbox.nextTurn.length === 0) return []

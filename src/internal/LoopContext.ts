@@ -1,0 +1,92 @@
+/**
+ * Everything one driver's loop needs, resolved once when the agent layer is built.
+ *
+ * @since 0.1.0
+ */
+import type { Effect } from "effect"
+import type { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
+import type { SessionId } from "../domain/Ids.js"
+import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../domain/Values.js"
+import type { RequestConfig, RequestErrorAction, ToolCallInfo, ToolPreDecision } from "../services/Hooks.js"
+import type { ModelRequest } from "../services/Model.js"
+import type { Model } from "../services/Model.js"
+import type { PreStepInput } from "../services/PreStep.js"
+import type { NormalizedToolOutput, ToolDefinition, ToolMode } from "../services/Tools.js"
+import type { DriverState } from "./Phase.js"
+
+/**
+ * Routing and limits from the agent options.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RequestDefaults {
+  readonly model?: { readonly provider: string; readonly model: string }
+  readonly system?: string
+  readonly maxTokens?: number
+  readonly temperature?: number
+}
+
+/**
+ * The loop's view of the hooks (the innermost defaults included).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LoopHooks {
+  readonly request: (
+    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number; readonly attempt: number; readonly config: RequestConfig },
+    seed: RequestConfig
+  ) => Effect.Effect<RequestConfig, unknown>
+  readonly requestError: (
+    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number; readonly attempt: number; readonly failure: LlmFailure }
+  ) => Effect.Effect<RequestErrorAction, unknown>
+  readonly turnStopping: (
+    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number }
+  ) => Effect.Effect<void, unknown>
+  readonly toolPre: (info: ToolCallInfo) => Effect.Effect<ToolPreDecision, unknown>
+  readonly toolPost: (
+    input: ToolCallInfo & { readonly output: NormalizedToolOutput; readonly aborted: boolean }
+  ) => Effect.Effect<NormalizedToolOutput, unknown>
+}
+
+/**
+ * The loop's view of the tool registry.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LoopTools {
+  readonly list: Effect.Effect<ReadonlyArray<ToolSchema>>
+  readonly lookup: (name: string) => Effect.Effect<ToolDefinition<any> | undefined>
+  readonly modeOf: (name: string) => Effect.Effect<ToolMode | undefined>
+  readonly maxParallelToolCalls: number
+}
+
+/**
+ * The resolved dependencies and per-driver request memory of a loop.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LoopContext {
+  readonly ds: DriverState
+  readonly sessionId: SessionId
+  readonly preStep: {
+    readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
+  }
+  readonly hooks: LoopHooks
+  readonly model: { readonly stream: Model["Type"]["stream"] }
+  readonly tools: LoopTools
+  readonly defaults: RequestDefaults
+  /** Mutable: whether this driver instance made a request yet, and the last logged header. */
+  readonly requests: { first: boolean; lastHeader: RequestHeader | undefined }
+}
+
+/**
+ * A model request as the loop builds it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type LoopRequest = ModelRequest

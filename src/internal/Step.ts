@@ -1,0 +1,371 @@
+/**
+ * One step of a turn after its `step/start`: request configuration, header, checkpoint, the
+ * streamed attempt with its chunks and assistant message, request-error recovery with retries in
+ * the same step, and the tool batch (SPEC 4.5, 4.6, 7.4).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Duration, Effect, Exit, Option, Stream, STM, TRef } from "effect"
+import type { SessionEvent } from "../domain/Event.js"
+import { ModelError } from "../domain/Errors.js"
+import type { MessageId } from "../domain/Ids.js"
+import { jsonEquals, jsonProblem } from "../domain/Json.js"
+import { messagesOf } from "../domain/Surface.js"
+import type { LlmFailure, Message, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
+import type { RequestConfig } from "../services/Hooks.js"
+import type { ModelRequest } from "../services/Model.js"
+import { abortable, defectsOf } from "./Activity.js"
+import * as Assembler from "./Assembler.js"
+import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
+import * as GrowOnly from "./GrowOnly.js"
+import type { LoopContext } from "./LoopContext.js"
+import { causeOf } from "./Phase.js"
+import { appendDrafts, commit, awaitDurable, lastSeq } from "./SessionState.js"
+import type { Draft } from "./SessionState.js"
+import { runTools } from "./ToolBatch.js"
+
+/**
+ * How a step ended.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type StepResult =
+  | { readonly _tag: "Completed" }
+  | { readonly _tag: "MaxTokens" }
+  | { readonly _tag: "Continue" }
+  | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
+  | { readonly _tag: "Failed"; readonly failure: LlmFailure; readonly error: unknown }
+
+const aborted = (defects: ReadonlyArray<unknown> = []): StepResult => ({ _tag: "Aborted", defects })
+const failed = (failure: LlmFailure, error: unknown = failure): StepResult => ({ _tag: "Failed", failure, error })
+
+/** Sentinel: a loop transaction found a cause recorded and wrote nothing. */
+const CAUSE = Symbol.for("tiller/internal/Step/cause")
+
+/**
+ * Commits a loop transaction that first reads the cause: with a cause recorded it writes nothing
+ * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
+  commit(ctx.ds.session, 
+    STM.flatMap(
+      TRef.get(ctx.ds.phase),
+      (phase): STM.STM<A | typeof CAUSE, E> => Option.isSome(causeOf(phase)) ? STM.succeed(CAUSE) : body
+    )
+  )
+
+/**
+ * Whether a loop transaction was skipped because a cause is recorded.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const isCause = (value: unknown): value is typeof CAUSE => value === CAUSE
+
+const configOf = (header: RequestHeader | undefined): RequestConfig => {
+  if (header === undefined) return {}
+  const { tools: _tools, ...config } = header
+  return config
+}
+
+const seedConfig = (ctx: LoopContext): RequestConfig => {
+  const last = configOf(ctx.requests.lastHeader)
+  if (!ctx.requests.first) return last
+  const d = ctx.defaults
+  const pick = <K extends keyof RequestConfig>(key: K, value: RequestConfig[K] | undefined) =>
+    value !== undefined ? { [key]: value } : last[key] !== undefined ? { [key]: last[key] } : {}
+  return Object.freeze({
+    ...pick("provider", d.model?.provider),
+    ...pick("model", d.model?.model),
+    ...pick("system", d.system),
+    ...pick("maxTokens", d.maxTokens),
+    ...pick("temperature", d.temperature)
+  })
+}
+
+const headerOf = (config: RequestConfig, provider: string, model: string, tools: RequestHeader["tools"]): RequestHeader => ({
+  provider,
+  model,
+  ...(config.system !== undefined ? { system: config.system } : {}),
+  ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
+  ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
+  tools
+})
+
+/**
+ * Runs step `k` of turn `n` until it ends; the caller writes `step/end`.
+ *
+ * @since 0.1.0
+ * @category loop
+ */
+export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Effect<StepResult> =>
+  Effect.gen(function*() {
+    const { ds, sessionId } = ctx
+    const session = ds.session
+    let attempt = 1
+    while (true) {
+      // Q1: the request configuration.
+      const seed = seedConfig(ctx)
+      const configured = yield* abortable(ds, ctx.hooks.request({ sessionId, turn, step, attempt, config: seed }, seed))
+      if (configured._tag === "Aborted") return aborted(defectsOf(configured.exit))
+      if (Exit.isFailure(configured.exit)) {
+        const error = originalError(configured.exit)
+        return failed(toLlmFailure(error), error)
+      }
+      const config = configured.exit.value
+      if (config.provider === undefined || config.model === undefined) {
+        return failed(ownFailure("NO_ROUTE", "no provider and model are configured for the request"))
+      }
+      // Q2, Q3: the header (logged when needed) and the messages, read in one transaction.
+      const tools = yield* ctx.tools.list
+      const header = headerOf(config, config.provider, config.model, tools)
+      const first = ctx.requests.first
+      const previous = ctx.requests.lastHeader
+      const decided = yield* loopTx(
+        ctx,
+        STM.gen(function*() {
+          const reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
+          if (reason !== undefined) {
+            yield* appendDrafts(session, [{ type: "request/header", data: { header, reason } }], true)
+          }
+          const { events, fold } = yield* TRef.get(session.log)
+          return messagesOf(fold.surface, (seq) => GrowOnly.get(events, seq))
+        })
+      ).pipe(Effect.orDie)
+      if (isCause(decided)) return aborted()
+      ctx.requests.first = false
+      ctx.requests.lastHeader = header
+      const request: ModelRequest = Object.freeze({
+        sessionId,
+        turn,
+        step,
+        attempt,
+        ...header,
+        messages: Object.freeze(decided as Array<Message>)
+      })
+      // Q4: checkpoint before dispatch (D13).
+      const checkpoint = yield* abortable(ds, Effect.flatMap(commit(session, lastSeq(session)), (seq) => awaitDurable(session, seq)))
+      if (checkpoint._tag === "Aborted") return aborted()
+      if (Exit.isFailure(checkpoint.exit)) return yield* Effect.interrupt
+      // Q5, Q6: stream the attempt.
+      const outcome = yield* runAttempt(ctx, turn, step, attempt, request)
+      switch (outcome._tag) {
+        case "Aborted":
+          return aborted(outcome.defects)
+        case "Failed":
+          return failed(outcome.failure, outcome.error)
+        case "Stopped": {
+          if (outcome.finish === "max-tokens") return { _tag: "MaxTokens" }
+          if (outcome.calls.length === 0) return { _tag: "Completed" }
+          return yield* runTools(ctx, turn, step, outcome.calls)
+        }
+        case "ErrorFinish": {
+          // Q7: request-error recovery.
+          const decision = yield* abortable(
+            ds,
+            ctx.hooks.requestError({ sessionId, turn, step, attempt, failure: outcome.failure })
+          )
+          if (decision._tag === "Aborted") return aborted(defectsOf(decision.exit))
+          if (Exit.isFailure(decision.exit)) {
+            const error = originalError(decision.exit)
+            return failed(toLlmFailure(error), error)
+          }
+          const action = decision.exit.value
+          if (action._tag === "Fail") return failed(outcome.failure, new ModelError({ failure: outcome.failure }))
+          const delayMs = Math.max(0, Math.round(Duration.toMillis(action.delay)))
+          const logged = yield* loopTx(
+            ctx,
+            appendDrafts(session, [{
+              type: "llm/retry",
+              data: { turn, step, attempt, delayMs, failure: outcome.failure }
+            }], true)
+          ).pipe(Effect.orDie)
+          if (isCause(logged)) return aborted()
+          const slept = yield* abortable(ds, Effect.sleep(Duration.millis(delayMs)))
+          if (slept._tag === "Aborted") return aborted()
+          attempt += 1
+          continue
+        }
+      }
+    }
+  })
+
+type AttemptOutcome =
+  | { readonly _tag: "Stopped"; readonly finish: "stop" | "max-tokens"; readonly calls: ReadonlyArray<ToolCallBlock> }
+  | { readonly _tag: "ErrorFinish"; readonly failure: LlmFailure }
+  | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
+  | { readonly _tag: "Failed"; readonly failure: LlmFailure; readonly error: unknown }
+
+const chunkDraft = (turn: number, step: number, attempt: number, chunk: StreamChunk): Draft => ({
+  type: "assistant/chunk",
+  data: { turn, step, attempt, chunk }
+})
+
+const messageOf = (error: unknown): string =>
+  typeof error === "object" && error !== null && typeof (error as { message?: unknown }).message === "string"
+    ? (error as { message: string }).message
+    : String(error)
+
+const errorFinish = (failure: LlmFailure): StreamChunk => ({ type: "finish", finish: { kind: "error", failure } })
+
+/**
+ * One attempt: stream the request, log every chunk, assemble the message; on a cancel before the
+ * finish transaction, log the interrupted prefix.
+ */
+const runAttempt = (
+  ctx: LoopContext,
+  turn: number,
+  step: number,
+  attempt: number,
+  request: ModelRequest
+): Effect.Effect<AttemptOutcome> =>
+  Effect.gen(function*() {
+    const session = ctx.ds.session
+    const origin = {
+      id: crypto.randomUUID() as MessageId,
+      provider: request.provider,
+      model: request.model
+    }
+    let assembler = Assembler.empty()
+    const chunkSeqs: Array<number> = []
+    // Set once the attempt's outcome is fixed by a finish chunk (real or synthetic).
+    let settled: AttemptOutcome | undefined
+    let invalid: LlmFailure | undefined
+
+    const append = (drafts: ReadonlyArray<Draft>) =>
+      loopTx(ctx, appendDrafts(session, drafts, true)).pipe(
+        Effect.flatMap((events) => isCause(events) ? Effect.interrupt : Effect.succeed(events as ReadonlyArray<SessionEvent>)),
+        Effect.catchTag("InvalidEvent", (error) => {
+          invalid = ownFailure("INVALID_EVENT", error.message)
+          return Effect.interrupt
+        })
+      )
+
+    const finishWith = (chunk: StreamChunk, failure: LlmFailure) =>
+      Effect.map(append([chunkDraft(turn, step, attempt, chunk)]), (events) => {
+        chunkSeqs.push(events[0]!.seq)
+        settled = { _tag: "ErrorFinish", failure }
+      })
+
+    const onChunk = (chunk: StreamChunk): Effect.Effect<boolean> => {
+      if (settled !== undefined) return Effect.succeed(true) // keep pulling; later chunks are ignored
+      const problem = jsonProblem(chunk, "chunk")
+      if (problem !== undefined) {
+        invalid = ownFailure("INVALID_EVENT", `assistant/chunk: ${problem}`)
+        return Effect.interrupt
+      }
+      if (chunk.type === "finish") {
+        const finish = chunk.finish
+        if (finish.kind === "stop" || finish.kind === "max-tokens") {
+          const assembled = Assembler.finishMessage(assembler, origin, finish.kind)
+          return loopTx(
+            ctx,
+            STM.gen(function*() {
+              const [finishEvent] = yield* appendDrafts(session, [chunkDraft(turn, step, attempt, chunk)], true)
+              const seqs = [...chunkSeqs, finishEvent!.seq]
+              yield* appendDrafts(session, [{
+                type: "assistant/message",
+                data: {
+                  turn,
+                  step,
+                  attempt,
+                  message: assembled.message,
+                  ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
+                },
+                surfaceOp: "append",
+                sourceEventSeqs: seqs
+              }], true)
+            })
+          ).pipe(
+            Effect.catchTag("InvalidEvent", (error) => {
+              invalid = ownFailure("INVALID_EVENT", error.message)
+              return Effect.interrupt
+            }),
+            Effect.flatMap((written) => {
+              if (isCause(written)) return Effect.interrupt
+              settled = {
+                _tag: "Stopped",
+                finish: finish.kind,
+                calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
+              }
+              return Effect.succeed(true)
+            })
+          )
+        }
+        return Effect.as(finishWith(chunk, finish.failure), true)
+      }
+      const fed = Assembler.feed(assembler, chunk)
+      if (fed._tag === "Left") {
+        const failure = ownFailure("MALFORMED_STREAM", fed.left)
+        return Effect.as(finishWith(errorFinish(failure), failure), false)
+      }
+      assembler = fed.right
+      return Effect.map(append([chunkDraft(turn, step, attempt, chunk)]), (events) => {
+        chunkSeqs.push(events[0]!.seq)
+        return true
+      })
+    }
+
+    const consume = ctx.model.stream(request).pipe(
+      Stream.runForEachWhile(onChunk),
+      Effect.catchAllCause((cause) => {
+        if (Cause.isInterruptedOnly(cause) || invalid !== undefined) return Effect.failCause(cause)
+        if (settled !== undefined) return Effect.void // the finish chunk fixed the outcome
+        const error = originalError(Exit.failCause(cause))
+        const failure = error instanceof ModelError ? error.failure : ownFailure("UNKNOWN", messageOf(error))
+        return finishWith(errorFinish(failure), failure)
+      }),
+      Effect.zipRight(Effect.suspend(() => {
+        if (settled !== undefined || invalid !== undefined) return Effect.void
+        const failure = ownFailure("NO_FINISH", "the model stream ended without a finish chunk")
+        return finishWith(errorFinish(failure), failure)
+      }))
+    )
+
+    const run = yield* abortable(ctx.ds, consume)
+    if (invalid !== undefined) return { _tag: "Failed", failure: invalid, error: invalid }
+    if (run._tag === "Aborted" || Exit.isInterrupted(run.exit)) {
+      const defects = defectsOf(run.exit)
+      // The assistant message stands when it was recorded before the cause (K7 follows).
+      if (settled !== undefined && settled._tag === "Stopped") return settled
+      if (settled === undefined) yield* writeInterruptedPrefix(ctx, turn, step, attempt, assembler, origin, chunkSeqs)
+      return { _tag: "Aborted", defects }
+    }
+    if (Exit.isFailure(run.exit)) {
+      const error = originalError(run.exit)
+      return { _tag: "Failed", failure: toLlmFailure(error), error }
+    }
+    return settled ?? { _tag: "Failed", failure: ownFailure("NO_FINISH", "no finish"), error: undefined }
+  })
+
+const writeInterruptedPrefix = (
+  ctx: LoopContext,
+  turn: number,
+  step: number,
+  attempt: number,
+  assembler: Assembler.AssemblerState,
+  origin: Assembler.MessageOrigin,
+  chunkSeqs: ReadonlyArray<number>
+): Effect.Effect<void> => {
+  const prefix = Assembler.interruptedPrefix(assembler, origin)
+  if (prefix === undefined) return Effect.void
+  return commit(ctx.ds.session, 
+    appendDrafts(ctx.ds.session, [{
+      type: "assistant/message",
+      data: {
+        turn,
+        step,
+        attempt,
+        message: prefix.message,
+        ...(prefix.usage !== undefined ? { usage: prefix.usage } : {}),
+        interrupted: true
+      },
+      surfaceOp: "append",
+      sourceEventSeqs: [...chunkSeqs]
+    }], true)
+  ).pipe(Effect.orDie, Effect.asVoid)
+}

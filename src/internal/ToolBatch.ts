@@ -1,0 +1,376 @@
+/**
+ * The tool phase of a step (SPEC 4.6): calls start sequentially in model order, parallel calls
+ * overlap in a rolling pool, results commit strictly in model order with their contexts, and a
+ * cancel or an internal failure closes every call with a recorded result (D7, D8).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Effect, Either, Exit, Fiber, HashMap, Option, Queue, STM, TRef } from "effect"
+import type { DriverEvent } from "../domain/DriverEvent.js"
+import type { MessageId } from "../domain/Ids.js"
+import { stateOfRecord } from "../domain/KnownIds.js"
+import { acceptCallerMessage } from "../domain/Message.js"
+import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
+import type { ToolCallInfo } from "../services/Hooks.js"
+import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
+import { abortable, awaitCause, currentCause, defectsOf } from "./Activity.js"
+import { originalError } from "./Failure.js"
+import type { LoopContext } from "./LoopContext.js"
+import { causeOf } from "./Phase.js"
+import { appendDrafts, commit, awaitDurable, lastSeq, publish } from "./SessionState.js"
+import type { Draft } from "./SessionState.js"
+import type { StepResult } from "./Step.js"
+import { isCause, loopTx } from "./Step.js"
+import {
+  decodeArguments,
+  mapOutcome,
+  normalizeToolOutput,
+  outcomeError,
+  outcomeOutput,
+  runsToolPost,
+  ToolOutcome,
+  toolOutputProblem,
+  toolResultMessage
+} from "./ToolOutcome.js"
+
+interface CallState {
+  readonly block: ToolCallBlock
+  readonly index: number
+  callSeq: number | undefined
+  params: unknown
+  outcome: ToolOutcome | undefined
+  fiber: Fiber.RuntimeFiber<ToolOutput | string, unknown> | undefined
+  readonly deferred: Array<UserMessage>
+  committed: boolean
+  mode: "parallel" | "exclusive" | undefined
+}
+
+/** A failure of the scheduling machinery itself (D7). */
+class SchedulerFailure {
+  constructor(readonly error: unknown) {}
+}
+
+/**
+ * Runs the tool calls of a step's assistant message and returns how the step ends.
+ *
+ * @since 0.1.0
+ * @category loop
+ */
+export const runTools = (
+  ctx: LoopContext,
+  turn: number,
+  step: number,
+  blocks: ReadonlyArray<ToolCallBlock>
+): Effect.Effect<StepResult> =>
+  Effect.gen(function*() {
+    const { ds, sessionId } = ctx
+    const session = ds.session
+    const calls: Array<CallState> = blocks.map((block, index) => ({
+      block,
+      index,
+      callSeq: undefined,
+      params: undefined,
+      outcome: undefined,
+      fiber: undefined,
+      deferred: [],
+      committed: false,
+      mode: undefined
+    }))
+    const settled = yield* Queue.unbounded<number>()
+    const defects: Array<unknown> = []
+    let concluded = false
+    let nextStart = 0
+    let nextCommit = 0
+    let stopped = false // a cause is recorded: no further call starts
+
+    const infoOf = (call: CallState): ToolCallInfo => ({
+      sessionId,
+      turn,
+      step,
+      callId: call.block.id,
+      name: call.block.name,
+      arguments: call.block.arguments,
+      params: call.params
+    })
+
+    const resultDraft = (call: CallState, outcome: ToolOutcome, output: NormalizedToolOutput): Draft => {
+      const error = outcomeError(outcome)
+      const message = toolResultMessage(crypto.randomUUID() as MessageId, call.block.id, output)
+      return {
+        type: "tool/result",
+        data: {
+          turn,
+          step,
+          message,
+          ...(error !== undefined ? { error } : {}),
+          ...(output.meta !== undefined ? { meta: output.meta } : {})
+        },
+        surfaceOp: "append",
+        ...(call.callSeq !== undefined ? { sourceEventSeqs: [call.callSeq] } : {})
+      }
+    }
+
+    const callDraft = (call: CallState): Draft => ({
+      type: "tool/call",
+      data: { turn, step, callId: call.block.id, name: call.block.name, arguments: call.block.arguments }
+    })
+
+    // ⟨TC TR⟩ for a call that never started.
+    const writePair = (call: CallState, outcome: ToolOutcome) =>
+      commit(session, 
+        STM.gen(function*() {
+          const [tc] = yield* appendDrafts(session, [callDraft(call)], true)
+          call.callSeq = tc!.seq
+          yield* appendDrafts(session, [resultDraft(call, outcome, outcomeOutput(ref(call), outcome))], true)
+        })
+      ).pipe(Effect.orDie, Effect.tap(() => Effect.sync(() => (call.committed = true))))
+
+    // START(c): ⟨TC⟩, checkpoint, lookup, arguments, ToolPre, then fork the body.
+    const start = (call: CallState): Effect.Effect<boolean> =>
+      Effect.gen(function*() {
+        const logged = yield* loopTx(ctx, appendDrafts(session, [callDraft(call)], true)).pipe(Effect.orDie)
+        if (isCause(logged)) return false
+        call.callSeq = logged[0]!.seq
+        const checkpoint = yield* abortable(ds, Effect.flatMap(STM.commit(lastSeq(session)), (seq) => awaitDurable(session, seq)))
+        if (checkpoint._tag === "Aborted") {
+          call.outcome = ToolOutcome.AbortedBeforeDispatch()
+          return true
+        }
+        if (Exit.isFailure(checkpoint.exit)) return yield* Effect.interrupt
+        const tool = yield* ctx.tools.lookup(call.block.name)
+        if (tool === undefined) {
+          call.outcome = ToolOutcome.UnknownTool()
+          return true
+        }
+        const decoded = decodeArguments(tool, call.block.arguments)
+        if (Either.isLeft(decoded)) {
+          call.outcome = ToolOutcome.InvalidArguments({ detail: decoded.left })
+          return true
+        }
+        call.params = decoded.right
+        const pre = yield* abortable(ds, ctx.hooks.toolPre(infoOf(call)))
+        if (pre._tag === "Aborted") {
+          defects.push(...defectsOf(pre.exit))
+          call.outcome = ToolOutcome.AbortedBeforeDispatch()
+          return true
+        }
+        if (Exit.isFailure(pre.exit)) {
+          defects.push(...defectsOf(pre.exit))
+          call.outcome = ToolOutcome.PreHookFailed({ error: originalError(pre.exit) })
+          return true
+        }
+        if (pre.exit.value._tag === "Deny") {
+          call.outcome = ToolOutcome.Denied({ reason: pre.exit.value.reason })
+          return true
+        }
+        if (Option.isSome(yield* currentCause(ds))) {
+          call.outcome = ToolOutcome.AbortedBeforeDispatch()
+          return true
+        }
+        const context: ToolContext = {
+          sessionId,
+          turn,
+          step,
+          callId: call.block.id,
+          deferContext: (m) => Effect.sync(() => void call.deferred.push(m))
+        }
+        call.fiber = yield* Effect.fork(
+          Effect.suspend(() => tool.execute(call.params, context)).pipe(
+            Effect.onExit(() => Queue.offer(settled, call.index))
+          )
+        )
+        return true
+      })
+
+    // Classify a settled body.
+    const settle = (call: CallState, exit: Exit.Exit<ToolOutput | string, unknown>, abortedNow: boolean) => {
+      if (Exit.isSuccess(exit)) {
+        const problem = toolOutputProblem(exit.value)
+        call.outcome = abortedNow
+          ? ToolOutcome.Aborted()
+          : problem !== undefined
+          ? ToolOutcome.InvalidOutput({ detail: problem })
+          : ToolOutcome.Succeeded({ output: normalizeToolOutput(exit.value) })
+      } else if (Exit.isInterrupted(exit) && defectsOf(exit).length === 0 && Option.isNone(failureOf(exit))) {
+        call.outcome = ToolOutcome.Aborted()
+      } else {
+        const failure = failureOf(exit)
+        call.outcome = Option.isSome(failure)
+          ? ToolOutcome.Failed({ error: failure.value })
+          : ToolOutcome.Died({ defect: defectsOf(exit)[0] })
+      }
+      call.fiber = undefined
+    }
+
+    // COMMIT(c): ToolPost, then ⟨TR INS? CAN?⟩ in one transaction.
+    const commitCall = (call: CallState): Effect.Effect<void, SchedulerFailure> =>
+      Effect.gen(function*() {
+        let outcome = call.outcome!
+        let output = outcomeOutput(ref(call), outcome)
+        if (runsToolPost(outcome)) {
+          const abortedNow = Option.isSome(yield* currentCause(ds))
+          const posted = yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
+          if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted)))
+          output = posted.value
+          const problem = toolOutputProblem(output)
+          if (problem !== undefined) {
+            outcome = ToolOutcome.InvalidOutput({ detail: problem })
+            output = outcomeOutput(ref(call), outcome)
+          }
+        }
+        const contexts: Array<UserMessage> = []
+        let invalidContext: string | undefined
+        for (const m of [...call.deferred, ...output.additionalContexts]) {
+          const accepted = acceptCallerMessage(m)
+          if (Either.isLeft(accepted)) {
+            invalidContext = accepted.left.reason
+            break
+          }
+          contexts.push(accepted.right)
+        }
+        if (invalidContext !== undefined) {
+          outcome = ToolOutcome.InvalidOutput({ detail: `additional context: ${invalidContext}` })
+          output = outcomeOutput(ref(call), outcome)
+          contexts.length = 0
+        }
+        const finalOutcome = outcome
+        const finalOutput = output
+        yield* commit(session, 
+          STM.gen(function*() {
+            let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
+            const duplicate = yield* freshness(contexts)
+            if (duplicate !== undefined) {
+              const invalid = ToolOutcome.InvalidOutput({ detail: duplicate })
+              use = { outcome: invalid, output: outcomeOutput(ref(call), invalid), contexts: [] }
+            }
+            yield* appendDrafts(session, [resultDraft(call, use.outcome, use.output)], true)
+            if (use.contexts.length > 0) {
+              const { fold } = yield* TRef.get(session.log)
+              const s = fold.inbox.nextStep.length
+              yield* appendDrafts(session, [{ type: "agent/inbox/spliced", data: { target: "next-step", start: s, inserted: use.contexts } }], true)
+              const notifications: Array<DriverEvent> = use.contexts.map((message) => ({ type: "agent/inbox/inserted", message }))
+              const phase = yield* TRef.get(ds.phase)
+              if (phase._tag === "Running" && phase.dropContexts) {
+                yield* appendDrafts(session, [{
+                  type: "agent/inbox/spliced",
+                  data: { target: "next-step", start: s, removedCount: use.contexts.length, inserted: [], outcome: "canceled" }
+                }], true)
+                for (const message of use.contexts) notifications.push({ type: "agent/inbox/discarded", message })
+              }
+              yield* publish(session, notifications)
+            }
+            if (use.output.concludesTurn && !use.output.isError && use.outcome._tag === "Succeeded") concluded = true
+          })
+        ).pipe(Effect.orDie)
+        call.committed = true
+      })
+
+    const freshness = (contexts: ReadonlyArray<UserMessage>) =>
+      STM.map(TRef.get(session.log), ({ fold }) => {
+        const seen = new Set<string>()
+        for (const m of contexts) {
+          if (seen.has(m.id)) return `context id ${m.id} repeated`
+          seen.add(m.id)
+          const record = HashMap.get(fold.known, m.id)
+          if (Option.isSome(record)) return `context id ${m.id} is already known (${stateOfRecord(record.value)})`
+        }
+        return undefined
+      })
+
+    const inFlight = () => calls.filter((c) => c.fiber !== undefined)
+
+    // Whether every started, uncommitted call in [from, to) is parallel (one open group).
+    const groupIsParallel = (from: number, to: number) => {
+      for (let i = from; i < to; i++) if (calls[i]!.mode !== "parallel") return false
+      return true
+    }
+
+    const interruptRunning = Effect.suspend(() =>
+      Effect.forEach(inFlight(), (call) =>
+        Effect.flatMap(Fiber.interrupt(call.fiber!), (exit) => Effect.sync(() => settle(call, exit, true))), { discard: true })
+    )
+
+    const commitReady = Effect.gen(function*() {
+      while (nextCommit < calls.length && calls[nextCommit]!.outcome !== undefined) {
+        yield* commitCall(calls[nextCommit]!)
+        nextCommit++
+      }
+    })
+
+    const schedule = Effect.gen(function*() {
+      while (nextCommit < calls.length) {
+        yield* commitReady
+        if (nextCommit >= calls.length) break
+        if (!stopped && Option.isSome(yield* currentCause(ds))) stopped = true
+        const groupOpen = nextStart < calls.length && !stopped
+        if (groupOpen) {
+          const call = calls[nextStart]!
+          const mode = (yield* ctx.tools.modeOf(call.block.name)) ?? "exclusive"
+          const running = inFlight().length
+          const pendingCommits = nextStart - nextCommit
+          // A parallel call joins the current group while a slot is free; an exclusive call (and a
+          // parallel call after an exclusive one) starts only when everything before it committed.
+          const canStart = mode === "parallel"
+            ? running < ctx.tools.maxParallelToolCalls && (pendingCommits === 0 || groupIsParallel(nextCommit, nextStart))
+            : pendingCommits === 0
+          if (canStart) {
+            call.mode = mode
+            const began = yield* start(call)
+            if (!began) stopped = true
+            else nextStart++
+            continue
+          }
+        }
+        if (inFlight().length === 0) {
+          if (stopped || nextStart >= calls.length) break
+          continue
+        }
+        // Wait for a body to settle, or for a cause.
+        const next = yield* Effect.raceFirst(
+          Effect.map(Queue.take(settled), (index) => ({ _tag: "Settled" as const, index })),
+          Effect.as(awaitCause(ds), { _tag: "Cause" as const, index: -1 })
+        )
+        if (next._tag === "Cause") {
+          stopped = true
+          yield* interruptRunning
+          continue
+        }
+        const call = calls[next.index]!
+        if (call.fiber !== undefined) {
+          const exit = yield* Fiber.await(call.fiber)
+          settle(call, exit, Option.isSome(yield* currentCause(ds)))
+        }
+      }
+    })
+
+    const run = yield* Effect.exit(schedule)
+    if (Exit.isFailure(run)) {
+      // D7: the machinery failed; close every call with a recorded result.
+      const failure = Option.getOrUndefined(failureOf(run))
+      const error = failure instanceof SchedulerFailure ? failure.error : originalError(run)
+      yield* interruptRunning
+      for (const call of calls) {
+        if (call.committed) continue
+        const internal = ToolOutcome.InternalFailure()
+        if (call.callSeq === undefined) yield* writePair(call, internal)
+        else {
+          yield* commit(session, appendDrafts(session, [resultDraft(call, internal, outcomeOutput(ref(call), internal))], true)).pipe(
+            Effect.orDie
+          )
+          call.committed = true
+        }
+      }
+      return { _tag: "Failed", failure: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" }, error }
+    }
+    // Calls that never started get adjacent pairs, in model order.
+    for (const call of calls) {
+      if (!call.committed) yield* writePair(call, ToolOutcome.AbortedBeforeDispatch())
+    }
+    if (Option.isSome(yield* currentCause(ds))) return { _tag: "Aborted", defects }
+    return concluded ? { _tag: "Completed" } : { _tag: "Continue" }
+  })
+
+const ref = (call: CallState) => ({ callId: call.block.id, name: call.block.name })
+
+const failureOf = (exit: Exit.Exit<unknown, unknown>): Option.Option<unknown> =>
+  Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()

@@ -1,0 +1,148 @@
+/**
+ * One turn of the loop (SPEC 4.3): the pre-step decision at every boundary, the step transaction,
+ * the step itself, turn-stopping listeners and the boundary claim, ending in TX-CLOSE.
+ *
+ * @since 0.1.0
+ */
+import { Effect, Either, Exit, HashMap, Option, STM, TRef } from "effect"
+import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
+import { validateUserMessage } from "../domain/Message.js"
+import { stateOfRecord } from "../domain/KnownIds.js"
+import type { TurnEndReason, UserMessage } from "../domain/Values.js"
+import { abortable, defectsOf } from "./Activity.js"
+import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
+import type { LoopContext } from "./LoopContext.js"
+import type { TurnErrorReport } from "./Phase.js"
+import { causeOf, closeTurn, errorReason } from "./Phase.js"
+import { appendDrafts, commit } from "./SessionState.js"
+import { claimSTM } from "./InboxOps.js"
+import { runStep } from "./Step.js"
+
+const completed: TurnEndReason = { kind: "completed" }
+
+/**
+ * Runs turn `turn`, whose `turn/start` and initial claim (`batch`) are already committed, until
+ * its `turn/end` is written.
+ *
+ * @since 0.1.0
+ * @category loop
+ */
+export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyArray<UserMessage>): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const { ds, sessionId } = ctx
+    const session = ds.session
+    const close = (reason: TurnEndReason, report?: TurnErrorReport) =>
+      commit(session, closeTurn(ds, turn, reason, report)).pipe(Effect.orDie, Effect.asVoid)
+    let batch = initialBatch
+    let boundary: "initial" | "later" = "initial"
+    let lastStop: "completed" | "max-tokens" | undefined
+    let maxTokensSeen = false
+    let k = 0
+    const natural = (): TurnEndReason => maxTokensSeen ? { kind: "max-tokens" } : completed
+
+    while (true) {
+      // 1. The pre-step decision over an immutable copy of the claimed batch.
+      const decided = yield* abortable(
+        ds,
+        ctx.preStep.run({ sessionId, turn, step: k + 1, boundary, messages: batch })
+      )
+      if (decided._tag === "Aborted") return yield* close(completed, { step: k + 1, defects: defectsOf(decided.exit) })
+      if (Exit.isFailure(decided.exit)) {
+        const error = originalError(decided.exit)
+        if (error instanceof PreStepRejected) {
+          return yield* close(error.reason === undefined ? { kind: "blocked" } : { kind: "blocked", message: error.reason })
+        }
+        const original = error instanceof PreStepFailed ? error.cause : error
+        return yield* close(errorReason(toLlmFailure(original)), { step: k + 1, error: original })
+      }
+      const entered = decided.exit.value
+      // 2. Nothing to enter.
+      if (entered.length === 0 && boundary === "initial") return yield* close(completed)
+      if (entered.length === 0 && lastStop !== undefined) return yield* close(natural())
+      // 3. TX-STEP: step/start and the entered messages, or no step at all.
+      const step = k + 1
+      const claimedIds = new Set(batch.map((m) => m.id))
+      const checked = entered.map((m) => validateUserMessage(m))
+      const opened = yield* commit(session, 
+        STM.gen(function*() {
+          const phase = yield* TRef.get(ds.phase)
+          if (Option.isSome(causeOf(phase))) {
+            yield* closeTurn(ds, turn, completed)
+            return false
+          }
+          const invalid = checked.find(Either.isLeft)
+          if (invalid !== undefined) {
+            const failure = ownFailure("INVALID_MESSAGE", `pre-step entered an invalid message: ${invalid.left}`)
+            yield* closeTurn(ds, turn, errorReason(failure), { step, error: failure })
+            return false
+          }
+          const messages = checked.flatMap((c) => Either.isRight(c) ? [c.right] : [])
+          const { fold } = yield* TRef.get(session.log)
+          const seen = new Set<string>()
+          for (const m of messages) {
+            const record = HashMap.get(fold.known, m.id)
+            const reused = seen.has(m.id) || (Option.isSome(record) && !claimedIds.has(m.id))
+            seen.add(m.id)
+            if (reused) {
+              const state = Option.isSome(record) ? stateOfRecord(record.value) : "pending"
+              const failure = ownFailure("DUPLICATE_MESSAGE", `pre-step entered message ${m.id}, which is already known (${state})`)
+              yield* closeTurn(ds, turn, errorReason(failure), { step, error: failure })
+              return false
+            }
+          }
+          yield* appendDrafts(session, [
+            { type: "step/start", data: { turn, step } },
+            ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
+          ], true)
+          yield* TRef.update(ds.phase, (p) => p._tag === "Running" ? { ...p, step } : p)
+          return true
+        })
+      ).pipe(Effect.orDie)
+      if (!opened) return
+      k = step
+      // 4. The step, then its step/end (also after an abort or a failure).
+      const result = yield* runStep(ctx, turn, step)
+      yield* commit(session, appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true)).pipe(Effect.orDie)
+      if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
+      if (result._tag === "Failed") return yield* close(errorReason(result.failure), { step, error: result.error })
+      lastStop = result._tag === "Continue" ? undefined : result._tag === "MaxTokens" ? "max-tokens" : "completed"
+      maxTokensSeen = maxTokensSeen || result._tag === "MaxTokens"
+      // 6. Turn-stopping listeners, when the turn would end here.
+      if (lastStop !== undefined) {
+        const quiet = yield* commit(session, 
+          STM.map(
+            STM.zip(TRef.get(session.log), TRef.get(ds.phase)),
+            ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
+          )
+        )
+        if (quiet) {
+          const stopping = yield* abortable(ds, ctx.hooks.turnStopping({ sessionId, turn, step }))
+          if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
+          if (Exit.isFailure(stopping.exit)) {
+            const error = originalError(stopping.exit)
+            return yield* close(errorReason(toLlmFailure(error)), { step, error })
+          }
+        }
+      }
+      // 7. TX-BOUNDARY: close, or claim the next batch.
+      const stop = lastStop
+      const next = yield* commit(session, 
+        STM.gen(function*() {
+          const phase = yield* TRef.get(ds.phase)
+          const { fold } = yield* TRef.get(session.log)
+          if (Option.isSome(causeOf(phase))) {
+            yield* closeTurn(ds, turn, completed)
+            return undefined
+          }
+          if (stop !== undefined && fold.inbox.nextStep.length === 0) {
+            yield* closeTurn(ds, turn, natural())
+            return undefined
+          }
+          return fold.inbox.nextStep.length > 0 ? yield* claimSTM(session, turn, false) : []
+        })
+      ).pipe(Effect.orDie)
+      if (next === undefined) return
+      batch = next
+      boundary = "later"
+    }
+  })

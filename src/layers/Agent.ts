@@ -1,0 +1,181 @@
+/**
+ * The agent preset: one session's log, inbox, pre-step registry, hooks and driver over a store,
+ * a model and tools. The layer's scope is the agent's lifetime; closing it is disposal (SPEC 3.7).
+ *
+ * @since 0.1.0
+ */
+import type { Duration, Schedule } from "effect"
+import { Effect, HashSet, Layer, Option, STM, TRef } from "effect"
+import type {
+  AgentBusy,
+  MalformedLog,
+  PersistenceError,
+  SessionExists,
+  SessionNotFound,
+  UnsupportedLogVersion
+} from "../domain/Errors.js"
+import type { EventOf, SessionEvent } from "../domain/Event.js"
+import type { SessionId } from "../domain/Ids.js"
+import type { RequestHeader } from "../domain/Values.js"
+import { currentActivity } from "../internal/Activity.js"
+import * as GrowOnly from "../internal/GrowOnly.js"
+import { HooksRunner, layerWithRunner } from "../internal/HooksRunner.js"
+import type { LoopContext } from "../internal/LoopContext.js"
+import type { DriverState, Phase } from "../internal/Phase.js"
+import { causeOf } from "../internal/Phase.js"
+import { SessionState } from "../internal/SessionState.js"
+import { ToolRegistry } from "../internal/ToolRegistry.js"
+import { runTurn } from "../internal/Turn.js"
+import { Driver, makeDriver } from "../services/Driver.js"
+import type { Hooks } from "../services/Hooks.js"
+import { Inbox } from "../services/Inbox.js"
+import { Model } from "../services/Model.js"
+import { PreStep } from "../services/PreStep.js"
+import { SessionLog } from "../services/SessionLog.js"
+import type { SessionStore } from "../services/SessionStore.js"
+import { Tools } from "../services/Tools.js"
+import { layerState } from "./Session.js"
+
+/**
+ * Options of an agent.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface AgentOptions {
+  readonly model?: { readonly provider: string; readonly model: string }
+  readonly system?: string
+  readonly maxTokens?: number
+  readonly temperature?: number
+  readonly invariants?: "check" | "off"
+  readonly eventTypes?: ReadonlyArray<string>
+  readonly durability?: {
+    readonly batchSize?: number
+    readonly batchWindow?: Duration.DurationInput
+    readonly writeRetry?: Schedule.Schedule<unknown, unknown>
+  }
+}
+
+/**
+ * Failures of opening an agent.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type AgentOpenError =
+  | SessionExists
+  | SessionNotFound
+  | MalformedLog
+  | UnsupportedLogVersion
+  | PersistenceError
+  | AgentBusy
+
+const lastHeaderOf = (events: GrowOnly.GrowOnly<SessionEvent>): RequestHeader | undefined => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const event = events.buffer[i]!
+    if (event.type === "request/header") return (event as EventOf<"request/header">).data.header
+  }
+  return undefined
+}
+
+const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionState | PreStep | HooksRunner | Model | Tools> =>
+  Layer.scoped(
+    Driver,
+    Effect.gen(function*() {
+      const session = yield* SessionState
+      const preStep = yield* PreStep
+      const hooks = yield* HooksRunner
+      const model = yield* Model
+      const tools = yield* Tools
+      const registry = yield* ToolRegistry.fromToolsOrDie(tools)
+      const { events, fold } = yield* STM.commit(TRef.get(session.log))
+      const ds: DriverState = {
+        session,
+        phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
+        disposing: yield* TRef.make(false)
+      }
+      const identity = {}
+      const scope = yield* Effect.scope
+      const ctx: LoopContext = {
+        ds,
+        sessionId: session.sessionId,
+        preStep,
+        hooks: {
+          request: (input, seed) =>
+            hooks.runRequest({ sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt }, seed),
+          requestError: hooks.runRequestError,
+          turnStopping: hooks.runTurnStopping,
+          toolPre: hooks.runToolPre,
+          toolPost: hooks.runToolPost
+        },
+        model,
+        tools: {
+          list: tools.list,
+          lookup: (name) => Effect.map(registry.lookup(name), Option.getOrUndefined),
+          modeOf: registry.modeOf,
+          maxParallelToolCalls: tools.maxParallelToolCalls
+        },
+        defaults: options,
+        requests: { first: true, lastHeader: lastHeaderOf(events) }
+      }
+      // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
+      const nextTurn = STM.commit(
+        STM.gen(function*() {
+          const phase = yield* TRef.get(ds.phase)
+          if (phase._tag !== "Running" || phase.pending === undefined) return yield* STM.retry
+          yield* TRef.set(ds.phase, { ...phase, pending: undefined })
+          return { turn: phase.turn, batch: phase.pending }
+        })
+      )
+      yield* Effect.forkScoped(
+        Effect.forever(
+          Effect.flatMap(nextTurn, ({ batch, turn }) => runTurn(ctx, turn, batch))
+        ).pipe(Effect.locally(currentActivity, identity))
+      )
+      const driver = makeDriver(ds, identity, scope)
+      // Disposal (SPEC 3.7) steps 1-2; the session layer then seals, flushes and ends the streams.
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function*() {
+          yield* STM.commit(
+            STM.gen(function*() {
+              yield* TRef.set(ds.disposing, true)
+              yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
+              const phase = yield* TRef.get(ds.phase)
+              if (phase._tag !== "Idle" && Option.isNone(causeOf(phase))) {
+                yield* TRef.set(ds.phase, { ...phase, cause: Option.some({ kind: "disposed" as const }) })
+              }
+            })
+          )
+          yield* STM.commit(
+            STM.gen(function*() {
+              const phase = yield* TRef.get(ds.phase)
+              if (phase._tag !== "Idle" && Option.isNone(yield* TRef.get(session.poisoned))) return yield* STM.retry
+            })
+          )
+        })
+      )
+      return driver
+    })
+  )
+
+/**
+ * Builds agents from layers.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const Agent = {
+  /**
+   * One agent on a new (`sessionId`) or stored (`resume`) session.
+   *
+   * @since 0.1.0
+   */
+  layer: (
+    options: AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })
+  ): Layer.Layer<Driver | Inbox | SessionLog | PreStep | Hooks, AgentOpenError, SessionStore | Model | Tools> => {
+    const state = layerState(options)
+    const services = Layer.mergeAll(SessionLog.layer, Inbox.layer, PreStep.layer, layerWithRunner)
+    const withDriver = driverLayer(options).pipe(Layer.provideMerge(services))
+    return withDriver.pipe(Layer.provide(state)) as never
+  }
+}

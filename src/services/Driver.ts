@@ -1,0 +1,251 @@
+/**
+ * Driver: the live owner of a session — deliveries, cancellation, idleness, maintenance, live
+ * notifications — and the long-lived fiber that runs its turns (SPEC 3, 4).
+ *
+ * @since 0.1.0
+ */
+import type { Queue, Scope } from "effect"
+import { Cause, Context, Effect, Either, Exit, Fiber, FiberRef, HashSet, Option, STM, Stream, TRef } from "effect"
+import type { DriverEvent } from "../domain/DriverEvent.js"
+import type { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
+import { AgentBusy, AgentDisposed, MaintenanceAborted, PersistenceError } from "../domain/Errors.js"
+import type { SessionId } from "../domain/Ids.js"
+import { acceptCallerMessage } from "../domain/Message.js"
+import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
+import { currentActivity } from "../internal/Activity.js"
+import { clearSTM, insertSTM } from "../internal/InboxOps.js"
+import type { DriverState } from "../internal/Phase.js"
+import { causeOf, latchedPending, lastTurnOf, openTurn } from "../internal/Phase.js"
+import * as Outbox from "../internal/Outbox.js"
+import { commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
+
+/**
+ * Failures of a delivery.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type DeliveryError = InvalidEvent | DuplicateMessage | PersistenceError | AgentDisposed
+
+/**
+ * The live owner of one session.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Driver extends Context.Tag("tiller/Driver")<Driver, {
+  readonly sessionId: SessionId
+  /** Inserts `m` into `target`; `wakeup` asks for model execution. */
+  readonly send: (m: UserMessage, target: InboxTarget, wakeup: boolean) => Effect.Effect<void, DeliveryError>
+  /** A prompt for its own turn: `send(m, "next-turn", true)`. */
+  readonly followup: (m: UserMessage) => Effect.Effect<void, DeliveryError>
+  /** Steering for the nearest step boundary: `send(m, "next-step", true)`. */
+  readonly steer: (m: UserMessage) => Effect.Effect<void, DeliveryError>
+  /** Context for the nearest step boundary, without waking: `send(m, "next-step", false)`. */
+  readonly inject: (m: UserMessage) => Effect.Effect<void, DeliveryError>
+  /** Records a cancel cause for the current activity; a broad cancel also discards pending input. */
+  readonly cancel: (
+    cause: CancelCause,
+    options?: { readonly keepInbox?: boolean }
+  ) => Effect.Effect<void, PersistenceError | AgentDisposed>
+  /** Resolves when the agent is idle (or disposed or poisoned). */
+  readonly whenIdle: Effect.Effect<void>
+  /** The public status. */
+  readonly status: Effect.Effect<AgentStatus>
+  /** The current status, then every change. */
+  readonly statusChanges: Stream.Stream<AgentStatus>
+  /** Runs a non-turn task from the idle phase; wakes meanwhile are latched. */
+  readonly runMaintenance: <A, E, R>(
+    task: Effect.Effect<A, E, R>
+  ) => Effect.Effect<A, E | AgentBusy | MaintenanceAborted | PersistenceError | AgentDisposed, R>
+  /** Live notifications committed after subscription. */
+  readonly events: Stream.Stream<DriverEvent>
+  /** A queue fed with every notification committed after this returns. */
+  readonly subscribe: Effect.Effect<Queue.Dequeue<DriverEvent>, never, Scope.Scope>
+}>() {}
+
+const statusOf = (ds: DriverState) =>
+  STM.map(TRef.get(ds.phase), (phase): AgentStatus => phase._tag === "Running" ? "running" : "idle")
+
+/**
+ * Builds the driver's operations over its state; the driver fiber and disposal are started by the
+ * agent layer.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope): Context.Tag.Service<Driver> => {
+  const session = ds.session
+  const sessionId = session.sessionId
+
+  const send = (m: UserMessage, target: InboxTarget, wakeup: boolean): Effect.Effect<void, DeliveryError> => {
+    const accepted = acceptCallerMessage(m)
+    return commitAcknowledged(
+      session,
+      STM.gen(function*() {
+        yield* guardWritable(session)
+        if (Either.isLeft(accepted)) return yield* STM.fail(accepted.left)
+        const phase = yield* TRef.get(ds.phase)
+        const disposing = yield* TRef.get(ds.disposing)
+        const aborted = Option.isSome(causeOf(phase))
+        const resolved: InboxTarget = wakeup && aborted && !disposing ? "next-turn" : target
+        const inserted = yield* insertSTM(session, resolved, accepted.right, "end").pipe(STM.orDie)
+        if (Either.isLeft(inserted)) return inserted
+        if (wakeup && !disposing) {
+          const id = accepted.right.id
+          if (phase._tag === "Idle") {
+            yield* openTurn(ds, phase.lastTurn + 1, true).pipe(STM.orDie)
+          } else if (phase._tag === "Running" && !aborted) {
+            if (resolved === "next-step") {
+              yield* TRef.update(session.marks, (marks) => ({ ...marks, wakingSteers: HashSet.add(marks.wakingSteers, id) }))
+            }
+          } else {
+            yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.add(marks.latched, id) }))
+          }
+        }
+        return Either.void
+      })
+    )
+  }
+
+  const cancel = (cause: CancelCause, options?: { readonly keepInbox?: boolean }) =>
+    commitAcknowledged(
+      session,
+      STM.gen(function*() {
+        yield* guardWritable(session)
+        const phase = yield* TRef.get(ds.phase)
+        if (options?.keepInbox !== true) {
+          yield* clearSTM(session).pipe(STM.orDie)
+          if (phase._tag !== "Idle") {
+            yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
+          }
+        }
+        const current = yield* TRef.get(ds.phase)
+        if (current._tag === "Running") {
+          yield* TRef.set(ds.phase, {
+            ...current,
+            cause: Option.isSome(current.cause) ? current.cause : Option.some(cause),
+            dropContexts: current.dropContexts || options?.keepInbox !== true
+          })
+        } else if (current._tag === "Maintenance" && Option.isNone(current.cause)) {
+          yield* TRef.set(ds.phase, { ...current, cause: Option.some(cause) })
+        }
+        return Either.void
+      })
+    ).pipe(Effect.withSpan("Driver.cancel"))
+
+  const whenIdle: Effect.Effect<void> = Effect.flatMap(FiberRef.get(currentActivity), (activity) =>
+    activity === identity
+      ? Effect.dieMessage("whenIdle was awaited from the activity it waits for (a hook, tool body or maintenance task)")
+      : STM.commit(
+        STM.gen(function*() {
+          const phase = yield* TRef.get(ds.phase)
+          if (phase._tag === "Idle") return
+          if (yield* TRef.get(session.disposed)) return
+          if (Option.isSome(yield* TRef.get(session.poisoned))) return
+          return yield* STM.retry
+        })
+      ))
+
+  const fromSubscription = <A, I>(
+    initial: STM.STM<ReadonlyArray<A>>,
+    select: (event: DriverEvent) => Option.Option<A>
+  ): Stream.Stream<A> =>
+    Stream.unwrapScoped(
+      Effect.map(Outbox.subscribe(session.outbox, initial), ([queue, first]) =>
+        Stream.concat(Stream.fromIterable(first), Stream.filterMap(Stream.fromQueue(queue), select)))
+    )
+
+  const events = fromSubscription(STM.succeed([]), Option.some)
+
+  const statusChanges = fromSubscription(
+    STM.map(statusOf(ds), (s) => [s]),
+    (event) => event.type === "agent/status" ? Option.some(event.status) : Option.none()
+  ).pipe(Stream.changes)
+
+  const subscribe: Effect.Effect<Queue.Dequeue<DriverEvent>, never, Scope.Scope> = Effect.map(
+    Outbox.subscribe(session.outbox, STM.void),
+    ([queue]) => queue
+  )
+
+  const runMaintenance = <A, E, R>(
+    task: Effect.Effect<A, E, R>
+  ): Effect.Effect<A, E | AgentBusy | MaintenanceAborted | PersistenceError | AgentDisposed, R> =>
+    Effect.gen(function*() {
+      yield* STM.commit(
+        STM.gen(function*() {
+          yield* guardWritable(session)
+          const phase = yield* TRef.get(ds.phase)
+          const disposing = yield* TRef.get(ds.disposing)
+          if (disposing || phase._tag !== "Idle") {
+            return yield* STM.fail(
+              new AgentBusy({
+                sessionId,
+                operation: "runMaintenance",
+                phase: disposing ? "disposing" : phase._tag === "Running" ? "running" : "maintenance"
+              })
+            )
+          }
+          yield* TRef.set(ds.phase, { _tag: "Maintenance", lastTurn: phase.lastTurn, cause: Option.none() })
+        })
+      )
+      const exit = yield* runTask(task)
+      const cause = yield* commit(session, 
+        STM.gen(function*() {
+          const phase = yield* TRef.get(ds.phase)
+          const recorded = causeOf(phase)
+          const disposing = yield* TRef.get(ds.disposing)
+          if (!disposing && (yield* latchedPending(session))) {
+            yield* openTurn(ds, lastTurnOf(phase) + 1, true).pipe(STM.orDie)
+          } else {
+            yield* TRef.set(ds.phase, { _tag: "Idle", lastTurn: lastTurnOf(phase) })
+          }
+          return recorded
+        })
+      )
+      if (Exit.isSuccess(exit)) return exit.value
+      const defects = Array.from(Cause.defects(exit.cause))
+      if (defects.length > 0) {
+        const turn = yield* STM.commit(STM.map(TRef.get(ds.phase), lastTurnOf))
+        yield* commit(session, publish(session, defects.map((error): DriverEvent => ({ type: "agent/error", turn, step: 0, error }))))
+        return yield* Effect.die(defects[0])
+      }
+      if (Option.isSome(cause)) return yield* new MaintenanceAborted({ cause: cause.value })
+      return yield* Effect.failCause(exit.cause)
+    })
+
+  // The task runs in a child fiber owned by the driver's scope, interrupted when a cause is recorded.
+  // If the caller stops waiting, the task is interrupted and awaited so the phase is restored.
+  const runTask = <A, E, R>(task: Effect.Effect<A, E, R>) =>
+    Effect.uninterruptibleMask((restore) =>
+      Effect.gen(function*() {
+        const fiber = yield* Effect.forkIn(Effect.locally(task, currentActivity, identity), scope)
+        const watcher = yield* Effect.forkIn(
+          Effect.zipRight(
+            STM.commit(STM.flatMap(TRef.get(ds.phase), (p) => Option.isSome(causeOf(p)) ? STM.void : STM.retry)),
+            Fiber.interrupt(fiber)
+          ),
+          scope
+        )
+        const awaited = yield* Effect.exit(restore(Fiber.await(fiber)))
+        const exit = Exit.isSuccess(awaited) ? awaited.value : yield* Fiber.interrupt(fiber)
+        yield* Fiber.interrupt(watcher)
+        return exit
+      })
+    )
+
+  return {
+    sessionId,
+    send: (m, target, wakeup) => send(m, target, wakeup).pipe(Effect.withSpan("Driver.send")),
+    followup: (m) => send(m, "next-turn", true).pipe(Effect.withSpan("Driver.followup")),
+    steer: (m) => send(m, "next-step", true).pipe(Effect.withSpan("Driver.steer")),
+    inject: (m) => send(m, "next-step", false).pipe(Effect.withSpan("Driver.inject")),
+    cancel,
+    whenIdle,
+    status: STM.commit(statusOf(ds)),
+    statusChanges,
+    runMaintenance,
+    events,
+    subscribe
+  }
+}

@@ -1,0 +1,172 @@
+/**
+ * PreStep: the waterfall that decides each step's batch of user messages (SPEC 4.4, 8.6).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Context, Effect, Layer, Option } from "effect"
+import type { Scope } from "effect"
+import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
+import type { SessionId } from "../domain/Ids.js"
+import { freezeCopy } from "../domain/Json.js"
+import type { UserMessage } from "../domain/Values.js"
+import * as Waterfall from "../internal/Waterfall.js"
+
+/**
+ * The outcome of the pre-step waterfall: enter a complete batch, or reject the step.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type PreStepDecision =
+  | { readonly _tag: "Enter"; readonly messages: ReadonlyArray<UserMessage> }
+  | { readonly _tag: "Reject"; readonly reason?: string }
+
+/**
+ * Constructors of {@link PreStepDecision}.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const PreStepDecision: {
+  readonly enter: (messages: ReadonlyArray<UserMessage>) => PreStepDecision
+  readonly reject: (reason?: string) => PreStepDecision
+} = {
+  enter: (messages) => Object.freeze({ _tag: "Enter", messages }),
+  reject: (reason) => Object.freeze(reason === undefined ? { _tag: "Reject" } : { _tag: "Reject", reason })
+}
+
+/**
+ * What a pre-step listener sees: the step's coordinates and the proposed batch.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface PreStepInput {
+  readonly sessionId: SessionId
+  readonly turn: number
+  readonly step: number
+  readonly boundary: "initial" | "later"
+  readonly messages: ReadonlyArray<UserMessage>
+}
+
+/**
+ * A pre-step listener; `next` yields the downstream decision and may be called at most once.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type PreStepListener<E> = (
+  input: PreStepInput,
+  next: () => Effect.Effect<PreStepDecision, PreStepFailed>
+) => Effect.Effect<PreStepDecision, E>
+
+/**
+ * Options of {@link PreStep} registration.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface PreStepRegisterOptions {
+  readonly prepend?: boolean
+}
+
+type Registry = Waterfall.Waterfall<PreStepInput, PreStepDecision, PreStepFailed>
+
+/**
+ * Builds a pre-step service over a fresh, empty listener list.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make: Effect.Effect<Context.Tag.Service<PreStep>> = Effect.map(
+  Waterfall.make<PreStepInput, PreStepDecision, PreStepFailed>(),
+  (registry) => ({
+    register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
+      registry.register(guard(listener), options),
+    run: Effect.fn("PreStep.run")(function*(input: PreStepInput) {
+      return yield* runRegistry(registry, input)
+    })
+  })
+)
+
+/**
+ * The pre-step waterfall of one agent: listeners decide each step's batch.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class PreStep extends Context.Tag("tiller/PreStep")<PreStep, {
+  readonly register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
+    Effect.Effect<void, never, Scope.Scope>
+  readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
+}>() {
+  /**
+   * A pre-step service with its own listener list (fresh per layer build).
+   *
+   * @since 0.1.0
+   */
+  static readonly layer: Layer.Layer<PreStep> = Layer.effect(PreStep, make)
+}
+
+const runRegistry = (
+  registry: Registry,
+  input: PreStepInput
+): Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed> =>
+  Effect.suspend(() => {
+    const { turn, step } = input
+    // Listeners see copies: a fresh frozen array of deep-frozen messages, never the caller's objects.
+    const seen: PreStepInput = Object.freeze({
+      sessionId: input.sessionId,
+      turn,
+      step,
+      boundary: input.boundary,
+      messages: Object.freeze(input.messages.map(freezeCopy))
+    })
+    return Effect.flatMap(
+      registry.run(seen, (i) => Effect.succeed(PreStepDecision.enter(Object.freeze(i.messages.slice())))),
+      (decision): Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed> => {
+        switch (decision?._tag) {
+          case "Enter":
+            return Effect.succeed(decision.messages)
+          case "Reject":
+            return Effect.fail(
+              new PreStepRejected(decision.reason === undefined ? { turn, step } : { turn, step, reason: decision.reason })
+            )
+          default:
+            return Effect.fail(
+              new PreStepFailed({ turn, step, cause: new Error(`a pre-step decision must be Enter or Reject, got ${String(decision)}`) })
+            )
+        }
+      }
+    )
+  })
+
+// Wraps a listener so that its own failures and defects become `PreStepFailed`. A `PreStepFailed`
+// that came out of this invocation's `next()` passes through unchanged, so failures never nest.
+// Interruption is never caught: an interrupted fiber skips failure handlers, and an interrupt-only
+// cause is re-raised as is.
+const guard = <E>(listener: PreStepListener<E>): Waterfall.Listener<PreStepInput, PreStepDecision, PreStepFailed> =>
+(input, next) =>
+  Effect.suspend(() => {
+    let downstream: PreStepFailed | undefined
+    const trackedNext = () =>
+      Effect.tapError(next(), (failed) => Effect.sync(() => (downstream = Cause.originalError(failed))))
+    return Effect.catchAllCause(
+      Effect.suspend(() => listener(input, trackedNext)),
+      (cause): Effect.Effect<never, PreStepFailed> => {
+        // Effect wraps failed objects in span-annotating proxies; `cause` carries the original value.
+        const failure = Option.map(Cause.failureOption(cause), Cause.originalError)
+        if (Option.isSome(failure)) {
+          return Effect.fail(
+            downstream !== undefined && failure.value === downstream
+              ? downstream
+              : new PreStepFailed({ turn: input.turn, step: input.step, cause: failure.value })
+          )
+        }
+        const defect = Option.map(Cause.dieOption(cause), Cause.originalError)
+        return Option.isSome(defect)
+          ? Effect.fail(new PreStepFailed({ turn: input.turn, step: input.step, cause: defect.value }))
+          : Effect.failCause(cause as Cause.Cause<never>)
+      }
+    )
+  })

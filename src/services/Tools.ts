@@ -1,0 +1,238 @@
+/**
+ * Tools: definitions the model may call and the registry the agent reads them from (SPEC 4.6, 8.9).
+ *
+ * @since 0.1.0
+ */
+import { Context, Effect, Either, JSONSchema, Layer, Option, Ref } from "effect"
+import type { Schema, Scope } from "effect"
+import type { SessionId } from "../domain/Ids.js"
+import type { Json } from "../domain/Json.js"
+import { freezeCopy, jsonProblem } from "../domain/Json.js"
+import type { ImageBlock, TextBlock, ToolSchema, UserMessage } from "../domain/Values.js"
+import type { ToolRegistryShape } from "../internal/ToolRegistry.js"
+import { attachRegistry, ToolRegistry } from "../internal/ToolRegistry.js"
+
+/**
+ * What a tool body returns; a plain string `s` means `{content: s}`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ToolOutput {
+  readonly content: string | ReadonlyArray<TextBlock | ImageBlock>
+  readonly isError?: boolean
+  readonly additionalContexts?: ReadonlyArray<UserMessage>
+  readonly concludesTurn?: boolean
+  readonly meta?: Json
+}
+
+/**
+ * A tool output with every default filled in, as `ToolPost` listeners see and return it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface NormalizedToolOutput {
+  readonly content: ReadonlyArray<TextBlock | ImageBlock>
+  readonly isError: boolean
+  readonly additionalContexts: ReadonlyArray<UserMessage>
+  readonly concludesTurn: boolean
+  readonly meta?: Json
+}
+
+/**
+ * What a tool body knows about its call; `deferContext` queues a context message for `next-step`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ToolContext {
+  readonly sessionId: SessionId
+  readonly turn: number
+  readonly step: number
+  readonly callId: string
+  readonly deferContext: (m: UserMessage) => Effect.Effect<void>
+}
+
+/**
+ * How a call is scheduled: `parallel` calls share a pool, an `exclusive` call runs alone.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ToolMode = "parallel" | "exclusive"
+
+/**
+ * A tool: its name, description, parameter Schema, mode and body.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ToolDefinition<P extends Schema.Schema.AnyNoContext> {
+  readonly name: string
+  readonly description: string
+  readonly parameters: P
+  readonly mode: ToolMode
+  readonly execute: (params: Schema.Schema.Type<P>, ctx: ToolContext) => Effect.Effect<ToolOutput | string, unknown>
+}
+
+/**
+ * Constructors of tool definitions.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const Tool = {
+  /** A frozen tool definition; `mode` defaults to `"exclusive"`. */
+  make: <P extends Schema.Schema.AnyNoContext>(name: string, spec: {
+    readonly description: string
+    readonly parameters: P
+    readonly mode?: ToolMode
+    readonly execute: ToolDefinition<P>["execute"]
+  }): ToolDefinition<P> =>
+    Object.freeze({
+      name,
+      description: spec.description,
+      parameters: spec.parameters,
+      mode: spec.mode ?? "exclusive",
+      execute: spec.execute
+    })
+}
+
+/**
+ * Options of {@link Tools.layer}.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ToolsOptions {
+  /** Registered for the lifetime of the layer; a later entry shadows an earlier one of the same name. */
+  readonly tools?: ReadonlyArray<ToolDefinition<any>>
+  /** The parallel pool cap; a positive integer, default 10. */
+  readonly maxParallelToolCalls?: number
+}
+
+/**
+ * The tool registry: scoped registration with shadowing, live mode changes, and the schemas offered to
+ * the model.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Tools extends Context.Tag("tiller/Tools")<Tools, {
+  /** Makes `tool` visible until the scope closes; it shadows an earlier registration of the same name. */
+  readonly register: (tool: ToolDefinition<any>) => Effect.Effect<void, never, Scope.Scope>
+  /** Changes the mode of the visible tool called `name`; a no-op when no such tool is registered. */
+  readonly setMode: (name: string, mode: ToolMode) => Effect.Effect<void>
+  /** Every visible tool, sorted by name in code-unit order, parameters as JSON Schema. */
+  readonly list: Effect.Effect<ReadonlyArray<ToolSchema>>
+  /** The parallel pool cap (SPEC 4.6). */
+  readonly maxParallelToolCalls: number
+}>() {
+  /**
+   * A registry holding `options.tools`; dies at build unless `maxParallelToolCalls` is a positive
+   * integer (default 10). The built context also carries the internal `ToolRegistry`.
+   *
+   * @since 0.1.0
+   */
+  static readonly layer = (options?: ToolsOptions): Layer.Layer<Tools> => Layer.effectContext(make(options))
+}
+
+const DEFAULT_MAX_PARALLEL_TOOL_CALLS = 10
+
+interface Registration {
+  readonly token: number
+  readonly tool: ToolDefinition<any>
+  readonly schema: ToolSchema
+}
+
+interface RegistryState {
+  readonly nextToken: number
+  /** In registration order; the visible tool of a name is its last registration. */
+  readonly registrations: ReadonlyArray<Registration>
+}
+
+const lastIndexOf = (registrations: ReadonlyArray<Registration>, name: string): number => {
+  for (let i = registrations.length - 1; i >= 0; i--) if (registrations[i]!.tool.name === name) return i
+  return -1
+}
+
+const byCodeUnits = (a: ToolSchema, b: ToolSchema): number => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)
+
+// The JSON Schema of a tool's parameters is derived once, at registration, so a Schema that
+// JSONSchema.make cannot render fails where the tool is registered, not in a later model request.
+const toolSchemaOf = (tool: ToolDefinition<any>): Effect.Effect<ToolSchema> =>
+  Effect.suspend(() => {
+    const rendered = Either.try(() => JSONSchema.make(tool.parameters) as unknown as Record<string, unknown>)
+    if (Either.isLeft(rendered)) {
+      const reason = rendered.left instanceof Error ? rendered.left.message : String(rendered.left)
+      return Effect.dieMessage(`tool ${tool.name}: cannot derive a JSON Schema for its parameters: ${reason}`)
+    }
+    const { $schema: _dialect, ...parameters } = rendered.right
+    const problem = jsonProblem(parameters, "parameters")
+    if (problem !== undefined) {
+      return Effect.dieMessage(`tool ${tool.name}: its parameter JSON Schema is not lossless JSON: ${problem}`)
+    }
+    return Effect.succeed(freezeCopy({ name: tool.name, description: tool.description, parameters: parameters as Json }))
+  })
+
+const make = (options?: ToolsOptions): Effect.Effect<Context.Context<Tools | ToolRegistry>> =>
+  Effect.gen(function*() {
+    const maxParallelToolCalls = options?.maxParallelToolCalls ?? DEFAULT_MAX_PARALLEL_TOOL_CALLS
+    if (!Number.isInteger(maxParallelToolCalls) || maxParallelToolCalls < 1) {
+      return yield* Effect.dieMessage(
+        `Tools.layer: maxParallelToolCalls must be a positive integer, got ${String(maxParallelToolCalls)}`
+      )
+    }
+    const initial = options?.tools ?? []
+    const registrations: Array<Registration> = []
+    for (const tool of initial) {
+      registrations.push({ token: registrations.length, tool, schema: yield* toolSchemaOf(tool) })
+    }
+    const state = yield* Ref.make<RegistryState>({ nextToken: registrations.length, registrations })
+
+    const add = (tool: ToolDefinition<any>, schema: ToolSchema) =>
+      Ref.modify(state, ({ nextToken, registrations }): [number, RegistryState] => [
+        nextToken,
+        { nextToken: nextToken + 1, registrations: [...registrations, { token: nextToken, tool, schema }] }
+      ])
+
+    const remove = (token: number) =>
+      Ref.update(state, (s) => ({ ...s, registrations: s.registrations.filter((r) => r.token !== token) }))
+
+    const register = Effect.fn("Tools.register")(function*(tool: ToolDefinition<any>) {
+      const schema = yield* toolSchemaOf(tool)
+      yield* Effect.acquireRelease(add(tool, schema), remove)
+    })
+
+    const setMode = (name: string, mode: ToolMode) =>
+      Ref.update(state, (s) => {
+        const at = lastIndexOf(s.registrations, name)
+        const current = s.registrations[at]
+        if (current === undefined || current.tool.mode === mode) return s
+        const updated = [...s.registrations]
+        updated[at] = { ...current, tool: Object.freeze({ ...current.tool, mode }) }
+        return { ...s, registrations: updated }
+      }).pipe(Effect.withSpan("Tools.setMode"))
+
+    const visible = (s: RegistryState): ReadonlyArray<ToolSchema> => {
+      const byName = new Map<string, ToolSchema>()
+      for (const r of s.registrations) byName.set(r.tool.name, r.schema)
+      return Object.freeze([...byName.values()].sort(byCodeUnits))
+    }
+
+    const lookup = (name: string) =>
+      Effect.map(Ref.get(state), (s) => Option.fromNullable(s.registrations[lastIndexOf(s.registrations, name)]?.tool))
+
+    const registry: ToolRegistryShape = {
+      lookup,
+      modeOf: (name) => Effect.map(lookup(name), Option.match({ onNone: () => undefined, onSome: (tool) => tool.mode }))
+    }
+    const tools: Context.Tag.Service<Tools> = attachRegistry({
+      register,
+      setMode,
+      list: Effect.map(Ref.get(state), visible).pipe(Effect.withSpan("Tools.list")),
+      maxParallelToolCalls
+    }, registry)
+    return Context.make(Tools, tools).pipe(Context.add(ToolRegistry, registry))
+  })

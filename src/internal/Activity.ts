@@ -34,6 +34,16 @@ export const awaitCause = (ds: DriverState): Effect.Effect<CancelCause> =>
     })
   )
 
+// A recorded cause, or a poisoned session (whose activity stops at its next append).
+const awaitStop = (ds: DriverState): Effect.Effect<void> =>
+  STM.commit(
+    STM.gen(function*() {
+      if (Option.isSome(causeOf(yield* TRef.get(ds.phase)))) return
+      if (Option.isSome(yield* TRef.get(ds.session.poisoned))) return
+      return yield* STM.retry
+    })
+  )
+
 /**
  * The cause recorded for the current activity, if any.
  *
@@ -62,7 +72,7 @@ export type Abortable<A, E> =
  * @category cancellation
  */
 export const abortable = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>): Effect.Effect<Abortable<A, E>, never, R> =>
-  Effect.raceWith(Effect.exit(work), awaitCause(ds), {
+  Effect.raceWith(Effect.exit(work), awaitStop(ds), {
     onSelfDone: (exit, other) =>
       Effect.as(Fiber.interrupt(other), { _tag: "Done" as const, exit: Exit.flatten(exit) }),
     onOtherDone: (_, self) =>

@@ -146,7 +146,8 @@ export const openSessionState = (
       disposed: yield* TRef.make(false),
       closed: yield* TRef.make(false),
       outbox: yield* Outbox.make,
-      waiters: DurableWaiters.make(snapshot.events.length - 1)
+      waiters: DurableWaiters.make(snapshot.events.length - 1),
+      owner: { onPoison: () => STM.void, phase: STM.succeed("idle") }
     }
     yield* Effect.forkScoped(runWriter(state, options.durability))
     if ("resume" in target) yield* sealResumed(state)

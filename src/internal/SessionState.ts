@@ -81,6 +81,20 @@ export interface SessionStateShape {
   readonly closed: TRef.TRef<boolean>
   readonly outbox: Outbox.Outbox
   readonly waiters: DurableWaiters.DurableWaiters
+  /** Set once by the driver that owns the session. */
+  readonly owner: SessionOwner
+}
+
+/**
+ * What the driver owning a session adds to session-level transactions: its part of the poison
+ * transaction (SPEC 6.3) and the phase that `SessionLog.append` consults (SPEC 6.7).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionOwner {
+  onPoison: (error: PersistenceError) => STM.STM<void>
+  phase: STM.STM<"idle" | "running" | "maintenance">
 }
 
 /**
@@ -135,7 +149,9 @@ export const appendDrafts = (
   drafts: ReadonlyArray<Draft>,
   trusted: boolean
 ): STM.STM<ReadonlyArray<SessionEvent>, InvalidEvent> =>
-  STM.flatMap(TRef.get(state.log), (snapshot) => {
+  STM.flatMap(STM.zip(TRef.get(state.log), TRef.get(state.poisoned)), ([snapshot, poisoned]) => {
+    // A poisoned session appends nothing more; the activity that tried is stopped (SPEC 6.3).
+    if (Option.isSome(poisoned)) return STM.interrupt
     const time = state.clock.unsafeCurrentTimeMillis()
     let events = snapshot.events
     let fold = snapshot.fold

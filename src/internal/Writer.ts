@@ -8,6 +8,7 @@ import { Duration, Effect, Option, Schedule, STM, TRef } from "effect"
 import { PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
 import * as DurableWaiters from "./DurableWaiters.js"
+import * as Outbox from "./Outbox.js"
 import type { SessionStateShape } from "./SessionState.js"
 
 /**
@@ -77,8 +78,9 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       const error = written.left instanceof PersistenceError
         ? written.left
         : new PersistenceError({ sessionId: state.sessionId, operation: "append", cause: written.left })
-      yield* STM.commit(TRef.set(state.poisoned, Option.some(error)))
+      yield* STM.commit(STM.zipRight(TRef.set(state.poisoned, Option.some(error)), state.owner.onPoison(error)))
       DurableWaiters.poison(state.waiters, error)
+      yield* Outbox.deliver(state.outbox)
     }
   })
 

@@ -23,7 +23,8 @@ import { HooksRunner, layerWithRunner } from "../internal/HooksRunner.js"
 import type { LoopContext } from "../internal/LoopContext.js"
 import type { DriverState, Phase } from "../internal/Phase.js"
 import { causeOf } from "../internal/Phase.js"
-import { SessionState } from "../internal/SessionState.js"
+import { publish, SessionState } from "../internal/SessionState.js"
+import type { DriverEvent } from "../domain/DriverEvent.js"
 import { ToolRegistry } from "../internal/ToolRegistry.js"
 import { runTurn } from "../internal/Turn.js"
 import { Driver, makeDriver } from "../services/Driver.js"
@@ -133,6 +134,19 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
         ).pipe(Effect.locally(currentActivity, identity))
       )
       const driver = makeDriver(ds, identity, scope)
+      // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).
+      session.owner.onPoison = (error) =>
+        STM.gen(function*() {
+          const phase = yield* TRef.get(ds.phase)
+          const turn = phase._tag === "Running" ? phase.turn : phase.lastTurn
+          const step = phase._tag === "Running" ? phase.step : 0
+          yield* TRef.set(ds.phase, { _tag: "Idle", lastTurn: turn })
+          const events: Array<DriverEvent> = [{ type: "agent/error", turn, step, error }]
+          if (phase._tag === "Running") events.push({ type: "agent/status", status: "idle" })
+          yield* publish(session, events)
+        })
+      session.owner.phase = STM.map(TRef.get(ds.phase), (phase) =>
+        phase._tag === "Idle" ? "idle" : phase._tag === "Running" ? "running" : "maintenance")
       // Disposal (SPEC 3.7) steps 1-2; the session layer then seals, flushes and ends the streams.
       yield* Effect.addFinalizer(() =>
         Effect.gen(function*() {

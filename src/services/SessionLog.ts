@@ -128,6 +128,13 @@ const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.S
           }
         }
       }
+      if (input.type === "compaction/start" && (input.data as { readonly turn?: unknown } | null)?.turn === null) {
+        if ((yield* state.owner.phase) !== "maintenance") {
+          return yield* STM.fail(
+            new InvalidEvent({ type: input.type, reason: "a compaction bracket between turns needs the maintenance phase" })
+          )
+        }
+      }
       const [event] = yield* appendDrafts(state, [input], false)
       return Either.right(event!)
     })

@@ -1,0 +1,377 @@
+/**
+ * Delivery scenarios P2-P19 of SPEC 9: waking, staging, where input lands, pre-step decisions.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, Deferred, Effect, Exit, Fiber, FiberId, Option, Queue, Ref, Schema, Stream, TestClock } from "effect"
+import type { Scope } from "effect"
+import { checkLog } from "../../src/domain/Check.js"
+import type { DriverEvent } from "../../src/domain/DriverEvent.js"
+import type { EventOf } from "../../src/domain/Event.js"
+import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import type { AgentStatus, Message, UserMessage } from "../../src/domain/Values.js"
+import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
+import { Driver } from "../../src/services/Driver.js"
+import { Hooks } from "../../src/services/Hooks.js"
+import { Inbox } from "../../src/services/Inbox.js"
+import type { PreStepInput } from "../../src/services/PreStep.js"
+import { PreStep, PreStepDecision } from "../../src/services/PreStep.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
+import { MemoryStoreControl } from "../../src/services/SessionStore.js"
+import { Tool, Tools } from "../../src/services/Tools.js"
+import { plugin, scenario, shape, texts, user } from "./harness.js"
+
+// The chunks and message of a scripted `text(...)` response.
+const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
+// The chunks and message of a response with one tool call.
+const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
+
+const id = (s: string) => MessageId.make(s)
+
+const liveNotation = (e: DriverEvent): string => {
+  switch (e.type) {
+    case "agent/inbox/inserted":
+      return `inserted(${e.message.id})`
+    case "agent/inbox/claimed":
+      return `claimed(${e.message.id},${e.turn})`
+    case "agent/inbox/discarded":
+      return `discarded(${e.message.id})`
+    case "agent/status":
+      return `status(${e.status})`
+    case "agent/error":
+      return `error(${e.turn},${e.step})`
+  }
+}
+
+/** Lets every ready fiber run (delivery of notifications, stream consumers). */
+const settle = Effect.repeatN(Effect.yieldNow(), 50)
+
+/** Everything a subscription received so far, in notation. */
+const liveOf = (queue: Queue.Dequeue<DriverEvent>) =>
+  Effect.map(Queue.takeAll(queue), (chunk) => Chunk.toReadonlyArray(chunk).map(liveNotation))
+
+/** Starts collecting `statusChanges`; the returned effect reads the trace so far. */
+const traceStatus: Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Driver | Scope.Scope> = Effect.gen(
+  function*() {
+    const driver = yield* Driver
+    const ref = yield* Ref.make<ReadonlyArray<AgentStatus>>([])
+    yield* Effect.forkScoped(Stream.runForEach(driver.statusChanges, (s) => Ref.update(ref, (a) => [...a, s])))
+    while ((yield* Ref.get(ref)).length === 0) yield* Effect.yieldNow()
+    return Ref.get(ref)
+  }
+)
+
+const requests = Effect.flatMap(ScriptedModel, (s) => s.requests)
+
+/** Waits for idleness, then checks the whole log with the relational checker. */
+const closeOut = Effect.gen(function*() {
+  const driver = yield* Driver
+  const log = yield* SessionLog
+  yield* driver.whenIdle
+  yield* settle
+  expect(yield* driver.status).toBe("idle")
+  expect(checkLog(yield* log.events, { closed: true })).toEqual([])
+})
+
+const turnEnds = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) =>
+  events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data))
+
+const userMessages = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) =>
+  events.filter((e) => e.type === "user/message").map((e) => (e as EventOf<"user/message">).data))
+
+const textOf = (m: Message): string => {
+  const block = m.content[0]
+  if (block === undefined) return ""
+  if (block.type === "text") return block.text
+  if (block.type === "tool-result") return `tool-result ${block.toolCallId}`
+  if (block.type === "tool-call") return `tool-call ${block.id}`
+  return block.type
+}
+
+/** A listener input reduced to `(turn, step, boundary, [ids])`. */
+const inputOf = (input: PreStepInput) =>
+  `(${input.turn},${input.step},${input.boundary},[${input.messages.map((m) => m.id).join(",")}])`
+
+describe("delivery", () => {
+  it.scoped("P2: a wake is committed before followup completes", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const log = yield* SessionLog
+      const live = yield* driver.subscribe
+      const G = yield* Deferred.make<void>()
+      yield* (yield* PreStep).register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
+      yield* driver.followup(user("A"))
+      expect(yield* driver.status).toBe("running")
+      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"])
+      expect(yield* log.durableSeq).toBe(2)
+      expect(yield* liveOf(live)).toEqual(["inserted(A)", "status(running)", "claimed(A,1)"])
+      // The pre-step is still pending: nothing more is written meanwhile.
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"])
+      expect((yield* shape).some((s) => s.startsWith("UM"))).toBe(false)
+      yield* Deferred.succeed(G, undefined)
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("hello")]))))
+
+  it.scoped("P2: with the store held, followup does not complete until release", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const log = yield* SessionLog
+      const control = yield* MemoryStoreControl
+      const G = yield* Deferred.make<void>()
+      yield* (yield* PreStep).register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
+      yield* control.hold
+      const call = yield* Effect.fork(driver.followup(user("A")))
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      yield* settle
+      expect(Option.isNone(yield* Fiber.poll(call))).toBe(true)
+      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"])
+      expect(yield* driver.status).toBe("running")
+      expect(yield* log.durableSeq).toBe(-1)
+      yield* control.release
+      yield* Fiber.join(call)
+      expect(yield* log.durableSeq).toBe(2)
+      yield* Deferred.succeed(G, undefined)
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("hello")]))))
+
+  it.scoped("P3: two follow-ups are two turns", () => {
+    const G = Deferred.unsafeMake<void>(FiberId.none)
+    return Effect.gen(function*() {
+      const driver = yield* Driver
+      const trace = yield* traceStatus
+      const A = user("A")
+      const B = user("B")
+      yield* driver.followup(A)
+      yield* driver.followup(B)
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      const log = yield* shape
+      // INS(B) lies somewhere between the first claim and turn 1's finish; the rest is exact.
+      const at = log.indexOf("INS(nt,0,[B])")
+      expect(at).toBeGreaterThan(2)
+      expect(at).toBeLessThan(log.indexOf("CH(finish stop)"))
+      expect(log.filter((_, i) => i !== at)).toEqual([
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...TEXT, "SE(1,1)",
+        "TE(1,completed)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+      ])
+      expect(log.filter((s) => s.startsWith("RH"))).toEqual(["RH(initial)"])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(2)
+      expect(reqs[1]!.messages.length).toBe(3)
+      expect(reqs[1]!.messages[0]).toEqual(A)
+      expect(reqs[1]!.messages[1]!.role).toBe("assistant")
+      expect(textOf(reqs[1]!.messages[1]!)).toBe("first")
+      expect(reqs[1]!.messages[2]).toEqual(B)
+      yield* closeOut
+      expect(yield* trace).toEqual(["idle", "running", "idle"])
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("first", { awaitBefore: Deferred.await(G) }), ScriptedModel.text("second")])))
+  })
+
+  it.scoped("P4: a follow-up issued from a log observer is not lost", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const log = yield* SessionLog
+      const inbox = yield* Inbox
+      const live = yield* driver.subscribe
+      const B = user("B")
+      yield* Effect.forkScoped(
+        Stream.runForEach(log.stream(0), (e) => {
+          if (e.type !== "agent/inbox/spliced") return Effect.void
+          const inserted = (e as EventOf<"agent/inbox/spliced">).data.inserted
+          return inserted.some((m) => m.id === "A") ? driver.followup(B) : Effect.void
+        })
+      )
+      yield* driver.followup(user("A"))
+      while (Option.isNone(yield* inbox.idState(B.id))) yield* Effect.yieldNow()
+      yield* driver.whenIdle
+      expect(yield* texts).toEqual(["A", "B"])
+      const log1 = yield* shape
+      expect(log1[log1.indexOf("UM(A)") - 1]).toBe("SS(1,1)")
+      expect(log1[log1.indexOf("UM(B)") - 1]).toBe("SS(2,1)")
+      expect(log1.filter((s) => s.startsWith("TE"))).toEqual(["TE(1,completed)", "TE(2,completed)"])
+      yield* closeOut
+      expect((yield* liveOf(live)).filter((s) => s.startsWith("error"))).toEqual([])
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+
+  it.scoped("P5: idle inject stages durably without a turn", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const log = yield* SessionLog
+      const inbox = yield* Inbox
+      const live = yield* driver.subscribe
+      const trace = yield* traceStatus
+      const C = plugin("C")
+      yield* driver.inject(C)
+      expect(yield* shape).toEqual(["INS(ns,0,[C])"])
+      expect(yield* log.durableSeq).toBe(0)
+      expect(yield* driver.status).toBe("idle")
+      const idle = yield* Effect.fork(driver.whenIdle)
+      yield* Effect.yieldNow()
+      expect(Option.map(yield* Fiber.poll(idle), Exit.isSuccess)).toEqual(Option.some(true))
+      yield* settle
+      yield* TestClock.adjust("1 second")
+      expect(yield* shape).toEqual(["INS(ns,0,[C])"])
+      expect(yield* requests).toEqual([])
+      expect(yield* liveOf(live)).toEqual(["inserted(C)"])
+      expect(yield* trace).toEqual(["idle"])
+      expect(yield* inbox.nextStep).toEqual([C])
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([]))))
+
+  it.scoped("P6: idle inject, then follow-up", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const live = yield* driver.subscribe
+      const C = plugin("C", "context verbatim")
+      const A = user("A")
+      yield* driver.inject(C)
+      yield* driver.followup(A)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(ns,0,[C])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(1,1)", "UM(C)", "UM(A)",
+        "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
+      ])
+      yield* closeOut
+      expect(yield* liveOf(live)).toEqual([
+        "inserted(C)", "inserted(A)", "status(running)", "claimed(C,1)", "claimed(A,1)", "status(idle)"
+      ])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(1)
+      expect(reqs[0]!.messages).toEqual([C, A])
+      expect(reqs[0]!.messages[0]!.content).toEqual([{ type: "text", text: "context verbatim" }])
+      expect(reqs[0]!.messages[0]!.source).toEqual({ kind: "plugin", plugin: "test" })
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P7: injection from a tool body waits for the next step", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const tools = yield* Tools
+      // A caller's own, non-frozen object.
+      const C1 = {
+        id: "C1",
+        role: "user",
+        content: [{ type: "text", text: "C1" }],
+        source: { kind: "plugin", plugin: "test" }
+      }
+      const C2 = plugin("C2")
+      yield* tools.register(Tool.make("noticer", {
+        description: "injects context",
+        parameters: Schema.Struct({}),
+        mode: "exclusive",
+        execute: () =>
+          Effect.gen(function*() {
+            yield* driver.inject(C1 as unknown as UserMessage)
+            C1.content[0]!.text = "mutated"
+            C1.id = "C1-mutated"
+            yield* driver.inject(C2)
+            return "ok"
+          })
+      }))
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...CALL,
+        "TC(c1)", "INS(ns,0,[C1])", "INS(ns,1,[C2])", "TR(c1)", "SE(1,1)",
+        "CLM(ns,0,2)", "SS(1,2)", "UM(C1)", "UM(C2)", ...TEXT, "SE(1,2)", "TE(1,completed)"
+      ])
+      expect(yield* texts).toEqual(["A", "C1", "C2"])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(2)
+      const tail = reqs[1]!.messages.slice(-4)
+      expect(tail.map((m) => m.role)).toEqual(["assistant", "user", "user", "user"])
+      expect(tail.map(textOf)).toEqual(["tool-call c1", "tool-result c1", "C1", "C2"])
+      expect(tail[2]).toEqual(plugin("C1"))
+      expect(tail[3]).toEqual(C2)
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([
+      ScriptedModel.response({ toolCalls: [{ id: "c1", name: "noticer", arguments: {} }] }),
+      ScriptedModel.text("done")
+    ]))))
+
+  it.scoped("P8: injection from turn-stopping keeps the turn alive", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const hooks = yield* Hooks
+      const seen: Array<string> = []
+      yield* (yield* PreStep).register((input, next) => Effect.zipRight(Effect.sync(() => seen.push(inputOf(input))), next()))
+      let calls = 0
+      yield* hooks.onTurnStopping(() => (calls++ === 0 ? driver.inject(plugin("C")) : Effect.void))
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...TEXT, "SE(1,1)",
+        "INS(ns,0,[C])", "CLM(ns,0,1)", "SS(1,2)", "UM(C)", ...TEXT, "SE(1,2)", "TE(1,completed)"
+      ])
+      expect(seen).toEqual(["(1,1,initial,[A])", "(1,2,later,[C])"])
+      expect((yield* requests).length).toBe(2)
+      expect(calls).toBe(2)
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+
+  it.scoped("P9: idle steer starts a turn", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.steer(user("S"))
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(ns,0,[S])", "TS(1)", "CLM(ns,0,1)", "SS(1,1)", "UM(S)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
+      ])
+      expect((yield* requests).length).toBe(1)
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P10: input inserted during a pending pre-step enters the following step", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      const G = yield* Deferred.make<void>()
+      yield* (yield* PreStep).register((input, next) =>
+        input.step === 1 ? Effect.zipRight(Deferred.await(G), next()) : next()
+      )
+      const P = user("P")
+      const C = plugin("C")
+      const S = user("S")
+      yield* driver.followup(P)
+      yield* driver.inject(C)
+      yield* driver.steer(S)
+      expect(yield* inbox.nextStep).toEqual([C, S])
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[C])", "INS(ns,1,[S])", "SS(1,1)", "UM(P)", "RH(initial)",
+        ...TEXT, "SE(1,1)", "CLM(ns,0,2)", "SS(1,2)", "UM(C)", "UM(S)", ...TEXT, "SE(1,2)", "TE(1,completed)"
+      ])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(2)
+      expect(reqs[0]!.messages).toEqual([P])
+      expect(reqs[1]!.messages.slice(-2)).toEqual([C, S])
+      expect(yield* inbox.snapshot).toEqual({ nextTurn: [], nextStep: [] })
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+
+  it.scoped("P11: steering while a concluding tool runs is not lost", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const tools = yield* Tools
+      const S = user("S")
+      yield* tools.register(Tool.make("finalize", {
+        description: "concludes",
+        parameters: Schema.Struct({}),
+        execute: () => Effect.as(driver.steer(S), { content: "done", concludesTurn: true })
+      }))
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const reqs = yield* requests
+      expect(reqs.length).toBe(2)
+      expect(yield* turnEnds).toEqual([{ turn: 1, reason: { kind: "completed" } }])
+      const messages = reqs[1]!.messages
+      expect(messages.map(textOf)).toEqual(["A", "tool-call c1", "tool-result c1", "S"])
+      expect(messages[3]).toEqual(S)
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([
+      ScriptedModel.response({ toolCalls: [{ id: "c1", name: "finalize", arguments: {} }] }),
+      ScriptedModel.text("after")
+    ]))))
+})

@@ -45,20 +45,20 @@ export class HooksRunner extends Context.Tag("tiller/internal/HooksRunner")<Hook
  * @category constructors
  */
 export const runnerFromRegistries = (registries: HookRegistries): Context.Tag.Service<HooksRunner> => ({
-  runRequest: Effect.fn("Hooks.runRequest")(function*(input: Omit<RequestInput, "config">, seed: RequestConfig) {
+  runRequest: Effect.fnUntraced(function*(input: Omit<RequestInput, "config">, seed: RequestConfig) {
     const config: RequestConfig = Object.freeze({ ...seed })
     return yield* registries.request.run(Object.freeze({ ...input, config }), () => Effect.succeed(config))
   }),
-  runRequestError: Effect.fn("Hooks.runRequestError")(function*(input: RequestErrorInput) {
+  runRequestError: Effect.fnUntraced(function*(input: RequestErrorInput) {
     return yield* registries.requestError.run(input, defaultRetryPolicy)
   }),
-  runTurnStopping: Effect.fn("Hooks.runTurnStopping")(function*(input: TurnStoppingInput) {
+  runTurnStopping: Effect.fnUntraced(function*(input: TurnStoppingInput) {
     return yield* registries.turnStopping.run(input, () => Effect.void)
   }),
-  runToolPre: Effect.fn("Hooks.runToolPre")(function*(info: ToolCallInfo) {
+  runToolPre: Effect.fnUntraced(function*(info: ToolCallInfo) {
     return yield* registries.toolPre.run(info, () => Effect.succeed(ToolPreDecision.allow))
   }),
-  runToolPost: Effect.fn("Hooks.runToolPost")(function*(input: ToolPostInput) {
+  runToolPost: Effect.fnUntraced(function*(input: ToolPostInput) {
     return yield* registries.toolPost.run(input, (i) => Effect.succeed(i.output))
   })
 })

@@ -53,6 +53,13 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     return yield* STM.retry
   })
 
+  const isDemanded = STM.gen(function*() {
+    const durable = yield* TRef.get(state.durableSeq)
+    const { events } = yield* TRef.get(state.log)
+    const requested = yield* TRef.get(state.requestedSeq)
+    return requested > durable || events.length - 1 - durable >= batchSize
+  })
+
   const takeBatch = STM.gen(function*() {
     const durable = yield* TRef.get(state.durableSeq)
     const { events } = yield* TRef.get(state.log)
@@ -63,7 +70,10 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     const oldest = yield* STM.commit(oldestPending)
     const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
     const wait = oldest + windowMs - now
-    if (wait > 0) yield* Effect.raceFirst(STM.commit(demanded), Effect.sleep(Duration.millis(wait)))
+    // Only race the window when nobody is waiting yet (the race forks two fibers).
+    if (wait > 0 && !(yield* STM.commit(isDemanded))) {
+      yield* Effect.raceFirst(STM.commit(demanded), Effect.sleep(Duration.millis(wait)))
+    }
     const batch = yield* STM.commit(takeBatch)
     if (batch.length === 0) return
     const last = batch[batch.length - 1]!.seq

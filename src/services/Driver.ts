@@ -219,12 +219,14 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
   const runTask = <A, E, R>(task: Effect.Effect<A, E, R>) =>
     Effect.uninterruptibleMask((restore) =>
       Effect.gen(function*() {
-        const fiber = yield* Effect.forkIn(Effect.locally(task, currentActivity, identity), scope)
+        // Forks inherit the mask: both fibers are made interruptible explicitly (a cause interrupts
+        // the task; the watcher is interrupted once the task is over).
+        const fiber = yield* Effect.forkIn(Effect.interruptible(Effect.locally(task, currentActivity, identity)), scope)
         const watcher = yield* Effect.forkIn(
-          Effect.zipRight(
+          Effect.interruptible(Effect.zipRight(
             STM.commit(STM.flatMap(TRef.get(ds.phase), (p) => Option.isSome(causeOf(p)) ? STM.void : STM.retry)),
             Fiber.interrupt(fiber)
-          ),
+          )),
           scope
         )
         const awaited = yield* Effect.exit(restore(Fiber.await(fiber)))
@@ -236,10 +238,10 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
 
   return {
     sessionId,
-    send: (m, target, wakeup) => send(m, target, wakeup).pipe(Effect.withSpan("Driver.send")),
-    followup: (m) => send(m, "next-turn", true).pipe(Effect.withSpan("Driver.followup")),
-    steer: (m) => send(m, "next-step", true).pipe(Effect.withSpan("Driver.steer")),
-    inject: (m) => send(m, "next-step", false).pipe(Effect.withSpan("Driver.inject")),
+    send,
+    followup: (m) => send(m, "next-turn", true),
+    steer: (m) => send(m, "next-step", true),
+    inject: (m) => send(m, "next-step", false),
     cancel,
     whenIdle,
     status: STM.commit(statusOf(ds)),

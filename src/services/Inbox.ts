@@ -160,8 +160,8 @@ const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
     hasPending: STM.commit(
       STM.map(TRef.get(state.log), ({ fold }) => fold.inbox.nextTurn.length > 0 || fold.inbox.nextStep.length > 0)
     ),
-    append: (target, m) => insert("end")(target, m).pipe(Effect.withSpan("Inbox.append")),
-    prepend: (target, m) => insert("start")(target, m).pipe(Effect.withSpan("Inbox.prepend")),
+    append: insert("end"),
+    prepend: insert("start"),
     splice,
     replace,
     remove,

@@ -3,11 +3,13 @@
  *
  * @since 0.1.0
  */
+import type { LanguageModel } from "@effect/ai/LanguageModel"
 import type { Stream } from "effect"
-import { Context } from "effect"
+import { Context, Layer } from "effect"
 import type { ModelError } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../domain/Values.js"
+import * as LanguageModelAdapter from "../layers/LanguageModelAdapter.js"
 
 /**
  * One model request: its position in the session, the logged header and the derived messages.
@@ -37,4 +39,15 @@ export interface ModelRequest {
  */
 export class Model extends Context.Tag("tiller/Model")<Model, {
   readonly stream: (request: ModelRequest) => Stream.Stream<StreamChunk, ModelError>
-}>() {}
+}>() {
+  /**
+   * Adapts the provided `@effect/ai` `LanguageModel` (see `layers/LanguageModelAdapter`).
+   *
+   * @since 0.1.0
+   * @category layers
+   */
+  static readonly layerLanguageModel: Layer.Layer<Model, never, LanguageModel> = Layer.effect(
+    Model,
+    LanguageModelAdapter.make
+  )
+}

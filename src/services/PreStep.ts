@@ -83,9 +83,8 @@ export const make: Effect.Effect<Context.Tag.Service<PreStep>> = Effect.map(
   (registry) => ({
     register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
       registry.register(guard(listener), options),
-    run: Effect.fn("PreStep.run")(function*(input: PreStepInput) {
-      return yield* runRegistry(registry, input)
-    })
+    // Untraced: it runs at every step boundary, and a span costs more than the waterfall itself.
+    run: (input: PreStepInput) => runRegistry(registry, input)
   })
 )
 

@@ -111,7 +111,7 @@ const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.S
         })
       ))
 
-  const append = Effect.fn("SessionLog.append")(function*(input: AppendInput) {
+  const append = Effect.fnUntraced(function*(input: AppendInput) {
     if (!isAcceptedType(input)) {
       yield* STM.commit(guardWritable(state))
       return yield* new InvalidEvent({ type: input.type, reason: reservedMessage })

@@ -7,7 +7,7 @@ import type { Scope } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import type { EventOf } from "../../src/domain/Event.js"
-import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import { SessionId } from "../../src/domain/Ids.js"
 import type { AgentStatus, Message, UserMessage } from "../../src/domain/Values.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
@@ -24,8 +24,6 @@ import { plugin, scenario, shape, texts, user } from "./harness.js"
 const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 // The chunks and message of a response with one tool call.
 const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-
-const id = (s: string) => MessageId.make(s)
 
 const liveNotation = (e: DriverEvent): string => {
   switch (e.type) {
@@ -374,4 +372,370 @@ describe("delivery", () => {
       ScriptedModel.response({ toolCalls: [{ id: "c1", name: "finalize", arguments: {} }] }),
       ScriptedModel.text("after")
     ]))))
+
+  it.scoped("P12: a pre-step rewrite keeps identity", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      yield* (yield* PreStep).register((input) =>
+        Effect.succeed(PreStepDecision.enter([{ ...input.messages[0]!, content: [{ type: "text", text: "REWRITTEN" }] }]))
+      )
+      const A = user("A", "original text")
+      yield* driver.followup(A)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
+      ])
+      expect(yield* userMessages).toEqual([{ ...A, content: [{ type: "text", text: "REWRITTEN" }] }])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(1)
+      expect(reqs[0]!.messages).toEqual([{ ...A, content: [{ type: "text", text: "REWRITTEN" }] }])
+      expect(JSON.stringify(reqs[0]!.messages)).not.toContain("original text")
+      expect(yield* inbox.idState(A.id)).toEqual(Option.some("entered"))
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P13: enter with an extra sourced message", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      const X = plugin("X")
+      yield* (yield* PreStep).register((input) => Effect.succeed(PreStepDecision.enter([...input.messages, X])))
+      const A = user("A")
+      yield* driver.followup(A)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "UM(X)", "RH(initial)", ...TEXT, "SE(1,1)",
+        "TE(1,completed)"
+      ])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(1)
+      expect(reqs[0]!.messages).toEqual([A, X])
+      expect(reqs[0]!.messages[1]!.source).toEqual({ kind: "plugin", plugin: "test" })
+      expect(yield* inbox.idState(X.id)).toEqual(Option.some("entered"))
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P13: adding a message pending in next-turn ends the turn DUPLICATE_MESSAGE with no step", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      const live = yield* driver.subscribe
+      const G = yield* Deferred.make<void>()
+      const B = user("B")
+      const stateSeen: Array<Option.Option<string>> = []
+      yield* (yield* PreStep).register((input, next) =>
+        input.turn === 1
+          ? Effect.gen(function*() {
+            yield* Deferred.await(G)
+            stateSeen.push(yield* inbox.idState(B.id))
+            return PreStepDecision.enter([...input.messages, B])
+          })
+          : next()
+      )
+      yield* driver.followup(user("A"))
+      yield* driver.followup(B)
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      expect(stateSeen).toEqual([Option.some("pending")])
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "TE(1,error(DUPLICATE_MESSAGE))",
+        // B was left pending by the failed proposal, so it runs as its own turn (D3).
+        "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+      ])
+      expect(yield* texts).toEqual(["B"])
+      yield* closeOut
+      expect(yield* liveOf(live)).toEqual([
+        "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "error(1,1)", "claimed(B,2)", "status(idle)"
+      ])
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P14: initial rejection", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      const preStep = yield* PreStep
+      const live = yield* driver.subscribe
+      yield* preStep.register(() => Effect.succeed(PreStepDecision.reject("nope")))
+      const A = user("A")
+      yield* driver.followup(A)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "TE(1,blocked)"])
+      expect(yield* turnEnds).toEqual([{ turn: 1, reason: { kind: "blocked", message: "nope" } }])
+      expect(yield* requests).toEqual([])
+      yield* closeOut
+      expect(yield* liveOf(live)).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "status(idle)"])
+      expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
+      const error = yield* Effect.flip(
+        preStep.run({ sessionId: SessionId.make("s"), turn: 1, step: 1, boundary: "initial", messages: [A] })
+      )
+      expect(error._tag).toBe("PreStepRejected")
+      expect(error).toMatchObject({ turn: 1, step: 1, reason: "nope" })
+    }).pipe(Effect.provide(scenario([]))))
+
+  it.scoped("P15: a rejection does not stall later follow-ups", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const trace = yield* traceStatus
+      const G = yield* Deferred.make<void>()
+      yield* (yield* PreStep).register((input, next) =>
+        Effect.zipRight(
+          Deferred.await(G),
+          input.messages.some((m) => JSON.stringify(m.content).includes("secret"))
+            ? Effect.succeed(PreStepDecision.reject())
+            : next()
+        )
+      )
+      yield* driver.followup(user("X", "secret"))
+      yield* driver.followup(user("Y", "safe"))
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[X])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[Y])", "TE(1,blocked)", "TS(2)", "CLM(nt,0,1)",
+        "SS(2,1)", "UM(Y)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+      ])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(1)
+      expect(JSON.stringify(reqs[0]!.messages)).not.toContain("secret")
+      yield* closeOut
+      expect(yield* trace).toEqual(["idle", "running", "idle"])
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P16: waking input inserted after a rejected claim runs next", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const G = yield* Deferred.make<void>()
+      yield* (yield* PreStep).register((input, next) =>
+        input.turn === 1 ? Effect.as(Deferred.await(G), PreStepDecision.reject()) : next()
+      )
+      const C = plugin("C")
+      const S = user("S")
+      yield* driver.followup(user("P"))
+      yield* driver.inject(C)
+      yield* driver.steer(S)
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[C])", "INS(ns,1,[S])", "TE(1,blocked)", "TS(2)",
+        "CLM(ns,0,2)", "SS(2,1)", "UM(C)", "UM(S)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+      ])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(1)
+      expect(reqs[0]!.messages).toEqual([C, S])
+      yield* closeOut
+      const before = (yield* shape).length
+      yield* driver.followup(user("W"))
+      yield* driver.whenIdle
+      expect((yield* shape).slice(before)).toEqual([
+        "INS(nt,0,[W])", "TS(3)", "CLM(nt,0,1)", "SS(3,1)", "UM(W)", ...TEXT, "SE(3,1)", "TE(3,completed)"
+      ])
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+
+  it.scoped("P16: without the steer, injected context waits for the next wake", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      const G = yield* Deferred.make<void>()
+      yield* (yield* PreStep).register((input, next) =>
+        input.turn === 1 ? Effect.as(Deferred.await(G), PreStepDecision.reject()) : next()
+      )
+      const C = plugin("C")
+      yield* driver.followup(user("P"))
+      yield* driver.inject(C)
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual(["INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[C])", "TE(1,blocked)"])
+      expect(yield* driver.status).toBe("idle")
+      expect(yield* inbox.nextStep).toEqual([C])
+      expect(yield* requests).toEqual([])
+      yield* closeOut
+      const before = (yield* shape).length
+      yield* driver.followup(user("W"))
+      yield* driver.whenIdle
+      expect((yield* shape).slice(before)).toEqual([
+        "INS(nt,0,[W])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(C)", "UM(W)", "RH(initial)", ...TEXT,
+        "SE(2,1)", "TE(2,completed)"
+      ])
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P17: a failing pre-step does not strand the queue", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const live = yield* driver.subscribe
+      const trace = yield* traceStatus
+      const G = yield* Deferred.make<void>()
+      const broke = new Error("prompt hook broke")
+      yield* (yield* PreStep).register((input, next) =>
+        input.turn === 1 ? Effect.zipRight(Deferred.await(G), Effect.fail(broke)) : next()
+      )
+      const S2 = user("S2")
+      yield* driver.followup(user("F"))
+      yield* driver.followup(S2)
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[F])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[S2])", "TE(1,error(UNKNOWN))", "TS(2)", "CLM(nt,0,1)",
+        "SS(2,1)", "UM(S2)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+      ])
+      expect((yield* turnEnds)[0]).toEqual({
+        turn: 1,
+        reason: { kind: "error", error: { message: "prompt hook broke", code: "UNKNOWN" } }
+      })
+      const reqs = yield* requests
+      expect(reqs.length).toBe(1)
+      expect(reqs[0]!.messages).toEqual([S2])
+      yield* closeOut
+      const events = Chunk.toReadonlyArray(yield* Queue.takeAll(live))
+      const errors = events.filter((e) => e.type === "agent/error")
+      expect(errors.length).toBe(1)
+      expect(errors[0]).toMatchObject({ type: "agent/error", turn: 1, step: 1 })
+      expect((errors[0] as { error: unknown }).error).toBe(broke)
+      expect(yield* trace).toEqual(["idle", "running", "idle"])
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+
+  it.scoped("P18: an empty initial entry makes no model call", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      const G = yield* Deferred.make<void>()
+      yield* (yield* PreStep).register((input, next) =>
+        Effect.zipRight(
+          input.turn === 1 ? Deferred.await(G) : Effect.void,
+          input.messages.some((m) => m.id === "A") ? Effect.succeed(PreStepDecision.enter([])) : next()
+        )
+      )
+      const A = user("A")
+      const B = user("B")
+      yield* driver.followup(A)
+      yield* driver.followup(B)
+      yield* Deferred.succeed(G, undefined)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "TE(1,completed)", "TS(2)", "CLM(nt,0,1)",
+        "SS(2,1)", "UM(B)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+      ])
+      const reqs = yield* requests
+      expect(reqs.length).toBe(1)
+      expect(reqs[0]!.messages).toEqual([B])
+      expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P19a: both listeners call next; additions appear in waterfall return order", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const preStep = yield* PreStep
+      const order: Array<string> = []
+      const X = plugin("X")
+      const Y = plugin("Y")
+      yield* preStep.register((input, next) =>
+        Effect.gen(function*() {
+          order.push("L1")
+          const d = yield* next()
+          return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, Y]) : d
+        })
+      )
+      yield* preStep.register((input, next) =>
+        Effect.gen(function*() {
+          order.push("L2")
+          const d = yield* next()
+          // What L2's next() returns is the default's decision: the claimed batch as it is.
+          if (d._tag === "Enter" && d.messages.map((m) => m.id).join() === input.messages.map((m) => m.id).join()) {
+            order.push("default")
+          }
+          return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, X]) : d
+        })
+      )
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(order).toEqual(["L1", "L2", "default"])
+      expect((yield* shape).slice(3, 8)).toEqual(["SS(1,1)", "UM(A)", "UM(X)", "UM(Y)", "RH(initial)"])
+      expect((yield* requests)[0]!.messages.map((m) => m.id)).toEqual(["A", "X", "Y"])
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P19b: a listener that does not call next vetoes the listeners beneath it", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const preStep = yield* PreStep
+      const order: Array<string> = []
+      const A = user("A")
+      yield* preStep.register(() => Effect.sync(() => (order.push("L1"), PreStepDecision.enter([A]))))
+      yield* preStep.register((_input, next) => Effect.zipRight(Effect.sync(() => order.push("L2")), next()))
+      yield* driver.followup(A)
+      yield* driver.whenIdle
+      expect(order).toEqual(["L1"])
+      expect((yield* shape).slice(3, 5)).toEqual(["SS(1,1)", "UM(A)"])
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P19c: calling next twice ends the turn with an error and no step", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const preStep = yield* PreStep
+      const live = yield* driver.subscribe
+      yield* preStep.register((_input, next) => next())
+      yield* preStep.register((_input, next) => Effect.zipRight(next(), next()))
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const log = yield* shape
+      expect(log.slice(0, 3)).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"])
+      expect(log.length).toBe(4)
+      expect(log[3]).toMatch(/^TE\(1,error\(/)
+      const [end] = yield* turnEnds
+      expect(end!.reason.kind).toBe("error")
+      expect(JSON.stringify(end!.reason)).toContain("next() called more than once")
+      expect(yield* requests).toEqual([])
+      yield* closeOut
+      expect((yield* liveOf(live)).filter((s) => s.startsWith("error"))).toEqual(["error(1,1)"])
+    }).pipe(Effect.provide(scenario([]))))
+
+  it.scoped("P19d: a prepended listener runs first", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const preStep = yield* PreStep
+      const order: Array<string> = []
+      const track = (name: string) => (_input: PreStepInput, next: () => Effect.Effect<PreStepDecision, unknown>) =>
+        Effect.zipRight(Effect.sync(() => order.push(name)), next())
+      yield* preStep.register(track("L1"))
+      yield* preStep.register(track("L2"))
+      yield* preStep.register(track("L3"), { prepend: true })
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(order).toEqual(["L3", "L1", "L2"])
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+
+  it.scoped("P19e: listener input is frozen and the default returns a new array", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const preStep = yield* PreStep
+      const A = user("A")
+      const seen: Array<Record<string, boolean>> = []
+      yield* preStep.register((input, next) =>
+        Effect.gen(function*() {
+          const d = yield* next()
+          seen.push({
+            arrayFrozen: Object.isFrozen(input.messages),
+            elementsFrozen: input.messages.every((m) => Object.isFrozen(m) && Object.isFrozen(m.content)),
+            notCallers: input.messages.every((m) => m !== A),
+            equalToCallers: JSON.stringify(input.messages) === JSON.stringify([A]),
+            freshDefault: d._tag === "Enter" && d.messages !== input.messages
+          })
+          return d
+        })
+      )
+      yield* driver.followup(A)
+      yield* driver.whenIdle
+      expect(seen).toEqual([{
+        arrayFrozen: true,
+        elementsFrozen: true,
+        notCallers: true,
+        equalToCallers: true,
+        freshDefault: true
+      }])
+      yield* closeOut
+    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 })

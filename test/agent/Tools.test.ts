@@ -55,25 +55,30 @@ const call = (id: string, name: string, args: unknown = {}) => ({ id, name, argu
 
 const Empty = Schema.Struct({})
 
-/** One Deferred per call id, created on first use. */
-const makeGates = () => {
-  const gates = new Map<string, Deferred.Deferred<void>>()
-  const gate = (id: string) => {
-    let g = gates.get(id)
-    if (g === undefined) {
-      g = Deferred.unsafeMake<void>(undefined as never)
-      gates.set(id, g)
-    }
-    return g
-  }
-  return { await: (id: string) => Deferred.await(gate(id)), open: (id: string) => Deferred.succeed(gate(id), undefined) }
+interface Gates {
+  readonly await: (callId: string) => Effect.Effect<void>
+  readonly open: (callId: string) => Effect.Effect<void>
 }
+
+/** One Deferred per call id ("Gate G" of SPEC 9): a body awaits its call's gate, the test opens it. */
+const makeGates = (callIds: ReadonlyArray<string>): Effect.Effect<Gates> =>
+  Effect.map(Effect.forEach(callIds, (id) => Effect.map(Deferred.make<void>(), (gate) => [id, gate] as const)), (entries) => {
+    const gates = new Map(entries)
+    const withGate = <A>(id: string, f: (gate: Deferred.Deferred<void>) => Effect.Effect<A>) => {
+      const gate = gates.get(id)
+      return gate === undefined ? Effect.dieMessage(`no gate for call ${id}`) : f(gate)
+    }
+    return {
+      await: (id) => withGate(id, Deferred.await),
+      open: (id) => withGate(id, (gate) => Effect.asVoid(Deferred.succeed(gate, undefined)))
+    }
+  })
 
 /** A tool whose body records `start-<id>`, awaits the call's gate, records `end-<id>` and returns `done-<id>`. */
 const gatedTool = (
   name: string,
   mode: ToolMode,
-  gates: ReturnType<typeof makeGates>,
+  gates: Gates,
   trace: Ref.Ref<ReadonlyArray<string>>
 ) =>
   Tool.make(name, {
@@ -158,7 +163,7 @@ describe("tools", () => {
 
   it.scoped("P21: parallel siblings overlap; results keep model order", () =>
     Effect.gen(function*() {
-      const gates = makeGates()
+      const gates = yield* makeGates(["c1", "c2", "c3"])
       const trace = yield* Ref.make<ReadonlyArray<string>>([])
       const p = gatedTool("p", "parallel", gates, trace)
       const script = [
@@ -209,7 +214,7 @@ describe("tools", () => {
 
   it.scoped("P22: an exclusive call is a barrier", () =>
     Effect.gen(function*() {
-      const gates = makeGates()
+      const gates = yield* makeGates(["A1", "A3"])
       const order = yield* Ref.make<ReadonlyArray<string>>([])
       const record = (entry: string) => Ref.update(order, (o) => [...o, entry])
       const r = Tool.make("r", {
@@ -256,7 +261,7 @@ describe("tools", () => {
 
   it.scoped("P23: rolling pool cap", () =>
     Effect.gen(function*() {
-      const gates = makeGates()
+      const gates = yield* makeGates(["c1", "c2", "c3", "c4"])
       const trace = yield* Ref.make<ReadonlyArray<string>>([])
       const p = gatedTool("p", "parallel", gates, trace)
       const script = [
@@ -336,7 +341,7 @@ describe("tools", () => {
 
   const contextScenario = (mode: ToolMode) =>
     Effect.gen(function*() {
-      const gates = makeGates()
+      const gates = yield* makeGates(["c1", "c2"])
       const trace = yield* Ref.make<ReadonlyArray<string>>([])
       const t = gatedTool("t", mode, gates, trace)
       const script = [
@@ -372,8 +377,7 @@ describe("tools", () => {
         yield* driver.whenIdle
         const log = yield* shape
         const all = yield* events
-        // Each context splice cites nothing but follows its own result, and every context UM
-        // follows the batch's last TR.
+        // Every context UM follows the batch's last TR; request 2 sees results, then contexts.
         const lastTr = log.lastIndexOf("TR(c2)")
         expect(log.indexOf("UM(ctx-c1)")).toBeGreaterThan(lastTr)
         expect(log.indexOf("UM(ctx-c2)")).toBeGreaterThan(lastTr)
@@ -427,7 +431,7 @@ describe("tools", () => {
           info.callId === "c2"
             ? Effect.succeed(ToolPreDecision.deny("blocked by policy"))
             : info.callId === "c3"
-            ? Effect.fail(new Error("pre exploded"))
+            ? Effect.fail({ _tag: "PreExploded", message: "pre exploded" } as const)
             : next()
         )
         yield* hooks.onToolPost((input, next) => Effect.zipRight(Ref.update(posted, (p) => [...p, input.callId]), next()))

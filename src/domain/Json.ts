@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import { Schema } from "effect"
+import { Either, ParseResult, Schema } from "effect"
 
 /**
  * A lossless JSON value.
@@ -149,4 +149,23 @@ export const jsonEquals = (a: unknown, b: unknown): boolean => {
     if (!jsonEquals((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return false
   }
   return true
+}
+
+/**
+ * A validator for untrusted input: lossless JSON first, then the Schema with excess properties
+ * refused; the result is a deep-frozen copy, or a readable reason.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const losslessDecoder = <A, I>(schema: Schema.Schema<A, I>, path: string) => {
+  const decode = Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })
+  return (input: unknown): Either.Either<A, string> => {
+    const problem = jsonProblem(input, path)
+    if (problem !== undefined) return Either.left(problem)
+    return Either.match(decode(input), {
+      onLeft: (error) => Either.left(ParseResult.TreeFormatter.formatErrorSync(error)),
+      onRight: () => Either.right(freezeCopy(input as A))
+    })
+  }
 }

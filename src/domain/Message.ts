@@ -3,14 +3,12 @@
  *
  * @since 0.1.0
  */
-import { Effect, Either, ParseResult, Schema } from "effect"
+import { Effect, Either } from "effect"
 import { InvalidEvent } from "./Errors.js"
 import { REPAIR_ID_PREFIX } from "./Ids.js"
-import { freezeCopy, jsonProblem } from "./Json.js"
+import { losslessDecoder } from "./Json.js"
 import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
 import { UserMessage } from "./Values.js"
-
-const decodeUserMessage = Schema.decodeUnknownEither(UserMessage, { onExcessProperty: "error" })
 
 /**
  * Validates an unknown value as a `UserMessage` with the load Schema (D6) and returns a deep-frozen
@@ -19,14 +17,10 @@ const decodeUserMessage = Schema.decodeUnknownEither(UserMessage, { onExcessProp
  * @since 0.1.0
  * @category validation
  */
-export const validateUserMessage = (input: unknown): Either.Either<UserMessage, string> => {
-  const problem = jsonProblem(input, "message")
-  if (problem !== undefined) return Either.left(problem)
-  return Either.match(decodeUserMessage(input), {
-    onLeft: (error) => Either.left(ParseResult.TreeFormatter.formatErrorSync(error)),
-    onRight: () => Either.right(freezeCopy(input as UserMessage))
-  })
-}
+export const validateUserMessage: (input: unknown) => Either.Either<UserMessage, string> = losslessDecoder(
+  UserMessage,
+  "message"
+)
 
 /**
  * Validates a caller's message for an inbox operation: the load Schema plus the reserved-id rule.

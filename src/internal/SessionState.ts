@@ -7,13 +7,13 @@
  * @since 0.1.0
  */
 import type { Clock } from "effect"
-import { Context, Effect, Either, HashSet, Option, ParseResult, Schema, STM, TRef } from "effect"
+import { Context, Effect, Either, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, InvalidEvent, PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
-import { deepFreeze, freezeCopy, jsonProblem } from "../domain/Json.js"
+import { deepFreeze, losslessDecoder } from "../domain/Json.js"
 import type { FoldOptions, LogState } from "../domain/LogState.js"
 import { advance, initialLogState } from "../domain/LogState.js"
 import type { SessionStore } from "../services/SessionStore.js"
@@ -105,22 +105,16 @@ export interface SessionOwner {
  */
 export class SessionState extends Context.Tag("tiller/internal/SessionState")<SessionState, SessionStateShape>() {}
 
-const decodeEvent = Schema.decodeUnknownEither(SessionEventSchema, { onExcessProperty: "error" })
-
 /**
  * Decodes an untrusted event with the load Schema; the reason on failure.
  *
  * @since 0.1.0
  * @category validation
  */
-export const decodeUntrusted = (input: unknown): Either.Either<SessionEvent, string> => {
-  const problem = jsonProblem(input, "event")
-  if (problem !== undefined) return Either.left(problem)
-  return Either.match(decodeEvent(input), {
-    onLeft: (error) => Either.left(ParseResult.TreeFormatter.formatErrorSync(error)),
-    onRight: () => Either.right(freezeCopy(input as SessionEvent))
-  })
-}
+export const decodeUntrusted: (input: unknown) => Either.Either<SessionEvent, string> = losslessDecoder(
+  SessionEventSchema,
+  "event"
+)
 
 /**
  * Fails when the session no longer accepts writes: disposed first, then poisoned (SPEC 3.1).

@@ -1,6 +1,9 @@
 /**
  * Runs every benchmark and prints the figures: `npm run bench` (full sizes) or
- * `npm run bench -- --quick` (a CI smoke run). `--write` also writes the report to
+ * `npm run bench -- --quick` (a CI smoke run): the session log and inbox primitives, then the agent
+ * loop (workload W1 beside a plain-JS floor, and the latency from `followup` to `step/start`).
+ * `--only=log`, `--only=loop` or `--only=w1` runs one group (`w1`: the floor and W1 alone, for a
+ * `node --cpu-prof` run of the bundle). `--write` also writes the report to
  * `bench/RESULTS.md`; nothing else in the tree is written.
  *
  * `npm run bench` bundles this file with esbuild into `node_modules/.cache/tiller-bench/` and runs
@@ -17,6 +20,8 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { DateTime, Effect } from "effect"
 import { injectClaimRun } from "./inbox.js"
+import type { LoopThroughput, TurnLatency } from "./loop.js"
+import { floor, percentile, turnLatency, w1 } from "./loop.js"
 import type { ChunkMemory } from "./sessionLog.js"
 import { chunkAppendRun, chunkMemory, publicAppendRun } from "./sessionLog.js"
 import type { Throughput } from "./util.js"
@@ -41,6 +46,13 @@ interface Sizes {
   /** Untimed warm-up sizes: enough operations for the JIT to settle. */
   readonly warmChunks: number
   readonly warmDurable: number
+  /** W1: steps per run, timed runs, warm-up steps. */
+  readonly loopSteps: number
+  readonly loopRuns: number
+  readonly warmLoopSteps: number
+  /** Sequential single-step turns of the latency benchmark, and its warm-up turns. */
+  readonly turns: number
+  readonly warmTurns: number
 }
 
 const full: Sizes = {
@@ -51,7 +63,12 @@ const full: Sizes = {
   memoryChunks: 1_000_000,
   runs: 3,
   warmChunks: 100_000,
-  warmDurable: 5_000
+  warmDurable: 5_000,
+  loopSteps: 1_000,
+  loopRuns: 7,
+  warmLoopSteps: 1_000,
+  turns: 500,
+  warmTurns: 100
 }
 
 const quick: Sizes = {
@@ -62,19 +79,38 @@ const quick: Sizes = {
   memoryChunks: 50_000,
   runs: 3,
   warmChunks: 50_000,
-  warmDurable: 500
+  warmDurable: 500,
+  loopSteps: 200,
+  loopRuns: 5,
+  warmLoopSteps: 100,
+  turns: 100,
+  warmTurns: 50
 }
 
 const CHUNK_TARGET = 250_000
 const CYCLE_TARGET = 50_000
+const STEP_TARGET = 5_000
 
 const args = new Set(process.argv.slice(2))
 const sizes = args.has("--quick") ? quick : full
 const writeResults = args.has("--write")
 
-const benchmarks = (s: Sizes) =>
+type Group = "log" | "loop" | "w1"
+const groups: ReadonlyArray<Group> = ["log", "loop", "w1"]
+const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="))?.slice("--only=".length)
+const only = groups.find((g) => g === onlyArg)
+if (onlyArg !== undefined && only === undefined) {
+  throw new Error(`--only=${onlyArg}: expected one of ${groups.join(", ")}`)
+}
+if (only !== undefined && writeResults) throw new Error("--write records a complete run; it cannot be combined with --only")
+const runsLog = only === undefined || only === "log"
+const runsW1 = only === undefined || only === "loop" || only === "w1"
+const runsLatency = only === undefined || only === "loop"
+
+const log = (line: string) => Effect.sync(() => console.error(line))
+
+const primitives = (s: Sizes) =>
   Effect.gen(function*() {
-    const log = (line: string) => Effect.sync(() => console.error(line))
     // Memory first, while the process holds nothing else.
     yield* log(`memory: ${formatCount(s.memoryChunks)} chunk events ...`)
     const memory = yield* chunkMemory(s.memoryChunks)
@@ -134,6 +170,29 @@ const benchmarks = (s: Sizes) =>
     return { memory, results }
   })
 
+const agentLoop = (s: Sizes) =>
+  Effect.gen(function*() {
+    yield* log(`W1 plain-JS floor: ${formatCount(s.loopSteps)} steps x ${s.loopRuns} ...`)
+    const floorRun = yield* floor(s.loopSteps, s.loopRuns)
+    yield* log(`W1 agent loop: ${formatCount(s.loopSteps)} steps x ${s.loopRuns} ...`)
+    const loop = yield* w1(s.loopSteps, s.loopRuns, s.warmLoopSteps)
+    return { floor: floorRun, loop }
+  })
+
+const latencyOf = (s: Sizes) =>
+  Effect.zipRight(
+    log(`followup -> step/start latency: ${formatCount(s.turns)} turns ...`),
+    turnLatency(s.turns, s.warmTurns)
+  )
+
+const benchmarks = (s: Sizes): Effect.Effect<Figures, unknown> =>
+  Effect.gen(function*() {
+    const log = runsLog ? yield* primitives(s) : undefined
+    const loop = runsW1 ? yield* agentLoop(s) : undefined
+    const latency = runsLatency ? yield* latencyOf(s) : undefined
+    return { primitives: log, loop, latency }
+  })
+
 const throughputTable = (results: ReadonlyArray<Throughput>): string =>
   table(
     ["benchmark", "N", "median time", "rate (median)", "per op", "best run", "runs (ms)", "target", "result"],
@@ -187,7 +246,123 @@ const sourceLine = (): string => {
   }
 }
 
-const report = (s: Sizes, when: string, memory: ChunkMemory, results: ReadonlyArray<Throughput>): string =>
+const loopTable = (floorRun: LoopThroughput, loop: LoopThroughput): string => {
+  const row = (name: string, r: LoopThroughput, withLog: boolean) => [
+    name,
+    `${formatCount(r.steps)} steps`,
+    formatMillis(r.medianMillis),
+    `${formatCount(r.stepsPerSecond)}/s`,
+    formatMicros(r.stepsPerSecond),
+    withLog ? oneDecimal(r.events / r.steps) : "-",
+    withLog ? formatMicros(r.events / (r.medianMillis / 1000)) : "-",
+    `${timesFloor(floorRun.stepsPerSecond / r.stepsPerSecond)}x`,
+    `${formatCount(r.steps / (Math.min(...r.runs) / 1000))}/s`,
+    r.runs.map((ms) => ms >= 10 ? formatCount(ms) : ms.toFixed(2)).join(", "),
+    withLog ? `${formatBytes(r.peakRss)} (+${formatBytes(r.medianGrowth)})` : "-",
+    withLog ? `>= ${formatCount(STEP_TARGET)}/s` : "-",
+    withLog ? (r.stepsPerSecond >= STEP_TARGET ? "met" : "MISSED") : "-"
+  ]
+  return table(
+    [
+      "W1",
+      "N",
+      "median time",
+      "steps/s (median)",
+      "per step",
+      "events/step",
+      "per event",
+      "x floor time",
+      "best run",
+      "runs (ms)",
+      "peak RSS (+ growth)",
+      "target",
+      "result"
+    ],
+    [
+      row("plain JS loop over the scripted responses (floor)", floorRun, false),
+      row("tiller Agent.layer: followup, whenIdle, SessionLog.flush", loop, true)
+    ],
+    [false, true, true, true, true, true, true, true, true, true, true, true, false]
+  )
+}
+
+const latencyTable = (latency: TurnLatency): string => {
+  const micros = (ms: number) => `${formatCount(ms * 1000)} µs`
+  const row = (name: string, values: ReadonlyArray<number>) => [
+    name,
+    micros(percentile(values, 0.5)),
+    micros(percentile(values, 0.99)),
+    micros(Math.max(...values))
+  ]
+  return table(
+    ["interval, per turn", "p50", "p99", "max"],
+    [
+      row("followup returned -> step/start observed", latency.afterReturn),
+      row("followup called -> step/start observed", latency.afterCall),
+      row("followup called -> returned (commit + durable ack)", latency.followup),
+      row("followup called -> whenIdle returned (whole turn)", latency.turn)
+    ],
+    [false, true, true, true]
+  )
+}
+
+const oneDecimal = (n: number): string => n.toFixed(1)
+
+const timesFloor = (ratio: number): string => ratio >= 100 ? formatCount(ratio) : oneDecimal(ratio)
+
+interface Figures {
+  readonly primitives: { readonly memory: ChunkMemory; readonly results: ReadonlyArray<Throughput> } | undefined
+  readonly loop: { readonly floor: LoopThroughput; readonly loop: LoopThroughput } | undefined
+  readonly latency: TurnLatency | undefined
+}
+
+const primitivesReport = (s: Sizes, memory: ChunkMemory, results: ReadonlyArray<Throughput>): ReadonlyArray<string> => [
+  "## Throughput",
+  "",
+  `Memory store. Each run opens a fresh session; its time includes waiting until the last event is`,
+  `durable. Median of ${s.runs} runs after an untimed warm-up run; "per op" is the median time / N;`,
+  `the result compares the median rate with the target.`,
+  "",
+  throughputTable(results),
+  ...results.flatMap((r) => r.note === undefined ? [] : ["", `- ${r.name}: ${r.note}.`]),
+  "",
+  "## Memory",
+  "",
+  `One session holding ${formatCount(memory.events)} \`assistant/chunk\` text-delta events, appended 100 per transaction`,
+  `(in ${formatMillis(memory.appendMillis)}) and durable in the memory store, which shares the frozen events with the log.`,
+  "",
+  memoryTable(memory),
+  ""
+]
+
+const loopReport = (floorRun: LoopThroughput, loop: LoopThroughput): ReadonlyArray<string> => [
+  "## Agent loop: workload W1",
+  "",
+  `One session on a fresh memory store per run, ${formatCount(loop.steps)} steps: each an instant \`ScriptedModel\` response`,
+  "calling one trivial `echo` tool (exclusive, returns a constant string), then a final text answer. Opening",
+  "the agent is untimed; one `followup`, `whenIdle` and `SessionLog.flush` (every event durable) are timed.",
+  `Median of ${loop.runs.length} runs after an untimed warm-up run. The floor runs the same steps as a bare`,
+  "loop over an array of responses calling the tool function directly and pushing to a history array (each",
+  "floor run repeats it for 20 ms). Peak RSS is sampled every 64 tool calls and at the end (no GC); the",
+  "growth is the median of each run's peak over its baseline (after GC, before opening).",
+  "",
+  loopTable(floorRun, loop),
+  ""
+]
+
+const latencyReport = (latency: TurnLatency): ReadonlyArray<string> => [
+  "## Latency from followup to step/start",
+  "",
+  `${formatCount(latency.turns)} sequential single-step turns (a \`followup\`, then \`whenIdle\`; the model answers text at once)`,
+  "on a fresh agent after a warm-up agent. A fiber reading `SessionLog.stream(0)` records when each turn's",
+  "`step/start` arrives; `followup` returns only once its delivery is durable, so the turn can start first",
+  "(a negative interval).",
+  "",
+  latencyTable(latency),
+  ""
+]
+
+const report = (s: Sizes, when: string, figures: Figures): string =>
   [
     `# tiller benchmarks (${s.label}), ${when}`,
     "",
@@ -197,22 +372,11 @@ const report = (s: Sizes, when: string, memory: ChunkMemory, results: ReadonlyAr
     }`,
     loadReport(),
     "",
-    "## Throughput",
-    "",
-    `Memory store. Each run opens a fresh session; its time includes waiting until the last event is`,
-    `durable. Median of ${s.runs} runs after an untimed warm-up run; "per op" is the median time / N;`,
-    `the result compares the median rate with the target.`,
-    "",
-    throughputTable(results),
-    ...results.flatMap((r) => r.note === undefined ? [] : ["", `- ${r.name}: ${r.note}.`]),
-    "",
-    "## Memory",
-    "",
-    `One session holding ${formatCount(memory.events)} \`assistant/chunk\` text-delta events, appended 100 per transaction`,
-    `(in ${formatMillis(memory.appendMillis)}) and durable in the memory store, which shares the frozen events with the log.`,
-    "",
-    memoryTable(memory),
-    ""
+    ...(figures.primitives === undefined
+      ? []
+      : primitivesReport(s, figures.primitives.memory, figures.primitives.results)),
+    ...(figures.loop === undefined ? [] : loopReport(figures.loop.floor, figures.loop.loop)),
+    ...(figures.latency === undefined ? [] : latencyReport(figures.latency))
   ].join("\n")
 
 const loadAtStart = loadAverage()
@@ -226,15 +390,16 @@ const loadReport = (): string => {
 }
 
 const main = Effect.gen(function*() {
-  const { memory, results } = yield* benchmarks(sizes)
+  const figures = yield* benchmarks(sizes)
   const when = DateTime.formatIso(yield* DateTime.now)
-  const text = report(sizes, when, memory, results)
+  const text = report(sizes, when, figures)
   yield* Effect.sync(() => {
     console.log(text)
     // Relative to the package root (npm runs scripts there); the bundle lives elsewhere.
     if (writeResults) writeFileSync(path.join(process.cwd(), "bench", "RESULTS.md"), text)
   })
-  return results.every((r) => r.target === undefined || r.perSecond >= r.target)
+  const primitivesMet = (figures.primitives?.results ?? []).every((r) => r.target === undefined || r.perSecond >= r.target)
+  return primitivesMet && (figures.loop === undefined || figures.loop.loop.stepsPerSecond >= STEP_TARGET)
 })
 
 Effect.runPromise(main).then(

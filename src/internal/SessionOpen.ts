@@ -8,6 +8,7 @@ import type { Scope } from "effect"
 import { Effect, Either, HashSet, Option, STM, TPubSub, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import {
+  type AgentBusy,
   MalformedLog,
   PersistenceError,
   type SessionExists,
@@ -23,6 +24,7 @@ import { repairClosers } from "../domain/Repair.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
+import { acquireLease } from "./Lease.js"
 import * as Outbox from "./Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { appendDrafts, awaitDurable, decodeUntrusted } from "./SessionState.js"
@@ -55,7 +57,7 @@ export type SessionTarget = { readonly sessionId: SessionId } | { readonly resum
  * @since 0.1.0
  * @category models
  */
-export type OpenError = SessionExists | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError
+export type OpenError = SessionExists | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError | AgentBusy
 
 const foldOptionsOf = (options: SessionOptions): FoldOptions => ({
   relations: options.invariants !== "off",
@@ -113,6 +115,7 @@ export const openSessionState = (
 ): Effect.Effect<SessionStateShape, OpenError, SessionStore | Scope.Scope> =>
   Effect.gen(function*() {
     const store = yield* SessionStore
+    yield* acquireLease(store, "resume" in target ? target.resume : target.sessionId)
     const clock = yield* Effect.clock
     const foldOptions = foldOptionsOf(options)
     let header: SessionHeader

@@ -1,0 +1,152 @@
+/**
+ * Sessions: many agents per process, each opened on demand (created or resumed), shared by
+ * concurrent users and released after an idle time-to-live (SPEC 8.10).
+ *
+ * @since 0.1.0
+ */
+import type { Duration, Scope } from "effect"
+import { Context, Effect, Layer, RcMap } from "effect"
+import type {
+  AgentBusy,
+  ForkError,
+  MalformedLog,
+  PersistenceError,
+  SessionNotFound,
+  UnsupportedLogVersion
+} from "../domain/Errors.js"
+import type { EventOf } from "../domain/Event.js"
+import type { SessionId } from "../domain/Ids.js"
+import type { AgentOptions } from "../layers/Agent.js"
+import { Agent } from "../layers/Agent.js"
+import type { Driver } from "./Driver.js"
+import type { ForkOptions } from "./Fork.js"
+import { forkSession } from "./Fork.js"
+import type { Hooks } from "./Hooks.js"
+import type { Inbox } from "./Inbox.js"
+import { Model } from "./Model.js"
+import type { PreStep } from "./PreStep.js"
+import { SessionLog } from "./SessionLog.js"
+import { SessionStore } from "./SessionStore.js"
+import { Tools } from "./Tools.js"
+
+/**
+ * The services of one open session.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type SessionServices = Driver | Inbox | SessionLog | PreStep | Hooks
+
+/**
+ * A stored session at a glance.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionSummary {
+  readonly sessionId: SessionId
+  /** The text of the first user message, if any. */
+  readonly title: string | undefined
+  readonly createdAt: number
+  /** The time of the last event (the creation time for an empty log). */
+  readonly updatedAt: number
+  readonly turns: number
+  readonly events: number
+  readonly parent?: { readonly sessionId: SessionId; readonly boundary: number }
+}
+
+/**
+ * Many sessions per process.
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
+  /** The live services of a session, created when not stored and resumed otherwise; shared. */
+  readonly open: (id: SessionId) => Effect.Effect<
+    Context.Context<SessionServices>,
+    SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError | AgentBusy,
+    Scope.Scope
+  >
+  /** Forks a stored session; a source open in this process is flushed first. */
+  readonly fork: (
+    options: ForkOptions
+  ) => Effect.Effect<SessionId, ForkError | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError>
+  /** Every stored session with its title, times and turn count. */
+  readonly list: Effect.Effect<ReadonlyArray<SessionSummary>, PersistenceError | SessionNotFound | MalformedLog | UnsupportedLogVersion>
+}>() {
+  /**
+   * Sessions over the provided store, model and tools; each session's agent is disposed after
+   * `idleTimeToLive` without users.
+   *
+   * @since 0.1.0
+   */
+  static readonly layer = (
+    options: AgentOptions & { readonly idleTimeToLive: Duration.DurationInput }
+  ): Layer.Layer<Sessions, never, SessionStore | Model | Tools> =>
+    Layer.scoped(
+      Sessions,
+      Effect.gen(function*() {
+        const store = yield* SessionStore
+        const dependencies = Context.make(SessionStore, store).pipe(
+          Context.add(Model, yield* Model),
+          Context.add(Tools, yield* Tools)
+        )
+        const { idleTimeToLive, ...agentOptions } = options
+        const build = (id: SessionId, resume: boolean) =>
+          Layer.build(
+            Agent.layer({ ...agentOptions, ...(resume ? { resume: id } : { sessionId: id }) }).pipe(
+              Layer.provide(Layer.succeedContext(dependencies))
+            )
+          )
+        const map = yield* RcMap.make({
+          lookup: (id: SessionId) =>
+            Effect.flatMap(store.exists(id), (exists) =>
+              build(id, exists).pipe(
+                // Created by someone else between the check and the create: resume it instead.
+                Effect.catchTag("SessionExists", () => build(id, true))
+              )),
+          idleTimeToLive
+        })
+        const fork = (forkOptions: ForkOptions) =>
+          Effect.gen(function*() {
+            const open = yield* RcMap.keys(map)
+            if (open.includes(forkOptions.source)) {
+              yield* Effect.scoped(
+                Effect.flatMap(RcMap.get(map, forkOptions.source), (context) => Context.get(context, SessionLog).flush)
+              ).pipe(Effect.catchAll((e) => e._tag === "PersistenceError" ? Effect.fail(e) : Effect.void))
+            }
+            return yield* forkSession(forkOptions).pipe(Effect.provideService(SessionStore, store))
+          })
+        const list = Effect.gen(function*() {
+          const headers = yield* store.list
+          return yield* Effect.forEach(headers, (header) =>
+            Effect.map(store.load(header.sessionId), ({ events }): SessionSummary => {
+              let turns = 0
+              let title: string | undefined
+              for (const event of events) {
+                if (event.type === "turn/start") turns = (event as EventOf<"turn/start">).data.turn
+                if (title === undefined && event.type === "user/message") {
+                  const block = (event as EventOf<"user/message">).data.content[0]
+                  if (block?.type === "text") title = block.text
+                }
+              }
+              return {
+                sessionId: header.sessionId,
+                title,
+                createdAt: header.createdAt,
+                updatedAt: events.length > 0 ? events[events.length - 1]!.time : header.createdAt,
+                turns,
+                events: events.length,
+                ...(header.parent !== undefined ? { parent: header.parent } : {})
+              }
+            }))
+        })
+        return {
+          open: (id) => RcMap.get(map, id).pipe(Effect.catchTag("SessionExists", (e) => Effect.die(e))),
+          fork,
+          list
+        }
+      })
+    )
+}

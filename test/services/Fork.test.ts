@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer } from "effect"
+import { Effect, Layer, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { Agent } from "../../src/layers/Agent.js"
@@ -130,11 +130,19 @@ describe("Sessions", () => {
         Agent.layer({ resume: sid("one"), model }).pipe(Layer.provide(Layer.mergeAll(ScriptedModel.layer([]), Tools.layer())))
       )))
       expect(busy).toMatchObject({ _tag: "AgentBusy", operation: "open" })
+      // After the idle time-to-live the agent is disposed: its lease is free and open resumes it.
+      yield* TestClock.adjust("2 minutes")
+      yield* Effect.scoped(Layer.build(
+        Agent.layer({ resume: sid("one"), model }).pipe(Layer.provide(Layer.mergeAll(ScriptedModel.layer([]), Tools.layer())))
+      ))
+      const reopened = yield* Effect.scoped(
+        Effect.map(sessions.open(sid("one")), (context) => context.unsafeMap.get(Driver.key) as Driver["Type"])
+      )
+      expect(reopened).not.toBe(first)
       const summaries = yield* sessions.list
-      expect(summaries).toMatchObject([{ sessionId: "one", title: "Hello there", turns: 1 }])
+      expect(summaries).toMatchObject([{ sessionId: "one", title: "Hello there", turns: 1, events: 14 }])
       const child = yield* sessions.fork({ source: sid("one"), childId: sid("two") })
       expect(child).toBe("two")
       expect((yield* sessions.list).map((s) => s.sessionId)).toEqual(["one", "two"])
-      void first
     }).pipe(Effect.provide(layer)))
 })

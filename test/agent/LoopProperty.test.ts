@@ -16,12 +16,14 @@ type Op =
   | { readonly _tag: "remove"; readonly pick: number }
   | { readonly _tag: "wait"; readonly ms: number }
   | { readonly _tag: "yield" }
+  | { readonly _tag: "cancel"; readonly keepInbox: boolean }
 
 const op: FastCheck.Arbitrary<Op> = FastCheck.oneof(
   FastCheck.record({ _tag: FastCheck.constantFrom("followup" as const, "steer" as const, "inject" as const) }),
   FastCheck.record({ _tag: FastCheck.constant("remove" as const), pick: FastCheck.nat(20) }),
   FastCheck.record({ _tag: FastCheck.constant("wait" as const), ms: FastCheck.integer({ min: 0, max: 30 }) }),
-  FastCheck.record({ _tag: FastCheck.constant("yield" as const) })
+  FastCheck.record({ _tag: FastCheck.constant("yield" as const) }),
+  FastCheck.record({ _tag: FastCheck.constant("cancel" as const), keepInbox: FastCheck.boolean() })
 )
 
 // Each model entry waits a little Clock time, then answers text or calls the `note` tool.
@@ -44,7 +46,7 @@ const toScript = (entries: ReadonlyArray<{ readonly delay: number; readonly tool
 
 describe("loop property", () => {
   it.effect.prop(
-    "random deliveries: the log checks, every message is accounted for once, steps enter their claims, requests see the log",
+    "random deliveries and cancels: the log checks, every message is accounted for once, steps enter their claims, requests see the log",
     [FastCheck.array(op, { maxLength: 30 }), FastCheck.array(entry, { minLength: 80, maxLength: 80 })],
     ([ops, entries]) =>
       Effect.gen(function*() {
@@ -78,12 +80,23 @@ describe("loop property", () => {
             case "yield":
               yield* Effect.yieldNow()
               break
+            case "cancel":
+              yield* driver.cancel({ kind: "user" }, { keepInbox: o.keepInbox })
+              break
           }
         }
         yield* driver.whenIdle
         yield* Fiber.interrupt(ticker)
         const events = yield* log.events
         expect(checkLog(events, { closed: true })).toEqual([])
+        // No stranded wake (G6, D3): unless the last turn was aborted (parking pre-abort work), no
+        // follow-up and no steer is left pending once idle.
+        const lastEnd = [...events].reverse().find((e) => e.type === "turn/end") as EventOf<"turn/end"> | undefined
+        if (lastEnd !== undefined && lastEnd.data.reason.kind !== "aborted") {
+          const { nextStep, nextTurn } = yield* inbox.snapshot
+          expect(nextTurn).toEqual([])
+          expect(nextStep.filter((m) => m.source.kind === "user")).toEqual([])
+        }
         // Accounting: each accepted message has one state and is entered at most once.
         const entered = new Map<string, number>()
         for (const e of events) {

@@ -7,10 +7,11 @@
  * @since 0.1.0
  */
 import { Clock, Deferred, Effect, Fiber, Layer, Schema, Stream } from "effect"
-import type { ScriptEntry, SessionEvent } from "../src/index.js"
+import type { ScriptEntry, SessionEvent, StreamChunk } from "../src/index.js"
 import {
   Agent,
   Driver,
+  Model,
   ScriptedModel,
   SessionId,
   SessionLog,
@@ -42,8 +43,41 @@ export const w1Script = (steps: number): ReadonlyArray<ScriptEntry> => {
   return script
 }
 
-// The agent of one run: a fresh memory store, the script and the `echo` tool, which samples RSS.
-const agentLayer = (name: string, script: ReadonlyArray<ScriptEntry>, onCall: () => void = () => {}) => {
+/**
+ * The model of a W1 run: the `ScriptedModel` script, or the smallest adapter the public `Model`
+ * API allows (a `Stream.fromIterable` of prebuilt chunks chosen by the request's step).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ModelKind = "scripted" | "direct"
+
+// The chunks ScriptedModel emits for the same responses, built once.
+const directModel = (steps: number): Layer.Layer<Model> => {
+  const toolChunks: Array<ReadonlyArray<StreamChunk>> = []
+  for (let i = 1; i <= steps; i++) {
+    toolChunks.push([
+      { type: "block-start", index: 0, block: "tool-call", id: `call-${i}`, name: "echo" },
+      { type: "tool-call-delta", index: 0, arguments: JSON.stringify({ i }) },
+      { type: "block-end", index: 0 },
+      { type: "finish", finish: { kind: "stop" } }
+    ])
+  }
+  const answer: ReadonlyArray<StreamChunk> = [
+    { type: "block-start", index: 0, block: "text" },
+    { type: "text-delta", index: 0, text: "done" },
+    { type: "block-end", index: 0 },
+    { type: "finish", finish: { kind: "stop" } }
+  ]
+  return Layer.succeed(Model, Model.of({ stream: (request) => Stream.fromIterable(toolChunks[request.step - 1] ?? answer) }))
+}
+
+// The agent of one run: a fresh memory store, the model and the `echo` tool, which samples RSS.
+const agentLayer = (
+  name: string,
+  model: Layer.Layer<Model>,
+  onCall: () => void = () => {}
+) => {
   const echo = Tool.make("echo", {
     description: "Returns a constant string",
     parameters: Schema.Struct({ i: Schema.Number }),
@@ -55,7 +89,7 @@ const agentLayer = (name: string, script: ReadonlyArray<ScriptEntry>, onCall: ()
       })
   })
   return Agent.layer({ sessionId: SessionId.make(name), model: { provider: "bench", model: "scripted" } }).pipe(
-    Layer.provide(Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer(script), Tools.layer({ tools: [echo] })))
+    Layer.provide(Layer.mergeAll(SessionStore.layerMemory, model, Tools.layer({ tools: [echo] })))
   )
 }
 
@@ -80,9 +114,9 @@ export interface LoopRun extends Run {
  * @since 0.1.0
  * @category benchmarks
  */
-export const w1Run = (steps: number): Effect.Effect<LoopRun, unknown> =>
+export const w1Run = (steps: number, kind: ModelKind = "scripted"): Effect.Effect<LoopRun, unknown> =>
   Effect.gen(function*() {
-    const script = w1Script(steps)
+    const model = kind === "scripted" ? ScriptedModel.layer(w1Script(steps)) : directModel(steps)
     const prompt = userMessage({ id: "bench-prompt", text: "Call echo until the script ends." })
     const baselineRss = (yield* memorySample).rss
     let peakRss = currentRss()
@@ -104,7 +138,7 @@ export const w1Run = (steps: number): Effect.Effect<LoopRun, unknown> =>
       const last = events[events.length - 1]
       if (last?.type !== "turn/end") return yield* Effect.dieMessage(`W1 log ends with ${last?.type}, expected turn/end`)
       return { operations: steps, millis, events: events.length, baselineRss, peakRss }
-    }).pipe(Effect.provide(agentLayer("bench-w1", script, onCall)))
+    }).pipe(Effect.provide(agentLayer("bench-w1", model, onCall)))
   })
 
 /**
@@ -114,6 +148,7 @@ export const w1Run = (steps: number): Effect.Effect<LoopRun, unknown> =>
  * @category models
  */
 export interface LoopThroughput {
+  readonly name: string
   readonly steps: number
   readonly runs: ReadonlyArray<number>
   readonly medianMillis: number
@@ -132,13 +167,20 @@ export interface LoopThroughput {
  * @since 0.1.0
  * @category benchmarks
  */
-export const w1 = (steps: number, runs: number, warmSteps: number): Effect.Effect<LoopThroughput, unknown> =>
+export const w1 = (
+  name: string,
+  kind: ModelKind,
+  steps: number,
+  runs: number,
+  warmSteps: number
+): Effect.Effect<LoopThroughput, unknown> =>
   Effect.gen(function*() {
-    yield* w1Run(warmSteps)
+    yield* w1Run(warmSteps, kind)
     const results: Array<LoopRun> = []
-    for (let i = 0; i < runs; i++) results.push(yield* w1Run(steps))
+    for (let i = 0; i < runs; i++) results.push(yield* w1Run(steps, kind))
     const medianMillis = median(results.map((r) => r.millis))
     return {
+      name,
       steps,
       runs: results.map((r) => r.millis),
       medianMillis,
@@ -199,7 +241,7 @@ const floorLoop = (responses: ReadonlyArray<FloorResponse>): ReadonlyArray<Floor
  * @since 0.1.0
  * @category benchmarks
  */
-export const floor = (steps: number, runs: number): Effect.Effect<LoopThroughput> =>
+export const floor = (name: string, steps: number, runs: number): Effect.Effect<LoopThroughput> =>
   Effect.gen(function*() {
     const responses = floorResponses(steps)
     const once = Effect.sync(() => {
@@ -223,6 +265,7 @@ export const floor = (steps: number, runs: number): Effect.Effect<LoopThroughput
     for (let i = 0; i < runs; i++) durations.push(yield* perRun(20))
     const medianMillis = median(durations)
     return {
+      name,
       steps,
       runs: durations,
       medianMillis,
@@ -309,7 +352,7 @@ const latencyRun = (turns: number): Effect.Effect<TurnLatency, unknown> =>
         turn.push(idle[t]! - called[t]!)
       }
       return { turns, afterReturn, afterCall, followup, turn }
-    }).pipe(Effect.provide(agentLayer("bench-latency", script)))
+    }).pipe(Effect.provide(agentLayer("bench-latency", ScriptedModel.layer(script))))
   })
 
 /**

@@ -1,0 +1,101 @@
+/**
+ * The demo model: offline and deterministic. It answers by describing exactly what entered the
+ * current step — each message with its source — so injection, steering and follow-ups are visible,
+ * and it calls a tool when the newest message asks for one in a recognisable form
+ * (`call <tool> <json-or-text>` or `/<tool> <text>`). It is a demonstration, not an intelligence.
+ *
+ * @since 0.1.0
+ */
+import { Layer, Stream } from "effect"
+import type { Message, StreamChunk, ToolSchema } from "../domain/Values.js"
+import type { ModelRequest } from "../services/Model.js"
+import { Model } from "../services/Model.js"
+
+const describeSource = (message: Message): string => {
+  const { kind, ...rest } = message.source as { readonly kind: string } & Record<string, unknown>
+  if (kind === "plugin" && typeof rest.plugin === "string") return `plugin:${rest.plugin}`
+  return kind
+}
+
+const textOf = (message: Message): string =>
+  message.content.map((block) =>
+    block.type === "text" ? block.text : block.type === "image" ? "[image]" : block.type === "tool-result"
+      ? block.content.map((c) => (c.type === "text" ? c.text : "[image]")).join(" ")
+      : ""
+  ).join(" ")
+
+// The messages after the newest assistant message: what this step added to history.
+const enteredThisStep = (messages: ReadonlyArray<Message>): ReadonlyArray<Message> => {
+  let start = messages.length
+  while (start > 0 && messages[start - 1]!.role !== "assistant") start--
+  return messages.slice(start)
+}
+
+const toolRequest = (
+  text: string,
+  tools: ReadonlyArray<ToolSchema>
+): { readonly name: string; readonly arguments: string } | undefined => {
+  const match = /^\s*(?:call\s+([\w.-]+)|\/([\w.-]+))\s*(.*)$/s.exec(text)
+  if (match === null) return undefined
+  const name = match[1] ?? match[2]!
+  const tool = tools.find((t) => t.name === name)
+  if (tool === undefined) return undefined
+  const rest = match[3]!.trim()
+  if (rest.startsWith("{")) return { name, arguments: rest }
+  // A bare argument fills the tool's first required string parameter.
+  const parameters = tool.parameters as { readonly properties?: Record<string, unknown>; readonly required?: ReadonlyArray<string> }
+  const first = parameters.required?.[0] ?? Object.keys(parameters.properties ?? {})[0]
+  return { name, arguments: first === undefined || rest === "" ? "{}" : JSON.stringify({ [first]: rest }) }
+}
+
+/**
+ * The demo model's chunks for one request.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const respond = (request: ModelRequest): ReadonlyArray<StreamChunk> => {
+  const entered = enteredThisStep(request.messages)
+  const newest = entered[entered.length - 1]
+  if (newest !== undefined && newest.role === "user" && newest.source.kind !== "tool") {
+    const call = toolRequest(textOf(newest), request.tools)
+    if (call !== undefined) {
+      const id = `demo-${request.turn}-${request.step}`
+      return [
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: `Calling ${call.name}.` },
+        { type: "block-end", index: 0 },
+        { type: "block-start", index: 1, block: "tool-call", id, name: call.name },
+        { type: "tool-call-delta", index: 1, arguments: call.arguments },
+        { type: "block-end", index: 1 },
+        { type: "finish", finish: { kind: "stop" } }
+      ]
+    }
+  }
+  const lines = entered.length === 0
+    ? ["Nothing new entered this step."]
+    : [
+      `Step ${request.step} of turn ${request.turn} brought ${entered.length} message${entered.length === 1 ? "" : "s"}:`,
+      ...entered.map((m, i) => `${i + 1}. [${describeSource(m)}] ${textOf(m)}`)
+    ]
+  const text = lines.join("\n")
+  const inputTokens = request.messages.reduce((n, m) => n + textOf(m).split(/\s+/).length, 0)
+  return [
+    { type: "block-start", index: 0, block: "text" },
+    { type: "text-delta", index: 0, text },
+    { type: "block-end", index: 0 },
+    { type: "usage", usage: { inputTokens, outputTokens: text.split(/\s+/).length } },
+    { type: "finish", finish: { kind: "stop" } }
+  ]
+}
+
+/**
+ * The demo model as a `Model` layer.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layer: Layer.Layer<Model> = Layer.succeed(Model, {
+  stream: (request) => Stream.suspend(() => Stream.fromIterable(respond(request))).pipe(Stream.rechunk(1))
+})
+

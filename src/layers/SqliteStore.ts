@@ -1,0 +1,365 @@
+/**
+ * The SQLite session store (SPEC 6.1, 8.10) over `@effect/sql-sqlite-node`.
+ *
+ * One database file holds every session: `sessions` has one row per session (its header as JSON,
+ * the caller's `createdAt` and the stored log length) and `events` one row per logical event,
+ * keyed `(session_id, seq)`. The layer creates the file with mode 0600, turns on WAL and runs its
+ * own migrations. `create` and `append` are each one `BEGIN IMMEDIATE` transaction; `append`
+ * advances `sessions.length` only if it still equals `events[0].seq` (the optimistic check against
+ * a second writer) and inserts the rows with a few cached multi-row INSERTs. `load` decodes every
+ * row with the `SessionEvent` schema: a row that does not decode is `MalformedLog` with its seq.
+ * Store-wide failures (opening, `list`) carry the session id `"*"`.
+ *
+ * @since 0.1.0
+ */
+import * as Migrator from "@effect/sql/Migrator"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { Connection } from "@effect/sql/SqlConnection"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
+import { Context, Effect, Either, Exit, Layer } from "effect"
+import type { Scope } from "effect"
+import * as fs from "node:fs"
+import { MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
+import { LOG_FORMAT_VERSION, SessionEvent, SessionHeader } from "../domain/Event.js"
+import type { SessionId } from "../domain/Ids.js"
+import { losslessDecoder } from "../domain/Json.js"
+import { SessionStore } from "../services/SessionStore.js"
+
+/**
+ * Options of `SqliteSessionStore.layer`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SqliteSessionStoreOptions {
+  /** The database file; created with mode 0600 when missing (`":memory:"` for a private in-memory store). */
+  readonly filename: string
+  /** `PRAGMA synchronous`; default `"NORMAL"` (durable across process crashes, not power loss, in WAL). */
+  readonly synchronous?: "OFF" | "NORMAL" | "FULL"
+}
+
+const ALL_SESSIONS = "*"
+
+const migrations = Migrator.fromRecord({
+  "1_sessions_and_events": Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`
+      CREATE TABLE sessions (
+        id TEXT PRIMARY KEY NOT NULL,
+        header TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        length INTEGER NOT NULL
+      ) STRICT`
+    yield* sql`
+      CREATE TABLE events (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        row TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+      ) STRICT`
+  })
+})
+
+const SYNCHRONOUS = { OFF: "OFF", NORMAL: "NORMAL", FULL: "FULL" } as const
+
+const INSERT_SESSION = "INSERT INTO sessions (id, header, created_at, length) VALUES (?, ?, ?, ?) " +
+  "ON CONFLICT (id) DO NOTHING RETURNING id"
+const ADVANCE_LENGTH = "UPDATE sessions SET length = ? WHERE id = ? AND length = ? RETURNING length"
+const SELECT_LENGTH = "SELECT length FROM sessions WHERE id = ?"
+const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
+const SELECT_EVENTS = "SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq"
+
+// Rows go in with INSERTs of 256, 128, ..., 1 rows: any batch needs at most log2 + 1 statements
+// beyond its full 256-row chunks, only nine statement texts exist (so all stay in the client's
+// prepared-statement cache), and 768 bound parameters stay under SQLite's historical limit of 999.
+const MAX_ROWS_PER_INSERT = 256
+const insertEventsSql = (rows: number): string =>
+  `INSERT INTO events (session_id, seq, row) VALUES ${"(?, ?, ?), ".repeat(rows - 1)}(?, ?, ?)`
+const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
+  Array.from({ length: Math.log2(MAX_ROWS_PER_INSERT) + 1 }, (_, k) => [1 << k, insertEventsSql(1 << k)] as const)
+)
+
+const decodeEvent = losslessDecoder(SessionEvent, "event")
+const decodeHeader = losslessDecoder(SessionHeader, "header")
+
+const parseJson = (text: unknown): Either.Either<unknown, string> => {
+  if (typeof text !== "string") return Either.left(`expected JSON text, found ${typeof text}`)
+  try {
+    return Either.right(JSON.parse(text))
+  } catch (cause) {
+    return Either.left(`not JSON: ${cause instanceof Error ? cause.message : String(cause)}`)
+  }
+}
+
+/** Why `events` cannot follow a log of `length` events, if they cannot. */
+const seqProblem = (events: ReadonlyArray<SessionEvent>, length: number): string | undefined => {
+  for (let i = 0; i < events.length; i++) {
+    const seq = events[i]!.seq
+    if (seq !== length + i) {
+      return i === 0
+        ? `events[0].seq is ${seq} but the stored log has ${length} events (another writer?)`
+        : `seqs are not contiguous: events[${i}].seq is ${seq}, expected ${length + i}`
+    }
+  }
+  return undefined
+}
+
+/** Each event's row JSON, encoded before any transaction starts. */
+const encodeRows = (events: ReadonlyArray<SessionEvent>): Either.Either<Array<string>, string> => {
+  try {
+    return Either.right(events.map((event) => JSON.stringify(event)))
+  } catch (cause) {
+    return Either.left(`an event is not JSON: ${cause instanceof Error ? cause.message : String(cause)}`)
+  }
+}
+
+/** Inserts `rows` (the events from seq `firstSeq` on) with as few multi-row INSERTs as the chunk sizes allow. */
+const insertEvents = (conn: Connection, id: SessionId, firstSeq: number, rows: ReadonlyArray<string>) =>
+  Effect.suspend(() => {
+    const chunks: Array<readonly [offset: number, size: number]> = []
+    let size = MAX_ROWS_PER_INSERT
+    for (let offset = 0; offset < rows.length; offset += size) {
+      while (size > rows.length - offset) size >>>= 1
+      chunks.push([offset, size])
+    }
+    return Effect.forEach(chunks, ([offset, size]) => {
+      const params = new Array<unknown>(size * 3)
+      for (let i = 0; i < size; i++) {
+        params[3 * i] = id
+        params[3 * i + 1] = firstSeq + offset + i
+        params[3 * i + 2] = rows[offset + i]
+      }
+      return conn.execute(INSERT_EVENTS.get(size)!, params, undefined)
+    }, { discard: true })
+  })
+
+/** Decodes the stored header; its version is checked before its shape (a newer format may differ). */
+const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, MalformedLog | UnsupportedLogVersion> => {
+  const parsed = parseJson(text)
+  if (Either.isLeft(parsed)) return Either.left(new MalformedLog({ sessionId: id, reason: `header is ${parsed.left}` }))
+  const version = typeof parsed.right === "object" && parsed.right !== null
+    ? (parsed.right as { readonly formatVersion?: unknown }).formatVersion
+    : undefined
+  if (typeof version === "number" && version !== LOG_FORMAT_VERSION) {
+    return Either.left(new UnsupportedLogVersion({ sessionId: id, found: version, supported: LOG_FORMAT_VERSION }))
+  }
+  const header = decodeHeader(parsed.right)
+  if (Either.isLeft(header)) return Either.left(new MalformedLog({ sessionId: id, reason: header.left }))
+  if (header.right.sessionId !== id) {
+    return Either.left(new MalformedLog({ sessionId: id, reason: `the stored header names session ${header.right.sessionId}` }))
+  }
+  return Either.right(header.right)
+}
+
+/** Decodes the row stored for seq `seq`. */
+const eventOf = (id: SessionId, seq: number, text: unknown): Either.Either<SessionEvent, MalformedLog> => {
+  const parsed = parseJson(text)
+  if (Either.isLeft(parsed)) return Either.left(new MalformedLog({ sessionId: id, seq, reason: `row is ${parsed.left}` }))
+  const event = decodeEvent(parsed.right)
+  if (Either.isLeft(event)) return Either.left(new MalformedLog({ sessionId: id, seq, reason: event.left }))
+  if (event.right.seq !== seq) {
+    return Either.left(new MalformedLog({ sessionId: id, seq, reason: `the row stored at seq ${seq} has seq ${event.right.seq}` }))
+  }
+  return Either.right(event.right)
+}
+
+// Creates the database file with mode 0600 (the client would create it with the umask's mode); an
+// existing file keeps its mode. SQLite gives the -wal and -shm files the database file's mode.
+const createPrivateFile = (filename: string): Effect.Effect<void, unknown> =>
+  Effect.try({
+    try: () => {
+      if (filename === "" || filename === ":memory:") return
+      let fd: number
+      try {
+        fd = fs.openSync(filename, "wx", 0o600)
+      } catch (cause) {
+        if ((cause as { readonly code?: unknown }).code === "EEXIST") return
+        throw cause
+      }
+      try {
+        fs.fchmodSync(fd, 0o600)
+      } finally {
+        fs.closeSync(fd)
+      }
+    },
+    catch: (cause) => cause
+  })
+
+/** Opens the client in the current scope, sets the pragmas and runs the migrations. */
+const open = (options: SqliteSessionStoreOptions) =>
+  Effect.gen(function*() {
+    yield* createPrivateFile(options.filename)
+    const client = yield* Layer.build(SqliteClient.layer({ filename: options.filename }))
+    const sql = Context.get(client, SqlClient.SqlClient)
+    yield* sql.unsafe(`PRAGMA synchronous = ${SYNCHRONOUS[options.synchronous ?? "NORMAL"]}`)
+    if (options.filename !== "" && options.filename !== ":memory:") {
+      const [mode] = yield* sql<{ readonly journal_mode: string }>`PRAGMA journal_mode`
+      if (mode?.journal_mode !== "wal") {
+        return yield* Effect.fail(`could not enable WAL (journal_mode is ${mode?.journal_mode})`)
+      }
+    }
+    yield* Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
+      Effect.provideService(SqlClient.SqlClient, sql)
+    )
+    return sql
+  }).pipe(
+    // The driver throws from its constructor (a missing directory, a file that is not a database)
+    // and the migrator dies when a migration fails: while opening, every defect is a storage failure.
+    Effect.catchAllDefect(Effect.fail),
+    PersistenceError.refail(ALL_SESSIONS, "open")
+  )
+
+/**
+ * Builds the SQLite store in the current scope (the database closes with the scope).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: SqliteSessionStoreOptions
+): Effect.Effect<SessionStore["Type"], PersistenceError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const sql = yield* open(options)
+
+    const rollback = (conn: Connection) =>
+      // A failed statement may already have ended the transaction; then ROLLBACK fails, harmlessly.
+      Effect.ignore(conn.execute("ROLLBACK", [], undefined))
+
+    /**
+     * Runs `body` in one transaction on the reserved connection. Unlike `sql.withTransaction`, a
+     * failed COMMIT is a typed failure (rolled back), not a defect. Inside `body` only `conn` may be
+     * used: the client's other statements wait for the reservation.
+     */
+    const transaction = <A, E>(begin: "BEGIN" | "BEGIN IMMEDIATE", body: (conn: Connection) => Effect.Effect<A, E>) =>
+      Effect.scoped(Effect.flatMap(sql.reserve, (conn) =>
+        Effect.uninterruptibleMask((restore) =>
+          Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body(conn)))).pipe(
+            Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+              Exit.isSuccess(exit)
+                ? Effect.as(Effect.tapError(conn.execute("COMMIT", [], undefined), () => rollback(conn)), exit.value)
+                : Effect.zipRight(rollback(conn), exit)
+            )
+          )
+        )))
+
+    const create = Effect.fn("SessionStore.create")(function*(
+      header: SessionHeader,
+      events: ReadonlyArray<SessionEvent>
+    ) {
+      const sessionId = header.sessionId
+      const fail = (cause: unknown) => new PersistenceError({ sessionId, operation: "create", cause })
+      const problem = seqProblem(events, 0)
+      if (problem !== undefined) return yield* fail(problem)
+      const rows = encodeRows(events)
+      if (Either.isLeft(rows)) return yield* fail(rows.left)
+      const headerJson = JSON.stringify(header)
+      yield* transaction("BEGIN IMMEDIATE", (conn) =>
+        Effect.gen(function*() {
+          const inserted = yield* conn.execute(
+            INSERT_SESSION,
+            [sessionId, headerJson, header.createdAt, events.length],
+            undefined
+          )
+          if (inserted.length === 0) return yield* new SessionExists({ sessionId })
+          yield* insertEvents(conn, sessionId, 0, rows.right)
+        })).pipe(
+          Effect.catchTag("SqlError", (error) => Effect.fail(fail(error)))
+        )
+    })
+
+    // Untraced: the session writer calls it for every batch.
+    const append = Effect.fnUntraced(function*(
+      id: SessionId,
+      events: readonly [SessionEvent, ...Array<SessionEvent>]
+    ) {
+      const fail = (cause: unknown) => new PersistenceError({ sessionId: id, operation: "append", cause })
+      if (events.length === 0) return yield* fail("an append needs at least one event")
+      const firstSeq = events[0].seq
+      const problem = seqProblem(events, firstSeq)
+      if (problem !== undefined) return yield* fail(problem)
+      const rows = encodeRows(events)
+      if (Either.isLeft(rows)) return yield* fail(rows.left)
+      yield* transaction("BEGIN IMMEDIATE", (conn) =>
+        Effect.gen(function*() {
+          const advanced = yield* conn.execute(ADVANCE_LENGTH, [firstSeq + events.length, id, firstSeq], undefined)
+          if (advanced.length === 0) {
+            const [stored] = yield* conn.execute(SELECT_LENGTH, [id], undefined)
+            return yield* fail(
+              stored === undefined
+                ? new SessionNotFound({ sessionId: id })
+                : seqProblem(events, (stored as { readonly length: number }).length) ?? "the stored length changed"
+            )
+          }
+          yield* insertEvents(conn, id, firstSeq, rows.right)
+        })).pipe(PersistenceError.refail(id, "append"))
+    })
+
+    const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
+      // One read transaction: the header, the length and the rows are one snapshot.
+      const stored = yield* transaction("BEGIN", (conn) =>
+        Effect.gen(function*() {
+          const [session] = yield* conn.execute(SELECT_SESSION, [id], undefined)
+          if (session === undefined) return undefined
+          const rows = yield* conn.execute(SELECT_EVENTS, [id], undefined)
+          return {
+            header: (session as { readonly header: unknown }).header,
+            length: (session as { readonly length: number }).length,
+            rows: rows as ReadonlyArray<{ readonly seq: number; readonly row: unknown }>
+          }
+        })).pipe(PersistenceError.refail(id, "load"))
+      if (stored === undefined) return yield* new SessionNotFound({ sessionId: id })
+      const header = yield* headerOf(id, stored.header)
+      const events = new Array<SessionEvent>(stored.rows.length)
+      for (let seq = 0; seq < stored.rows.length; seq++) {
+        const row = stored.rows[seq]!
+        if (row.seq !== seq) {
+          return yield* new MalformedLog({ sessionId: id, seq, reason: `no row is stored for seq ${seq} (next: ${row.seq})` })
+        }
+        events[seq] = yield* eventOf(id, seq, row.row)
+      }
+      if (events.length !== stored.length) {
+        return yield* new MalformedLog({
+          sessionId: id,
+          seq: events.length,
+          reason: `the session records ${stored.length} events but ${events.length} rows are stored`
+        })
+      }
+      return { header, events }
+    })
+
+    const exists = Effect.fn("SessionStore.exists")(function*(id: SessionId) {
+      const rows = yield* sql`SELECT 1 AS found FROM sessions WHERE id = ${id}`.pipe(PersistenceError.refail(id, "exists"))
+      return rows.length > 0
+    })
+
+    const list = Effect.gen(function*() {
+      // rowid order is insertion order: sessions are never deleted.
+      const rows = yield* sql<{ readonly id: SessionId; readonly header: unknown }>`
+        SELECT id, header FROM sessions ORDER BY rowid`
+      const headers = new Array<SessionHeader>(rows.length)
+      for (let i = 0; i < rows.length; i++) {
+        const { header, id } = rows[i]!
+        // Listed as stored, whatever their format version: only `load` refuses a version.
+        const decoded = Either.flatMap(parseJson(header), decodeHeader)
+        if (Either.isLeft(decoded)) return yield* new MalformedLog({ sessionId: id, reason: `header: ${decoded.left}` })
+        headers[i] = decoded.right
+      }
+      return headers as ReadonlyArray<SessionHeader>
+    }).pipe(PersistenceError.refail(ALL_SESSIONS, "list"), Effect.withSpan("SessionStore.list"))
+
+    return { create, load, append, exists, list } satisfies SessionStore["Type"]
+  })
+
+/**
+ * The SQLite session store: durable sessions in one database file (SPEC 6.1, 8.10).
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const SqliteSessionStore: {
+  /** A store over `options.filename`, open for the layer's lifetime. */
+  readonly layer: (options: SqliteSessionStoreOptions) => Layer.Layer<SessionStore, PersistenceError>
+} = {
+  layer: (options) => Layer.scoped(SessionStore, make(options))
+}

@@ -1,0 +1,50 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer, Schema } from "effect"
+import type { AssistantMessage } from "../../src/domain/Values.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import { userMessage } from "../../src/domain/Message.js"
+import { Agent } from "../../src/layers/Agent.js"
+import * as DemoModel from "../../src/layers/DemoModel.js"
+import { Driver } from "../../src/services/Driver.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { Tool, Tools } from "../../src/services/Tools.js"
+
+const shout = Tool.make("shout", {
+  description: "upper-cases its text",
+  parameters: Schema.Struct({ text: Schema.String }),
+  execute: ({ text }) => Effect.succeed(text.toUpperCase())
+})
+
+const layer = Agent.layer({ sessionId: SessionId.make("demo"), model: { provider: "demo", model: "demo" } }).pipe(
+  Layer.provide(Layer.mergeAll(SessionStore.layerMemory, DemoModel.layer, Tools.layer({ tools: [shout] })))
+)
+
+const assistantTexts = Effect.map(Effect.flatMap(SessionLog, (log) => log.messages), (messages) =>
+  messages.filter((m): m is AssistantMessage => m.role === "assistant").map((m) =>
+    m.content.map((b) => (b.type === "text" ? b.text : b.type === "tool-call" ? `[${b.name} ${b.arguments}]` : "")).join("")
+  ))
+
+describe("DemoModel", () => {
+  it.scoped("describes what entered the step, with sources, in order", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.inject(userMessage({ id: "c", text: "repo uses pnpm", source: { kind: "plugin", plugin: "facts" } }))
+      yield* driver.followup(userMessage({ id: "q", text: "how do I install?" }))
+      yield* driver.whenIdle
+      expect(yield* assistantTexts).toEqual([
+        "Step 1 of turn 1 brought 2 messages:\n1. [plugin:facts] repo uses pnpm\n2. [user] how do I install?"
+      ])
+    }).pipe(Effect.provide(layer)))
+
+  it.scoped("calls a tool when asked in a recognisable form, then describes the result", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(userMessage({ id: "q", text: "call shout hello" }))
+      yield* driver.whenIdle
+      expect(yield* assistantTexts).toEqual([
+        "Calling shout.[shout {\"text\":\"hello\"}]",
+        "Step 2 of turn 1 brought 1 message:\n1. [tool] HELLO"
+      ])
+    }).pipe(Effect.provide(layer)))
+})

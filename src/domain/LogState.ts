@@ -6,6 +6,7 @@
  * @since 0.1.0
  */
 import { Either, HashMap } from "effect"
+import * as GrowOnly from "../internal/GrowOnly.js"
 import type { RuleId } from "./Errors.js"
 import type { SessionEvent, SpliceData, SurfaceOp } from "./Event.js"
 import { isCoreType } from "./Event.js"
@@ -17,8 +18,8 @@ import { initialRelations, relate } from "./Relations.js"
 import type { PendingLists, SpliceShape } from "./Splice.js"
 import { applyPending, emptyPending, spliceShape } from "./Splice.js"
 import type { Surface } from "./Surface.js"
-import { applySurfaceOp, emptySurface, replaceRange } from "./Surface.js"
-import type { ToolResultMessage, UserMessage } from "./Values.js"
+import { applySurfaceOp, emptySurface, messageOf, messagesOf, replaceRange } from "./Surface.js"
+import type { Message, ToolResultMessage, UserMessage } from "./Values.js"
 
 /**
  * A violation found while advancing: a relational rule, or an acceptance rule (`rule` undefined).
@@ -56,6 +57,8 @@ export interface LogState {
   readonly inbox: PendingLists
   readonly known: KnownIds
   readonly surface: Surface
+  /** The messages of the surface, in order (what a model request sends), kept in step with it. */
+  readonly messages: GrowOnly.GrowOnly<Message>
   readonly relations: Relations
   readonly openStepStart: number
   readonly lastTurn: number
@@ -73,6 +76,7 @@ export const initialLogState = (seedLength = 0): LogState => ({
   inbox: emptyPending,
   known: emptyKnownIds,
   surface: emptySurface(),
+  messages: GrowOnly.empty(),
   relations: initialRelations,
   openStepStart: -1,
   lastTurn: 0
@@ -102,6 +106,7 @@ export const advance = (
   let inbox = state.inbox
   let known = state.known
   let surface = state.surface
+  let messages = state.messages
   let openStepStart = state.openStepStart
   let lastTurn = state.lastTurn
   let shape: SpliceShape | undefined
@@ -141,7 +146,16 @@ export const advance = (
         const problem = checkReplacement(state, e, e.surfaceOp, eventAt)
         if (problem !== undefined) accept(problem)
       }
-      if (violations.length === 0 || e.surfaceOp === "append") surface = applySurfaceOp(surface, e.seq, e.surfaceOp)
+      if (violations.length === 0 || e.surfaceOp === "append") {
+        surface = applySurfaceOp(surface, e.seq, e.surfaceOp)
+        if (e.surfaceOp === "append") {
+          const message = messageOf(e)
+          if (message !== undefined) messages = GrowOnly.push(messages, message)
+        } else if (surface !== state.surface) {
+          // A replacement: rebuild from the new surface (the event itself is not in the log yet).
+          messages = GrowOnly.fromArray(messagesOf(surface, (seq) => seq === e.seq ? e : eventAt(seq)))
+        }
+      }
       const id = e.type === "user/message"
         ? (e.data as UserMessage).id
         : (e.data as { readonly message: { readonly id: string } }).message.id
@@ -171,7 +185,17 @@ export const advance = (
     }, violations as Array<RuleViolation>)
     : state.relations
   return {
-    state: { length: state.length + 1, seedLength: state.seedLength, inbox, known, surface, relations, openStepStart, lastTurn },
+    state: {
+      length: state.length + 1,
+      seedLength: state.seedLength,
+      inbox,
+      known,
+      surface,
+      messages,
+      relations,
+      openStepStart,
+      lastTurn
+    },
     violations
   }
 }

@@ -21,6 +21,29 @@ import { causeOf } from "./Phase.js"
 export const currentActivity: FiberRef.FiberRef<object | undefined> = FiberRef.unsafeMake<object | undefined>(undefined)
 
 /**
+ * Where a service that turns a listener's defect into a typed failure (the pre-step waterfall)
+ * reports that defect, so that a turn ending `aborted` still publishes it (SPEC 3.10 case 2).
+ *
+ * @since 0.1.0
+ * @category fiber refs
+ */
+export const currentDefectSink: FiberRef.FiberRef<Array<unknown> | undefined> = FiberRef.unsafeMake<
+  Array<unknown> | undefined
+>(undefined)
+
+/**
+ * Reports the defects of `cause` to the current defect sink, if there is one.
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const reportDefects = (cause: Cause.Cause<unknown>): Effect.Effect<void> =>
+  Effect.flatMap(FiberRef.get(currentDefectSink), (sink) =>
+    Effect.sync(() => {
+      if (sink !== undefined) sink.push(...Cause.defects(cause))
+    }))
+
+/**
  * Completes when a cause is recorded for the current activity.
  *
  * @since 0.1.0
@@ -42,6 +65,59 @@ const awaitStop = (ds: DriverState): Effect.Effect<void> =>
       if (Option.isSome(yield* TRef.get(ds.session.poisoned))) return
       return yield* STM.retry
     })
+  )
+
+/**
+ * One watcher fiber per driver that turns "a cause is recorded or the session is poisoned" into
+ * plain callbacks, so abortable work forks only itself and never waits on the phase `TRef` (which
+ * every loop transaction reads, so every commit would re-run each waiting transaction).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface StopWatch {
+  /** Set by the watcher while a stop condition holds (it may lag the commit that changed it). */
+  stopped: boolean
+  readonly listeners: Set<() => void>
+}
+
+/**
+ * An idle stop watch; {@link watchStops} must run for it to fire.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeStopWatch = (): StopWatch => ({ stopped: false, listeners: new Set() })
+
+/**
+ * Runs until interrupted: fires every registered listener when a cause is recorded or the session
+ * is poisoned, then waits for the condition to clear.
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<never> =>
+  Effect.forever(
+    Effect.zipRight(
+      Effect.flatMap(awaitStop(ds), () =>
+        Effect.sync(() => {
+          watch.stopped = true
+          const listeners = Array.from(watch.listeners)
+          watch.listeners.clear()
+          for (const listener of listeners) listener()
+        })),
+      Effect.zipRight(
+        STM.commit(
+          STM.gen(function*() {
+            if (Option.isSome(causeOf(yield* TRef.get(ds.phase)))) return yield* STM.retry
+            if (Option.isSome(yield* TRef.get(ds.session.poisoned))) return yield* STM.retry
+          })
+        ),
+        Effect.sync(() => {
+          watch.stopped = false
+        })
+      )
+    )
   )
 
 /**
@@ -72,6 +148,39 @@ export type Abortable<A, E> =
  * @category cancellation
  */
 export const abortable = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>): Effect.Effect<Abortable<A, E>, never, R> =>
+  Effect.suspend(() => {
+    const watch = ds.stopWatch
+    // Without a running watcher, or while it reports a stop (which may already have cleared), race
+    // the work against the transaction itself.
+    if (watch === undefined || watch.stopped) return racedAgainstStop(ds, work)
+    return Effect.flatMap(Effect.fork(work), (fiber) =>
+      Effect.async<Abortable<A, E>>((resume) => {
+        let settled = false
+        const onStop = () => {
+          if (settled) return
+          settled = true
+          fiber.removeObserver(onExit)
+          resume(Effect.map(Fiber.interrupt(fiber), (exit) => ({ _tag: "Aborted" as const, exit })))
+        }
+        const onExit = (exit: Exit.Exit<A, E>) => {
+          if (settled) return
+          settled = true
+          watch.listeners.delete(onStop)
+          resume(Effect.succeed({ _tag: "Done" as const, exit }))
+        }
+        watch.listeners.add(onStop)
+        fiber.addObserver(onExit)
+        // The caller was interrupted: stop listening, interrupt the work and await it.
+        return Effect.suspend(() => {
+          settled = true
+          watch.listeners.delete(onStop)
+          fiber.removeObserver(onExit)
+          return Fiber.interrupt(fiber)
+        })
+      }))
+  })
+
+const racedAgainstStop = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>): Effect.Effect<Abortable<A, E>, never, R> =>
   Effect.raceWith(Effect.exit(work), awaitStop(ds), {
     onSelfDone: (exit, other) =>
       Effect.as(Fiber.interrupt(other), { _tag: "Done" as const, exit: Exit.flatten(exit) }),

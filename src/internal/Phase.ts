@@ -11,6 +11,7 @@ import type { InvalidEvent } from "../domain/Errors.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { CancelCause, LlmFailure, TurnEndReason, UserMessage } from "../domain/Values.js"
 import { claimSTM } from "./InboxOps.js"
+import type { StopWatch } from "./Activity.js"
 import type { SessionStateShape } from "./SessionState.js"
 import { appendDrafts, publish } from "./SessionState.js"
 
@@ -43,6 +44,8 @@ export interface DriverState {
   readonly session: SessionStateShape
   readonly phase: TRef.TRef<Phase>
   readonly disposing: TRef.TRef<boolean>
+  /** Stop notifications for abortable work, when the driver runs their watcher. */
+  readonly stopWatch?: StopWatch
 }
 
 /**

@@ -10,7 +10,6 @@ import type { SessionEvent } from "../domain/Event.js"
 import { ModelError } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { jsonEquals, jsonProblem } from "../domain/Json.js"
-import { messagesOf } from "../domain/Surface.js"
 import type { LlmFailure, Message, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
 import type { RequestConfig } from "../services/Hooks.js"
 import type { ModelRequest } from "../services/Model.js"
@@ -35,10 +34,21 @@ export type StepResult =
   | { readonly _tag: "MaxTokens" }
   | { readonly _tag: "Continue" }
   | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
-  | { readonly _tag: "Failed"; readonly failure: LlmFailure; readonly error: unknown }
+  | {
+    readonly _tag: "Failed"
+    readonly failure: LlmFailure
+    readonly error: unknown
+    /** Defects of the failed component, published if the turn ends aborted (SPEC 3.10 case 2). */
+    readonly defects?: ReadonlyArray<unknown>
+  }
 
 const aborted = (defects: ReadonlyArray<unknown> = []): StepResult => ({ _tag: "Aborted", defects })
-const failed = (failure: LlmFailure, error: unknown = failure): StepResult => ({ _tag: "Failed", failure, error })
+const failed = (failure: LlmFailure, error: unknown = failure, defects: ReadonlyArray<unknown> = []): StepResult => ({
+  _tag: "Failed",
+  failure,
+  error,
+  defects
+})
 
 /** Sentinel: a loop transaction found a cause recorded and wrote nothing. */
 const CAUSE = Symbol.for("tiller/internal/Step/cause")
@@ -114,7 +124,7 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       if (configured._tag === "Aborted") return aborted(defectsOf(configured.exit))
       if (Exit.isFailure(configured.exit)) {
         const error = originalError(configured.exit)
-        return failed(toLlmFailure(error), error)
+        return failed(toLlmFailure(error), error, defectsOf(configured.exit))
       }
       const config = configured.exit.value
       if (config.provider === undefined || config.model === undefined) {
@@ -132,8 +142,8 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           if (reason !== undefined) {
             yield* appendDrafts(session, [{ type: "request/header", data: { header, reason } }], true)
           }
-          const { events, fold } = yield* TRef.get(session.log)
-          return messagesOf(fold.surface, (seq) => GrowOnly.get(events, seq))
+          const { fold } = yield* TRef.get(session.log)
+          return GrowOnly.toArray(fold.messages)
         })
       ).pipe(Effect.orDie)
       if (isCause(decided)) return aborted()
@@ -172,7 +182,7 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           if (decision._tag === "Aborted") return aborted(defectsOf(decision.exit))
           if (Exit.isFailure(decision.exit)) {
             const error = originalError(decision.exit)
-            return failed(toLlmFailure(error), error)
+            return failed(toLlmFailure(error), error, defectsOf(decision.exit))
           }
           const action = decision.exit.value
           if (action._tag === "Fail") return failed(outcome.failure, new ModelError({ failure: outcome.failure }))

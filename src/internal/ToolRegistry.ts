@@ -13,6 +13,7 @@
  * @since 0.1.0
  */
 import { Context, Effect, Option } from "effect"
+import type { ToolSchema } from "../domain/Values.js"
 import type { ToolDefinition, ToolMode, Tools } from "../services/Tools.js"
 
 /**
@@ -26,6 +27,8 @@ export interface ToolRegistryShape {
   readonly lookup: (name: string) => Effect.Effect<Option.Option<ToolDefinition<any>>>
   /** The current mode of the visible definition; `undefined` for an unknown tool (the loop treats it as exclusive). */
   readonly modeOf: (name: string) => Effect.Effect<ToolMode | undefined>
+  /** `Tools.list` without its span, cached per registry state (the loop reads it every request). */
+  readonly list: Effect.Effect<ReadonlyArray<ToolSchema>>
 }
 
 const registryKey: unique symbol = Symbol("tiller/internal/ToolRegistry")

@@ -9,7 +9,7 @@ import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import { validateUserMessage } from "../domain/Message.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
 import type { TurnEndReason, UserMessage } from "../domain/Values.js"
-import { abortable, defectsOf } from "./Activity.js"
+import { abortable, currentDefectSink, defectsOf } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { TurnErrorReport } from "./Phase.js"
@@ -42,18 +42,26 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
 
     while (true) {
       // 1. The pre-step decision over an immutable copy of the claimed batch.
+      // Listener defects that the waterfall turns into PreStepFailed are reported here (3.10 case 2).
+      const listenerDefects: Array<unknown> = []
       const decided = yield* abortable(
         ds,
-        ctx.preStep.run({ sessionId, turn, step: k + 1, boundary, messages: batch })
+        Effect.locally(
+          ctx.preStep.run({ sessionId, turn, step: k + 1, boundary, messages: batch }),
+          currentDefectSink,
+          listenerDefects
+        )
       )
-      if (decided._tag === "Aborted") return yield* close(completed, { step: k + 1, defects: defectsOf(decided.exit) })
+      const preStepDefects = () => [...defectsOf(decided.exit), ...listenerDefects]
+      if (decided._tag === "Aborted") return yield* close(completed, { step: k + 1, defects: preStepDefects() })
       if (Exit.isFailure(decided.exit)) {
         const error = originalError(decided.exit)
         if (error instanceof PreStepRejected) {
           return yield* close(error.reason === undefined ? { kind: "blocked" } : { kind: "blocked", message: error.reason })
         }
         const original = error instanceof PreStepFailed ? error.cause : error
-        return yield* close(errorReason(toLlmFailure(original)), { step: k + 1, error: original })
+        // With a cause recorded meanwhile the turn ends aborted: only the listeners' defects are published.
+        return yield* close(errorReason(toLlmFailure(original)), { step: k + 1, error: original, defects: preStepDefects() })
       }
       const entered = decided.exit.value
       // 2. Nothing to enter.
@@ -104,7 +112,9 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       const result = yield* runStep(ctx, turn, step)
       yield* commit(session, appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true)).pipe(Effect.orDie)
       if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
-      if (result._tag === "Failed") return yield* close(errorReason(result.failure), { step, error: result.error })
+      if (result._tag === "Failed") {
+        return yield* close(errorReason(result.failure), { step, error: result.error, defects: result.defects ?? [] })
+      }
       lastStop = result._tag === "Continue" ? undefined : result._tag === "MaxTokens" ? "max-tokens" : "completed"
       maxTokensSeen = maxTokensSeen || result._tag === "MaxTokens"
       // 6. Turn-stopping listeners, when the turn would end here.
@@ -120,7 +130,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
           if (Exit.isFailure(stopping.exit)) {
             const error = originalError(stopping.exit)
-            return yield* close(errorReason(toLlmFailure(error)), { step, error })
+            return yield* close(errorReason(toLlmFailure(error)), { step, error, defects: defectsOf(stopping.exit) })
           }
         }
       }

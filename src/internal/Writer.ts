@@ -66,13 +66,35 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     return events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
   })
 
-  const writeOnce = Effect.gen(function*() {
+  // The batch window runs on one timer fiber for the writer's lifetime, so arming it forks nothing.
+  // Deadlines only grow (each is the oldest pending event's time plus the window): the timer sleeps
+  // until the armed deadline and then records it as elapsed.
+  const windowState = TRef.make(Number.NEGATIVE_INFINITY)
+  const timer = (armed: TRef.TRef<number>, elapsed: TRef.TRef<number>) => Effect.forever(Effect.gen(function*() {
+    const deadline = yield* STM.commit(STM.gen(function*() {
+      const next = yield* TRef.get(armed)
+      if (next <= (yield* TRef.get(elapsed))) return yield* STM.retry
+      return next
+    }))
+    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    if (deadline > now) yield* Effect.sleep(Duration.millis(deadline - now))
+    yield* STM.commit(TRef.set(elapsed, deadline))
+  }))
+
+  const demandedOrElapsed = (elapsed: TRef.TRef<number>, deadline: number) =>
+    STM.gen(function*() {
+      if ((yield* TRef.get(elapsed)) >= deadline) return
+      return yield* demanded
+    })
+
+  const writeOnce = (armed: TRef.TRef<number>, elapsed: TRef.TRef<number>) => Effect.gen(function*() {
     const oldest = yield* STM.commit(oldestPending)
     const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    const wait = oldest + windowMs - now
-    // Only race the window when nobody is waiting yet (the race forks two fibers).
-    if (wait > 0 && !(yield* STM.commit(isDemanded))) {
-      yield* Effect.raceFirst(STM.commit(demanded), Effect.sleep(Duration.millis(wait)))
+    const deadline = oldest + windowMs
+    // Only arm the window when nobody is waiting yet.
+    if (deadline > now && !(yield* STM.commit(isDemanded))) {
+      yield* STM.commit(TRef.update(armed, (at) => Math.max(at, deadline)))
+      yield* STM.commit(demandedOrElapsed(elapsed, deadline))
     }
     const batch = yield* STM.commit(takeBatch)
     if (batch.length === 0) return
@@ -94,5 +116,10 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     }
   })
 
-  return Effect.forever(writeOnce)
+  return Effect.gen(function*() {
+    const armed = yield* windowState
+    const elapsed = yield* windowState
+    yield* Effect.fork(timer(armed, elapsed))
+    return yield* Effect.forever(writeOnce(armed, elapsed))
+  })
 }

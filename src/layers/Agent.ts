@@ -17,7 +17,7 @@ import type {
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { RequestHeader } from "../domain/Values.js"
-import { currentActivity } from "../internal/Activity.js"
+import { currentActivity, makeStopWatch, watchStops } from "../internal/Activity.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import { HooksRunner, layerWithRunner } from "../internal/HooksRunner.js"
 import type { LoopContext } from "../internal/LoopContext.js"
@@ -90,11 +90,15 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
       const tools = yield* Tools
       const registry = yield* ToolRegistry.fromToolsOrDie(tools)
       const { events, fold } = yield* STM.commit(TRef.get(session.log))
+      const stopWatch = makeStopWatch()
       const ds: DriverState = {
         session,
         phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
-        disposing: yield* TRef.make(false)
+        disposing: yield* TRef.make(false),
+        stopWatch
       }
+      // Started before the disposal finalizer is added, so it still runs while disposal cancels.
+      yield* Effect.forkScoped(watchStops(ds, stopWatch))
       const identity = {}
       const scope = yield* Effect.scope
       const ctx: LoopContext = {
@@ -111,7 +115,7 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
         },
         model,
         tools: {
-          list: tools.list,
+          list: registry.list,
           lookup: (name) => Effect.map(registry.lookup(name), Option.getOrUndefined),
           modeOf: registry.modeOf,
           maxParallelToolCalls: tools.maxParallelToolCalls

@@ -8,7 +8,8 @@
  * advances `sessions.length` only if it still equals `events[0].seq` (the optimistic check against
  * a second writer) and inserts the rows with a few cached multi-row INSERTs. `load` decodes every
  * row with the `SessionEvent` schema: a row that does not decode is `MalformedLog` with its seq.
- * Store-wide failures (opening, `list`) carry the session id `"*"`.
+ * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`;
+ * store-wide failures (opening, `list`) carry the session id `"*"`.
  *
  * @since 0.1.0
  */
@@ -41,6 +42,8 @@ export interface SqliteSessionStoreOptions {
 
 const ALL_SESSIONS = "*"
 
+// Run by `@effect/sql`'s Migrator, which records applied ids in `tiller_migrations` (its own
+// `created_at` column defaults to SQLite's clock: bookkeeping only, never read by tiller).
 const migrations = Migrator.fromRecord({
   "1_sessions_and_events": Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
@@ -69,6 +72,9 @@ const ADVANCE_LENGTH = "UPDATE sessions SET length = ? WHERE id = ? AND length =
 const SELECT_LENGTH = "SELECT length FROM sessions WHERE id = ?"
 const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
 const SELECT_EVENTS = "SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq"
+const SELECT_EXISTS = "SELECT 1 AS found FROM sessions WHERE id = ?"
+// rowid order is insertion order: sessions are never deleted.
+const SELECT_HEADERS = "SELECT id, header FROM sessions ORDER BY rowid"
 
 // Rows go in with INSERTs of 256, 128, ..., 1 rows: any batch needs at most log2 + 1 statements
 // beyond its full 256-row chunks, only nine statement texts exist (so all stay in the client's
@@ -166,7 +172,7 @@ const eventOf = (id: SessionId, seq: number, text: unknown): Either.Either<Sessi
 
 // Creates the database file with mode 0600 (the client would create it with the umask's mode); an
 // existing file keeps its mode. SQLite gives the -wal and -shm files the database file's mode.
-const createPrivateFile = (filename: string): Effect.Effect<void, unknown> =>
+const createPrivateFile = (filename: string): Effect.Effect<void, PersistenceError> =>
   Effect.try({
     try: () => {
       if (filename === "" || filename === ":memory:") return
@@ -183,7 +189,7 @@ const createPrivateFile = (filename: string): Effect.Effect<void, unknown> =>
         fs.closeSync(fd)
       }
     },
-    catch: (cause) => cause
+    catch: (cause) => new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
   })
 
 /** Opens the client in the current scope, sets the pragmas and runs the migrations. */
@@ -196,7 +202,8 @@ const open = (options: SqliteSessionStoreOptions) =>
     if (options.filename !== "" && options.filename !== ":memory:") {
       const [mode] = yield* sql<{ readonly journal_mode: string }>`PRAGMA journal_mode`
       if (mode?.journal_mode !== "wal") {
-        return yield* Effect.fail(`could not enable WAL (journal_mode is ${mode?.journal_mode})`)
+        const cause = `could not enable WAL (journal_mode is ${mode?.journal_mode})`
+        return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
       }
     }
     yield* Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
@@ -221,27 +228,32 @@ export const make = (
 ): Effect.Effect<SessionStore["Type"], PersistenceError, Scope.Scope> =>
   Effect.gen(function*() {
     const sql = yield* open(options)
+    // The client is private to this store and has one connection: reserve it for the store's
+    // lifetime and serialise its use with `lock`, so a transaction is not a scope per call and
+    // no statement can run between another transaction's BEGIN and COMMIT.
+    const conn = yield* sql.reserve.pipe(PersistenceError.refail(ALL_SESSIONS, "open"))
+    const lock = yield* Effect.makeSemaphore(1)
 
-    const rollback = (conn: Connection) =>
-      // A failed statement may already have ended the transaction; then ROLLBACK fails, harmlessly.
-      Effect.ignore(conn.execute("ROLLBACK", [], undefined))
+    const query = (text: string, params: ReadonlyArray<unknown>) =>
+      lock.withPermits(1)(conn.execute(text, params, undefined))
+
+    // A failed statement may already have ended the transaction; then ROLLBACK fails, harmlessly.
+    const rollback = Effect.ignore(conn.execute("ROLLBACK", [], undefined))
 
     /**
-     * Runs `body` in one transaction on the reserved connection. Unlike `sql.withTransaction`, a
-     * failed COMMIT is a typed failure (rolled back), not a defect. Inside `body` only `conn` may be
-     * used: the client's other statements wait for the reservation.
+     * Runs `body` in one transaction. Unlike `sql.withTransaction`, a failed COMMIT is a typed
+     * failure (rolled back), not a defect. `body` uses `conn` directly (it holds the lock).
      */
-    const transaction = <A, E>(begin: "BEGIN" | "BEGIN IMMEDIATE", body: (conn: Connection) => Effect.Effect<A, E>) =>
-      Effect.scoped(Effect.flatMap(sql.reserve, (conn) =>
-        Effect.uninterruptibleMask((restore) =>
-          Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body(conn)))).pipe(
-            Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
-              Exit.isSuccess(exit)
-                ? Effect.as(Effect.tapError(conn.execute("COMMIT", [], undefined), () => rollback(conn)), exit.value)
-                : Effect.zipRight(rollback(conn), exit)
-            )
+    const transaction = <A, E>(begin: "BEGIN" | "BEGIN IMMEDIATE", body: Effect.Effect<A, E>) =>
+      lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
+        Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body))).pipe(
+          Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+            Exit.isSuccess(exit)
+              ? Effect.as(Effect.tapError(conn.execute("COMMIT", [], undefined), () => rollback), exit.value)
+              : Effect.zipRight(rollback, exit)
           )
-        )))
+        )
+      ))
 
     const create = Effect.fn("SessionStore.create")(function*(
       header: SessionHeader,
@@ -254,7 +266,8 @@ export const make = (
       const rows = encodeRows(events)
       if (Either.isLeft(rows)) return yield* fail(rows.left)
       const headerJson = JSON.stringify(header)
-      yield* transaction("BEGIN IMMEDIATE", (conn) =>
+      yield* transaction(
+        "BEGIN IMMEDIATE",
         Effect.gen(function*() {
           const inserted = yield* conn.execute(
             INSERT_SESSION,
@@ -280,7 +293,8 @@ export const make = (
       if (problem !== undefined) return yield* fail(problem)
       const rows = encodeRows(events)
       if (Either.isLeft(rows)) return yield* fail(rows.left)
-      yield* transaction("BEGIN IMMEDIATE", (conn) =>
+      yield* transaction(
+        "BEGIN IMMEDIATE",
         Effect.gen(function*() {
           const advanced = yield* conn.execute(ADVANCE_LENGTH, [firstSeq + events.length, id, firstSeq], undefined)
           if (advanced.length === 0) {
@@ -297,7 +311,8 @@ export const make = (
 
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
       // One read transaction: the header, the length and the rows are one snapshot.
-      const stored = yield* transaction("BEGIN", (conn) =>
+      const stored = yield* transaction(
+        "BEGIN",
         Effect.gen(function*() {
           const [session] = yield* conn.execute(SELECT_SESSION, [id], undefined)
           if (session === undefined) return undefined
@@ -329,14 +344,12 @@ export const make = (
     })
 
     const exists = Effect.fn("SessionStore.exists")(function*(id: SessionId) {
-      const rows = yield* sql`SELECT 1 AS found FROM sessions WHERE id = ${id}`.pipe(PersistenceError.refail(id, "exists"))
+      const rows = yield* query(SELECT_EXISTS, [id]).pipe(PersistenceError.refail(id, "exists"))
       return rows.length > 0
     })
 
     const list = Effect.gen(function*() {
-      // rowid order is insertion order: sessions are never deleted.
-      const rows = yield* sql<{ readonly id: SessionId; readonly header: unknown }>`
-        SELECT id, header FROM sessions ORDER BY rowid`
+      const rows: ReadonlyArray<{ readonly id: SessionId; readonly header: unknown }> = yield* query(SELECT_HEADERS, [])
       const headers = new Array<SessionHeader>(rows.length)
       for (let i = 0; i < rows.length; i++) {
         const { header, id } = rows[i]!

@@ -9,6 +9,7 @@ import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import { freezeCopy } from "../domain/Json.js"
 import type { UserMessage } from "../domain/Values.js"
+import { reportDefects } from "../internal/Activity.js"
 import * as Waterfall from "../internal/Waterfall.js"
 
 /**
@@ -155,16 +156,20 @@ const guard = <E>(listener: PreStepListener<E>): Waterfall.Listener<PreStepInput
       (cause): Effect.Effect<never, PreStepFailed> => {
         // Effect wraps failed objects in span-annotating proxies; `cause` carries the original value.
         const failure = Option.map(Cause.failureOption(cause), Cause.originalError)
+        // A defect becomes a typed failure here: the loop is told, so an aborted turn still publishes it.
         if (Option.isSome(failure)) {
-          return Effect.fail(
+          return Effect.zipRight(reportDefects(cause), Effect.fail(
             downstream !== undefined && failure.value === downstream
               ? downstream
               : new PreStepFailed({ turn: input.turn, step: input.step, cause: failure.value })
-          )
+          ))
         }
         const defect = Option.map(Cause.dieOption(cause), Cause.originalError)
         return Option.isSome(defect)
-          ? Effect.fail(new PreStepFailed({ turn: input.turn, step: input.step, cause: defect.value }))
+          ? Effect.zipRight(
+            reportDefects(cause),
+            Effect.fail(new PreStepFailed({ turn: input.turn, step: input.step, cause: defect.value }))
+          )
           : Effect.failCause(cause as Cause.Cause<never>)
       }
     )

@@ -9,7 +9,6 @@ import { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader, SurfaceOp } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
-import { messagesOf } from "../domain/Surface.js"
 import type { Message } from "../domain/Values.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import { appendDrafts, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
@@ -148,7 +147,7 @@ const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.S
     events: STM.commit(STM.map(readLog, ({ events }) => Object.freeze(GrowOnly.toArray(events)))),
     stream,
     messages: STM.commit(
-      STM.map(readLog, ({ events, fold }) => Object.freeze(messagesOf(fold.surface, (seq) => GrowOnly.get(events, seq))))
+      STM.map(readLog, ({ fold }) => Object.freeze(GrowOnly.toArray(fold.messages)))
     ),
     surface: STM.commit(STM.map(readLog, ({ fold }) => Object.freeze(GrowOnly.toArray(fold.surface)))),
     durableSeq: TRef.get(state.durableSeq).pipe(STM.commit),

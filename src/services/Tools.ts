@@ -224,14 +224,22 @@ const make = (options?: ToolsOptions): Effect.Effect<Context.Context<Tools | Too
     const lookup = (name: string) =>
       Effect.map(Ref.get(state), (s) => Option.fromNullable(s.registrations[lastIndexOf(s.registrations, name)]?.tool))
 
+    // The visible list of the last state it was derived from: every registry change replaces the state.
+    let listed: { readonly state: RegistryState; readonly list: ReadonlyArray<ToolSchema> } | undefined
+    const list = Effect.map(Ref.get(state), (s) => {
+      if (listed?.state !== s) listed = { state: s, list: visible(s) }
+      return listed.list
+    })
+
     const registry: ToolRegistryShape = {
       lookup,
+      list,
       modeOf: (name) => Effect.map(lookup(name), Option.match({ onNone: () => undefined, onSome: (tool) => tool.mode }))
     }
     const tools: Context.Tag.Service<Tools> = attachRegistry({
       register,
       setMode,
-      list: Effect.map(Ref.get(state), visible).pipe(Effect.withSpan("Tools.list")),
+      list: list.pipe(Effect.withSpan("Tools.list")),
       maxParallelToolCalls
     }, registry)
     return Context.make(Tools, tools).pipe(Context.add(ToolRegistry, registry))

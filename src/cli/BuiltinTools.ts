@@ -1,0 +1,110 @@
+/**
+ * The chat's built-in tools: `read_file` and `list_dir`, confined to one root directory (the
+ * working directory), and `clock`. A path that leaves the root, directly or through a symbolic
+ * link, is refused with an error result that says so; nothing outside the root is read.
+ *
+ * @since 0.1.0
+ */
+import { FileSystem, Path } from "@effect/platform"
+import { DateTime, Effect, Schema } from "effect"
+import type { ToolDefinition, ToolOutput } from "../services/Tools.js"
+import { Tool } from "../services/Tools.js"
+
+/**
+ * The names of the built-in tools.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const NAMES: ReadonlyArray<string> = ["clock", "list_dir", "read_file"]
+
+/** Files longer than this are cut, with a note saying so. */
+const MAX_FILE_CHARS = 64 * 1024
+
+const refuse = (content: string): ToolOutput => ({ content, isError: true })
+
+const reasonOf = (error: unknown): string =>
+  typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
+    ? error.message
+    : String(error)
+
+/**
+ * The built-in tools over `root`.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  root: string
+): Effect.Effect<ReadonlyArray<ToolDefinition<any>>, never, FileSystem.FileSystem | Path.Path> =>
+  Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
+    const path = yield* Path.Path
+    const realRoot = yield* fs.realPath(root).pipe(Effect.orElseSucceed(() => path.resolve(root)))
+
+    const inside = (candidate: string): boolean => {
+      const relative = path.relative(realRoot, candidate)
+      return relative === "" || (!path.isAbsolute(relative) && relative !== ".." && !relative.startsWith(`..${path.sep}`))
+    }
+
+    /** The real path of `requested` (relative to the root), or the refusal to return instead. */
+    const confine = (requested: string): Effect.Effect<string, ToolOutput> =>
+      Effect.gen(function*() {
+        const resolved = path.resolve(realRoot, requested)
+        const outside = refuse(`refused: ${requested} is outside the working directory (${realRoot}); only paths inside it can be read`)
+        if (!inside(resolved)) return yield* Effect.fail(outside)
+        const real = yield* fs.realPath(resolved).pipe(
+          Effect.mapError((error) => refuse(`cannot open ${requested}: ${reasonOf(error)}`))
+        )
+        // A symbolic link inside the root may point outside it.
+        if (!inside(real)) return yield* Effect.fail(outside)
+        return real
+      })
+
+    const readFile = Tool.make("read_file", {
+      description: "Reads a UTF-8 text file inside the working directory.",
+      parameters: Schema.Struct({ path: Schema.String }),
+      mode: "parallel",
+      execute: ({ path: requested }) =>
+        Effect.gen(function*() {
+          const real = yield* confine(requested)
+          const info = yield* fs.stat(real).pipe(Effect.mapError((error) => refuse(`cannot stat ${requested}: ${reasonOf(error)}`)))
+          if (info.type === "Directory") return yield* Effect.fail(refuse(`${requested} is a directory; use list_dir`))
+          const text = yield* fs.readFileString(real).pipe(
+            Effect.mapError((error) => refuse(`cannot read ${requested}: ${reasonOf(error)}`))
+          )
+          return text.length > MAX_FILE_CHARS
+            ? `${text.slice(0, MAX_FILE_CHARS)}\n[cut: ${requested} has ${text.length} characters; the first ${MAX_FILE_CHARS} are shown]`
+            : text
+        }).pipe(Effect.merge)
+    })
+
+    const listDir = Tool.make("list_dir", {
+      description: "Lists a directory inside the working directory (default: the working directory itself).",
+      parameters: Schema.Struct({ path: Schema.optional(Schema.String) }),
+      mode: "parallel",
+      execute: ({ path: requested }) =>
+        Effect.gen(function*() {
+          const shown = requested ?? "."
+          const real = yield* confine(shown)
+          const names = yield* fs.readDirectory(real).pipe(
+            Effect.mapError((error) => refuse(`cannot list ${shown}: ${reasonOf(error)}`))
+          )
+          const entries = yield* Effect.forEach([...names].sort(), (name) =>
+            fs.stat(path.join(real, name)).pipe(
+              Effect.map((info) => (info.type === "Directory" ? `${name}/` : name)),
+              Effect.orElseSucceed(() => name)
+            ))
+          return entries.length === 0 ? `${shown} is empty` : entries.join("\n")
+        }).pipe(Effect.merge)
+    })
+
+    const clock = Tool.make("clock", {
+      description: "The current date and time (UTC, ISO 8601).",
+      parameters: Schema.Struct({}),
+      mode: "parallel",
+      execute: () => Effect.map(DateTime.now, DateTime.formatIso)
+    })
+
+    return [clock, listDir, readFile]
+  })

@@ -1,0 +1,196 @@
+/**
+ * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`
+ * and `resume`, with the global options `--db`, `--model` and `--no-tools`.
+ *
+ * @since 0.1.0
+ */
+import { Args, Command, Options } from "@effect/cli"
+import type { FileSystem, Path } from "@effect/platform"
+import { Config, Effect, Option } from "effect"
+import { checkLog } from "../domain/Check.js"
+import { SessionId } from "../domain/Ids.js"
+import { SessionStore } from "../services/SessionStore.js"
+import { Sessions } from "../services/Sessions.js"
+import * as BuiltinTools from "./BuiltinTools.js"
+import { chat, runOnce } from "./Chat.js"
+import { CliError, ExitWith } from "./CliError.js"
+import type { GlobalOptions } from "./Environment.js"
+import * as Environment from "./Environment.js"
+import * as Output from "./Output.js"
+import { timeline } from "./Timeline.js"
+
+const db = Options.text("db").pipe(
+  Options.withDescription(`The SQLite file that holds the sessions (env TILLER_DB; default ${Environment.DEFAULT_DB})`),
+  Options.withFallbackConfig(Config.string("TILLER_DB")),
+  Options.withDefault(Environment.DEFAULT_DB)
+)
+const model = Options.text("model").pipe(
+  Options.withDescription(`The model (env TILLER_MODEL; default demo). This version has: ${Environment.MODELS.join(", ")}`),
+  Options.withFallbackConfig(Config.string("TILLER_MODEL")),
+  Options.withDefault("demo")
+)
+const noTools = Options.boolean("no-tools").pipe(
+  Options.withDescription("Offer the model no built-in tools (read_file, list_dir, clock)")
+)
+
+const tiller = Command.make("tiller", { db, model, noTools }).pipe(
+  Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
+)
+
+const sessionId = Args.text({ name: "ID" }).pipe(Args.withSchema(SessionId), Args.withDescription("A session id"))
+const sessionOption = Options.text("session").pipe(
+  Options.withSchema(SessionId),
+  Options.withDescription("The session to use: continued when stored, created otherwise (default: a new session)"),
+  Options.optional
+)
+
+/**
+ * Runs `body` with the sessions that the global options select. Commands that open no agent
+ * (`agent: false`) accept any `--model`: they never ask a model.
+ */
+const withSessions = <A, E>(
+  body: (globals: GlobalOptions) => Effect.Effect<A, E, Sessions | SessionStore | FileSystem.FileSystem | Path.Path>,
+  options: { readonly agent: boolean } = { agent: true }
+) =>
+  Effect.flatMap(tiller, (globals) =>
+    Effect.provide(body(globals), Environment.layer(options.agent ? globals : { ...globals, model: "demo" })))
+
+const newSessionId = Effect.sync(() => SessionId.make(`s-${crypto.randomUUID().replace(/-/g, "").slice(0, 12)}`))
+
+const toolNames = (globals: GlobalOptions) => (globals.noTools ? [] : BuiltinTools.NAMES)
+
+const chatCommand = Command.make("chat", { session: sessionOption }, ({ session }) =>
+  withSessions((globals) =>
+    Effect.flatMap(
+      Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
+      (id) => chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model })
+    ))).pipe(Command.withDescription("Chat with the agent; reads lines from stdin while the agent runs (/help lists the commands)"))
+
+const resumeCommand = Command.make("resume", { id: sessionId }, ({ id }) =>
+  withSessions((globals) =>
+    Effect.gen(function*() {
+      const store = yield* SessionStore
+      if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
+      yield* chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model })
+    }))).pipe(Command.withDescription("Continue a stored session in the chat"))
+
+const runCommand = Command.make("run", {
+  prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
+  inject: Options.text("inject").pipe(
+    Options.withDescription("Context that enters the turn's first step before the prompt (repeatable)"),
+    Options.repeated
+  ),
+  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
+  session: sessionOption
+}, ({ inject, json, prompt, session }) =>
+  withSessions(() =>
+    Effect.gen(function*() {
+      const id = Option.isSome(session) ? session.value : yield* newSessionId
+      yield* Output.errorLine(`session ${id}`)
+      yield* runOnce(id, prompt, { contexts: inject, json })
+    }))).pipe(Command.withDescription("One headless turn; exit code 0 when it completed, 1 otherwise"))
+
+const sessionsCommand = Command.make("sessions", {}, () =>
+  withSessions((globals) =>
+    Effect.gen(function*() {
+      const list = yield* Effect.flatMap(Sessions, (sessions) => sessions.list)
+      if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}`])
+      const width = Math.max(2, ...list.map((s) => s.sessionId.length))
+      yield* Output.lines([
+        `${"ID".padEnd(width)}  TURNS  EVENTS  UPDATED                   TITLE`,
+        ...list.map((s) =>
+          `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ` +
+          `${new Date(s.updatedAt).toISOString()}  ${(s.title ?? "").split("\n")[0]!.slice(0, 60)}` +
+          (s.parent !== undefined ? `  (fork of ${s.parent.sessionId} at seq ${s.parent.boundary})` : "")
+        )
+      ])
+    }), { agent: false })).pipe(Command.withDescription("List the stored sessions"))
+
+const logCommand = Command.make("log", {
+  id: sessionId,
+  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines"))
+}, ({ id, json }) =>
+  withSessions(() =>
+    Effect.gen(function*() {
+      const { events, header } = yield* Environment.loadSession(id)
+      if (json) return yield* Output.lines(events.map((event) => JSON.stringify(event)))
+      const renderer = timeline(header)
+      yield* Output.lines([...renderer.heading, ...events.flatMap((event) => renderer.render(event))])
+    }), { agent: false })).pipe(Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended"))
+
+const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
+  withSessions(() =>
+    Effect.gen(function*() {
+      const { events, header } = yield* Environment.loadSession(id)
+      const violations = checkLog(events, { seedLength: header.seedLength, closed: true })
+      if (violations.length === 0) {
+        return yield* Output.lines([`session ${id}: ${events.length} events, no violations`])
+      }
+      yield* Output.lines([
+        ...violations.map((v) => `seq ${v.seq}  ${v.rule}  ${v.message}`),
+        `session ${id}: ${violations.length} violation${violations.length === 1 ? "" : "s"} in ${events.length} events`
+      ])
+      return yield* new ExitWith({ code: 1 })
+    }), { agent: false })).pipe(Command.withDescription("Check a session's log against the log rules; exit code 1 on a violation"))
+
+const forkCommand = Command.make("fork", {
+  id: sessionId,
+  at: Options.integer("at").pipe(
+    Options.withDescription("The last seq to copy; it must close a turn (default: the last event)"),
+    Options.optional
+  ),
+  as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional)
+}, ({ as, at, id }) =>
+  withSessions(() =>
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const childId = yield* sessions.fork({
+        source: id,
+        ...(Option.isSome(at) ? { boundary: at.value } : {}),
+        ...(Option.isSome(as) ? { childId: as.value } : {})
+      }).pipe(
+        Effect.catchTags({
+          SessionNotFound: () => Effect.fail(new CliError({ reason: `no session ${id} in this database` })),
+          ForkError: (error) =>
+            Effect.fail(
+              new CliError({
+                reason: `cannot fork ${id}: ${
+                  error.reason === "child-exists"
+                    ? `a session ${error.childId ?? ""} already exists`
+                    : error.reason === "open-turn"
+                    ? `seq ${error.boundary} is inside a turn; --at must name the turn/end of a turn or a seq between turns (see tiller log ${id})`
+                    : `--at ${error.boundary} is not a seq of the log (see tiller log ${id})`
+                }`
+              })
+            )
+        })
+      )
+      const { header } = yield* Environment.loadSession(childId)
+      yield* Output.lines([`forked ${id} at seq ${header.parent?.boundary ?? "?"} as ${childId}`])
+    }), { agent: false })).pipe(Command.withDescription("Copy a session up to a closed turn into a new session"))
+
+/**
+ * The whole command tree.
+ *
+ * @since 0.1.0
+ * @category commands
+ */
+export const command = tiller.pipe(
+  Command.withSubcommands([
+    chatCommand,
+    runCommand,
+    sessionsCommand,
+    logCommand,
+    checkCommand,
+    forkCommand,
+    resumeCommand
+  ])
+)
+
+/**
+ * Parses `argv` (as `process.argv`) and runs the selected command.
+ *
+ * @since 0.1.0
+ * @category commands
+ */
+export const cli = Command.run(command, { name: "tiller", version: "0.1.0" })

@@ -1,0 +1,330 @@
+/**
+ * Readable renderings of a session's events: the full timeline that `tiller log` prints (turns,
+ * steps, inbox insertions, claims and discards with their sources, tool calls and results, why each
+ * turn ended) and the live view of `tiller chat`. Both are folds over the log: the renderer keeps
+ * the pending inbox lists, so a claim or discard names the messages it removed.
+ *
+ * @since 0.1.0
+ */
+import { Either } from "effect"
+import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
+import type { InboxLists } from "../domain/Splice.js"
+import { applySplice, emptyInbox, spliceShape } from "../domain/Splice.js"
+import type { MessageSource, StreamChunk, TurnEndReason } from "../domain/Values.js"
+
+type Block = { readonly type: string; readonly text?: string; readonly content?: ReadonlyArray<Block> }
+
+/**
+ * The source of a message in brackets' words: `user`, `cli:inject`, `plugin:prefs`, `tool`.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const describeSource = (source: MessageSource): string => {
+  const { kind, ...rest } = source
+  if (kind === "tool") return "tool"
+  const details = Object.values(rest).filter((value): value is string => typeof value === "string")
+  return [kind, ...details].join(":")
+}
+
+/**
+ * The text of message content; images and other non-text blocks are named in brackets.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const textOf = (content: ReadonlyArray<Block>): string =>
+  content.map((block) =>
+    block.type === "text" || block.type === "reasoning"
+      ? block.text ?? ""
+      : block.type === "tool-result"
+      ? textOf(block.content ?? [])
+      : `[${block.type}]`
+  ).join(" ")
+
+/**
+ * Why a turn ended, in words.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const describeReason = (reason: TurnEndReason): string => {
+  switch (reason.kind) {
+    case "completed":
+    case "max-tokens":
+    case "interrupted":
+      return reason.kind
+    case "blocked":
+      return reason.message === undefined ? "blocked" : `blocked: ${reason.message}`
+    case "aborted":
+      return `aborted (${reason.reason.kind}${reason.reason.kind === "hook" ? `: ${reason.reason.reason}` : ""})`
+    case "error":
+      return `error: ${reason.error.message} (${reason.error.code})`
+  }
+}
+
+/** `text` cut to `maxLines` lines and `maxChars` characters, with a note when cut. */
+const preview = (text: string, maxLines: number, maxChars: number): string => {
+  const lines = text.split("\n")
+  let shown = lines.slice(0, maxLines).join("\n")
+  if (shown.length > maxChars) shown = shown.slice(0, maxChars)
+  return shown.length < text.length ? `${shown} … [${text.length} chars]` : shown
+}
+
+const clockOf = (time: number): string => new Date(time).toISOString().slice(11, 23)
+
+const quoteList = (messages: ReadonlyArray<{ readonly source: MessageSource; readonly content: ReadonlyArray<Block> }>) =>
+  messages.map((m) => `[${describeSource(m.source)}] ${preview(textOf(m.content), 1, 80)}`).join(", ")
+
+/**
+ * A stateful renderer: feed it every event of a log in order; it returns the lines to print.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Renderer {
+  /** The lines for `event` (possibly none); `print: false` only advances the fold. */
+  readonly render: (event: SessionEvent, print?: boolean) => ReadonlyArray<string>
+  /** The latest turn and step seen, and the pending lists after the last event. */
+  readonly position: () => { readonly turn: number; readonly step: number; readonly inTurn: boolean; readonly pending: InboxLists }
+}
+
+interface Fold {
+  lists: InboxLists
+  turn: number
+  step: number
+  inTurn: boolean
+  readonly toolNames: Map<string, string>
+}
+
+/** Advances the fold by one event; returns the messages a splice removed. */
+const advance = (fold: Fold, event: SessionEvent) => {
+  switch (event.type) {
+    case "turn/start":
+      fold.turn = (event as EventOf<"turn/start">).data.turn
+      fold.step = 0
+      fold.inTurn = true
+      break
+    case "turn/end":
+      fold.inTurn = false
+      break
+    case "step/start":
+      fold.step = (event as EventOf<"step/start">).data.step
+      break
+    case "tool/call": {
+      const data = (event as EventOf<"tool/call">).data
+      fold.toolNames.set(data.callId, data.name)
+      break
+    }
+    case "agent/inbox/spliced": {
+      const applied = applySplice(fold.lists, (event as EventOf<"agent/inbox/spliced">).data)
+      if (Either.isRight(applied)) {
+        fold.lists = applied.right.lists
+        return applied.right.removed
+      }
+      break
+    }
+  }
+  return []
+}
+
+const positionOf = (fold: Fold): ReturnType<Renderer["position"]> => ({
+  turn: fold.turn,
+  step: fold.step,
+  inTurn: fold.inTurn,
+  pending: fold.lists
+})
+
+const indent = (label: string, text: string, width: number): Array<string> => {
+  const [first = "", ...rest] = text.split("\n")
+  return [`${label}${first}`, ...rest.map((line) => `${" ".repeat(width)}${line}`)]
+}
+
+/**
+ * The full timeline of `tiller log`: one entry per event except streamed chunks.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const timeline = (header: SessionHeader): Renderer & { readonly heading: ReadonlyArray<string> } => {
+  const fold: Fold = { lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
+  const heading = [
+    `session ${header.sessionId} · created ${new Date(header.createdAt).toISOString()}`,
+    ...(header.parent !== undefined
+      ? [`forked from ${header.parent.sessionId} at seq ${header.parent.boundary}; seqs 0-${header.seedLength - 1} are its copied seed`]
+      : [])
+  ]
+  const render = (event: SessionEvent, print = true): ReadonlyArray<string> => {
+    const removed = advance(fold, event)
+    if (!print) return []
+    const head = `${String(event.seq).padStart(5)}  ${clockOf(event.time)}  `
+    const entry = (label: string, text: string) => indent(`${head}${label.padEnd(10)} `, text, head.length + 11)
+    switch (event.type) {
+      case "turn/start":
+        return entry(`turn ${fold.turn}`, "start")
+      case "turn/end":
+        return entry(`turn ${fold.turn}`, `end: ${describeReason((event as EventOf<"turn/end">).data.reason)}`)
+      case "step/start":
+      case "step/end": {
+        const data = (event as EventOf<"step/start">).data
+        return entry(`step ${data.turn}.${data.step}`, event.type === "step/start" ? "start" : "end")
+      }
+      case "user/message": {
+        const e = event as EventOf<"user/message">
+        const replaced = typeof e.surfaceOp === "object" ? ` (replaces history ${e.surfaceOp.start}-${e.surfaceOp.end})` : ""
+        return entry("entered", `[${describeSource(e.data.source)}] ${preview(textOf(e.data.content), 20, 2000)}${replaced}`)
+      }
+      case "assistant/chunk":
+        return []
+      case "assistant/message": {
+        const data = (event as EventOf<"assistant/message">).data
+        const text = textOf(data.message.content.filter((b) => b.type === "text"))
+        const calls = data.message.content.filter((b) => b.type === "tool-call").length
+        const note = [
+          calls > 0 ? `${calls} tool call${calls === 1 ? "" : "s"}` : undefined,
+          data.usage !== undefined ? `${data.usage.inputTokens} in / ${data.usage.outputTokens} out tokens` : undefined,
+          data.interrupted === true ? "interrupted" : undefined
+        ].filter((s) => s !== undefined)
+        return entry("assistant", `${preview(text, 20, 2000)}${note.length > 0 ? ` (${note.join(", ")})` : ""}`)
+      }
+      case "tool/call": {
+        const data = (event as EventOf<"tool/call">).data
+        return entry("tool call", `${data.name} ${data.arguments} (${data.callId})`)
+      }
+      case "tool/result": {
+        const data = (event as EventOf<"tool/result">).data
+        const block = data.message.content[0]
+        const name = fold.toolNames.get(block.toolCallId) ?? block.toolCallId
+        const status = block.isError ? "error" : "ok"
+        return entry("tool done", `${name} ${status}: ${preview(textOf(block.content), 10, 1000)}`)
+      }
+      case "request/header": {
+        const data = (event as EventOf<"request/header">).data
+        const tools = data.header.tools.map((t) => t.name).join(", ")
+        return entry("model", `${data.header.provider}:${data.header.model} (${data.reason}) · tools: ${tools === "" ? "none" : tools}`)
+      }
+      case "llm/retry": {
+        const data = (event as EventOf<"llm/retry">).data
+        return entry("retry", `attempt ${data.attempt} of step ${data.turn}.${data.step} in ${data.delayMs} ms: ${data.failure.message}`)
+      }
+      case "agent/inbox/spliced": {
+        const data = (event as EventOf<"agent/inbox/spliced">).data
+        switch (spliceShape(data)) {
+          case "insertion":
+            return entry("inbox", `+ ${data.target}: ${quoteList(data.inserted)}`)
+          case "claim":
+            return entry("inbox", `claimed from ${data.target}: ${quoteList(removed)}`)
+          case "cancellation":
+            return entry("inbox", `discarded from ${data.target}: ${quoteList(removed)}`)
+          case "replacement":
+            return entry("inbox", `replaced in ${data.target}: ${quoteList(removed)} → ${quoteList(data.inserted)}`)
+          default:
+            return entry("inbox", JSON.stringify(data))
+        }
+      }
+      case "session/end-seed":
+        return entry("fork", "end of the copied seed; this session continues from here")
+      default:
+        return entry(event.type, JSON.stringify(event.data))
+    }
+  }
+  return { heading, render, position: () => positionOf(fold) }
+}
+
+/**
+ * The live view of `tiller chat`: entered messages, assistant text as it streams, tool calls and
+ * results, later steps and how each turn ended. Streamed text arrives without a newline; the view
+ * returns fragments and tells whether the output ends mid-line.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const chatView = (): {
+  readonly render: (event: SessionEvent, print?: boolean) => string
+  /** `text` as a line of its own (after a newline if the output is mid-line). */
+  readonly line: (text: string) => string
+  readonly position: Renderer["position"]
+} => {
+  const fold: Fold = { lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
+  const textBlocks = new Set<number>()
+  let midLine = false
+  const line = (text: string): string => {
+    const out = `${midLine ? "\n" : ""}${text}\n`
+    midLine = false
+    return out
+  }
+  const onChunk = (chunk: StreamChunk): string => {
+    switch (chunk.type) {
+      case "block-start":
+        if (chunk.block !== "text") return ""
+        textBlocks.add(chunk.index)
+        midLine = true
+        return "assistant: "
+      case "text-delta":
+        if (chunk.text.length > 0) midLine = !chunk.text.endsWith("\n")
+        return chunk.text
+      case "block-end":
+        if (!textBlocks.delete(chunk.index) || !midLine) return ""
+        midLine = false
+        return "\n"
+      case "finish":
+        return chunk.finish.kind === "stop" ? "" : line(`(model finished: ${chunk.finish.kind})`)
+      default:
+        return ""
+    }
+  }
+  const render = (event: SessionEvent, print = true): string => {
+    advance(fold, event)
+    if (!print) return ""
+    switch (event.type) {
+      case "turn/start":
+        return line(statusLine("running", positionOf(fold)))
+      case "step/start": {
+        const data = (event as EventOf<"step/start">).data
+        return data.step > 1 ? line(`  · turn ${data.turn} step ${data.step}`) : ""
+      }
+      case "turn/end": {
+        const reason = (event as EventOf<"turn/end">).data.reason
+        return line(`── turn ${fold.turn} ${describeReason(reason)}`)
+      }
+      case "user/message": {
+        const data = (event as EventOf<"user/message">).data
+        return line(`» [${describeSource(data.source)}] ${textOf(data.content)}`)
+      }
+      case "assistant/chunk":
+        return onChunk((event as EventOf<"assistant/chunk">).data.chunk)
+      case "tool/call": {
+        const data = (event as EventOf<"tool/call">).data
+        return line(`  → ${data.name} ${data.arguments}`)
+      }
+      case "tool/result": {
+        const block = (event as EventOf<"tool/result">).data.message.content[0]
+        const name = fold.toolNames.get(block.toolCallId) ?? block.toolCallId
+        return line(`  ← ${name}${block.isError ? " (error)" : ""}: ${preview(textOf(block.content), 12, 1500)}`)
+      }
+      case "llm/retry": {
+        const data = (event as EventOf<"llm/retry">).data
+        return line(`  (retrying in ${data.delayMs} ms: ${data.failure.message})`)
+      }
+      default:
+        return ""
+    }
+  }
+  return { render, line, position: () => positionOf(fold) }
+}
+
+/**
+ * The chat's status line.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const statusLine = (
+  status: "idle" | "running",
+  position: ReturnType<Renderer["position"]>
+): string => {
+  const where = status === "running"
+    ? `turn ${position.turn}${position.step > 0 ? ` step ${position.step}` : ""}`
+    : `${position.turn} turn${position.turn === 1 ? "" : "s"}`
+  return `[${status} · ${where} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step]`
+}

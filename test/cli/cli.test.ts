@@ -1,0 +1,214 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { jsonLines, tempDir, tiller } from "./harness.js"
+
+const TIMEOUT = 180_000
+
+/** `text` contains each of `parts`, in this order. */
+const expectInOrder = (text: string, parts: ReadonlyArray<string>) => {
+  let from = 0
+  for (const part of parts) {
+    const at = text.indexOf(part, from)
+    expect(at, `${JSON.stringify(part)} after offset ${from} in:\n${text}`).toBeGreaterThanOrEqual(0)
+    from = at + part.length
+  }
+}
+
+describe("tiller CLI", () => {
+  it.scopedLive("run: injected context enters before the prompt; the default db is created; sessions lists it", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const run = yield* tiller(dir, ["run", "hello", "--inject", "ctx", "--session", "r1"])
+      expect(run).toEqual({
+        code: 0,
+        stdout: "Step 1 of turn 1 brought 2 messages:\n1. [cli] ctx\n2. [user] hello\n",
+        stderr: "session r1\n"
+      })
+      expect(fs.existsSync(path.join(dir, ".tiller", "sessions.db"))).toBe(true)
+
+      const sessions = yield* tiller(dir, ["sessions"])
+      expect(sessions.code).toBe(0)
+      expect(sessions.stdout.split("\n")[0]).toMatch(/^ID\s+TURNS\s+EVENTS\s+UPDATED\s+TITLE$/)
+      expect(sessions.stdout.split("\n")[1]).toMatch(/^r1\s+1\s+\d+\s+\S+Z\s+ctx$/)
+
+      // --db and TILLER_DB select another file.
+      const other = yield* tiller(dir, ["sessions"], { env: { TILLER_DB: "other/x.db" } })
+      expect(other).toMatchObject({ code: 0, stdout: "no sessions in other/x.db\n" })
+      expect(fs.existsSync(path.join(dir, "other", "x.db"))).toBe(true)
+      const flag = yield* tiller(dir, ["--db", "other/x.db", "sessions"])
+      expect(flag.stdout).toBe("no sessions in other/x.db\n")
+    }), TIMEOUT)
+
+  it.scopedLive("chat: a piped conversation with /inject, a prompt, /queue and /quit; log, check", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const chat = yield* tiller(dir, ["chat", "--session", "c1"], { input: "/inject note\nhello\n/queue second\n/quit\n" })
+      expect(chat.code).toBe(0)
+      expect(chat.stderr).toBe("")
+      expectInOrder(chat.stdout, [
+        "tiller chat · session c1 (new)",
+        "[idle · 0 turns · pending: 0 queued, 0 next-step]",
+        "[running · turn 1",
+        // The injected context enters the step before the prompt.
+        "» [cli:inject] note\n» [user] hello\n",
+        "assistant: Step 1 of turn 1 brought 2 messages:\n1. [cli] note\n2. [user] hello\n",
+        "── turn 1 completed",
+        "[running · turn 2",
+        "» [user] second\n",
+        "assistant: Step 1 of turn 2 brought 1 message:\n1. [user] second\n",
+        "── turn 2 completed",
+        "[idle · 2 turns · pending: 0 queued, 0 next-step]",
+        "session c1 is saved; continue it with: tiller resume c1\n"
+      ])
+
+      const log = yield* tiller(dir, ["log", "c1", "--json"])
+      expect(log.code).toBe(0)
+      const events = jsonLines(log.stdout)
+      expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i))
+      const entered = events.filter((e) => e.type === "user/message").map((e) => [e.data.content[0].text, e.data.source])
+      expect(entered).toEqual([
+        ["note", { kind: "cli", command: "inject" }],
+        ["hello", { kind: "user" }],
+        ["second", { kind: "user" }]
+      ])
+      expect(events.filter((e) => e.type === "turn/end").map((e) => [e.data.turn, e.data.reason.kind])).toEqual([
+        [1, "completed"],
+        [2, "completed"]
+      ])
+
+      const timeline = yield* tiller(dir, ["log", "c1"])
+      expect(timeline.code).toBe(0)
+      expectInOrder(timeline.stdout, [
+        "session c1 · created",
+        "inbox      + next-step: [cli:inject] note",
+        "inbox      + next-step: [user] hello",
+        "turn 1     start",
+        "inbox      claimed from next-step: [cli:inject] note, [user] hello",
+        "step 1.1   start",
+        "entered    [cli:inject] note",
+        "entered    [user] hello",
+        "model      demo:demo (initial) · tools: clock, list_dir, read_file",
+        "assistant  Step 1 of turn 1 brought 2 messages:",
+        "turn 1     end: completed",
+        "turn 2     start",
+        "inbox      claimed from next-turn: [user] second",
+        "turn 2     end: completed"
+      ])
+
+      const check = yield* tiller(dir, ["check", "c1"])
+      expect(check).toEqual({ code: 0, stdout: `session c1: ${events.length} events, no violations\n`, stderr: "" })
+    }), TIMEOUT)
+
+  it.scopedLive("chat: end of input without /quit waits for the turn, then exits 0; commands are reported", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const chat = yield* tiller(dir, ["chat", "--session", "e1"], { input: "/bogus\n/queue\n/help\nhi" })
+      expect(chat.code).toBe(0)
+      expect(chat.stderr).toBe("unknown command /bogus; /help lists the commands\nusage: /queue TEXT\n")
+      expectInOrder(chat.stdout, [
+        "/queue TEXT     queue TEXT as the prompt of a later turn",
+        "» [user] hi\n",
+        "assistant: Step 1 of turn 1 brought 1 message:\n1. [user] hi\n",
+        "── turn 1 completed",
+        "[idle · 1 turn · pending: 0 queued, 0 next-step]"
+      ])
+    }), TIMEOUT)
+
+  it.scopedLive("fork --as child, then log, resume and check the child; a boundary inside a turn is refused", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      expect((yield* tiller(dir, ["run", "first", "--session", "p"])).code).toBe(0)
+      const parent = jsonLines((yield* tiller(dir, ["log", "p", "--json"])).stdout)
+
+      const fork = yield* tiller(dir, ["fork", "p", "--as", "child"])
+      expect(fork).toEqual({ code: 0, stdout: `forked p at seq ${parent.length - 1} as child\n`, stderr: "" })
+
+      const log = yield* tiller(dir, ["log", "child"])
+      expect(log.code).toBe(0)
+      expectInOrder(log.stdout, [
+        "session child · created",
+        `forked from p at seq ${parent.length - 1}; seqs 0-${parent.length - 1} are its copied seed`,
+        "entered    [user] first",
+        "turn 1     end: completed",
+        "fork       end of the copied seed"
+      ])
+
+      const resume = yield* tiller(dir, ["resume", "child"], { input: "again\n" })
+      expect(resume.code).toBe(0)
+      expectInOrder(resume.stdout, [
+        "tiller chat · session child (resumed: 1 turn,",
+        "» [user] again\n",
+        "assistant: Step 1 of turn 2 brought 1 message:\n1. [user] again\n"
+      ])
+      expect(yield* tiller(dir, ["check", "child"])).toMatchObject({ code: 0 })
+      // The parent is unchanged by the child's turn.
+      expect(jsonLines((yield* tiller(dir, ["log", "p", "--json"])).stdout)).toEqual(parent)
+
+      const inside = parent.findIndex((e) => e.type === "step/start")
+      const refused = yield* tiller(dir, ["fork", "p", "--at", String(inside), "--as", "c2"])
+      expect(refused.code).toBe(1)
+      expect(refused.stderr).toContain(`tiller: cannot fork p: seq ${inside} is inside a turn`)
+      expect((yield* tiller(dir, ["fork", "p", "--as", "child"])).stderr).toBe("tiller: cannot fork p: a session child already exists\n")
+      expect(yield* tiller(dir, ["resume", "nope"])).toMatchObject({ code: 1, stderr: "tiller: no session nope in ./.tiller/sessions.db\n" })
+    }), TIMEOUT)
+
+  it.scopedLive("read_file and list_dir stay inside the working directory", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      fs.writeFileSync(path.join(dir, "notes.txt"), "inside the box\n")
+      fs.symlinkSync("/etc", path.join(dir, "etc-link"))
+
+      const escape = yield* tiller(dir, ["run", "/read_file ../etc/passwd"])
+      expect(escape.code).toBe(0)
+      expect(escape.stdout).toBe(
+        `Step 2 of turn 1 brought 1 message:\n1. [tool] refused: ../etc/passwd is outside the working directory (${fs.realpathSync(dir)}); only paths inside it can be read\n`
+      )
+      const absolute = yield* tiller(dir, ["run", "call read_file {\"path\": \"/etc/passwd\"}"])
+      expect(absolute.stdout).toContain("refused: /etc/passwd is outside the working directory")
+      const link = yield* tiller(dir, ["run", "/read_file etc-link/passwd"])
+      expect(link.stdout).toContain("refused: etc-link/passwd is outside the working directory")
+      expect(link.stdout).not.toContain("root:")
+
+      const inside = yield* tiller(dir, ["run", "/read_file notes.txt"])
+      expect(inside.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] inside the box\n\n")
+      const listing = yield* tiller(dir, ["run", "/list_dir"])
+      expect(listing.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] .tiller/\netc-link/\nnotes.txt\n")
+
+      // With --no-tools the demo model sees no tool and only describes the message.
+      const noTools = yield* tiller(dir, ["--no-tools", "run", "/read_file notes.txt"])
+      expect(noTools.stdout).toBe("Step 1 of turn 1 brought 1 message:\n1. [user] /read_file notes.txt\n")
+    }), TIMEOUT)
+
+  it.scopedLive("refusals: an unknown model, a missing session, a log that violates the rules", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const model = yield* tiller(dir, ["--model", "openai:gpt-4o", "run", "hi"])
+      expect(model.code).toBe(1)
+      expect(model.stderr).toContain(`tiller: unknown model "openai:gpt-4o": this version of tiller has only "demo"`)
+      expect(model.stdout).toBe("")
+      expect(fs.existsSync(path.join(dir, ".tiller"))).toBe(false)
+      const envModel = yield* tiller(dir, ["chat"], { env: { TILLER_MODEL: "nope" }, input: "hi\n" })
+      expect(envModel.code).toBe(1)
+      expect(envModel.stderr).toContain(`unknown model "nope"`)
+
+      expect(yield* tiller(dir, ["log", "missing"])).toMatchObject({ code: 1, stderr: "tiller: no session missing in this database\n" })
+      expect(yield* tiller(dir, ["check", "missing"])).toMatchObject({ code: 1 })
+
+      // A session whose log stops inside a turn: check reports R19 and exits 1.
+      expect((yield* tiller(dir, ["run", "hello", "--session", "whole"])).code).toBe(0)
+      yield* Effect.gen(function*() {
+        const store = yield* SessionStore
+        const { events, header } = yield* store.load(SessionId.make("whole"))
+        const end = events.findIndex((e) => e.type === "turn/end")
+        yield* store.create({ ...header, sessionId: SessionId.make("broken") }, events.slice(0, end))
+      }).pipe(Effect.provide(SqliteSessionStore.layer({ filename: path.join(dir, ".tiller", "sessions.db") })))
+      const check = yield* tiller(dir, ["check", "broken"])
+      expect(check.code).toBe(1)
+      expect(check.stdout).toMatch(/^seq \d+ {2}R19 {2}the log ends inside open turn 1\nsession broken: 1 violation in \d+ events\n$/)
+    }), TIMEOUT)
+})

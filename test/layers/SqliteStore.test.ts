@@ -1,0 +1,273 @@
+import { afterAll, describe, expect, it } from "@effect/vitest"
+import * as SqlClient from "@effect/sql/SqlClient"
+import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
+import { Context, Effect, Either, Exit, Layer, Scope } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { MalformedLog, PersistenceError, SessionExists, UnsupportedLogVersion } from "../../src/domain/Errors.js"
+import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
+import { LOG_FORMAT_VERSION } from "../../src/domain/Event.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import { Agent } from "../../src/layers/Agent.js"
+import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
+import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
+import { Driver } from "../../src/services/Driver.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { Tools } from "../../src/services/Tools.js"
+import { user } from "../agent/harness.js"
+import { makeHeader, makeUserMessage, sessionStoreContract, turnEvents } from "../contracts/SessionStoreContract.js"
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-sqlite-"))
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
+
+let files = 0
+const freshFile = () => path.join(dir, `store-${++files}.db`)
+
+// Every contract test gets a database file of its own.
+sessionStoreContract(
+  "sqlite",
+  Layer.unwrapEffect(Effect.sync(() => SqliteSessionStore.layer({ filename: freshFile() })))
+)
+// ":memory:" is a private database per layer build (no file, no WAL).
+sessionStoreContract("sqlite :memory:", SqliteSessionStore.layer({ filename: ":memory:" }))
+
+const id = SessionId.make("session")
+const A = makeUserMessage("a", "hello")
+const nonEmpty = (events: ReadonlyArray<SessionEvent>) => events as readonly [SessionEvent, ...Array<SessionEvent>]
+
+/** `turns` complete turns, 14 events each, numbered from turn 1. */
+const turns = (first: number, count: number): Array<SessionEvent> =>
+  Array.from({ length: count }, (_, k) => turnEvents(14 * (first + k), first + k + 1, 1000 * (first + k + 1), makeUserMessage(`m${first + k}`, "x"), "y"))
+    .flat()
+
+/** Runs `body` with a store over `filename`; the database closes afterwards. */
+const withStore = <A, E>(filename: string, body: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
+  Effect.flatMap(SessionStore, body).pipe(Effect.provide(SqliteSessionStore.layer({ filename })))
+
+/** Runs raw SQL on `filename` through a separate client (to inspect or corrupt what the store wrote). */
+const withRawSql = <A, E>(filename: string, body: (sql: SqlClient.SqlClient) => Effect.Effect<A, E>) =>
+  Effect.flatMap(SqlClient.SqlClient, body).pipe(Effect.provide(SqliteClient.layer({ filename })))
+
+const modeOf = (file: string) => fs.statSync(file).mode & 0o777
+
+/**
+ * The failure of `effect`. Unlike `Effect.flip`, an unexpected success fails the test with a short
+ * message: vitest hangs while formatting a failure whose message is a large value's JSON.
+ */
+const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.flatMap(Effect.either(effect), Either.match({
+    onLeft: Effect.succeed,
+    onRight: () => Effect.dieMessage("expected a failure, but the effect succeeded")
+  }))
+
+describe("SqliteSessionStore", () => {
+  it.effect("creates the database file (and its WAL) with mode 0600", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      yield* withStore(filename, (store) =>
+        Effect.gen(function*() {
+          yield* store.create(makeHeader(id), turnEvents(0, 1, 1000, A, "hi"))
+          expect(modeOf(filename)).toBe(0o600)
+          expect(modeOf(`${filename}-wal`)).toBe(0o600)
+        }))
+      expect(modeOf(filename)).toBe(0o600)
+    }))
+
+  it.effect("runs in WAL journal mode", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      yield* withStore(filename, (store) => store.create(makeHeader(id), []))
+      const [mode] = yield* withRawSql(filename, (sql) => sql<{ journal_mode: string }>`PRAGMA journal_mode`)
+      expect(mode).toEqual({ journal_mode: "wal" })
+    }))
+
+  it.effect("a reopened file holds every committed session, and stays writable", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      const other = SessionId.make("other")
+      const first = turns(0, 1)
+      const second = turns(1, 1)
+      yield* withStore(filename, (store) =>
+        Effect.gen(function*() {
+          yield* store.create(makeHeader(id, { metadata: { title: "t" } }), [])
+          yield* store.append(id, nonEmpty(first))
+          yield* store.create(makeHeader(other), second.map((event, seq) => ({ ...event, seq })))
+        }))
+      yield* withStore(filename, (store) =>
+        Effect.gen(function*() {
+          expect(yield* store.list).toStrictEqual([makeHeader(id, { metadata: { title: "t" } }), makeHeader(other)])
+          expect(yield* store.load(id)).toStrictEqual({ header: makeHeader(id, { metadata: { title: "t" } }), events: first })
+          expect(yield* store.exists(other)).toBe(true)
+          const exists = yield* failureOf(store.create(makeHeader(id), []))
+          expect(exists).toBeInstanceOf(SessionExists)
+          yield* store.append(id, nonEmpty(second))
+        }))
+      const reloaded = yield* withStore(filename, (store) => store.load(id))
+      expect(reloaded.events).toStrictEqual([...first, ...second])
+    }))
+
+  it.effect("large batches (chunked inserts) round-trip exactly", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      const all = turns(0, 72) // 1008 events
+      yield* withStore(filename, (store) =>
+        Effect.gen(function*() {
+          yield* store.create(makeHeader(id), all.slice(0, 299)) // 256 + 32 + 8 + 2 + 1
+          yield* store.append(id, nonEmpty(all.slice(299, 300)))
+          yield* store.append(id, nonEmpty(all.slice(300))) // 708 = 2 * 256 + 128 + 64 + 4
+          expect((yield* store.load(id)).events).toStrictEqual(all)
+          const stale = yield* failureOf(store.append(id, nonEmpty(all.slice(1000))))
+          expect(stale).toBeInstanceOf(PersistenceError)
+        }))
+      const counted = yield* withRawSql(filename, (sql) =>
+        sql<{ n: number; first: number; last: number }>`
+          SELECT count(*) AS n, min(seq) AS first, max(seq) AS last FROM events WHERE session_id = ${id}`)
+      expect(counted).toEqual([{ n: 1008, first: 0, last: 1007 }])
+    }))
+
+  it.effect("a second store on the same file is refused a stale append and changes nothing", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      const first = turns(0, 1)
+      const second = turns(1, 1)
+      yield* Effect.scoped(Effect.gen(function*() {
+        const writer = Context.get(yield* Layer.build(SqliteSessionStore.layer({ filename })), SessionStore)
+        const rival = Context.get(yield* Layer.build(SqliteSessionStore.layer({ filename })), SessionStore)
+        yield* writer.create(makeHeader(id), first)
+        expect((yield* rival.load(id)).events).toStrictEqual(first)
+        yield* writer.append(id, nonEmpty(second))
+        const error = yield* failureOf(rival.append(id, nonEmpty(second)))
+        expect(error).toBeInstanceOf(PersistenceError)
+        expect(error).toMatchObject({ sessionId: id, operation: "append" })
+        expect(String((error as PersistenceError).cause)).toContain("stored log has 28 events")
+        expect((yield* rival.load(id)).events).toStrictEqual([...first, ...second])
+      }))
+    }))
+
+  describe("corrupted rows load as MalformedLog with their seq", () => {
+    const corrupted = (corrupt: (sql: SqlClient.SqlClient) => Effect.Effect<unknown, unknown>) =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        yield* withStore(filename, (store) => store.create(makeHeader(id), turnEvents(0, 1, 1000, A, "hi")))
+        yield* withRawSql(filename, corrupt)
+        const error = yield* withStore(filename, (store) => failureOf(store.load(id)))
+        expect(error).toBeInstanceOf(MalformedLog)
+        return error as MalformedLog
+      })
+
+    it.effect("a row that is not JSON", () =>
+      Effect.gen(function*() {
+        const error = yield* corrupted((sql) => sql`UPDATE events SET row = '{"type": "step/start",' WHERE seq = 5`)
+        expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: id, seq: 5 })
+        expect(error.reason).toContain("not JSON")
+      }))
+
+    it.effect("a row of the wrong shape", () =>
+      Effect.gen(function*() {
+        const wrong = JSON.stringify({ type: "turn/start", seq: 1, time: 1000, data: { turn: "one" } })
+        const error = yield* corrupted((sql) => sql`UPDATE events SET row = ${wrong} WHERE seq = 1`)
+        expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: id, seq: 1 })
+        expect(error.reason).toContain("turn")
+      }))
+
+    it.effect("a row with an excess property", () =>
+      Effect.gen(function*() {
+        const extra = JSON.stringify({ type: "turn/start", seq: 1, time: 1000, data: { turn: 1 }, extra: true })
+        const error = yield* corrupted((sql) => sql`UPDATE events SET row = ${extra} WHERE seq = 1`)
+        expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: id, seq: 1 })
+      }))
+
+    it.effect("a row that carries another seq", () =>
+      Effect.gen(function*() {
+        const moved = JSON.stringify({ type: "turn/start", seq: 2, time: 1000, data: { turn: 1 } })
+        const error = yield* corrupted((sql) => sql`UPDATE events SET row = ${moved} WHERE seq = 1`)
+        expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: id, seq: 1 })
+      }))
+
+    it.effect("a missing row in the middle and at the end", () =>
+      Effect.gen(function*() {
+        const gap = yield* corrupted((sql) => sql`DELETE FROM events WHERE seq = 3`)
+        expect(gap).toMatchObject({ _tag: "MalformedLog", sessionId: id, seq: 3 })
+        const tail = yield* corrupted((sql) => sql`DELETE FROM events WHERE seq = 13`)
+        expect(tail).toMatchObject({ _tag: "MalformedLog", sessionId: id, seq: 13 })
+      }))
+
+    it.effect("a header that does not decode (no seq); a newer version is UnsupportedLogVersion", () =>
+      Effect.gen(function*() {
+        const header = yield* corrupted((sql) => sql`UPDATE sessions SET header = '{"formatVersion": 1}'`)
+        expect(header).toMatchObject({ _tag: "MalformedLog", sessionId: id })
+        expect(header.seq).toBeUndefined()
+        const filename = freshFile()
+        yield* withStore(filename, (store) => store.create(makeHeader(id), []))
+        yield* withRawSql(filename, (sql) => sql`UPDATE sessions SET header = '{"formatVersion": 7, "shape": "new"}'`)
+        const version = yield* withStore(filename, (store) => failureOf(store.load(id)))
+        expect(version).toBeInstanceOf(UnsupportedLogVersion)
+        expect(version).toMatchObject({ sessionId: id, found: 7, supported: LOG_FORMAT_VERSION })
+      }))
+  })
+
+  it.effect("a file that cannot be opened fails the layer with PersistenceError", () =>
+    Effect.gen(function*() {
+      const missingDir = yield* failureOf(Layer.build(SqliteSessionStore.layer({ filename: path.join(dir, "no", "such.db") })).pipe(Effect.scoped))
+      expect(missingDir).toBeInstanceOf(PersistenceError)
+      expect(missingDir).toMatchObject({ operation: "open" })
+      const garbage = freshFile()
+      fs.writeFileSync(garbage, "this is not a database, it is just text that is long enough to have a header".repeat(20))
+      const notDatabase = yield* failureOf(Layer.build(SqliteSessionStore.layer({ filename: garbage })).pipe(Effect.scoped))
+      expect(notDatabase).toBeInstanceOf(PersistenceError)
+      expect(notDatabase).toMatchObject({ operation: "open" })
+    }))
+})
+
+describe("an agent on SQLite", () => {
+  const S = SessionId.make("s")
+  const agentOn = (
+    filename: string,
+    target: { readonly sessionId: SessionId } | { readonly resume: SessionId },
+    reply: string
+  ) =>
+    Agent.layer({ ...target, model: { provider: "p", model: "m" } }).pipe(
+      Layer.provideMerge(
+        Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([ScriptedModel.text(reply)]), Tools.layer())
+      )
+    )
+  const turnStarts = (events: ReadonlyArray<SessionEvent>) =>
+    events.filter((e) => e.type === "turn/start").map((e) => (e as EventOf<"turn/start">).data.turn)
+
+  it.effect("runs a turn, is disposed, resumes from the file on a fresh layer and runs turn 2", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+
+      const scope = yield* Scope.make()
+      const first = yield* Layer.buildWithScope(agentOn(filename, { sessionId: S }, "hi"), scope)
+      yield* Context.get(first, Driver).followup(user("A"))
+      yield* Context.get(first, Driver).whenIdle
+      yield* Scope.close(scope, Exit.void)
+      const before = yield* Context.get(first, SessionLog).events
+      expect(turnStarts(before)).toEqual([1])
+      expect(before.at(-1)?.type).toBe("turn/end")
+
+      // Disposal flushed everything: a fresh store reads exactly the live log.
+      const stored = yield* withStore(filename, (store) => store.load(S))
+      expect(stored.events).toStrictEqual(before)
+
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        const resumed = yield* log.events
+        expect(resumed.slice(0, -1)).toStrictEqual(before)
+        expect(resumed.at(-1)).toMatchObject({ type: "session/end-seed", seq: before.length })
+        yield* driver.followup(user("B"))
+        yield* driver.whenIdle
+        const after = yield* log.events
+        expect(turnStarts(after)).toEqual([1, 2])
+        expect(after.slice(0, resumed.length)).toStrictEqual(resumed)
+      }).pipe(Effect.provide(agentOn(filename, { resume: S }, "again")))
+
+      const final = yield* withStore(filename, (store) => store.load(S))
+      expect(turnStarts(final.events)).toEqual([1, 2])
+      expect(final.events.at(-1)?.type).toBe("turn/end")
+    }))
+})

@@ -7,6 +7,7 @@
  *
  * @since 0.1.0
  */
+import { seqProblem } from "../internal/Contiguity.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import { Chunk, Deferred, Effect, Exit, HashMap, Option, Ref } from "effect"
 import { PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
@@ -55,18 +56,6 @@ export const emptySnapshot: StoreSnapshot = { [StoreSnapshotTypeId]: emptyState 
 // every level and are shared; anything else is copied.
 const isolate = <A>(value: A): A => (Object.isFrozen(value) ? value : freezeCopy(value))
 
-/** Why `events` cannot follow a log of `length` events, if they cannot. */
-const seqProblem = (events: ReadonlyArray<SessionEvent>, length: number): string | undefined => {
-  for (let i = 0; i < events.length; i++) {
-    const seq = events[i]!.seq
-    if (seq !== length + i) {
-      return i === 0
-        ? `events[0].seq is ${seq} but the stored log has ${length} events (another writer?)`
-        : `seqs are not contiguous: events[${i}].seq is ${seq}, expected ${length + i}`
-    }
-  }
-  return undefined
-}
 
 /**
  * Builds a memory store over fresh state seeded from `snapshot`, with its controls.

@@ -13,6 +13,7 @@
  *
  * @since 0.1.0
  */
+import { seqProblem } from "../internal/Contiguity.js"
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
@@ -98,18 +99,6 @@ const parseJson = (text: unknown): Either.Either<unknown, string> => {
   }
 }
 
-/** Why `events` cannot follow a log of `length` events, if they cannot. */
-const seqProblem = (events: ReadonlyArray<SessionEvent>, length: number): string | undefined => {
-  for (let i = 0; i < events.length; i++) {
-    const seq = events[i]!.seq
-    if (seq !== length + i) {
-      return i === 0
-        ? `events[0].seq is ${seq} but the stored log has ${length} events (another writer?)`
-        : `seqs are not contiguous: events[${i}].seq is ${seq}, expected ${length + i}`
-    }
-  }
-  return undefined
-}
 
 /** Each event's row JSON, encoded before any transaction starts. */
 const encodeRows = (events: ReadonlyArray<SessionEvent>): Either.Either<Array<string>, string> => {

@@ -24,7 +24,7 @@ import type { StoreSnapshot } from "../../src/services/SessionStore.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { notation, plugin, scenario, shape, texts, user } from "./harness.js"
+import { liveNotation, notation, plugin, scenario, shape, texts, user } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -33,20 +33,7 @@ import { notation, plugin, scenario, shape, texts, user } from "./harness.js"
 const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 
 /** A live notification in the notation of SPEC 4.1. */
-const liveOf = (event: DriverEvent): string => {
-  switch (event.type) {
-    case "agent/inbox/inserted":
-      return `inserted(${event.message.id})`
-    case "agent/inbox/claimed":
-      return `claimed(${event.message.id},${event.turn})`
-    case "agent/inbox/discarded":
-      return `discarded(${event.message.id})`
-    case "agent/status":
-      return `status(${event.status})`
-    case "agent/error":
-      return "error"
-  }
-}
+const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
 
 /** Everything a live subscription has received so far. */
 const drain = (queue: Queue.Dequeue<DriverEvent>) =>

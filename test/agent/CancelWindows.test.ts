@@ -23,7 +23,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolContext, ToolOutput } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
-import { notation, plugin, scenario, shape, user } from "./harness.js"
+import { liveNotation, notation, plugin, scenario, shape, user } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -53,20 +53,7 @@ const toolResponse = (n: number) => [
   "AM"
 ]
 
-const liveOf = (event: DriverEvent): string => {
-  switch (event.type) {
-    case "agent/inbox/inserted":
-      return `inserted(${event.message.id})`
-    case "agent/inbox/claimed":
-      return `claimed(${event.message.id},${event.turn})`
-    case "agent/inbox/discarded":
-      return `discarded(${event.message.id})`
-    case "agent/status":
-      return `status(${event.status})`
-    case "agent/error":
-      return "error"
-  }
-}
+const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
 
 /** Records every live notification into a ref, from a forked fiber (survives disposal). */
 const recordLive = (driver: Context.Tag.Service<Driver>) =>

@@ -18,27 +18,13 @@ import { PreStep, PreStepDecision } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { plugin, scenario, shape, texts, user } from "./harness.js"
+import { liveNotation, plugin, scenario, shape, texts, user } from "./harness.js"
 
 // The chunks and message of a scripted `text(...)` response.
 const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 // The chunks and message of a response with one tool call.
 const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 
-const liveNotation = (e: DriverEvent): string => {
-  switch (e.type) {
-    case "agent/inbox/inserted":
-      return `inserted(${e.message.id})`
-    case "agent/inbox/claimed":
-      return `claimed(${e.message.id},${e.turn})`
-    case "agent/inbox/discarded":
-      return `discarded(${e.message.id})`
-    case "agent/status":
-      return `status(${e.status})`
-    case "agent/error":
-      return `error(${e.turn},${e.step})`
-  }
-}
 
 /** Lets every ready fiber run (delivery of notifications, stream consumers). */
 const settle = Effect.repeatN(Effect.yieldNow(), 50)

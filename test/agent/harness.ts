@@ -3,6 +3,7 @@
  * helpers to describe the durable log in the notation of SPEC 4.1.
  */
 import { Chunk, Effect, Layer, Stream } from "effect"
+import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
@@ -114,3 +115,19 @@ export const texts = Effect.map(Effect.flatMap(SessionLog, (log) => log.events),
 
 /** Collects a stream's elements into an array (for finite streams). */
 export const collect = <A>(stream: Stream.Stream<A>) => Effect.map(Stream.runCollect(stream), Chunk.toArray)
+
+/** A live notification in the notation of SPEC 4.1 (`error(turn,step)` for errors). */
+export const liveNotation = (e: DriverEvent): string => {
+  switch (e.type) {
+    case "agent/inbox/inserted":
+      return `inserted(${e.message.id})`
+    case "agent/inbox/claimed":
+      return `claimed(${e.message.id},${e.turn})`
+    case "agent/inbox/discarded":
+      return `discarded(${e.message.id})`
+    case "agent/status":
+      return `status(${e.status})`
+    case "agent/error":
+      return `error(${e.turn},${e.step})`
+  }
+}

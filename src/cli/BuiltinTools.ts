@@ -1,12 +1,13 @@
 /**
  * The chat's built-in tools: `read_file` and `list_dir`, confined to one root directory (the
- * working directory), and `clock`. A path that leaves the root, directly or through a symbolic
+ * working directory), `clock`, and `wait`, which keeps a turn running for a while (so steering a
+ * running turn can be tried out). A path that leaves the root, directly or through a symbolic
  * link, is refused with an error result that says so; nothing outside the root is read.
  *
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { DateTime, Effect, Schema } from "effect"
+import { DateTime, Duration, Effect, Schema } from "effect"
 import type { ToolDefinition, ToolOutput } from "../services/Tools.js"
 import { Tool } from "../services/Tools.js"
 
@@ -16,7 +17,15 @@ import { Tool } from "../services/Tools.js"
  * @since 0.1.0
  * @category constants
  */
-export const NAMES: ReadonlyArray<string> = ["clock", "list_dir", "read_file"]
+export const NAMES: ReadonlyArray<string> = ["clock", "list_dir", "read_file", "wait"]
+
+/**
+ * The longest wait the `wait` tool performs, in milliseconds; a longer request is cut to it.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const MAX_WAIT_MS = 10_000
 
 /** Files longer than this are cut, with a note saying so. */
 const MAX_FILE_CHARS = 64 * 1024
@@ -27,6 +36,30 @@ const reasonOf = (error: unknown): string =>
   typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
     ? error.message
     : String(error)
+
+/**
+ * The `wait` tool: sleeps `ms` milliseconds (a number or a numeric string, at most
+ * {@link MAX_WAIT_MS}) on the clock, so a cancel interrupts it.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const wait = Tool.make("wait", {
+  description: `Waits the given number of milliseconds (at most ${MAX_WAIT_MS}), then returns. ` +
+    "Use it only when asked to wait; it does nothing else.",
+  parameters: Schema.Struct({ ms: Schema.Union(Schema.Number, Schema.NumberFromString) }),
+  mode: "parallel",
+  execute: ({ ms }) => {
+    if (!Number.isFinite(ms) || ms < 0) {
+      return Effect.succeed(refuse(`cannot wait ${ms} ms: ms must be a number from 0 to ${MAX_WAIT_MS}`))
+    }
+    const waited = Math.min(Math.round(ms), MAX_WAIT_MS)
+    return Effect.as(
+      Effect.sleep(Duration.millis(waited)),
+      waited < ms ? `waited ${waited} ms (the longest wait; ${ms} ms were asked for)` : `waited ${waited} ms`
+    )
+  }
+})
 
 /**
  * The built-in tools over `root`.
@@ -106,5 +139,5 @@ export const make = (
       execute: () => Effect.map(DateTime.now, DateTime.formatIso)
     })
 
-    return [clock, listDir, readFile]
+    return [clock, listDir, readFile, wait]
   })

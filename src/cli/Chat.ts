@@ -7,13 +7,14 @@
  */
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import type { Scope } from "effect"
-import { Context, Effect, Stream, SubscriptionRef } from "effect"
+import { Context, Effect, Option, Stream, SubscriptionRef } from "effect"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
 import { CancelCause } from "../domain/Values.js"
 import type { MessageSource } from "../domain/Values.js"
 import { Driver } from "../services/Driver.js"
+import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
 import { Sessions } from "../services/Sessions.js"
 import { CliError, ExitWith } from "./CliError.js"
@@ -29,16 +30,23 @@ import { chatView, describeReason, statusLine, textOf, timeline } from "./Timeli
 export const INJECT_SOURCE: MessageSource = { kind: "cli", command: "inject" }
 
 const HELP = [
-  "A plain line steers the running turn (or starts a turn when the agent is idle).",
-  "  /queue TEXT     queue TEXT as the prompt of a later turn",
+  "A plain line steers the running turn: it enters the turn's next step (when the agent is idle, it",
+  "starts a turn).",
+  "  /queue TEXT     queue TEXT as the prompt of a later turn of its own",
   "  /inject TEXT    add TEXT as context for the next step, without waking the agent",
   "  /cancel         cancel the running turn and discard pending input",
   "  /cancel --keep  cancel the running turn and keep pending input",
+  "  /status         print the status line: idle or running, turn and step, pending input",
   "  /log            print this session's timeline",
   "  /help           this help",
-  "  /quit           wait until the agent is idle, then exit (end of input does the same)",
-  "  /TOOL ARG       (a line naming a tool is sent as a message; the demo model calls the tool)"
+  "  /quit           wait until the agent is idle, then exit (end of input does the same;",
+  "                  Ctrl-C cancels the running turn and exits)",
+  "  /TOOL ARG       a line naming a tool is sent as a message (the demo model calls the tool,",
+  "                  e.g. /wait 3000 keeps the turn running for 3 s so that it can be steered)"
 ]
+
+/** How long an interrupted command waits for the cancelled turn to end before it exits anyway. */
+const CANCEL_GRACE = "5 seconds"
 
 /**
  * Follows the log from `fromSeq`, handing each chunk of events to `print`; `caughtUp` waits until
@@ -72,6 +80,34 @@ const stdinLines: Stream.Stream<string, CliError> = NodeStream.fromReadable(
   (cause) => new CliError({ reason: `cannot read standard input: ${String(cause)}` })
 ).pipe(Stream.decodeText(), Stream.splitLines)
 
+/** The latest turn of `events` and, while it is open, its latest step. */
+const latestPosition = (events: ReadonlyArray<SessionEvent>): { readonly turn: number; readonly step: number; readonly inTurn: boolean } => {
+  let step = 0
+  for (let i = events.length - 1; i >= 0; i--) {
+    const event = events[i]!
+    if (event.type === "step/start" && step === 0) step = (event as EventOf<"step/start">).data.step
+    if (event.type === "turn/start") return { turn: (event as EventOf<"turn/start">).data.turn, step, inTurn: true }
+    if (event.type === "turn/end") return { turn: (event as EventOf<"turn/end">).data.turn, step: 0, inTurn: false }
+  }
+  return { turn: 0, step: 0, inTurn: false }
+}
+
+/**
+ * Cancels the running turn (a user cancel: pending input is discarded) and waits up to
+ * {@link CANCEL_GRACE} for the agent to become idle. Run by an interrupted command (Ctrl-C), so the
+ * log records why the turn ended instead of leaving it to the session's disposal.
+ */
+const cancelRunningTurn = (driver: Driver["Type"]): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    if ((yield* driver.status) === "idle") return
+    yield* Effect.ignore(driver.cancel(CancelCause.user))
+    yield* Effect.ignore(Effect.timeout(Effect.interruptible(driver.whenIdle), CANCEL_GRACE))
+  })
+
+/** `effect` with at most {@link CANCEL_GRACE} to finish, also where interruption is masked. */
+const withinGrace = (effect: Effect.Effect<void>): Effect.Effect<void> =>
+  Effect.ignore(Effect.timeout(Effect.interruptible(effect), CANCEL_GRACE))
+
 /**
  * An interactive (or piped) chat on `sessionId`, created when it is not stored.
  *
@@ -86,6 +122,7 @@ export const chat = (
     const sessions = yield* Sessions
     const context = yield* sessions.open(sessionId)
     const driver = Context.get(context, Driver)
+    const inbox = Context.get(context, Inbox)
     const log = Context.get(context, SessionLog)
     const view = chatView()
     let lastStatus: "idle" | "running" = "idle"
@@ -121,7 +158,26 @@ export const chat = (
         yield* Output.write(text)
       }))
 
+    // The driver's status, the latest turn and step and the pending lists now (the view may lag).
+    const currentStatus = Effect.map(
+      Effect.all([driver.status, log.events, inbox.snapshot]),
+      ([status, events, pending]) => statusLine(status, { ...latestPosition(events), pending })
+    )
+    // A note on a line of its own (also when streamed text is mid-line), then the status line.
+    const acknowledge = (note: string) =>
+      Effect.flatMap(currentStatus, (status) => Output.write(view.line(`(${note}) ${status}`)))
+
     const deliver = (text: string, source?: MessageSource) => newUserMessage(source === undefined ? { text } : { text, source })
+
+    // A waking delivery to an idle agent starts a turn, whose start line follows; one to a running
+    // agent is acknowledged with the pending counts it changed.
+    const wake = (message: Effect.Effect<void, unknown>, note: string) =>
+      Effect.gen(function*() {
+        const before = yield* driver.status
+        yield* message
+        if (before === "running") yield* acknowledge(note)
+        return true
+      })
 
     const handle = (line: string): Effect.Effect<boolean, CliError> => {
       const trimmed = line.trim()
@@ -130,25 +186,31 @@ export const chat = (
       const command = trimmed.startsWith("/") ? (space === -1 ? trimmed : trimmed.slice(0, space)) : undefined
       const rest = command === undefined ? trimmed : trimmed.slice(command.length).trim()
       const usage = (text: string) => Effect.as(Output.errorLine(`usage: ${text}`), true)
+      const steer = wake(Effect.flatMap(deliver(trimmed), driver.steer), "steering: enters the next step")
       const action: Effect.Effect<boolean, unknown> = (() => {
         switch (command) {
           case undefined:
-            return Effect.as(Effect.flatMap(deliver(trimmed), driver.steer), true)
+            return steer
           case "/quit":
           case "/exit":
             return Effect.succeed(false)
           case "/help":
             return Effect.as(Output.lines(HELP), true)
+          case "/status":
+            return Effect.as(Effect.flatMap(currentStatus, (status) => Output.write(view.line(status))), true)
           case "/queue":
             if (rest === "") return usage("/queue TEXT")
-            return Effect.as(Effect.flatMap(deliver(rest), driver.followup), true)
+            return wake(Effect.flatMap(deliver(rest), driver.followup), "queued for a later turn")
           case "/inject":
             if (rest === "") return usage("/inject TEXT")
-            return Effect.as(Effect.flatMap(deliver(rest, INJECT_SOURCE), driver.inject), true)
+            return Effect.flatMap(deliver(rest, INJECT_SOURCE), driver.inject).pipe(
+              Effect.zipRight(acknowledge("context for the next step")),
+              Effect.as(true)
+            )
           case "/cancel":
             if (rest !== "" && rest !== "--keep") return usage("/cancel [--keep]")
             return driver.cancel(CancelCause.user, { keepInbox: rest === "--keep" }).pipe(
-              Effect.zipRight(Output.lines([`(cancel requested; pending input ${rest === "--keep" ? "kept" : "discarded"})`])),
+              Effect.zipRight(acknowledge(`cancel requested; pending input ${rest === "--keep" ? "kept" : "discarded"}`)),
               Effect.as(true)
             )
           case "/log":
@@ -159,7 +221,7 @@ export const chat = (
               return true
             })
           default:
-            if (options.toolNames.includes(command.slice(1))) return Effect.as(Effect.flatMap(deliver(trimmed), driver.steer), true)
+            if (options.toolNames.includes(command.slice(1))) return steer
             return Effect.as(Output.errorLine(`unknown command ${command}; /help lists the commands`), true)
         }
       })()
@@ -168,17 +230,33 @@ export const chat = (
         Effect.as(Output.errorLine(`tiller: ${error instanceof Error ? error.message : String(error)}`), true))
     }
 
-    yield* Stream.runForEachWhile(stdinLines, handle)
-    yield* driver.whenIdle
-    yield* caughtUp
-    if (lastStatus !== "idle") yield* Output.write(view.line(statusLine("idle", view.position())))
-    yield* Output.lines([`session ${sessionId} is saved; continue it with: tiller resume ${sessionId}`])
+    const goodbye = Effect.gen(function*() {
+      if (lastStatus !== "idle") yield* Output.write(view.line(statusLine("idle", view.position())))
+      yield* Output.lines([`session ${sessionId} is saved; continue it with: tiller resume ${sessionId}`])
+    })
+
+    yield* Effect.gen(function*() {
+      yield* Stream.runForEachWhile(stdinLines, handle)
+      yield* driver.whenIdle
+      yield* caughtUp
+    }).pipe(
+      // Ctrl-C: the running turn ends as cancelled by the user, and the chat says where it stopped.
+      Effect.onInterrupt(() =>
+        Effect.gen(function*() {
+          yield* cancelRunningTurn(driver)
+          yield* withinGrace(caughtUp)
+          yield* goodbye
+        })
+      )
+    )
+    yield* goodbye
   }))
 
 /**
  * One headless turn: inject `contexts`, deliver `prompt`, wait until idle. Prints the final answer
  * (or, with `json`, every event this process appended as one JSON line each); fails with
- * `ExitWith(1)` unless the turn completed.
+ * `ExitWith(1)` unless the turn completed. Interrupted (Ctrl-C), it cancels the turn, reports how
+ * it ended, and the interruption goes on (exit code 130).
  *
  * @since 0.1.0
  * @category commands
@@ -197,24 +275,51 @@ export const runOnce = (
     const printer = options.json
       ? yield* follow(log, from, (events) => Output.lines(events.map((event) => JSON.stringify(event))))
       : undefined
-    for (const text of options.contexts) yield* Effect.flatMap(newUserMessage({ text, source: INJECT_SOURCE }), driver.inject)
-    yield* Effect.flatMap(newUserMessage({ text: prompt }), driver.followup)
-    yield* driver.whenIdle
+
+    // The last turn/end this process appended and the answer of its turn, if any.
+    const outcome = Effect.map(log.events, (all) => {
+      const events = all.slice(from)
+      const lastOf = (type: string, before: number) => {
+        for (let i = before - 1; i >= 0; i--) if (events[i]!.type === type) return i
+        return -1
+      }
+      const endAt = lastOf("turn/end", events.length)
+      if (endAt === -1) return Option.none()
+      const answerAt = lastOf("assistant/message", endAt)
+      const answer = answerAt > lastOf("turn/start", endAt) ? events[answerAt] as EventOf<"assistant/message"> : undefined
+      return Option.some({
+        end: events[endAt] as EventOf<"turn/end">,
+        text: answer === undefined ? "" : textOf(answer.data.message.content.filter((b) => b.type === "text"))
+      })
+    })
+    const reportEnd = (end: EventOf<"turn/end">) =>
+      Output.errorLine(`turn ${end.data.turn} of session ${sessionId} ended: ${describeReason(end.data.reason)}`)
+
+    yield* Effect.gen(function*() {
+      for (const text of options.contexts) {
+        yield* Effect.flatMap(newUserMessage({ text, source: INJECT_SOURCE }), driver.inject)
+      }
+      yield* Effect.flatMap(newUserMessage({ text: prompt }), driver.followup)
+      yield* driver.whenIdle
+    }).pipe(
+      Effect.onInterrupt(() =>
+        Effect.gen(function*() {
+          yield* cancelRunningTurn(driver)
+          if (printer !== undefined) yield* withinGrace(printer.caughtUp)
+          const ended = yield* outcome
+          if (Option.isSome(ended)) yield* reportEnd(ended.value.end)
+        })
+      )
+    )
     if (printer !== undefined) yield* printer.caughtUp
-    const events = (yield* log.events).slice(from)
-    const lastOf = (type: string, before: number) => {
-      for (let i = before - 1; i >= 0; i--) if (events[i]!.type === type) return i
-      return -1
+    const ended = yield* outcome
+    if (Option.isNone(ended)) {
+      return yield* new CliError({ reason: `session ${sessionId}: the turn did not end (see tiller log ${sessionId})` })
     }
-    const endAt = lastOf("turn/end", events.length)
-    if (endAt === -1) return yield* new CliError({ reason: `session ${sessionId}: the turn did not end (see tiller log ${sessionId})` })
-    const end = events[endAt] as EventOf<"turn/end">
-    const answerAt = lastOf("assistant/message", endAt)
-    const answer = answerAt > lastOf("turn/start", endAt) ? events[answerAt] as EventOf<"assistant/message"> : undefined
-    const text = answer === undefined ? "" : textOf(answer.data.message.content.filter((b) => b.type === "text"))
+    const { end, text } = ended.value
     if (!options.json && text !== "") yield* Output.lines([text])
     if (end.data.reason.kind !== "completed") {
-      yield* Output.errorLine(`turn ${end.data.turn} of session ${sessionId} ended: ${describeReason(end.data.reason)}`)
+      yield* reportEnd(end)
       return yield* new ExitWith({ code: 1 })
     }
   }))

@@ -30,7 +30,7 @@ const model = Options.text("model").pipe(
   Options.withDefault("demo")
 )
 const noTools = Options.boolean("no-tools").pipe(
-  Options.withDescription("Offer the model no built-in tools (read_file, list_dir, clock)")
+  Options.withDescription("Offer the model no built-in tools (clock, list_dir, read_file, wait)")
 )
 
 const tiller = Command.make("tiller", { db, model, noTools }).pipe(
@@ -187,10 +187,49 @@ export const command = tiller.pipe(
   ])
 )
 
+const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume"])
+const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools"])
+const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model"]
+
+/**
+ * `argv` with the global options that follow the subcommand moved in front of it, so that
+ * `tiller chat --db X --session Y` means `tiller --db X chat --session Y` (@effect/cli reads a
+ * parent's options after a subcommand only when no option of the subcommand follows them).
+ * Everything after `--` stays where it is.
+ *
+ * @since 0.1.0
+ * @category commands
+ */
+export const hoistGlobalOptions = (argv: ReadonlyArray<string>): ReadonlyArray<string> => {
+  // The subcommand is the first argument that is neither an option nor a global option's value.
+  let at = 2
+  while (at < argv.length && !SUBCOMMANDS.has(argv[at]!)) at += GLOBAL_VALUED.includes(argv[at]!) ? 2 : 1
+  if (at >= argv.length) return argv
+  const globals: Array<string> = []
+  const rest: Array<string> = []
+  for (let i = at + 1; i < argv.length; i++) {
+    const arg = argv[i]!
+    if (arg === "--") {
+      rest.push(...argv.slice(i))
+      break
+    }
+    if (GLOBAL_FLAGS.has(arg) || GLOBAL_VALUED.some((name) => arg.startsWith(`${name}=`))) {
+      globals.push(arg)
+    } else if (GLOBAL_VALUED.includes(arg) && i + 1 < argv.length) {
+      globals.push(arg, argv[++i]!)
+    } else {
+      rest.push(arg)
+    }
+  }
+  return [...argv.slice(0, at), ...globals, argv[at]!, ...rest]
+}
+
+const run = Command.run(command, { name: "tiller", version: "0.1.0" })
+
 /**
  * Parses `argv` (as `process.argv`) and runs the selected command.
  *
  * @since 0.1.0
  * @category commands
  */
-export const cli = Command.run(command, { name: "tiller", version: "0.1.0" })
+export const cli = (argv: ReadonlyArray<string>) => run(hoistGlobalOptions(argv))

@@ -5,10 +5,13 @@
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Effect, Layer } from "effect"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import { Config, Effect, Layer, Option } from "effect"
 import type { PersistenceError } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import * as DemoModel from "../layers/DemoModel.js"
+import * as OpenAiCompatibleModel from "../layers/OpenAiCompatibleModel.js"
+import * as ProviderModels from "../layers/ProviderModels.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -26,7 +29,7 @@ import { CliError } from "./CliError.js"
 export interface GlobalOptions {
   /** The SQLite database file. */
   readonly db: string
-  /** The model name: only `demo` in this version. */
+  /** The model name: `demo` or `PROVIDER:MODEL` (see `MODELS`). */
   readonly model: string
   /** Offer no built-in tools to the model. */
   readonly noTools: boolean
@@ -41,31 +44,123 @@ export interface GlobalOptions {
 export const DEFAULT_DB = "./.tiller/sessions.db"
 
 /**
- * The models this version knows.
+ * The model names this version accepts (`MODEL` stands for the provider's model name).
  *
  * @since 0.1.0
  * @category constants
  */
-export const MODELS: ReadonlyArray<string> = ["demo"]
+export const MODELS: ReadonlyArray<string> = ["demo", "openai:MODEL", "anthropic:MODEL", "openai-compatible:MODEL"]
 
 /**
- * The model layer and the routing recorded in request headers for a `--model` name.
+ * The environment variables the provider models read.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const MODEL_ENV = {
+  openai: ProviderModels.ENV.openai,
+  anthropic: ProviderModels.ENV.anthropic,
+  "openai-compatible": { apiKey: "TILLER_API_KEY", baseUrl: "TILLER_BASE_URL" }
+} as const
+
+/**
+ * A resolved `--model`: the model layer and the routing recorded in request headers.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ResolvedModel {
+  readonly layer: Layer.Layer<Model>
+  readonly header: { readonly provider: string; readonly model: string }
+}
+
+type Provider = keyof typeof MODEL_ENV
+
+const isProvider = (prefix: string): prefix is Provider => Object.hasOwn(MODEL_ENV, prefix)
+
+/** A model name for each provider, for the hint of an empty `PROVIDER:`. */
+const EXAMPLE: Record<Provider, string> = {
+  openai: "gpt-4.1-mini",
+  anthropic: "claude-sonnet-4-5",
+  "openai-compatible": "llama3.1"
+}
+
+const known = () => MODELS.map((m) => `"${m}"`).join(", ")
+
+/** A variable that must be set to a non-empty value; its value stays redacted. */
+const requiredKey = (model: string, variable: string) =>
+  Effect.mapError(
+    Config.redacted(Config.nonEmptyString(variable)),
+    () => new CliError({ reason: `model "${model}" needs an API key: set ${variable}` })
+  )
+
+/** An optional key: absent when the variable is unset or empty. */
+const optionalKey = (variable: string) =>
+  Effect.orElseSucceed(
+    Effect.map(Config.option(Config.redacted(Config.nonEmptyString(variable))), Option.getOrUndefined),
+    () => undefined
+  )
+
+/** The base URL in the variable (http or https, trailing slashes dropped); absent when unset or empty. */
+const optionalBaseUrl = (variable: string) =>
+  Effect.gen(function*() {
+    const value = yield* Effect.orElseSucceed(
+      Effect.map(Config.option(Config.nonEmptyString(variable)), Option.getOrUndefined),
+      () => undefined
+    )
+    if (value === undefined) return undefined
+    const url = URL.canParse(value) ? new URL(value) : undefined
+    if (url === undefined || (url.protocol !== "http:" && url.protocol !== "https:")) {
+      return yield* new CliError({ reason: `${variable} is not an http(s) URL: ${JSON.stringify(value)}` })
+    }
+    return value.replace(/\/+$/, "")
+  })
+
+const providerLayer = Effect.fnUntraced(function*(provider: Provider, model: string, name: string) {
+  const env = MODEL_ENV[provider]
+  switch (provider) {
+    case "openai":
+    case "anthropic": {
+      const apiKey = yield* requiredKey(name, env.apiKey)
+      const options = { model, apiKey, baseUrl: yield* optionalBaseUrl(env.baseUrl) }
+      return provider === "openai" ? ProviderModels.layerOpenAi(options) : ProviderModels.layerAnthropic(options)
+    }
+    case "openai-compatible": {
+      const baseUrl = yield* optionalBaseUrl(env.baseUrl)
+      if (baseUrl === undefined) {
+        return yield* new CliError({
+          reason: `model "${name}" needs the server's base URL: set ${env.baseUrl} (for example http://127.0.0.1:8080/v1)`
+        })
+      }
+      return OpenAiCompatibleModel.layer({ baseUrl, model, apiKey: yield* optionalKey(env.apiKey) })
+    }
+  }
+})
+
+/**
+ * The model layer and the routing recorded in request headers for a `--model` name: `demo`, or
+ * `openai:MODEL`, `anthropic:MODEL`, `openai-compatible:MODEL` configured from the environment
+ * (see `MODEL_ENV`). A missing key or base URL, or an unknown name, is a `CliError` naming what to
+ * set; no key value ever appears in it.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const resolveModel = (
-  name: string
-): Effect.Effect<{ readonly layer: Layer.Layer<Model>; readonly header: { readonly provider: string; readonly model: string } }, CliError> =>
-  name === "demo"
-    ? Effect.succeed({ layer: DemoModel.layer, header: { provider: "demo", model: "demo" } })
-    : Effect.fail(
-      new CliError({
-        reason: `unknown model "${name}": this version of tiller has only ${MODELS.map((m) => `"${m}"`).join(", ")} ` +
-          `(an offline, deterministic demonstration model); provider models such as openai:MODEL, ` +
-          `anthropic:MODEL and openai-compatible:MODEL are not available yet`
-      })
-    )
+export const resolveModel = (name: string): Effect.Effect<ResolvedModel, CliError> =>
+  Effect.gen(function*() {
+    if (name === "demo") return { layer: DemoModel.layer, header: { provider: "demo", model: "demo" } }
+    const colon = name.indexOf(":")
+    const prefix = colon < 0 ? name : name.slice(0, colon)
+    if (colon < 0 || !isProvider(prefix)) {
+      return yield* new CliError({ reason: `unknown model "${name}": use one of ${known()}` })
+    }
+    const model = name.slice(colon + 1).trim()
+    if (model === "") {
+      return yield* new CliError({ reason: `model "${name}" names no model: write ${prefix}:MODEL, for example ${prefix}:${EXAMPLE[prefix]}` })
+    }
+    const layer = yield* providerLayer(prefix, model, name)
+    return { layer: Layer.provide(layer, NodeHttpClient.layerUndici), header: { provider: prefix, model } }
+  })
 
 /** Creates the directory of the database file (the store creates the file itself). */
 const ensureDirectory = (db: string) =>

@@ -223,7 +223,10 @@ export const timeline = (header: SessionHeader): Renderer & { readonly heading: 
         }
       }
       case "session/end-seed":
-        return entry("fork", "end of the copied seed; this session continues from here")
+        // A fork's first end-seed closes its copied seed; every later one marks a reopening.
+        return header.parent !== undefined && event.seq === header.seedLength
+          ? entry("fork", "end of the copied seed; this session continues from here")
+          : entry("resumed", "the session was opened again; the events of that run start here")
       default:
         return entry(event.type, JSON.stringify(event.data))
     }

@@ -9,7 +9,7 @@
 import { Cause, Effect, Exit, Fiber, FiberRef, Option, STM, TRef } from "effect"
 import type { CancelCause } from "../domain/Values.js"
 import type { DriverState } from "./Phase.js"
-import { causeOf } from "./Phase.js"
+import { causeOf, getPhase } from "./Phase.js"
 
 /**
  * Marks the fibers of a driver's activity (turns, hooks, tool bodies, maintenance tasks) with the
@@ -62,7 +62,7 @@ const awaitStop = (ds: DriverState): Effect.Effect<void> =>
   STM.commit(
     STM.gen(function*() {
       if (Option.isSome(causeOf(yield* TRef.get(ds.phase)))) return
-      if (Option.isSome(yield* TRef.get(ds.session.poisoned))) return
+      if (yield* TRef.get(ds.session.poisonedWatch)) return
       return yield* STM.retry
     })
   )
@@ -110,7 +110,7 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
         STM.commit(
           STM.gen(function*() {
             if (Option.isSome(causeOf(yield* TRef.get(ds.phase)))) return yield* STM.retry
-            if (Option.isSome(yield* TRef.get(ds.session.poisoned))) return yield* STM.retry
+            if (yield* TRef.get(ds.session.poisonedWatch)) return yield* STM.retry
           })
         ),
         Effect.sync(() => {
@@ -127,7 +127,7 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
  * @category cancellation
  */
 export const currentCause = (ds: DriverState): Effect.Effect<Option.Option<CancelCause>> =>
-  STM.commit(STM.map(TRef.get(ds.phase), causeOf))
+  STM.commit(STM.map(getPhase(ds), causeOf))
 
 /**
  * The outcome of abortable work: it finished (with its exit), or a cause was recorded first and

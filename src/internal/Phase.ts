@@ -42,11 +42,35 @@ export type Phase =
  */
 export interface DriverState {
   readonly session: SessionStateShape
+  /** The phase, read by transactions that wait on it (`STM.retry`). Written only by {@link setPhase}. */
   readonly phase: TRef.TRef<Phase>
+  /**
+   * The same phase, read by transactions that never wait. STM re-runs every waiting transaction
+   * whenever a committed transaction read a `TRef` it waits on; the loop reads the phase at every
+   * append, so it reads this copy, on which nothing waits. Written only by {@link setPhase}.
+   */
+  readonly phaseNow: TRef.TRef<Phase>
   readonly disposing: TRef.TRef<boolean>
   /** Stop notifications for abortable work, when the driver runs their watcher. */
   readonly stopWatch?: StopWatch
 }
+
+/**
+ * The phase, for a transaction that does not wait on it.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const getPhase = (ds: DriverState): STM.STM<Phase> => TRef.get(ds.phaseNow)
+
+/**
+ * Sets the phase (both copies).
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const setPhase = (ds: DriverState, phase: Phase): STM.STM<void> =>
+  STM.zipRight(TRef.set(ds.phase, phase), TRef.set(ds.phaseNow, phase))
 
 /**
  * The cause recorded for the current activity, if any.
@@ -113,7 +137,7 @@ export const openTurn = (ds: DriverState, turn: number, fromIdle: boolean): STM.
     yield* appendDrafts(ds.session, [{ type: "turn/start", data: { turn } }], true)
     const batch = yield* claimSTM(ds.session, turn, true)
     yield* TRef.update(ds.session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
-    yield* TRef.set(ds.phase, {
+    yield* setPhase(ds, {
       _tag: "Running",
       turn,
       step: 0,
@@ -152,7 +176,7 @@ export const closeTurn = (
   report?: TurnErrorReport
 ): STM.STM<TurnEndReason, InvalidEvent> =>
   STM.gen(function*() {
-    const phase = yield* TRef.get(ds.phase)
+    const phase = yield* getPhase(ds)
     const cause = causeOf(phase)
     const written: TurnEndReason = Option.isSome(cause) ? { kind: "aborted", reason: cause.value } : reason
     yield* appendDrafts(ds.session, [{ type: "turn/end", data: { turn, reason: written } }], true)
@@ -175,7 +199,7 @@ export const closeTurn = (
     if (next) {
       yield* openTurn(ds, turn + 1, false)
     } else {
-      yield* TRef.set(ds.phase, { _tag: "Idle", lastTurn: turn })
+      yield* setPhase(ds, { _tag: "Idle", lastTurn: turn })
       yield* publish(ds.session, [{ type: "agent/status", status: "idle" }])
     }
     return written

@@ -29,7 +29,7 @@ import * as Outbox from "./Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { appendDrafts, awaitDurable, decodeUntrusted } from "./SessionState.js"
 import type { DurabilityOptions } from "./Writer.js"
-import { runWriter } from "./Writer.js"
+import { makeSignal, runWriter } from "./Writer.js"
 
 /**
  * Options for opening a session.
@@ -143,13 +143,13 @@ export const openSessionState = (
       clock,
       log: yield* TRef.make(snapshot),
       marks: yield* TRef.make({ latched: HashSet.empty<string>(), wakingSteers: HashSet.empty<string>() }),
-      durableSeq: yield* TRef.make(snapshot.events.length - 1),
-      requestedSeq: yield* TRef.make(-1),
       poisoned: yield* TRef.make(Option.none<PersistenceError>()),
+      poisonedWatch: yield* TRef.make(false),
       disposed: yield* TRef.make(false),
       closed: yield* TRef.make(false),
       outbox: yield* Outbox.make,
       waiters: DurableWaiters.make(snapshot.events.length - 1),
+      writer: makeSignal(options.durability?.batchSize),
       owner: { onPoison: () => STM.void, phase: STM.succeed("idle") }
     }
     yield* Effect.forkScoped(runWriter(state, options.durability))

@@ -20,6 +20,7 @@ import type { SessionStore } from "../services/SessionStore.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
 import * as Outbox from "./Outbox.js"
+import * as Writer from "./Writer.js"
 
 /**
  * An event before the log gives it `seq` and `time`.
@@ -74,13 +75,19 @@ export interface SessionStateShape {
   readonly clock: Clock.Clock
   readonly log: TRef.TRef<LogSnapshot>
   readonly marks: TRef.TRef<WakeMarks>
-  readonly durableSeq: TRef.TRef<number>
-  readonly requestedSeq: TRef.TRef<number>
+  /** Read by transactions that never wait (appends, guards); no transaction waits on it. */
   readonly poisoned: TRef.TRef<Option.Option<PersistenceError>>
+  /**
+   * Set together with `poisoned`, for transactions that wait (`STM.retry`) on the poison. STM re-runs
+   * a waiting transaction whenever a committed transaction read a `TRef` it waits on, so waiters
+   * never read the `TRef` every append reads.
+   */
+  readonly poisonedWatch: TRef.TRef<boolean>
   readonly disposed: TRef.TRef<boolean>
   readonly closed: TRef.TRef<boolean>
   readonly outbox: Outbox.Outbox
   readonly waiters: DurableWaiters.DurableWaiters
+  readonly writer: Writer.WriterSignal
   /** Set once by the driver that owns the session. */
   readonly owner: SessionOwner
 }
@@ -183,7 +190,16 @@ export const appendDrafts = (
       appended.push(event)
     }
     if (appended.length === 0) return STM.succeed(appended)
-    return STM.as(TRef.set(state.log, { events, fold }), appended)
+    const before = snapshot.events.length - 1
+    const after = events.length - 1
+    return STM.zipRight(
+      TRef.set(state.log, { events, fold }),
+      // The writer runs after this transaction commits (its resumption is scheduled), or re-reads.
+      STM.sync(() => {
+        Writer.appended(state.writer, state.waiters.durable, before, after)
+        return appended
+      })
+    )
   })
 
 /**
@@ -222,10 +238,8 @@ export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E
 export const awaitDurable = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
   Effect.suspend(() => {
     if (seq <= state.waiters.durable) return Effect.void
-    return Effect.zipRight(
-      STM.commit(TRef.update(state.requestedSeq, (r) => Math.max(r, seq))),
-      DurableWaiters.wait(state.waiters, seq)
-    )
+    Writer.request(state.writer, seq)
+    return DurableWaiters.wait(state.waiters, seq)
   })
 
 /**

@@ -18,7 +18,7 @@ import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { LoopContext } from "./LoopContext.js"
-import { causeOf } from "./Phase.js"
+import { causeOf, getPhase } from "./Phase.js"
 import { appendDrafts, commit, awaitDurable, lastSeq } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
@@ -63,7 +63,7 @@ const CAUSE = Symbol.for("tiller/internal/Step/cause")
 export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
   commit(ctx.ds.session, 
     STM.flatMap(
-      TRef.get(ctx.ds.phase),
+      getPhase(ctx.ds),
       (phase): STM.STM<A | typeof CAUSE, E> => Option.isSome(causeOf(phase)) ? STM.succeed(CAUSE) : body
     )
   )

@@ -16,7 +16,7 @@ import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/
 import { abortable, awaitCause, currentCause, defectsOf } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
-import { causeOf } from "./Phase.js"
+import { causeOf, getPhase } from "./Phase.js"
 import { appendDrafts, commit, awaitDurable, lastSeq, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
@@ -249,7 +249,7 @@ export const runTools = (
               const s = fold.inbox.nextStep.length
               yield* appendDrafts(session, [{ type: "agent/inbox/spliced", data: { target: "next-step", start: s, inserted: use.contexts } }], true)
               const notifications: Array<DriverEvent> = use.contexts.map((message) => ({ type: "agent/inbox/inserted", message }))
-              const phase = yield* TRef.get(ds.phase)
+              const phase = yield* getPhase(ds)
               if (phase._tag === "Running" && phase.dropContexts) {
                 yield* appendDrafts(session, [{
                   type: "agent/inbox/spliced",

@@ -13,7 +13,7 @@ import { abortable, currentDefectSink, defectsOf } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { TurnErrorReport } from "./Phase.js"
-import { causeOf, closeTurn, errorReason } from "./Phase.js"
+import { causeOf, closeTurn, errorReason, getPhase, setPhase } from "./Phase.js"
 import { appendDrafts, commit } from "./SessionState.js"
 import { claimSTM } from "./InboxOps.js"
 import { runStep } from "./Step.js"
@@ -73,7 +73,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       const checked = entered.map((m) => validateUserMessage(m))
       const opened = yield* commit(session, 
         STM.gen(function*() {
-          const phase = yield* TRef.get(ds.phase)
+          const phase = yield* getPhase(ds)
           if (Option.isSome(causeOf(phase))) {
             yield* closeTurn(ds, turn, completed)
             return false
@@ -102,7 +102,8 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
             { type: "step/start", data: { turn, step } },
             ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
           ], true)
-          yield* TRef.update(ds.phase, (p) => p._tag === "Running" ? { ...p, step } : p)
+          const current = yield* getPhase(ds)
+          if (current._tag === "Running") yield* setPhase(ds, { ...current, step })
           return true
         })
       ).pipe(Effect.orDie)
@@ -121,7 +122,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       if (lastStop !== undefined) {
         const quiet = yield* commit(session, 
           STM.map(
-            STM.zip(TRef.get(session.log), TRef.get(ds.phase)),
+            STM.zip(TRef.get(session.log), getPhase(ds)),
             ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
           )
         )
@@ -138,7 +139,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       const stop = lastStop
       const next = yield* commit(session, 
         STM.gen(function*() {
-          const phase = yield* TRef.get(ds.phase)
+          const phase = yield* getPhase(ds)
           const { fold } = yield* TRef.get(session.log)
           if (Option.isSome(causeOf(phase))) {
             yield* closeTurn(ds, turn, completed)

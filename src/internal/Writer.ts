@@ -2,6 +2,11 @@
  * The per-session writer fiber: group commit of everything appended but not yet durable (SPEC 6.2),
  * fail-stop on a store failure that outlives the retry policy (SPEC 6.3).
  *
+ * The writer never waits inside an STM transaction: Effect's STM re-runs a waiting transaction
+ * whenever any committed transaction read a `TRef` it waits on, and every append reads the log.
+ * Instead it sleeps on a plain signal that appends and durability waiters raise (see
+ * {@link WriterSignal}); it re-reads the log after every wake, so a spurious wake costs one read.
+ *
  * @since 0.1.0
  */
 import { Duration, Effect, Option, Schedule, STM, TRef } from "effect"
@@ -24,6 +29,128 @@ export interface DurabilityOptions {
 }
 
 /**
+ * What wakes the writer: the highest seq someone awaits, and the resumption of a sleeping writer
+ * (or a flag that makes its next sleep return at once).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WriterSignal {
+  readonly batchSize: number
+  /** The highest seq a durability waiter asked for (−1 when none). */
+  requested: number
+  /** Set by a wake that found the writer awake, so it looks again before sleeping. */
+  woken: boolean
+  wake: (() => void) | undefined
+  /** The window deadline (Clock millis) the timer sleeps towards, and its own wake-up. */
+  deadline: number
+  timerWake: (() => void) | undefined
+}
+
+/**
+ * A signal for a writer whose batches hold at most `batchSize` pending events before writing.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeSignal = (batchSize = 256): WriterSignal => ({
+  batchSize: Math.max(1, batchSize),
+  requested: -1,
+  woken: false,
+  wake: undefined,
+  deadline: Number.NEGATIVE_INFINITY,
+  timerWake: undefined
+})
+
+/**
+ * Wakes the writer (it re-reads the log; a wake with nothing to do is harmless).
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const wake = (signal: WriterSignal): void => {
+  const resume = signal.wake
+  if (resume === undefined) {
+    signal.woken = true
+    return
+  }
+  signal.wake = undefined
+  resume()
+}
+
+/**
+ * Called by an append that grew the log from `lastSeq` to `newLastSeq` while `durable` was durable:
+ * wakes the writer when the first pending event appeared (it arms the batch window) or when a full
+ * batch is pending. A writer busy writing re-reads the log when it is done.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const appended = (signal: WriterSignal, durable: number, lastSeq: number, newLastSeq: number): void => {
+  if (lastSeq <= durable || newLastSeq - durable >= signal.batchSize) wake(signal)
+}
+
+/**
+ * Asks for everything up to `seq` to be written now.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const request = (signal: WriterSignal, seq: number): void => {
+  if (seq <= signal.requested) return
+  signal.requested = seq
+  wake(signal)
+}
+
+// Sleeps until `wake`; returns at once if a wake came while the caller was awake.
+const sleep = (signal: WriterSignal): Effect.Effect<void> =>
+  Effect.async<void>((resume) => {
+    if (signal.woken) {
+      signal.woken = false
+      resume(Effect.void)
+      return
+    }
+    signal.wake = () => resume(Effect.void)
+    return Effect.sync(() => {
+      signal.wake = undefined
+    })
+  })
+
+// The batch window runs on one timer fiber for the writer's lifetime, so arming it forks nothing.
+// Deadlines only grow (each is the oldest pending event's time plus the window).
+const arm = (signal: WriterSignal, deadline: number): void => {
+  if (deadline <= signal.deadline) return
+  signal.deadline = deadline
+  const resume = signal.timerWake
+  if (resume !== undefined) {
+    signal.timerWake = undefined
+    resume()
+  }
+}
+
+const timer = (signal: WriterSignal): Effect.Effect<never> => {
+  let elapsed = Number.NEGATIVE_INFINITY
+  const armed = Effect.async<void>((resume) => {
+    if (signal.deadline > elapsed) {
+      resume(Effect.void)
+      return
+    }
+    signal.timerWake = () => resume(Effect.void)
+    return Effect.sync(() => {
+      signal.timerWake = undefined
+    })
+  })
+  return Effect.forever(Effect.gen(function*() {
+    yield* armed
+    const deadline = signal.deadline
+    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    if (deadline > now) yield* Effect.sleep(Duration.millis(deadline - now))
+    elapsed = deadline
+    wake(signal)
+  }))
+}
+
+/**
  * Runs the writer until interrupted. A store append covers every pending event; waiters are
  * released together when it completes. Writes start at once when someone awaits durability, when
  * `batchSize` events are pending, or `batchWindow` after the oldest pending event was appended.
@@ -32,94 +159,63 @@ export interface DurabilityOptions {
  * @category durability
  */
 export const runWriter = (state: SessionStateShape, options: DurabilityOptions = {}): Effect.Effect<void> => {
-  const batchSize = Math.max(1, options.batchSize ?? 256)
+  const signal = state.writer
   const windowMs = Duration.toMillis(options.batchWindow ?? Duration.millis(200))
   const retry = options.writeRetry ?? Schedule.recurs(2)
+  const readLog = STM.commit(STM.zip(TRef.get(state.log), TRef.get(state.poisoned)))
 
-  // The time (Clock, as recorded on the event) of the oldest event not yet durable.
-  const oldestPending = STM.gen(function*() {
-    if (Option.isSome(yield* TRef.get(state.poisoned))) return yield* STM.retry
-    const durable = yield* TRef.get(state.durableSeq)
-    const { events } = yield* TRef.get(state.log)
-    if (events.length - 1 <= durable) return yield* STM.retry
-    return events.buffer[durable + 1]!.time
-  })
-
-  const demanded = STM.gen(function*() {
-    const durable = yield* TRef.get(state.durableSeq)
-    const { events } = yield* TRef.get(state.log)
-    const requested = yield* TRef.get(state.requestedSeq)
-    if (requested > durable || events.length - 1 - durable >= batchSize) return
-    return yield* STM.retry
-  })
-
-  const isDemanded = STM.gen(function*() {
-    const durable = yield* TRef.get(state.durableSeq)
-    const { events } = yield* TRef.get(state.log)
-    const requested = yield* TRef.get(state.requestedSeq)
-    return requested > durable || events.length - 1 - durable >= batchSize
-  })
-
-  const takeBatch = STM.gen(function*() {
-    const durable = yield* TRef.get(state.durableSeq)
-    const { events } = yield* TRef.get(state.log)
-    return events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
-  })
-
-  // The batch window runs on one timer fiber for the writer's lifetime, so arming it forks nothing.
-  // Deadlines only grow (each is the oldest pending event's time plus the window): the timer sleeps
-  // until the armed deadline and then records it as elapsed.
-  const windowState = TRef.make(Number.NEGATIVE_INFINITY)
-  const timer = (armed: TRef.TRef<number>, elapsed: TRef.TRef<number>) => Effect.forever(Effect.gen(function*() {
-    const deadline = yield* STM.commit(STM.gen(function*() {
-      const next = yield* TRef.get(armed)
-      if (next <= (yield* TRef.get(elapsed))) return yield* STM.retry
-      return next
-    }))
-    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    if (deadline > now) yield* Effect.sleep(Duration.millis(deadline - now))
-    yield* STM.commit(TRef.set(elapsed, deadline))
-  }))
-
-  const demandedOrElapsed = (elapsed: TRef.TRef<number>, deadline: number) =>
-    STM.gen(function*() {
-      if ((yield* TRef.get(elapsed)) >= deadline) return
-      return yield* demanded
+  const poison = (cause: unknown) => {
+    const error = cause instanceof PersistenceError
+      ? cause
+      : new PersistenceError({ sessionId: state.sessionId, operation: "append", cause })
+    return Effect.gen(function*() {
+      yield* STM.commit(
+        STM.zipRight(
+          STM.zipRight(TRef.set(state.poisoned, Option.some(error)), TRef.set(state.poisonedWatch, true)),
+          state.owner.onPoison(error)
+        )
+      )
+      DurableWaiters.poison(state.waiters, error)
+      yield* Outbox.deliver(state.outbox)
     })
+  }
 
-  const writeOnce = (armed: TRef.TRef<number>, elapsed: TRef.TRef<number>) => Effect.gen(function*() {
-    const oldest = yield* STM.commit(oldestPending)
-    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    const deadline = oldest + windowMs
-    // Only arm the window when nobody is waiting yet.
-    if (deadline > now && !(yield* STM.commit(isDemanded))) {
-      yield* STM.commit(TRef.update(armed, (at) => Math.max(at, deadline)))
-      yield* STM.commit(demandedOrElapsed(elapsed, deadline))
+  // One pass: write what is due, or sleep until something may be. `false` once poisoned.
+  const pass = Effect.gen(function*() {
+    const [{ events }, poisoned] = yield* readLog
+    if (Option.isSome(poisoned)) return false
+    const durable = state.waiters.durable
+    const last = events.length - 1
+    if (last <= durable) {
+      yield* sleep(signal)
+      return true
     }
-    const batch = yield* STM.commit(takeBatch)
-    if (batch.length === 0) return
-    const last = batch[batch.length - 1]!.seq
+    if (signal.requested <= durable && last - durable < signal.batchSize) {
+      const deadline = events.buffer[durable + 1]!.time + windowMs
+      if (deadline > state.clock.unsafeCurrentTimeMillis()) {
+        arm(signal, deadline)
+        yield* sleep(signal)
+        return true
+      }
+    }
+    const batch = events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
     const written = yield* state.store.append(state.sessionId, batch as [SessionEvent, ...Array<SessionEvent>]).pipe(
       Effect.retry(retry),
       Effect.either
     )
-    if (written._tag === "Right") {
-      yield* STM.commit(TRef.set(state.durableSeq, last))
-      DurableWaiters.commit(state.waiters, last)
-    } else {
-      const error = written.left instanceof PersistenceError
-        ? written.left
-        : new PersistenceError({ sessionId: state.sessionId, operation: "append", cause: written.left })
-      yield* STM.commit(STM.zipRight(TRef.set(state.poisoned, Option.some(error)), state.owner.onPoison(error)))
-      DurableWaiters.poison(state.waiters, error)
-      yield* Outbox.deliver(state.outbox)
+    if (written._tag === "Left") {
+      yield* poison(written.left)
+      return false
     }
+    DurableWaiters.commit(state.waiters, last)
+    return true
   })
 
   return Effect.gen(function*() {
-    const armed = yield* windowState
-    const elapsed = yield* windowState
-    yield* Effect.fork(timer(armed, elapsed))
-    return yield* Effect.forever(writeOnce(armed, elapsed))
+    yield* Effect.fork(timer(signal))
+    while (yield* pass) {
+      // Until the session is poisoned.
+    }
+    return yield* Effect.never
   })
 }

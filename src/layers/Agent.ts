@@ -22,7 +22,7 @@ import * as GrowOnly from "../internal/GrowOnly.js"
 import { HooksRunner, layerWithRunner } from "../internal/HooksRunner.js"
 import type { LoopContext } from "../internal/LoopContext.js"
 import type { DriverState, Phase } from "../internal/Phase.js"
-import { causeOf } from "../internal/Phase.js"
+import { causeOf, getPhase, setPhase } from "../internal/Phase.js"
 import { publish, SessionState } from "../internal/SessionState.js"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { ToolRegistry } from "../internal/ToolRegistry.js"
@@ -94,6 +94,7 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
       const ds: DriverState = {
         session,
         phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
+        phaseNow: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
         disposing: yield* TRef.make(false),
         stopWatch
       }
@@ -128,7 +129,7 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
         STM.gen(function*() {
           const phase = yield* TRef.get(ds.phase)
           if (phase._tag !== "Running" || phase.pending === undefined) return yield* STM.retry
-          yield* TRef.set(ds.phase, { ...phase, pending: undefined })
+          yield* setPhase(ds, { ...phase, pending: undefined })
           return { turn: phase.turn, batch: phase.pending }
         })
       )
@@ -141,15 +142,15 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
       // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).
       session.owner.onPoison = (error) =>
         STM.gen(function*() {
-          const phase = yield* TRef.get(ds.phase)
+          const phase = yield* getPhase(ds)
           const turn = phase._tag === "Running" ? phase.turn : phase.lastTurn
           const step = phase._tag === "Running" ? phase.step : 0
-          yield* TRef.set(ds.phase, { _tag: "Idle", lastTurn: turn })
+          yield* setPhase(ds, { _tag: "Idle", lastTurn: turn })
           const events: Array<DriverEvent> = [{ type: "agent/error", turn, step, error }]
           if (phase._tag === "Running") events.push({ type: "agent/status", status: "idle" })
           yield* publish(session, events)
         })
-      session.owner.phase = STM.map(TRef.get(ds.phase), (phase) =>
+      session.owner.phase = STM.map(getPhase(ds), (phase) =>
         phase._tag === "Idle" ? "idle" : phase._tag === "Running" ? "running" : "maintenance")
       // Disposal (SPEC 3.7) steps 1-2; the session layer then seals, flushes and ends the streams.
       yield* Effect.addFinalizer(() =>
@@ -158,16 +159,16 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
             STM.gen(function*() {
               yield* TRef.set(ds.disposing, true)
               yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
-              const phase = yield* TRef.get(ds.phase)
+              const phase = yield* getPhase(ds)
               if (phase._tag !== "Idle" && Option.isNone(causeOf(phase))) {
-                yield* TRef.set(ds.phase, { ...phase, cause: Option.some({ kind: "disposed" as const }) })
+                yield* setPhase(ds, { ...phase, cause: Option.some({ kind: "disposed" as const }) })
               }
             })
           )
           yield* STM.commit(
             STM.gen(function*() {
               const phase = yield* TRef.get(ds.phase)
-              if (phase._tag !== "Idle" && Option.isNone(yield* TRef.get(session.poisoned))) return yield* STM.retry
+              if (phase._tag !== "Idle" && !(yield* TRef.get(session.poisonedWatch))) return yield* STM.retry
             })
           )
         })

@@ -208,8 +208,42 @@ const statusOf = (error: unknown): number | undefined => {
   return undefined
 }
 
+/** `Module.method: malformed output: <what did not decode>`. */
+const malformedMessage = (error: AiError.MalformedOutput | AiError.MalformedInput): string => {
+  const what = error._tag === "MalformedOutput" ? "malformed output" : "malformed input"
+  const detail = error.description ?? (error.cause === undefined ? undefined : messageOf(error.cause))
+  return `${error.module}.${error.method}: ${what}${detail === undefined ? "" : `: ${detail}`}`
+}
+
 /**
- * Classifies a failure of the stream (an `AiError`) or the payload of an `error` part.
+ * Error types (Anthropic's `error.type`) and codes (OpenAI's `code`) that providers send inside a
+ * stream, without a status, for conditions a status would have marked retryable.
+ */
+const CODE_OF_STREAM_ERROR: Readonly<Record<string, string>> = {
+  rate_limit_error: "RATE_LIMIT",
+  rate_limit_exceeded: "RATE_LIMIT",
+  overloaded_error: "OVERLOADED",
+  api_error: "SERVICE_UNAVAILABLE",
+  server_error: "SERVICE_UNAVAILABLE"
+}
+
+const codeOfPayload = (error: unknown, status: number | undefined): string => {
+  if (status !== undefined) return codeOfStatus(status)
+  for (const key of ["code", "type"] as const) {
+    if (Predicate.hasProperty(error, key) && Predicate.isString(error[key])) {
+      const code = CODE_OF_STREAM_ERROR[error[key]]
+      if (code !== undefined) return code
+    }
+  }
+  return "UNKNOWN"
+}
+
+/**
+ * Classifies a failure of the stream (an `AiError`) or the payload of an `error` part: 429 is
+ * `RATE_LIMIT`, 5xx `SERVICE_UNAVAILABLE`, a transport failure `NETWORK` (all retryable by the
+ * default policy); other statuses are `UNKNOWN` with their status; output or input that does not
+ * decode is `UNKNOWN` and `retryable: false`. An error payload without a status is classified by
+ * its provider error type or code (`overloaded_error`, `rate_limit_exceeded`, `server_error`, ...).
  *
  * @since 0.1.0
  * @category conversions
@@ -231,13 +265,18 @@ export const toFailure = (error: unknown): LlmFailure => {
         }
       }
       case "HttpRequestError":
-        return { message: error.message, code: error.reason === "Transport" ? "NETWORK" : "UNKNOWN" }
+        return error.reason === "Transport"
+          ? { message: error.message, code: "NETWORK" }
+          : { message: error.message, code: "UNKNOWN", retryable: false }
+      case "MalformedOutput":
+      case "MalformedInput":
+        return { message: malformedMessage(error), code: "UNKNOWN", retryable: false }
       default:
         return { message: error.message, code: "UNKNOWN" }
     }
   }
   const status = statusOf(error)
-  return { message: messageOf(error), code: codeOfStatus(status), ...(status === undefined ? {} : { status }) }
+  return { message: messageOf(error), code: codeOfPayload(error, status), ...(status === undefined ? {} : { status }) }
 }
 
 type Part = Response.StreamPart<Tools>

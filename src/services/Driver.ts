@@ -15,7 +15,7 @@ import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../doma
 import { currentActivity } from "../internal/Activity.js"
 import { clearSTM, insertSTM } from "../internal/InboxOps.js"
 import type { DriverState } from "../internal/Phase.js"
-import { causeOf, latchedPending, lastTurnOf, openTurn } from "../internal/Phase.js"
+import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } from "../internal/Phase.js"
 import * as Outbox from "../internal/Outbox.js"
 import { commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
 
@@ -65,7 +65,7 @@ export class Driver extends Context.Tag("tiller/Driver")<Driver, {
 }>() {}
 
 const statusOf = (ds: DriverState) =>
-  STM.map(TRef.get(ds.phase), (phase): AgentStatus => phase._tag === "Running" ? "running" : "idle")
+  STM.map(getPhase(ds), (phase): AgentStatus => phase._tag === "Running" ? "running" : "idle")
 
 /**
  * Builds the driver's operations over its state; the driver fiber and disposal are started by the
@@ -85,7 +85,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       STM.gen(function*() {
         yield* guardWritable(session)
         if (Either.isLeft(accepted)) return yield* STM.fail(accepted.left)
-        const phase = yield* TRef.get(ds.phase)
+        const phase = yield* getPhase(ds)
         const disposing = yield* TRef.get(ds.disposing)
         const aborted = Option.isSome(causeOf(phase))
         const resolved: InboxTarget = wakeup && aborted && !disposing ? "next-turn" : target
@@ -113,22 +113,22 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       session,
       STM.gen(function*() {
         yield* guardWritable(session)
-        const phase = yield* TRef.get(ds.phase)
+        const phase = yield* getPhase(ds)
         if (options?.keepInbox !== true) {
           yield* clearSTM(session).pipe(STM.orDie)
           if (phase._tag !== "Idle") {
             yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
           }
         }
-        const current = yield* TRef.get(ds.phase)
+        const current = yield* getPhase(ds)
         if (current._tag === "Running") {
-          yield* TRef.set(ds.phase, {
+          yield* setPhase(ds, {
             ...current,
             cause: Option.isSome(current.cause) ? current.cause : Option.some(cause),
             dropContexts: current.dropContexts || options?.keepInbox !== true
           })
         } else if (current._tag === "Maintenance" && Option.isNone(current.cause)) {
-          yield* TRef.set(ds.phase, { ...current, cause: Option.some(cause) })
+          yield* setPhase(ds, { ...current, cause: Option.some(cause) })
         }
         return Either.void
       })
@@ -142,7 +142,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
           const phase = yield* TRef.get(ds.phase)
           if (phase._tag === "Idle") return
           if (yield* TRef.get(session.disposed)) return
-          if (Option.isSome(yield* TRef.get(session.poisoned))) return
+          if (yield* TRef.get(session.poisonedWatch)) return
           return yield* STM.retry
         })
       ))
@@ -175,7 +175,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       yield* STM.commit(
         STM.gen(function*() {
           yield* guardWritable(session)
-          const phase = yield* TRef.get(ds.phase)
+          const phase = yield* getPhase(ds)
           const disposing = yield* TRef.get(ds.disposing)
           if (disposing || phase._tag !== "Idle") {
             return yield* STM.fail(
@@ -186,19 +186,19 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
               })
             )
           }
-          yield* TRef.set(ds.phase, { _tag: "Maintenance", lastTurn: phase.lastTurn, cause: Option.none() })
+          yield* setPhase(ds, { _tag: "Maintenance", lastTurn: phase.lastTurn, cause: Option.none() })
         })
       )
       const exit = yield* runTask(task)
       const cause = yield* commit(session, 
         STM.gen(function*() {
-          const phase = yield* TRef.get(ds.phase)
+          const phase = yield* getPhase(ds)
           const recorded = causeOf(phase)
           const disposing = yield* TRef.get(ds.disposing)
           if (!disposing && (yield* latchedPending(session))) {
             yield* openTurn(ds, lastTurnOf(phase) + 1, true).pipe(STM.orDie)
           } else {
-            yield* TRef.set(ds.phase, { _tag: "Idle", lastTurn: lastTurnOf(phase) })
+            yield* setPhase(ds, { _tag: "Idle", lastTurn: lastTurnOf(phase) })
           }
           return recorded
         })
@@ -206,7 +206,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       if (Exit.isSuccess(exit)) return exit.value
       const defects = Array.from(Cause.defects(exit.cause))
       if (defects.length > 0) {
-        const turn = yield* STM.commit(STM.map(TRef.get(ds.phase), lastTurnOf))
+        const turn = yield* STM.commit(STM.map(getPhase(ds), lastTurnOf))
         yield* commit(session, publish(session, defects.map((error): DriverEvent => ({ type: "agent/error", turn, step: 0, error }))))
         return yield* Effect.die(defects[0])
       }

@@ -105,7 +105,7 @@ const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.S
           if (events.length > cursor) {
             return Option.some([Chunk.unsafeFromArray(GrowOnly.toArray(events, cursor)), events.length] as const)
           }
-          const ended = (yield* TRef.get(state.closed)) || Option.isSome(yield* TRef.get(state.poisoned))
+          const ended = (yield* TRef.get(state.closed)) || (yield* TRef.get(state.poisonedWatch))
           return ended ? Option.none() : yield* STM.retry
         })
       ))
@@ -150,7 +150,7 @@ const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.S
       STM.map(readLog, ({ fold }) => Object.freeze(GrowOnly.toArray(fold.messages)))
     ),
     surface: STM.commit(STM.map(readLog, ({ fold }) => Object.freeze(GrowOnly.toArray(fold.surface)))),
-    durableSeq: TRef.get(state.durableSeq).pipe(STM.commit),
+    durableSeq: Effect.sync(() => state.waiters.durable),
     flush: Effect.flatMap(
       STM.commit(
         STM.gen(function*() {

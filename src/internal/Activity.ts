@@ -180,6 +180,20 @@ export const abortable = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>
       }))
   })
 
+/**
+ * {@link abortable}, or `work` run inline when `inline` (work that cannot block, such as a hook
+ * with no listener: racing it against a cancel would only cost a fiber).
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const abortableUnless = <A, E, R>(
+  ds: DriverState,
+  inline: boolean,
+  work: Effect.Effect<A, E, R>
+): Effect.Effect<Abortable<A, E>, never, R> =>
+  inline ? Effect.map(Effect.exit(work), (exit) => ({ _tag: "Done" as const, exit })) : abortable(ds, work)
+
 const racedAgainstStop = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>): Effect.Effect<Abortable<A, E>, never, R> =>
   Effect.raceWith(Effect.exit(work), awaitStop(ds), {
     onSelfDone: (exit, other) =>

@@ -36,7 +36,17 @@ export class HooksRunner extends Context.Tag("tiller/internal/HooksRunner")<Hook
   readonly runToolPre: (info: ToolCallInfo) => Effect.Effect<ToolPreDecision, unknown>
   /** The `onToolPost` waterfall; the default returns the output unchanged. */
   readonly runToolPost: (input: ToolPostInput) => Effect.Effect<NormalizedToolOutput, unknown>
+  /** Whether a hook has no listener now (its run is then only its default). */
+  readonly isQuiet: (hook: HookName) => boolean
 }>() {}
+
+/**
+ * The hooks of the loop.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type HookName = "request" | "requestError" | "turnStopping" | "toolPre" | "toolPost"
 
 /**
  * The runner over the given registries.
@@ -60,7 +70,8 @@ export const runnerFromRegistries = (registries: HookRegistries): Context.Tag.Se
   }),
   runToolPost: Effect.fnUntraced(function*(input: ToolPostInput) {
     return yield* registries.toolPost.run(input, (i) => Effect.succeed(i.output))
-  })
+  }),
+  isQuiet: (hook) => registries[hook].isEmpty()
 })
 
 /**

@@ -12,6 +12,7 @@ import type { ModelRequest } from "../services/Model.js"
 import type { Model } from "../services/Model.js"
 import type { PreStepInput } from "../services/PreStep.js"
 import type { NormalizedToolOutput, ToolDefinition, ToolMode } from "../services/Tools.js"
+import type { HookName } from "./HooksRunner.js"
 import type { DriverState } from "./Phase.js"
 
 /**
@@ -45,6 +46,8 @@ export interface LoopHooks {
     input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number }
   ) => Effect.Effect<void, unknown>
   readonly toolPre: (info: ToolCallInfo) => Effect.Effect<ToolPreDecision, unknown>
+  /** Whether a hook has no listener now: its run is then its default, run inline. */
+  readonly isQuiet: (hook: HookName) => boolean
   readonly toolPost: (
     input: ToolCallInfo & { readonly output: NormalizedToolOutput; readonly aborted: boolean }
   ) => Effect.Effect<NormalizedToolOutput, unknown>
@@ -74,6 +77,8 @@ export interface LoopContext {
   readonly sessionId: SessionId
   readonly preStep: {
     readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
+    /** Whether no listener is registered now: the run only enters the batch, run inline. */
+    readonly isQuiet: () => boolean
   }
   readonly hooks: LoopHooks
   readonly model: { readonly stream: Model["Type"]["stream"] }

@@ -13,7 +13,7 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
-import { abortable, awaitCause, currentCause, defectsOf } from "./Activity.js"
+import { abortable, abortableUnless, awaitCause, currentCause, defectsOf } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
@@ -148,7 +148,7 @@ export const runTools = (
           return true
         }
         call.params = decoded.right
-        const pre = yield* abortable(ds, ctx.hooks.toolPre(infoOf(call)))
+        const pre = yield* abortableUnless(ds, ctx.hooks.isQuiet("toolPre"), ctx.hooks.toolPre(infoOf(call)))
         if (pre._tag === "Aborted") {
           defects.push(...defectsOf(pre.exit))
           call.outcome = ToolOutcome.AbortedBeforeDispatch()

@@ -9,7 +9,7 @@ import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import { validateUserMessage } from "../domain/Message.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
 import type { TurnEndReason, UserMessage } from "../domain/Values.js"
-import { abortable, currentDefectSink, defectsOf } from "./Activity.js"
+import { abortableUnless, currentDefectSink, defectsOf } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { TurnErrorReport } from "./Phase.js"
@@ -44,8 +44,9 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // 1. The pre-step decision over an immutable copy of the claimed batch.
       // Listener defects that the waterfall turns into PreStepFailed are reported here (3.10 case 2).
       const listenerDefects: Array<unknown> = []
-      const decided = yield* abortable(
+      const decided = yield* abortableUnless(
         ds,
+        ctx.preStep.isQuiet(),
         Effect.locally(
           ctx.preStep.run({ sessionId, turn, step: k + 1, boundary, messages: batch }),
           currentDefectSink,
@@ -127,7 +128,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           )
         )
         if (quiet) {
-          const stopping = yield* abortable(ds, ctx.hooks.turnStopping({ sessionId, turn, step }))
+          const stopping = yield* abortableUnless(ds, ctx.hooks.isQuiet("turnStopping"), ctx.hooks.turnStopping({ sessionId, turn, step }))
           if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
           if (Exit.isFailure(stopping.exit)) {
             const error = originalError(stopping.exit)

@@ -8,7 +8,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Ref } from "effect"
+import { Effect } from "effect"
 import type { Scope } from "effect"
 
 /**
@@ -40,6 +40,8 @@ export interface Waterfall<I, O, E> {
   readonly register: (listener: Listener<I, O, E>, options?: RegisterOptions) => Effect.Effect<void, never, Scope.Scope>
   /** Runs the listeners registered when the run starts, outermost first, over `innermost`. */
   readonly run: (input: I, innermost: (input: I) => Effect.Effect<O, E>) => Effect.Effect<O, E>
+  /** Whether no listener is registered now (then `run` is just `innermost`). */
+  readonly isEmpty: () => boolean
 }
 
 /**
@@ -57,22 +59,32 @@ interface Entry<I, O, E> {
 }
 
 /**
- * Creates an empty registry; its state lives in a `Ref` owned by the caller.
+ * Creates an empty registry; its listener list is replaced (never mutated) on each change.
  *
  * @since 0.1.0
  * @category constructors
  */
 export const make = <I, O, E>(): Effect.Effect<Waterfall<I, O, E>> =>
-  Effect.map(Ref.make<ReadonlyArray<Entry<I, O, E>>>([]), (entries) => ({
-    register: (listener, options) => {
-      const entry: Entry<I, O, E> = { listener }
-      return Effect.asVoid(Effect.acquireRelease(
-        Ref.update(entries, (list) => options?.prepend === true ? [entry, ...list] : [...list, entry]),
-        () => Ref.update(entries, (list) => list.filter((e) => e !== entry))
-      ))
-    },
-    run: (input, innermost) => Effect.flatMap(Ref.get(entries), (snapshot) => runChain(snapshot, input, innermost))
-  }))
+  Effect.sync(() => {
+    // Replaced, never mutated: a run keeps the snapshot it started with.
+    let entries: ReadonlyArray<Entry<I, O, E>> = []
+    return {
+      register: (listener, options) => {
+        const entry: Entry<I, O, E> = { listener }
+        return Effect.asVoid(Effect.acquireRelease(
+          Effect.sync(() => {
+            entries = options?.prepend === true ? [entry, ...entries] : [...entries, entry]
+          }),
+          () =>
+            Effect.sync(() => {
+              entries = entries.filter((e) => e !== entry)
+            })
+        ))
+      },
+      run: (input, innermost) => Effect.suspend(() => runChain(entries, input, innermost)),
+      isEmpty: () => entries.length === 0
+    }
+  })
 
 const runChain = <I, O, E>(
   snapshot: ReadonlyArray<Entry<I, O, E>>,

@@ -31,6 +31,7 @@ import { Driver, makeDriver } from "../services/Driver.js"
 import type { Hooks } from "../services/Hooks.js"
 import { Inbox } from "../services/Inbox.js"
 import { Model } from "../services/Model.js"
+import * as PreStepModule from "../services/PreStep.js"
 import { PreStep } from "../services/PreStep.js"
 import { SessionLog } from "../services/SessionLog.js"
 import type { SessionStore } from "../services/SessionStore.js"
@@ -105,14 +106,15 @@ const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionS
       const ctx: LoopContext = {
         ds,
         sessionId: session.sessionId,
-        preStep,
+        preStep: { run: preStep.run, isQuiet: () => PreStepModule.isQuiet(preStep) },
         hooks: {
           request: (input, seed) =>
             hooks.runRequest({ sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt }, seed),
           requestError: hooks.runRequestError,
           turnStopping: hooks.runTurnStopping,
           toolPre: hooks.runToolPre,
-          toolPost: hooks.runToolPost
+          toolPost: hooks.runToolPost,
+          isQuiet: hooks.isQuiet
         },
         model,
         tools: {

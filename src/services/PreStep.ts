@@ -81,13 +81,28 @@ type Registry = Waterfall.Waterfall<PreStepInput, PreStepDecision, PreStepFailed
  */
 export const make: Effect.Effect<Context.Tag.Service<PreStep>> = Effect.map(
   Waterfall.make<PreStepInput, PreStepDecision, PreStepFailed>(),
-  (registry) => ({
-    register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
-      registry.register(guard(listener), options),
-    // Untraced: it runs at every step boundary, and a span costs more than the waterfall itself.
-    run: (input: PreStepInput) => runRegistry(registry, input)
-  })
+  (registry) => {
+    const service: Context.Tag.Service<PreStep> = {
+      register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
+        registry.register(guard(listener), options),
+      // Untraced: it runs at every step boundary, and a span costs more than the waterfall itself.
+      run: (input: PreStepInput) => runRegistry(registry, input)
+    }
+    quiet.set(service, registry.isEmpty)
+    return service
+  }
 )
+
+const quiet = new WeakMap<Context.Tag.Service<PreStep>, () => boolean>()
+
+/**
+ * Whether a pre-step service built by {@link make} has no listener now, so `run` only enters the
+ * batch (the loop then runs it inline instead of racing it against a cancel). Internal.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const isQuiet = (service: Context.Tag.Service<PreStep>): boolean => quiet.get(service)?.() ?? false
 
 /**
  * The pre-step waterfall of one agent: listeners decide each step's batch.

@@ -15,6 +15,19 @@ export * as Domain from "./domain/index.js"
 export { Agent } from "./layers/Agent.js"
 export type { AgentOpenError, AgentOptions } from "./layers/Agent.js"
 export { ScriptedModel } from "./layers/ScriptedModel.js"
+/**
+ * A `Model` layer for servers speaking the Chat Completions API with streaming (Ollama, vLLM, ...).
+ *
+ * @since 0.1.0
+ */
+export * as OpenAiCompatibleModel from "./layers/OpenAiCompatibleModel.js"
+/**
+ * `Model` layers for hosted providers: OpenAI (Responses API) and Anthropic (Messages API).
+ *
+ * @since 0.1.0
+ */
+export * as ProviderModels from "./layers/ProviderModels.js"
+export type { ProviderOptions } from "./layers/ProviderModels.js"
 export type { EntryOptions, PartialSpec, ResponseSpec, ScriptEntry } from "./layers/ScriptedModel.js"
 export { Driver } from "./services/Driver.js"
 export type { DeliveryError } from "./services/Driver.js"

@@ -4,7 +4,7 @@ import type * as Prompt from "@effect/ai/Prompt"
 import type * as Response from "@effect/ai/Response"
 import * as Tool from "@effect/ai/Tool"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Either, Option, Ref, Stream } from "effect"
+import { Chunk, Effect, Either, Option, Ref, Schema, Stream } from "effect"
 import { ModelError } from "../../src/domain/Errors.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
@@ -419,11 +419,39 @@ describe("LanguageModelAdapter failures", () => {
       expect(Option.map(error, (e) => e.failure)).toStrictEqual(Option.some({ message: failure.message, code: "NETWORK" }))
     }))
 
-  it.effect("malformed output is UNKNOWN", () =>
+  it.effect("a request error other than transport is UNKNOWN and not retryable", () =>
+    Effect.gen(function*() {
+      const failure = new AiError.HttpRequestError({
+        module: "Fake",
+        method: "streamText",
+        reason: "InvalidUrl",
+        request: httpRequest
+      })
+      const { error } = yield* run(request(), [], failure)
+      expect(Option.map(error, (e) => e.failure)).toStrictEqual(
+        Option.some({ message: failure.message, code: "UNKNOWN", retryable: false })
+      )
+    }))
+
+  it.effect("malformed output is UNKNOWN and not retryable, named by module, method and description", () =>
     Effect.gen(function*() {
       const failure = new AiError.MalformedOutput({ module: "Fake", method: "streamText", description: "bad event" })
       const { error } = yield* run(request(), [], failure)
-      expect(Option.map(error, (e) => e.failure)).toStrictEqual(Option.some({ message: failure.message, code: "UNKNOWN" }))
+      expect(Option.map(error, (e) => e.failure)).toStrictEqual(
+        Option.some({ message: "Fake.streamText: malformed output: bad event", code: "UNKNOWN", retryable: false })
+      )
+    }))
+
+  it.effect("malformed output from a parse error carries the parse error's message", () =>
+    Effect.gen(function*() {
+      const parseError = yield* Effect.flip(Schema.decodeUnknown(Schema.parseJson(Schema.Struct({ type: Schema.String })))("{\"type\":"))
+      const failure = AiError.MalformedOutput.fromParseError({ module: "Fake", method: "streamRequest", error: parseError })
+      const { error } = yield* run(request(), [], failure)
+      expect(Option.map(error, (e) => e.failure)).toStrictEqual(Option.some({
+        message: `Fake.streamRequest: malformed output: ${parseError.message}`,
+        code: "UNKNOWN",
+        retryable: false
+      }))
     }))
 
   it.effect("an error part fails the stream after the chunks before it", () =>
@@ -435,8 +463,22 @@ describe("LanguageModelAdapter failures", () => {
       ])
       expect(chunks).toStrictEqual(partialChunks)
       expect(error).toStrictEqual(
-        Option.some(new ModelError({ failure: { message: "The server had an error", code: "UNKNOWN" } }))
+        Option.some(new ModelError({ failure: { message: "The server had an error", code: "SERVICE_UNAVAILABLE" } }))
       )
+    }))
+
+  it.effect("an error part without a status is classified by its provider error type or code", () =>
+    Effect.gen(function*() {
+      const codeOf = (payload: unknown) =>
+        Effect.map(run(request(), [{ type: "error", error: payload }]), ({ error }) => Option.map(error, (e) => e.failure.code))
+      expect(yield* codeOf({ type: "overloaded_error", message: "Overloaded" })).toStrictEqual(Option.some("OVERLOADED"))
+      expect(yield* codeOf({ type: "rate_limit_error", message: "slow down" })).toStrictEqual(Option.some("RATE_LIMIT"))
+      expect(yield* codeOf({ type: "api_error", message: "internal" })).toStrictEqual(Option.some("SERVICE_UNAVAILABLE"))
+      expect(yield* codeOf({ type: "error", code: "rate_limit_exceeded", message: "slow down" })).toStrictEqual(
+        Option.some("RATE_LIMIT")
+      )
+      expect(yield* codeOf({ type: "invalid_request_error", message: "bad" })).toStrictEqual(Option.some("UNKNOWN"))
+      expect(yield* codeOf({ type: "error", code: "invalid_prompt", message: "bad" })).toStrictEqual(Option.some("UNKNOWN"))
     }))
 
   it.effect("an error part with a known status is classified by it", () =>

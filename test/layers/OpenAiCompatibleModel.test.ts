@@ -1,0 +1,746 @@
+/**
+ * OpenAiCompatibleModel against a fake Chat Completions server on 127.0.0.1: the adapter alone
+ * (request body, chunks, failures, the API key) and inside an agent (the durable events). The
+ * sockets are real, but nothing under test reads wall time, so the tests run under TestClock and the
+ * retry backoff is stepped with `TestClock.adjust`.
+ */
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientResponse from "@effect/platform/HttpClientResponse"
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, Effect, Either, Layer, Option, Queue, Redacted, Schema, Stream, TestClock } from "effect"
+import { checkLog } from "../../src/domain/Check.js"
+import type { DriverEvent } from "../../src/domain/DriverEvent.js"
+import type { ModelError } from "../../src/domain/Errors.js"
+import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
+import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
+import { Agent } from "../../src/layers/Agent.js"
+import * as OpenAiCompatibleModel from "../../src/layers/OpenAiCompatibleModel.js"
+import { Driver } from "../../src/services/Driver.js"
+import type { ModelRequest } from "../../src/services/Model.js"
+import { Model } from "../../src/services/Model.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { Tool, Tools } from "../../src/services/Tools.js"
+import { notation, plugin, user } from "../agent/harness.js"
+import type { ChatCompletionsServer, Reply } from "./fake/ChatCompletionsServer.js"
+import * as Fake from "./fake/ChatCompletionsServer.js"
+
+const KEY = "sk-test-9f8e7d6c5b4a"
+const apiKey = Redacted.make(KEY)
+
+const request = (overrides: Partial<ModelRequest> = {}): ModelRequest => ({
+  sessionId: SessionId.make("s"),
+  turn: 1,
+  step: 1,
+  attempt: 1,
+  provider: "openai-compatible",
+  model: "fake-model",
+  tools: [],
+  messages: [],
+  ...overrides
+})
+
+const modelLayer = (server: ChatCompletionsServer, options: { readonly apiKey?: Redacted.Redacted<string>; readonly maxTokens?: number } = {}) =>
+  OpenAiCompatibleModel.layer({ baseUrl: server.baseUrl, model: "fake-model", ...options }).pipe(
+    Layer.provide(FetchHttpClient.layer)
+  )
+
+/** What came out of `Model.stream`: the chunks, then the failure if any. */
+interface Run {
+  readonly chunks: ReadonlyArray<StreamChunk>
+  readonly error: Option.Option<ModelError>
+}
+
+/** Starts a fake server with `replies` and streams one request through the adapter. */
+const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request(), options: { readonly apiKey?: Redacted.Redacted<string> } = {}) =>
+  Effect.gen(function*() {
+    const server = yield* Fake.make(replies)
+    const out = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(req)))).pipe(
+      Effect.provide(modelLayer(server, options))
+    )
+    const chunks: Array<StreamChunk> = []
+    let error = Option.none<ModelError>()
+    for (const item of Chunk.toReadonlyArray(out)) {
+      if (Either.isRight(item)) chunks.push(item.right)
+      else error = Option.some(item.left)
+    }
+    return { run: { chunks, error } satisfies Run, received: yield* server.received }
+  })
+
+const usage = { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }
+const tillerUsage = { inputTokens: 12, outputTokens: 5, totalTokens: 17 }
+const say = (text: string) => [Fake.chunk({ role: "assistant", content: text }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]
+
+const modelSource = { kind: "model" as const, provider: "openai-compatible", model: "fake-model" }
+
+// ---------------------------------------------------------------------------------------------------
+
+describe("OpenAiCompatibleModel request", () => {
+  it.scoped("posts the system prompt, every message as its own message in order, tools and limits", () =>
+    Effect.gen(function*() {
+      const messages: ReadonlyArray<Message> = [
+        { id: MessageId.make("u1"), role: "user", content: [{ type: "text", text: "first" }], source: { kind: "prompt" } },
+        {
+          id: MessageId.make("u2"),
+          role: "user",
+          content: [{ type: "text", text: "context" }],
+          source: { kind: "plugin", plugin: "p" }
+        },
+        {
+          id: MessageId.make("a1"),
+          role: "assistant",
+          content: [
+            { type: "reasoning", text: "think" },
+            { type: "text", text: "calling" },
+            { type: "tool-call", id: "c1", name: "lookup", arguments: "{\"q\":\"x\"}" },
+            { type: "tool-call", id: "c2", name: "chart", arguments: "{}" }
+          ],
+          source: modelSource
+        },
+        {
+          id: MessageId.make("r1"),
+          role: "user",
+          content: [{ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "found" }] }],
+          source: { kind: "tool", callId: "c1" }
+        },
+        {
+          id: MessageId.make("r2"),
+          role: "user",
+          content: [{
+            type: "tool-result",
+            toolCallId: "c2",
+            isError: true,
+            content: [{ type: "text", text: "drawn" }, { type: "image", mediaType: "image/png", data: "AQID" }]
+          }],
+          source: { kind: "tool", callId: "c2" }
+        },
+        {
+          id: MessageId.make("u3"),
+          role: "user",
+          content: [{ type: "text", text: "look" }, { type: "image", mediaType: "image/jpeg", data: "BAUG" }],
+          source: { kind: "steer" }
+        },
+        { id: MessageId.make("a2"), role: "assistant", content: [{ type: "reasoning", text: "only" }], source: modelSource },
+        { id: MessageId.make("u4"), role: "user", content: [{ type: "text", text: "last" }], source: { kind: "prompt" } }
+      ]
+      const tools: ReadonlyArray<ToolSchema> = [
+        {
+          name: "lookup",
+          description: "Look a word up",
+          parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] }
+        },
+        { name: "chart", description: "Draw", parameters: null }
+      ]
+      const { received } = yield* run(
+        [Fake.sse(say("ok"))],
+        request({ system: "be brief", messages, tools, maxTokens: 256, temperature: 0.2 }),
+        { apiKey }
+      )
+      expect(received).toHaveLength(1)
+      const sent = received[0]!
+      expect(sent.method).toBe("POST")
+      expect(sent.path).toBe("/v1/chat/completions")
+      expect(sent.headers["authorization"]).toBe(`Bearer ${KEY}`)
+      expect(sent.headers["content-type"]).toBe("application/json")
+      expect(sent.headers["accept"]).toBe("text/event-stream")
+      expect(sent.body).toStrictEqual({
+        model: "fake-model",
+        messages: [
+          { role: "system", content: "be brief" },
+          { role: "user", content: "first" },
+          { role: "user", content: "context" },
+          {
+            role: "assistant",
+            content: "calling",
+            tool_calls: [
+              { id: "c1", type: "function", function: { name: "lookup", arguments: "{\"q\":\"x\"}" } },
+              { id: "c2", type: "function", function: { name: "chart", arguments: "{}" } }
+            ]
+          },
+          { role: "tool", tool_call_id: "c1", content: "found" },
+          { role: "tool", tool_call_id: "c2", content: "drawn" },
+          {
+            role: "user",
+            content: [
+              { type: "text", text: "images returned by tool call c2:" },
+              { type: "image_url", image_url: { url: "data:image/png;base64,AQID" } }
+            ]
+          },
+          {
+            role: "user",
+            content: [
+              { type: "text", text: "look" },
+              { type: "image_url", image_url: { url: "data:image/jpeg;base64,BAUG" } }
+            ]
+          },
+          { role: "user", content: "last" }
+        ],
+        stream: true,
+        stream_options: { include_usage: true },
+        tools: [
+          {
+            type: "function",
+            function: {
+              name: "lookup",
+              description: "Look a word up",
+              parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] }
+            }
+          },
+          { type: "function", function: { name: "chart", description: "Draw", parameters: { type: "object", properties: {} } } }
+        ],
+        max_tokens: 256,
+        temperature: 0.2
+      })
+    }))
+
+  it.scoped("without a key there is no Authorization header; no tools means no tools field", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([Fake.sse(say("ok"))])
+      yield* Effect.flatMap(Model, (model) => Stream.runDrain(model.stream(request()))).pipe(
+        Effect.provide(modelLayer(server, { maxTokens: 99 }))
+      )
+      const [sent] = yield* server.received
+      expect(sent!.headers["authorization"]).toBeUndefined()
+      expect(sent!.body).toStrictEqual({
+        model: "fake-model",
+        messages: [],
+        stream: true,
+        stream_options: { include_usage: true },
+        max_tokens: 99
+      })
+    }))
+})
+
+describe("OpenAiCompatibleModel chunks", () => {
+  it.scoped("reasoning_content, reasoning and content deltas become blocks; usage precedes finish", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([Fake.sse([
+        Fake.chunk({ role: "assistant", content: "" }),
+        Fake.chunk({ reasoning_content: "hm" }),
+        Fake.chunk({ reasoning: "m" }),
+        Fake.chunk({ content: "Hel" }),
+        Fake.chunk({ content: "lo", reasoning_content: null }),
+        Fake.chunk({}, "stop"),
+        Fake.usageChunk({
+          ...usage,
+          prompt_tokens_details: { cached_tokens: 4 },
+          completion_tokens_details: { reasoning_tokens: 2 }
+        })
+      ])])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "reasoning" },
+        { type: "reasoning-delta", index: 0, text: "hm" },
+        { type: "reasoning-delta", index: 0, text: "m" },
+        { type: "block-end", index: 0 },
+        { type: "block-start", index: 1, block: "text" },
+        { type: "text-delta", index: 1, text: "Hel" },
+        { type: "text-delta", index: 1, text: "lo" },
+        { type: "block-end", index: 1 },
+        { type: "usage", usage: { ...tillerUsage, reasoningTokens: 2, cacheReadTokens: 4 } },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+
+  it.scoped("parallel tool calls stream by index, interleaved and in pieces; empty arguments become {}", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([Fake.sse([
+        Fake.chunk({ content: "two calls" }),
+        Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "call_a", name: "lookup", arguments: "{\"q\":" })] }),
+        Fake.chunk({ tool_calls: [Fake.toolCall(1, { id: "call_b", name: "now" })] }),
+        Fake.chunk({ tool_calls: [Fake.toolCall(0, { arguments: "\"x\"}" })] }),
+        Fake.chunk({}, "tool_calls"),
+        Fake.usageChunk(usage)
+      ])])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "two calls" },
+        { type: "block-end", index: 0 },
+        { type: "block-start", index: 1, block: "tool-call", id: "call_a", name: "lookup" },
+        { type: "tool-call-delta", index: 1, arguments: "{\"q\":" },
+        { type: "block-start", index: 2, block: "tool-call", id: "call_b", name: "now" },
+        { type: "tool-call-delta", index: 1, arguments: "\"x\"}" },
+        { type: "block-end", index: 1 },
+        { type: "tool-call-delta", index: 2, arguments: "{}" },
+        { type: "block-end", index: 2 },
+        { type: "usage", usage: tillerUsage },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+
+  it.scoped("complete calls repeated at index 0 with new ids are separate calls; a missing id is made up", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run(
+        [Fake.sse([
+          Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "x1", name: "a", arguments: "{}" })] }),
+          Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "x2", name: "b", arguments: "{\"n\":1}" })] }),
+          Fake.chunk({ tool_calls: [{ index: 1, function: { name: "c", arguments: "[]" } }] }),
+          Fake.chunk({}, "tool_calls")
+        ])],
+        request({ turn: 3, step: 2, attempt: 1 })
+      )
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "tool-call", id: "x1", name: "a" },
+        { type: "tool-call-delta", index: 0, arguments: "{}" },
+        { type: "block-start", index: 1, block: "tool-call", id: "x2", name: "b" },
+        { type: "tool-call-delta", index: 1, arguments: "{\"n\":1}" },
+        { type: "block-start", index: 2, block: "tool-call", id: "call_3_2_1_2", name: "c" },
+        { type: "tool-call-delta", index: 2, arguments: "[]" },
+        { type: "block-end", index: 0 },
+        { type: "block-end", index: 1 },
+        { type: "block-end", index: 2 },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+
+  it.scoped("an event split across reads, CRLF lines, comments, multi-byte text and no blank line before EOF", () =>
+    Effect.gen(function*() {
+      const body = [
+        ": keep-alive\r\n\r\n",
+        `data: ${JSON.stringify(Fake.chunk({ content: "héllo 🙂" }))}\r\n\r\n`,
+        "event: message\r\n",
+        `data: ${JSON.stringify(Fake.chunk({ content: " wörld" }))}\r\n\r\n`,
+        `data: ${JSON.stringify(Fake.chunk({}, "stop"))}\r\n\r\n`,
+        "data: [DONE]"
+      ].join("")
+      const { run: out } = yield* run([Fake.raw(body, 40)])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "héllo 🙂" },
+        { type: "text-delta", index: 0, text: " wörld" },
+        { type: "block-end", index: 0 },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+
+  it.effect("every byte boundary of the body, inside events and inside multi-byte characters, is handled", () =>
+    Effect.gen(function*() {
+      const body = new TextEncoder().encode(
+        Fake.event(Fake.chunk({ reasoning_content: "ü" })) + Fake.event(Fake.chunk({ content: "🙂 ok" })) +
+          Fake.event(Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "c1", name: "f", arguments: "{\"a\":\"ß\"}" })] })) +
+          Fake.event(Fake.chunk({}, "tool_calls")) + Fake.event(Fake.usageChunk(usage)) + Fake.DONE
+      )
+      // A client whose response body arrives one byte per read.
+      const client = HttpClient.make((req) =>
+        Effect.succeed(HttpClientResponse.fromWeb(
+          req,
+          new Response(
+            new ReadableStream<Uint8Array>({
+              start(controller) {
+                for (const byte of body) controller.enqueue(Uint8Array.of(byte))
+                controller.close()
+              }
+            }),
+            { status: 200, headers: { "content-type": "text/event-stream" } }
+          )
+        ))
+      )
+      const chunks = yield* Effect.flatMap(Model, (model) => Stream.runCollect(model.stream(request()))).pipe(
+        Effect.provide(OpenAiCompatibleModel.layer({ baseUrl: "http://127.0.0.1:1/v1", model: "m" })),
+        Effect.provideService(HttpClient.HttpClient, client)
+      )
+      expect(Chunk.toReadonlyArray(chunks)).toStrictEqual([
+        { type: "block-start", index: 0, block: "reasoning" },
+        { type: "reasoning-delta", index: 0, text: "ü" },
+        { type: "block-end", index: 0 },
+        { type: "block-start", index: 1, block: "text" },
+        { type: "text-delta", index: 1, text: "🙂 ok" },
+        { type: "block-end", index: 1 },
+        { type: "block-start", index: 2, block: "tool-call", id: "c1", name: "f" },
+        { type: "tool-call-delta", index: 2, arguments: "{\"a\":\"ß\"}" },
+        { type: "block-end", index: 2 },
+        { type: "usage", usage: tillerUsage },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+
+  it.scoped("finish reasons: length is max-tokens (cut arguments kept), content_filter a non-retryable error", () =>
+    Effect.gen(function*() {
+      const { run: cut } = yield* run([Fake.sse([
+        Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "c", name: "a", arguments: "{\"q\":\"unfin" })] }),
+        Fake.chunk({}, "length")
+      ])])
+      expect(cut.error).toStrictEqual(Option.none())
+      expect(cut.chunks.slice(-2)).toStrictEqual([{ type: "block-end", index: 0 }, { type: "finish", finish: { kind: "max-tokens" } }])
+      const { run: filtered } = yield* run([Fake.sse([Fake.chunk({ content: "no" }), Fake.chunk({}, "content_filter")])])
+      expect(filtered.chunks.slice(-1)).toStrictEqual([{
+        type: "finish",
+        finish: {
+          kind: "error",
+          failure: { message: "the host's content filter stopped the response", code: "CONTENT_FILTER", retryable: false }
+        }
+      }])
+    }))
+
+  it.scoped("a body that ends after the finish reason without [DONE] still finishes", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([Fake.sse(say("fine"), { done: false })])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks.slice(-2)).toStrictEqual([
+        { type: "usage", usage: tillerUsage },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+})
+
+describe("OpenAiCompatibleModel failures", () => {
+  const failureOf = (out: Run) => Option.map(out.error, (error) => error.failure)
+
+  it.scoped("429 is a retryable RATE_LIMIT with retry-after and request id", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([
+        Fake.status(429, JSON.stringify({ error: { message: "slow down", type: "rate_limit_exceeded" } }), {
+          "retry-after": "3",
+          "x-request-id": "req_42"
+        })
+      ])
+      expect(out.chunks).toStrictEqual([])
+      expect(failureOf(out)).toStrictEqual(Option.some({
+        message: expect.stringContaining("returned HTTP 429: slow down"),
+        code: "RATE_LIMIT",
+        status: 429,
+        retryable: true,
+        retryAfterMs: 3000,
+        requestId: "req_42"
+      }))
+    }))
+
+  it.scoped("5xx is retryable; another 4xx is not", () =>
+    Effect.gen(function*() {
+      const { run: unavailable } = yield* run([Fake.status(503, "upstream busy")])
+      expect(failureOf(unavailable)).toStrictEqual(Option.some({
+        message: expect.stringContaining("returned HTTP 503: upstream busy"),
+        code: "SERVICE_UNAVAILABLE",
+        status: 503,
+        retryable: true
+      }))
+      const { run: bad } = yield* run([Fake.status(400, JSON.stringify({ error: { message: "unknown model" } }))])
+      expect(failureOf(bad)).toStrictEqual(Option.some({
+        message: expect.stringContaining("returned HTTP 400: unknown model"),
+        code: "BAD_REQUEST",
+        status: 400,
+        retryable: false
+      }))
+    }))
+
+  it.scoped("a reset connection is a retryable NETWORK failure; so is a stream broken midway, after its chunks", () =>
+    Effect.gen(function*() {
+      const { run: refused } = yield* run([Fake.reset])
+      expect(Option.map(failureOf(refused), ({ code, retryable }) => ({ code, retryable })))
+        .toStrictEqual(Option.some({ code: "NETWORK", retryable: true }))
+      const { run: broken } = yield* run([Fake.drop([Fake.chunk({ content: "par" })])])
+      expect(broken.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "par" }
+      ])
+      expect(Option.map(failureOf(broken), ({ code, retryable }) => ({ code, retryable })))
+        .toStrictEqual(Option.some({ code: "NETWORK", retryable: true }))
+    }))
+
+  it.scoped("malformed streams are non-retryable MALFORMED_STREAM failures after the chunks before them", () =>
+    Effect.gen(function*() {
+      const text = Fake.event(Fake.chunk({ content: "par" }))
+      const { run: badJson } = yield* run([Fake.raw(text + "data: {\"choices\": [\n\n" + Fake.DONE)])
+      expect(badJson.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "par" }
+      ])
+      expect(Option.map(failureOf(badJson), ({ code, retryable }) => ({ code, retryable })))
+        .toStrictEqual(Option.some({ code: "MALFORMED_STREAM", retryable: false }))
+
+      const { run: badArguments } = yield* run([Fake.sse([
+        Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "c1", name: "lookup", arguments: "{\"q\": nope" })] }),
+        Fake.chunk({}, "tool_calls")
+      ])])
+      expect(failureOf(badArguments)).toStrictEqual(Option.some({
+        message: "the arguments of tool call c1 (lookup) are not JSON",
+        code: "MALFORMED_STREAM",
+        retryable: false
+      }))
+
+      const noFinish = { message: "the stream ended without a finish reason", code: "MALFORMED_STREAM", retryable: false }
+      const { run: doneWithoutFinish } = yield* run([Fake.sse([Fake.chunk({ content: "par" })])])
+      expect(failureOf(doneWithoutFinish)).toStrictEqual(Option.some(noFinish))
+      const { run: endWithoutFinish } = yield* run([Fake.sse([Fake.chunk({ content: "par" })], { done: false })])
+      expect(failureOf(endWithoutFinish)).toStrictEqual(Option.some(noFinish))
+    }))
+
+  it.scoped("an error object in the stream is classified by its status or type", () =>
+    Effect.gen(function*() {
+      const { run: overloaded } = yield* run([Fake.sse([{ error: { message: "busy", type: "server_error" } }])])
+      expect(failureOf(overloaded)).toStrictEqual(Option.some({
+        message: "the host reported an error in the stream: busy",
+        code: "SERVICE_UNAVAILABLE",
+        retryable: true
+      }))
+      const { run: invalid } = yield* run([Fake.raw("event: error\ndata: {\"message\":\"bad input\",\"code\":400}\n\n")])
+      expect(failureOf(invalid)).toStrictEqual(Option.some({
+        message: "the host reported an error in the stream: bad input",
+        code: "BAD_REQUEST",
+        status: 400,
+        retryable: false
+      }))
+    }))
+
+  it.scoped("the API key echoed by the server never reaches the failure", () =>
+    Effect.gen(function*() {
+      const echo = Fake.status(
+        401,
+        (received) => JSON.stringify({ error: { message: `invalid credentials: ${received.headers["authorization"]}` } }),
+        { "x-request-id": `id-${KEY}` }
+      )
+      const { received, run: out } = yield* run([echo], request(), { apiKey })
+      expect(received[0]!.headers["authorization"]).toBe(`Bearer ${KEY}`)
+      const error = Option.getOrThrow(out.error)
+      expect(error.failure).toStrictEqual({
+        message: expect.stringContaining("returned HTTP 401: invalid credentials: Bearer [redacted]"),
+        code: "UNAUTHORIZED",
+        status: 401,
+        retryable: false,
+        requestId: "id-[redacted]"
+      })
+      expect(error.message).not.toContain(KEY)
+      expect(JSON.stringify(error)).not.toContain(KEY)
+      expect(String(error)).not.toContain(KEY)
+    }))
+})
+
+// ---------------------------------------------------------------------------------------------------
+// Through a whole agent
+
+const Params = Schema.Struct({ q: Schema.String })
+
+const lookup = Tool.make("lookup", {
+  description: "Looks a word up",
+  parameters: Params,
+  mode: "parallel",
+  execute: ({ q }) => Effect.succeed(`meaning of ${q}`)
+})
+
+const agent = (server: ChatCompletionsServer) =>
+  Agent.layer({
+    sessionId: SessionId.make("s"),
+    model: { provider: "openai-compatible", model: "fake-model" },
+    system: "be brief"
+  }).pipe(
+    Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, modelLayer(server, { apiKey }), Tools.layer({ tools: [lookup] })))
+  )
+
+const events = Effect.flatMap(SessionLog, (log) => log.events)
+const shape = Effect.map(events, (all) => all.map(notation))
+const ofType = <T extends CoreEvent["type"]>(all: ReadonlyArray<SessionEvent>, type: T) =>
+  all.filter((e) => e.type === type) as unknown as ReadonlyArray<EventOf<T>>
+
+/** A turn opened by one follow-up `id`: its claim, its first step and (first request only) `RH(initial)`. */
+const turnPrefix = (turn: number, id: string, header: "initial" | "none") => [
+  `TS(${turn})`,
+  "CLM(nt,0,1)",
+  `SS(${turn},1)`,
+  `UM(${id})`,
+  ...(header === "none" ? [] : ["RH(initial)"])
+]
+const textChunks = ["CH(block-start)", "CH(text-delta)", "CH(block-end)"]
+const stopAM = ["CH(usage)", "CH(finish stop)", "AM"]
+
+describe("OpenAiCompatibleModel in an agent", () => {
+  it.scoped("text, reasoning and two parallel tool calls run, and their results go back in the next request", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([
+        Fake.sse([
+          Fake.chunk({ role: "assistant", reasoning_content: "two lookups" }),
+          Fake.chunk({ content: "Looking up." }),
+          Fake.chunk({
+            tool_calls: [
+              Fake.toolCall(0, { id: "call_1", name: "lookup", arguments: "{\"q\":" }),
+              Fake.toolCall(1, { id: "call_2", name: "lookup", arguments: "{\"q\":\"beta\"}" })
+            ]
+          }),
+          Fake.chunk({ tool_calls: [Fake.toolCall(0, { arguments: "\"alpha\"}" })] }),
+          Fake.chunk({}, "tool_calls"),
+          Fake.usageChunk(usage)
+        ]),
+        Fake.sse(say("Both found."))
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        // An idle inject stages the context; the follow-up's turn claims it first (SPEC 4.2 TX-OPEN).
+        yield* driver.inject(plugin("ctx", "the user reads Greek"))
+        yield* driver.followup(user("A", "define alpha and beta"))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(ns,0,[ctx])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(1,1)", "UM(ctx)", "UM(A)",
+          "RH(initial)",
+          "CH(block-start)", "CH(reasoning-delta)", "CH(block-end)", ...textChunks,
+          "CH(block-start)", "CH(tool-call-delta)", "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)",
+          "CH(block-end)", "CH(block-end)", ...stopAM,
+          "TC(call_1)", "TC(call_2)", "TR(call_1)", "TR(call_2)", "SE(1,1)",
+          "SS(1,2)", ...textChunks, ...stopAM, "SE(1,2)", "TE(1,completed)"
+        ])
+        expect(checkLog(all, { closed: true })).toStrictEqual([])
+        const messages = ofType(all, "assistant/message")
+        expect(messages.map((m) => m.data.message.content)).toStrictEqual([
+          [
+            { type: "reasoning", text: "two lookups" },
+            { type: "text", text: "Looking up." },
+            { type: "tool-call", id: "call_1", name: "lookup", arguments: "{\"q\":\"alpha\"}" },
+            { type: "tool-call", id: "call_2", name: "lookup", arguments: "{\"q\":\"beta\"}" }
+          ],
+          [{ type: "text", text: "Both found." }]
+        ])
+        expect(messages.map((m) => m.data.usage)).toStrictEqual([tillerUsage, tillerUsage])
+        expect(ofType(all, "tool/result").map((e) => e.data.message.content[0])).toStrictEqual([
+          { type: "tool-result", toolCallId: "call_1", isError: false, content: [{ type: "text", text: "meaning of alpha" }] },
+          { type: "tool-result", toolCallId: "call_2", isError: false, content: [{ type: "text", text: "meaning of beta" }] }
+        ])
+      }).pipe(Effect.provide(agent(server)))
+
+      const received = yield* server.received
+      expect(received).toHaveLength(2)
+      const system = { role: "system", content: "be brief" }
+      const firstTurn = [
+        system,
+        { role: "user", content: "the user reads Greek" },
+        { role: "user", content: "define alpha and beta" }
+      ]
+      expect((received[0]!.body as { messages: unknown }).messages).toStrictEqual(firstTurn)
+      expect((received[1]!.body as { messages: unknown }).messages).toStrictEqual([
+        ...firstTurn,
+        {
+          role: "assistant",
+          content: "Looking up.",
+          tool_calls: [
+            { id: "call_1", type: "function", function: { name: "lookup", arguments: "{\"q\":\"alpha\"}" } },
+            { id: "call_2", type: "function", function: { name: "lookup", arguments: "{\"q\":\"beta\"}" } }
+          ]
+        },
+        { role: "tool", tool_call_id: "call_1", content: "meaning of alpha" },
+        { role: "tool", tool_call_id: "call_2", content: "meaning of beta" }
+      ])
+      expect((received[0]!.body as { tools: unknown }).tools).toStrictEqual([{
+        type: "function",
+        function: {
+          name: "lookup",
+          description: "Looks a word up",
+          parameters: expect.objectContaining({ type: "object", required: ["q"] })
+        }
+      }])
+    }))
+
+  it.scoped("a 429 is retried in the same step (llm/retry in the log) and the key appears nowhere", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([
+        Fake.status(
+          429,
+          (received) => JSON.stringify({ error: { message: `too many requests for ${received.headers["authorization"]}` } })
+        ),
+        Fake.sse(say("Hello."))
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        const live = yield* driver.subscribe
+        yield* driver.followup(user("A"))
+        const retry = yield* log.stream().pipe(
+          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
+          Stream.runHead,
+          Effect.map(Option.getOrThrow)
+        )
+        expect(retry.data.attempt).toBe(1)
+        expect(retry.data.failure).toMatchObject({ code: "RATE_LIMIT", status: 429, retryable: true })
+        expect(retry.data.failure.message).toContain("Bearer [redacted]")
+        yield* TestClock.adjust(`${retry.data.delayMs} millis`)
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(finish error)", "RT(1)",
+          ...textChunks, ...stopAM, "SE(1,1)", "TE(1,completed)"
+        ])
+        expect(JSON.stringify(all)).not.toContain(KEY)
+        const notifications: ReadonlyArray<DriverEvent> = Chunk.toReadonlyArray(yield* Queue.takeAll(live))
+        expect(notifications.length).toBeGreaterThan(0)
+        expect(JSON.stringify(notifications)).not.toContain(KEY)
+      }).pipe(Effect.provide(agent(server)))
+      expect((yield* server.received).map((r) => r.headers["authorization"])).toStrictEqual([`Bearer ${KEY}`, `Bearer ${KEY}`])
+    }))
+
+  it.scoped("a malformed stream ends the turn with error; the session stays usable for a followup", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([
+        Fake.raw(Fake.event(Fake.chunk({ content: "par" })) + "data: not json\n\n"),
+        Fake.sse(say("Recovered."))
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        yield* driver.followup(user("B"))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(block-start)", "CH(text-delta)", "CH(finish error)",
+          "SE(1,1)", "TE(1,error(MALFORMED_STREAM))",
+          "INS(nt,0,[B])", ...turnPrefix(2, "B", "none"), ...textChunks, ...stopAM, "SE(2,1)", "TE(2,completed)"
+        ])
+        expect(checkLog(all, { closed: true })).toStrictEqual([])
+        const [failed] = ofType(all, "turn/end")
+        expect(failed!.data.reason).toStrictEqual({
+          kind: "error",
+          error: {
+            message: "a stream event is not a chat completion chunk: not json",
+            code: "MALFORMED_STREAM",
+            retryable: false
+          }
+        })
+        const history = yield* Effect.flatMap(SessionLog, (log) => log.messages)
+        expect(history.map((m) => m.id)).toEqual(["A", "B", ofType(all, "assistant/message")[0]!.data.message.id])
+      }).pipe(Effect.provide(agent(server)))
+      const received = yield* server.received
+      expect((received[1]!.body as { messages: unknown }).messages).toStrictEqual([
+        { role: "system", content: "be brief" },
+        { role: "user", content: "A" },
+        { role: "user", content: "B" }
+      ])
+    }))
+
+  it.scoped("a cancel while the host is streaming aborts the turn and closes the connection", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([Fake.hang([Fake.chunk({ content: "partial" })])])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        yield* driver.followup(user("A"))
+        yield* log.stream().pipe(Stream.filter((e) => notation(e) === "CH(text-delta)"), Stream.runHead)
+        yield* driver.cancel({ kind: "user" })
+        yield* driver.whenIdle
+        expect(yield* shape).toStrictEqual([
+          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(block-start)", "CH(text-delta)", "AM!",
+          "SE(1,1)", "TE(1,aborted(user))"
+        ])
+        yield* server.hangClosed
+      }).pipe(Effect.provide(agent(server)))
+    }))
+
+  it.scoped("a rejected key ends the turn with UNAUTHORIZED and the echoed key appears in no event", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([
+        Fake.status(401, (received) => `bad key ${received.headers["authorization"]}`)
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation).slice(-3)).toStrictEqual(["CH(finish error)", "SE(1,1)", "TE(1,error(UNAUTHORIZED))"])
+        const [ended] = ofType(all, "turn/end")
+        expect(ended!.data.reason).toMatchObject({ kind: "error", error: { status: 401, retryable: false } })
+        expect(JSON.stringify(all)).toContain("bad key Bearer [redacted]")
+        expect(JSON.stringify(all)).not.toContain(KEY)
+      }).pipe(Effect.provide(agent(server)))
+    }))
+})

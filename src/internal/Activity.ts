@@ -6,10 +6,14 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Exit, Fiber, FiberRef, Option, STM, TRef } from "effect"
+import { Cause, Effect, Exit, Fiber, FiberId, FiberRef, Option, STM, TRef } from "effect"
+import type { PersistenceError } from "../domain/Errors.js"
 import type { CancelCause } from "../domain/Values.js"
 import type { DriverState } from "./Phase.js"
+import * as DurableWaiters from "./DurableWaiters.js"
 import { causeOf, getPhase } from "./Phase.js"
+import { awaitDurable } from "./SessionState.js"
+import * as Writer from "./Writer.js"
 
 /**
  * Marks the fibers of a driver's activity (turns, hooks, tool bodies, maintenance tasks) with the
@@ -193,6 +197,47 @@ export const abortableUnless = <A, E, R>(
   work: Effect.Effect<A, E, R>
 ): Effect.Effect<Abortable<A, E>, never, R> =>
   inline ? Effect.map(Effect.exit(work), (exit) => ({ _tag: "Done" as const, exit })) : abortable(ds, work)
+
+/**
+ * A checkpoint (D13): waits until everything up to `seq` is durable, or until a cause is recorded
+ * (`Aborted`). It registers with the durability waiters and the stop watch directly, so unlike
+ * {@link abortable} it forks nothing. A poisoned session fails the exit with the poison.
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const checkpoint = (ds: DriverState, seq: number): Effect.Effect<Abortable<void, PersistenceError>> =>
+  Effect.suspend(() => {
+    const session = ds.session
+    const watch = ds.stopWatch
+    if (watch === undefined || watch.stopped) return abortable(ds, awaitDurable(session, seq))
+    if (seq <= session.waiters.durable) return Effect.succeed(DURABLE)
+    return Effect.async<Abortable<void, PersistenceError>>((resume) => {
+      let settled = false
+      const onStop = () => {
+        if (settled) return
+        settled = true
+        DurableWaiters.remove(session.waiters, waiter)
+        resume(Effect.succeed(STOPPED))
+      }
+      watch.listeners.add(onStop)
+      const waiter = DurableWaiters.register(session.waiters, seq, (failure) => {
+        if (settled) return
+        settled = true
+        watch.listeners.delete(onStop)
+        resume(Effect.succeed(failure === undefined ? DURABLE : { _tag: "Done", exit: Exit.fail(failure) }))
+      })
+      if (!settled) Writer.request(session.writer, seq)
+      return Effect.sync(() => {
+        settled = true
+        watch.listeners.delete(onStop)
+        DurableWaiters.remove(session.waiters, waiter)
+      })
+    })
+  })
+
+const DURABLE: Abortable<void, never> = { _tag: "Done", exit: Exit.void }
+const STOPPED: Abortable<void, never> = { _tag: "Aborted", exit: Exit.interrupt(FiberId.none) }
 
 const racedAgainstStop = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>): Effect.Effect<Abortable<A, E>, never, R> =>
   Effect.raceWith(Effect.exit(work), awaitStop(ds), {

@@ -6,12 +6,19 @@
  *
  * @since 0.1.0
  */
-import { Deferred, Effect, Exit } from "effect"
+import { Effect } from "effect"
 import type { PersistenceError } from "../domain/Errors.js"
 
-interface Waiter {
+/**
+ * One registered waiter: the seq it needs and its callback (`undefined` when durable, else the
+ * poison), called exactly once unless removed first.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Waiter {
   readonly seq: number
-  readonly deferred: Deferred.Deferred<void, PersistenceError>
+  readonly done: (failure: PersistenceError | undefined) => void
 }
 
 /**
@@ -37,6 +44,43 @@ export interface DurableWaiters {
 export const make = (durable: number): DurableWaiters => ({ durable, failure: undefined, waiters: [] })
 
 /**
+ * Registers `done` for `seq`, or calls it at once when `seq` is durable or the session poisoned.
+ * Returns the waiter to {@link remove} (undefined when already called).
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const register = (
+  self: DurableWaiters,
+  seq: number,
+  done: (failure: PersistenceError | undefined) => void
+): Waiter | undefined => {
+  if (self.durable >= seq) {
+    done(undefined)
+    return undefined
+  }
+  if (self.failure !== undefined) {
+    done(self.failure)
+    return undefined
+  }
+  const waiter: Waiter = { seq, done }
+  self.waiters.push(waiter)
+  return waiter
+}
+
+/**
+ * Forgets a waiter that stopped waiting.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const remove = (self: DurableWaiters, waiter: Waiter | undefined): void => {
+  if (waiter === undefined) return
+  const index = self.waiters.indexOf(waiter)
+  if (index >= 0) self.waiters.splice(index, 1)
+}
+
+/**
  * Waits until `seq` is durable; fails with the poison if the session is poisoned first.
  *
  * @since 0.1.0
@@ -46,9 +90,10 @@ export const wait = (self: DurableWaiters, seq: number): Effect.Effect<void, Per
   Effect.suspend(() => {
     if (self.durable >= seq) return Effect.void
     if (self.failure !== undefined) return Effect.fail(self.failure)
-    const deferred = Deferred.unsafeMake<void, PersistenceError>(undefined as never)
-    self.waiters.push({ seq, deferred })
-    return Deferred.await(deferred)
+    return Effect.async<void, PersistenceError>((resume) => {
+      const waiter = register(self, seq, (failure) => resume(failure === undefined ? Effect.void : Effect.fail(failure)))
+      return Effect.sync(() => remove(self, waiter))
+    })
   })
 
 /**
@@ -60,12 +105,11 @@ export const wait = (self: DurableWaiters, seq: number): Effect.Effect<void, Per
 export const commit = (self: DurableWaiters, seq: number): void => {
   self.durable = Math.max(self.durable, seq)
   if (self.waiters.length === 0) return
+  const released: Array<Waiter> = []
   const remaining: Array<Waiter> = []
-  for (const waiter of self.waiters) {
-    if (waiter.seq <= self.durable) Deferred.unsafeDone(waiter.deferred, Exit.void)
-    else remaining.push(waiter)
-  }
+  for (const waiter of self.waiters) (waiter.seq <= self.durable ? released : remaining).push(waiter)
   self.waiters = remaining
+  for (const waiter of released) waiter.done(undefined)
 }
 
 /**
@@ -76,6 +120,7 @@ export const commit = (self: DurableWaiters, seq: number): void => {
  */
 export const poison = (self: DurableWaiters, failure: PersistenceError): void => {
   self.failure = failure
-  for (const waiter of self.waiters) Deferred.unsafeDone(waiter.deferred, Exit.fail(failure))
+  const waiters = self.waiters
   self.waiters = []
+  for (const waiter of waiters) waiter.done(failure)
 }

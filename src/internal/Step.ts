@@ -5,6 +5,7 @@
  *
  * @since 0.1.0
  */
+import type { Chunk } from "effect"
 import { Cause, Duration, Effect, Exit, Option, Stream, STM, TRef } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { ModelError } from "../domain/Errors.js"
@@ -13,13 +14,13 @@ import { jsonEquals, jsonProblem } from "../domain/Json.js"
 import type { LlmFailure, Message, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
 import type { RequestConfig } from "../services/Hooks.js"
 import type { ModelRequest } from "../services/Model.js"
-import { abortable, abortableUnless, defectsOf } from "./Activity.js"
+import { abortable, abortableUnless, checkpoint, defectsOf } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
-import { appendDrafts, commit, awaitDurable, lastSeq } from "./SessionState.js"
+import { appendDrafts, commit } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
 
@@ -49,6 +50,9 @@ const failed = (failure: LlmFailure, error: unknown = failure, defects: Readonly
   error,
   defects
 })
+
+/** Sentinel failure: stop pulling the model stream (its outcome is settled). */
+const STOP = Symbol.for("tiller/internal/Step/stop")
 
 /** Sentinel: a loop transaction found a cause recorded and wrote nothing. */
 const CAUSE = Symbol.for("tiller/internal/Step/cause")
@@ -142,8 +146,8 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           if (reason !== undefined) {
             yield* appendDrafts(session, [{ type: "request/header", data: { header, reason } }], true)
           }
-          const { fold } = yield* TRef.get(session.log)
-          return GrowOnly.toArray(fold.messages)
+          const { events, fold } = yield* TRef.get(session.log)
+          return { messages: GrowOnly.toArray(fold.messages), lastSeq: events.length - 1 }
         })
       ).pipe(Effect.orDie)
       if (isCause(decided)) return aborted()
@@ -155,12 +159,12 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
         step,
         attempt,
         ...header,
-        messages: Object.freeze(decided as Array<Message>)
+        messages: Object.freeze(decided.messages as Array<Message>)
       })
       // Q4: checkpoint before dispatch (D13).
-      const checkpoint = yield* abortable(ds, Effect.flatMap(commit(session, lastSeq(session)), (seq) => awaitDurable(session, seq)))
-      if (checkpoint._tag === "Aborted") return aborted()
-      if (Exit.isFailure(checkpoint.exit)) return yield* Effect.interrupt
+      const reached = yield* checkpoint(ds, decided.lastSeq)
+      if (reached._tag === "Aborted") return aborted()
+      if (Exit.isFailure(reached.exit)) return yield* Effect.interrupt
       // Q5, Q6: stream the attempt.
       const outcome = yield* runAttempt(ctx, turn, step, attempt, request)
       switch (outcome._tag) {
@@ -255,74 +259,100 @@ const runAttempt = (
         })
       )
 
-    const finishWith = (chunk: StreamChunk, failure: LlmFailure) =>
-      Effect.map(append([chunkDraft(turn, step, attempt, chunk)]), (events) => {
-        chunkSeqs.push(events[0]!.seq)
-        settled = { _tag: "ErrorFinish", failure }
-      })
+    // Chunks received but not yet logged, with the assembler state they lead to. They are logged
+    // together (one transaction per pulled batch of the stream), so `assembler` and `chunkSeqs`
+    // only ever describe logged chunks, which an interrupted prefix cites.
+    let pending: Array<Draft> = []
+    let pendingAssembler = assembler
 
-    const onChunk = (chunk: StreamChunk): Effect.Effect<boolean> => {
-      if (settled !== undefined) return Effect.succeed(true) // keep pulling; later chunks are ignored
-      const problem = jsonProblem(chunk, "chunk")
-      if (problem !== undefined) {
-        invalid = ownFailure("INVALID_EVENT", `assistant/chunk: ${problem}`)
-        return Effect.interrupt
-      }
-      if (chunk.type === "finish") {
-        const finish = chunk.finish
-        if (finish.kind === "stop" || finish.kind === "max-tokens") {
-          const assembled = Assembler.finishMessage(assembler, origin, finish.kind)
-          return loopTx(
-            ctx,
-            STM.gen(function*() {
-              const [finishEvent] = yield* appendDrafts(session, [chunkDraft(turn, step, attempt, chunk)], true)
-              const seqs = [...chunkSeqs, finishEvent!.seq]
-              yield* appendDrafts(session, [{
-                type: "assistant/message",
-                data: {
-                  turn,
-                  step,
-                  attempt,
-                  message: assembled.message,
-                  ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
-                },
-                surfaceOp: "append",
-                sourceEventSeqs: seqs
-              }], true)
-            })
-          ).pipe(
-            Effect.catchTag("InvalidEvent", (error) => {
-              invalid = ownFailure("INVALID_EVENT", error.message)
-              return Effect.interrupt
-            }),
-            Effect.flatMap((written) => {
-              if (isCause(written)) return Effect.interrupt
-              settled = {
-                _tag: "Stopped",
-                finish: finish.kind,
-                calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
-              }
-              return Effect.succeed(true)
-            })
-          )
-        }
-        return Effect.as(finishWith(chunk, finish.failure), true)
-      }
-      const fed = Assembler.feed(assembler, chunk)
-      if (fed._tag === "Left") {
-        const failure = ownFailure("MALFORMED_STREAM", fed.left)
-        return Effect.as(finishWith(errorFinish(failure), failure), false)
-      }
-      assembler = fed.right
-      return Effect.map(append([chunkDraft(turn, step, attempt, chunk)]), (events) => {
-        chunkSeqs.push(events[0]!.seq)
-        return true
+    const flush = (extra: ReadonlyArray<Draft> = []) => {
+      const drafts = extra.length === 0 ? pending : [...pending, ...extra]
+      pending = []
+      if (drafts.length === 0) return Effect.void
+      const next = pendingAssembler
+      return Effect.map(append(drafts), (events) => {
+        for (const event of events) if (event.type === "assistant/chunk") chunkSeqs.push(event.seq)
+        assembler = next
       })
     }
 
+    const finishWith = (chunk: StreamChunk, failure: LlmFailure) =>
+      Effect.map(flush([chunkDraft(turn, step, attempt, chunk)]), () => {
+        settled = { _tag: "ErrorFinish", failure }
+      })
+
+    const finishMessage = (chunk: StreamChunk, kind: "stop" | "max-tokens") => {
+      const drafts = [...pending, chunkDraft(turn, step, attempt, chunk)]
+      pending = []
+      const assembled = Assembler.finishMessage(pendingAssembler, origin, kind)
+      return loopTx(
+        ctx,
+        STM.flatMap(appendDrafts(session, drafts, true), (events) => {
+          const seqs = [...chunkSeqs]
+          for (const event of events) seqs.push(event.seq)
+          return appendDrafts(session, [{
+            type: "assistant/message",
+            data: {
+              turn,
+              step,
+              attempt,
+              message: assembled.message,
+              ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
+            },
+            surfaceOp: "append",
+            sourceEventSeqs: seqs
+          }], true)
+        })
+      ).pipe(
+        Effect.catchTag("InvalidEvent", (error) => {
+          invalid = ownFailure("INVALID_EVENT", error.message)
+          return Effect.interrupt
+        }),
+        Effect.flatMap((written) => {
+          if (isCause(written)) return Effect.interrupt
+          settled = {
+            _tag: "Stopped",
+            finish: kind,
+            calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
+          }
+          return Effect.void
+        })
+      )
+    }
+
+    // One pulled batch of chunks: fed to the assembler in order, logged in one transaction; a
+    // finish, an invalid or a malformed chunk ends the batch (later chunks are ignored).
+    const onChunks = (chunks: Chunk.Chunk<StreamChunk>): Effect.Effect<void, typeof STOP> =>
+      Effect.suspend(() => {
+        for (const chunk of chunks) {
+          if (settled !== undefined) break
+          const problem = jsonProblem(chunk, "chunk")
+          if (problem !== undefined) {
+            return Effect.zipRight(flush(), Effect.suspend(() => {
+              invalid = ownFailure("INVALID_EVENT", `assistant/chunk: ${problem}`)
+              return Effect.interrupt
+            }))
+          }
+          if (chunk.type === "finish") {
+            const finish = chunk.finish
+            if (finish.kind === "stop" || finish.kind === "max-tokens") return finishMessage(chunk, finish.kind)
+            return finishWith(chunk, finish.failure)
+          }
+          const fed = Assembler.feed(pendingAssembler, chunk)
+          if (fed._tag === "Left") {
+            const failure = ownFailure("MALFORMED_STREAM", fed.left)
+            return Effect.zipRight(finishWith(errorFinish(failure), failure), Effect.fail(STOP))
+          }
+          pendingAssembler = fed.right
+          pending.push(chunkDraft(turn, step, attempt, chunk))
+        }
+        return flush()
+      })
+
     const consume = ctx.model.stream(request).pipe(
-      Stream.runForEachWhile(onChunk),
+      Stream.runForEachChunk(onChunks),
       Effect.catchAllCause((cause) => {
+        if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return Effect.void // stop pulling
         if (Cause.isInterruptedOnly(cause) || invalid !== undefined) return Effect.failCause(cause)
         if (settled !== undefined) return Effect.void // the finish chunk fixed the outcome
         const error = originalError(Exit.failCause(cause))

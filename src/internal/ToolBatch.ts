@@ -13,7 +13,7 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
-import { abortable, abortableUnless, awaitCause, currentCause, defectsOf } from "./Activity.js"
+import { abortable, abortableUnless, awaitCause, checkpoint, currentCause, defectsOf } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
@@ -131,12 +131,13 @@ export const runTools = (
         const logged = yield* loopTx(ctx, appendDrafts(session, [callDraft(call)], true)).pipe(Effect.orDie)
         if (isCause(logged)) return false
         call.callSeq = logged[0]!.seq
-        const checkpoint = yield* abortable(ds, Effect.flatMap(STM.commit(lastSeq(session)), (seq) => awaitDurable(session, seq)))
-        if (checkpoint._tag === "Aborted") {
+        // The checkpoint covers this call's own tool/call (D13); later caller events are acknowledged by their callers.
+        const reached = yield* checkpoint(ds, call.callSeq)
+        if (reached._tag === "Aborted") {
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
           return true
         }
-        if (Exit.isFailure(checkpoint.exit)) return yield* Effect.interrupt
+        if (Exit.isFailure(reached.exit)) return yield* Effect.interrupt
         const tool = yield* ctx.tools.lookup(call.block.name)
         if (tool === undefined) {
           call.outcome = ToolOutcome.UnknownTool()

@@ -67,12 +67,16 @@ export const makeMemoryStore = (
   snapshot: StoreSnapshot
 ): Effect.Effect<{ readonly store: SessionStore["Type"]; readonly control: MemoryStoreControl["Type"] }> =>
   Effect.gen(function*() {
-    const state = yield* Ref.make(snapshot[StoreSnapshotTypeId])
-    const appendCalls = yield* Ref.make(0)
-    const failuresLeft = yield* Ref.make(0)
+    // Plain variables: every access below is one synchronous step, so none can interleave.
+    let state: StoreState = snapshot[StoreSnapshotTypeId]
+    let appendCalls = 0
+    let failuresLeft = 0
+    let held = false
+    // Append calls waiting behind `hold` (or behind one that waited): later calls queue behind them.
+    let queued = 0
     const gate = yield* Effect.makeLatch(true)
-    // Completes when the previous append call has finished: append calls run one at a time, in
-    // call order, so appends queued behind `hold` commit in order after `release`.
+    // Completes when the previous queued append call has finished: append calls run one at a time,
+    // in call order, so appends queued behind `hold` commit in order after `release`.
     const previousAppend = yield* Ref.make<Effect.Effect<void>>(Effect.void)
 
     const create = Effect.fn("SessionStore.create")(function*(
@@ -88,20 +92,19 @@ export const makeMemoryStore = (
         header: isolate(header),
         events: GrowOnly.fromArray(events.map(isolate))
       }
-      const created = yield* Ref.modify(state, (current): [boolean, StoreState] =>
-        HashMap.has(current.sessions, sessionId)
-          ? [false, current]
-          : [true, {
-            sessions: HashMap.set(current.sessions, sessionId, stored),
-            headers: Chunk.append(current.headers, stored.header)
-          }]
-      )
+      const created = yield* Effect.sync(() => {
+        if (HashMap.has(state.sessions, sessionId)) return false
+        state = {
+          sessions: HashMap.set(state.sessions, sessionId, stored),
+          headers: Chunk.append(state.headers, stored.header)
+        }
+        return true
+      })
       if (!created) return yield* new SessionExists({ sessionId })
     })
 
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
-      const current = yield* Ref.get(state)
-      const stored = HashMap.get(current.sessions, id)
+      const stored = HashMap.get(yield* Effect.sync(() => state.sessions), id)
       if (Option.isNone(stored)) return yield* new SessionNotFound({ sessionId: id })
       const { events, header } = stored.value
       if (header.formatVersion !== LOG_FORMAT_VERSION) {
@@ -114,55 +117,65 @@ export const makeMemoryStore = (
       return { header, events: GrowOnly.toArray(events) }
     })
 
+    // One append, all in one synchronous step; the failure, if any.
+    const commitNow = (id: SessionId, events: ReadonlyArray<SessionEvent>): PersistenceError | undefined => {
+      const fail = (cause: unknown) => new PersistenceError({ sessionId: id, operation: "append", cause })
+      if (failuresLeft > 0) {
+        failuresLeft -= 1
+        return fail("injected failure (MemoryStoreControl.failAppends)")
+      }
+      if (events.length === 0) return fail("an append needs at least one event")
+      const stored = HashMap.get(state.sessions, id)
+      if (Option.isNone(stored)) return fail(new SessionNotFound({ sessionId: id }))
+      const seqError = seqProblem(events, stored.value.events.length)
+      if (seqError !== undefined) return fail(seqError)
+      let log = stored.value.events
+      for (const event of events) log = GrowOnly.push(log, isolate(event))
+      state = { ...state, sessions: HashMap.set(state.sessions, id, { ...stored.value, events: log }) }
+      return undefined
+    }
+
     const commitAppend = (id: SessionId, events: ReadonlyArray<SessionEvent>) =>
-      Effect.gen(function*() {
-        const fail = (cause: unknown) => new PersistenceError({ sessionId: id, operation: "append", cause })
-        const injected = yield* Ref.modify(failuresLeft, (n): [boolean, number] => n > 0 ? [true, n - 1] : [false, n])
-        if (injected) return yield* fail("injected failure (MemoryStoreControl.failAppends)")
-        if (events.length === 0) return yield* fail("an append needs at least one event")
-        const copies = events.map(isolate)
-        const problem = yield* Ref.modify(state, (current): [unknown, StoreState] => {
-          const stored = HashMap.get(current.sessions, id)
-          if (Option.isNone(stored)) return [new SessionNotFound({ sessionId: id }), current]
-          const seqError = seqProblem(events, stored.value.events.length)
-          if (seqError !== undefined) return [seqError, current]
-          let log = stored.value.events
-          for (const event of copies) log = GrowOnly.push(log, event)
-          const next = { ...stored.value, events: log }
-          return [undefined, { ...current, sessions: HashMap.set(current.sessions, id, next) }]
-        })
-        if (problem !== undefined) return yield* fail(problem)
+      Effect.suspend(() => {
+        const error = commitNow(id, events)
+        return error === undefined ? Effect.void : Effect.fail(error)
       })
 
-    const append = Effect.fnUntraced(function*(
-      id: SessionId,
-      events: readonly [SessionEvent, ...Array<SessionEvent>]
-    ) {
+    // Behind `hold` or an earlier queued call: wait for the previous call, then for the gate.
+    const appendQueued = (id: SessionId, events: ReadonlyArray<SessionEvent>) =>
       // Uninterruptible until `done` is guaranteed to complete, or later calls would wait forever.
-      return yield* Effect.uninterruptibleMask((restore) =>
+      Effect.uninterruptibleMask((restore) =>
         Effect.gen(function*() {
-          yield* Ref.update(appendCalls, (n) => n + 1)
+          queued += 1
           const done = yield* Deferred.make<void>()
           const previous = yield* Ref.getAndSet(previousAppend, Deferred.await(done))
           return yield* restore(
             previous.pipe(Effect.zipRight(gate.await), Effect.zipRight(commitAppend(id, events)))
           ).pipe(
-            Effect.onExit((exit) =>
+            Effect.onExit((exit) => {
+              queued -= 1
               // An interrupted call may not have waited for its predecessor: pass that wait on.
-              Exit.isInterrupted(exit) ? Deferred.completeWith(done, previous) : Deferred.succeed(done, undefined)
-            )
+              return Exit.isInterrupted(exit) ? Deferred.completeWith(done, previous) : Deferred.succeed(done, undefined)
+            })
           )
         })
       )
-    })
+
+    const append = (
+      id: SessionId,
+      events: readonly [SessionEvent, ...Array<SessionEvent>]
+    ): Effect.Effect<void, PersistenceError> =>
+      Effect.suspend(() => {
+        appendCalls += 1
+        // Nothing held or queued: commit at once (one synchronous step keeps the call order).
+        return held || queued > 0 ? appendQueued(id, events) : commitAppend(id, events)
+      })
 
     const exists = Effect.fn("SessionStore.exists")(function*(id: SessionId) {
-      const current = yield* Ref.get(state)
-      return HashMap.has(current.sessions, id)
+      return HashMap.has(yield* Effect.sync(() => state.sessions), id)
     })
 
-    const list = Ref.get(state).pipe(
-      Effect.map((current): ReadonlyArray<SessionHeader> => Chunk.toArray(current.headers)),
+    const list = Effect.sync((): ReadonlyArray<SessionHeader> => Chunk.toArray(state.headers)).pipe(
       Effect.withSpan("SessionStore.list")
     )
 
@@ -170,12 +183,18 @@ export const makeMemoryStore = (
 
     const control: MemoryStoreControl["Type"] = {
       failAppends: Effect.fn("MemoryStoreControl.failAppends")(function*(n: number) {
-        yield* Ref.set(failuresLeft, Math.max(0, Math.trunc(n)))
+        yield* Effect.sync(() => {
+          failuresLeft = Math.max(0, Math.trunc(n))
+        })
       }),
-      hold: gate.close,
-      release: gate.open,
-      appendCalls: Ref.get(appendCalls),
-      snapshot: Effect.map(Ref.get(state), (current): StoreSnapshot => ({ [StoreSnapshotTypeId]: current }))
+      hold: Effect.zipRight(Effect.sync(() => {
+        held = true
+      }), gate.close),
+      release: Effect.zipRight(Effect.sync(() => {
+        held = false
+      }), gate.open),
+      appendCalls: Effect.sync(() => appendCalls),
+      snapshot: Effect.sync((): StoreSnapshot => ({ [StoreSnapshotTypeId]: state }))
     }
 
     return { store, control }

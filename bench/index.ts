@@ -1,10 +1,15 @@
 /**
  * Runs every benchmark and prints the figures: `npm run bench` (full sizes) or
- * `npm run bench -- --quick` (a CI smoke run): the session log and inbox primitives, then the agent
- * loop (workload W1 beside a plain-JS floor, and the latency from `followup` to `step/start`).
- * `--only=log`, `--only=loop` or `--only=w1` runs one group (`w1`: the floor and W1 alone, for a
- * `node --cpu-prof` run of the bundle). `--write` also writes the report to
- * `bench/RESULTS.md`; nothing else in the tree is written.
+ * `npm run bench -- --quick` (a CI smoke run): the session log and inbox primitives, the agent
+ * loop (workload W1 beside a plain-JS floor, and the latency from `followup` to `step/start`),
+ * storage on SQLite beside raw better-sqlite3 (W2 ingest, W3 acknowledged injects, W4 resume) and
+ * the footprint of many sessions (W5), then W1 side by side with peer agent loops (`bench/w1/`,
+ * one child process per run; the peers install into `bench/node_modules` on first use).
+ * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint` or `--only=peers`
+ * runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
+ * workload alone, for a `node --cpu-prof` run of the bundle. `--write` also writes the report to
+ * `bench/RESULTS.md` and the charts to `bench/w4.svg` and `bench/w1.svg`; nothing else in the
+ * tree is written (temporary databases go to the OS temp directory and are removed).
  *
  * `npm run bench` bundles this file with esbuild into `node_modules/.cache/tiller-bench/` and runs
  * it with `node --expose-gc`. It does not run under tsx: tsx compiles with esbuild's `keepNames`,
@@ -19,20 +24,30 @@ import { writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { DateTime, Effect } from "effect"
+import type { IdleFigures, RunningFigures } from "./footprint.js"
+import { idle, running } from "./footprint.js"
 import { injectClaimRun } from "./inbox.js"
 import type { LoopThroughput, TurnLatency } from "./loop.js"
 import { floor, percentile, turnLatency, w1 } from "./loop.js"
 import type { ChunkMemory } from "./sessionLog.js"
 import { chunkAppendRun, chunkMemory, publicAppendRun } from "./sessionLog.js"
-import type { Throughput } from "./util.js"
+import type { IngestFigures, InjectFigures, InjectRun, ResumeFigures } from "./storage.js"
+import { ingest, injects, resume } from "./storage.js"
+import type { W1Compare } from "./w1/compare.js"
+import { renderW1Compare, runW1Compare, w1Svg } from "./w1/compare.js"
+import type { Spread, Throughput } from "./util.js"
 import {
   formatBytes,
   formatCount,
   formatMicros,
   formatMillis,
+  formatRatio,
+  formatSpread,
   loadAverage,
+  logLogChartSvg,
   machineLine,
   repeat,
+  spreadOf,
   table
 } from "./util.js"
 
@@ -53,6 +68,20 @@ interface Sizes {
   /** Sequential single-step turns of the latency benchmark, and its warm-up turns. */
   readonly turns: number
   readonly warmTurns: number
+  /** Runs of each storage and footprint benchmark (after its untimed warm-up). */
+  readonly storageRuns: number
+  /** W2: chunk events per run. */
+  readonly ingestEvents: number
+  /** W3: concurrent callers, sessions they share, injects per caller. */
+  readonly injectCallers: number
+  readonly injectSessions: number
+  readonly injectsPerCaller: number
+  /** W4: session sizes in events (multiples of 100), smallest first. */
+  readonly resumeSizes: ReadonlyArray<number>
+  /** W5: idle sessions held open; sessions running turns at once, and turns each. */
+  readonly idleSessions: number
+  readonly runningSessions: number
+  readonly runningTurns: number
 }
 
 const full: Sizes = {
@@ -68,7 +97,16 @@ const full: Sizes = {
   loopRuns: 7,
   warmLoopSteps: 1_000,
   turns: 500,
-  warmTurns: 100
+  warmTurns: 100,
+  storageRuns: 3,
+  ingestEvents: 200_000,
+  injectCallers: 100,
+  injectSessions: 10,
+  injectsPerCaller: 50,
+  resumeSizes: [10_000, 100_000, 1_000_000],
+  idleSessions: 10_000,
+  runningSessions: 1_000,
+  runningTurns: 3
 }
 
 const quick: Sizes = {
@@ -84,19 +122,37 @@ const quick: Sizes = {
   loopRuns: 5,
   warmLoopSteps: 100,
   turns: 100,
-  warmTurns: 50
+  warmTurns: 50,
+  storageRuns: 3,
+  ingestEvents: 20_000,
+  injectCallers: 100,
+  injectSessions: 10,
+  injectsPerCaller: 3,
+  resumeSizes: [1_000, 10_000],
+  idleSessions: 200,
+  runningSessions: 50,
+  runningTurns: 2
 }
 
 const CHUNK_TARGET = 250_000
 const CYCLE_TARGET = 50_000
 const STEP_TARGET = 5_000
+/** W2: tiller's ingest rate over the raw rate. */
+const INGEST_RATIO_TARGET = 0.3
+/** W3: tiller's acks/s over the raw acks/s, and tiller's p99 acknowledgement latency. */
+const INJECT_RATIO_TARGET = 5
+const INJECT_P99_TARGET_MS = 10
+/** W4: tiller's resume time over the raw read time, at every size. */
+const RESUME_RATIO_TARGET = 2
+/** W4 linearity: the largest size's time per 10^4 events within this factor of the smallest size's. */
+const RESUME_LINEARITY_TARGET = 1.5
 
 const args = new Set(process.argv.slice(2))
 const sizes = args.has("--quick") ? quick : full
 const writeResults = args.has("--write")
 
-type Group = "log" | "loop" | "w1"
-const groups: ReadonlyArray<Group> = ["log", "loop", "w1"]
+type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "peers"
+const groups: ReadonlyArray<Group> = ["log", "loop", "w1", "storage", "w2", "w3", "w4", "footprint", "peers"]
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="))?.slice("--only=".length)
 const only = groups.find((g) => g === onlyArg)
 if (onlyArg !== undefined && only === undefined) {
@@ -106,6 +162,11 @@ if (only !== undefined && writeResults) throw new Error("--write records a compl
 const runsLog = only === undefined || only === "log"
 const runsW1 = only === undefined || only === "loop" || only === "w1"
 const runsLatency = only === undefined || only === "loop"
+const runsIngest = only === undefined || only === "storage" || only === "w2"
+const runsInjects = only === undefined || only === "storage" || only === "w3"
+const runsResume = only === undefined || only === "storage" || only === "w4"
+const runsFootprint = only === undefined || only === "footprint"
+const runsPeers = only === undefined || only === "peers"
 
 const log = (line: string) => Effect.sync(() => console.error(line))
 
@@ -199,12 +260,56 @@ const latencyOf = (s: Sizes) =>
     turnLatency(s.turns, s.warmTurns)
   )
 
+const storage = (s: Sizes) =>
+  Effect.gen(function*() {
+    const ingestFigures = runsIngest
+      ? yield* Effect.zipRight(
+        log(`W2 ingest on SQLite: ${formatCount(s.ingestEvents)} events x ${s.storageRuns} (tiller and raw) ...`),
+        ingest(s.ingestEvents, s.storageRuns)
+      )
+      : undefined
+    const total = s.injectCallers * s.injectsPerCaller
+    const injectFigures = runsInjects
+      ? yield* Effect.zipRight(
+        log(
+          `W3 injects on SQLite: ${s.injectCallers} callers, ${s.injectSessions} sessions, ${formatCount(total)} acks x ${s.storageRuns} ...`
+        ),
+        injects(s.injectCallers, s.injectSessions, s.injectsPerCaller, s.storageRuns)
+      )
+      : undefined
+    const resumeFigures = runsResume
+      ? yield* resume(
+        s.resumeSizes,
+        s.storageRuns,
+        (events) => log(`W4 resume on SQLite: ${formatCount(events)} events x ${s.storageRuns} ...`)
+      )
+      : undefined
+    return { ingest: ingestFigures, injects: injectFigures, resume: resumeFigures }
+  })
+
+const footprint = (s: Sizes) =>
+  Effect.gen(function*() {
+    yield* log(`W5 idle sessions on SQLite: ${formatCount(s.idleSessions)} x ${s.storageRuns} ...`)
+    const idleFigures = yield* idle(s.idleSessions, s.storageRuns)
+    yield* log(
+      `W5 running sessions on SQLite: ${formatCount(s.runningSessions)} x ${s.runningTurns} turns x ${s.storageRuns} ...`
+    )
+    const runningFigures = yield* running(s.runningSessions, s.runningTurns, s.storageRuns)
+    return { idle: idleFigures, running: runningFigures }
+  })
+
 const benchmarks = (s: Sizes): Effect.Effect<Figures, unknown> =>
   Effect.gen(function*() {
     const log = runsLog ? yield* primitives(s) : undefined
     const loop = runsW1 ? yield* agentLoop(s) : undefined
     const latency = runsLatency ? yield* latencyOf(s) : undefined
-    return { primitives: log, loop, latency }
+    const storageFigures = runsIngest || runsInjects || runsResume ? yield* storage(s) : undefined
+    const footprintFigures = runsFootprint ? yield* footprint(s) : undefined
+    // W1 side by side with the peers: one child process per run, after tiller's own groups.
+    const peers = runsPeers
+      ? yield* Effect.promise(() => runW1Compare({ quick: s.label === "quick", log: (line) => console.error(line) }))
+      : undefined
+    return { primitives: log, loop, latency, storage: storageFigures, footprint: footprintFigures, peers }
   })
 
 const throughputTable = (results: ReadonlyArray<Throughput>): string =>
@@ -321,10 +426,24 @@ const oneDecimal = (n: number): string => n.toFixed(1)
 
 const timesFloor = (ratio: number): string => ratio >= 100 ? formatCount(ratio) : oneDecimal(ratio)
 
+interface StorageFigures {
+  readonly ingest: IngestFigures | undefined
+  readonly injects: InjectFigures | undefined
+  readonly resume: ResumeFigures | undefined
+}
+
+interface FootprintFigures {
+  readonly idle: IdleFigures
+  readonly running: RunningFigures
+}
+
 interface Figures {
   readonly primitives: { readonly memory: ChunkMemory; readonly results: ReadonlyArray<Throughput> } | undefined
   readonly loop: { readonly floor: LoopThroughput; readonly agents: ReadonlyArray<LoopThroughput> } | undefined
   readonly latency: TurnLatency | undefined
+  readonly storage: StorageFigures | undefined
+  readonly footprint: FootprintFigures | undefined
+  readonly peers: W1Compare | undefined
 }
 
 const primitivesReport = (s: Sizes, memory: ChunkMemory, results: ReadonlyArray<Throughput>): ReadonlyArray<string> => [
@@ -374,6 +493,299 @@ const latencyReport = (latency: TurnLatency): ReadonlyArray<string> => [
   ""
 ]
 
+const verdict = (met: boolean): string => met ? "MET" : "MISSED"
+
+const rateOf = (operations: number, millis: number): number => operations / (millis / 1000)
+
+const msSpread = (spread: Spread): string => formatSpread(spread, (ms) => formatCount(ms))
+
+const rateSpread = (spread: Spread, unit: string): string => `${formatSpread(spread, formatCount)} ${unit}/s`
+
+const latencySpread = (spread: Spread): string =>
+  formatSpread(spread, (ms) => ms >= 10 ? `${formatCount(ms)} ms` : `${ms.toFixed(2)} ms`)
+
+const ratioSpread = (spread: Spread): string => formatSpread(spread, formatRatio)
+
+// Per run (runs are paired by index): tiller's rate over the raw rate, i.e. raw time / tiller time.
+const pairedRatios = (tiller: ReadonlyArray<number>, raw: ReadonlyArray<number>): Array<number> =>
+  tiller.map((ms, i) => raw[i]! / ms)
+
+const ingestRatio = (f: IngestFigures): Spread => spreadOf(pairedRatios(f.tillerMillis, f.rawMillis))
+
+const ingestMet = (f: IngestFigures): boolean => ingestRatio(f).median >= INGEST_RATIO_TARGET
+
+const ingestTable = (f: IngestFigures): string => {
+  const ratio = ingestRatio(f)
+  const row = (name: string, runs: ReadonlyArray<number>) => {
+    const rates = spreadOf(runs.map((ms) => rateOf(f.events, ms)))
+    return [
+      name,
+      `${formatCount(f.events)} events`,
+      runs.map((ms) => formatCount(ms)).join(", "),
+      rateSpread(rates, "events"),
+      formatMicros(rates.median),
+      "-",
+      "-"
+    ]
+  }
+  return table(
+    ["W2 durable ingest", "N", "runs (ms)", "rate: median (min-max)", "per event", "target", "result"],
+    [
+      row(`tiller: assistant/chunk, ${f.perTransaction} per STM transaction, until durable`, f.tillerMillis),
+      row(`raw better-sqlite3: JSON.stringify + ${formatCount(f.rawRowsPerTransaction)}-row INSERT per transaction`, f.rawMillis),
+      [
+        "tiller rate / raw rate (per run)",
+        "",
+        "",
+        ratioSpread(ratio),
+        "",
+        `>= ${formatRatio(INGEST_RATIO_TARGET)}`,
+        verdict(ingestMet(f))
+      ]
+    ],
+    [false, true, true, true, true, true, false]
+  )
+}
+
+interface InjectStats {
+  readonly rate: Spread
+  readonly p50: Spread
+  readonly p99: Spread
+}
+
+const injectStats = (f: InjectFigures, runs: ReadonlyArray<InjectRun>): InjectStats => ({
+  rate: spreadOf(runs.map((r) => rateOf(f.injects, r.millis))),
+  p50: spreadOf(runs.map((r) => percentile(r.latencies, 0.5))),
+  p99: spreadOf(runs.map((r) => percentile(r.latencies, 0.99)))
+})
+
+const injectRatio = (f: InjectFigures): Spread =>
+  spreadOf(pairedRatios(f.tiller.map((r) => r.millis), f.raw.map((r) => r.millis)))
+
+const injectRatioMet = (f: InjectFigures): boolean => injectRatio(f).median >= INJECT_RATIO_TARGET
+
+const injectLatencyMet = (f: InjectFigures): boolean => injectStats(f, f.tiller).p99.median <= INJECT_P99_TARGET_MS
+
+const injectTable = (f: InjectFigures): string => {
+  const row = (name: string, runs: ReadonlyArray<InjectRun>) => {
+    const stats = injectStats(f, runs)
+    return [
+      name,
+      runs.map((r) => formatCount(r.millis)).join(", "),
+      rateSpread(stats.rate, "acks"),
+      latencySpread(stats.p50),
+      latencySpread(stats.p99),
+      "-",
+      "-"
+    ]
+  }
+  const tiller = injectStats(f, f.tiller)
+  return table(
+    ["W3 acknowledged injects", "runs (ms)", "acks/s: median (min-max)", "p50 latency", "p99 latency", "target", "result"],
+    [
+      row("tiller: Driver.inject, returns once durable", f.tiller),
+      row("raw better-sqlite3: one single-row autocommit INSERT per ack", f.raw),
+      ["tiller acks/s / raw acks/s (per run)", "", ratioSpread(injectRatio(f)), "", "", `>= ${formatRatio(INJECT_RATIO_TARGET)}`, verdict(injectRatioMet(f))],
+      ["tiller p99 latency", "", "", "", latencySpread(tiller.p99), `<= ${INJECT_P99_TARGET_MS} ms`, verdict(injectLatencyMet(f))]
+    ],
+    [false, true, true, true, true, true, false]
+  )
+}
+
+const per10k = (events: number, ms: number): number => ms / (events / 10_000)
+
+const resumeRatio = (size: ResumeFigures["sizes"][number]): Spread => spreadOf(size.tillerMillis.map((ms, i) => ms / size.rawMillis[i]!))
+
+// The largest size's median time per 10^4 events over the smallest size's.
+const resumeGrowth = (f: ResumeFigures): number => {
+  const first = f.sizes[0]!
+  const last = f.sizes[f.sizes.length - 1]!
+  return per10k(last.events, spreadOf(last.tillerMillis).median) / per10k(first.events, spreadOf(first.tillerMillis).median)
+}
+
+const resumeRatioMet = (f: ResumeFigures): boolean => f.sizes.every((size) => resumeRatio(size).median <= RESUME_RATIO_TARGET)
+
+const resumeLinearMet = (f: ResumeFigures): boolean => resumeGrowth(f) <= RESUME_LINEARITY_TARGET
+
+const resumeTable = (f: ResumeFigures): string =>
+  table(
+    [
+      "W4 resume: events",
+      "tiller ms: median (min-max)",
+      "tiller per 10^4 events",
+      "raw ms: median (min-max)",
+      "raw per 10^4 events",
+      "tiller time / raw time",
+      "target",
+      "result"
+    ],
+    [
+      ...f.sizes.map((size) => {
+        const tiller = spreadOf(size.tillerMillis)
+        const raw = spreadOf(size.rawMillis)
+        const ratio = resumeRatio(size)
+        return [
+          formatCount(size.events),
+          msSpread(tiller),
+          formatMillis(per10k(size.events, tiller.median)),
+          msSpread(raw),
+          formatMillis(per10k(size.events, raw.median)),
+          ratioSpread(ratio),
+          `<= ${formatRatio(RESUME_RATIO_TARGET)}`,
+          verdict(ratio.median <= RESUME_RATIO_TARGET)
+        ]
+      }),
+      [
+        `linearity: tiller per 10^4 events, ${formatCount(f.sizes[f.sizes.length - 1]!.events)} / ${formatCount(f.sizes[0]!.events)}`,
+        "",
+        formatRatio(resumeGrowth(f)),
+        "",
+        "",
+        "",
+        `<= ${formatRatio(RESUME_LINEARITY_TARGET)}`,
+        verdict(resumeLinearMet(f))
+      ]
+    ],
+    [false, true, true, true, true, true, true, false]
+  )
+
+// The W4 chart: median resume time of tiller and of the raw read against the session size.
+const resumeChart = (f: ResumeFigures): string =>
+  logLogChartSvg({
+    title: "W4: resume time vs session size (SQLite, median of runs)",
+    xLabel: "events in the session",
+    yLabel: "ms",
+    series: [
+      {
+        name: "tiller: Agent.layer({ resume })",
+        color: "#c0392b",
+        points: f.sizes.map((size) => [size.events, spreadOf(size.tillerMillis).median] as const)
+      },
+      {
+        name: "raw better-sqlite3: SELECT + JSON.parse",
+        color: "#2471a3",
+        points: f.sizes.map((size) => [size.events, spreadOf(size.rawMillis).median] as const)
+      },
+      {
+        name: `target: ${formatRatio(RESUME_RATIO_TARGET)} raw`,
+        color: "#7f8c8d",
+        dashed: true,
+        points: f.sizes.map((size) => [size.events, RESUME_RATIO_TARGET * spreadOf(size.rawMillis).median] as const)
+      }
+    ]
+  })
+
+const storageMet = (f: StorageFigures): boolean =>
+  (f.ingest === undefined || ingestMet(f.ingest)) &&
+  (f.injects === undefined || (injectRatioMet(f.injects) && injectLatencyMet(f.injects))) &&
+  (f.resume === undefined || (resumeRatioMet(f.resume) && resumeLinearMet(f.resume)))
+
+const ingestReport = (f: IngestFigures): ReadonlyArray<string> => [
+  `W2: ${formatCount(f.events)} \`assistant/chunk\` text deltas appended the way the loop appends them`,
+  `(trusted drafts, ${f.perTransaction} per STM transaction) to one session and timed until the last is durable;`,
+  "the raw side serialises the same event objects and inserts them.",
+  "",
+  ingestTable(f),
+  ""
+]
+
+const injectReport = (f: InjectFigures): ReadonlyArray<string> => [
+  `W3: ${f.callers} concurrent callers, each making sequential \`Driver.inject\` calls into one of ${f.sessions} sessions`,
+  `(caller i into session i mod ${f.sessions}) of one store, ${formatCount(f.injects)} acknowledged injects per run; a call`,
+  "returns once its `agent/inbox/spliced` event is durable. The raw side has the same callers hand the",
+  "identical rows to one connection that inserts them in arrival order, each a single-row autocommit",
+  "INSERT acknowledged when it returns. Latency is from the call to its acknowledgement.",
+  "",
+  injectTable(f),
+  ""
+]
+
+const resumeReport = (f: ResumeFigures): ReadonlyArray<string> => [
+  `W4: one session per size, written once (generated turns of ${f.eventsPerTurn} events: a prompt delivered and claimed, a step`,
+  "calling a tool and its result, a step streaming 80 text deltas, the turn closed). tiller resumes it",
+  "through `Agent.layer({ resume })` on an open store (load, validation with the append rules and relations,",
+  "repair check, `session/end-seed` durable; the end-seed is removed again untimed after each run); raw reads",
+  "the header and every row in seq order and parses each. Linearity compares the time per 10^4 events of",
+  "the largest size with the smallest's (fixed costs make the smallest size's figure the larger).",
+  `File build times (untimed): ${
+    f.sizes.map((size) => `${formatCount(size.events)}: ${formatMillis(size.buildMillis)}`).join(", ")
+  }. Chart: \`bench/w4.svg\`.`,
+  "",
+  resumeTable(f),
+  ""
+]
+
+const storageReport = (s: Sizes, f: StorageFigures): ReadonlyArray<string> => [
+  "## Storage on SQLite: W2-W4",
+  "",
+  "tiller's `SqliteSessionStore` (WAL, `synchronous = NORMAL`) beside raw better-sqlite3 on the same kind of",
+  "file: the store's own `events` table (`session_id, seq, row`, STRICT, primary key `(session_id, seq)`) and",
+  "the rows tiller stored, taken from the warm-up run's file. Every run uses a fresh file in the OS temp",
+  "directory; tiller and raw alternate within each run (which goes first alternates too) after an untimed",
+  `warm-up of each. Figures are median (min-max) over ${s.storageRuns} runs; ratios are taken per run.`,
+  "",
+  ...(f.ingest === undefined ? [] : ingestReport(f.ingest)),
+  ...(f.injects === undefined ? [] : injectReport(f.injects)),
+  ...(f.resume === undefined ? [] : resumeReport(f.resume))
+]
+
+const footprintReport = (f: FootprintFigures): ReadonlyArray<string> => {
+  const idleRows = (() => {
+    const runs = f.idle.runs
+    const rss = spreadOf(runs.map((r) => r.holding.rss - r.before.rss))
+    const heap = spreadOf(runs.map((r) => r.holding.heapUsed - r.before.heapUsed))
+    const open = spreadOf(runs.map((r) => r.openMillis))
+    const perSession = (bytes: number) => formatBytes(bytes / f.idle.sessions)
+    return table(
+      ["W5 idle sessions", "open time: median (min-max)", "per open", "RSS held", "RSS per session", "heap held", "heap per session"],
+      [[
+        `${formatCount(f.idle.sessions)} sessions, open`,
+        formatSpread(open, formatMillis),
+        `${(open.median / f.idle.sessions).toFixed(2)} ms`,
+        formatSpread(rss, formatBytes),
+        formatSpread(rss, perSession),
+        formatSpread(heap, formatBytes),
+        formatSpread(heap, perSession)
+      ]],
+      [false, true, true, true, true, true, true]
+    )
+  })()
+  const runningRows = (() => {
+    const r = f.running
+    const turns = r.sessions * r.turns
+    const time = spreadOf(r.runs.map((run) => run.millis))
+    return table(
+      ["W5 running sessions", "runs (ms)", "turns/s: median (min-max)", "steps/s", "events/s", "RSS before", "peak RSS", "RSS after (GC)"],
+      [[
+        `${formatCount(r.sessions)} sessions x ${r.turns} turns of ${r.stepsPerTurn} steps`,
+        r.runs.map((run) => formatCount(run.millis)).join(", "),
+        rateSpread(spreadOf(r.runs.map((run) => rateOf(turns, run.millis))), "turns"),
+        `${formatCount(rateOf(turns * r.stepsPerTurn, time.median))}/s`,
+        `${formatCount(rateOf(r.runs[0]!.events, time.median))}/s`,
+        formatSpread(spreadOf(r.runs.map((run) => run.baselineRss)), formatBytes),
+        formatSpread(spreadOf(r.runs.map((run) => run.peakRss)), formatBytes),
+        formatSpread(spreadOf(r.runs.map((run) => run.afterRss)), formatBytes)
+      ]],
+      [false, true, true, true, true, true, true, true]
+    )
+  })()
+  return [
+    "## Footprint on SQLite: W5",
+    "",
+    `Sessions opened through \`Sessions.open\` (each created on one fresh SQLite file) and held open. Idle: the`,
+    "memory held is the difference between samples after GC before opening and with every session open;",
+    `${f.idle.runs.length} runs after a warm-up run of a tenth of the sessions. Running: every session runs its turns at`,
+    "once (a stateless model shared by all: step 1 calls the `echo` tool, step 2 answers text); timed from the",
+    "first `followup` until every session's last turn is idle and its log flushed; peak RSS is sampled every",
+    `64 tool calls (no GC). ${f.running.runs.length} runs after a warm-up run of a tenth of the sessions. No targets.`,
+    "",
+    idleRows,
+    "",
+    runningRows,
+    ""
+  ]
+}
+
 const report = (s: Sizes, when: string, figures: Figures): string =>
   [
     `# tiller benchmarks (${s.label}), ${when}`,
@@ -388,7 +800,10 @@ const report = (s: Sizes, when: string, figures: Figures): string =>
       ? []
       : primitivesReport(s, figures.primitives.memory, figures.primitives.results)),
     ...(figures.loop === undefined ? [] : loopReport(figures.loop.floor, figures.loop.agents)),
-    ...(figures.latency === undefined ? [] : latencyReport(figures.latency))
+    ...(figures.latency === undefined ? [] : latencyReport(figures.latency)),
+    ...(figures.storage === undefined ? [] : storageReport(s, figures.storage)),
+    ...(figures.footprint === undefined ? [] : footprintReport(figures.footprint)),
+    ...(figures.peers === undefined ? [] : [renderW1Compare(figures.peers)])
   ].join("\n")
 
 const loadAtStart = loadAverage()
@@ -408,10 +823,18 @@ const main = Effect.gen(function*() {
   yield* Effect.sync(() => {
     console.log(text)
     // Relative to the package root (npm runs scripts there); the bundle lives elsewhere.
-    if (writeResults) writeFileSync(path.join(process.cwd(), "bench", "RESULTS.md"), text)
+    if (writeResults) {
+      writeFileSync(path.join(process.cwd(), "bench", "RESULTS.md"), text)
+      if (figures.peers !== undefined) writeFileSync(path.join(process.cwd(), "bench", "w1.svg"), w1Svg(figures.peers))
+      if (figures.storage?.resume !== undefined) {
+        writeFileSync(path.join(process.cwd(), "bench", "w4.svg"), resumeChart(figures.storage.resume))
+      }
+    }
   })
   const primitivesMet = (figures.primitives?.results ?? []).every((r) => r.target === undefined || r.perSecond >= r.target)
-  return primitivesMet && (figures.loop === undefined || figures.loop.agents.every((r) => r.stepsPerSecond >= STEP_TARGET))
+  return primitivesMet &&
+    (figures.loop === undefined || figures.loop.agents.every((r) => r.stepsPerSecond >= STEP_TARGET)) &&
+    (figures.storage === undefined || storageMet(figures.storage))
 })
 
 Effect.runPromise(main).then(

@@ -4,8 +4,11 @@
  *
  * @since 0.1.0
  */
+import * as fs from "node:fs"
 import * as os from "node:os"
+import * as path from "node:path"
 import { Clock, Effect, Layer } from "effect"
+import type { PersistenceError } from "../src/index.js"
 import { Inbox, Session, SessionId, SessionLog, SessionStore } from "../src/index.js"
 import type { OpenError, SessionOptions } from "../src/internal/SessionOpen.js"
 import { SessionState } from "../src/internal/SessionState.js"
@@ -254,17 +257,167 @@ export const table = (
 }
 
 /**
- * The services a benchmark drives: one fresh session on a fresh memory store, with its internal
- * state (the loop's view) and its public log and inbox.
+ * The services a benchmark drives: one fresh session on a fresh store (memory unless `store` is
+ * given), with its internal state (the loop's view) and its public log and inbox.
  *
  * @since 0.1.0
  * @category sessions
  */
 export const sessionLayer = (
   name: string,
-  options: SessionOptions = {}
+  options: SessionOptions = {},
+  store: Layer.Layer<SessionStore, PersistenceError> = SessionStore.layerMemory
 ): Layer.Layer<SessionState | SessionLog | Inbox, OpenError> =>
   Layer.mergeAll(SessionLog.layer, Inbox.layer).pipe(
     Layer.provideMerge(Session.layerState({ ...options, sessionId: SessionId.make(name) })),
-    Layer.provide(SessionStore.layerMemory)
+    Layer.provide(store)
   )
+
+/**
+ * Runs `use` with a fresh temporary directory, removed afterwards whatever the outcome.
+ *
+ * @since 0.1.0
+ * @category files
+ */
+export const withTempDir = <A, E, R>(use: (dir: string) => Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  Effect.acquireUseRelease(
+    Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "tiller-bench-"))),
+    use,
+    (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
+  )
+
+/**
+ * The smallest, median and largest of a non-empty list.
+ *
+ * @since 0.1.0
+ * @category statistics
+ */
+export interface Spread {
+  readonly min: number
+  readonly median: number
+  readonly max: number
+}
+
+/**
+ * The spread of a non-empty list of figures.
+ *
+ * @since 0.1.0
+ * @category statistics
+ */
+export const spreadOf = (values: ReadonlyArray<number>): Spread => ({
+  min: Math.min(...values),
+  median: median(values),
+  max: Math.max(...values)
+})
+
+/**
+ * A spread as "median (min-max)" with each figure formatted by `format`.
+ *
+ * @since 0.1.0
+ * @category reporting
+ */
+export const formatSpread = (spread: Spread, format: (n: number) => string): string =>
+  `${format(spread.median)} (${format(spread.min)}-${format(spread.max)})`
+
+/**
+ * A ratio such as `0.42x` (two significant decimals below 10, none above).
+ *
+ * @since 0.1.0
+ * @category reporting
+ */
+export const formatRatio = (ratio: number): string =>
+  ratio >= 10 ? `${integer.format(ratio)}x` : `${ratio.toFixed(2)}x`
+
+/**
+ * One line of a chart: a name, a colour and its points.
+ *
+ * @since 0.1.0
+ * @category reporting
+ */
+export interface ChartSeries {
+  readonly name: string
+  readonly color: string
+  /** Drawn dashed, without markers (a target or reference line). */
+  readonly dashed?: boolean
+  readonly points: ReadonlyArray<readonly [x: number, y: number]>
+}
+
+const escapeXml = (text: string): string =>
+  text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+
+// Powers of ten covering [low, high], for the ticks of a log axis.
+const decades = (low: number, high: number): Array<number> => {
+  const ticks: Array<number> = []
+  for (let e = Math.floor(Math.log10(low)); e <= Math.ceil(Math.log10(high)); e++) ticks.push(10 ** e)
+  return ticks
+}
+
+const tickLabel = (n: number): string => n >= 1 ? integer.format(n) : String(n)
+
+/**
+ * A standalone SVG line chart with logarithmic axes (both axes span whole decades), one polyline
+ * and marker per series, and a legend.
+ *
+ * @since 0.1.0
+ * @category reporting
+ */
+export const logLogChartSvg = (options: {
+  readonly title: string
+  readonly xLabel: string
+  readonly yLabel: string
+  readonly series: ReadonlyArray<ChartSeries>
+}): string => {
+  const width = 640
+  const height = 400
+  const left = 80
+  const right = 20
+  const top = 40
+  const bottom = 60
+  const xs = options.series.flatMap((s) => s.points.map(([x]) => x))
+  const ys = options.series.flatMap((s) => s.points.map(([, y]) => y)).filter((y) => y > 0)
+  const xTicks = decades(Math.min(...xs), Math.max(...xs))
+  const yTicks = decades(Math.min(...ys), Math.max(...ys))
+  const [x0, x1] = [Math.log10(xTicks[0]!), Math.log10(xTicks[xTicks.length - 1]!)]
+  const [y0, y1] = [Math.log10(yTicks[0]!), Math.log10(yTicks[yTicks.length - 1]!)]
+  const px = (x: number) => left + ((Math.log10(x) - x0) / Math.max(x1 - x0, 1e-9)) * (width - left - right)
+  const py = (y: number) => height - bottom - ((Math.log10(y) - y0) / Math.max(y1 - y0, 1e-9)) * (height - top - bottom)
+  const round = (n: number) => n.toFixed(1)
+  const lines: Array<string> = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${height}" fill="white"/>`,
+    `<text x="${width / 2}" y="20" text-anchor="middle" font-size="14">${escapeXml(options.title)}</text>`
+  ]
+  for (const t of xTicks) {
+    lines.push(
+      `<line x1="${round(px(t))}" y1="${top}" x2="${round(px(t))}" y2="${height - bottom}" stroke="#ddd"/>`,
+      `<text x="${round(px(t))}" y="${height - bottom + 16}" text-anchor="middle">${tickLabel(t)}</text>`
+    )
+  }
+  for (const t of yTicks) {
+    lines.push(
+      `<line x1="${left}" y1="${round(py(t))}" x2="${width - right}" y2="${round(py(t))}" stroke="#ddd"/>`,
+      `<text x="${left - 6}" y="${round(py(t) + 4)}" text-anchor="end">${tickLabel(t)}</text>`
+    )
+  }
+  lines.push(
+    `<text x="${(left + width - right) / 2}" y="${height - 20}" text-anchor="middle">${escapeXml(options.xLabel)}</text>`,
+    `<text x="20" y="${(top + height - bottom) / 2}" text-anchor="middle" transform="rotate(-90 20 ${
+      (top + height - bottom) / 2
+    })">${escapeXml(options.yLabel)}</text>`
+  )
+  options.series.forEach((s, i) => {
+    const points = s.points.filter(([, y]) => y > 0)
+    lines.push(
+      `<polyline fill="none" stroke="${s.color}" stroke-width="2"${s.dashed === true ? ` stroke-dasharray="6 4"` : ""} points="${
+        points.map(([x, y]) => `${round(px(x))},${round(py(y))}`).join(" ")
+      }"/>`,
+      ...(s.dashed === true
+        ? []
+        : points.map(([x, y]) => `<circle cx="${round(px(x))}" cy="${round(py(y))}" r="3" fill="${s.color}"/>`)),
+      `<rect x="${left + 10}" y="${top + 8 + i * 18}" width="12" height="3" fill="${s.color}"/>`,
+      `<text x="${left + 28}" y="${top + 14 + i * 18}">${escapeXml(s.name)}</text>`
+    )
+  })
+  lines.push("</svg>")
+  return lines.join("\n") + "\n"
+}

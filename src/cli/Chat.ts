@@ -109,6 +109,20 @@ const withinGrace = (effect: Effect.Effect<void>): Effect.Effect<void> =>
   Effect.ignore(Effect.timeout(Effect.interruptible(effect), CANCEL_GRACE))
 
 /**
+ * Waits until every event is stored; fails with a readable refusal when the store rejected a write
+ * (for one, another process wrote to the same session meanwhile).
+ */
+const saved = (log: SessionLog["Type"]): Effect.Effect<void, CliError> =>
+  Effect.catchAll(log.flush, (error) =>
+    Effect.flatMap(log.durableSeq, (durable) =>
+      Effect.fail(
+        new CliError({
+          reason: `session ${log.sessionId}: not every event was saved (${error.message}); ` +
+            `the stored log ends at seq ${durable} (see tiller log ${log.sessionId})`
+        })
+      )))
+
+/**
  * An interactive (or piped) chat on `sessionId`, created when it is not stored.
  *
  * @since 0.1.0
@@ -239,13 +253,16 @@ export const chat = (
       yield* Stream.runForEachWhile(stdinLines, handle)
       yield* driver.whenIdle
       yield* caughtUp
+      yield* saved(log)
     }).pipe(
       // Ctrl-C: the running turn ends as cancelled by the user, and the chat says where it stopped.
       Effect.onInterrupt(() =>
         Effect.gen(function*() {
           yield* cancelRunningTurn(driver)
           yield* withinGrace(caughtUp)
-          yield* goodbye
+          yield* Effect.timeout(Effect.interruptible(saved(log)), CANCEL_GRACE).pipe(
+            Effect.matchEffect({ onFailure: (error) => Output.errorLine(`tiller: ${error.message}`), onSuccess: () => goodbye })
+          )
         })
       )
     )
@@ -312,6 +329,7 @@ export const runOnce = (
       )
     )
     if (printer !== undefined) yield* printer.caughtUp
+    yield* saved(log)
     const ended = yield* outcome
     if (Option.isNone(ended)) {
       return yield* new CliError({ reason: `session ${sessionId}: the turn did not end (see tiller log ${sessionId})` })

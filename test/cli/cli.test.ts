@@ -1,23 +1,67 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber, Schema, TestClock } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { MAX_WAIT_MS, wait } from "../../src/cli/BuiltinTools.js"
+import { hoistGlobalOptions } from "../../src/cli/Commands.js"
 import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
-import { jsonLines, tempDir, tiller } from "./harness.js"
+import { expectInOrder, jsonLines, tempDir, tiller } from "./harness.js"
 
 const TIMEOUT = 180_000
 
-/** `text` contains each of `parts`, in this order. */
-const expectInOrder = (text: string, parts: ReadonlyArray<string>) => {
-  let from = 0
-  for (const part of parts) {
-    const at = text.indexOf(part, from)
-    expect(at, `${JSON.stringify(part)} after offset ${from} in:\n${text}`).toBeGreaterThanOrEqual(0)
-    from = at + part.length
+describe("hoistGlobalOptions", () => {
+  const argv = (...args: ReadonlyArray<string>) => ["node", "tiller", ...args]
+
+  it("moves the global options that follow the subcommand in front of it", () => {
+    expect(hoistGlobalOptions(argv("chat", "--db", "x.db", "--session", "s", "--no-tools", "--model=demo"))).toEqual(
+      argv("--db", "x.db", "--no-tools", "--model=demo", "chat", "--session", "s")
+    )
+    expect(hoistGlobalOptions(argv("--db", "log", "log", "s", "--model", "demo"))).toEqual(
+      argv("--db", "log", "--model", "demo", "log", "s")
+    )
+  })
+
+  it("leaves arguments after -- and command lines without a subcommand as they are", () => {
+    expect(hoistGlobalOptions(argv("run", "--", "--db", "x"))).toEqual(argv("run", "--", "--db", "x"))
+    expect(hoistGlobalOptions(argv("--db", "x.db", "--help"))).toEqual(argv("--db", "x.db", "--help"))
+  })
+})
+
+describe("the wait tool", () => {
+  const context = {
+    sessionId: SessionId.make("w"),
+    turn: 1,
+    step: 1,
+    callId: "c",
+    deferContext: () => Effect.void
   }
-}
+  const decode = Schema.decodeUnknown(wait.parameters)
+
+  it.effect("waits the asked milliseconds on the clock; a numeric string is accepted", () =>
+    Effect.gen(function*() {
+      const fiber = yield* Effect.fork(Effect.flatMap(decode({ ms: "2000" }), (params) => wait.execute(params, context)))
+      yield* TestClock.adjust(1999)
+      expect(fiber.unsafePoll()).toBeNull()
+      yield* TestClock.adjust(1)
+      expect(yield* Fiber.join(fiber)).toBe("waited 2000 ms")
+    }))
+
+  it.effect("cuts a longer wait to the longest one and says so; refuses a negative one", () =>
+    Effect.gen(function*() {
+      const fiber = yield* Effect.fork(Effect.flatMap(decode({ ms: 60_000 }), (params) => wait.execute(params, context)))
+      yield* TestClock.adjust(MAX_WAIT_MS - 1)
+      expect(fiber.unsafePoll()).toBeNull()
+      yield* TestClock.adjust(1)
+      expect(yield* Fiber.join(fiber)).toBe(`waited ${MAX_WAIT_MS} ms (the longest wait; 60000 ms were asked for)`)
+      expect(yield* Effect.flatMap(decode({ ms: -5 }), (params) => wait.execute(params, context))).toEqual({
+        content: `cannot wait -5 ms: ms must be a number from 0 to ${MAX_WAIT_MS}`,
+        isError: true
+      })
+      expect((yield* Effect.flip(decode({ ms: "soon" })))._tag).toBe("ParseError")
+    }))
+})
 
 describe("tiller CLI", () => {
   it.scopedLive("run: injected context enters before the prompt; the default db is created; sessions lists it", () =>
@@ -53,14 +97,19 @@ describe("tiller CLI", () => {
       expectInOrder(chat.stdout, [
         "tiller chat · session c1 (new)",
         "[idle · 0 turns · pending: 0 queued, 0 next-step]",
+        // /inject does not wake the idle agent; it says where the context waits.
+        "(context for the next step) [idle · 0 turns · pending: 0 queued, 1 next-step]",
         "[running · turn 1",
         // The injected context enters the step before the prompt.
-        "» [cli:inject] note\n» [user] hello\n",
-        "assistant: Step 1 of turn 1 brought 2 messages:\n1. [cli] note\n2. [user] hello\n",
+        "» [cli:inject] note\n",
+        "» [user] hello\n",
+        "assistant: ",
+        "Step 1 of turn 1 brought 2 messages:\n1. [cli] note\n2. [user] hello\n",
         "── turn 1 completed",
         "[running · turn 2",
         "» [user] second\n",
-        "assistant: Step 1 of turn 2 brought 1 message:\n1. [user] second\n",
+        "assistant: ",
+        "Step 1 of turn 2 brought 1 message:\n1. [user] second\n",
         "── turn 2 completed",
         "[idle · 2 turns · pending: 0 queued, 0 next-step]",
         "session c1 is saved; continue it with: tiller resume c1\n"
@@ -92,7 +141,7 @@ describe("tiller CLI", () => {
         "step 1.1   start",
         "entered    [cli:inject] note",
         "entered    [user] hello",
-        "model      demo:demo (initial) · tools: clock, list_dir, read_file",
+        "model      demo:demo (initial) · tools: clock, list_dir, read_file, wait",
         "assistant  Step 1 of turn 1 brought 2 messages:",
         "turn 1     end: completed",
         "turn 2     start",
@@ -187,9 +236,9 @@ describe("tiller CLI", () => {
   it.scopedLive("refusals: an unknown model, a missing session, a log that violates the rules", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
-      const model = yield* tiller(dir, ["--model", "openai:gpt-4o", "run", "hi"])
+      const model = yield* tiller(dir, ["--model", "acme:gpt-4o", "run", "hi"])
       expect(model.code).toBe(1)
-      expect(model.stderr).toContain(`tiller: unknown model "openai:gpt-4o": this version of tiller has only "demo"`)
+      expect(model.stderr).toBe(`tiller: unknown model "acme:gpt-4o": use one of "demo", "openai:MODEL", "anthropic:MODEL", "openai-compatible:MODEL"\n`)
       expect(model.stdout).toBe("")
       expect(fs.existsSync(path.join(dir, ".tiller"))).toBe(false)
       const envModel = yield* tiller(dir, ["chat"], { env: { TILLER_MODEL: "nope" }, input: "hi\n" })

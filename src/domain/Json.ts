@@ -158,14 +158,20 @@ export const jsonEquals = (a: unknown, b: unknown): boolean => {
  * @since 0.1.0
  * @category validation
  */
-export const losslessDecoder = <A, I>(schema: Schema.Schema<A, I>, path: string) => {
+export const losslessDecoder = <A, I>(
+  schema: Schema.Schema<A, I>,
+  path: string,
+  options?: { readonly owned?: boolean }
+) => {
   const decode = Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })
+  // An input the caller owns (freshly parsed JSON) is frozen in place instead of copied.
+  const freeze = options?.owned === true ? (input: A) => deepFreeze(input) : (input: A) => freezeCopy(input)
   return (input: unknown): Either.Either<A, string> => {
     const problem = jsonProblem(input, path)
     if (problem !== undefined) return Either.left(problem)
     return Either.match(decode(input), {
       onLeft: (error) => Either.left(ParseResult.TreeFormatter.formatErrorSync(error)),
-      onRight: () => Either.right(freezeCopy(input as A))
+      onRight: () => Either.right(freeze(input as A))
     })
   }
 }

@@ -27,7 +27,8 @@ import * as GrowOnly from "./GrowOnly.js"
 import { acquireLease } from "./Lease.js"
 import * as Outbox from "./Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
-import { appendDrafts, awaitDurable, decodeUntrusted } from "./SessionState.js"
+import { decodeStored } from "./DecodedEvents.js"
+import { appendDrafts, awaitDurable } from "./SessionState.js"
 import type { DurabilityOptions } from "./Writer.js"
 import { makeSignal, runWriter } from "./Writer.js"
 
@@ -84,7 +85,7 @@ export const validateLoaded = (
   let fold: LogState = initialLogState(header.seedLength)
   const eventAt = (seq: number) => buffer[seq]
   for (let i = 0; i < stored.length; i++) {
-    const decoded = decodeUntrusted(stored[i])
+    const decoded = decodeStored(stored[i])
     if (Either.isLeft(decoded)) {
       return Either.left(new MalformedLog({ sessionId: header.sessionId, seq: i, reason: decoded.left }))
     }

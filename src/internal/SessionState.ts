@@ -11,12 +11,12 @@ import { Context, Effect, Either, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, InvalidEvent, PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
-import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
-import { deepFreeze, losslessDecoder } from "../domain/Json.js"
+import { deepFreeze } from "../domain/Json.js"
 import type { FoldOptions, LogState } from "../domain/LogState.js"
 import { advance, initialLogState } from "../domain/LogState.js"
 import type { SessionStore } from "../services/SessionStore.js"
+import { decodeUntrusted } from "./DecodedEvents.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
 import * as Outbox from "./Outbox.js"
@@ -111,17 +111,6 @@ export interface SessionOwner {
  * @category tags
  */
 export class SessionState extends Context.Tag("tiller/internal/SessionState")<SessionState, SessionStateShape>() {}
-
-/**
- * Decodes an untrusted event with the load Schema; the reason on failure.
- *
- * @since 0.1.0
- * @category validation
- */
-export const decodeUntrusted: (input: unknown) => Either.Either<SessionEvent, string> = losslessDecoder(
-  SessionEventSchema,
-  "event"
-)
 
 /**
  * Fails when the session no longer accepts writes: disposed first, then poisoned (SPEC 3.1).

@@ -26,6 +26,7 @@ import { MalformedLog, PersistenceError, SessionExists, SessionNotFound, Unsuppo
 import { LOG_FORMAT_VERSION, SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { losslessDecoder } from "../domain/Json.js"
+import { decodeOwned } from "../internal/DecodedEvents.js"
 import { SessionStore } from "../services/SessionStore.js"
 
 /**
@@ -87,7 +88,6 @@ const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
   Array.from({ length: Math.log2(MAX_ROWS_PER_INSERT) + 1 }, (_, k) => [1 << k, insertEventsSql(1 << k)] as const)
 )
 
-const decodeEvent = losslessDecoder(SessionEvent, "event")
 const decodeHeader = losslessDecoder(SessionHeader, "header")
 
 const parseJson = (text: unknown): Either.Either<unknown, string> => {
@@ -151,7 +151,7 @@ const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, Ma
 const eventOf = (id: SessionId, seq: number, text: unknown): Either.Either<SessionEvent, MalformedLog> => {
   const parsed = parseJson(text)
   if (Either.isLeft(parsed)) return Either.left(new MalformedLog({ sessionId: id, seq, reason: `row is ${parsed.left}` }))
-  const event = decodeEvent(parsed.right)
+  const event = decodeOwned(parsed.right)
   if (Either.isLeft(event)) return Either.left(new MalformedLog({ sessionId: id, seq, reason: event.left }))
   if (event.right.seq !== seq) {
     return Either.left(new MalformedLog({ sessionId: id, seq, reason: `the row stored at seq ${seq} has seq ${event.right.seq}` }))

@@ -23,6 +23,7 @@ import type * as Toolkit from "@effect/ai/Toolkit"
 import type { Context } from "effect"
 import { Effect, Either, Encoding, Predicate, Schema, Stream } from "effect"
 import { ModelError } from "../domain/Errors.js"
+import { usageOf } from "../internal/UsageCounts.js"
 import type { LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../domain/Values.js"
 import type { Model, ModelRequest } from "../services/Model.js"
 
@@ -152,30 +153,20 @@ const toolResultValue = (block: ToolResultBlock): unknown =>
     ? block.content.map((part) => part.type === "text" ? part.text : "").join("\n")
     : block.content
 
-const count = (value: number | undefined): number | undefined =>
-  value !== undefined && Number.isSafeInteger(value) && value >= 0 ? value : undefined
-
 /**
  * Maps @effect/ai's token usage to tiller's; absent when neither input nor output tokens are known.
  *
  * @since 0.1.0
  * @category conversions
  */
-export const toUsage = (usage: Response.Usage): Usage | undefined => {
-  const inputTokens = count(usage.inputTokens)
-  const outputTokens = count(usage.outputTokens)
-  if (inputTokens === undefined && outputTokens === undefined) return undefined
-  const totalTokens = count(usage.totalTokens)
-  const reasoningTokens = count(usage.reasoningTokens)
-  const cacheReadTokens = count(usage.cachedInputTokens)
-  return {
-    inputTokens: inputTokens ?? 0,
-    outputTokens: outputTokens ?? 0,
-    ...(totalTokens === undefined ? {} : { totalTokens }),
-    ...(reasoningTokens === undefined ? {} : { reasoningTokens }),
-    ...(cacheReadTokens === undefined ? {} : { cacheReadTokens })
-  }
-}
+export const toUsage = (usage: Response.Usage): Usage | undefined =>
+  usageOf({
+    inputTokens: usage.inputTokens,
+    outputTokens: usage.outputTokens,
+    totalTokens: usage.totalTokens,
+    reasoningTokens: usage.reasoningTokens,
+    cacheReadTokens: usage.cachedInputTokens
+  })
 
 const codeOfStatus = (status: number | undefined): string =>
   status === 429 ? "RATE_LIMIT" : status !== undefined && status >= 500 && status <= 599 ? "SERVICE_UNAVAILABLE" : "UNKNOWN"

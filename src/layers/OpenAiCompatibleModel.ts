@@ -25,6 +25,7 @@ import type * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import type { Context } from "effect"
 import { Effect, Either, Layer, Predicate, Redacted, Schema, Stream } from "effect"
 import { ModelError } from "../domain/Errors.js"
+import { usageOf } from "../internal/UsageCounts.js"
 import type { Finish, ImageBlock, LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../domain/Values.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
@@ -350,27 +351,17 @@ const WireChunk = Schema.Struct({
 
 const decodeWireChunk = Schema.decodeUnknownEither(Schema.parseJson(WireChunk))
 
-const count = (value: number | null | undefined): number | undefined =>
-  value !== undefined && value !== null && Number.isSafeInteger(value) && value >= 0 ? value : undefined
-
 /**
  * Maps Chat Completions usage to tiller's; absent when neither prompt nor completion tokens are known.
  */
-const toUsage = (usage: typeof WireUsage.Type): Usage | undefined => {
-  const inputTokens = count(usage.prompt_tokens)
-  const outputTokens = count(usage.completion_tokens)
-  if (inputTokens === undefined && outputTokens === undefined) return undefined
-  const totalTokens = count(usage.total_tokens)
-  const reasoningTokens = count(usage.completion_tokens_details?.reasoning_tokens)
-  const cacheReadTokens = count(usage.prompt_tokens_details?.cached_tokens)
-  return {
-    inputTokens: inputTokens ?? 0,
-    outputTokens: outputTokens ?? 0,
-    ...(totalTokens === undefined ? {} : { totalTokens }),
-    ...(reasoningTokens === undefined ? {} : { reasoningTokens }),
-    ...(cacheReadTokens === undefined ? {} : { cacheReadTokens })
-  }
-}
+const toUsage = (usage: typeof WireUsage.Type): Usage | undefined =>
+  usageOf({
+    inputTokens: usage.prompt_tokens,
+    outputTokens: usage.completion_tokens,
+    totalTokens: usage.total_tokens,
+    reasoningTokens: usage.completion_tokens_details?.reasoning_tokens,
+    cacheReadTokens: usage.prompt_tokens_details?.cached_tokens
+  })
 
 /**
  * Maps a Chat Completions `finish_reason`: `length` is `max-tokens`, `content_filter` a

@@ -57,8 +57,10 @@ const spliceData = (
 }
 
 /**
- * Writes one splice of `target` at normalised coordinates with fresh (already checked) messages,
- * moving wake marks for replacements and dropping removed steers. Returns the removed messages.
+ * Writes one splice of `target` at normalised coordinates with fresh (already checked) messages.
+ * Removed messages leave the wake marks; with `replace` (the `replace(id, m)` operation) the mark
+ * moves to the new message instead (SPEC 3.2: an edited wake is still a wake; any other splice,
+ * even one-for-one, leaves the set). Returns the removed messages.
  *
  * @since 0.1.0
  * @category combinators
@@ -68,7 +70,8 @@ export const spliceSTM = (
   target: InboxTarget,
   start: number,
   deleteCount: number,
-  inserted: ReadonlyArray<UserMessage>
+  inserted: ReadonlyArray<UserMessage>,
+  replace = false
 ): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> =>
   STM.gen(function*() {
     if (deleteCount === 0 && inserted.length === 0) return []
@@ -76,7 +79,7 @@ export const spliceSTM = (
     const removed = pendingOf(fold.inbox, target).buffer.slice(start, Math.min(start + deleteCount, pendingOf(fold.inbox, target).length))
     yield* appendDrafts(state, [spliceDraft(spliceData(target, start, deleteCount, inserted))], true)
     if (removed.length > 0) {
-      yield* TRef.update(state.marks, (marks) => moveMarks(marks, removed, inserted))
+      yield* TRef.update(state.marks, (marks) => moveMarks(marks, removed, replace ? inserted[0]?.id : undefined))
     }
     const notifications: Array<DriverEvent> = []
     for (const m of removed) notifications.push({ type: "agent/inbox/discarded", message: m })
@@ -85,17 +88,14 @@ export const spliceSTM = (
     return removed
   })
 
-// A one-for-one replacement keeps the mark under the new id (an edited wake is still a wake);
-// anything else removed leaves the marks.
+// Removed messages leave the marks; a `replace` keeps the mark under the new id.
 const moveMarks = (
   marks: WakeMarks,
   removed: ReadonlyArray<UserMessage>,
-  inserted: ReadonlyArray<UserMessage>
+  replacement: string | undefined
 ): WakeMarks => {
   let { latched, wakingSteers } = marks
-  const single = removed.length === 1 && inserted.length === 1
   for (const m of removed) {
-    const replacement = single ? inserted[0]!.id : undefined
     if (HashSet.has(latched, m.id)) {
       latched = HashSet.remove(latched, m.id)
       if (replacement !== undefined) latched = HashSet.add(latched, replacement)

@@ -134,7 +134,7 @@ const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
         const duplicate = yield* freshnessSTM(state, [accepted.right], new Set([id]))
         if (Option.isSome(duplicate)) return Either.left(duplicate.value)
         const { index, target } = found.value
-        yield* orDieInternal(spliceSTM(state, target, index, 1, [accepted.right]))
+        yield* orDieInternal(spliceSTM(state, target, index, 1, [accepted.right], true))
         return Either.right(true)
       })
     )

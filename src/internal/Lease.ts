@@ -1,17 +1,44 @@
 /**
- * The process-local open lease: at most one live agent per session id per store layer instance
- * (SPEC 6.1). The lease set travels with the store service object itself, so two store layers
- * never share leases and nothing lives at module level.
+ * The open lease: at most one live agent per session id per store layer instance (SPEC 6.1). The
+ * lease set travels with the store service object itself, so two store layers never share leases
+ * and nothing lives at module level. A store whose file other processes may open (SQLite) adds a
+ * lease across processes, taken after the in-process one.
  *
  * @since 0.1.0
  */
 import type { Context, Scope } from "effect"
 import { Effect } from "effect"
+import type { PersistenceError } from "../domain/Errors.js"
 import { AgentBusy } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { SessionStore } from "../services/SessionStore.js"
 
 const leaseKey: unique symbol = Symbol("tiller/internal/Lease")
+const processLeaseKey: unique symbol = Symbol("tiller/internal/Lease/process")
+
+/**
+ * A store's lease across processes (a database file shared by several processes): `acquire` fails
+ * with `AgentBusy` while another live process holds the session; `release` gives it up.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ProcessLease {
+  readonly acquire: (sessionId: SessionId) => Effect.Effect<void, AgentBusy | PersistenceError>
+  readonly release: (sessionId: SessionId) => Effect.Effect<void>
+}
+
+/**
+ * Gives a store a lease across processes, used by every open after the in-process lease.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const withProcessLease = <S extends object>(store: S, lease: ProcessLease): S =>
+  Object.defineProperty(store, processLeaseKey, { value: lease, enumerable: false, writable: false })
+
+const processLeaseOf = (store: Context.Tag.Service<SessionStore>): ProcessLease | undefined =>
+  (store as { readonly [processLeaseKey]?: ProcessLease })[processLeaseKey]
 
 const leasesOf = (store: Context.Tag.Service<SessionStore>): Set<string> => {
   const holder = store as { [leaseKey]?: Set<string> }
@@ -33,13 +60,19 @@ const leasesOf = (store: Context.Tag.Service<SessionStore>): Set<string> => {
 export const acquireLease = (
   store: Context.Tag.Service<SessionStore>,
   sessionId: SessionId
-): Effect.Effect<void, AgentBusy, Scope.Scope> =>
-  Effect.acquireRelease(
+): Effect.Effect<void, AgentBusy | PersistenceError, Scope.Scope> =>
+  Effect.zipRight(
+    Effect.acquireRelease(
+      Effect.suspend(() => {
+        const leases = leasesOf(store)
+        if (leases.has(sessionId)) return Effect.fail(new AgentBusy({ sessionId, operation: "open", phase: "open" }))
+        leases.add(sessionId)
+        return Effect.void
+      }),
+      () => Effect.sync(() => void leasesOf(store).delete(sessionId))
+    ),
     Effect.suspend(() => {
-      const leases = leasesOf(store)
-      if (leases.has(sessionId)) return Effect.fail(new AgentBusy({ sessionId, operation: "open", phase: "open" }))
-      leases.add(sessionId)
-      return Effect.void
-    }),
-    () => Effect.sync(() => void leasesOf(store).delete(sessionId))
+      const lease = processLeaseOf(store)
+      return lease === undefined ? Effect.void : Effect.acquireRelease(lease.acquire(sessionId), () => lease.release(sessionId))
+    })
   )

@@ -22,11 +22,14 @@ import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Context, Effect, Either, Exit, Layer } from "effect"
 import type { Scope } from "effect"
 import * as fs from "node:fs"
-import { MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
+import * as os from "node:os"
+import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
 import { LOG_FORMAT_VERSION, SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { losslessDecoder } from "../domain/Json.js"
 import { decodeOwned } from "../internal/DecodedEvents.js"
+import type { ProcessLease } from "../internal/Lease.js"
+import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
 
 /**
@@ -63,8 +66,32 @@ const migrations = Migrator.fromRecord({
         row TEXT NOT NULL,
         PRIMARY KEY (session_id, seq)
       ) STRICT`
+  }),
+  // Which process has a session open (the lease across processes; see `processLease`).
+  "2_leases": Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`
+      CREATE TABLE leases (
+        session_id TEXT PRIMARY KEY NOT NULL,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL
+      ) STRICT`
   })
 })
+
+const SELECT_LEASE = "SELECT pid, host FROM leases WHERE session_id = ?"
+const TAKE_LEASE = "INSERT OR REPLACE INTO leases (session_id, pid, host) VALUES (?, ?, ?)"
+const DROP_LEASE = "DELETE FROM leases WHERE session_id = ? AND pid = ? AND host = ?"
+
+// Whether process `pid` of this host is alive (signal 0 checks without signalling).
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as { readonly code?: unknown }).code === "EPERM"
+  }
+}
 
 const SYNCHRONOUS = { OFF: "OFF", NORMAL: "NORMAL", FULL: "FULL" } as const
 
@@ -350,7 +377,31 @@ export const make = (
       return headers as ReadonlyArray<SessionHeader>
     }).pipe(PersistenceError.refail(ALL_SESSIONS, "list"), Effect.withSpan("SessionStore.list"))
 
-    return { create, load, append, exists, list } satisfies SessionStore["Type"]
+    // Another process holding a session (a live pid on this host, or any pid on another host, which
+    // cannot be checked) makes the open fail with AgentBusy; a lease left by a process that died is
+    // taken over. This process's own leases are governed by the in-process lease.
+    const host = os.hostname()
+    const processLease: ProcessLease = {
+      acquire: (id) =>
+        transaction(
+          "BEGIN IMMEDIATE",
+          Effect.gen(function*() {
+            const rows: ReadonlyArray<{ readonly pid: number; readonly host: string }> = yield* conn.execute(
+              SELECT_LEASE,
+              [id],
+              undefined
+            )
+            const holder = rows[0]
+            if (holder !== undefined && holder.pid !== process.pid && (holder.host !== host || alive(holder.pid))) {
+              return yield* new AgentBusy({ sessionId: id, operation: "open", phase: "open" })
+            }
+            yield* conn.execute(TAKE_LEASE, [id, process.pid, host], undefined)
+          })
+        ).pipe(Effect.catchTag("SqlError", (cause) => new PersistenceError({ sessionId: id, operation: "open", cause }))),
+      release: (id) => Effect.ignore(query(DROP_LEASE, [id, process.pid, host]))
+    }
+
+    return withProcessLease({ create, load, append, exists, list } satisfies SessionStore["Type"], processLease)
   })
 
 /**

@@ -2,10 +2,11 @@ import { afterAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Context, Effect, Either, Exit, Layer, Scope } from "effect"
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { MalformedLog, PersistenceError, SessionExists, UnsupportedLogVersion } from "../../src/domain/Errors.js"
+import { AgentBusy, MalformedLog, PersistenceError, SessionExists, UnsupportedLogVersion } from "../../src/domain/Errors.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
@@ -235,6 +236,41 @@ describe("an agent on SQLite", () => {
     )
   const turnStarts = (events: ReadonlyArray<SessionEvent>) =>
     events.filter((e) => e.type === "turn/start").map((e) => (e as EventOf<"turn/start">).data.turn)
+
+  it.live("a session another live process holds is refused with AgentBusy; a dead holder's lease is taken over", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      // The session exists, and nobody holds it once its agent is disposed.
+      yield* Effect.scoped(Layer.build(agentOn(filename, { sessionId: S }, "hi")))
+      const before = (yield* withStore(filename, (store) => store.load(S))).events
+      const leases = () =>
+        withRawSql(filename, (sql) => sql<{ readonly pid: number; readonly host: string }>`SELECT pid, host FROM leases`)
+      expect(yield* leases()).toEqual([])
+
+      // A live process of this host holds it (its pid written as another tiller process would).
+      const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)"], { stdio: "ignore" })
+      const pid = holder.pid!
+      yield* Effect.addFinalizer(() => Effect.sync(() => holder.kill("SIGKILL")))
+      yield* withRawSql(filename, (sql) => sql`INSERT INTO leases (session_id, pid, host) VALUES (${S}, ${pid}, ${os.hostname()})`)
+      const busy = yield* failureOf(Effect.scoped(Layer.build(agentOn(filename, { resume: S }, "x"))))
+      expect(busy).toBeInstanceOf(AgentBusy)
+      expect(busy).toMatchObject({ sessionId: S, operation: "open" })
+      // Refused before anything was written: no end-seed, no repair.
+      const untouched = yield* withStore(filename, (store) => store.load(S))
+      expect(untouched.events).toStrictEqual(before)
+
+      // The holder dies without releasing: the next open takes the lease over, holds it while open
+      // and gives it up when disposed.
+      yield* Effect.async<void>((resume) => {
+        holder.once("exit", () => resume(Effect.void))
+        holder.kill("SIGKILL")
+      })
+      yield* Effect.scoped(Effect.gen(function*() {
+        yield* Layer.build(agentOn(filename, { resume: S }, "again"))
+        expect(yield* leases()).toEqual([{ pid: process.pid, host: os.hostname() }])
+      }))
+      expect(yield* leases()).toEqual([])
+    }).pipe(Effect.scoped))
 
   it.effect("runs a turn, is disposed, resumes from the file on a fresh layer and runs turn 2", () =>
     Effect.gen(function*() {

@@ -135,7 +135,9 @@ export class AgentBusy extends Schema.TaggedError<AgentBusy>("tiller/AgentBusy")
   phase: Schema.Literal("running", "maintenance", "disposing", "open")
 }) {
   override get message(): string {
-    return `session ${this.sessionId} cannot ${this.operation}: ${this.phase}`
+    return this.operation === "open"
+      ? `session ${this.sessionId} is already open in another agent (of this store, or of another process on its file)`
+      : `session ${this.sessionId} cannot ${this.operation}: the agent is ${this.phase}`
   }
 }
 

@@ -16,23 +16,6 @@
  * `TILLER_RACE_RUNS` sets the programs of both parts together (default 2000); a failure prints
  * `TILLER_RACE_SEED=<n>`, which replays that one program.
  */
-import { expect, layer } from "@effect/vitest"
-import { Effect, FastCheck } from "effect"
-import { checkProgram, RaceEnv, replaySeed, totalRuns, undercovered } from "./raceHarness.js"
+import { raceSuite } from "./raceHarness.js"
 
-const seed = replaySeed()
-const numRuns = seed === undefined ? Math.ceil(totalRuns() / 2) : 1
-const seen = new Map<string, number>()
-
-layer(RaceEnv.layer)("race property, part 1", (it) => {
-  it.effect.prop(
-    "random programs: the log checks, every accepted message is accounted for once, no wake is stranded",
-    [seed === undefined ? FastCheck.integer({ min: 0, max: 0x7fffffff }).noBias() : FastCheck.constant(seed)],
-    ([programSeed]) => checkProgram(programSeed, seen),
-    { timeout: 900_000, fastCheck: { numRuns, endOnFailure: true } }
-  )
-
-  // At least one hit per 400 programs (2 for the default 1000); typical counts are 8-60 times that.
-  it.effect("the programs reach every required situation a few times", () =>
-    Effect.sync(() => expect(undercovered(seen, Math.floor(numRuns / 400))).toEqual([])))
-})
+raceSuite(1)

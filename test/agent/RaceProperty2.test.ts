@@ -1,38 +1,8 @@
 /**
- * Races across agent lifetimes (part 2 of 2; RaceProperty.test.ts runs the other half so the two files can
- * use separate workers): random follow-ups, steers, injections, quiet queueing, inbox removals,
- * replacements and splices, cancels in both modes aimed at every phase, and dispose/resume, against
- * an agent whose every slow point waits a random virtual time.
- *
- * Invariants after quiescence (checked by `judge` in raceHarness.ts, which cites the rules): the log
- * checks (SPEC 5.2) and durable equals live; every accepted message is inserted once and is exactly
- * one of pending, entered once, claimed-then-blocked/aborted, or discarded (3.9); turn numbers are
- * contiguous; and no wake is stranded, across dispose and reopen: every `turn/end` continues the
- * chain exactly when waking (or, after `aborted`, latched) work is pending and nobody is disposing
- * (4.2, 4.8, 7.6, 3.7), a waking delivery to an idle agent opens a turn at once (3.3), and whatever
- * waking work is still pending at the end was parked by an abort, by disposal and resume (3.7, 6.4),
- * or queued without waking while idle (3.8).
- *
- * `TILLER_RACE_RUNS` sets the programs of both parts together (default 2000); a failure prints
- * `TILLER_RACE_SEED=<n>`, which replays that one program.
+ * Races across agent lifetimes, part 2 of 2: the second half of the programs, in a file of its own
+ * so that vitest can run it on another worker. What the programs do and which invariants hold is
+ * described in RaceProperty.test.ts.
  */
-import { expect, layer } from "@effect/vitest"
-import { Effect, FastCheck } from "effect"
-import { checkProgram, RaceEnv, replaySeed, totalRuns, undercovered } from "./raceHarness.js"
+import { raceSuite } from "./raceHarness.js"
 
-const seed = replaySeed()
-const numRuns = seed === undefined ? Math.ceil(totalRuns() / 2) : 1
-const seen = new Map<string, number>()
-
-layer(RaceEnv.layer)("race property, part 2", (it) => {
-  it.effect.prop(
-    "random programs: the log checks, every accepted message is accounted for once, no wake is stranded",
-    [seed === undefined ? FastCheck.integer({ min: 0, max: 0x7fffffff }).noBias() : FastCheck.constant(seed)],
-    ([programSeed]) => checkProgram(programSeed, seen),
-    { timeout: 900_000, fastCheck: { numRuns, endOnFailure: true } }
-  )
-
-  // At least one hit per 400 programs (2 for the default 1000); typical counts are 8-60 times that.
-  it.effect("the programs reach every required situation a few times", () =>
-    Effect.sync(() => expect(undercovered(seen, Math.floor(numRuns / 400))).toEqual([])))
-})
+raceSuite(2)

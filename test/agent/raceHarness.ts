@@ -9,6 +9,7 @@
  * and detects quiescence by draining the microtask queue (the program's fibers run on a scheduler
  * that never falls back to timers), so a program costs only its CPU time and stays deterministic.
  */
+import { expect, layer } from "@effect/vitest"
 import { Clock, Context, Duration, Effect, FastCheck, Fiber, Layer, Option, Schema, Scheduler, Scope, Stream } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
@@ -954,3 +955,27 @@ export const checkProgram = (seed: number, seen: Map<string, number>): Effect.Ef
 /** The required situations reached fewer than `min` times. */
 export const undercovered = (seen: ReadonlyMap<string, number>, min: number): ReadonlyArray<string> =>
   requiredSituations.filter((s) => (seen.get(s) ?? 0) < min).map((s) => `${s}: ${seen.get(s) ?? 0}`)
+
+/**
+ * One half of the race property: `Math.ceil(totalRuns() / 2)` random programs (or the replayed
+ * one), then the coverage check over them. Each test file runs one half, so vitest can give the two
+ * halves separate workers.
+ */
+export const raceSuite = (part: 1 | 2): void => {
+  const seed = replaySeed()
+  const numRuns = seed === undefined ? Math.ceil(totalRuns() / 2) : 1
+  const seen = new Map<string, number>()
+
+  layer(RaceEnv.layer)(`race property, part ${part}`, (it) => {
+    it.effect.prop(
+      "random programs: the log checks, every accepted message is accounted for once, no wake is stranded",
+      [seed === undefined ? FastCheck.integer({ min: 0, max: 0x7fffffff }).noBias() : FastCheck.constant(seed)],
+      ([programSeed]) => checkProgram(programSeed, seen),
+      { timeout: 900_000, fastCheck: { numRuns, endOnFailure: true } }
+    )
+
+    // At least one hit per 400 programs (2 for the default 1000); typical counts are 8-60 times that.
+    it.effect("the programs reach every required situation a few times", () =>
+      Effect.sync(() => expect(undercovered(seen, Math.floor(numRuns / 400))).toEqual([])))
+  })
+}

@@ -7,12 +7,13 @@
  * The API key travels in a `Redacted` value; a failure message that quotes it (a server echoing
  * the key back) has it replaced by `[redacted]` before it leaves the model.
  *
+ * The provider packages load when a provider layer is built, not when tiller is imported: together
+ * they take over a second and about 100 MB to load (generated API schemas, a tokenizer), which an
+ * agent on the demo model, a scripted model or an OpenAI-compatible server never needs.
+ *
  * @since 0.1.0
  */
-import * as AnthropicClient from "@effect/ai-anthropic/AnthropicClient"
-import * as AnthropicLanguageModel from "@effect/ai-anthropic/AnthropicLanguageModel"
-import * as OpenAiClient from "@effect/ai-openai/OpenAiClient"
-import * as OpenAiLanguageModel from "@effect/ai-openai/OpenAiLanguageModel"
+import type * as OpenAiClient from "@effect/ai-openai/OpenAiClient"
 import type { HttpClient } from "@effect/platform"
 import type { ConfigError } from "effect"
 import { Config, Effect, Layer, Option, Redacted, Stream } from "effect"
@@ -71,13 +72,26 @@ const adapted = (secret: Redacted.Redacted<string> | undefined) =>
     })
   )
 
+/** The OpenAI packages, loaded on first use. */
+const loadOpenAi = Effect.promise(() =>
+  Promise.all([import("@effect/ai-openai/OpenAiClient"), import("@effect/ai-openai/OpenAiLanguageModel")])
+)
+
+/** The Anthropic packages, loaded on first use. */
+const loadAnthropic = Effect.promise(() =>
+  Promise.all([import("@effect/ai-anthropic/AnthropicClient"), import("@effect/ai-anthropic/AnthropicLanguageModel")])
+)
+
+type OpenAiClientModule = typeof OpenAiClient
+
 /**
  * A `response.failed` event as the `error` event it stands for: @effect/ai-openai 0.41 turns it into
  * an ordinary finish, which would end a failed response as if it had stopped normally.
  */
-const failedAsError = (event: OpenAiClient.ResponseStreamEvent): OpenAiClient.ResponseStreamEvent =>
+const failedAsError = (client: OpenAiClientModule) =>
+(event: OpenAiClient.ResponseStreamEvent): OpenAiClient.ResponseStreamEvent =>
   event.type === "response.failed"
-    ? new OpenAiClient.ResponseErrorEvent({
+    ? new client.ResponseErrorEvent({
       type: "error",
       sequence_number: event.sequence_number,
       code: event.response.error?.code ?? null,
@@ -87,13 +101,13 @@ const failedAsError = (event: OpenAiClient.ResponseStreamEvent): OpenAiClient.Re
     : event
 
 /** The OpenAI client, with failed responses reported as errors. */
-const openAiClient = (options: ProviderOptions) =>
+const openAiClient = (client: OpenAiClientModule, options: ProviderOptions) =>
   Layer.scoped(
-    OpenAiClient.OpenAiClient,
-    Effect.map(OpenAiClient.make({ apiKey: options.apiKey, apiUrl: options.baseUrl }), (client) => ({
-      ...client,
-      createResponseStream: (request: Parameters<typeof client.createResponseStream>[0]) =>
-        Stream.map(client.createResponseStream(request), failedAsError)
+    client.OpenAiClient,
+    Effect.map(client.make({ apiKey: options.apiKey, apiUrl: options.baseUrl }), (made) => ({
+      ...made,
+      createResponseStream: (request: Parameters<typeof made.createResponseStream>[0]) =>
+        Stream.map(made.createResponseStream(request), failedAsError(client))
     }))
   )
 
@@ -106,16 +120,17 @@ const openAiClient = (options: ProviderOptions) =>
  * @category layers
  */
 export const layerOpenAi = (options: ProviderOptions): Layer.Layer<Model, never, HttpClient.HttpClient> =>
-  adapted(options.apiKey).pipe(
-    Layer.provide(OpenAiLanguageModel.layer({
-      model: options.model,
-      config: {
-        strict: false,
-        ...(options.maxTokens === undefined ? {} : { max_output_tokens: options.maxTokens })
-      }
-    })),
-    Layer.provide(openAiClient(options))
-  )
+  Layer.unwrapEffect(Effect.map(loadOpenAi, ([client, languageModel]) =>
+    adapted(options.apiKey).pipe(
+      Layer.provide(languageModel.layer({
+        model: options.model,
+        config: {
+          strict: false,
+          ...(options.maxTokens === undefined ? {} : { max_output_tokens: options.maxTokens })
+        }
+      })),
+      Layer.provide(openAiClient(client, options))
+    )))
 
 /**
  * `anthropic:MODEL`: the Anthropic Messages API (`POST {baseUrl}/v1/messages`, default base URL
@@ -125,13 +140,14 @@ export const layerOpenAi = (options: ProviderOptions): Layer.Layer<Model, never,
  * @category layers
  */
 export const layerAnthropic = (options: ProviderOptions): Layer.Layer<Model, never, HttpClient.HttpClient> =>
-  adapted(options.apiKey).pipe(
-    Layer.provide(AnthropicLanguageModel.layer({
-      model: options.model,
-      ...(options.maxTokens === undefined ? {} : { config: { max_tokens: options.maxTokens } })
-    })),
-    Layer.provide(AnthropicClient.layer({ apiKey: options.apiKey, apiUrl: options.baseUrl }))
-  )
+  Layer.unwrapEffect(Effect.map(loadAnthropic, ([client, languageModel]) =>
+    adapted(options.apiKey).pipe(
+      Layer.provide(languageModel.layer({
+        model: options.model,
+        ...(options.maxTokens === undefined ? {} : { config: { max_tokens: options.maxTokens } })
+      })),
+      Layer.provide(client.layer({ apiKey: options.apiKey, apiUrl: options.baseUrl }))
+    )))
 
 const optionalString = (name: string) => Config.map(Config.option(Config.nonEmptyString(name)), Option.getOrUndefined)
 

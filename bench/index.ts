@@ -832,14 +832,23 @@ const main = Effect.gen(function*() {
     }
   })
   const primitivesMet = (figures.primitives?.results ?? []).every((r) => r.target === undefined || r.perSecond >= r.target)
-  return primitivesMet &&
+  const allMet = primitivesMet &&
     (figures.loop === undefined || figures.loop.agents.every((r) => r.stepsPerSecond >= STEP_TARGET)) &&
     (figures.storage === undefined || storageMet(figures.storage))
+  // A peer that cannot run is reported in the table; tiller failing to run W1 is a defect.
+  const tillerFailures = (figures.peers?.outcomes ?? []).flatMap((o) =>
+    o.status === "failed" && o.system.tiller ? [`${o.system.label}: ${o.reason}`] : []
+  )
+  return { allMet, tillerFailures }
 })
 
 Effect.runPromise(main).then(
-  (allMet) => {
+  ({ allMet, tillerFailures }) => {
     if (!allMet) console.error("some targets were missed (see the result column)")
+    if (tillerFailures.length > 0) {
+      console.error(`tiller's W1 runner failed: ${tillerFailures.join("; ")}`)
+      process.exitCode = 1
+    }
   },
   (error: unknown) => {
     console.error(error)

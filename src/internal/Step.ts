@@ -5,8 +5,7 @@
  *
  * @since 0.1.0
  */
-import type { Chunk } from "effect"
-import { Cause, Duration, Effect, Exit, Option, Stream, STM, TRef } from "effect"
+import { Cause, Chunk, Duration, Effect, Exit, Option, Stream, STM, TRef } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { ModelError } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
@@ -18,6 +17,7 @@ import { abortable, abortableUnless, checkpoint, defectsOf } from "./Activity.js
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import * as GrowOnly from "./GrowOnly.js"
+import * as Preloaded from "./Preloaded.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
 import { appendDrafts, commit } from "./SessionState.js"
@@ -349,8 +349,15 @@ const runAttempt = (
         return flush()
       })
 
-    const consume = ctx.model.stream(request).pipe(
-      Stream.runForEachChunk(onChunks),
+    const stream = ctx.model.stream(request)
+    const open = Preloaded.openOf(stream)
+    const pulled: Effect.Effect<void, ModelError | typeof STOP> = open === undefined
+      ? Stream.runForEachChunk(stream, onChunks)
+      : Effect.flatMap(open, (opened) =>
+        Preloaded.isChunks(opened)
+          ? onChunks(Chunk.unsafeFromArray(opened))
+          : Stream.runForEachChunk(opened, onChunks))
+    const consume = pulled.pipe(
       Effect.catchAllCause((cause) => {
         if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return Effect.void // stop pulling
         if (Cause.isInterruptedOnly(cause) || invalid !== undefined) return Effect.failCause(cause)

@@ -10,6 +10,7 @@ import type { Json } from "../domain/Json.js"
 import type { LlmFailure, StreamChunk, Usage } from "../domain/Values.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
+import * as Preloaded from "../internal/Preloaded.js"
 
 /**
  * Effects an entry runs at fixed points of its stream.
@@ -205,30 +206,41 @@ const play = (entry: Entry): Stream.Stream<StreamChunk, ModelError> =>
   }))
 
 interface ScriptState {
-  readonly remaining: ReadonlyArray<Entry>
-  readonly requests: ReadonlyArray<ModelRequest>
+  /** The index of the next entry to play. */
+  readonly next: number
+  /** Every request so far, oldest first (appended in place; copied when read). */
+  readonly requests: Array<ModelRequest>
 }
 
 const exhausted = modelError({ message: "ScriptedModel: script exhausted", code: "UNKNOWN" })
 
 const freeze = <A extends object>(value: A): A => Object.isFrozen(value) ? value : Object.freeze({ ...value })
 
+// An entry with no timing points, failure or hang: all its chunks are known when it starts.
+const isPlain = (entry: Entry): boolean =>
+  entry.ending._tag === "End" && entry.options.awaitBefore === undefined && entry.options.during === undefined &&
+  entry.options.afterFinish === undefined && entry.options.onInterrupt === undefined
+
 const make = (script: ReadonlyArray<ScriptEntry>) =>
   Effect.gen(function*() {
-    const state = yield* Ref.make<ScriptState>({ remaining: script as ReadonlyArray<Entry>, requests: [] })
+    const entries = script as ReadonlyArray<Entry>
+    const state = yield* Ref.make<ScriptState>({ next: 0, requests: [] })
     // Recording the request and taking its entry is one atomic step, when the stream starts.
     const take = (request: ModelRequest) =>
-      Ref.modify(state, ({ remaining, requests }): [Entry | undefined, ScriptState] => [
-        remaining[0],
-        { remaining: remaining.slice(1), requests: [...requests, freeze(request)] }
-      ])
+      Ref.modify(state, ({ next, requests }): [Entry | undefined, ScriptState] => {
+        requests.push(freeze(request))
+        return [entries[next], { next: next + 1, requests }]
+      })
     const model = Model.of({
       stream: (request) =>
-        Stream.unwrap(Effect.map(take(request), (next) => next === undefined ? Stream.fail(exhausted) : play(next)))
+        Preloaded.make(Effect.flatMap(take(request), (next) =>
+          next === undefined
+            ? Effect.fail(exhausted)
+            : Effect.succeed(isPlain(next) ? next.chunks : play(next))))
     })
     const scripted = ScriptedModel.of({
       requests: Effect.map(Ref.get(state), (s) => Object.freeze([...s.requests])),
-      remaining: Effect.map(Ref.get(state), (s) => s.remaining.length)
+      remaining: Effect.map(Ref.get(state), (s) => Math.max(0, entries.length - s.next))
     })
     return Context.make(Model, model).pipe(Context.add(ScriptedModel, scripted))
   })

@@ -11,7 +11,8 @@ import type { PersistenceError } from "../domain/Errors.js"
 import type { CancelCause } from "../domain/Values.js"
 import type { DriverState } from "./Phase.js"
 import * as DurableWaiters from "./DurableWaiters.js"
-import { causeOf, getPhase } from "./Phase.js"
+import { causeOf } from "./Phase.js"
+import { peek } from "./Peek.js"
 import { awaitDurable } from "./SessionState.js"
 import * as Writer from "./Writer.js"
 
@@ -125,13 +126,14 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
   )
 
 /**
- * The cause recorded for the current activity, if any.
+ * The cause recorded for the current activity, if any: the last committed phase's, read without a
+ * transaction.
  *
  * @since 0.1.0
  * @category cancellation
  */
 export const currentCause = (ds: DriverState): Effect.Effect<Option.Option<CancelCause>> =>
-  STM.commit(STM.map(getPhase(ds), causeOf))
+  Effect.sync(() => causeOf(peek(ds.phaseNow)))
 
 /**
  * The outcome of abortable work: it finished (with its exit), or a cause was recorded first and

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Either, Exit, Fiber, HashMap, Option, Queue, STM, TRef } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, HashMap, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type { MessageId } from "../domain/Ids.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
@@ -14,9 +14,11 @@ import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
 import { abortable, abortableUnless, awaitCause, checkpoint, currentCause, defectsOf } from "./Activity.js"
+import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
+import { peek } from "./Peek.js"
 import { appendDrafts, commit, awaitDurable, lastSeq, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
@@ -76,7 +78,9 @@ export const runTools = (
       committed: false,
       mode: undefined
     }))
-    const settled = yield* Queue.unbounded<number>()
+    // Indexes of calls whose bodies ended, oldest first; `wake` signals the one waiter (the scheduler).
+    const settled: Array<number> = []
+    let wake: (() => void) | undefined
     const defects: Array<unknown> = []
     let concluded = false
     let nextStart = 0
@@ -177,7 +181,14 @@ export const runTools = (
         }
         call.fiber = yield* Effect.fork(
           Effect.suspend(() => tool.execute(call.params, context)).pipe(
-            Effect.onExit(() => Queue.offer(settled, call.index))
+            Effect.onExit(() =>
+              Effect.sync(() => {
+                settled.push(call.index)
+                const signal = wake
+                wake = undefined
+                signal?.()
+              })
+            )
           )
         )
         return true
@@ -280,6 +291,61 @@ export const runTools = (
 
     const inFlight = () => calls.filter((c) => c.fiber !== undefined)
 
+    // Completes when a body has settled (the signal carries nothing: the queue is read again).
+    const settleSignal = Effect.async<void>((resume) => {
+      if (settled.length > 0) return resume(Effect.void)
+      wake = () => resume(Effect.void)
+      return Effect.sync(() => {
+        wake = undefined
+      })
+    })
+
+    // The same, or the stop watch firing: registered as callbacks, without forking.
+    const settleOrStop = (watch: StopWatch) =>
+      Effect.async<"settled" | "stop">((resume) => {
+        let done = false
+        const onStop = () => {
+          if (done) return
+          done = true
+          wake = undefined
+          resume(Effect.succeed("stop"))
+        }
+        wake = () => {
+          if (done) return
+          done = true
+          watch.listeners.delete(onStop)
+          resume(Effect.succeed("settled"))
+        }
+        watch.listeners.add(onStop)
+        return Effect.sync(() => {
+          done = true
+          wake = undefined
+          watch.listeners.delete(onStop)
+        })
+      })
+
+    const CAUSE_RECORDED = { _tag: "Cause" as const, index: -1 }
+
+    // The next settled call, or a recorded cause. The stop watch also fires for a poisoned session,
+    // which is no cause: the wait goes on then (the call's commit meets the poison). It yields first,
+    // so bodies just forked start (and can observe an interruption) before the scheduler goes on.
+    const nextSettled: Effect.Effect<{ readonly _tag: "Settled" | "Cause"; readonly index: number }> = Effect.zipRight(
+      Effect.yieldNow(),
+      Effect.suspend(() => pollSettled)
+    )
+    const pollSettled: Effect.Effect<{ readonly _tag: "Settled" | "Cause"; readonly index: number }> = Effect.suspend(() => {
+      if (settled.length > 0) return Effect.succeed({ _tag: "Settled" as const, index: settled.shift()! })
+      const watch = ds.stopWatch
+      if (watch !== undefined && !watch.stopped) {
+        return Effect.flatMap(settleOrStop(watch), (woken) =>
+          woken === "stop" && Option.isSome(causeOf(peek(ds.phaseNow))) ? Effect.succeed(CAUSE_RECORDED) : pollSettled)
+      }
+      return Effect.flatMap(
+        Effect.raceFirst(Effect.as(settleSignal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
+        (woken) => woken === "cause" ? Effect.succeed(CAUSE_RECORDED) : pollSettled
+      )
+    })
+
     // Whether every started, uncommitted call in [from, to) is parallel (one open group).
     const groupIsParallel = (from: number, to: number) => {
       for (let i = from; i < to; i++) if (calls[i]!.mode !== "parallel") return false
@@ -327,10 +393,7 @@ export const runTools = (
           continue
         }
         // Wait for a body to settle, or for a cause.
-        const next = yield* Effect.raceFirst(
-          Effect.map(Queue.take(settled), (index) => ({ _tag: "Settled" as const, index })),
-          Effect.as(awaitCause(ds), { _tag: "Cause" as const, index: -1 })
-        )
+        const next = yield* nextSettled
         if (next._tag === "Cause") {
           stopped = true
           yield* interruptRunning

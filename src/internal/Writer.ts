@@ -15,6 +15,7 @@ import type { SessionEvent } from "../domain/Event.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as Outbox from "./Outbox.js"
 import type { SessionStateShape } from "./SessionState.js"
+import { peek } from "./Peek.js"
 
 /**
  * Durability options of a session.
@@ -162,7 +163,18 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   const signal = state.writer
   const windowMs = Duration.toMillis(options.batchWindow ?? Duration.millis(200))
   const retry = options.writeRetry ?? Schedule.recurs(2)
-  const readLog = STM.commit(STM.zip(TRef.get(state.log), TRef.get(state.poisoned)))
+  const append = (batch: readonly [SessionEvent, ...Array<SessionEvent>]) => state.store.append(state.sessionId, batch)
+  // `Effect.retry(append, retry)`, with the schedule started only after a first failure.
+  const appendRetried = (batch: readonly [SessionEvent, ...Array<SessionEvent>]) =>
+    Effect.catchAll(append(batch), (first) =>
+      Effect.flatMap(Schedule.driver(retry), (driver) => {
+        const again = (error: unknown): Effect.Effect<void, unknown> =>
+          Effect.matchEffect(driver.next(error), {
+            onFailure: () => Effect.fail(error),
+            onSuccess: () => Effect.catchAll(append(batch), again)
+          })
+        return again(first)
+      }))
 
   const poison = (cause: unknown) => {
     const error = cause instanceof PersistenceError
@@ -182,8 +194,9 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
 
   // One pass: write what is due, or sleep until something may be. `false` once poisoned.
   const pass = Effect.gen(function*() {
-    const [{ events }, poisoned] = yield* readLog
-    if (Option.isSome(poisoned)) return false
+    // Committed values, read without a transaction: the log only grows and the poison is never lifted.
+    const { events } = peek(state.log)
+    if (Option.isSome(peek(state.poisoned))) return false
     const durable = state.waiters.durable
     const last = events.length - 1
     if (last <= durable) {
@@ -199,10 +212,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       }
     }
     const batch = events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
-    const written = yield* state.store.append(state.sessionId, batch as [SessionEvent, ...Array<SessionEvent>]).pipe(
-      Effect.retry(retry),
-      Effect.either
-    )
+    const written = yield* Effect.either(appendRetried(batch as [SessionEvent, ...Array<SessionEvent>]))
     if (written._tag === "Left") {
       yield* poison(written.left)
       return false

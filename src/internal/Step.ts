@@ -17,11 +17,12 @@ import { abortable, abortableUnless, checkpoint, defectsOf } from "./Activity.js
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import * as GrowOnly from "./GrowOnly.js"
+import { peek } from "./Peek.js"
 import * as Preloaded from "./Preloaded.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
 import { appendDrafts, commit } from "./SessionState.js"
-import type { Draft } from "./SessionState.js"
+import type { Draft, LogSnapshot } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
 
 /**
@@ -139,17 +140,18 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       const header = headerOf(config, config.provider, config.model, tools)
       const first = ctx.requests.first
       const previous = ctx.requests.lastHeader
-      const decided = yield* loopTx(
-        ctx,
-        STM.gen(function*() {
-          const reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
-          if (reason !== undefined) {
-            yield* appendDrafts(session, [{ type: "request/header", data: { header, reason } }], true)
-          }
-          const { events, fold } = yield* TRef.get(session.log)
-          return { messages: GrowOnly.toArray(fold.messages), lastSeq: events.length - 1 }
-        })
-      ).pipe(Effect.orDie)
+      const reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
+      const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: GrowOnly.toArray(fold.messages), lastSeq: events.length - 1 })
+      const decided = reason === undefined
+        // Nothing to write: the committed log and phase, read together without a transaction.
+        ? yield* Effect.sync(() => Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log)))
+        : yield* loopTx(
+          ctx,
+          STM.zipRight(
+            appendDrafts(session, [{ type: "request/header", data: { header, reason } }], true),
+            STM.map(TRef.get(session.log), readMessages)
+          )
+        ).pipe(Effect.orDie)
       if (isCause(decided)) return aborted()
       ctx.requests.first = false
       ctx.requests.lastHeader = header
@@ -351,12 +353,18 @@ const runAttempt = (
 
     const stream = ctx.model.stream(request)
     const open = Preloaded.openOf(stream)
-    const pulled: Effect.Effect<void, ModelError | typeof STOP> = open === undefined
+    // Opening a preloaded stream never blocks; the response it yields is read inline.
+    const opened = open === undefined ? undefined : yield* Effect.exit(open)
+    const preloaded = opened !== undefined && Exit.isSuccess(opened) && Preloaded.isChunks(opened.value)
+      ? opened.value
+      : undefined
+    const pulled: Effect.Effect<void, ModelError | typeof STOP> = opened === undefined
       ? Stream.runForEachChunk(stream, onChunks)
-      : Effect.flatMap(open, (opened) =>
-        Preloaded.isChunks(opened)
-          ? onChunks(Chunk.unsafeFromArray(opened))
-          : Stream.runForEachChunk(opened, onChunks))
+      : Exit.isFailure(opened)
+      ? Effect.failCause(opened.cause)
+      : preloaded !== undefined
+      ? Effect.suspend(() => onChunks(Chunk.unsafeFromArray(preloaded)))
+      : Stream.runForEachChunk(opened.value as Stream.Stream<StreamChunk, ModelError>, onChunks)
     const consume = pulled.pipe(
       Effect.catchAllCause((cause) => {
         if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return Effect.void // stop pulling
@@ -373,7 +381,11 @@ const runAttempt = (
       }))
     )
 
-    const run = yield* abortable(ctx.ds, consume)
+    // Reading a preloaded response cannot block: it runs inline, and its transactions stop it when a
+    // cause is recorded (as the race would). Anything else races the cause in a fiber of its own.
+    const run = preloaded !== undefined
+      ? { _tag: "Done" as const, exit: yield* Effect.exit(consume) }
+      : yield* abortable(ctx.ds, consume)
     if (invalid !== undefined) return { _tag: "Failed", failure: invalid, error: invalid }
     if (run._tag === "Aborted" || Exit.isInterrupted(run.exit)) {
       const defects = defectsOf(run.exit)

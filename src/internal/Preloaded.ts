@@ -1,14 +1,14 @@
 /**
- * Model streams whose chunks are all known once the stream starts (a scripted response, the demo
- * model's answer). Such a stream is an ordinary `Stream` that also carries the effect that opens it;
- * the loop runs that effect and reads the chunks as one batch, skipping Effect's Stream machinery
- * (about half a millisecond of CPU per response in Effect 3.22, more than the rest of a step).
- * Any other consumer runs the Stream, with the same chunks and the same failure. A stream derived
- * from it with Stream operators is an ordinary stream again.
+ * Model streams whose chunks are all known once the stream starts (a scripted response). Such a
+ * stream is an ordinary `Stream` that also carries an effect opening it; the loop runs that effect
+ * and reads the chunks as one batch, skipping Effect's Stream machinery (about half a millisecond
+ * of CPU per response in Effect 3.22, more than the rest of a step). Any other consumer runs the
+ * Stream itself. A stream derived from it with Stream operators is an ordinary stream again.
  *
  * @since 0.1.0
  */
-import { Effect, Stream } from "effect"
+import type { Effect } from "effect"
+import { Stream } from "effect"
 import type { ModelError } from "../domain/Errors.js"
 import type { StreamChunk } from "../domain/Values.js"
 
@@ -24,16 +24,19 @@ const PreloadedTypeId: unique symbol = Symbol.for("tiller/internal/Preloaded")
 export type Opened = ReadonlyArray<StreamChunk> | Stream.Stream<StreamChunk, ModelError>
 
 /**
- * A model stream that `open` starts: the chunks it yields, in one batch, or the stream it yields.
- * `open` runs each time the stream is run (or read by the loop).
+ * `stream`, carrying `open`: an effect that does what starting `stream` does (taking a scripted
+ * entry, say) and yields every chunk the stream would emit, or a stream to run instead. Whoever runs
+ * `stream` gets it unchanged; the loop runs `open` instead, exactly once per request.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const make = (open: Effect.Effect<Opened, ModelError>): Stream.Stream<StreamChunk, ModelError> => {
-  const stream = Stream.unwrap(Effect.map(open, (opened) => isChunks(opened) ? Stream.fromIterable(opened) : opened))
-  Object.defineProperty(stream, PreloadedTypeId, { value: open })
-  return stream
+export const make = (
+  stream: Stream.Stream<StreamChunk, ModelError>,
+  open: Effect.Effect<Opened, ModelError>
+): Stream.Stream<StreamChunk, ModelError> => {
+  // A fresh stream object, so a shared one (`Stream.empty`) never carries the opener.
+  return Object.defineProperty(Stream.suspend(() => stream), PreloadedTypeId, { value: open })
 }
 
 /**

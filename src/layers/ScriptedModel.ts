@@ -1,6 +1,8 @@
 /**
  * ScriptedModel: a `Model` that answers each request with the next entry of a script, one chunk
  * per pull, with effects at chosen points of the stream (SPEC 8.8). The test seam of the loop.
+ * The loop reads an entry with no effects, failure or hang in one batch, without running the
+ * Stream (see `internal/Preloaded`); anyone else consuming the stream gets one chunk per pull.
  *
  * @since 0.1.0
  */
@@ -233,10 +235,14 @@ const make = (script: ReadonlyArray<ScriptEntry>) =>
       })
     const model = Model.of({
       stream: (request) =>
-        Preloaded.make(Effect.flatMap(take(request), (next) =>
-          next === undefined
-            ? Effect.fail(exhausted)
-            : Effect.succeed(isPlain(next) ? next.chunks : play(next))))
+        Preloaded.make(
+          Stream.unwrap(Effect.map(take(request), (next) => next === undefined ? Stream.fail(exhausted) : play(next))),
+          // The loop's reading: a plain entry's chunks at once (it has no effect to place between them).
+          Effect.flatMap(take(request), (next) =>
+            next === undefined
+              ? Effect.fail(exhausted)
+              : Effect.succeed(isPlain(next) ? next.chunks : play(next)))
+        )
     })
     const scripted = ScriptedModel.of({
       requests: Effect.map(Ref.get(state), (s) => Object.freeze([...s.requests])),

@@ -25,34 +25,43 @@ const chunks: ReadonlyArray<StreamChunk> = [
 const failure = new ModelError({ failure: { message: "no", code: "UNKNOWN" } })
 
 describe("Preloaded", () => {
-  it.effect("run as a Stream, it yields the chunks that opening it yields", () =>
+  it.effect("whoever runs the stream gets the stream; the opener is only attached to it", () =>
     Effect.gen(function*() {
       let opened = 0
-      const stream = Preloaded.make(Effect.sync(() => {
+      const open = Effect.sync(() => {
         opened++
         return chunks
-      }))
-      expect(Chunk.toArray(yield* Stream.runCollect(stream))).toEqual(chunks)
-      expect(Chunk.toArray(yield* Stream.runCollect(stream))).toEqual(chunks)
-      expect(opened).toBe(2)
-      const open = Preloaded.openOf(stream)
-      expect(open).toBeDefined()
-      expect(yield* open!).toEqual(chunks)
+      })
+      const stream = Preloaded.make(Stream.rechunk(Stream.fromIterable(chunks), 1), open)
+      const batches = yield* Stream.runCollect(Stream.mapChunks(stream, (c) => Chunk.of(c.length)))
+      expect(Chunk.toArray(batches)).toEqual([1, 1, 1, 1])
+      expect(opened).toBe(0)
+      expect(yield* Preloaded.openOf(stream)!).toEqual(chunks)
+      expect(opened).toBe(1)
     }))
 
-  it.effect("a stream it opens to runs as that stream; a failure to open fails the stream", () =>
+  it.effect("an opener may yield a stream to run instead, or fail", () =>
     Effect.gen(function*() {
       const inner = Stream.fromIterable(chunks.slice(0, 2))
-      expect(Chunk.toArray(yield* Stream.runCollect(Preloaded.make(Effect.succeed(inner))))).toEqual(chunks.slice(0, 2))
-      const failed = yield* Effect.either(Stream.runCollect(Preloaded.make(Effect.fail(failure))))
+      const opened = yield* Preloaded.openOf(Preloaded.make(Stream.empty, Effect.succeed(inner)))!
+      expect(Preloaded.isChunks(opened)).toBe(false)
+      const failed = yield* Effect.either(Preloaded.openOf(Preloaded.make(Stream.empty, Effect.fail(failure)))!)
       expect(Either.isLeft(failed) && failed.left).toBe(failure)
     }))
 
   it.effect("a stream derived with Stream operators, and any other stream, carries no opener", () =>
     Effect.sync(() => {
-      const stream = Preloaded.make(Effect.succeed(chunks))
+      const stream = Preloaded.make(Stream.fromIterable(chunks), Effect.succeed(chunks))
+      expect(Preloaded.openOf(stream)).toBeDefined()
       expect(Preloaded.openOf(Stream.map(stream, (c) => c))).toBeUndefined()
       expect(Preloaded.openOf(Stream.fromIterable(chunks))).toBeUndefined()
+    }))
+
+  it.effect("ScriptedModel run as a Stream still emits one chunk per pull", () =>
+    Effect.gen(function*() {
+      const model = yield* Effect.provide(Model, ScriptedModel.layer([ScriptedModel.text("hi")]))
+      const batches = yield* Stream.runCollect(Stream.mapChunks(model.stream({} as ModelRequest), (c) => Chunk.of(c.length)))
+      expect(Chunk.toArray(batches)).toEqual([1, 1, 1, 1])
     }))
 })
 

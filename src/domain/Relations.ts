@@ -237,7 +237,7 @@ const relateCore = (
       if (d.attempt !== step.attempt) violation("R10", `chunk attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
       if (step.finish !== undefined) violation("R10", `chunk after the finish chunk of attempt ${step.attempt}`)
       const finish = d.chunk.type === "finish" ? d.chunk.finish.kind : step.finish
-      return { ...s, step: { ...step, chunkSeqs: GrowOnly.push(step.chunkSeqs, event.seq), finish } }
+      return withChunk(s, step, event.seq, finish)
     }
     case "assistant/message": {
       const d = event.data
@@ -361,6 +361,31 @@ const relateCore = (
     }
   }
 }
+
+// The state after one more chunk of the open attempt. Chunks are most of a log, so this builds both
+// records field by field: object spread is several times slower here.
+const withChunk = (s: Relations, step: StepRelations, seq: number, finish: StepRelations["finish"]): Relations => ({
+  lastTurn: s.lastTurn,
+  turnOpen: s.turnOpen,
+  lastStep: s.lastStep,
+  stepOpen: s.stepOpen,
+  maxTokensInTurn: s.maxTokensInTurn,
+  claimPhase: s.claimPhase,
+  entering: s.entering,
+  claimedForStep: s.claimedForStep,
+  headerSeen: s.headerSeen,
+  bracket: s.bracket,
+  step: {
+    attempt: step.attempt,
+    chunkSeqs: GrowOnly.push(step.chunkSeqs, seq),
+    finish,
+    anchor: step.anchor,
+    callSeqs: step.callSeqs,
+    lastCallIndex: step.lastCallIndex,
+    answered: step.answered,
+    lastResultIndex: step.lastResultIndex
+  }
+})
 
 const relateSplice = (
   s: Relations,

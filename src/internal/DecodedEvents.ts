@@ -5,14 +5,42 @@
  *
  * @since 0.1.0
  */
-import { Either } from "effect"
+import { Either, ParseResult, Schema } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
-import { losslessDecoder } from "../domain/Json.js"
+import { deepFreeze, jsonProblem, losslessDecoder } from "../domain/Json.js"
+import { acceptsEventJson, freezeParsed } from "./EventDecoder.js"
 
 const copying = losslessDecoder(SessionEventSchema, "event")
-const inPlace = losslessDecoder(SessionEventSchema, "event", { owned: true })
-const decoded = new WeakSet<object>()
+const decodeSchema = Schema.decodeUnknownEither(SessionEventSchema, { onExcessProperty: "error" })
+
+// The reason `input` is not an event, worded as `losslessDecoder` words it; undefined when it is.
+const schemaProblem = (input: unknown): string | undefined => {
+  const problem = jsonProblem(input, "event")
+  if (problem !== undefined) return problem
+  const result = decodeSchema(input)
+  return Either.isLeft(result) ? ParseResult.TreeFormatter.formatErrorSync(result.left) : undefined
+}
+
+// Returns the object it is given, so that the subclass below installs its private field on it.
+class Stamped {
+  constructor(target: object) {
+    return target
+  }
+}
+
+// Marks decoded events with a private field: invisible to every reflection (keys, JSON, equality),
+// impossible to forge from outside this module, and much cheaper than a WeakSet entry per event.
+// The mark goes on before the event is frozen (a parsed value is never frozen or marked yet).
+class DecodedMark extends Stamped {
+  readonly #decoded = true
+  static mark(event: object): void {
+    new DecodedMark(event)
+  }
+  static has(value: object): boolean {
+    return #decoded in value
+  }
+}
 
 /**
  * Decodes an untrusted event with the load Schema into a frozen copy; the reason on failure.
@@ -23,23 +51,48 @@ const decoded = new WeakSet<object>()
 export const decodeUntrusted: (input: unknown) => Either.Either<SessionEvent, string> = copying
 
 /**
- * Decodes a value the caller owns (freshly parsed JSON), freezing it in place, and marks the
- * result as decoded.
+ * Why stored JSON text is not an event: the text does not parse, or its value is not an event.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type TextProblem =
+  | { readonly _tag: "NotJson"; readonly message: string }
+  | { readonly _tag: "NotEvent"; readonly reason: string }
+
+/**
+ * Parses a stored event's JSON text and decodes the value, freezing it in place, and marks the
+ * result as decoded. Values the hand-written check accepts skip the Schema interpreter; everything
+ * else, and every failure, goes through the Schema.
  *
  * @since 0.1.0
  * @category validation
  */
-export const decodeOwned = (input: unknown): Either.Either<SessionEvent, string> => {
-  const result = inPlace(input)
-  if (Either.isRight(result)) decoded.add(result.right)
-  return result
+export const decodeOwnedJson = (text: string): Either.Either<SessionEvent, TextProblem> => {
+  let input: unknown
+  try {
+    input = JSON.parse(text)
+  } catch (cause) {
+    return Either.left({ _tag: "NotJson", message: cause instanceof Error ? cause.message : String(cause) })
+  }
+  // Nobody else holds `input`, and `JSON.parse` built it: what the fast check relies on.
+  if (acceptsEventJson(input)) {
+    const event = input as SessionEvent
+    DecodedMark.mark(event)
+    return Either.right(freezeParsed(event))
+  }
+  const problem = schemaProblem(input)
+  if (problem !== undefined) return Either.left({ _tag: "NotEvent", reason: problem })
+  const event = input as SessionEvent
+  DecodedMark.mark(event)
+  return Either.right(deepFreeze(event))
 }
 
 /**
- * The event itself when {@link decodeOwned} produced it, else its decode as untrusted input.
+ * The event itself when {@link decodeOwnedJson} produced it, else its decode as untrusted input.
  *
  * @since 0.1.0
  * @category validation
  */
 export const decodeStored = (input: unknown): Either.Either<SessionEvent, string> =>
-  typeof input === "object" && input !== null && decoded.has(input) ? Either.right(input as SessionEvent) : copying(input)
+  typeof input === "object" && input !== null && DecodedMark.has(input) ? Either.right(input as SessionEvent) : copying(input)

@@ -27,7 +27,7 @@ import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFou
 import { LOG_FORMAT_VERSION, SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { losslessDecoder } from "../domain/Json.js"
-import { decodeOwned } from "../internal/DecodedEvents.js"
+import { decodeOwnedJson } from "../internal/DecodedEvents.js"
 import type { ProcessLease } from "../internal/Lease.js"
 import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -176,14 +176,40 @@ const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, Ma
 
 /** Decodes the row stored for seq `seq`. */
 const eventOf = (id: SessionId, seq: number, text: unknown): Either.Either<SessionEvent, MalformedLog> => {
-  const parsed = parseJson(text)
-  if (Either.isLeft(parsed)) return Either.left(new MalformedLog({ sessionId: id, seq, reason: `row is ${parsed.left}` }))
-  const event = decodeOwned(parsed.right)
-  if (Either.isLeft(event)) return Either.left(new MalformedLog({ sessionId: id, seq, reason: event.left }))
+  if (typeof text !== "string") {
+    return Either.left(new MalformedLog({ sessionId: id, seq, reason: `row is expected JSON text, found ${typeof text}` }))
+  }
+  const event = decodeOwnedJson(text)
+  if (Either.isLeft(event)) {
+    const problem = event.left
+    const reason = problem._tag === "NotJson" ? `row is not JSON: ${problem.message}` : problem.reason
+    return Either.left(new MalformedLog({ sessionId: id, seq, reason }))
+  }
   if (event.right.seq !== seq) {
     return Either.left(new MalformedLog({ sessionId: id, seq, reason: `the row stored at seq ${seq} has seq ${event.right.seq}` }))
   }
   return Either.right(event.right)
+}
+
+/**
+ * Decodes a session's rows in seq order (a plain loop: one effect step per row would cost more than
+ * decoding it); the first gap or undecodable row is the failure.
+ */
+const eventsOf = (
+  id: SessionId,
+  rows: ReadonlyArray<{ readonly seq: number; readonly row: unknown }>
+): Either.Either<Array<SessionEvent>, MalformedLog> => {
+  const events = new Array<SessionEvent>(rows.length)
+  for (let seq = 0; seq < rows.length; seq++) {
+    const row = rows[seq]!
+    if (row.seq !== seq) {
+      return Either.left(new MalformedLog({ sessionId: id, seq, reason: `no row is stored for seq ${seq} (next: ${row.seq})` }))
+    }
+    const event = eventOf(id, seq, row.row)
+    if (Either.isLeft(event)) return Either.left(event.left)
+    events[seq] = event.right
+  }
+  return Either.right(events)
 }
 
 // Creates the database file with mode 0600 (the client would create it with the umask's mode); an
@@ -341,14 +367,7 @@ export const make = (
         })).pipe(PersistenceError.refail(id, "load"))
       if (stored === undefined) return yield* new SessionNotFound({ sessionId: id })
       const header = yield* headerOf(id, stored.header)
-      const events = new Array<SessionEvent>(stored.rows.length)
-      for (let seq = 0; seq < stored.rows.length; seq++) {
-        const row = stored.rows[seq]!
-        if (row.seq !== seq) {
-          return yield* new MalformedLog({ sessionId: id, seq, reason: `no row is stored for seq ${seq} (next: ${row.seq})` })
-        }
-        events[seq] = yield* eventOf(id, seq, row.row)
-      }
+      const events = yield* eventsOf(id, stored.rows)
       if (events.length !== stored.length) {
         return yield* new MalformedLog({
           sessionId: id,

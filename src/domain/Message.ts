@@ -6,6 +6,7 @@
 import { Effect, Either } from "effect"
 import { InvalidEvent } from "./Errors.js"
 import { REPAIR_ID_PREFIX } from "./Ids.js"
+import { acceptsUserMessageJson } from "../internal/EventDecoder.js"
 import { losslessDecoder } from "./Json.js"
 import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
 import { UserMessage } from "./Values.js"
@@ -19,7 +20,8 @@ import { UserMessage } from "./Values.js"
  */
 export const validateUserMessage: (input: unknown) => Either.Either<UserMessage, string> = losslessDecoder(
   UserMessage,
-  "message"
+  "message",
+  { accepts: acceptsUserMessageJson }
 )
 
 /**

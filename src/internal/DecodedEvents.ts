@@ -11,7 +11,7 @@ import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
 import { deepFreeze, jsonProblem, losslessDecoder } from "../domain/Json.js"
 import { acceptsEventJson, freezeParsed } from "./EventDecoder.js"
 
-const copying = losslessDecoder(SessionEventSchema, "event")
+const copying = losslessDecoder(SessionEventSchema, "event", { accepts: acceptsEventJson })
 const decodeSchema = Schema.decodeUnknownEither(SessionEventSchema, { onExcessProperty: "error" })
 
 // The reason `input` is not an event, worded as `losslessDecoder` words it; undefined when it is.

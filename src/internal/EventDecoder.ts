@@ -324,6 +324,15 @@ export const acceptsEventJson = (value: unknown): boolean => {
 }
 
 /**
+ * Whether a JSON value (one `jsonProblem` passes) is a `UserMessage` the Schema accepts; `false`
+ * when it is not or is not recognised here.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const acceptsUserMessageJson = (value: unknown): boolean => isUserMessage(value)
+
+/**
  * Freezes an output of `JSON.parse` in place, every level: what `deepFreeze` does to such a value
  * (nothing in it is frozen yet or shared), visiting arrays by index.
  *

@@ -60,7 +60,7 @@ export const w1Systems: ReadonlyArray<W1System> = [
     how: "`Agent.layer` over `SessionStore.layerMemory`, `ScriptedModel` with the W1 script, one exclusive " +
       "`echo` tool; timed from `followup` to `whenIdle` and `SessionLog.flush` (the full event log durable in the store). " +
       "The loop reads each scripted response as one batch, without running Effect's Stream machinery (a `Model` " +
-      "returning an ordinary Stream costs about 0.5 ms more per step; see the W1 table above)."
+      "returning an ordinary Stream cost about 1 ms more per step in the W1 table above)."
   },
   {
     id: "tiller-sqlite",

@@ -51,13 +51,21 @@ const check = (value: unknown, path: string, seen: Set<object> | undefined): str
       if (proto !== Object.prototype && proto !== null) {
         return `${path}: ${proto?.constructor?.name ?? "class"} instance is not a plain object`
       }
-      if (Object.getOwnPropertySymbols(value).length > 0) return `${path}: symbol keys are not JSON`
+      const keys = Reflect.ownKeys(value)
+      if (keys.some((key) => typeof key === "symbol")) return `${path}: symbol keys are not JSON`
       visited.add(value)
+      let visible = 0
       for (const key in value) {
+        visible++
         const problem = check((value as Record<string, unknown>)[key], `${path}.${key}`, visited)
         if (problem !== undefined) return problem
       }
       visited.delete(value)
+      // A property JSON.stringify would skip (and a copy would lose) is not JSON either.
+      if (visible !== keys.length) {
+        const hidden = keys.find((key) => !Object.prototype.propertyIsEnumerable.call(value, key))
+        if (hidden !== undefined) return `${path}.${String(hidden)}: a non-enumerable property is not JSON`
+      }
       return undefined
     }
     case "undefined":

@@ -4,11 +4,11 @@
  * does not pay for the generic Schema interpreter on every event.
  *
  * It answers only "accepted"; `false` means "not accepted here" and the caller asks the Schema,
- * which also words the reason. Its input is the output of `JSON.parse`: objects with
- * `Object.prototype` as prototype whose own properties are enumerable data properties with string
- * keys. It checks everything else (types, exact keys, integers, finite numbers, `-0`, literal
- * values, tuple lengths, the tool-result id rule); an object of any other prototype is never
- * accepted here.
+ * which also words the reason. Its input is a JSON value: the output of `JSON.parse`, or a caller's
+ * value that `jsonProblem` passed (no symbol keys, no non-enumerable properties, no class
+ * instances). It checks everything else (types, exact keys, integers, finite numbers, `-0`, literal
+ * values, tuple lengths, the tool-result id rule); an object whose prototype is not
+ * `Object.prototype` is never accepted here.
  *
  * @since 0.1.0
  */
@@ -324,8 +324,8 @@ export const acceptsEventJson = (value: unknown): boolean => {
 }
 
 /**
- * Whether a JSON value (one `jsonProblem` passes) is a `UserMessage` the Schema accepts; `false`
- * when it is not or is not recognised here.
+ * Whether a JSON value (one `jsonProblem` passes) is a `UserMessage` the Schema accepts;
+ * `false` when it is not or is not recognised here.
  *
  * @since 0.1.0
  * @category validation

@@ -49,6 +49,8 @@ describe("jsonProblem", () => {
   const nestedCycle: Record<string, unknown> = {}
   nestedCycle.inner = { list: [0, nestedCycle] }
 
+  const hiddenId = Object.defineProperty({ text: "x" }, "id", { value: "m", enumerable: false })
+
   const rejected: ReadonlyArray<readonly [string, unknown, string, RegExp]> = [
     ["undefined", { a: { b: undefined } }, "$.a.b", /undefined/],
     ["a function", { f: () => 1 }, "$.f", /function/],
@@ -65,6 +67,7 @@ describe("jsonProblem", () => {
     ["a class instance", { p: new Point(1, 2) }, "$.p", /Point/],
     ["a boxed primitive", { s: new String("x") }, "$.s", /String/],
     ["a symbol key", { [Symbol("k")]: 1 }, "$", /symbol/],
+    ["a non-enumerable property", { m: hiddenId }, "$.m.id", /non-enumerable/],
     ["an object cycle", cyclicObject, "$.self", /cycl/],
     ["a cycle nested in an array", cyclicArray, "$[1].back", /cycl/],
     ["a cycle through an array inside objects", nestedCycle, "$.inner.list[1]", /cycl/]

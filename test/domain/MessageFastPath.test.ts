@@ -48,6 +48,16 @@ const mutants = (): Array<unknown> => {
   }
   out.push({ ...valid, role: "assistant" }, { ...valid, id: 7 }, { ...valid, source: { kind: "" } })
   out.push(Object.assign(Object.create(null), valid))
+  // Own keys that are not enumerable: invisible to `for...in`, counted by the Schema.
+  const hidden = (target: object, key: string) => Object.defineProperty(target, key, { value: "x", enumerable: false })
+  out.push(hidden(structuredClone(valid), "extra"), hidden(structuredClone(valid), "id"))
+  const hiddenDeep = structuredClone(valid)
+  hidden(hiddenDeep.content[0]!, "extra")
+  hidden(hiddenDeep.source, "note")
+  out.push(hiddenDeep)
+  const hiddenIndex = structuredClone(valid)
+  hidden(hiddenIndex.content, "extra")
+  out.push(hiddenIndex)
   return out
 }
 

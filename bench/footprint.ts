@@ -5,14 +5,13 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Layer, Schema, Stream } from "effect"
+import { Context, Effect, Layer, Stream } from "effect"
 import * as path from "node:path"
-import type { StreamChunk } from "../src/index.js"
-import { Driver, Model, SessionId, SessionLog, Sessions, SqliteSessionStore, Tool, Tools, userMessage } from "../src/index.js"
+import { answerChunks, echoCallChunks, echoTool } from "./loop.js"
+import { Driver, Model, SessionId, SessionLog, Sessions, SqliteSessionStore, Tools, userMessage } from "../src/index.js"
 import type { MemorySample } from "./util.js"
 import { collectGarbage, currentRss, memorySample, timed, withTempDir } from "./util.js"
 
-const ECHO_RESULT = "ok"
 // Tool calls between RSS samples while turns run (a sample costs a few µs).
 const RSS_SAMPLE_EVERY = 64
 
@@ -23,32 +22,12 @@ const range = (n: number): Array<number> => Array.from({ length: n }, (_, i) => 
  * The chunks are built once.
  */
 const turnModel: Layer.Layer<Model> = Layer.sync(Model, () => {
-  const callStep: ReadonlyArray<StreamChunk> = [
-    { type: "block-start", index: 0, block: "tool-call", id: "call-1", name: "echo" },
-    { type: "tool-call-delta", index: 0, arguments: JSON.stringify({ i: 1 }) },
-    { type: "block-end", index: 0 },
-    { type: "finish", finish: { kind: "stop" } }
-  ]
-  const answerStep: ReadonlyArray<StreamChunk> = [
-    { type: "block-start", index: 0, block: "text" },
-    { type: "text-delta", index: 0, text: "done" },
-    { type: "block-end", index: 0 },
-    { type: "finish", finish: { kind: "stop" } }
-  ]
-  return Model.of({ stream: (request) => Stream.fromIterable(request.step === 1 ? callStep : answerStep) })
+  const callStep = echoCallChunks(1)
+  return Model.of({ stream: (request) => Stream.fromIterable(request.step === 1 ? callStep : answerChunks) })
 })
 
 const sessionsLayer = (filename: string, onCall: () => void) => {
-  const echo = Tool.make("echo", {
-    description: "Returns a constant string",
-    parameters: Schema.Struct({ i: Schema.Number }),
-    mode: "exclusive",
-    execute: () =>
-      Effect.sync(() => {
-        onCall()
-        return ECHO_RESULT
-      })
-  })
+  const echo = echoTool(onCall)
   return Sessions.layer({ idleTimeToLive: "10 minutes", model: { provider: "bench", model: "scripted" } }).pipe(
     Layer.provide(Layer.mergeAll(SqliteSessionStore.layer({ filename }), turnModel, Tools.layer({ tools: [echo] })))
   )

@@ -21,9 +21,9 @@ import {
   userMessage
 } from "../src/index.js"
 import type { Run } from "./util.js"
+import { W1_ECHO_RESULT } from "./w1/line.js"
 import { currentRss, median, memorySample, timed } from "./util.js"
 
-const ECHO_RESULT = "ok"
 
 // Steps per RSS sample inside the tool body: a sample costs a few µs, so it is taken rarely.
 const RSS_SAMPLE_EVERY = 64
@@ -52,42 +52,66 @@ export const w1Script = (steps: number): ReadonlyArray<ScriptEntry> => {
  */
 export type ModelKind = "scripted" | "direct"
 
+/**
+ * The chunks of a response calling `echo` with `{ i }` (call id `call-i`), as ScriptedModel emits them.
+ *
+ * @since 0.1.0
+ * @category fixtures
+ */
+export const echoCallChunks = (i: number): ReadonlyArray<StreamChunk> => [
+  { type: "block-start", index: 0, block: "tool-call", id: `call-${i}`, name: "echo" },
+  { type: "tool-call-delta", index: 0, arguments: JSON.stringify({ i }) },
+  { type: "block-end", index: 0 },
+  { type: "finish", finish: { kind: "stop" } }
+]
+
+/**
+ * The chunks of the final text answer "done".
+ *
+ * @since 0.1.0
+ * @category fixtures
+ */
+export const answerChunks: ReadonlyArray<StreamChunk> = [
+  { type: "block-start", index: 0, block: "text" },
+  { type: "text-delta", index: 0, text: "done" },
+  { type: "block-end", index: 0 },
+  { type: "finish", finish: { kind: "stop" } }
+]
+
 // The chunks ScriptedModel emits for the same responses, built once.
 const directModel = (steps: number): Layer.Layer<Model> => {
-  const toolChunks: Array<ReadonlyArray<StreamChunk>> = []
-  for (let i = 1; i <= steps; i++) {
-    toolChunks.push([
-      { type: "block-start", index: 0, block: "tool-call", id: `call-${i}`, name: "echo" },
-      { type: "tool-call-delta", index: 0, arguments: JSON.stringify({ i }) },
-      { type: "block-end", index: 0 },
-      { type: "finish", finish: { kind: "stop" } }
-    ])
-  }
-  const answer: ReadonlyArray<StreamChunk> = [
-    { type: "block-start", index: 0, block: "text" },
-    { type: "text-delta", index: 0, text: "done" },
-    { type: "block-end", index: 0 },
-    { type: "finish", finish: { kind: "stop" } }
-  ]
-  return Layer.succeed(Model, Model.of({ stream: (request) => Stream.fromIterable(toolChunks[request.step - 1] ?? answer) }))
+  const toolChunks = Array.from({ length: steps }, (_, k) => echoCallChunks(k + 1))
+  return Layer.succeed(
+    Model,
+    Model.of({ stream: (request) => Stream.fromIterable(toolChunks[request.step - 1] ?? answerChunks) })
+  )
 }
 
 // The agent of one run: a fresh memory store, the model and the `echo` tool, which samples RSS.
-const agentLayer = (
-  name: string,
-  model: Layer.Layer<Model>,
-  onCall: () => void = () => {}
-) => {
-  const echo = Tool.make("echo", {
+/**
+ * The benchmarks' trivial tool: `echo`, exclusive, returns the constant `"ok"`; calls `onCall` first.
+ *
+ * @since 0.1.0
+ * @category fixtures
+ */
+export const echoTool = (onCall: () => void = () => {}) =>
+  Tool.make("echo", {
     description: "Returns a constant string",
     parameters: Schema.Struct({ i: Schema.Number }),
     mode: "exclusive",
     execute: () =>
       Effect.sync(() => {
         onCall()
-        return ECHO_RESULT
+        return W1_ECHO_RESULT
       })
   })
+
+const agentLayer = (
+  name: string,
+  model: Layer.Layer<Model>,
+  onCall: () => void = () => {}
+) => {
+  const echo = echoTool(onCall)
   return Agent.layer({ sessionId: SessionId.make(name), model: { provider: "bench", model: "scripted" } }).pipe(
     Layer.provide(Layer.mergeAll(SessionStore.layerMemory, model, Tools.layer({ tools: [echo] })))
   )
@@ -217,7 +241,7 @@ const floorResponses = (steps: number): ReadonlyArray<FloorResponse> => {
   return responses
 }
 
-const floorTools: Record<string, (args: unknown) => string> = { echo: () => ECHO_RESULT }
+const floorTools: Record<string, (args: unknown) => string> = { echo: () => W1_ECHO_RESULT }
 
 // The loop an agent library runs with no framework: ask the "model", run its calls, append to history.
 const floorLoop = (responses: ReadonlyArray<FloorResponse>): ReadonlyArray<FloorMessage> => {

@@ -27,7 +27,7 @@ import {
 import * as SqliteStore from "../src/layers/SqliteStore.js"
 import { awaitDurable, SessionState } from "../src/internal/SessionState.js"
 import { appendChunks, openStep } from "./sessionLog.js"
-import { collectGarbage, sessionLayer, timed, withTempDir } from "./util.js"
+import { alternating, sessionLayer, timed, withTempDir } from "./util.js"
 
 // The slice of better-sqlite3 12 the baselines use (the package ships no types of its own).
 interface RawStatement {
@@ -171,22 +171,11 @@ export const ingest = (events: number, runs: number): Effect.Effect<IngestFigure
     })
     yield* expectCount("W2 rows", rows.length, events)
     yield* withTempDir((dir) => ingestRawRun(path.join(dir, "raw.db"), rows))
-    const tillerMillis: Array<number> = []
-    const rawMillis: Array<number> = []
-    for (let i = 0; i < runs; i++) {
-      const tiller = withTempDir((dir) => ingestTillerRun(path.join(dir, "tiller.db"), events))
-      const raw = withTempDir((dir) => ingestRawRun(path.join(dir, "raw.db"), rows))
-      yield* collectGarbage
-      if (i % 2 === 0) {
-        tillerMillis.push(yield* tiller)
-        yield* collectGarbage
-        rawMillis.push(yield* raw)
-      } else {
-        rawMillis.push(yield* raw)
-        yield* collectGarbage
-        tillerMillis.push(yield* tiller)
-      }
-    }
+    const [tillerMillis, rawMillis] = yield* alternating(
+      runs,
+      withTempDir((dir) => ingestTillerRun(path.join(dir, "tiller.db"), events)),
+      withTempDir((dir) => ingestRawRun(path.join(dir, "raw.db"), rows))
+    )
     return {
       events,
       perTransaction: W2_PER_TRANSACTION,
@@ -329,22 +318,11 @@ export const injects = (
     })
     yield* expectCount("W3 rows", rows.length, total)
     yield* withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers))
-    const tiller: Array<InjectRun> = []
-    const raw: Array<InjectRun> = []
-    for (let i = 0; i < runs; i++) {
-      const tillerRun = withTempDir((dir) => injectTillerRun(path.join(dir, "tiller.db"), callers, sessions, perCaller))
-      const rawRun = withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers))
-      yield* collectGarbage
-      if (i % 2 === 0) {
-        tiller.push(yield* tillerRun)
-        yield* collectGarbage
-        raw.push(yield* rawRun)
-      } else {
-        raw.push(yield* rawRun)
-        yield* collectGarbage
-        tiller.push(yield* tillerRun)
-      }
-    }
+    const [tiller, raw] = yield* alternating(
+      runs,
+      withTempDir((dir) => injectTillerRun(path.join(dir, "tiller.db"), callers, sessions, perCaller)),
+      withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers))
+    )
     return { callers, sessions, injects: total, tiller, raw }
   })
 
@@ -576,20 +554,7 @@ export const resume = (
             yield* tiller
             yield* raw
           }
-          const tillerMillis: Array<number> = []
-          const rawMillis: Array<number> = []
-          for (let i = 0; i < runs; i++) {
-            yield* collectGarbage
-            if (i % 2 === 0) {
-              tillerMillis.push(yield* tiller)
-              yield* collectGarbage
-              rawMillis.push(yield* raw)
-            } else {
-              rawMillis.push(yield* raw)
-              yield* collectGarbage
-              tillerMillis.push(yield* tiller)
-            }
-          }
+          const [tillerMillis, rawMillis] = yield* alternating(runs, tiller, raw)
           return { tillerMillis, rawMillis }
         }))
         results.push({ events, buildMillis, ...measured })

@@ -77,6 +77,36 @@ export const collectGarbage: Effect.Effect<void> = Effect.sync(() => {
 })
 
 /**
+ * Runs `a` and `b` `runs` times each, alternating which goes first (`a` on even runs), with a
+ * collection before each: the results of `a` and of `b`, in run order.
+ *
+ * @since 0.1.0
+ * @category benchmarks
+ */
+export const alternating = <A, B, E, R>(
+  runs: number,
+  a: Effect.Effect<A, E, R>,
+  b: Effect.Effect<B, E, R>
+): Effect.Effect<readonly [Array<A>, Array<B>], E, R> =>
+  Effect.gen(function*() {
+    const as: Array<A> = []
+    const bs: Array<B> = []
+    for (let i = 0; i < runs; i++) {
+      yield* collectGarbage
+      if (i % 2 === 0) {
+        as.push(yield* a)
+        yield* collectGarbage
+        bs.push(yield* b)
+      } else {
+        bs.push(yield* b)
+        yield* collectGarbage
+        as.push(yield* a)
+      }
+    }
+    return [as, bs] as const
+  })
+
+/**
  * The process's memory right now, after a forced collection when available.
  *
  * @since 0.1.0

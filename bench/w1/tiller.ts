@@ -9,7 +9,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Layer, Schema } from "effect"
+import { Effect, Layer } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -22,14 +22,13 @@ import {
   SessionLog,
   SessionStore,
   SqliteSessionStore,
-  Tool,
   Tools,
   userMessage
 } from "../../src/index.js"
-import { w1Script } from "../loop.js"
+import { echoTool, w1Script } from "../loop.js"
 import { collectGarbage, timed } from "../util.js"
 import type { W1Line } from "./line.js"
-import { W1_ECHO_RESULT, W1_PROMPT } from "./line.js"
+import { W1_PROMPT } from "./line.js"
 
 /**
  * The stores tiller runs W1 on.
@@ -85,16 +84,7 @@ export const tillerW1Run = (
   Effect.gen(function*() {
     let calls = 0
     let requests = 0
-    const echo = Tool.make("echo", {
-      description: "Returns a constant string",
-      parameters: Schema.Struct({ i: Schema.Number }),
-      mode: "exclusive",
-      execute: () =>
-        Effect.sync(() => {
-          calls++
-          return W1_ECHO_RESULT
-        })
-    })
+    const echo = echoTool(() => calls++)
     const agent = Agent.layer({ sessionId: SessionId.make("bench-w1"), model: { provider: "bench", model: "scripted" } }).pipe(
       Layer.provide(
         Layer.mergeAll(

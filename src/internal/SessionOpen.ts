@@ -5,8 +5,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Effect, Either, HashSet, Option, STM, TPubSub, TRef } from "effect"
-import type { DriverEvent } from "../domain/DriverEvent.js"
+import { Effect, Either, HashSet, Option, STM, TRef } from "effect"
 import {
   type AgentBusy,
   MalformedLog,

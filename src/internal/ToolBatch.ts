@@ -13,19 +13,18 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
-import { abortable, abortableUnless, awaitCause, checkpoint, currentCause, defectsOf } from "./Activity.js"
+import { abortableUnless, awaitCause, checkpoint, currentCause, defectsOf } from "./Activity.js"
 import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
 import { peek } from "./Peek.js"
-import { appendDrafts, commit, awaitDurable, lastSeq, publish } from "./SessionState.js"
+import { appendDrafts, commit, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
 import { isCause, loopTx } from "./Step.js"
 import {
   decodeArguments,
-  mapOutcome,
   normalizeToolOutput,
   outcomeError,
   outcomeOutput,

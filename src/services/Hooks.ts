@@ -8,8 +8,7 @@ import { Context, Duration, Effect, Layer } from "effect"
 import type { NormalizedToolOutput } from "./Tools.js"
 import type { Scope } from "effect"
 import type { SessionId } from "../domain/Ids.js"
-import type { Json } from "../domain/Json.js"
-import type { ImageBlock, LlmFailure, TextBlock, UserMessage } from "../domain/Values.js"
+import type { LlmFailure } from "../domain/Values.js"
 import * as WaterfallRegistry from "../internal/Waterfall.js"
 
 /**

@@ -22,7 +22,6 @@ import { PreStep } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import type { StoreSnapshot } from "../../src/services/SessionStore.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
-import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
 import { liveNotation, notation, plugin, scenario, shape, texts, user } from "./harness.js"
 

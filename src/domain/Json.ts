@@ -115,7 +115,18 @@ export const freezeCopy = <A>(value: A): A => {
 export const deepFreeze = <A>(value: A): A => {
   if (typeof value !== "object" || value === null || Object.isFrozen(value)) return value
   Object.freeze(value)
-  for (const key in value) deepFreeze((value as Record<string, unknown>)[key])
+  // Arrays by index; only objects recurse (the hot path freezes every appended and loaded event).
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const item: unknown = value[i]
+      if (typeof item === "object" && item !== null) deepFreeze(item)
+    }
+  } else {
+    for (const key in value) {
+      const item: unknown = value[key]
+      if (typeof item === "object" && item !== null) deepFreeze(item)
+    }
+  }
   return value
 }
 

@@ -9,7 +9,7 @@ import { Either, ParseResult, Schema } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
 import { deepFreeze, jsonProblem, losslessDecoder } from "../domain/Json.js"
-import { acceptsEventJson, freezeParsed } from "./EventDecoder.js"
+import { acceptsEventJson } from "./EventDecoder.js"
 
 const copying = losslessDecoder(SessionEventSchema, "event", { accepts: acceptsEventJson })
 const decodeSchema = Schema.decodeUnknownEither(SessionEventSchema, { onExcessProperty: "error" })
@@ -79,7 +79,7 @@ export const decodeOwnedJson = (text: string): Either.Either<SessionEvent, TextP
   if (acceptsEventJson(input)) {
     const event = input as SessionEvent
     DecodedMark.mark(event)
-    return Either.right(freezeParsed(event))
+    return Either.right(deepFreeze(event))
   }
   const problem = schemaProblem(input)
   if (problem !== undefined) return Either.left({ _tag: "NotEvent", reason: problem })

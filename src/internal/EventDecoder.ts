@@ -331,25 +331,3 @@ export const acceptsEventJson = (value: unknown): boolean => {
  * @category validation
  */
 export const acceptsUserMessageJson = (value: unknown): boolean => isUserMessage(value)
-
-/**
- * Freezes an output of `JSON.parse` in place, every level: what `deepFreeze` does to such a value
- * (nothing in it is frozen yet or shared), visiting arrays by index.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const freezeParsed = <A extends object>(value: A): A => {
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const item: unknown = value[i]
-      if (typeof item === "object" && item !== null) freezeParsed(item)
-    }
-  } else {
-    for (const key in value) {
-      const item: unknown = value[key]
-      if (typeof item === "object" && item !== null) freezeParsed(item)
-    }
-  }
-  return Object.freeze(value)
-}

@@ -13,7 +13,7 @@ import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
 import { decodeOwnedJson, decodeStored } from "../../src/internal/DecodedEvents.js"
-import { acceptsEventJson, freezeParsed } from "../../src/internal/EventDecoder.js"
+import { acceptsEventJson } from "../../src/internal/EventDecoder.js"
 import { scenario, user } from "../agent/harness.js"
 import { assistantMessage, call, event, llmFailure, log, reason, repairError, text, toolResultMessage, user as fixtureUser } from "../fixtures/events.js"
 
@@ -341,8 +341,8 @@ describe("EventDecoder", () => {
     expect(JSON.stringify(owned)).toBe(JSON.stringify(original))
   })
 
-  it("freezeParsed freezes every level of parsed JSON", () => {
-    const value = freezeParsed(JSON.parse("{\"a\":[{\"b\":[1,{\"c\":null}]},\"s\"],\"d\":{\"e\":{}},\"__proto__\":{\"f\":[]}}"))
+  it("deepFreeze freezes every level of parsed JSON, an own __proto__ key included", () => {
+    const value = deepFreeze(JSON.parse("{\"a\":[{\"b\":[1,{\"c\":null}]},\"s\"],\"d\":{\"e\":{}},\"__proto__\":{\"f\":[]}}"))
     expect(isDeepFrozen(value)).toBe(true)
     expect(Object.isFrozen((value as any)["__proto__"].f)).toBe(true)
   })

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
 import { losslessDecoder } from "../../src/domain/Json.js"
+import { acceptsUserMessageJson } from "../../src/internal/EventDecoder.js"
 import { validateUserMessage } from "../../src/domain/Message.js"
 import { UserMessage } from "../../src/domain/Values.js"
 
@@ -80,5 +81,11 @@ describe("validateUserMessage", () => {
     }
     expect(cases.length).toBeGreaterThan(250)
     expect(accepted).toBeGreaterThan(3)
+  })
+
+  it("takes the fast check for ordinary messages (the Schema is not consulted)", () => {
+    expect(acceptsUserMessageJson(valid)).toBe(true)
+    expect(acceptsUserMessageJson({ id: "m", role: "user", content: [], source: { kind: "prompt" } })).toBe(true)
+    expect(acceptsUserMessageJson({ ...valid, extra: 1 })).toBe(false)
   })
 })

@@ -127,6 +127,31 @@ describe("the loop reading a preloaded stream", () => {
       expect(comparable(preloaded)).toEqual(comparable(plain))
     }))
 
+  it.effect("reads the opener's chunks in one batch and never runs the stream", () =>
+    Effect.gen(function*() {
+      let streamRuns = 0
+      // The stream, if run, would answer something else: the log shows which one the loop read.
+      const ordinary = Stream.suspend(() => {
+        streamRuns++
+        return Stream.fromIterable([
+          { type: "block-start", index: 0, block: "text" },
+          { type: "text-delta", index: 0, text: "from the stream" },
+          { type: "block-end", index: 0 },
+          { type: "finish", finish: { kind: "stop" } }
+        ] satisfies ReadonlyArray<StreamChunk>)
+      })
+      const events = yield* runWith(Layer.succeed(Model, Model.of({
+        stream: () => Preloaded.make(ordinary, Effect.succeed(chunks))
+      })))
+      expect(streamRuns).toBe(0)
+      const deltas = events.flatMap((e) =>
+        e.type === "assistant/chunk" && (e.data as { chunk: StreamChunk }).chunk.type === "text-delta"
+          ? [((e.data as { chunk: StreamChunk }).chunk as { text: string }).text]
+          : []
+      )
+      expect(deltas).toEqual(["hi"])
+    }))
+
   it.effect("an exhausted script fails the request as it does when the Stream runs", () =>
     Effect.gen(function*() {
       const events = yield* runWith(ScriptedModel.layer([]))

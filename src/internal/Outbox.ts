@@ -47,11 +47,15 @@ export const make: Effect.Effect<Outbox> = Effect.gen(function*() {
  * @category combinators
  */
 export const publish = (outbox: Outbox, events: ReadonlyArray<DriverEvent>): STM.STM<void> =>
-  events.length === 0
-    ? STM.void
-    : STM.zipRight(TQueue.offerAll(outbox.queue, events), STM.sync(() => {
+  STM.suspend(() =>
+    // Nobody to deliver to: a subscriber added later sees only what commits after it is added,
+    // and a transaction runs and commits in one synchronous step, so this read is its commit's.
+    events.length === 0 || outbox.subscribers.size === 0
+      ? STM.void
+      : STM.zipRight(TQueue.offerAll(outbox.queue, events), STM.sync(() => {
       outbox.dirty = true
     }))
+  )
 
 const drain = (outbox: Outbox): Effect.Effect<void> =>
   Effect.flatMap(STM.commit(TQueue.takeAll(outbox.queue)), (events) =>

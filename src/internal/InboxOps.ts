@@ -10,6 +10,7 @@ import { Either, HashMap, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { DuplicateMessage } from "../domain/Errors.js"
 import type { SpliceData } from "../domain/Event.js"
+import type { LogState } from "../domain/LogState.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
 import { pendingOf } from "../domain/Splice.js"
 import * as GrowOnly from "./GrowOnly.js"
@@ -30,17 +31,26 @@ export const freshnessSTM = (
   messages: ReadonlyArray<UserMessage>,
   reusable: ReadonlySet<string> = new Set()
 ): STM.STM<Option.Option<DuplicateMessage>> =>
-  STM.map(TRef.get(state.log), ({ fold }) => {
-    const seen = new Set<string>()
-    for (const m of messages) {
+  STM.map(TRef.get(state.log), ({ fold }) => duplicateIn(fold, messages, reusable))
+
+// The first message whose id is known to the session or repeated in `messages` (outside `reusable`).
+const duplicateIn = (
+  fold: LogState,
+  messages: ReadonlyArray<UserMessage>,
+  reusable?: ReadonlySet<string>
+): Option.Option<DuplicateMessage> => {
+  const seen = messages.length > 1 ? new Set<string>() : undefined
+  for (const m of messages) {
+    if (seen !== undefined) {
       if (seen.has(m.id)) return Option.some(new DuplicateMessage({ id: m.id, state: "pending" }))
       seen.add(m.id)
-      if (reusable.has(m.id)) continue
-      const record = HashMap.get(fold.known, m.id)
-      if (Option.isSome(record)) return Option.some(new DuplicateMessage({ id: m.id, state: stateOfRecord(record.value) }))
     }
-    return Option.none()
-  })
+    if (reusable?.has(m.id) === true) continue
+    const record = HashMap.get(fold.known, m.id)
+    if (Option.isSome(record)) return Option.some(new DuplicateMessage({ id: m.id, state: stateOfRecord(record.value) }))
+  }
+  return Option.none()
+}
 
 const spliceDraft = (data: SpliceData): Draft => ({ type: "agent/inbox/spliced", data })
 
@@ -73,20 +83,31 @@ export const spliceSTM = (
   inserted: ReadonlyArray<UserMessage>,
   replace = false
 ): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> =>
-  STM.gen(function*() {
-    if (deleteCount === 0 && inserted.length === 0) return []
-    const { fold } = yield* TRef.get(state.log)
-    const removed = pendingOf(fold.inbox, target).buffer.slice(start, Math.min(start + deleteCount, pendingOf(fold.inbox, target).length))
-    yield* appendDrafts(state, [spliceDraft(spliceData(target, start, deleteCount, inserted))], true)
-    if (removed.length > 0) {
-      yield* TRef.update(state.marks, (marks) => moveMarks(marks, removed, replace ? inserted[0]?.id : undefined))
-    }
-    const notifications: Array<DriverEvent> = []
-    for (const m of removed) notifications.push({ type: "agent/inbox/discarded", message: m })
-    for (const m of inserted) notifications.push({ type: "agent/inbox/inserted", message: m })
-    yield* publish(state, notifications)
-    return removed
-  })
+  deleteCount === 0 && inserted.length === 0
+    ? STM.succeed([])
+    : STM.flatMap(TRef.get(state.log), ({ fold }) => spliceIn(state, fold, target, start, deleteCount, inserted, replace))
+
+// `spliceSTM` on the fold just read in the same transaction.
+const spliceIn = (
+  state: SessionStateShape,
+  fold: LogState,
+  target: InboxTarget,
+  start: number,
+  deleteCount: number,
+  inserted: ReadonlyArray<UserMessage>,
+  replace: boolean
+): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> => {
+  const pending = pendingOf(fold.inbox, target)
+  const removed = deleteCount === 0 ? [] : pending.buffer.slice(start, Math.min(start + deleteCount, pending.length))
+  const notifications: Array<DriverEvent> = []
+  for (const m of removed) notifications.push({ type: "agent/inbox/discarded", message: m })
+  for (const m of inserted) notifications.push({ type: "agent/inbox/inserted", message: m })
+  const appended = appendDrafts(state, [spliceDraft(spliceData(target, start, deleteCount, inserted))], true)
+  const marked = removed.length === 0
+    ? appended
+    : STM.zipRight(appended, TRef.update(state.marks, (marks) => moveMarks(marks, removed, replace ? inserted[0]?.id : undefined)))
+  return STM.zipRight(marked, STM.as(publish(state, notifications), removed))
+}
 
 // Removed messages leave the marks; a `replace` keeps the mark under the new id.
 const moveMarks = (
@@ -142,13 +163,11 @@ export const insertSTM = (
   message: UserMessage,
   at: "end" | "start"
 ): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> =>
-  STM.gen(function*() {
-    const duplicate = yield* freshnessSTM(state, [message])
-    if (Option.isSome(duplicate)) return Either.left(duplicate.value)
-    const { fold } = yield* TRef.get(state.log)
+  STM.flatMap(TRef.get(state.log), ({ fold }): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> => {
+    const duplicate = duplicateIn(fold, [message])
+    if (Option.isSome(duplicate)) return STM.succeed(Either.left(duplicate.value))
     const start = at === "end" ? pendingOf(fold.inbox, target).length : 0
-    yield* spliceSTM(state, target, start, 0, [message])
-    return Either.void
+    return STM.as(spliceIn(state, fold, target, start, 0, [message], false), Either.void)
   })
 
 /**

@@ -119,11 +119,10 @@ export class SessionState extends Context.Tag("tiller/internal/SessionState")<Se
  * @category guards
  */
 export const guardWritable = (state: SessionStateShape): STM.STM<void, AgentDisposed | PersistenceError> =>
-  STM.gen(function*() {
-    if (yield* TRef.get(state.disposed)) return yield* STM.fail(new AgentDisposed({ sessionId: state.sessionId }))
-    const poisoned = yield* TRef.get(state.poisoned)
-    if (Option.isSome(poisoned)) return yield* STM.fail(poisoned.value)
-  })
+  STM.flatMap(TRef.get(state.disposed), (disposed): STM.STM<void, AgentDisposed | PersistenceError> =>
+    disposed
+      ? STM.fail(new AgentDisposed({ sessionId: state.sessionId }))
+      : STM.flatMap(TRef.get(state.poisoned), (poisoned) => Option.isSome(poisoned) ? STM.fail(poisoned.value) : STM.void))
 
 /**
  * Appends drafts to the in-memory log inside the caller's transaction. Each event gets the next
@@ -139,57 +138,64 @@ export const appendDrafts = (
   drafts: ReadonlyArray<Draft>,
   trusted: boolean
 ): STM.STM<ReadonlyArray<SessionEvent>, InvalidEvent> =>
-  STM.flatMap(STM.zip(TRef.get(state.log), TRef.get(state.poisoned)), ([snapshot, poisoned]) => {
+  STM.flatMap(TRef.get(state.poisoned), (poisoned) =>
     // A poisoned session appends nothing more; the activity that tried is stopped (SPEC 6.3).
-    if (Option.isSome(poisoned)) return STM.interrupt
-    const time = state.clock.unsafeCurrentTimeMillis()
-    let events = snapshot.events
-    let fold = snapshot.fold
-    const eventAt = (seq: number) => GrowOnly.get(events, seq)
-    const appended: Array<SessionEvent> = []
-    for (const draft of drafts) {
-      const raw: Record<string, unknown> = {
-        type: draft.type,
-        seq: events.length,
-        time: draft.time ?? time,
-        data: draft.data
-      }
-      if (draft.surfaceOp !== undefined) raw.surfaceOp = draft.surfaceOp
-      if (draft.sourceEventSeqs !== undefined) raw.sourceEventSeqs = draft.sourceEventSeqs
-      if (draft.ignorable !== undefined) raw.ignorable = draft.ignorable
-      let event: SessionEvent
-      if (trusted) {
-        event = deepFreeze(raw as unknown as SessionEvent)
-      } else {
-        const decoded = decodeUntrusted(raw)
-        if (Either.isLeft(decoded)) return STM.fail(new InvalidEvent({ type: draft.type, reason: decoded.left }))
-        event = decoded.right
-      }
-      const next = advance(fold, event, eventAt, state.options)
-      const first = next.violations[0]
-      if (first !== undefined) {
-        return STM.fail(
-          first.rule === undefined
-            ? new InvalidEvent({ type: draft.type, reason: first.message })
-            : new InvalidEvent({ type: draft.type, reason: first.message, rule: first.rule })
-        )
-      }
-      fold = next.state
-      events = GrowOnly.push(events, event)
-      appended.push(event)
+    Option.isSome(poisoned) ? STM.interrupt : STM.flatMap(TRef.get(state.log), (snapshot) => appendTo(state, snapshot, drafts, trusted)))
+
+const appendTo = (
+  state: SessionStateShape,
+  snapshot: LogSnapshot,
+  drafts: ReadonlyArray<Draft>,
+  trusted: boolean
+): STM.STM<ReadonlyArray<SessionEvent>, InvalidEvent> => {
+  const time = state.clock.unsafeCurrentTimeMillis()
+  let events = snapshot.events
+  let fold = snapshot.fold
+  const eventAt = (seq: number) => GrowOnly.get(events, seq)
+  const appended: Array<SessionEvent> = []
+  for (const draft of drafts) {
+    const raw: Record<string, unknown> = {
+      type: draft.type,
+      seq: events.length,
+      time: draft.time ?? time,
+      data: draft.data
     }
-    if (appended.length === 0) return STM.succeed(appended)
-    const before = snapshot.events.length - 1
-    const after = events.length - 1
-    return STM.zipRight(
-      TRef.set(state.log, { events, fold }),
-      // The writer runs after this transaction commits (its resumption is scheduled), or re-reads.
-      STM.sync(() => {
-        Writer.appended(state.writer, state.waiters.durable, before, after)
-        return appended
-      })
-    )
-  })
+    if (draft.surfaceOp !== undefined) raw.surfaceOp = draft.surfaceOp
+    if (draft.sourceEventSeqs !== undefined) raw.sourceEventSeqs = draft.sourceEventSeqs
+    if (draft.ignorable !== undefined) raw.ignorable = draft.ignorable
+    let event: SessionEvent
+    if (trusted) {
+      event = deepFreeze(raw as unknown as SessionEvent)
+    } else {
+      const decoded = decodeUntrusted(raw)
+      if (Either.isLeft(decoded)) return STM.fail(new InvalidEvent({ type: draft.type, reason: decoded.left }))
+      event = decoded.right
+    }
+    const next = advance(fold, event, eventAt, state.options)
+    const first = next.violations[0]
+    if (first !== undefined) {
+      return STM.fail(
+        first.rule === undefined
+          ? new InvalidEvent({ type: draft.type, reason: first.message })
+          : new InvalidEvent({ type: draft.type, reason: first.message, rule: first.rule })
+      )
+    }
+    fold = next.state
+    events = GrowOnly.push(events, event)
+    appended.push(event)
+  }
+  if (appended.length === 0) return STM.succeed(appended)
+  const before = snapshot.events.length - 1
+  const after = events.length - 1
+  return STM.zipRight(
+    TRef.set(state.log, { events, fold }),
+    // The writer runs after this transaction commits (its resumption is scheduled), or re-reads.
+    STM.sync(() => {
+      Writer.appended(state.writer, state.waiters.durable, before, after)
+      return appended
+    })
+  )
+}
 
 /**
  * The seq of the last event in the log (−1 when empty), read in the caller's transaction.
@@ -243,7 +249,7 @@ export const commitAcknowledged = <A, E, E2>(
   state: SessionStateShape,
   transaction: STM.STM<Either.Either<A, E2>, E>
 ): Effect.Effect<A, E | E2 | PersistenceError> =>
-  commit(state, STM.zip(transaction, lastSeq(state))).pipe(
+  commit(state, STM.flatMap(transaction, (result) => STM.map(lastSeq(state), (seq) => [result, seq] as const))).pipe(
     Effect.flatMap(([result, seq]) =>
       Effect.zipRight(awaitDurable(state, seq), Either.isRight(result) ? Effect.succeed(result.right) : Effect.fail(result.left))
     )

@@ -14,7 +14,7 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
 import { currentActivity } from "../internal/Activity.js"
 import { clearSTM, insertSTM } from "../internal/InboxOps.js"
-import type { DriverState } from "../internal/Phase.js"
+import type { DriverState, Phase } from "../internal/Phase.js"
 import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } from "../internal/Phase.js"
 import * as Outbox from "../internal/Outbox.js"
 import { commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
@@ -64,6 +64,9 @@ export class Driver extends Context.Tag("tiller/Driver")<Driver, {
   readonly subscribe: Effect.Effect<Queue.Dequeue<DriverEvent>, never, Scope.Scope>
 }>() {}
 
+// `STM.orDie` in fewer interpreter steps: a failure here is a defect of tiller's own drafts.
+const orDie = <A, E>(self: STM.STM<A, E>): STM.STM<A> => STM.catchAll(self, (error) => STM.die(error))
+
 const statusOf = (ds: DriverState) =>
   STM.map(getPhase(ds), (phase): AgentStatus => phase._tag === "Running" ? "running" : "idle")
 
@@ -82,30 +85,36 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     const accepted = acceptCallerMessage(m)
     return commitAcknowledged(
       session,
-      STM.gen(function*() {
-        yield* guardWritable(session)
-        if (Either.isLeft(accepted)) return yield* STM.fail(accepted.left)
-        const phase = yield* getPhase(ds)
-        const disposing = yield* TRef.get(ds.disposing)
-        const aborted = Option.isSome(causeOf(phase))
-        const resolved: InboxTarget = wakeup && aborted && !disposing ? "next-turn" : target
-        const inserted = yield* insertSTM(session, resolved, accepted.right, "end").pipe(STM.orDie)
-        if (Either.isLeft(inserted)) return inserted
-        if (wakeup && !disposing) {
-          const id = accepted.right.id
-          if (phase._tag === "Idle") {
-            yield* openTurn(ds, phase.lastTurn + 1, true).pipe(STM.orDie)
-          } else if (phase._tag === "Running" && !aborted) {
-            if (resolved === "next-step") {
-              yield* TRef.update(session.marks, (marks) => ({ ...marks, wakingSteers: HashSet.add(marks.wakingSteers, id) }))
-            }
-          } else {
-            yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.add(marks.latched, id) }))
-          }
-        }
-        return Either.void
-      })
+      STM.flatMap(guardWritable(session), () =>
+        Either.isLeft(accepted)
+          ? STM.fail(accepted.left)
+          : STM.flatMap(getPhase(ds), (phase) =>
+            STM.flatMap(TRef.get(ds.disposing), (disposing) => deliver(accepted.right, target, wakeup, phase, disposing))))
     )
+  }
+
+  // The rest of `send`'s transaction, once the message is accepted and the phase read.
+  const deliver = (
+    message: UserMessage,
+    target: InboxTarget,
+    wakeup: boolean,
+    phase: Phase,
+    disposing: boolean
+  ): STM.STM<Either.Either<void, DuplicateMessage>> => {
+    const aborted = Option.isSome(causeOf(phase))
+    const resolved: InboxTarget = wakeup && aborted && !disposing ? "next-turn" : target
+    return STM.flatMap(orDie(insertSTM(session, resolved, message, "end")), (inserted) => {
+      if (Either.isLeft(inserted) || !wakeup || disposing) return STM.succeed(inserted)
+      if (phase._tag === "Idle") return STM.as(orDie(openTurn(ds, phase.lastTurn + 1, true)), inserted)
+      if (phase._tag === "Running" && !aborted) {
+        if (resolved !== "next-step") return STM.succeed(inserted)
+        return STM.as(
+          TRef.update(session.marks, (marks) => ({ ...marks, wakingSteers: HashSet.add(marks.wakingSteers, message.id) })),
+          inserted
+        )
+      }
+      return STM.as(TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.add(marks.latched, message.id) })), inserted)
+    })
   }
 
   const cancel = (cause: CancelCause, options?: { readonly keepInbox?: boolean }) =>

@@ -78,11 +78,18 @@ export const runnerFromRegistries = (registries: HookRegistries): Context.Tag.Se
  * `Hooks` and its runner over one set of fresh registries.
  *
  * @since 0.1.0
+ * @category constructors
+ */
+export const makeWithRunner: Effect.Effect<Context.Context<Hooks | HooksRunner>> = Effect.map(
+  makeRegistries,
+  (registries) =>
+    Context.make(Hooks, fromRegistries(registries)).pipe(Context.add(HooksRunner, runnerFromRegistries(registries)))
+)
+
+/**
+ * `Hooks` and its runner over one set of fresh registries, as a layer.
+ *
+ * @since 0.1.0
  * @category layers
  */
-export const layerWithRunner: Layer.Layer<Hooks | HooksRunner> = Layer.effectContext(
-  Effect.map(makeRegistries, (registries) =>
-    Context.make(Hooks, fromRegistries(registries)).pipe(
-      Context.add(HooksRunner, runnerFromRegistries(registries))
-    ))
-)
+export const layerWithRunner: Layer.Layer<Hooks | HooksRunner> = Layer.effectContext(makeWithRunner)

@@ -4,8 +4,8 @@
  *
  * @since 0.1.0
  */
-import type { Duration, Schedule } from "effect"
-import { Effect, HashSet, Layer, Option, STM, TRef } from "effect"
+import type { Duration, Schedule, Scope } from "effect"
+import { Context, Effect, HashSet, Layer, Option, STM, TRef } from "effect"
 import type {
   AgentBusy,
   MalformedLog,
@@ -19,7 +19,7 @@ import type { SessionId } from "../domain/Ids.js"
 import type { RequestHeader } from "../domain/Values.js"
 import { currentActivity, makeStopWatch, watchStops } from "../internal/Activity.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
-import { HooksRunner, layerWithRunner } from "../internal/HooksRunner.js"
+import { HooksRunner, makeWithRunner } from "../internal/HooksRunner.js"
 import type { LoopContext } from "../internal/LoopContext.js"
 import type { DriverState, Phase } from "../internal/Phase.js"
 import { causeOf, getPhase, setPhase } from "../internal/Phase.js"
@@ -29,14 +29,14 @@ import { ToolRegistry } from "../internal/ToolRegistry.js"
 import { runTurn } from "../internal/Turn.js"
 import { Driver, makeDriver } from "../services/Driver.js"
 import type { Hooks } from "../services/Hooks.js"
-import { Inbox } from "../services/Inbox.js"
+import { Inbox, makeInbox } from "../services/Inbox.js"
 import { Model } from "../services/Model.js"
 import * as PreStepModule from "../services/PreStep.js"
 import { PreStep } from "../services/PreStep.js"
-import { SessionLog } from "../services/SessionLog.js"
+import { makeSessionLog, SessionLog } from "../services/SessionLog.js"
 import type { SessionStore } from "../services/SessionStore.js"
 import { Tools } from "../services/Tools.js"
-import { layerState } from "./Session.js"
+import { acquireState } from "./Session.js"
 
 /**
  * Options of an agent.
@@ -80,104 +80,131 @@ const lastHeaderOf = (events: GrowOnly.GrowOnly<SessionEvent>): RequestHeader | 
   return undefined
 }
 
-const driverLayer = (options: AgentOptions): Layer.Layer<Driver, never, SessionState | PreStep | HooksRunner | Model | Tools> =>
-  Layer.scoped(
-    Driver,
-    Effect.gen(function*() {
-      const session = yield* SessionState
-      const preStep = yield* PreStep
-      const hooks = yield* HooksRunner
-      const model = yield* Model
-      const tools = yield* Tools
-      const registry = yield* ToolRegistry.fromToolsOrDie(tools)
-      const { events, fold } = yield* STM.commit(TRef.get(session.log))
-      const stopWatch = makeStopWatch()
-      const ds: DriverState = {
-        session,
-        phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
-        phaseNow: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
-        disposing: yield* TRef.make(false),
-        stopWatch
-      }
-      // Started before the disposal finalizer is added, so it still runs while disposal cancels.
-      yield* Effect.forkScoped(watchStops(ds, stopWatch))
-      const identity = {}
-      const scope = yield* Effect.scope
-      const ctx: LoopContext = {
-        ds,
-        sessionId: session.sessionId,
-        preStep: { run: preStep.run, isQuiet: () => PreStepModule.isQuiet(preStep) },
-        hooks: {
-          request: (input, seed) =>
-            hooks.runRequest({ sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt }, seed),
-          requestError: hooks.runRequestError,
-          turnStopping: hooks.runTurnStopping,
-          toolPre: hooks.runToolPre,
-          toolPost: hooks.runToolPost,
-          isQuiet: hooks.isQuiet
-        },
-        model,
-        tools: {
-          list: registry.list,
-          lookup: (name) => Effect.map(registry.lookup(name), Option.getOrUndefined),
-          modeOf: registry.modeOf,
-          maxParallelToolCalls: tools.maxParallelToolCalls
-        },
-        defaults: options,
-        requests: { first: true, lastHeader: lastHeaderOf(events) }
-      }
-      // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
-      const nextTurn = STM.commit(
-        STM.gen(function*() {
-          const phase = yield* TRef.get(ds.phase)
-          if (phase._tag !== "Running" || phase.pending === undefined) return yield* STM.retry
-          yield* setPhase(ds, { ...phase, pending: undefined })
-          return { turn: phase.turn, batch: phase.pending }
-        })
-      )
-      yield* Effect.forkScoped(
-        Effect.forever(
-          Effect.flatMap(nextTurn, ({ batch, turn }) => runTurn(ctx, turn, batch))
-        ).pipe(Effect.locally(currentActivity, identity))
-      )
-      const driver = makeDriver(ds, identity, scope)
-      // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).
-      session.owner.onPoison = (error) =>
-        STM.gen(function*() {
-          const phase = yield* getPhase(ds)
-          const turn = phase._tag === "Running" ? phase.turn : phase.lastTurn
-          const step = phase._tag === "Running" ? phase.step : 0
-          yield* setPhase(ds, { _tag: "Idle", lastTurn: turn })
-          const events: Array<DriverEvent> = [{ type: "agent/error", turn, step, error }]
-          if (phase._tag === "Running") events.push({ type: "agent/status", status: "idle" })
-          yield* publish(session, events)
-        })
-      session.owner.phase = STM.map(getPhase(ds), (phase) =>
-        phase._tag === "Idle" ? "idle" : phase._tag === "Running" ? "running" : "maintenance")
-      // Disposal (SPEC 3.7) steps 1-2; the session layer then seals, flushes and ends the streams.
-      yield* Effect.addFinalizer(() =>
-        Effect.gen(function*() {
-          yield* STM.commit(
-            STM.gen(function*() {
-              yield* TRef.set(ds.disposing, true)
-              yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
-              const phase = yield* getPhase(ds)
-              if (phase._tag !== "Idle" && Option.isNone(causeOf(phase))) {
-                yield* setPhase(ds, { ...phase, cause: Option.some({ kind: "disposed" as const }) })
-              }
-            })
-          )
-          yield* STM.commit(
-            STM.gen(function*() {
-              const phase = yield* TRef.get(ds.phase)
-              if (phase._tag !== "Idle" && !(yield* TRef.get(session.poisonedWatch))) return yield* STM.retry
-            })
-          )
-        })
-      )
-      return driver
-    })
-  )
+// The driver of the session in the context, its fibers and disposal finalizer in the current scope.
+const acquireDriver = (
+  options: AgentOptions
+): Effect.Effect<Context.Tag.Service<Driver>, never, SessionState | PreStep | HooksRunner | Model | Tools | Scope.Scope> =>
+  Effect.gen(function*() {
+    const session = yield* SessionState
+    const preStep = yield* PreStep
+    const hooks = yield* HooksRunner
+    const model = yield* Model
+    const tools = yield* Tools
+    const registry = yield* ToolRegistry.fromToolsOrDie(tools)
+    const { events, fold } = yield* STM.commit(TRef.get(session.log))
+    const stopWatch = makeStopWatch()
+    const ds: DriverState = {
+      session,
+      phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
+      phaseNow: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
+      disposing: yield* TRef.make(false),
+      stopWatch
+    }
+    // Started before the disposal finalizer is added, so it still runs while disposal cancels.
+    yield* Effect.forkScoped(watchStops(ds, stopWatch))
+    const identity = {}
+    const scope = yield* Effect.scope
+    const ctx: LoopContext = {
+      ds,
+      sessionId: session.sessionId,
+      preStep: { run: preStep.run, isQuiet: () => PreStepModule.isQuiet(preStep) },
+      hooks: {
+        request: (input, seed) =>
+          hooks.runRequest({ sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt }, seed),
+        requestError: hooks.runRequestError,
+        turnStopping: hooks.runTurnStopping,
+        toolPre: hooks.runToolPre,
+        toolPost: hooks.runToolPost,
+        isQuiet: hooks.isQuiet
+      },
+      model,
+      tools: {
+        list: registry.list,
+        lookup: (name) => Effect.map(registry.lookup(name), Option.getOrUndefined),
+        modeOf: registry.modeOf,
+        maxParallelToolCalls: tools.maxParallelToolCalls
+      },
+      defaults: options,
+      requests: { first: true, lastHeader: lastHeaderOf(events) }
+    }
+    // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
+    const nextTurn = STM.commit(
+      STM.gen(function*() {
+        const phase = yield* TRef.get(ds.phase)
+        if (phase._tag !== "Running" || phase.pending === undefined) return yield* STM.retry
+        yield* setPhase(ds, { ...phase, pending: undefined })
+        return { turn: phase.turn, batch: phase.pending }
+      })
+    )
+    yield* Effect.forkScoped(
+      Effect.forever(
+        Effect.flatMap(nextTurn, ({ batch, turn }) => runTurn(ctx, turn, batch))
+      ).pipe(Effect.locally(currentActivity, identity))
+    )
+    const driver = makeDriver(ds, identity, scope)
+    // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).
+    session.owner.onPoison = (error) =>
+      STM.gen(function*() {
+        const phase = yield* getPhase(ds)
+        const turn = phase._tag === "Running" ? phase.turn : phase.lastTurn
+        const step = phase._tag === "Running" ? phase.step : 0
+        yield* setPhase(ds, { _tag: "Idle", lastTurn: turn })
+        const events: Array<DriverEvent> = [{ type: "agent/error", turn, step, error }]
+        if (phase._tag === "Running") events.push({ type: "agent/status", status: "idle" })
+        yield* publish(session, events)
+      })
+    session.owner.phase = STM.map(getPhase(ds), (phase) =>
+      phase._tag === "Idle" ? "idle" : phase._tag === "Running" ? "running" : "maintenance")
+    // Disposal (SPEC 3.7) steps 1-2; the session layer then seals, flushes and ends the streams.
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* STM.commit(
+          STM.gen(function*() {
+            yield* TRef.set(ds.disposing, true)
+            yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
+            const phase = yield* getPhase(ds)
+            if (phase._tag !== "Idle" && Option.isNone(causeOf(phase))) {
+              yield* setPhase(ds, { ...phase, cause: Option.some({ kind: "disposed" as const }) })
+            }
+          })
+        )
+        yield* STM.commit(
+          STM.gen(function*() {
+            const phase = yield* TRef.get(ds.phase)
+            if (phase._tag !== "Idle" && !(yield* TRef.get(session.poisonedWatch))) return yield* STM.retry
+          })
+        )
+      })
+    )
+    return driver
+  })
+
+/**
+ * Opens one agent in the current scope: its session state, log, inbox, pre-step registry, hooks and
+ * driver, built together (one context instead of a layer per service). Closing the scope is disposal.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const acquireAgent = (
+  options: AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })
+): Effect.Effect<
+  Context.Context<Driver | Inbox | SessionLog | PreStep | Hooks | HooksRunner>,
+  AgentOpenError,
+  SessionStore | Model | Tools | Scope.Scope
+> =>
+  Effect.gen(function*() {
+    const state = yield* acquireState(options)
+    const services = Context.make(SessionLog, makeSessionLog(state)).pipe(
+      Context.add(Inbox, makeInbox(state)),
+      Context.add(PreStep, yield* PreStepModule.make),
+      Context.merge(yield* makeWithRunner)
+    )
+    const driver = yield* acquireDriver(options).pipe(
+      Effect.provide(Context.add(services, SessionState, state))
+    )
+    return Context.add(services, Driver, driver)
+  })
 
 /**
  * Builds agents from layers.
@@ -193,10 +220,6 @@ export const Agent = {
    */
   layer: (
     options: AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })
-  ): Layer.Layer<Driver | Inbox | SessionLog | PreStep | Hooks, AgentOpenError, SessionStore | Model | Tools> => {
-    const state = layerState(options)
-    const services = Layer.mergeAll(SessionLog.layer, Inbox.layer, PreStep.layer, layerWithRunner)
-    const withDriver = driverLayer(options).pipe(Layer.provideMerge(services))
-    return withDriver.pipe(Layer.provide(state)) as never
-  }
+  ): Layer.Layer<Driver | Inbox | SessionLog | PreStep | Hooks, AgentOpenError, SessionStore | Model | Tools> =>
+    Layer.scopedContext(acquireAgent(options))
 }

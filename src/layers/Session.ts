@@ -4,6 +4,7 @@
  *
  * @since 0.1.0
  */
+import type { Scope } from "effect"
 import { Effect, Layer, STM, TRef } from "effect"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
@@ -11,35 +12,43 @@ import type { SessionStore } from "../services/SessionStore.js"
 import type { OpenError, SessionOptions, SessionTarget } from "../internal/SessionOpen.js"
 import { openSessionState } from "../internal/SessionOpen.js"
 import * as Outbox from "../internal/Outbox.js"
+import type { SessionStateShape } from "../internal/SessionState.js"
 import { awaitDurable, lastSeq, SessionState } from "../internal/SessionState.js"
 
 /**
- * The open session state, with a finalizer that seals it: later writes fail with `AgentDisposed`,
- * pending events are flushed (a failure is logged), then streams end.
+ * Opens the session state in the current scope, with a finalizer that seals it: later writes fail
+ * with `AgentDisposed`, pending events are flushed (a failure is logged), then streams end.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const acquireState = (
+  options: SessionOptions & SessionTarget
+): Effect.Effect<SessionStateShape, OpenError, SessionStore | Scope.Scope> =>
+  Effect.gen(function*() {
+    const state = yield* openSessionState(options, options)
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        const seq = yield* STM.commit(STM.zipLeft(lastSeq(state), TRef.set(state.disposed, true)))
+        yield* awaitDurable(state, seq).pipe(
+          Effect.catchAll((error) => Effect.logWarning("tiller: final flush failed", error))
+        )
+        yield* STM.commit(TRef.set(state.closed, true))
+        yield* Outbox.close(state.outbox)
+      })
+    )
+    return state
+  })
+
+/**
+ * The open session state ({@link acquireState} as a layer).
  *
  * @since 0.1.0
  * @category layers
  */
 export const layerState = (
   options: SessionOptions & SessionTarget
-): Layer.Layer<SessionState, OpenError, SessionStore> =>
-  Layer.scoped(
-    SessionState,
-    Effect.gen(function*() {
-      const state = yield* openSessionState(options, options)
-      yield* Effect.addFinalizer(() =>
-        Effect.gen(function*() {
-          const seq = yield* STM.commit(STM.zipLeft(lastSeq(state), TRef.set(state.disposed, true)))
-          yield* awaitDurable(state, seq).pipe(
-            Effect.catchAll((error) => Effect.logWarning("tiller: final flush failed", error))
-          )
-          yield* STM.commit(TRef.set(state.closed, true))
-          yield* Outbox.close(state.outbox)
-        })
-      )
-      return state
-    })
-  )
+): Layer.Layer<SessionState, OpenError, SessionStore> => Layer.scoped(SessionState, acquireState(options))
 
 /**
  * `SessionLog` and `Inbox` of one session opened on the provided store.

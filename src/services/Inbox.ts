@@ -81,7 +81,13 @@ const orDieInternal = <A, E>(stm: STM.STM<A, E | InvalidEvent>): STM.STM<A, Excl
       Exclude<E, InvalidEvent>
     >
 
-const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
+/**
+ * The service over an open session's state (what its layer provides).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
   const lists = STM.map(TRef.get(state.log), ({ fold }) => pendingArrays(fold.inbox))
 
   const insert = (at: "end" | "start") => (target: InboxTarget, m: UserMessage) => {

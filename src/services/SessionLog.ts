@@ -94,7 +94,13 @@ const isAcceptedType = (input: AppendInput): boolean => {
   }
 }
 
-const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.Service<SessionLog> => {
+/**
+ * The service over an open session's state (what its layer provides).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Context.Tag.Service<SessionLog> => {
   const readLog = TRef.get(state.log)
 
   const stream = (fromSeq = 0): Stream.Stream<SessionEvent> =>

@@ -17,7 +17,7 @@ import type {
 import type { EventOf } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { AgentOptions } from "../layers/Agent.js"
-import { Agent } from "../layers/Agent.js"
+import { acquireAgent } from "../layers/Agent.js"
 import type { Driver } from "./Driver.js"
 import type { ForkOptions } from "./Fork.js"
 import { forkSession } from "./Fork.js"
@@ -94,10 +94,8 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
         )
         const { idleTimeToLive, ...agentOptions } = options
         const build = (id: SessionId, resume: boolean) =>
-          Layer.build(
-            Agent.layer({ ...agentOptions, ...(resume ? { resume: id } : { sessionId: id }) }).pipe(
-              Layer.provide(Layer.succeedContext(dependencies))
-            )
+          acquireAgent({ ...agentOptions, ...(resume ? { resume: id } : { sessionId: id }) }).pipe(
+            Effect.provide(dependencies)
           )
         const map = yield* RcMap.make({
           lookup: (id: SessionId) =>

@@ -477,7 +477,7 @@ const loopReport = (floorRun: LoopThroughput, agents: ReadonlyArray<LoopThroughp
   "Stream machinery on every response, as any other `Model` does. The floor runs the same",
   "steps as a bare loop over an array of responses calling the tool function directly and pushing to a",
   "history array (each floor run repeats it for 20 ms). Peak RSS is sampled every 64 tool calls and at the",
-  "end (no GC); the growth is the median of each run's peak over its baseline (after GC, before opening).",
+  "end (no GC); the growth is the median of each run's peak over its RSS before opening (no forced GC).",
   "",
   loopTable(floorRun, agents),
   ""

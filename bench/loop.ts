@@ -22,7 +22,7 @@ import {
 } from "../src/index.js"
 import type { Run } from "./util.js"
 import { W1_ECHO_RESULT } from "./w1/line.js"
-import { currentRss, median, memorySample, timed } from "./util.js"
+import { currentRss, median, timed } from "./util.js"
 
 
 // Steps per RSS sample inside the tool body: a sample costs a few µs, so it is taken rarely.
@@ -125,7 +125,7 @@ const agentLayer = (
  */
 export interface LoopRun extends Run {
   readonly events: number
-  /** RSS after a collection, before the session opened. */
+  /** RSS before the session opened (no forced collection). */
   readonly baselineRss: number
   /** The highest RSS sampled during the run (every 64 tool calls and at the end, no GC). */
   readonly peakRss: number
@@ -142,7 +142,8 @@ export const w1Run = (steps: number, kind: ModelKind = "scripted"): Effect.Effec
   Effect.gen(function*() {
     const model = kind === "scripted" ? ScriptedModel.layer(w1Script(steps)) : directModel(steps)
     const prompt = userMessage({ id: "bench-prompt", text: "Call echo until the script ends." })
-    const baselineRss = (yield* memorySample).rss
+    // No forced collection before a timed run (see `collectGarbage`): the baseline includes garbage.
+    const baselineRss = currentRss()
     let peakRss = currentRss()
     let calls = 0
     const onCall = () => {

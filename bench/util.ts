@@ -65,6 +65,9 @@ export const gcAvailable = (): boolean => typeof globalThis.gc === "function"
 
 /**
  * Forces full collections when `--expose-gc` is on (twice: the first may only schedule finalizers).
+ * Only for memory samples, never before a timed run: a forced collection also drops the hidden
+ * classes that optimized code was specialised on (V8 deoptimizes that code, reason "weak objects"),
+ * so the run after it re-warms, which no ordinary program does.
  *
  * @since 0.1.0
  * @category memory
@@ -77,8 +80,8 @@ export const collectGarbage: Effect.Effect<void> = Effect.sync(() => {
 })
 
 /**
- * Runs `a` and `b` `runs` times each, alternating which goes first (`a` on even runs), with a
- * collection before each: the results of `a` and of `b`, in run order.
+ * Runs `a` and `b` `runs` times each, alternating which goes first (`a` on even runs): the results
+ * of `a` and of `b`, in run order. No collection is forced between runs (see {@link collectGarbage}).
  *
  * @since 0.1.0
  * @category benchmarks
@@ -92,14 +95,11 @@ export const alternating = <A, B, E, R>(
     const as: Array<A> = []
     const bs: Array<B> = []
     for (let i = 0; i < runs; i++) {
-      yield* collectGarbage
       if (i % 2 === 0) {
         as.push(yield* a)
-        yield* collectGarbage
         bs.push(yield* b)
       } else {
         bs.push(yield* b)
-        yield* collectGarbage
         as.push(yield* a)
       }
     }
@@ -169,8 +169,7 @@ export interface RepeatOptions {
 }
 
 /**
- * Runs `warmup` untimed (JIT warm-up), then `run` `runs` times with a collection before each, and
- * reports the median rate.
+ * Runs `warmup` untimed (JIT warm-up), then `run` `runs` times, and reports the median rate.
  *
  * @since 0.1.0
  * @category timing
@@ -185,7 +184,6 @@ export const repeat = <E, R>(
     const durations: Array<number> = []
     let operations = 0
     for (let i = 0; i < options.runs; i++) {
-      yield* collectGarbage
       const result = yield* run
       operations = result.operations
       durations.push(result.millis)

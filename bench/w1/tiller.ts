@@ -26,7 +26,7 @@ import {
   userMessage
 } from "../../src/index.js"
 import { echoTool, w1Script } from "../loop.js"
-import { collectGarbage, timed } from "../util.js"
+import { timed } from "../util.js"
 import type { W1Line } from "./line.js"
 import { W1_PROMPT } from "./line.js"
 
@@ -134,7 +134,6 @@ const main = Effect.gen(function*() {
     (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
   )
   yield* tillerW1Run(store, directory, 0, warmSteps)
-  yield* collectGarbage
   const { cpuMs, ms } = yield* tillerW1Run(store, directory, 1, steps)
   const line: W1Line = {
     system: `tiller-${store}`,

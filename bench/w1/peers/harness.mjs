@@ -47,7 +47,7 @@ const positiveInt = (text, name) => {
 }
 
 /**
- * Runs `once(warmSteps)` untimed, collects garbage, then `once(steps)`, and prints the result line.
+ * Runs `once(warmSteps)` untimed, then `once(steps)`, and prints the result line.
  * `once` performs one complete W1 run, its setup untimed and its loop wrapped in `timed`, and
  * returns the milliseconds `timed` measured.
  */
@@ -55,10 +55,7 @@ export const runPeer = async (system, once) => {
   const steps = positiveInt(process.argv[2] ?? "1000", "steps")
   const warmSteps = positiveInt(process.argv[3] ?? String(steps), "warm-up steps")
   await once(warmSteps)
-  if (typeof globalThis.gc === "function") {
-    globalThis.gc()
-    globalThis.gc()
-  }
+  // No forced collection here: it would also deoptimize code the warm-up optimized (see bench/util.ts).
   const ms = await once(steps)
   const line = {
     system,

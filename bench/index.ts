@@ -798,6 +798,10 @@ const report = (s: Sizes, when: string, figures: Figures): string =>
     }`,
     loadReport(),
     "",
+    "No collection is forced before a timed run (only memory samples force one): node's `gc()` also drops the",
+    "hidden classes that optimized code was specialised on, so V8 deoptimizes that code and the next run",
+    "re-warms, which no ordinary program does. W5 (a memory benchmark) still collects before each run.",
+    "",
     ...(figures.primitives === undefined
       ? []
       : primitivesReport(s, figures.primitives.memory, figures.primitives.results)),

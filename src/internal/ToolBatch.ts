@@ -246,7 +246,14 @@ export const runTools = (
         }
         const finalOutcome = outcome
         const finalOutput = output
-        yield* commit(session, 
+        const conclude = (use: { readonly outcome: ToolOutcome; readonly output: NormalizedToolOutput }) => {
+          if (use.output.concludesTurn && !use.output.isError && use.outcome._tag === "Succeeded") concluded = true
+        }
+        // Without contexts the result is the whole transaction.
+        const resultOnly = () =>
+          STM.map(appendDrafts(session, [resultDraft(call, finalOutcome, finalOutput)], true), () =>
+            conclude({ outcome: finalOutcome, output: finalOutput }))
+        yield* commit(session, contexts.length === 0 ? resultOnly() :
           STM.gen(function*() {
             let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
             const duplicate = yield* freshness(contexts)
@@ -270,7 +277,7 @@ export const runTools = (
               }
               yield* publish(session, notifications)
             }
-            if (use.output.concludesTurn && !use.output.isError && use.outcome._tag === "Succeeded") concluded = true
+            conclude(use)
           })
         ).pipe(Effect.orDie)
         call.committed = true

@@ -5,6 +5,7 @@
  * @since 0.1.0
  */
 import { Effect, Either, Exit, HashMap, Option, STM, TRef } from "effect"
+import type { InvalidEvent } from "../domain/Errors.js"
 import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import { validateUserMessage } from "../domain/Message.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
@@ -73,39 +74,35 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       const claimedIds = new Set(batch.map((m) => m.id))
       const checked = entered.map((m) => validateUserMessage(m))
       const opened = yield* commit(session, 
-        STM.gen(function*() {
-          const phase = yield* getPhase(ds)
-          if (Option.isSome(causeOf(phase))) {
-            yield* closeTurn(ds, turn, completed)
-            return false
-          }
+        STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> => {
+          if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), false)
           const invalid = checked.find(Either.isLeft)
           if (invalid !== undefined) {
             const failure = ownFailure("INVALID_MESSAGE", `pre-step entered an invalid message: ${invalid.left}`)
-            yield* closeTurn(ds, turn, errorReason(failure), { step, error: failure })
-            return false
+            return STM.as(closeTurn(ds, turn, errorReason(failure), { step, error: failure }), false)
           }
           const messages = checked.flatMap((c) => Either.isRight(c) ? [c.right] : [])
-          const { fold } = yield* TRef.get(session.log)
-          const seen = new Set<string>()
-          for (const m of messages) {
-            const record = HashMap.get(fold.known, m.id)
-            const reused = seen.has(m.id) || (Option.isSome(record) && !claimedIds.has(m.id))
-            seen.add(m.id)
-            if (reused) {
-              const state = Option.isSome(record) ? stateOfRecord(record.value) : "pending"
-              const failure = ownFailure("DUPLICATE_MESSAGE", `pre-step entered message ${m.id}, which is already known (${state})`)
-              yield* closeTurn(ds, turn, errorReason(failure), { step, error: failure })
-              return false
+          return STM.flatMap(TRef.get(session.log), ({ fold }) => {
+            const seen = new Set<string>()
+            for (const m of messages) {
+              const record = HashMap.get(fold.known, m.id)
+              const reused = seen.has(m.id) || (Option.isSome(record) && !claimedIds.has(m.id))
+              seen.add(m.id)
+              if (reused) {
+                const state = Option.isSome(record) ? stateOfRecord(record.value) : "pending"
+                const failure = ownFailure("DUPLICATE_MESSAGE", `pre-step entered message ${m.id}, which is already known (${state})`)
+                return STM.as(closeTurn(ds, turn, errorReason(failure), { step, error: failure }), false)
+              }
             }
-          }
-          yield* appendDrafts(session, [
-            { type: "step/start", data: { turn, step } },
-            ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
-          ], true)
-          const current = yield* getPhase(ds)
-          if (current._tag === "Running") yield* setPhase(ds, { ...current, step })
-          return true
+            const appended = appendDrafts(session, [
+              { type: "step/start", data: { turn, step } },
+              ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
+            ], true)
+            // Appending leaves the phase as read above.
+            return phase._tag === "Running"
+              ? STM.zipRight(appended, STM.as(setPhase(ds, { ...phase, step }), true))
+              : STM.as(appended, true)
+          })
         })
       ).pipe(Effect.orDie)
       if (!opened) return
@@ -139,19 +136,12 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // 7. TX-BOUNDARY: close, or claim the next batch.
       const stop = lastStop
       const next = yield* commit(session, 
-        STM.gen(function*() {
-          const phase = yield* getPhase(ds)
-          const { fold } = yield* TRef.get(session.log)
-          if (Option.isSome(causeOf(phase))) {
-            yield* closeTurn(ds, turn, completed)
-            return undefined
-          }
-          if (stop !== undefined && fold.inbox.nextStep.length === 0) {
-            yield* closeTurn(ds, turn, natural())
-            return undefined
-          }
-          return fold.inbox.nextStep.length > 0 ? yield* claimSTM(session, turn, false) : []
-        })
+        STM.flatMap(getPhase(ds), (phase) =>
+          STM.flatMap(TRef.get(session.log), ({ fold }): STM.STM<ReadonlyArray<UserMessage> | undefined, InvalidEvent> => {
+            if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), undefined)
+            if (stop !== undefined && fold.inbox.nextStep.length === 0) return STM.as(closeTurn(ds, turn, natural()), undefined)
+            return fold.inbox.nextStep.length > 0 ? claimSTM(session, turn, false) : STM.succeed([])
+          }))
       ).pipe(Effect.orDie)
       if (next === undefined) return
       batch = next

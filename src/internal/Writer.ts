@@ -117,7 +117,7 @@ const sleep = (signal: WriterSignal): Effect.Effect<void> =>
     })
   })
 
-// The batch window runs on one timer fiber for the writer's lifetime, so arming it forks nothing.
+// The batch window runs on one timer fiber, started with the first window and kept for the writer's lifetime.
 // Deadlines only grow (each is the oldest pending event's time plus the window).
 const arm = (signal: WriterSignal, deadline: number): void => {
   if (deadline <= signal.deadline) return
@@ -192,6 +192,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     })
   }
 
+  let timerStarted = false
   // One pass: write what is due, or sleep until something may be. `false` once poisoned.
   const pass = Effect.gen(function*() {
     // Committed values, read without a transaction: the log only grows and the poison is never lifted.
@@ -207,6 +208,11 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       const deadline = events.buffer[durable + 1]!.time + windowMs
       if (deadline > state.clock.unsafeCurrentTimeMillis()) {
         arm(signal, deadline)
+        // The timer fiber starts with the first window (an idle session holds no timer fiber).
+        if (!timerStarted) {
+          timerStarted = true
+          yield* Effect.fork(timer(signal))
+        }
         yield* sleep(signal)
         return true
       }
@@ -222,7 +228,6 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   })
 
   return Effect.gen(function*() {
-    yield* Effect.fork(timer(signal))
     while (yield* pass) {
       // Until the session is poisoned.
     }

@@ -94,11 +94,10 @@ export const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> 
     const accepted = acceptCallerMessage(m)
     return commitAcknowledged(
       state,
-      STM.gen(function*() {
-        yield* guardWritable(state)
-        if (Either.isLeft(accepted)) return yield* STM.fail(accepted.left)
-        return yield* orDieInternal(insertSTM(state, target, accepted.right, at))
-      })
+      STM.flatMap(guardWritable(state), () =>
+        Either.isLeft(accepted)
+          ? STM.fail(accepted.left)
+          : orDieInternal(insertSTM(state, target, accepted.right, at)))
     )
   }
 

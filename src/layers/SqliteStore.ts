@@ -4,9 +4,11 @@
  * One database file holds every session: `sessions` has one row per session (its header as JSON,
  * the caller's `createdAt` and the stored log length) and `events` one row per logical event,
  * keyed `(session_id, seq)`. The layer creates the file with mode 0600, turns on WAL and runs its
- * own migrations. `create` and `append` are each one `BEGIN IMMEDIATE` transaction; `append`
- * advances `sessions.length` only if it still equals `events[0].seq` (the optimistic check against
- * a second writer) and inserts the rows with a few cached multi-row INSERTs. `load` decodes every
+ * own migrations. `create` is one `BEGIN IMMEDIATE` transaction; an `append` advances
+ * `sessions.length` only if it still equals `events[0].seq` (the optimistic check against a second
+ * writer) and inserts the rows with a few cached multi-row INSERTs, in a `BEGIN IMMEDIATE`
+ * transaction that appends of other sessions arriving at the same time share (group commit, each
+ * append in a savepoint of its own). `load` decodes every
  * row with the `SessionEvent` schema: a row that does not decode is `MalformedLog` with its seq.
  * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`;
  * store-wide failures (opening, `list`) carry the session id `"*"`.
@@ -126,6 +128,15 @@ const parseJson = (text: unknown): Either.Either<unknown, string> => {
   }
 }
 
+
+/** One queued append: a session's events, their row JSON, and where its outcome goes. */
+interface AppendRequest {
+  readonly id: SessionId
+  readonly firstSeq: number
+  readonly events: ReadonlyArray<SessionEvent>
+  readonly rows: ReadonlyArray<string>
+  readonly done: (exit: Exit.Exit<void, PersistenceError | SqlError>) => void
+}
 
 /** Each event's row JSON, encoded before any transaction starts. */
 const encodeRows = (events: ReadonlyArray<SessionEvent>): Either.Either<Array<string>, string> => {
@@ -323,33 +334,115 @@ export const make = (
         )
     })
 
+    // One session's append inside a transaction: advance the stored length if it still equals the
+    // first seq (the optimistic check against a second writer), then insert the rows.
+    const appendRows = (request: AppendRequest): Effect.Effect<void, PersistenceError | SqlError> =>
+      Effect.gen(function*() {
+        const { events, firstSeq, id, rows } = request
+        const advanced = yield* conn.execute(ADVANCE_LENGTH, [firstSeq + events.length, id, firstSeq], undefined)
+        if (advanced.length === 0) {
+          const [stored] = yield* conn.execute(SELECT_LENGTH, [id], undefined)
+          return yield* new PersistenceError({
+            sessionId: id,
+            operation: "append",
+            cause: stored === undefined
+              ? new SessionNotFound({ sessionId: id })
+              : seqProblem(events, (stored as { readonly length: number }).length) ?? "the stored length changed"
+          })
+        }
+        yield* insertEvents(conn, id, firstSeq, rows)
+      })
+
+    // Several sessions' appends in one transaction, each in a savepoint of its own, so one
+    // session's failure leaves the others' rows in place. A failed COMMIT fails them all.
+    const appendGroup = (group: ReadonlyArray<AppendRequest>): Effect.Effect<void> => {
+      const results = new Array<Exit.Exit<void, PersistenceError | SqlError>>(group.length)
+      const body = Effect.forEach(group, (request, i) =>
+        Effect.flatMap(
+          Effect.zipRight(conn.execute("SAVEPOINT tiller_append", [], undefined), Effect.exit(appendRows(request))),
+          (exit) => {
+            results[i] = exit
+            return Exit.isSuccess(exit)
+              ? conn.execute("RELEASE tiller_append", [], undefined)
+              : Effect.zipRight(
+                conn.execute("ROLLBACK TO tiller_append", [], undefined),
+                conn.execute("RELEASE tiller_append", [], undefined)
+              )
+          }
+        ), { discard: true })
+      return Effect.map(Effect.exit(transaction("BEGIN IMMEDIATE", body)), (committed) => {
+        group.forEach((request, i) =>
+          request.done(Exit.isFailure(committed) ? committed : results[i] ?? Exit.die("append not run")))
+      })
+    }
+
+    // Group commit across sessions: appends queue here; the first to arrive while none is being
+    // written leads, writes every queued append (one transaction; one append alone runs as before,
+    // without savepoints) and repeats until the queue is empty. Before taking the queue it yields
+    // once when other sessions have been appending, so their writers can join the group.
+    const queued: Array<AppendRequest> = []
+    let leading = false
+    let lastGroup: { readonly id: SessionId; readonly size: number } | undefined
+    const lead = (id: SessionId): Effect.Effect<void> =>
+      Effect.uninterruptible(Effect.gen(function*() {
+        if (lastGroup !== undefined && (lastGroup.size > 1 || lastGroup.id !== id)) yield* Effect.yieldNow()
+        while (queued.length > 0) {
+          const group = queued.splice(0, queued.length)
+          lastGroup = { id: group[0]!.id, size: group.length }
+          if (group.length === 1) {
+            const request = group[0]!
+            request.done(yield* Effect.exit(transaction("BEGIN IMMEDIATE", appendRows(request))))
+          } else {
+            yield* appendGroup(group)
+          }
+        }
+      })).pipe(
+        // Normally the queue is empty here; after a defect, whatever is still queued fails with it.
+        Effect.onExit((exit) =>
+          Effect.sync(() => {
+            leading = false
+            if (Exit.isFailure(exit)) for (const request of queued.splice(0, queued.length)) request.done(exit)
+          })
+        )
+      )
+
     // Untraced: the session writer calls it for every batch.
-    const append = Effect.fnUntraced(function*(
+    const append = (
       id: SessionId,
       events: readonly [SessionEvent, ...Array<SessionEvent>]
-    ) {
-      const fail = (cause: unknown) => new PersistenceError({ sessionId: id, operation: "append", cause })
-      if (events.length === 0) return yield* fail("an append needs at least one event")
-      const firstSeq = events[0].seq
-      const problem = seqProblem(events, firstSeq)
-      if (problem !== undefined) return yield* fail(problem)
-      const rows = encodeRows(events)
-      if (Either.isLeft(rows)) return yield* fail(rows.left)
-      yield* transaction(
-        "BEGIN IMMEDIATE",
-        Effect.gen(function*() {
-          const advanced = yield* conn.execute(ADVANCE_LENGTH, [firstSeq + events.length, id, firstSeq], undefined)
-          if (advanced.length === 0) {
-            const [stored] = yield* conn.execute(SELECT_LENGTH, [id], undefined)
-            return yield* fail(
-              stored === undefined
-                ? new SessionNotFound({ sessionId: id })
-                : seqProblem(events, (stored as { readonly length: number }).length) ?? "the stored length changed"
-            )
+    ): Effect.Effect<void, PersistenceError> =>
+      Effect.suspend(() => {
+        const fail = (cause: unknown) => Effect.fail(new PersistenceError({ sessionId: id, operation: "append", cause }))
+        if (events.length === 0) return fail("an append needs at least one event")
+        const firstSeq = events[0].seq
+        const problem = seqProblem(events, firstSeq)
+        if (problem !== undefined) return fail(problem)
+        const rows = encodeRows(events)
+        if (Either.isLeft(rows)) return fail(rows.left)
+        let result: Exit.Exit<void, PersistenceError | SqlError> | undefined
+        let resume: ((exit: Exit.Exit<void, PersistenceError | SqlError>) => void) | undefined
+        queued.push({
+          id,
+          firstSeq,
+          events,
+          rows: rows.right,
+          done: (exit) => {
+            result = exit
+            resume?.(exit)
           }
-          yield* insertEvents(conn, id, firstSeq, rows.right)
-        })).pipe(PersistenceError.refail(id, "append"))
-    })
+        })
+        const settled = Effect.async<void, PersistenceError | SqlError>((callback) => {
+          if (result !== undefined) return callback(result)
+          resume = callback
+          // A caller that stops waiting: its append is still written (it may already be).
+          return Effect.sync(() => {
+            resume = undefined
+          })
+        })
+        if (leading) return PersistenceError.refail(id, "append")(settled)
+        leading = true
+        return PersistenceError.refail(id, "append")(Effect.zipRight(lead(id), settled))
+      })
 
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
       // One read transaction: the header, the length and the rows are one snapshot.

@@ -147,6 +147,60 @@ describe("SqliteSessionStore", () => {
       }))
     }))
 
+  describe("group commit across sessions", () => {
+    const sessions = (n: number) => Array.from({ length: n }, (_, i) => SessionId.make(`group-${i}`))
+    const walBytes = (filename: string) => fs.statSync(`${filename}-wal`).size
+
+    it.effect("appends of several sessions arriving together share one transaction", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        const ids = sessions(6)
+        yield* withStore(filename, (store) =>
+          Effect.gen(function*() {
+            for (const s of ids) yield* store.create(makeHeader(s), turns(0, 1))
+            // Three appends one after the other: three transactions.
+            const before = walBytes(filename)
+            for (const s of ids.slice(0, 3)) yield* store.append(s, nonEmpty(turns(1, 1)))
+            const sequential = walBytes(filename) - before
+            // Three appends at once: the first waits a moment for the others and writes them all.
+            const middle = walBytes(filename)
+            yield* Effect.all(ids.slice(3).map((s) => store.append(s, nonEmpty(turns(1, 1)))), { concurrency: "unbounded" })
+            const grouped = walBytes(filename) - middle
+            expect(grouped).toBeGreaterThan(0)
+            expect(grouped).toBeLessThan(sequential)
+            for (const s of ids) expect((yield* store.load(s)).events).toStrictEqual(turns(0, 2))
+          }))
+      }))
+
+    it.effect("a rejected append in a group fails alone; the others' rows are stored", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        const [warm, a, b, c] = sessions(4) as [SessionId, SessionId, SessionId, SessionId]
+        yield* withStore(filename, (store) =>
+          Effect.gen(function*() {
+            for (const s of [warm, a, b, c]) yield* store.create(makeHeader(s), turns(0, 1))
+            yield* store.append(warm, nonEmpty(turns(1, 1)))
+            const [ok1, stale, ok2] = yield* Effect.all([
+              Effect.exit(store.append(a, nonEmpty(turns(1, 1)))),
+              Effect.exit(store.append(b, nonEmpty(turns(0, 1)))),
+              Effect.exit(store.append(c, nonEmpty(turns(1, 1))))
+            ], { concurrency: "unbounded" })
+            expect(Exit.isSuccess(ok1)).toBe(true)
+            expect(Exit.isSuccess(ok2)).toBe(true)
+            const error = yield* failureOf(stale)
+            expect(error).toBeInstanceOf(PersistenceError)
+            expect(error).toMatchObject({ sessionId: b, operation: "append" })
+            expect(String((error as PersistenceError).cause)).toContain("stored log has 14 events")
+            expect((yield* store.load(a)).events).toStrictEqual(turns(0, 2))
+            expect((yield* store.load(b)).events).toStrictEqual(turns(0, 1))
+            expect((yield* store.load(c)).events).toStrictEqual(turns(0, 2))
+            // The store goes on accepting appends for every session, the rejected one included.
+            yield* store.append(b, nonEmpty(turns(1, 1)))
+            expect((yield* store.load(b)).events).toStrictEqual(turns(0, 2))
+          }))
+      }))
+  })
+
   describe("corrupted rows load as MalformedLog with their seq", () => {
     const corrupted = (corrupt: (sql: SqlClient.SqlClient) => Effect.Effect<unknown, unknown>) =>
       Effect.gen(function*() {

@@ -496,6 +496,9 @@ describe("inbox mutations (SPEC 3.8, P39)", () => {
       const error = yield* Effect.flip(Effect.scoped(Layer.build(agentOn({ resume: id }, []))))
       expect(error).toBeInstanceOf(MalformedLog)
       expect((error as MalformedLog).seq).toBe(0)
+      // The failed open released what it had acquired: a second attempt fails the same way, not AgentBusy.
+      const again = yield* Effect.flip(Effect.scoped(Layer.build(agentOn({ resume: id }, []))))
+      expect(again).toBeInstanceOf(MalformedLog)
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 
   it.scoped("P39 (e): a removed injection reaches no request", () =>

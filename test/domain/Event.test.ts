@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, ParseResult, Schema } from "effect"
 import { CORE_EVENT_TYPES, isCoreType, SessionEvent, SessionHeader } from "../../src/domain/Event.js"
+import { everyChunk } from "../fixtures/events.js"
 
 const decode = Schema.decodeUnknownEither(SessionEvent, { onExcessProperty: "error" })
 const encode = Schema.encodeEither(SessionEvent)
@@ -128,23 +129,7 @@ describe("SessionEvent round trip", () => {
     it(`round-trips a ${shape} splice`, () => roundTrip(env("agent/inbox/spliced", data)))
   }
 
-  const chunks = [
-    { type: "block-start", index: 0, block: "text" },
-    { type: "block-start", index: 1, block: "reasoning" },
-    { type: "block-start", index: 2, block: "tool-call", id: "call_1", name: "calc" },
-    { type: "text-delta", index: 0, text: "Hel" },
-    { type: "reasoning-delta", index: 1, text: "hmm" },
-    { type: "tool-call-delta", index: 2, arguments: "{\"x\":" },
-    { type: "block-end", index: 2 },
-    { type: "usage", usage: { inputTokens: 1, outputTokens: 2 } },
-    { type: "usage", usage },
-    { type: "replay-state", state: { opaque: ["x", 1, null], deep: { ok: true } } },
-    { type: "finish", finish: { kind: "stop" } },
-    { type: "finish", finish: { kind: "max-tokens" } },
-    { type: "finish", finish: { kind: "error", failure } },
-    { type: "finish", finish: { kind: "aborted", failure: { message: "aborted", code: "ABORTED" } } }
-  ]
-  for (const chunk of chunks) {
+  for (const chunk of everyChunk) {
     it(`round-trips an assistant/chunk carrying ${chunk.type} ${JSON.stringify(chunk).slice(0, 60)}`, () =>
       roundTrip(env("assistant/chunk", { turn: 2, step: 3, attempt: 1, chunk })))
   }

@@ -15,7 +15,21 @@ import { Tool } from "../../src/services/Tools.js"
 import { decodeOwnedJson, decodeStored } from "../../src/internal/DecodedEvents.js"
 import { acceptsEventJson } from "../../src/internal/EventDecoder.js"
 import { scenario, user } from "../agent/harness.js"
-import { assistantMessage, call, event, llmFailure, log, reason, repairError, text, toolResultMessage, user as fixtureUser } from "../fixtures/events.js"
+import {
+  assistantMessage,
+  call,
+  event,
+  everyChunk,
+  fullFailure,
+  fullUsage,
+  llmFailure,
+  log,
+  reason,
+  repairError,
+  text,
+  toolResultMessage,
+  user as fixtureUser
+} from "../fixtures/events.js"
 
 /** The decoder the fast path must match: the Schema with lossless JSON, freezing in place. */
 const reference = losslessDecoder(SessionEvent, "event", { owned: true })
@@ -72,8 +86,6 @@ const compare = (text: string): Outcome => {
 
 const at = { turn: 1, step: 1 }
 const at1 = { turn: 1, step: 1, attempt: 1 }
-const fullUsage = { inputTokens: 5, outputTokens: 7, totalTokens: 12, reasoningTokens: 1, cacheReadTokens: 2, cacheWriteTokens: 0 }
-const fullFailure = { message: "m", code: "C", status: 503, retryAfterMs: 1.5, requestId: "r", retryable: true }
 
 /** One event of every type and every optional field and union member. */
 const fixtureEvents = (): Array<SessionEvent> => [
@@ -87,23 +99,7 @@ const fixtureEvents = (): Array<SessionEvent> => [
   event.userMessage(3, fixtureUser("u1")),
   event.userMessage(3, fixtureUser("u2"), { surfaceOp: { op: "replace", start: 0, end: 2 }, sourceEventSeqs: [0, 1, 2] }),
   event.userMessage(3, { id: "u3", role: "user", content: [text("a"), { type: "image", mediaType: "image/png", data: "AA==" }], source: { kind: "plugin", plugin: "p", extra: { deep: [1, null, "x"] } } } as never),
-  ...[
-    { type: "block-start", index: 0, block: "text" },
-    { type: "block-start", index: 1, block: "reasoning" },
-    { type: "block-start", index: 2, block: "tool-call", id: "c1", name: "lookup" },
-    { type: "text-delta", index: 0, text: "hi" },
-    { type: "reasoning-delta", index: 1, text: "hmm" },
-    { type: "tool-call-delta", index: 2, arguments: "{\"q\":1}" },
-    { type: "block-end", index: 0 },
-    { type: "usage", usage: { inputTokens: 1, outputTokens: 0 } },
-    { type: "usage", usage: fullUsage },
-    { type: "replay-state", state: { opaque: [1, 2, { k: "v" }], n: null } },
-    { type: "replay-state", state: "plain" },
-    { type: "finish", finish: { kind: "stop" } },
-    { type: "finish", finish: { kind: "max-tokens" } },
-    { type: "finish", finish: { kind: "error", failure: llmFailure() } },
-    { type: "finish", finish: { kind: "aborted", failure: fullFailure } }
-  ].map((chunk, i) => event.chunk(4 + i, at1, chunk as never)),
+  ...everyChunk.map((chunk, i) => event.chunk(4 + i, at1, chunk)),
   event.assistantMessage(20, at1, assistantMessage("a1", [text("x"), { type: "reasoning", text: "r" }, call("c1")]), { sourceEventSeqs: [4, 5] }),
   event.assistantMessage(20, at1, assistantMessage("a2", []), { sourceEventSeqs: [], interrupted: true, usage: fullUsage }),
   event.assistantMessage(20, at1, { ...assistantMessage("a3", [text("y")]), source: { kind: "model", provider: "p", model: "m", replayState: { s: [true] } } }),

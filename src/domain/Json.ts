@@ -170,9 +170,30 @@ export const jsonEquals = (a: unknown, b: unknown): boolean => {
   return true
 }
 
+// The Schema's reason for refusing a JSON value (excess properties refused), or undefined.
+const schemaReason = <A, I>(schema: Schema.Schema<A, I>) => {
+  const decode = Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })
+  return (input: unknown): string | undefined => {
+    const decoded = decode(input)
+    return Either.isLeft(decoded) ? ParseResult.TreeFormatter.formatErrorSync(decoded.left) : undefined
+  }
+}
+
 /**
- * A validator for untrusted input: lossless JSON first, then the Schema with excess properties
- * refused; the result is a deep-frozen copy, or a readable reason.
+ * Why a value is not an `A`: lossless JSON first, then the Schema with excess properties refused;
+ * `undefined` when it is one.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const losslessProblem = <A, I>(schema: Schema.Schema<A, I>, path: string) => {
+  const reason = schemaReason(schema)
+  return (input: unknown): string | undefined => jsonProblem(input, path) ?? reason(input)
+}
+
+/**
+ * A validator for untrusted input: {@link losslessProblem}'s checks; the result is a deep-frozen
+ * copy, or a readable reason.
  *
  * @since 0.1.0
  * @category validation
@@ -186,17 +207,12 @@ export const losslessDecoder = <A, I>(
     readonly accepts?: (json: unknown) => boolean
   }
 ) => {
-  const decode = Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })
+  const reason = schemaReason(schema)
   // An input the caller owns (freshly parsed JSON) is frozen in place instead of copied.
   const freeze = options?.owned === true ? (input: A) => deepFreeze(input) : (input: A) => freezeCopy(input)
   const accepts = options?.accepts
   return (input: unknown): Either.Either<A, string> => {
-    const problem = jsonProblem(input, path)
-    if (problem !== undefined) return Either.left(problem)
-    if (accepts !== undefined && accepts(input)) return Either.right(freeze(input as A))
-    return Either.match(decode(input), {
-      onLeft: (error) => Either.left(ParseResult.TreeFormatter.formatErrorSync(error)),
-      onRight: () => Either.right(freeze(input as A))
-    })
+    const problem = jsonProblem(input, path) ?? (accepts?.(input) === true ? undefined : reason(input))
+    return problem === undefined ? Either.right(freeze(input as A)) : Either.left(problem)
   }
 }

@@ -5,22 +5,15 @@
  *
  * @since 0.1.0
  */
-import { Either, ParseResult, Schema } from "effect"
+import { Either } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
-import { deepFreeze, jsonProblem, losslessDecoder } from "../domain/Json.js"
+import { deepFreeze, losslessDecoder, losslessProblem } from "../domain/Json.js"
 import { acceptsEventJson } from "./EventDecoder.js"
 
 const copying = losslessDecoder(SessionEventSchema, "event", { accepts: acceptsEventJson })
-const decodeSchema = Schema.decodeUnknownEither(SessionEventSchema, { onExcessProperty: "error" })
-
-// The reason `input` is not an event, worded as `losslessDecoder` words it; undefined when it is.
-const schemaProblem = (input: unknown): string | undefined => {
-  const problem = jsonProblem(input, "event")
-  if (problem !== undefined) return problem
-  const result = decodeSchema(input)
-  return Either.isLeft(result) ? ParseResult.TreeFormatter.formatErrorSync(result.left) : undefined
-}
+// The reason a value is not an event, worded as `copying` words it; undefined when it is one.
+const eventProblem = losslessProblem(SessionEventSchema, "event")
 
 // Returns the object it is given, so that the subclass below installs its private field on it.
 class Stamped {
@@ -75,13 +68,8 @@ export const decodeOwnedJson = (text: string): Either.Either<SessionEvent, TextP
   } catch (cause) {
     return Either.left({ _tag: "NotJson", message: cause instanceof Error ? cause.message : String(cause) })
   }
-  // Nobody else holds `input`, and `JSON.parse` built it: what the fast check relies on.
-  if (acceptsEventJson(input)) {
-    const event = input as SessionEvent
-    DecodedMark.mark(event)
-    return Either.right(deepFreeze(event))
-  }
-  const problem = schemaProblem(input)
+  // Nobody else holds `input`, and `JSON.parse` built it (so it is JSON): what the fast check relies on.
+  const problem = acceptsEventJson(input) ? undefined : eventProblem(input)
   if (problem !== undefined) return Either.left({ _tag: "NotEvent", reason: problem })
   const event = input as SessionEvent
   DecodedMark.mark(event)

@@ -126,6 +126,45 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
   )
 
 /**
+ * Waits, on callbacks alone, for whichever comes first: the stop watch firing (`onStop` gives the
+ * result) or `listen`'s own event (`listen` registers it, may report it at once, and returns how to
+ * unregister). The loser is unregistered; a caller that stops waiting unregisters both and runs
+ * `onCancel`.
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const untilStopOr = <A>(
+  watch: StopWatch,
+  listen: (done: (result: Effect.Effect<A>) => void) => () => void,
+  onStop: () => Effect.Effect<A>,
+  onCancel: Effect.Effect<void> = Effect.void
+): Effect.Effect<A> =>
+  Effect.async<A>((resume) => {
+    let settled = false
+    let unlisten: (() => void) | undefined
+    const stop = () => {
+      if (settled) return
+      settled = true
+      unlisten?.()
+      resume(onStop())
+    }
+    watch.listeners.add(stop)
+    unlisten = listen((result) => {
+      if (settled) return
+      settled = true
+      watch.listeners.delete(stop)
+      resume(result)
+    })
+    return Effect.suspend(() => {
+      settled = true
+      watch.listeners.delete(stop)
+      unlisten?.()
+      return onCancel
+    })
+  })
+
+/**
  * The cause recorded for the current activity, if any: the last committed phase's, read without a
  * transaction.
  *
@@ -160,30 +199,17 @@ export const abortable = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>
     // the work against the transaction itself.
     if (watch === undefined || watch.stopped) return racedAgainstStop(ds, work)
     return Effect.flatMap(Effect.fork(work), (fiber) =>
-      Effect.async<Abortable<A, E>>((resume) => {
-        let settled = false
-        const onStop = () => {
-          if (settled) return
-          settled = true
-          fiber.removeObserver(onExit)
-          resume(Effect.map(Fiber.interrupt(fiber), (exit) => ({ _tag: "Aborted" as const, exit })))
-        }
-        const onExit = (exit: Exit.Exit<A, E>) => {
-          if (settled) return
-          settled = true
-          watch.listeners.delete(onStop)
-          resume(Effect.succeed({ _tag: "Done" as const, exit }))
-        }
-        watch.listeners.add(onStop)
-        fiber.addObserver(onExit)
-        // The caller was interrupted: stop listening, interrupt the work and await it.
-        return Effect.suspend(() => {
-          settled = true
-          watch.listeners.delete(onStop)
-          fiber.removeObserver(onExit)
-          return Fiber.interrupt(fiber)
-        })
-      }))
+      untilStopOr<Abortable<A, E>>(
+        watch,
+        (done) => {
+          const onExit = (exit: Exit.Exit<A, E>) => done(Effect.succeed({ _tag: "Done", exit }))
+          fiber.addObserver(onExit)
+          return () => fiber.removeObserver(onExit)
+        },
+        () => Effect.map(Fiber.interrupt(fiber), (exit) => ({ _tag: "Aborted" as const, exit })),
+        // The caller was interrupted: interrupt the work and await it.
+        Effect.asVoid(Fiber.interrupt(fiber))
+      ))
   })
 
 /**
@@ -214,28 +240,17 @@ export const checkpoint = (ds: DriverState, seq: number): Effect.Effect<Abortabl
     const watch = ds.stopWatch
     if (watch === undefined || watch.stopped) return abortable(ds, awaitDurable(session, seq))
     if (seq <= session.waiters.durable) return Effect.succeed(DURABLE)
-    return Effect.async<Abortable<void, PersistenceError>>((resume) => {
-      let settled = false
-      const onStop = () => {
-        if (settled) return
-        settled = true
-        DurableWaiters.remove(session.waiters, waiter)
-        resume(Effect.succeed(STOPPED))
-      }
-      watch.listeners.add(onStop)
-      const waiter = DurableWaiters.register(session.waiters, seq, (failure) => {
-        if (settled) return
-        settled = true
-        watch.listeners.delete(onStop)
-        resume(Effect.succeed(failure === undefined ? DURABLE : { _tag: "Done", exit: Exit.fail(failure) }))
-      })
-      if (!settled) Writer.request(session.writer, seq)
-      return Effect.sync(() => {
-        settled = true
-        watch.listeners.delete(onStop)
-        DurableWaiters.remove(session.waiters, waiter)
-      })
-    })
+    return untilStopOr<Abortable<void, PersistenceError>>(
+      watch,
+      (done) => {
+        const waiter = DurableWaiters.register(session.waiters, seq, (failure) =>
+          done(Effect.succeed(failure === undefined ? DURABLE : { _tag: "Done", exit: Exit.fail(failure) })))
+        // Registered (not answered at once): ask the writer for it.
+        if (waiter !== undefined) Writer.request(session.writer, seq)
+        return () => DurableWaiters.remove(session.waiters, waiter)
+      },
+      () => Effect.succeed(STOPPED)
+    )
   })
 
 const DURABLE: Abortable<void, never> = { _tag: "Done", exit: Exit.void }

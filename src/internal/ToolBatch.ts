@@ -13,7 +13,7 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
-import { abortableUnless, awaitCause, checkpoint, currentCause, defectsOf } from "./Activity.js"
+import { abortableUnless, awaitCause, checkpoint, currentCause, defectsOf, untilStopOr } from "./Activity.js"
 import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
@@ -308,27 +308,16 @@ export const runTools = (
 
     // The same, or the stop watch firing: registered as callbacks, without forking.
     const settleOrStop = (watch: StopWatch) =>
-      Effect.async<"settled" | "stop">((resume) => {
-        let done = false
-        const onStop = () => {
-          if (done) return
-          done = true
-          wake = undefined
-          resume(Effect.succeed("stop"))
-        }
-        wake = () => {
-          if (done) return
-          done = true
-          watch.listeners.delete(onStop)
-          resume(Effect.succeed("settled"))
-        }
-        watch.listeners.add(onStop)
-        return Effect.sync(() => {
-          done = true
-          wake = undefined
-          watch.listeners.delete(onStop)
-        })
-      })
+      untilStopOr<"settled" | "stop">(
+        watch,
+        (done) => {
+          wake = () => done(Effect.succeed("settled"))
+          return () => {
+            wake = undefined
+          }
+        },
+        () => Effect.succeed("stop")
+      )
 
     const CAUSE_RECORDED = { _tag: "Cause" as const, index: -1 }
 

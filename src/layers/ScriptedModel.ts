@@ -233,15 +233,15 @@ const make = (script: ReadonlyArray<ScriptEntry>) =>
         requests.push(freeze(request))
         return [entries[next], { next: next + 1, requests }]
       })
+    // The entry for `request`, or the script is exhausted.
+    const entryFor = (request: ModelRequest) =>
+      Effect.flatMap(take(request), (next) => next === undefined ? Effect.fail(exhausted) : Effect.succeed(next))
     const model = Model.of({
       stream: (request) =>
         Preloaded.make(
-          Stream.unwrap(Effect.map(take(request), (next) => next === undefined ? Stream.fail(exhausted) : play(next))),
+          Stream.unwrap(Effect.map(entryFor(request), play)),
           // The loop's reading: a plain entry's chunks at once (it has no effect to place between them).
-          Effect.flatMap(take(request), (next) =>
-            next === undefined
-              ? Effect.fail(exhausted)
-              : Effect.succeed(isPlain(next) ? next.chunks : play(next)))
+          Effect.map(entryFor(request), (next) => isPlain(next) ? next.chunks : play(next))
         )
     })
     const scripted = ScriptedModel.of({

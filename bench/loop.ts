@@ -24,7 +24,6 @@ import type { Run } from "./util.js"
 import { W1_ECHO_RESULT } from "./w1/line.js"
 import { currentRss, median, timed } from "./util.js"
 
-
 // Steps per RSS sample inside the tool body: a sample costs a few µs, so it is taken rarely.
 const RSS_SAMPLE_EVERY = 64
 
@@ -87,7 +86,6 @@ const directModel = (steps: number): Layer.Layer<Model> => {
   )
 }
 
-// The agent of one run: a fresh memory store, the model and the `echo` tool, which samples RSS.
 /**
  * The benchmarks' trivial tool: `echo`, exclusive, returns the constant `"ok"`; calls `onCall` first.
  *
@@ -106,6 +104,7 @@ export const echoTool = (onCall: () => void = () => {}) =>
       })
   })
 
+// The agent of one run: a fresh memory store, the model and the `echo` tool, which samples RSS.
 const agentLayer = (
   name: string,
   model: Layer.Layer<Model>,

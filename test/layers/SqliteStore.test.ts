@@ -199,6 +199,36 @@ describe("SqliteSessionStore", () => {
             expect((yield* store.load(b)).events).toStrictEqual(turns(0, 2))
           }))
       }))
+
+    it.effect("an append of a group that fails after writing is rolled back to its savepoint alone", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        const [warm, a, b, c] = sessions(4) as [SessionId, SessionId, SessionId, SessionId]
+        const lengthOf = (s: SessionId) =>
+          withRawSql(filename, (sql) => sql<{ readonly length: number }>`SELECT length FROM sessions WHERE id = ${s}`)
+        yield* withStore(filename, (store) =>
+          Effect.gen(function*() {
+            for (const s of [warm, a, b, c]) yield* store.create(makeHeader(s), turns(0, 1))
+            yield* store.append(b, nonEmpty(turns(1, 1)))
+            // b's recorded length says 14 while rows 14-27 exist: its next append passes the length
+            // check, advances the length, then fails on the first duplicate row.
+            yield* withRawSql(filename, (sql) => sql`UPDATE sessions SET length = 14 WHERE id = ${b}`)
+            yield* store.append(warm, nonEmpty(turns(1, 1)))
+            const [ok1, conflicting, ok2] = yield* Effect.all([
+              Effect.exit(store.append(a, nonEmpty(turns(1, 1)))),
+              Effect.exit(store.append(b, nonEmpty(turns(1, 1)))),
+              Effect.exit(store.append(c, nonEmpty(turns(1, 1))))
+            ], { concurrency: "unbounded" })
+            expect(Exit.isSuccess(ok1)).toBe(true)
+            expect(Exit.isSuccess(ok2)).toBe(true)
+            expect(yield* failureOf(conflicting)).toMatchObject({ _tag: "PersistenceError", sessionId: b, operation: "append" })
+            expect((yield* store.load(a)).events).toStrictEqual(turns(0, 2))
+            expect((yield* store.load(c)).events).toStrictEqual(turns(0, 2))
+          }))
+        // b's length advance was undone with its rows; the others' lengths committed.
+        expect(yield* lengthOf(b)).toEqual([{ length: 14 }])
+        expect(yield* lengthOf(a)).toEqual([{ length: 28 }])
+      }))
   })
 
   describe("corrupted rows load as MalformedLog with their seq", () => {

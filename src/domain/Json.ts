@@ -21,61 +21,79 @@ export type Json = null | boolean | number | string | ReadonlyArray<Json> | { re
  * @since 0.1.0
  * @category validation
  */
-export const jsonProblem = (value: unknown, path = "$"): string | undefined =>
-  check(value, path, undefined)
+export const jsonProblem = (value: unknown, path = "$"): string | undefined => {
+  // The path of the value being checked, as keys and indexes: turned into text only for a problem.
+  const at: Array<string | number> = []
+  const problem = check(value, at, [])
+  return problem === undefined ? undefined : `${pathText(path, at)}: ${problem}`
+}
 
-const check = (value: unknown, path: string, seen: Set<object> | undefined): string | undefined => {
+const pathText = (root: string, at: ReadonlyArray<string | number>): string => {
+  let text = root
+  for (const key of at) text += typeof key === "number" ? `[${key}]` : `.${key}`
+  return text
+}
+
+// The problem with `value` (its path left in `at`), or undefined. `ancestors` are the objects being
+// checked above it (a short list: JSON is shallow, and a list is cheaper than a Set here).
+const check = (value: unknown, at: Array<string | number>, ancestors: Array<object>): string | undefined => {
   switch (typeof value) {
     case "string":
     case "boolean":
       return undefined
     case "number":
-      if (!Number.isFinite(value)) return `${path}: ${String(value)} is not a finite number`
-      if (Object.is(value, -0)) return `${path}: -0 is not lossless JSON`
+      if (!Number.isFinite(value)) return `${String(value)} is not a finite number`
+      if (Object.is(value, -0)) return "-0 is not lossless JSON"
       return undefined
     case "object": {
       if (value === null) return undefined
-      if (seen?.has(value)) return `${path}: cyclic value`
-      const visited = seen ?? new Set<object>()
+      if (ancestors.includes(value)) return "cyclic value"
       if (Array.isArray(value)) {
-        visited.add(value)
+        ancestors.push(value)
         for (let i = 0; i < value.length; i++) {
-          if (!(i in value)) return `${path}[${i}]: sparse array`
-          const problem = check(value[i], `${path}[${i}]`, visited)
+          at.push(i)
+          if (!(i in value)) return "sparse array"
+          const problem = check(value[i], at, ancestors)
           if (problem !== undefined) return problem
+          at.pop()
         }
-        visited.delete(value)
+        ancestors.pop()
         return undefined
       }
       const proto = Object.getPrototypeOf(value)
       if (proto !== Object.prototype && proto !== null) {
-        return `${path}: ${proto?.constructor?.name ?? "class"} instance is not a plain object`
+        return `${proto?.constructor?.name ?? "class"} instance is not a plain object`
       }
-      const keys = Reflect.ownKeys(value)
-      if (keys.some((key) => typeof key === "symbol")) return `${path}: symbol keys are not JSON`
-      visited.add(value)
-      let visible = 0
-      for (const key in value) {
-        visible++
-        const problem = check((value as Record<string, unknown>)[key], `${path}.${key}`, visited)
+      if (Object.getOwnPropertySymbols(value).length > 0) return "symbol keys are not JSON"
+      const keys = Object.keys(value)
+      ancestors.push(value)
+      for (let i = 0; i < keys.length; i++) {
+        const key = keys[i]!
+        at.push(key)
+        const problem = check((value as Record<string, unknown>)[key], at, ancestors)
         if (problem !== undefined) return problem
+        at.pop()
       }
-      visited.delete(value)
+      ancestors.pop()
       // A property JSON.stringify would skip (and a copy would lose) is not JSON either.
-      if (visible !== keys.length) {
-        const hidden = keys.find((key) => !Object.prototype.propertyIsEnumerable.call(value, key))
-        if (hidden !== undefined) return `${path}.${String(hidden)}: a non-enumerable property is not JSON`
+      const names = Object.getOwnPropertyNames(value)
+      if (names.length !== keys.length) {
+        const hidden = names.find((key) => !Object.prototype.propertyIsEnumerable.call(value, key))
+        if (hidden !== undefined) {
+          at.push(hidden)
+          return "a non-enumerable property is not JSON"
+        }
       }
       return undefined
     }
     case "undefined":
-      return `${path}: undefined is not JSON`
+      return "undefined is not JSON"
     case "bigint":
-      return `${path}: BigInt is not JSON`
+      return "BigInt is not JSON"
     case "function":
-      return `${path}: a function is not JSON`
+      return "a function is not JSON"
     case "symbol":
-      return `${path}: a symbol is not JSON`
+      return "a symbol is not JSON"
   }
 }
 

@@ -224,7 +224,12 @@ export const abortableUnless = <A, E, R>(
   inline: boolean,
   work: Effect.Effect<A, E, R>
 ): Effect.Effect<Abortable<A, E>, never, R> =>
-  inline ? Effect.map(Effect.exit(work), (exit) => ({ _tag: "Done" as const, exit })) : abortable(ds, work)
+  inline
+    ? Effect.matchCause(work, {
+      onFailure: (cause): Abortable<A, E> => ({ _tag: "Done", exit: Exit.failCause(cause) }),
+      onSuccess: (value): Abortable<A, E> => ({ _tag: "Done", exit: Exit.succeed(value) })
+    })
+    : abortable(ds, work)
 
 /**
  * A checkpoint (D13): waits until everything up to `seq` is durable, or until a cause is recorded

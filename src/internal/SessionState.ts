@@ -222,7 +222,9 @@ export const publish = (state: SessionStateShape, notifications: ReadonlyArray<D
  * @category combinators
  */
 export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A, E> =>
-  Effect.tap(STM.commit(transaction), () => Outbox.deliver(state.outbox))
+  Effect.flatMap(STM.commit(transaction), (value) =>
+    // Nothing queued (the common case): the value as it is, without a delivery step.
+    state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), value) : Effect.succeed(value))
 
 /**
  * Waits until every event up to `seq` is durably stored; fails if the session is poisoned first.

@@ -9,7 +9,7 @@
  *
  * @since 0.1.0
  */
-import { Duration, Effect, Option, Schedule, STM, TRef } from "effect"
+import { Duration, Effect, Either, Option, Schedule, STM, TRef } from "effect"
 import { PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
 import * as DurableWaiters from "./DurableWaiters.js"
@@ -151,6 +151,8 @@ const timer = (signal: WriterSignal): Effect.Effect<never> => {
   }))
 }
 
+const WRITTEN: Effect.Effect<Either.Either<void, unknown>> = Effect.succeed(Either.right(undefined))
+
 /**
  * Runs the writer until interrupted. A store append covers every pending event; waiters are
  * released together when it completes. Writes start at once when someone awaits durability, when
@@ -164,17 +166,20 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   const windowMs = Duration.toMillis(options.batchWindow ?? Duration.millis(200))
   const retry = options.writeRetry ?? Schedule.recurs(2)
   const append = (batch: readonly [SessionEvent, ...Array<SessionEvent>]) => state.store.append(state.sessionId, batch)
-  // `Effect.retry(append, retry)`, with the schedule started only after a first failure.
+  // `Effect.either(Effect.retry(append, retry))`, with the schedule started only after a first failure.
   const appendRetried = (batch: readonly [SessionEvent, ...Array<SessionEvent>]) =>
-    Effect.catchAll(append(batch), (first) =>
-      Effect.flatMap(Schedule.driver(retry), (driver) => {
-        const again = (error: unknown): Effect.Effect<void, unknown> =>
-          Effect.matchEffect(driver.next(error), {
-            onFailure: () => Effect.fail(error),
-            onSuccess: () => Effect.catchAll(append(batch), again)
-          })
-        return again(first)
-      }))
+    Effect.matchEffect(append(batch), {
+      onFailure: (first) =>
+        Effect.either(Effect.flatMap(Schedule.driver(retry), (driver) => {
+          const again = (error: unknown): Effect.Effect<void, unknown> =>
+            Effect.matchEffect(driver.next(error), {
+              onFailure: () => Effect.fail(error),
+              onSuccess: () => Effect.catchAll(append(batch), again)
+            })
+          return again(first)
+        })),
+      onSuccess: () => WRITTEN
+    })
 
   const poison = (cause: unknown) => {
     const error = cause instanceof PersistenceError
@@ -218,7 +223,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       }
     }
     const batch = events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
-    const written = yield* Effect.either(appendRetried(batch as [SessionEvent, ...Array<SessionEvent>]))
+    const written = yield* appendRetried(batch as [SessionEvent, ...Array<SessionEvent>])
     if (written._tag === "Left") {
       yield* poison(written.left)
       return false

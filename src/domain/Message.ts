@@ -11,18 +11,24 @@ import { losslessDecoder } from "./Json.js"
 import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
 import { UserMessage } from "./Values.js"
 
+const decodeUserMessage = losslessDecoder(UserMessage, "message", { accepts: acceptsUserMessageJson })
+
+// The copies this module returned: deep-frozen, so still valid; one passed in again is returned as it is.
+const validated = new WeakSet<object>()
+
 /**
  * Validates an unknown value as a `UserMessage` with the load Schema (D6) and returns a deep-frozen
- * copy, or the reason it is invalid.
+ * copy, or the reason it is invalid. A message this function returned is returned again as it is.
  *
  * @since 0.1.0
  * @category validation
  */
-export const validateUserMessage: (input: unknown) => Either.Either<UserMessage, string> = losslessDecoder(
-  UserMessage,
-  "message",
-  { accepts: acceptsUserMessageJson }
-)
+export const validateUserMessage = (input: unknown): Either.Either<UserMessage, string> => {
+  if (typeof input === "object" && input !== null && validated.has(input)) return Either.right(input as UserMessage)
+  const result = decodeUserMessage(input)
+  if (Either.isRight(result)) validated.add(result.right)
+  return result
+}
 
 /**
  * Validates a caller's message for an inbox operation: the load Schema plus the reserved-id rule.

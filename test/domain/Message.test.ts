@@ -164,6 +164,19 @@ describe("validateUserMessage", () => {
     }
   })
 
+  it("returns a message it returned before as it is, and copies an equal message it did not", () => {
+    const first = Either.getOrThrow(validateUserMessage(valid))
+    expect(Either.getOrThrow(validateUserMessage(first))).toBe(first)
+    const built = userMessage({ id: "b", text: "y" })
+    expect(Either.getOrThrow(acceptCallerMessage(built))).toBe(built)
+    const equal = Either.getOrThrow(validateUserMessage(structuredClone(first)))
+    expect(equal).not.toBe(first)
+    expect(equal).toStrictEqual(first)
+    // A frozen message it never returned is still checked.
+    const frozenInvalid = Object.freeze({ ...valid, id: "" })
+    expect(Either.isLeft(validateUserMessage(frozenInvalid))).toBe(true)
+  })
+
   it("returns a readable reason for an invalid message", () => {
     const result = validateUserMessage({ ...valid, role: "assistant" })
     expect(Either.isLeft(result) && result.left.length > 0).toBe(true)

@@ -66,7 +66,8 @@ export class SessionLog extends Context.Tag("tiller/SessionLog")<SessionLog, {
   )
 }
 
-const reservedMessage = "reserved for the loop; append accepts extension events, compaction/* and surface replacements"
+// SPEC 8.5: the reason is exactly "reserved" (the core type is written by the loop only).
+const RESERVED = "reserved"
 
 const isAcceptedType = (input: AppendInput): boolean => {
   switch (input.type) {
@@ -119,7 +120,7 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
   const append = Effect.fnUntraced(function*(input: AppendInput) {
     if (!isAcceptedType(input)) {
       yield* STM.commit(guardWritable(state))
-      return yield* new InvalidEvent({ type: input.type, reason: reservedMessage })
+      return yield* new InvalidEvent({ type: input.type, reason: RESERVED })
     }
     const transaction = STM.gen(function*() {
       yield* guardWritable(state)

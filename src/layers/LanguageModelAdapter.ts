@@ -26,6 +26,7 @@ import { ModelError } from "../domain/Errors.js"
 import { usageOf } from "../internal/UsageCounts.js"
 import type { LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../domain/Values.js"
 import type { Model, ModelRequest } from "../services/Model.js"
+import { providerParameters } from "../internal/ProviderParameters.js"
 
 /**
  * The parameters of a schema-only tool: any JSON object, described to the provider by the tool's
@@ -56,7 +57,7 @@ type Tools = Record<string, SchemaOnlyTool>
  */
 export const schemaOnlyTool = (schema: ToolSchema): SchemaOnlyTool => {
   const parameters = Predicate.isRecord(schema.parameters)
-    ? OpenParameters.annotations({ jsonSchema: schema.parameters })
+    ? OpenParameters.annotations({ jsonSchema: providerParameters(schema) })
     : OpenParameters
   return Tool.make(schema.name, { description: schema.description }).setParameters(parameters)
 }

@@ -29,6 +29,7 @@ import { usageOf } from "../internal/UsageCounts.js"
 import type { Finish, ImageBlock, LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../domain/Values.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
+import { providerParameters } from "../internal/ProviderParameters.js"
 
 /**
  * Options of {@link layer}: the endpoint's base URL (for example `http://127.0.0.1:11434/v1`), the
@@ -164,8 +165,6 @@ export const toChatMessages = (request: Pick<ModelRequest, "system" | "messages"
   return out
 }
 
-const OBJECT_WITHOUT_PROPERTIES = { type: "object", properties: {} }
-
 /**
  * A tool as Chat Completions declares it; parameters that are not a JSON object become an object
  * schema without properties.
@@ -175,7 +174,7 @@ const toChatTool = (schema: ToolSchema) => ({
   function: {
     name: schema.name,
     description: schema.description,
-    parameters: Predicate.isRecord(schema.parameters) ? schema.parameters : OBJECT_WITHOUT_PROPERTIES
+    parameters: providerParameters(schema)
   }
 })
 

@@ -168,7 +168,7 @@ const toolSchemaOf = (tool: ToolDefinition<any>): Effect.Effect<ToolSchema> =>
       const reason = rendered.left instanceof Error ? rendered.left.message : String(rendered.left)
       return Effect.dieMessage(`tool ${tool.name}: cannot derive a JSON Schema for its parameters: ${reason}`)
     }
-    const { $schema: _dialect, ...parameters } = rendered.right
+    const parameters = rendered.right
     const problem = jsonProblem(parameters, "parameters")
     if (problem !== undefined) {
       return Effect.dieMessage(`tool ${tool.name}: its parameter JSON Schema is not lossless JSON: ${problem}`)

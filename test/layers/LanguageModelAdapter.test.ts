@@ -221,7 +221,12 @@ describe("LanguageModelAdapter request", () => {
         },
         { name: "now", description: "The time", parameters: { type: "object", properties: {} } }
       ]
-      const { options } = yield* run(request({ tools }), [stopPart])
+      // As Tools.list has them (JSONSchema.make's output); the provider gets the bare schema.
+      const listed = tools.map((tool) => ({
+        ...tool,
+        parameters: { $schema: "http://json-schema.org/draft-07/schema#", ...(tool.parameters as object) }
+      }))
+      const { options } = yield* run(request({ tools: listed }), [stopPart])
       const sent = options[0]!
       expect(sent.tools.map((tool) => ({
         name: tool.name,

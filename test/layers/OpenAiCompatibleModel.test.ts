@@ -129,7 +129,13 @@ describe("OpenAiCompatibleModel request", () => {
         {
           name: "lookup",
           description: "Look a word up",
-          parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] }
+          // As Tools.list has it (JSONSchema.make's output); the request carries the bare schema.
+          parameters: {
+            $schema: "http://json-schema.org/draft-07/schema#",
+            type: "object",
+            properties: { q: { type: "string" } },
+            required: ["q"]
+          }
         },
         { name: "chart", description: "Draw", parameters: null }
       ]

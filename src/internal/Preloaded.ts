@@ -8,6 +8,7 @@
  * @since 0.1.0
  */
 import type { Effect } from "effect"
+import type { LazyArg } from "effect/Function"
 import { Stream } from "effect"
 import type { ModelError } from "../domain/Errors.js"
 import type { StreamChunk } from "../domain/Values.js"
@@ -24,20 +25,20 @@ const PreloadedTypeId: unique symbol = Symbol.for("tiller/internal/Preloaded")
 export type Opened = ReadonlyArray<StreamChunk> | Stream.Stream<StreamChunk, ModelError>
 
 /**
- * `stream`, carrying `open`: an effect that does what starting `stream` does (taking a scripted
- * entry, say) and yields every chunk the stream would emit, or a stream to run instead. Whoever runs
- * `stream` gets it unchanged; the loop runs `open` instead, exactly once per request.
+ * The stream `stream()` builds (when it runs), carrying `open`: an effect that does what starting
+ * that stream does (taking a scripted entry, say) and yields every chunk it would emit, or a stream to
+ * run instead. Whoever runs the stream gets it unchanged; the loop runs `open` instead, exactly once
+ * per request, and never builds the stream.
  *
  * @since 0.1.0
  * @category constructors
  */
 export const make = (
-  stream: Stream.Stream<StreamChunk, ModelError>,
+  stream: LazyArg<Stream.Stream<StreamChunk, ModelError>>,
   open: Effect.Effect<Opened, ModelError>
-): Stream.Stream<StreamChunk, ModelError> => {
+): Stream.Stream<StreamChunk, ModelError> =>
   // A fresh stream object, so a shared one (`Stream.empty`) never carries the opener.
-  return Object.defineProperty(Stream.suspend(() => stream), PreloadedTypeId, { value: open })
-}
+  Object.defineProperty(Stream.suspend(stream), PreloadedTypeId, { value: open })
 
 /**
  * The effect that opens `stream`, when {@link make} built it.

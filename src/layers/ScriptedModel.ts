@@ -239,7 +239,7 @@ const make = (script: ReadonlyArray<ScriptEntry>) =>
     const model = Model.of({
       stream: (request) =>
         Preloaded.make(
-          Stream.unwrap(Effect.map(entryFor(request), play)),
+          () => Stream.unwrap(Effect.map(entryFor(request), play)),
           // The loop's reading: a plain entry's chunks at once (it has no effect to place between them).
           Effect.map(entryFor(request), (next) => isPlain(next) ? next.chunks : play(next))
         )

@@ -32,7 +32,7 @@ describe("Preloaded", () => {
         opened++
         return chunks
       })
-      const stream = Preloaded.make(Stream.rechunk(Stream.fromIterable(chunks), 1), open)
+      const stream = Preloaded.make(() => Stream.rechunk(Stream.fromIterable(chunks), 1), open)
       const batches = yield* Stream.runCollect(Stream.mapChunks(stream, (c) => Chunk.of(c.length)))
       expect(Chunk.toArray(batches)).toEqual([1, 1, 1, 1])
       expect(opened).toBe(0)
@@ -43,15 +43,15 @@ describe("Preloaded", () => {
   it.effect("an opener may yield a stream to run instead, or fail", () =>
     Effect.gen(function*() {
       const inner = Stream.fromIterable(chunks.slice(0, 2))
-      const opened = yield* Preloaded.openOf(Preloaded.make(Stream.empty, Effect.succeed(inner)))!
+      const opened = yield* Preloaded.openOf(Preloaded.make(() => Stream.empty, Effect.succeed(inner)))!
       expect(Preloaded.isChunks(opened)).toBe(false)
-      const failed = yield* Effect.either(Preloaded.openOf(Preloaded.make(Stream.empty, Effect.fail(failure)))!)
+      const failed = yield* Effect.either(Preloaded.openOf(Preloaded.make(() => Stream.empty, Effect.fail(failure)))!)
       expect(Either.isLeft(failed) && failed.left).toBe(failure)
     }))
 
   it.effect("a stream derived with Stream operators, and any other stream, carries no opener", () =>
     Effect.sync(() => {
-      const stream = Preloaded.make(Stream.fromIterable(chunks), Effect.succeed(chunks))
+      const stream = Preloaded.make(() => Stream.fromIterable(chunks), Effect.succeed(chunks))
       expect(Preloaded.openOf(stream)).toBeDefined()
       expect(Preloaded.openOf(Stream.map(stream, (c) => c))).toBeUndefined()
       expect(Preloaded.openOf(Stream.fromIterable(chunks))).toBeUndefined()
@@ -141,7 +141,7 @@ describe("the loop reading a preloaded stream", () => {
         ] satisfies ReadonlyArray<StreamChunk>)
       })
       const events = yield* runWith(Layer.succeed(Model, Model.of({
-        stream: () => Preloaded.make(ordinary, Effect.succeed(chunks))
+        stream: () => Preloaded.make(() => ordinary, Effect.succeed(chunks))
       })))
       expect(streamRuns).toBe(0)
       const deltas = events.flatMap((e) =>

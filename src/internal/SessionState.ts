@@ -191,7 +191,7 @@ const appendTo = (
     TRef.set(state.log, { events, fold }),
     // The writer runs after this transaction commits (its resumption is scheduled), or re-reads.
     STM.sync(() => {
-      Writer.appended(state.writer, state.waiters.durable, before, after)
+      Writer.appended(state.writer, state.waiters.durable, before, after, appended[0]!.time)
       return appended
     })
   )

@@ -46,6 +46,8 @@ export interface WriterSignal {
   /** The window deadline (Clock millis) the timer sleeps towards, and its own wake-up. */
   deadline: number
   timerWake: (() => void) | undefined
+  /** The batch window in millis, once the timer runs (until then, the writer arms windows itself). */
+  windowMs: number | undefined
 }
 
 /**
@@ -60,7 +62,8 @@ export const makeSignal = (batchSize = 256): WriterSignal => ({
   woken: false,
   wake: undefined,
   deadline: Number.NEGATIVE_INFINITY,
-  timerWake: undefined
+  timerWake: undefined,
+  windowMs: undefined
 })
 
 /**
@@ -80,15 +83,20 @@ export const wake = (signal: WriterSignal): void => {
 }
 
 /**
- * Called by an append that grew the log from `lastSeq` to `newLastSeq` while `durable` was durable:
- * wakes the writer when the first pending event appeared (it arms the batch window) or when a full
- * batch is pending. A writer busy writing re-reads the log when it is done.
+ * Called by an append at Clock time `time` that grew the log from `lastSeq` to `newLastSeq` while
+ * `durable` was durable: wakes the writer when a full batch is pending, and when the first pending
+ * event appeared arms the batch window (through the writer, until the window timer runs). A writer
+ * busy writing re-reads the log when it is done.
  *
  * @since 0.1.0
  * @category signals
  */
-export const appended = (signal: WriterSignal, durable: number, lastSeq: number, newLastSeq: number): void => {
-  if (lastSeq <= durable || newLastSeq - durable >= signal.batchSize) wake(signal)
+export const appended = (signal: WriterSignal, durable: number, lastSeq: number, newLastSeq: number, time: number): void => {
+  if (newLastSeq - durable >= signal.batchSize) wake(signal)
+  else if (lastSeq <= durable) {
+    if (signal.windowMs === undefined) wake(signal)
+    else arm(signal, time + signal.windowMs)
+  }
 }
 
 /**
@@ -197,7 +205,15 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     })
   }
 
-  let timerStarted = false
+  // The timer fiber starts with the first window or the second write, whichever comes first (an idle
+  // session, written once when opened, holds no timer fiber). From then on appends arm windows
+  // themselves instead of waking the writer for it.
+  let writes = 0
+  const startTimer = Effect.suspend(() => {
+    signal.windowMs = windowMs
+    return Effect.fork(timer(signal))
+  })
+
   // One pass: write what is due, or sleep until something may be. `false` once poisoned.
   const pass = Effect.gen(function*() {
     // Committed values, read without a transaction: the log only grows and the poison is never lifted.
@@ -213,11 +229,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       const deadline = events.buffer[durable + 1]!.time + windowMs
       if (deadline > state.clock.unsafeCurrentTimeMillis()) {
         arm(signal, deadline)
-        // The timer fiber starts with the first window (an idle session holds no timer fiber).
-        if (!timerStarted) {
-          timerStarted = true
-          yield* Effect.fork(timer(signal))
-        }
+        if (signal.windowMs === undefined) yield* startTimer
         yield* sleep(signal)
         return true
       }
@@ -229,6 +241,8 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       return false
     }
     DurableWaiters.commit(state.waiters, last)
+    writes++
+    if (writes === 2 && signal.windowMs === undefined) yield* startTimer
     return true
   })
 

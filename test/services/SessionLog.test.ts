@@ -256,6 +256,26 @@ describe("SessionLog", () => {
       yield* log.flush
     }).pipe(Effect.provide(freshSession())))
 
+  it.scoped("once the session has written twice, appends arm the batch window themselves (Clock-driven)", () =>
+    Effect.gen(function*() {
+      const inbox = yield* Inbox
+      const log = yield* SessionLog
+      // Two acknowledged writes: from then on the window timer runs and the writer is not woken to arm it.
+      yield* inbox.append("next-turn", user("a"))
+      yield* inbox.append("next-turn", user("b"))
+      for (let round = 0; round < 2; round++) {
+        const durable = yield* log.durableSeq
+        yield* claimTurn // TS CLM TE, not awaited
+        yield* TestClock.adjust("199 millis")
+        expect(yield* log.durableSeq).toBe(durable)
+        yield* TestClock.adjust("1 millis")
+        yield* Effect.yieldNow()
+        expect(yield* log.durableSeq).toBe(durable + 3)
+        yield* inbox.append("next-turn", user(`c${round}`))
+        yield* TestClock.adjust("1 millis")
+      }
+    }).pipe(Effect.provide(freshSession())))
+
   it.scoped("flush makes everything appended before it durable", () =>
     Effect.gen(function*() {
       const inbox = yield* Inbox

@@ -173,14 +173,22 @@ const runOption = (effect: Effect.Effect<void, unknown> | undefined): Effect.Eff
 const isFinish = (chunk: unknown): boolean =>
   typeof chunk === "object" && chunk !== null && "type" in chunk && chunk.type === "finish"
 
+// `onInterrupt` of the entry a stream played, run as the stream's outermost finalizer: a defect it
+// raises stays in the consumer's exit (a finalizer of a scope inside the stream, `Stream.unwrap`'s
+// included, would lose it when the consumer is interrupted).
+const withOnInterrupt = (
+  stream: Stream.Stream<StreamChunk, ModelError>,
+  played: () => Entry | undefined
+): Stream.Stream<StreamChunk, ModelError> =>
+  Stream.ensuringWith(stream, (exit) => {
+    const onInterrupt = played()?.options.onInterrupt
+    return onInterrupt !== undefined && Exit.isInterrupted(exit) ? onInterrupt : Effect.void
+  })
+
 // One chunk per pull; the effects due after a chunk run on the pull that follows it.
 const play = (entry: Entry): Stream.Stream<StreamChunk, ModelError> =>
-  Stream.unwrapScoped(Effect.gen(function*() {
+  Stream.suspend(() => {
     const { chunks, ending, options } = entry
-    const onInterrupt = options.onInterrupt
-    if (onInterrupt !== undefined) {
-      yield* Effect.addFinalizer((exit) => Exit.isInterrupted(exit) ? onInterrupt : Effect.void)
-    }
     const finishAt = chunks.findIndex(isFinish)
     let emitted = 0
     const due = (): Effect.Effect<void, Option.Option<ModelError>> => {
@@ -205,7 +213,7 @@ const play = (entry: Entry): Stream.Stream<StreamChunk, ModelError> =>
       }
     }
     return Stream.repeatEffectChunkOption(Effect.suspend(() => Effect.zipRight(due(), Effect.suspend(next))))
-  }))
+  })
 
 interface ScriptState {
   /** The index of the next entry to play. */
@@ -239,9 +247,16 @@ const make = (script: ReadonlyArray<ScriptEntry>) =>
     const model = Model.of({
       stream: (request) =>
         Preloaded.make(
-          () => Stream.unwrap(Effect.map(entryFor(request), play)),
+          () => {
+            let played: Entry | undefined
+            const started = Effect.map(entryFor(request), (entry) => {
+              played = entry
+              return play(entry)
+            })
+            return withOnInterrupt(Stream.unwrap(started), () => played)
+          },
           // The loop's reading: a plain entry's chunks at once (it has no effect to place between them).
-          Effect.map(entryFor(request), (next) => isPlain(next) ? next.chunks : play(next))
+          Effect.map(entryFor(request), (next) => isPlain(next) ? next.chunks : withOnInterrupt(play(next), () => next))
         )
     })
     const scripted = ScriptedModel.of({

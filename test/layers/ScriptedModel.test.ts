@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Option, Ref, Stream } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Option, Ref, Stream } from "effect"
 import { ModelError } from "../../src/domain/Errors.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import type { StreamChunk } from "../../src/domain/Values.js"
@@ -393,6 +393,20 @@ describe("ScriptedModel entry effects", () => {
       yield* Deferred.await(processing)
       yield* Fiber.interrupt(consumer)
       expect(yield* Ref.get(ran)).toBe(true)
+    }))
+
+  it.effect("a defect raised by onInterrupt is in the interrupted consumer's exit", () =>
+    Effect.gen(function*() {
+      const boom = new Error("boom")
+      const started = yield* Deferred.make<void>()
+      const consumer = yield* Effect.flatMap(Model, (model) =>
+        model.stream(request(1)).pipe(Stream.runForEach(() => Deferred.succeed(started, undefined)))).pipe(
+          Effect.provide(ScriptedModel.layer([ScriptedModel.hang({ text: "a" }, { onInterrupt: Effect.die(boom) })])),
+          Effect.fork
+        )
+      yield* Deferred.await(started)
+      const exit = yield* Fiber.interrupt(consumer)
+      expect(Exit.isFailure(exit) && Array.from(Cause.defects(exit.cause))).toEqual([boom])
     }))
 
   it.effect("onInterrupt does not run when the stream ends or fails", () =>

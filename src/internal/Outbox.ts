@@ -6,8 +6,20 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Effect, Queue, STM, TQueue } from "effect"
+import { Effect, Option, Queue, STM, Stream, TQueue } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
+
+/**
+ * One subscriber: where its notifications go, and what the outbox's closing does to it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Subscriber {
+  readonly offer: (event: DriverEvent) => void
+  /** What the outbox's closing does to it (under the outbox lock). */
+  readonly end: Effect.Effect<void>
+}
 
 /**
  * The outbox of one session.
@@ -18,7 +30,7 @@ import type { DriverEvent } from "../domain/DriverEvent.js"
 export interface Outbox {
   readonly queue: TQueue.TQueue<DriverEvent>
   readonly lock: Effect.Semaphore
-  readonly subscribers: Set<Queue.Queue<DriverEvent>>
+  readonly subscribers: Set<Subscriber>
   /** Set when something may be waiting to be delivered (spurious sets are harmless). */
   dirty: boolean
   closed: boolean
@@ -62,7 +74,7 @@ const drain = (outbox: Outbox): Effect.Effect<void> =>
     Effect.sync(() => {
       if (events.length === 0) return
       for (const subscriber of outbox.subscribers) {
-        for (const event of events) Queue.unsafeOffer(subscriber, event)
+        for (const event of events) subscriber.offer(event)
       }
     }))
 
@@ -83,9 +95,37 @@ export const deliver = (outbox: Outbox): Effect.Effect<void> =>
     )
   })
 
+// Registers `subscriber` for everything committed after this returns, reading `initial` in a
+// transaction at the same instant (`closed` runs instead when the outbox is already closed);
+// `release` runs when the scope closes.
+const register = <A>(
+  outbox: Outbox,
+  subscriber: Subscriber,
+  initial: STM.STM<A>,
+  closed: Effect.Effect<void>,
+  release: Effect.Effect<void>
+): Effect.Effect<A, never, Scope.Scope> =>
+  Effect.acquireRelease(
+    outbox.lock.withPermits(1)(
+      Effect.gen(function*() {
+        outbox.dirty = false
+        yield* drain(outbox)
+        if (outbox.closed) yield* closed
+        else outbox.subscribers.add(subscriber)
+        return yield* STM.commit(initial)
+      })
+    ),
+    () =>
+      Effect.suspend(() => {
+        outbox.subscribers.delete(subscriber)
+        return release
+      })
+  )
+
 /**
- * Registers a subscriber for everything committed after this returns, reading `initial` in a
- * transaction at the same instant; the queue is shut down when the scope closes or the outbox does.
+ * A queue of everything committed after this returns, with `initial` read in a transaction at the
+ * same instant. It keeps what it received when the outbox closes (nothing more arrives then; a
+ * queue subscribed after closing is shut down at once) and is shut down when the scope closes.
  *
  * @since 0.1.0
  * @category combinators
@@ -94,27 +134,45 @@ export const subscribe = <A>(
   outbox: Outbox,
   initial: STM.STM<A>
 ): Effect.Effect<readonly [Queue.Dequeue<DriverEvent>, A], never, Scope.Scope> =>
-  Effect.acquireRelease(
-    outbox.lock.withPermits(1)(
-      Effect.gen(function*() {
-        outbox.dirty = false
-        yield* drain(outbox)
-        const queue = yield* Queue.unbounded<DriverEvent>()
-        if (outbox.closed) yield* Queue.shutdown(queue)
-        else outbox.subscribers.add(queue)
-        const value = yield* STM.commit(initial)
-        return [queue, value] as const
-      })
-    ),
-    ([queue]) =>
-      Effect.suspend(() => {
-        outbox.subscribers.delete(queue)
-        return Queue.shutdown(queue)
-      })
-  )
+  Effect.flatMap(Queue.unbounded<DriverEvent>(), (queue) => {
+    const subscriber: Subscriber = { offer: (event) => void Queue.unsafeOffer(queue, event), end: Effect.void }
+    const shutdown = Queue.shutdown(queue)
+    return Effect.map(register(outbox, subscriber, initial, shutdown, shutdown), (value) => [queue, value] as const)
+  })
+
+const END: unique symbol = Symbol.for("tiller/internal/Outbox/END")
 
 /**
- * Delivers what is left, then ends every subscription.
+ * A stream of `initial` (read in a transaction at the subscription instant), then of everything
+ * committed after it, selected by `select`. It ends once the outbox has closed and everything
+ * committed before that was read.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const stream = <A>(
+  outbox: Outbox,
+  initial: STM.STM<ReadonlyArray<A>>,
+  select: (event: DriverEvent) => Option.Option<A>
+): Stream.Stream<A> =>
+  Stream.unwrapScoped(Effect.flatMap(Queue.unbounded<DriverEvent | typeof END>(), (queue) => {
+    const subscriber: Subscriber = {
+      offer: (event) => void Queue.unsafeOffer(queue, event),
+      end: Effect.asVoid(Queue.offer(queue, END))
+    }
+    return Effect.map(register(outbox, subscriber, initial, subscriber.end, Queue.shutdown(queue)), (first) =>
+      Stream.concat(
+        Stream.fromIterable(first),
+        Stream.fromQueue(queue).pipe(
+          Stream.takeWhile((item): item is DriverEvent => item !== END),
+          Stream.filterMap(select)
+        )
+      ))
+  }))
+
+/**
+ * Delivers what is left, then ends every subscription: streams end after what they received, and
+ * queues keep it.
  *
  * @since 0.1.0
  * @category combinators
@@ -124,7 +182,7 @@ export const close = (outbox: Outbox): Effect.Effect<void> =>
     Effect.gen(function*() {
       yield* drain(outbox)
       outbox.closed = true
-      for (const queue of outbox.subscribers) yield* Queue.shutdown(queue)
+      for (const subscriber of outbox.subscribers) yield* subscriber.end
       outbox.subscribers.clear()
     })
   )

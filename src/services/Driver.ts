@@ -156,18 +156,10 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
         })
       ))
 
-  const fromSubscription = <A, I>(
-    initial: STM.STM<ReadonlyArray<A>>,
-    select: (event: DriverEvent) => Option.Option<A>
-  ): Stream.Stream<A> =>
-    Stream.unwrapScoped(
-      Effect.map(Outbox.subscribe(session.outbox, initial), ([queue, first]) =>
-        Stream.concat(Stream.fromIterable(first), Stream.filterMap(Stream.fromQueue(queue), select)))
-    )
+  const events = Outbox.stream(session.outbox, STM.succeed([]), Option.some)
 
-  const events = fromSubscription(STM.succeed([]), Option.some)
-
-  const statusChanges = fromSubscription(
+  const statusChanges = Outbox.stream(
+    session.outbox,
     STM.map(statusOf(ds), (s) => [s]),
     (event) => event.type === "agent/status" ? Option.some(event.status) : Option.none()
   ).pipe(Stream.changes)

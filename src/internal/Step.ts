@@ -19,6 +19,7 @@ import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import * as GrowOnly from "./GrowOnly.js"
 import { peek } from "./Peek.js"
 import * as Preloaded from "./Preloaded.js"
+import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf, getPhase } from "./Phase.js"
 import { appendDrafts, commit } from "./SessionState.js"
@@ -359,12 +360,12 @@ const runAttempt = (
       ? opened.value
       : undefined
     const pulled: Effect.Effect<void, ModelError | typeof STOP> = opened === undefined
-      ? Stream.runForEachChunk(stream, onChunks)
+      ? StreamPull.forEachChunk(stream, onChunks)
       : Exit.isFailure(opened)
       ? Effect.failCause(opened.cause)
       : preloaded !== undefined
       ? Effect.suspend(() => onChunks(Chunk.unsafeFromArray(preloaded)))
-      : Stream.runForEachChunk(opened.value as Stream.Stream<StreamChunk, ModelError>, onChunks)
+      : StreamPull.forEachChunk(opened.value as Stream.Stream<StreamChunk, ModelError>, onChunks)
     const consume = pulled.pipe(
       Effect.catchAllCause((cause) => {
         if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return Effect.void // stop pulling

@@ -6,7 +6,6 @@
 import { Schema } from "effect"
 import { optional } from "../internal/Exact.js"
 import { JsonValue } from "./Json.js"
-import { SessionId } from "./Ids.js"
 import {
   AssistantMessage,
   InboxTarget,
@@ -292,10 +291,11 @@ export type EventOf<T extends CoreEvent["type"]> = Extract<CoreEvent, { readonly
  */
 export const SessionHeader = Schema.Struct({
   formatVersion: Schema.Number,
-  sessionId: SessionId,
+  // A plain non-empty string, as SPEC 2.2 types it (a `SessionId` is one).
+  sessionId: Schema.NonEmptyString,
   createdAt: Int,
   seedLength: Int,
-  parent: optional(Schema.Struct({ sessionId: SessionId, boundary: Schema.Int })),
+  parent: optional(Schema.Struct({ sessionId: Schema.NonEmptyString, boundary: Schema.Int })),
   metadata: optional(JsonValue)
 })
 /** The out-of-band header of a session. @since 0.1.0 @category models */

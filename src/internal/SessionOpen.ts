@@ -16,7 +16,7 @@ import {
 } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../domain/Event.js"
-import type { SessionId } from "../domain/Ids.js"
+import { SessionId } from "../domain/Ids.js"
 import type { FoldOptions, LogState } from "../domain/LogState.js"
 import { advance, initialLogState } from "../domain/LogState.js"
 import { repairClosers } from "../domain/Repair.js"
@@ -135,7 +135,7 @@ export const openSessionState = (
       snapshot = { events: GrowOnly.empty(), fold: initialLogState(0) }
     }
     const state: SessionStateShape = {
-      sessionId: header.sessionId,
+      sessionId: SessionId.make(header.sessionId),
       header,
       firstLiveSeq: snapshot.events.length,
       options: foldOptions,

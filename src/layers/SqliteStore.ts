@@ -27,7 +27,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
 import { LOG_FORMAT_VERSION, SessionEvent, SessionHeader } from "../domain/Event.js"
-import type { SessionId } from "../domain/Ids.js"
+import { SessionId } from "../domain/Ids.js"
 import { losslessDecoder } from "../domain/Json.js"
 import { decodeOwnedJson } from "../internal/DecodedEvents.js"
 import type { ProcessLease } from "../internal/Lease.js"
@@ -312,7 +312,7 @@ export const make = (
       header: SessionHeader,
       events: ReadonlyArray<SessionEvent>
     ) {
-      const sessionId = header.sessionId
+      const sessionId = SessionId.make(header.sessionId)
       const fail = (cause: unknown) => new PersistenceError({ sessionId, operation: "create", cause })
       const problem = seqProblem(events, 0)
       if (problem !== undefined) return yield* fail(problem)

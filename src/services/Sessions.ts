@@ -15,7 +15,7 @@ import type {
   UnsupportedLogVersion
 } from "../domain/Errors.js"
 import type { EventOf } from "../domain/Event.js"
-import type { SessionId } from "../domain/Ids.js"
+import { SessionId } from "../domain/Ids.js"
 import type { AgentOptions } from "../layers/Agent.js"
 import { acquireAgent } from "../layers/Agent.js"
 import type { Driver } from "./Driver.js"
@@ -119,7 +119,7 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
         const list = Effect.gen(function*() {
           const headers = yield* store.list
           return yield* Effect.forEach(headers, (header) =>
-            Effect.map(store.load(header.sessionId), ({ events }): SessionSummary => {
+            Effect.map(store.load(SessionId.make(header.sessionId)), ({ events }): SessionSummary => {
               let turns = 0
               let title: string | undefined
               for (const event of events) {
@@ -130,13 +130,15 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                 }
               }
               return {
-                sessionId: header.sessionId,
+                sessionId: SessionId.make(header.sessionId),
                 title,
                 createdAt: header.createdAt,
                 updatedAt: events.length > 0 ? events[events.length - 1]!.time : header.createdAt,
                 turns,
                 events: events.length,
-                ...(header.parent !== undefined ? { parent: header.parent } : {})
+                ...(header.parent !== undefined
+                  ? { parent: { sessionId: SessionId.make(header.parent.sessionId), boundary: header.parent.boundary } }
+                  : {})
               }
             }))
         })

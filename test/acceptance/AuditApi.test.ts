@@ -415,14 +415,13 @@ export const typeContract = (
   const _cause: CancelCause = CancelCause.hook("r")
   const _plainCause: CancelCause = { kind: "user" }
   const _driverEvent: DriverEvent = { type: "agent/error", turn: 0, step: 0, error: 1 }
-  // SPEC 2.2 types `sessionId` (and `parent.sessionId`) as plain `string`; tiller's header brands them
-  // `SessionId`, so a header literal needs `SessionId.make` here (reported as a signature difference).
+  // SPEC 2.2 types `sessionId` (and `parent.sessionId`) as plain `string`.
   const _header: SessionHeader = {
     formatVersion: 1,
-    sessionId: SessionId.make("s"),
+    sessionId: "s",
     createdAt: 0,
     seedLength: 0,
-    parent: { sessionId: SessionId.make("p"), boundary: 1 },
+    parent: { sessionId: "p", boundary: 1 },
     metadata: { a: 1 }
   }
   const _surface: SurfaceOp = { op: "replace", start: 0, end: 1 }

@@ -52,15 +52,15 @@ export class Driver extends Context.Tag("tiller/Driver")<Driver, {
   readonly whenIdle: Effect.Effect<void>
   /** The public status. */
   readonly status: Effect.Effect<AgentStatus>
-  /** The current status, then every change. */
+  /** The current status, then every change; ends after the last one when the agent is disposed. */
   readonly statusChanges: Stream.Stream<AgentStatus>
   /** Runs a non-turn task from the idle phase; wakes meanwhile are latched. */
   readonly runMaintenance: <A, E, R>(
     task: Effect.Effect<A, E, R>
   ) => Effect.Effect<A, E | AgentBusy | MaintenanceAborted | PersistenceError | AgentDisposed, R>
-  /** Live notifications committed after subscription. */
+  /** Live notifications committed after subscription; ends after the last one when the agent is disposed. */
   readonly events: Stream.Stream<DriverEvent>
-  /** A queue fed with every notification committed after this returns. */
+  /** A queue fed with every notification committed after this returns (it keeps them past disposal). */
   readonly subscribe: Effect.Effect<Queue.Dequeue<DriverEvent>, never, Scope.Scope>
 }>() {}
 

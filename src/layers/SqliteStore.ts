@@ -33,6 +33,7 @@ import { decodeOwnedJson } from "../internal/DecodedEvents.js"
 import type { ProcessLease } from "../internal/Lease.js"
 import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
+import * as Checkpointer from "../internal/Checkpointer.js"
 
 /**
  * Options of `SqliteSessionStore.layer`.
@@ -147,6 +148,13 @@ const encodeRows = (events: ReadonlyArray<SessionEvent>): Either.Either<Array<st
   }
 }
 
+// The size of encoded rows (UTF-16 code units; close enough to the bytes SQLite writes).
+const rowBytes = (rows: ReadonlyArray<string>): number => {
+  let bytes = 0
+  for (const row of rows) bytes += row.length
+  return bytes
+}
+
 /** Inserts `rows` (the events from seq `firstSeq` on) with as few multi-row INSERTs as the chunk sizes allow. */
 const insertEvents = (conn: Connection, id: SessionId, firstSeq: number, rows: ReadonlyArray<string>) =>
   Effect.suspend(() => {
@@ -245,6 +253,8 @@ const createPrivateFile = (filename: string): Effect.Effect<void, PersistenceErr
     catch: (cause) => new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
   })
 
+const isFile = (filename: string): boolean => filename !== "" && filename !== ":memory:"
+
 /** Opens the client in the current scope, sets the pragmas and runs the migrations. */
 const open = (options: SqliteSessionStoreOptions) =>
   Effect.gen(function*() {
@@ -252,12 +262,14 @@ const open = (options: SqliteSessionStoreOptions) =>
     const client = yield* Layer.build(SqliteClient.layer({ filename: options.filename }))
     const sql = Context.get(client, SqlClient.SqlClient)
     yield* sql.unsafe(`PRAGMA synchronous = ${SYNCHRONOUS[options.synchronous ?? "NORMAL"]}`)
-    if (options.filename !== "" && options.filename !== ":memory:") {
+    if (isFile(options.filename)) {
       const [mode] = yield* sql<{ readonly journal_mode: string }>`PRAGMA journal_mode`
       if (mode?.journal_mode !== "wal") {
         const cause = `could not enable WAL (journal_mode is ${mode?.journal_mode})`
         return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
       }
+      // Checkpoints run on a worker thread instead (internal/Checkpointer).
+      yield* sql.unsafe("PRAGMA wal_autocheckpoint = 0")
     }
     yield* Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
       Effect.provideService(SqlClient.SqlClient, sql)
@@ -289,6 +301,11 @@ export const make = (
 
     const query = (text: string, params: ReadonlyArray<unknown>) =>
       lock.withPermits(1)(conn.execute(text, params, undefined))
+
+    // Without a working checkpointer, SQLite's own automatic checkpoint (its default) comes back.
+    const checkpointer = isFile(options.filename)
+      ? yield* Checkpointer.make(options.filename, Effect.ignore(query("PRAGMA wal_autocheckpoint = 1000", [])))
+      : undefined
 
     // A failed statement may already have ended the transaction; then ROLLBACK fails, harmlessly.
     const rollback = Effect.ignore(conn.execute("ROLLBACK", [], undefined))
@@ -332,6 +349,7 @@ export const make = (
         })).pipe(
           Effect.catchTag("SqlError", (error) => Effect.fail(fail(error)))
         )
+      checkpointer?.wrote(rowBytes(rows.right) + headerJson.length)
     })
 
     // One session's append inside a transaction: advance the stored length if it still equals the
@@ -394,6 +412,11 @@ export const make = (
             request.done(yield* Effect.exit(transaction("BEGIN IMMEDIATE", appendRows(request))))
           } else {
             yield* appendGroup(group)
+          }
+          if (checkpointer !== undefined) {
+            let bytes = 0
+            for (const request of group) bytes += rowBytes(request.rows)
+            checkpointer.wrote(bytes)
           }
         }
       })).pipe(

@@ -306,6 +306,44 @@ describe("SqliteSessionStore", () => {
     }))
 })
 
+describe("WAL checkpoints off the event loop", () => {
+  it.live("a worker copies the WAL into the database file while the store is open", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      yield* withStore(filename, (store) =>
+        Effect.gen(function*() {
+          yield* store.create(makeHeader(id), [])
+          const before = fs.statSync(filename).size
+          // 400 transactions of one turn each: about 1,600 WAL pages by the store's estimate.
+          for (let k = 0; k < 400; k++) yield* store.append(id, nonEmpty(turns(k, 1)))
+          // The worker's checkpoint grows the database file; without it the file keeps its size
+          // until the connection closes (the store turned SQLite's automatic checkpoint off).
+          let size = fs.statSync(filename).size
+          for (let tries = 0; tries < 500 && size <= before; tries++) {
+            yield* Effect.sleep("20 millis")
+            size = fs.statSync(filename).size
+          }
+          expect(size).toBeGreaterThan(before)
+          expect(yield* store.load(id)).toMatchObject({ events: { length: 400 * 14 } })
+        }))
+    }))
+
+  it.live("a store that writes little never starts a checkpoint worker (the file keeps its size until closed)", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      yield* withStore(filename, (store) =>
+        Effect.gen(function*() {
+          yield* store.create(makeHeader(id), [])
+          const before = fs.statSync(filename).size
+          for (let k = 0; k < 20; k++) yield* store.append(id, nonEmpty(turns(k, 1)))
+          yield* Effect.sleep("200 millis")
+          expect(fs.statSync(filename).size).toBe(before)
+        }))
+      // Closing the last connection checkpoints: everything is in the database file afterwards.
+      expect(yield* withStore(filename, (store) => Effect.map(store.load(id), ({ events }) => events.length))).toBe(20 * 14)
+    }))
+})
+
 describe("an agent on SQLite", () => {
   const S = SessionId.make("s")
   const agentOn = (

@@ -47,7 +47,7 @@ if (mtimeOf(bundle) + 1 < sourcesTime) {
     format: "esm",
     target: "node20",
     external: ["better-sqlite3"],
-    banner: { js: "import { createRequire } from 'node:module'; const require = createRequire(import.meta.url);" },
+    banner: { js: "import { createRequire as tillerCreateRequire } from 'node:module'; const require = tillerCreateRequire(import.meta.url);" },
     outfile: temporary,
     logLevel: "warning"
   })

@@ -12,7 +12,7 @@
  */
 import type { Scope } from "effect"
 import { Effect, Runtime } from "effect"
-import { createRequire } from "node:module"
+import * as NodeModule from "node:module"
 import { Worker } from "node:worker_threads"
 
 /**
@@ -81,7 +81,7 @@ export const make = (
 
     const start = (): Worker | undefined => {
       try {
-        const driver = createRequire(import.meta.url).resolve("better-sqlite3")
+        const driver = NodeModule.createRequire(import.meta.url).resolve("better-sqlite3")
         const started = new Worker(WORKER_SOURCE, { eval: true, workerData: { driver, filename } })
         started.unref()
         started.on("message", (message) => {

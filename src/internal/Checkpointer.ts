@@ -107,6 +107,9 @@ export const make = (
         worker = undefined
         if (stopping === undefined) return Effect.void
         return Effect.async<void>((resume) => {
+          // Referenced again while it closes: otherwise a process with nothing else to do would
+          // exit before this finalizer completes.
+          stopping.ref()
           stopping.once("exit", () => resume(Effect.void))
           stopping.postMessage("close")
         })

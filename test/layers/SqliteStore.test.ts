@@ -2,6 +2,7 @@ import { afterAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Context, Effect, Either, Exit, Layer, Scope } from "effect"
+import { build } from "esbuild"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -327,6 +328,30 @@ describe("WAL checkpoints off the event loop", () => {
           expect(yield* store.load(id)).toMatchObject({ events: { length: 400 * 14 } })
         }))
     }))
+
+  it.live("a process with nothing else to do stays alive until the store closed its checkpoint worker", () =>
+    Effect.gen(function*() {
+      // Under the project, so the bundle's packages resolve from its node_modules.
+      const bundle = path.join(import.meta.dirname, "..", "..", "node_modules", ".cache", "tiller-tests", "checkpoint-close.mjs")
+      yield* Effect.promise(() =>
+        build({
+          entryPoints: [path.join(import.meta.dirname, "fixtures", "checkpointClose.ts")],
+          bundle: true,
+          platform: "node",
+          format: "esm",
+          packages: "external",
+          outfile: bundle,
+          logLevel: "error"
+        })
+      )
+      const result = yield* Effect.async<{ readonly code: number | null; readonly stdout: string }>((resume) => {
+        const child = spawn(process.execPath, [bundle, freshFile()], { stdio: ["ignore", "pipe", "inherit"] })
+        let stdout = ""
+        child.stdout.on("data", (data) => (stdout += String(data)))
+        child.on("exit", (code) => resume(Effect.succeed({ code, stdout })))
+      })
+      expect(result).toEqual({ code: 0, stdout: "closed\n" })
+    }), 60_000)
 
   it.live("a store that writes little never starts a checkpoint worker (the file keeps its size until closed)", () =>
     Effect.gen(function*() {

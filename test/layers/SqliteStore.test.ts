@@ -307,16 +307,23 @@ describe("SqliteSessionStore", () => {
     }))
 })
 
+/** Creates the session, then appends `count` turns one transaction each; the file's size before them. */
+const appendTurnByTurn = (store: SessionStore["Type"], filename: string, count: number) =>
+  Effect.gen(function*() {
+    yield* store.create(makeHeader(id), [])
+    const before = fs.statSync(filename).size
+    for (let k = 0; k < count; k++) yield* store.append(id, nonEmpty(turns(k, 1)))
+    return before
+  })
+
 describe("WAL checkpoints off the event loop", () => {
   it.live("a worker copies the WAL into the database file while the store is open", () =>
     Effect.gen(function*() {
       const filename = freshFile()
       yield* withStore(filename, (store) =>
         Effect.gen(function*() {
-          yield* store.create(makeHeader(id), [])
-          const before = fs.statSync(filename).size
           // 400 transactions of one turn each: about 1,600 WAL pages by the store's estimate.
-          for (let k = 0; k < 400; k++) yield* store.append(id, nonEmpty(turns(k, 1)))
+          const before = yield* appendTurnByTurn(store, filename, 400)
           // The worker's checkpoint grows the database file; without it the file keeps its size
           // until the connection closes (the store turned SQLite's automatic checkpoint off).
           let size = fs.statSync(filename).size
@@ -358,9 +365,7 @@ describe("WAL checkpoints off the event loop", () => {
       const filename = freshFile()
       yield* withStore(filename, (store) =>
         Effect.gen(function*() {
-          yield* store.create(makeHeader(id), [])
-          const before = fs.statSync(filename).size
-          for (let k = 0; k < 20; k++) yield* store.append(id, nonEmpty(turns(k, 1)))
+          const before = yield* appendTurnByTurn(store, filename, 20)
           yield* Effect.sleep("200 millis")
           expect(fs.statSync(filename).size).toBe(before)
         }))

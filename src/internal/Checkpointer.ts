@@ -52,7 +52,8 @@ parentPort.on("message", (message) => {
 `
 
 /**
- * A checkpointer for `filename`, stopped (its worker closed) with the scope.
+ * A checkpointer for `filename`, stopped (its worker closed) with the scope. `workerSource` is the
+ * worker's CommonJS source (replaced only to test failures).
  *
  * @since 0.1.0
  * @category constructors
@@ -60,7 +61,8 @@ parentPort.on("message", (message) => {
 export const make = (
   filename: string,
   fallback: Effect.Effect<void>,
-  everyPages = 1000
+  everyPages = 1000,
+  workerSource = WORKER_SOURCE
 ): Effect.Effect<Checkpointer, never, Scope.Scope> =>
   Effect.gen(function*() {
     const runtime = yield* Effect.runtime<never>()
@@ -82,7 +84,7 @@ export const make = (
     const start = (): Worker | undefined => {
       try {
         const driver = NodeModule.createRequire(import.meta.url).resolve("better-sqlite3")
-        const started = new Worker(WORKER_SOURCE, { eval: true, workerData: { driver, filename } })
+        const started = new Worker(workerSource, { eval: true, workerData: { driver, filename } })
         started.unref()
         started.on("message", (message) => {
           inFlight = false

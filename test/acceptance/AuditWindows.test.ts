@@ -81,51 +81,47 @@ describe("7.2 cancel windows", () => {
     ))))
 })
 
+// A listener that reports it was entered, then blocks until interrupted, running `onInterrupt` then.
+const blocking = (entered: Deferred.Deferred<void>, onInterrupt: Effect.Effect<void>) => () =>
+  Effect.zipRight(Deferred.succeed(entered, undefined), Effect.onInterrupt(Effect.never, () => onInterrupt))
+
+// Registers a blocking listener with `register`, follows up, cancels once it is entered and waits
+// until idle: the errors of the agent/error notifications published meanwhile.
+const cancelWhileBlocked = <R>(
+  register: (listener: () => Effect.Effect<never>) => Effect.Effect<void, never, R>,
+  onInterrupt: Effect.Effect<void>
+) =>
+  Effect.gen(function*() {
+    const driver = yield* Driver
+    const live = yield* recordLive
+    const entered = yield* Deferred.make<void>()
+    yield* register(blocking(entered, onInterrupt))
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    return (yield* live).filter((e) => e.type === "agent/error").map((e) => (e as any).error)
+  })
+
 describe("3.10 agent/error case 2", () => {
   it.scoped("3.10: a typed failure during an aborted turn is not published", () =>
     Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      const entered = yield* Deferred.make<void>()
-      yield* (yield* PreStep).register(() =>
-        Effect.zipRight(Deferred.succeed(entered, undefined), Effect.onInterrupt(Effect.never, () => Effect.void)))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* live).filter((e) => e.type === "agent/error")).toEqual([])
+      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(PreStep, (p) => p.register(listener)), Effect.void)
+      expect(errors).toEqual([])
       expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
     }).pipe(Effect.provide(scenario([]))))
 
   it.scoped("3.10: a defect of a pre-step listener found when an aborted turn closes is published once", () =>
     Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      const entered = yield* Deferred.make<void>()
-      yield* (yield* PreStep).register(() =>
-        Effect.zipRight(Deferred.succeed(entered, undefined), Effect.onInterrupt(Effect.never, () => Effect.die(boom))))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors.map((e) => (e as any).error)).toEqual([boom])
+      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(PreStep, (p) => p.register(listener)), Effect.die(boom))
+      expect(errors).toEqual([boom])
       expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
     }).pipe(Effect.provide(scenario([]))))
 
   it.scoped("3.10: a defect of a ToolPre listener found when an aborted turn closes is published once", () =>
     Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      const entered = yield* Deferred.make<void>()
-      yield* (yield* Hooks).onToolPre(() =>
-        Effect.zipRight(Deferred.succeed(entered, undefined), Effect.onInterrupt(Effect.never, () => Effect.die(boom))))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors.map((e) => (e as any).error)).toEqual([boom])
+      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(Hooks, (h) => h.onToolPre(listener)), Effect.die(boom))
+      expect(errors).toEqual([boom])
     }).pipe(Effect.provide(scenario(
       [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }] })],
       { tools: [Tool.make("t", { description: "", parameters: empty, execute: () => Effect.succeed("ran") })] }
@@ -133,18 +129,10 @@ describe("3.10 agent/error case 2", () => {
 
   it.scoped("3.10: a defect of an onRequest listener found when an aborted turn closes is published once", () =>
     Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      const entered = yield* Deferred.make<void>()
-      yield* (yield* Hooks).onRequest(() =>
-        Effect.zipRight(Deferred.succeed(entered, undefined), Effect.onInterrupt(Effect.never, () => Effect.die(boom))))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors.map((e) => (e as any).error)).toEqual([boom])
+      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(Hooks, (h) => h.onRequest(listener)), Effect.die(boom))
+      expect(errors).toEqual([boom])
     }).pipe(Effect.provide(scenario([ScriptedModel.text("x")]))))
+
   it.scoped("3.10: a defect of the model stream found when an aborted turn closes is published once; the turn still ends aborted", () =>
     Effect.gen(function*() {
       const driver = yield* Driver

@@ -25,18 +25,25 @@ const chunks: ReadonlyArray<StreamChunk> = [
 const failure = new ModelError({ failure: { message: "no", code: "UNKNOWN" } })
 
 describe("Preloaded", () => {
-  it.effect("whoever runs the stream gets the stream; the opener is only attached to it", () =>
+  it.effect("whoever runs the stream gets the stream, built only then; the opener is only attached to it", () =>
     Effect.gen(function*() {
       let opened = 0
       const open = Effect.sync(() => {
         opened++
         return chunks
       })
-      const stream = Preloaded.make(() => Stream.rechunk(Stream.fromIterable(chunks), 1), open)
+      let built = 0
+      const stream = Preloaded.make(() => {
+        built++
+        return Stream.rechunk(Stream.fromIterable(chunks), 1)
+      }, open)
+      // Opening does not build the stream; running it builds it once.
+      expect(yield* Preloaded.openOf(stream)!).toEqual(chunks)
+      expect(opened).toBe(1)
+      expect(built).toBe(0)
       const batches = yield* Stream.runCollect(Stream.mapChunks(stream, (c) => Chunk.of(c.length)))
       expect(Chunk.toArray(batches)).toEqual([1, 1, 1, 1])
-      expect(opened).toBe(0)
-      expect(yield* Preloaded.openOf(stream)!).toEqual(chunks)
+      expect(built).toBe(1)
       expect(opened).toBe(1)
     }))
 

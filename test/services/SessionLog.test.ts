@@ -256,11 +256,12 @@ describe("SessionLog", () => {
       yield* log.flush
     }).pipe(Effect.provide(freshSession())))
 
-  it.scoped("once the session has written twice, appends arm the batch window themselves (Clock-driven)", () =>
+  it.scoped("once the session has written twice, the batch window still holds for appends (Clock-driven)", () =>
     Effect.gen(function*() {
       const inbox = yield* Inbox
       const log = yield* SessionLog
-      // Two acknowledged writes: from then on the window timer runs and the writer is not woken to arm it.
+      // Two acknowledged writes: from then on the window timer runs and appends arm the window
+      // themselves (the writer is no longer woken for it; this checks the window, not the wake-ups).
       yield* inbox.append("next-turn", user("a"))
       yield* inbox.append("next-turn", user("b"))
       for (let round = 0; round < 2; round++) {

@@ -211,6 +211,11 @@ export interface InjectFigures {
   readonly sessions: number
   /** Acknowledged injects per run (callers x injects per caller). */
   readonly injects: number
+  /** Untimed warm-up runs of each side before the timed ones. */
+  readonly warmRuns: number
+  /** The first warm-up run of each side: the cold-JIT figure, shown beside the timed runs. */
+  readonly coldTiller: InjectRun
+  readonly coldRaw: InjectRun
   readonly tiller: ReadonlyArray<InjectRun>
   readonly raw: ReadonlyArray<InjectRun>
 }
@@ -298,8 +303,9 @@ const isInboxSplice = (row: StoredRow): boolean => row.event.type === "agent/inb
  * W3: `callers` concurrent callers, each making `perCaller` sequential `Driver.inject` calls into
  * one of `sessions` sessions (caller i into session i mod sessions) on one SQLite file; each call
  * returns once its `agent/inbox/spliced` event is durable. The raw baseline has the same callers
- * insert the identical rows (from the warm-up run's file) one autocommit INSERT each. One untimed
- * warm-up of each side, then `runs` runs alternating which side goes first.
+ * insert the identical rows (from the warm-up run's file) one autocommit INSERT each. `warmRuns`
+ * untimed warm-up runs of each side (the first of each kept as the cold figure), then `runs` runs
+ * alternating which side goes first.
  *
  * @since 0.1.0
  * @category benchmarks
@@ -308,22 +314,23 @@ export const injects = (
   callers: number,
   sessions: number,
   perCaller: number,
-  runs: number
+  runs: number,
+  warmRuns: number
 ): Effect.Effect<InjectFigures, unknown> =>
   Effect.gen(function*() {
     const total = callers * perCaller
-    const rows = yield* withTempDir((dir) => {
+    const [coldTiller, rows] = yield* withTempDir((dir) => {
       const filename = path.join(dir, "tiller.db")
-      return Effect.zipRight(injectTillerRun(filename, callers, sessions, perCaller), readRows(filename, isInboxSplice))
+      return Effect.zip(injectTillerRun(filename, callers, sessions, perCaller), readRows(filename, isInboxSplice))
     })
     yield* expectCount("W3 rows", rows.length, total)
-    yield* withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers))
-    const [tiller, raw] = yield* alternating(
-      runs,
-      withTempDir((dir) => injectTillerRun(path.join(dir, "tiller.db"), callers, sessions, perCaller)),
-      withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers))
-    )
-    return { callers, sessions, injects: total, tiller, raw }
+    const tillerRun = withTempDir((dir) => injectTillerRun(path.join(dir, "tiller.db"), callers, sessions, perCaller))
+    const rawRun = withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers))
+    const coldRaw = yield* rawRun
+    // The JIT settles over several runs of this much code: the rest of the warm-up alternates too.
+    yield* alternating(warmRuns - 1, tillerRun, rawRun)
+    const [tiller, raw] = yield* alternating(runs, tillerRun, rawRun)
+    return { callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw }
   })
 
 // -------------------------------------------------------------------------------------------------

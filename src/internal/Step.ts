@@ -21,7 +21,7 @@ import { peek } from "./Peek.js"
 import * as Preloaded from "./Preloaded.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
-import { causeOf, getPhase } from "./Phase.js"
+import { causeOf } from "./Phase.js"
 import { appendDrafts, commit } from "./SessionState.js"
 import type { Draft, LogSnapshot } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
@@ -61,16 +61,17 @@ const CAUSE = Symbol.for("tiller/internal/Step/cause")
 
 /**
  * Commits a loop transaction that first reads the cause: with a cause recorded it writes nothing
- * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value.
+ * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value. The phase
+ * is peeked (see `Peek`): it is the transaction's first read, and a transaction runs in one
+ * synchronous step, so the value is the one `getPhase` would read, without a journal entry.
  *
  * @since 0.1.0
  * @category transactions
  */
 export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
   commit(ctx.ds.session, 
-    STM.flatMap(
-      getPhase(ctx.ds),
-      (phase): STM.STM<A | typeof CAUSE, E> => Option.isSome(causeOf(phase)) ? STM.succeed(CAUSE) : body
+    STM.suspend((): STM.STM<A | typeof CAUSE, E> =>
+      Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? STM.succeed(CAUSE) : body
     )
   )
 

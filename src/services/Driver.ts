@@ -17,6 +17,7 @@ import { clearSTM, insertSTM } from "../internal/InboxOps.js"
 import type { DriverState, Phase } from "../internal/Phase.js"
 import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } from "../internal/Phase.js"
 import * as Outbox from "../internal/Outbox.js"
+import { peek } from "../internal/Peek.js"
 import { commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
 
 /**
@@ -88,8 +89,8 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       STM.flatMap(guardWritable(session), () =>
         Either.isLeft(accepted)
           ? STM.fail(accepted.left)
-          : STM.flatMap(getPhase(ds), (phase) =>
-            STM.flatMap(TRef.get(ds.disposing), (disposing) => deliver(accepted.right, target, wakeup, phase, disposing))))
+          // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
+          : deliver(accepted.right, target, wakeup, peek(ds.phaseNow), peek(ds.disposing)))
     )
   }
 

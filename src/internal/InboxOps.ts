@@ -15,9 +15,10 @@ import { stateOfRecord } from "../domain/KnownIds.js"
 import { pendingOf } from "../domain/Splice.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
-import type { Draft, SessionStateShape, WakeMarks } from "./SessionState.js"
-import { appendDrafts, publish } from "./SessionState.js"
-import type { InvalidEvent } from "../domain/Errors.js"
+import { peek } from "./Peek.js"
+import type { Draft, LogSnapshot, SessionStateShape, WakeMarks } from "./SessionState.js"
+import { announce, appendDrafts, appendPure, publish } from "./SessionState.js"
+import { InvalidEvent } from "../domain/Errors.js"
 
 /**
  * Checks that every id is fresh: unknown to the session and not repeated in `messages`, except ids
@@ -163,12 +164,32 @@ export const insertSTM = (
   message: UserMessage,
   at: "end" | "start"
 ): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> =>
-  STM.flatMap(TRef.get(state.log), ({ fold }): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> => {
-    const duplicate = duplicateIn(fold, [message])
-    if (Option.isSome(duplicate)) return STM.succeed(Either.left(duplicate.value))
-    const start = at === "end" ? pendingOf(fold.inbox, target).length : 0
-    return STM.as(spliceIn(state, fold, target, start, 0, [message], false), Either.void)
-  })
+  STM.flatMap(
+    // One interpreter step checks identity and writes the splice (as `spliceSTM` does in several).
+    TRef.modify(state.log, (snapshot): readonly [Inserted, LogSnapshot] => {
+      const duplicate = duplicateIn(snapshot.fold, [message])
+      if (Option.isSome(duplicate)) return [Either.left(duplicate.value), snapshot]
+      // A poisoned session appends nothing more (as in `appendDrafts`).
+      if (Option.isSome(peek(state.poisoned))) return [POISONED, snapshot]
+      const start = at === "end" ? pendingOf(snapshot.fold.inbox, target).length : 0
+      const result = appendPure(state, snapshot, [spliceDraft(spliceData(target, start, 0, [message]))], true)
+      if (result instanceof InvalidEvent) return [result, snapshot]
+      announce(state, snapshot, result.events)
+      return [Either.void, result.snapshot]
+    }),
+    (inserted): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> =>
+      inserted === POISONED
+        ? STM.interrupt
+        : inserted instanceof InvalidEvent
+        ? STM.fail(inserted)
+        : Either.isLeft(inserted)
+        ? STM.succeed(inserted)
+        : STM.as(publish(state, [{ type: "agent/inbox/inserted", message }]), inserted)
+  )
+
+type Inserted = Either.Either<void, DuplicateMessage> | InvalidEvent | typeof POISONED
+
+const POISONED = Symbol.for("tiller/internal/InboxOps/poisoned")
 
 /**
  * Discards everything pending: `CAN(ns)` then `CAN(nt)`, each only when non-empty.

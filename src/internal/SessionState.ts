@@ -150,15 +150,44 @@ export const appendDrafts = (
   STM.suspend(() =>
     Option.isSome(peek(state.poisoned))
       ? STM.interrupt
-      : STM.flatMap(TRef.get(state.log), (snapshot) => appendTo(state, snapshot, drafts, trusted))
+      : drafts.length === 0
+      ? STM.succeed([])
+      : STM.flatMap(
+        // One interpreter step reads and writes the log (a read, a write and a notification would be five).
+        TRef.modify(state.log, (snapshot): readonly [ReadonlyArray<SessionEvent> | InvalidEvent, LogSnapshot] => {
+          const result = appendPure(state, snapshot, drafts, trusted)
+          if (result instanceof InvalidEvent) return [result, snapshot]
+          announce(state, snapshot, result.events)
+          return [result.events, result.snapshot]
+        }),
+        (result) => result instanceof InvalidEvent ? STM.fail(result) : STM.succeed(result)
+      )
   )
 
-const appendTo = (
+/**
+ * A log with drafts appended, and the events appended.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Appended {
+  readonly snapshot: LogSnapshot
+  readonly events: ReadonlyArray<SessionEvent>
+}
+
+/**
+ * Appends drafts to a log snapshot without a transaction (see {@link appendDrafts}); the first
+ * violation instead. A transaction that writes the result to `log` also calls {@link announce}.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const appendPure = (
   state: SessionStateShape,
   snapshot: LogSnapshot,
   drafts: ReadonlyArray<Draft>,
   trusted: boolean
-): STM.STM<ReadonlyArray<SessionEvent>, InvalidEvent> => {
+): Appended | InvalidEvent => {
   const time = state.clock.unsafeCurrentTimeMillis()
   let events = snapshot.events
   let fold = snapshot.fold
@@ -179,33 +208,34 @@ const appendTo = (
       event = deepFreeze(raw as unknown as SessionEvent)
     } else {
       const decoded = decodeUntrusted(raw)
-      if (Either.isLeft(decoded)) return STM.fail(new InvalidEvent({ type: draft.type, reason: decoded.left }))
+      if (Either.isLeft(decoded)) return new InvalidEvent({ type: draft.type, reason: decoded.left })
       event = decoded.right
     }
     const next = advance(fold, event, eventAt, state.options)
     const first = next.violations[0]
     if (first !== undefined) {
-      return STM.fail(
-        first.rule === undefined
-          ? new InvalidEvent({ type: draft.type, reason: first.message })
-          : new InvalidEvent({ type: draft.type, reason: first.message, rule: first.rule })
-      )
+      return first.rule === undefined
+        ? new InvalidEvent({ type: draft.type, reason: first.message })
+        : new InvalidEvent({ type: draft.type, reason: first.message, rule: first.rule })
     }
     fold = next.state
     events = GrowOnly.push(events, event)
     appended.push(event)
   }
-  if (appended.length === 0) return STM.succeed(appended)
-  const before = snapshot.events.length - 1
-  const after = events.length - 1
-  return STM.zipRight(
-    TRef.set(state.log, { events, fold }),
-    // The writer runs after this transaction commits (its resumption is scheduled), or re-reads.
-    STM.sync(() => {
-      Writer.appended(state.writer, state.waiters.durable, before, after, appended[0]!.time)
-      return appended
-    })
-  )
+  return { snapshot: appended.length === 0 ? snapshot : { events, fold }, events: appended }
+}
+
+/**
+ * Tells the writer about events a transaction appends to `before`, from inside that transaction:
+ * the writer runs after it commits (its resumption is scheduled), or re-reads the log.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const announce = (state: SessionStateShape, before: LogSnapshot, events: ReadonlyArray<SessionEvent>): void => {
+  if (events.length === 0) return
+  const last = before.events.length - 1
+  Writer.appended(state.writer, state.waiters.durable, last, last + events.length, events[0]!.time)
 }
 
 /**

@@ -42,12 +42,17 @@ export type Phase =
  */
 export interface DriverState {
   readonly session: SessionStateShape
-  /** The phase, read by transactions that wait on it (`STM.retry`). Written only by {@link setPhase}. */
+  /**
+   * The phase, read by transactions that wait on it (`STM.retry`). Written by {@link setPhase}; a
+   * running phase's step number, which no waiting transaction reads, changes only in `phaseNow`
+   * ({@link setStep}), so a new step wakes none of them.
+   */
   readonly phase: TRef.TRef<Phase>
   /**
    * The same phase, read by transactions that never wait. STM re-runs every waiting transaction
    * whenever a committed transaction read a `TRef` it waits on; the loop reads the phase at every
-   * append, so it reads this copy, on which nothing waits. Written only by {@link setPhase}.
+   * append, so it reads this copy, on which nothing waits. Written by {@link setPhase} and
+   * {@link setStep}.
    */
   readonly phaseNow: TRef.TRef<Phase>
   readonly disposing: TRef.TRef<boolean>
@@ -71,6 +76,15 @@ export const getPhase = (ds: DriverState): STM.STM<Phase> => TRef.get(ds.phaseNo
  */
 export const setPhase = (ds: DriverState, phase: Phase): STM.STM<void> =>
   STM.zipRight(TRef.set(ds.phase, phase), TRef.set(ds.phaseNow, phase))
+
+/**
+ * Sets the step number of a running phase (`phaseNow` only: see {@link DriverState}).
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const setStep = (ds: DriverState, phase: Extract<Phase, { readonly _tag: "Running" }>, step: number): STM.STM<void> =>
+  TRef.set(ds.phaseNow, { ...phase, step })
 
 /**
  * The cause recorded for the current activity, if any.

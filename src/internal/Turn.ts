@@ -14,7 +14,7 @@ import { abortableUnless, currentDefectSink, defectsOf } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { TurnErrorReport } from "./Phase.js"
-import { causeOf, closeTurn, errorReason, getPhase, setPhase } from "./Phase.js"
+import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
 import { appendDrafts, commit } from "./SessionState.js"
 import { claimSTM } from "./InboxOps.js"
 import { runStep } from "./Step.js"
@@ -100,7 +100,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
             ], true)
             // Appending leaves the phase as read above.
             return phase._tag === "Running"
-              ? STM.zipRight(appended, STM.as(setPhase(ds, { ...phase, step }), true))
+              ? STM.zipRight(appended, STM.as(setStep(ds, phase, step), true))
               : STM.as(appended, true)
           })
         })

@@ -130,7 +130,10 @@ const acquireDriver = (
     // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
     const nextTurn = STM.commit(
       STM.gen(function*() {
-        const phase = yield* TRef.get(ds.phase)
+        const waited = yield* TRef.get(ds.phase)
+        if (waited._tag !== "Running" || waited.pending === undefined) return yield* STM.retry
+        // The current copy: the waited-on one may hold an older step number (see `setStep`).
+        const phase = yield* getPhase(ds)
         if (phase._tag !== "Running" || phase.pending === undefined) return yield* STM.retry
         yield* setPhase(ds, { ...phase, pending: undefined })
         return { turn: phase.turn, batch: phase.pending }

@@ -292,7 +292,12 @@ export const commitAcknowledged = <A, E, E2>(
   state: SessionStateShape,
   transaction: STM.STM<Either.Either<A, E2>, E>
 ): Effect.Effect<A, E | E2 | PersistenceError> =>
-  commit(state, STM.flatMap(transaction, (result) => STM.map(lastSeq(state), (seq) => [result, seq] as const))).pipe(
+  commit(
+    state,
+    STM.flatMap(transaction, (result) =>
+      // The last seq in one step (`lastSeq` takes four); the log is written back unchanged.
+      TRef.modify(state.log, (snapshot) => [[result, snapshot.events.length - 1] as const, snapshot]))
+  ).pipe(
     Effect.flatMap(([result, seq]) =>
       Effect.zipRight(awaitDurable(state, seq), Either.isRight(result) ? Effect.succeed(result.right) : Effect.fail(result.left))
     )

@@ -61,10 +61,11 @@ interface Sizes {
   /** Untimed warm-up sizes: enough operations for the JIT to settle. */
   readonly warmChunks: number
   readonly warmDurable: number
-  /** W1: steps per run, timed runs, warm-up steps. */
+  /** W1: steps per run, timed runs, warm-up steps and untimed warm-up runs of that many steps. */
   readonly loopSteps: number
   readonly loopRuns: number
   readonly warmLoopSteps: number
+  readonly warmLoopRuns: number
   /** Sequential single-step turns of the latency benchmark, and its warm-up turns. */
   readonly turns: number
   readonly warmTurns: number
@@ -98,6 +99,7 @@ const full: Sizes = {
   loopSteps: 1_000,
   loopRuns: 7,
   warmLoopSteps: 1_000,
+  warmLoopRuns: 3,
   turns: 500,
   warmTurns: 100,
   storageRuns: 3,
@@ -124,6 +126,7 @@ const quick: Sizes = {
   loopSteps: 200,
   loopRuns: 5,
   warmLoopSteps: 100,
+  warmLoopRuns: 1,
   turns: 100,
   warmTurns: 50,
   storageRuns: 3,
@@ -245,7 +248,8 @@ const agentLoop = (s: Sizes) =>
       "scripted",
       s.loopSteps,
       s.loopRuns,
-      s.warmLoopSteps
+      s.warmLoopSteps,
+      s.warmLoopRuns
     )
     yield* log(`W1 agent loop, minimal Model: ${formatCount(s.loopSteps)} steps x ${s.loopRuns} ...`)
     const direct = yield* w1(
@@ -253,7 +257,8 @@ const agentLoop = (s: Sizes) =>
       "direct",
       s.loopSteps,
       s.loopRuns,
-      s.warmLoopSteps
+      s.warmLoopSteps,
+      s.warmLoopRuns
     )
     return { floor: floorRun, agents: [scripted, direct] }
   })
@@ -475,7 +480,7 @@ const loopReport = (floorRun: LoopThroughput, agents: ReadonlyArray<LoopThroughp
   `One session on a fresh memory store per run, ${formatCount(floorRun.steps)} steps: each an instant scripted model response`,
   "calling one trivial `echo` tool (exclusive, returns a constant string), then a final text answer. Opening",
   "the agent is untimed; one `followup`, `whenIdle` and `SessionLog.flush` (every event durable) are timed.",
-  `Median of ${floorRun.runs.length} runs after an untimed warm-up run. The model is \`ScriptedModel\`, or the smallest`,
+  `Median of ${floorRun.runs.length} runs after ${agents[0]?.cold !== undefined ? `${agents[0].cold.warmRuns} untimed warm-up run(s) of ${formatCount(agents[0].cold.steps)} steps (the first, cold, below the table)` : "an untimed warm-up run"}. The model is \`ScriptedModel\`, or the smallest`,
   "adapter the `Model` API allows (`Stream.fromIterable` of the same chunks, prebuilt). The loop reads a",
   "`ScriptedModel` response as one batch without running it as a Stream; the second row pays for Effect's",
   "Stream machinery on every response, as any other `Model` does. The floor runs the same",
@@ -484,6 +489,12 @@ const loopReport = (floorRun: LoopThroughput, agents: ReadonlyArray<LoopThroughp
   "end (no GC); the growth is the median of each run's peak over its RSS before opening (no forced GC).",
   "",
   loopTable(floorRun, agents),
+  "",
+  ...agents.flatMap((r) =>
+    r.cold === undefined
+      ? []
+      : [`- ${r.name}: first warm-up run (cold JIT, untimed) ${formatCount(r.cold.steps)} steps in ${formatCount(r.cold.millis)} ms, ${formatCount(r.cold.steps / (r.cold.millis / 1000))} steps/s.`]
+  ),
   ""
 ]
 

@@ -183,10 +183,13 @@ export interface LoopThroughput {
   readonly peakRss: number
   /** The median of each run's peak over its own baseline. */
   readonly medianGrowth: number
+  /** The first untimed warm-up run (cold JIT), when there was one. */
+  readonly cold?: { readonly steps: number; readonly millis: number; readonly warmRuns: number }
 }
 
 /**
- * Runs W1 `runs` times after an untimed warm-up run; each run opens a fresh agent.
+ * Runs W1 `runs` times after `warmRuns` untimed warm-up runs of `warmSteps` steps (the first is
+ * kept as the cold figure); each run opens a fresh agent.
  *
  * @since 0.1.0
  * @category benchmarks
@@ -196,10 +199,12 @@ export const w1 = (
   kind: ModelKind,
   steps: number,
   runs: number,
-  warmSteps: number
+  warmSteps: number,
+  warmRuns: number
 ): Effect.Effect<LoopThroughput, unknown> =>
   Effect.gen(function*() {
-    yield* w1Run(warmSteps, kind)
+    const cold = yield* w1Run(warmSteps, kind)
+    for (let i = 1; i < warmRuns; i++) yield* w1Run(warmSteps, kind)
     const results: Array<LoopRun> = []
     for (let i = 0; i < runs; i++) results.push(yield* w1Run(steps, kind))
     const medianMillis = median(results.map((r) => r.millis))
@@ -211,7 +216,8 @@ export const w1 = (
       stepsPerSecond: steps / (medianMillis / 1000),
       events: results[0]!.events,
       peakRss: Math.max(...results.map((r) => r.peakRss)),
-      medianGrowth: median(results.map((r) => r.peakRss - r.baselineRss))
+      medianGrowth: median(results.map((r) => r.peakRss - r.baselineRss)),
+      cold: { steps: warmSteps, millis: cold.millis, warmRuns }
     }
   })
 

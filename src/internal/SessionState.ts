@@ -292,13 +292,20 @@ export const commitAcknowledged = <A, E, E2>(
   state: SessionStateShape,
   transaction: STM.STM<Either.Either<A, E2>, E>
 ): Effect.Effect<A, E | E2 | PersistenceError> =>
-  commit(
-    state,
-    STM.flatMap(transaction, (result) =>
+  Effect.flatMap(
+    STM.commit(STM.flatMap(transaction, (result) =>
       // The last seq in one step (`lastSeq` takes four); the log is written back unchanged.
-      TRef.modify(state.log, (snapshot) => [[result, snapshot.events.length - 1] as const, snapshot]))
-  ).pipe(
-    Effect.flatMap(([result, seq]) =>
-      Effect.zipRight(awaitDurable(state, seq), Either.isRight(result) ? Effect.succeed(result.right) : Effect.fail(result.left))
-    )
+      TRef.modify(state.log, (snapshot) => [[result, snapshot.events.length - 1] as const, snapshot]))),
+    // `commit`, then `awaitDurable`, in one continuation.
+    ([result, seq]) => {
+      const answer: Effect.Effect<A, E2 | PersistenceError> = Either.isRight(result)
+        ? Effect.succeed(result.right)
+        : Effect.fail(result.left)
+      let acknowledged = answer
+      if (seq > state.waiters.durable) {
+        Writer.request(state.writer, seq)
+        acknowledged = Effect.zipRight(DurableWaiters.wait(state.waiters, seq), answer)
+      }
+      return state.outbox.dirty ? Effect.zipRight(Outbox.deliver(state.outbox), acknowledged) : acknowledged
+    }
   )

@@ -90,9 +90,11 @@ export const wait = (self: DurableWaiters, seq: number): Effect.Effect<void, Per
   Effect.suspend(() => {
     if (self.durable >= seq) return Effect.void
     if (self.failure !== undefined) return Effect.fail(self.failure)
+    // No canceler: a caller that stops waiting leaves its waiter until `seq` is durable or the
+    // session poisoned (the writer is already asked for it), and Effect ignores that late resumption.
+    // An `async` with a canceler runs inside an `onInterrupt`: five more operations per acknowledgement.
     return Effect.async<void, PersistenceError>((resume) => {
-      const waiter = register(self, seq, (failure) => resume(failure === undefined ? Effect.void : Effect.fail(failure)))
-      return Effect.sync(() => remove(self, waiter))
+      register(self, seq, (failure) => resume(failure === undefined ? Effect.void : Effect.fail(failure)))
     })
   })
 

@@ -111,7 +111,9 @@ export const request = (signal: WriterSignal, seq: number): void => {
   wake(signal)
 }
 
-// Sleeps until `wake`; returns at once if a wake came while the caller was awake.
+// Sleeps until `wake`; returns at once if a wake came while the caller was awake. No canceler: the
+// writer is interrupted only when its session closes, and a resumption after that is ignored by
+// Effect; an `async` with a canceler runs inside an `onInterrupt` (five more operations per sleep).
 const sleep = (signal: WriterSignal): Effect.Effect<void> =>
   Effect.async<void>((resume) => {
     if (signal.woken) {
@@ -120,9 +122,6 @@ const sleep = (signal: WriterSignal): Effect.Effect<void> =>
       return
     }
     signal.wake = () => resume(Effect.void)
-    return Effect.sync(() => {
-      signal.wake = undefined
-    })
   })
 
 // The batch window runs on one timer fiber, started with the first window and kept for the writer's lifetime.

@@ -166,13 +166,13 @@ export const untilStopOr = <A>(
 
 /**
  * The cause recorded for the current activity, if any: the last committed phase's, read without a
- * transaction.
+ * transaction. A plain read (no effect): a generator that calls it reads at that point, as a
+ * `yield* Effect.sync(...)` would, for two operations less.
  *
  * @since 0.1.0
  * @category cancellation
  */
-export const currentCause = (ds: DriverState): Effect.Effect<Option.Option<CancelCause>> =>
-  Effect.sync(() => causeOf(peek(ds.phaseNow)))
+export const causeNow = (ds: DriverState): Option.Option<CancelCause> => causeOf(peek(ds.phaseNow))
 
 /**
  * The outcome of abortable work: it finished (with its exit), or a cause was recorded first and

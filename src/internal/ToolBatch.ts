@@ -13,12 +13,11 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
-import { abortableUnless, awaitCause, checkpoint, currentCause, defectsOf, untilStopOr } from "./Activity.js"
+import { abortableUnless, awaitCause, causeNow, checkpoint, defectsOf, untilStopOr } from "./Activity.js"
 import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
-import { causeOf, getPhase } from "./Phase.js"
-import { peek } from "./Peek.js"
+import { getPhase } from "./Phase.js"
 import { appendDrafts, commit, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
@@ -167,7 +166,7 @@ export const runTools = (
           call.outcome = ToolOutcome.Denied({ reason: pre.exit.value.reason })
           return true
         }
-        if (Option.isSome(yield* currentCause(ds))) {
+        if (Option.isSome(causeNow(ds))) {
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
           return true
         }
@@ -219,7 +218,7 @@ export const runTools = (
         let outcome = call.outcome!
         let output = outcomeOutput(ref(call), outcome)
         if (runsToolPost(outcome)) {
-          const abortedNow = Option.isSome(yield* currentCause(ds))
+          const abortedNow = Option.isSome(causeNow(ds))
           const posted = yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
           if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted)))
           output = posted.value
@@ -333,7 +332,7 @@ export const runTools = (
       const watch = ds.stopWatch
       if (watch !== undefined && !watch.stopped) {
         return Effect.flatMap(settleOrStop(watch), (woken) =>
-          woken === "stop" && Option.isSome(causeOf(peek(ds.phaseNow))) ? Effect.succeed(CAUSE_RECORDED) : pollSettled)
+          woken === "stop" && Option.isSome(causeNow(ds)) ? Effect.succeed(CAUSE_RECORDED) : pollSettled)
       }
       return Effect.flatMap(
         Effect.raceFirst(Effect.as(settleSignal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
@@ -363,7 +362,7 @@ export const runTools = (
       while (nextCommit < calls.length) {
         yield* commitReady
         if (nextCommit >= calls.length) break
-        if (!stopped && Option.isSome(yield* currentCause(ds))) stopped = true
+        if (!stopped && Option.isSome(causeNow(ds))) stopped = true
         const groupOpen = nextStart < calls.length && !stopped
         if (groupOpen) {
           const call = calls[nextStart]!
@@ -397,7 +396,7 @@ export const runTools = (
         const call = calls[next.index]!
         if (call.fiber !== undefined) {
           const exit = yield* Fiber.await(call.fiber)
-          settle(call, exit, Option.isSome(yield* currentCause(ds)))
+          settle(call, exit, Option.isSome(causeNow(ds)))
         }
       }
     })
@@ -425,7 +424,7 @@ export const runTools = (
     for (const call of calls) {
       if (!call.committed) yield* writePair(call, ToolOutcome.AbortedBeforeDispatch())
     }
-    if (Option.isSome(yield* currentCause(ds))) return { _tag: "Aborted", defects }
+    if (Option.isSome(causeNow(ds))) return { _tag: "Aborted", defects }
     return concluded ? { _tag: "Completed" } : { _tag: "Continue" }
   })
 

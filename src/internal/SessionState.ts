@@ -268,6 +268,26 @@ export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E
     state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), value) : Effect.succeed(value))
 
 /**
+ * Commits a transaction whose only failures are defects of tiller's own drafts, as defects: the
+ * failure turns into a defect inside the transaction (one interpreter step), where `Effect.orDie`
+ * after the commit would cost two operations on every commit.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commitOrDie = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A> =>
+  commit(state, dieOnFailure(transaction))
+
+/**
+ * A transaction whose failure is a defect (`STM.orDie` in one interpreter step).
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const dieOnFailure = <A, E>(transaction: STM.STM<A, E>): STM.STM<A> =>
+  STM.catchAll(transaction, (error) => STM.die(error))
+
+/**
  * Waits until every event up to `seq` is durably stored; fails if the session is poisoned first.
  *
  * @since 0.1.0

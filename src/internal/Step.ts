@@ -22,7 +22,7 @@ import * as Preloaded from "./Preloaded.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf } from "./Phase.js"
-import { appendDrafts, commit } from "./SessionState.js"
+import { appendDrafts, commit, dieOnFailure } from "./SessionState.js"
 import type { Draft, LogSnapshot } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
 
@@ -149,11 +149,11 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
         ? yield* Effect.sync(() => Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log)))
         : yield* loopTx(
           ctx,
-          STM.zipRight(
+          dieOnFailure(STM.zipRight(
             appendDrafts(session, [{ type: "request/header", data: { header, reason } }], true),
             STM.map(TRef.get(session.log), readMessages)
-          )
-        ).pipe(Effect.orDie)
+          ))
+        )
       if (isCause(decided)) return aborted()
       ctx.requests.first = false
       ctx.requests.lastHeader = header
@@ -197,11 +197,11 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           const delayMs = Math.max(0, Math.round(Duration.toMillis(action.delay)))
           const logged = yield* loopTx(
             ctx,
-            appendDrafts(session, [{
+            dieOnFailure(appendDrafts(session, [{
               type: "llm/retry",
               data: { turn, step, attempt, delayMs, failure: outcome.failure }
-            }], true)
-          ).pipe(Effect.orDie)
+            }], true))
+          )
           if (isCause(logged)) return aborted()
           const slept = yield* abortable(ds, Effect.sleep(Duration.millis(delayMs)))
           if (slept._tag === "Aborted") return aborted()

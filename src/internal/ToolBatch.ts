@@ -18,7 +18,7 @@ import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import { getPhase } from "./Phase.js"
-import { appendDrafts, commit, publish } from "./SessionState.js"
+import { appendDrafts, commit, commitOrDie, dieOnFailure, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
 import { isCause, loopTx } from "./Step.js"
@@ -130,7 +130,7 @@ export const runTools = (
     // START(c): ⟨TC⟩, checkpoint, lookup, arguments, ToolPre, then fork the body.
     const start = (call: CallState): Effect.Effect<boolean> =>
       Effect.gen(function*() {
-        const logged = yield* loopTx(ctx, appendDrafts(session, [callDraft(call)], true)).pipe(Effect.orDie)
+        const logged = yield* loopTx(ctx, dieOnFailure(appendDrafts(session, [callDraft(call)], true)))
         if (isCause(logged)) return false
         call.callSeq = logged[0]!.seq
         // The checkpoint covers this call's own tool/call (D13); later caller events are acknowledged by their callers.
@@ -252,7 +252,7 @@ export const runTools = (
         const resultOnly = () =>
           STM.map(appendDrafts(session, [resultDraft(call, finalOutcome, finalOutput)], true), () =>
             conclude({ outcome: finalOutcome, output: finalOutput }))
-        yield* commit(session, contexts.length === 0 ? resultOnly() :
+        yield* commitOrDie(session, contexts.length === 0 ? resultOnly() :
           STM.gen(function*() {
             let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
             const duplicate = yield* freshness(contexts)
@@ -278,7 +278,7 @@ export const runTools = (
             }
             conclude(use)
           })
-        ).pipe(Effect.orDie)
+        )
         call.committed = true
       })
 

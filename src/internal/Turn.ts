@@ -15,7 +15,7 @@ import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { TurnErrorReport } from "./Phase.js"
 import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
-import { appendDrafts, commit } from "./SessionState.js"
+import { appendDrafts, commit, commitOrDie } from "./SessionState.js"
 import { claimSTM } from "./InboxOps.js"
 import { runStep } from "./Step.js"
 
@@ -33,7 +33,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
     const { ds, sessionId } = ctx
     const session = ds.session
     const close = (reason: TurnEndReason, report?: TurnErrorReport) =>
-      commit(session, closeTurn(ds, turn, reason, report)).pipe(Effect.orDie, Effect.asVoid)
+      commitOrDie(session, closeTurn(ds, turn, reason, report)).pipe(Effect.asVoid)
     let batch = initialBatch
     let boundary: "initial" | "later" = "initial"
     let lastStop: "completed" | "max-tokens" | undefined
@@ -73,7 +73,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       const step = k + 1
       const claimedIds = new Set(batch.map((m) => m.id))
       const checked = entered.map((m) => validateUserMessage(m))
-      const opened = yield* commit(session, 
+      const opened = yield* commitOrDie(session, 
         STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> => {
           if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), false)
           const invalid = checked.find(Either.isLeft)
@@ -104,12 +104,12 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
               : STM.as(appended, true)
           })
         })
-      ).pipe(Effect.orDie)
+      )
       if (!opened) return
       k = step
       // 4. The step, then its step/end (also after an abort or a failure).
       const result = yield* runStep(ctx, turn, step)
-      yield* commit(session, appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true)).pipe(Effect.orDie)
+      yield* commitOrDie(session, appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true))
       if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
       if (result._tag === "Failed") {
         return yield* close(errorReason(result.failure), { step, error: result.error, defects: result.defects ?? [] })
@@ -135,14 +135,14 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       }
       // 7. TX-BOUNDARY: close, or claim the next batch.
       const stop = lastStop
-      const next = yield* commit(session, 
+      const next = yield* commitOrDie(session, 
         STM.flatMap(getPhase(ds), (phase) =>
           STM.flatMap(TRef.get(session.log), ({ fold }): STM.STM<ReadonlyArray<UserMessage> | undefined, InvalidEvent> => {
             if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), undefined)
             if (stop !== undefined && fold.inbox.nextStep.length === 0) return STM.as(closeTurn(ds, turn, natural()), undefined)
             return fold.inbox.nextStep.length > 0 ? claimSTM(session, turn, false) : STM.succeed([])
           }))
-      ).pipe(Effect.orDie)
+      )
       if (next === undefined) return
       batch = next
       boundary = "later"

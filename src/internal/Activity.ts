@@ -213,6 +213,15 @@ export const abortable = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>
   })
 
 /**
+ * The outcome of a hook that has no listener: its default value, as an inline run would give it,
+ * without running anything (a hook run costs several operations even with no listener).
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const quietDone = <A>(value: A): Abortable<A, never> => ({ _tag: "Done", exit: Exit.succeed(value) })
+
+/**
  * {@link abortable}, or `work` run inline when `inline` (work that cannot block, such as a hook
  * with no listener: racing it against a cancel would only cost a fiber).
  *

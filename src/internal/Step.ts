@@ -13,7 +13,7 @@ import { jsonEquals, jsonProblem } from "../domain/Json.js"
 import type { LlmFailure, Message, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
 import type { RequestConfig } from "../services/Hooks.js"
 import type { ModelRequest } from "../services/Model.js"
-import { abortable, abortableUnless, checkpoint, defectsOf } from "./Activity.js"
+import { abortable, checkpoint, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import * as GrowOnly from "./GrowOnly.js"
@@ -127,7 +127,10 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
     while (true) {
       // Q1: the request configuration.
       const seed = seedConfig(ctx)
-      const configured = yield* abortableUnless(ds, ctx.hooks.isQuiet("request"), ctx.hooks.request({ sessionId, turn, step, attempt, config: seed }, seed))
+      // With no listener the waterfall is its default: a frozen copy of the seed.
+      const configured = ctx.hooks.isQuiet("request")
+        ? quietDone<RequestConfig>(Object.freeze({ ...seed }))
+        : yield* abortable(ds, ctx.hooks.request({ sessionId, turn, step, attempt, config: seed }, seed))
       if (configured._tag === "Aborted") return aborted(defectsOf(configured.exit))
       if (Exit.isFailure(configured.exit)) {
         const error = originalError(configured.exit)

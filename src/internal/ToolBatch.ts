@@ -12,8 +12,9 @@ import { stateOfRecord } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
+import { ToolPreDecision } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
-import { abortableUnless, awaitCause, causeNow, checkpoint, defectsOf, untilStopOr } from "./Activity.js"
+import { abortable, awaitCause, causeNow, checkpoint, defectsOf, quietDone, untilStopOr } from "./Activity.js"
 import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
@@ -151,7 +152,9 @@ export const runTools = (
           return true
         }
         call.params = decoded.right
-        const pre = yield* abortableUnless(ds, ctx.hooks.isQuiet("toolPre"), ctx.hooks.toolPre(infoOf(call)))
+        const pre = ctx.hooks.isQuiet("toolPre")
+          ? quietDone(ToolPreDecision.allow)
+          : yield* abortable(ds, ctx.hooks.toolPre(infoOf(call)))
         if (pre._tag === "Aborted") {
           defects.push(...defectsOf(pre.exit))
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
@@ -219,7 +222,10 @@ export const runTools = (
         let output = outcomeOutput(ref(call), outcome)
         if (runsToolPost(outcome)) {
           const abortedNow = Option.isSome(causeNow(ds))
-          const posted = yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
+          // With no listener the waterfall returns the output unchanged.
+          const posted = ctx.hooks.isQuiet("toolPost")
+            ? Exit.succeed(output)
+            : yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
           if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted)))
           output = posted.value
           const problem = toolOutputProblem(output)

@@ -7,10 +7,11 @@
 import { Effect, Either, Exit, HashMap, Option, STM, TRef } from "effect"
 import type { InvalidEvent } from "../domain/Errors.js"
 import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
+import { freezeCopy } from "../domain/Json.js"
 import { validateUserMessage } from "../domain/Message.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
 import type { TurnEndReason, UserMessage } from "../domain/Values.js"
-import { abortableUnless, currentDefectSink, defectsOf } from "./Activity.js"
+import { abortable, abortableUnless, currentDefectSink, defectsOf, quietDone } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { TurnErrorReport } from "./Phase.js"
@@ -45,15 +46,17 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // 1. The pre-step decision over an immutable copy of the claimed batch.
       // Listener defects that the waterfall turns into PreStepFailed are reported here (3.10 case 2).
       const listenerDefects: Array<unknown> = []
-      const decided = yield* abortableUnless(
-        ds,
-        ctx.preStep.isQuiet(),
-        Effect.locally(
-          ctx.preStep.run({ sessionId, turn, step: k + 1, boundary, messages: batch }),
-          currentDefectSink,
-          listenerDefects
+      // With no listener the decision is the default: enter frozen copies of the whole batch.
+      const decided = ctx.preStep.isQuiet()
+        ? quietDone<ReadonlyArray<UserMessage>>(Object.freeze(batch.map(freezeCopy)))
+        : yield* abortable(
+          ds,
+          Effect.locally(
+            ctx.preStep.run({ sessionId, turn, step: k + 1, boundary, messages: batch }),
+            currentDefectSink,
+            listenerDefects
+          )
         )
-      )
       const preStepDefects = () => [...defectsOf(decided.exit), ...listenerDefects]
       if (decided._tag === "Aborted") return yield* close(completed, { step: k + 1, defects: preStepDefects() })
       if (Exit.isFailure(decided.exit)) {

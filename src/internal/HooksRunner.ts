@@ -49,6 +49,22 @@ export class HooksRunner extends Context.Tag("tiller/internal/HooksRunner")<Hook
 export type HookName = "request" | "requestError" | "turnStopping" | "toolPre" | "toolPost"
 
 /**
+ * The innermost defaults: what each waterfall returns with no listener. The loop uses them directly
+ * for a hook that is quiet, without running it.
+ *
+ * @since 0.1.0
+ * @category defaults
+ */
+export const hookDefaults = {
+  /** A frozen copy of the seed. */
+  request: (seed: RequestConfig): RequestConfig => Object.freeze({ ...seed }),
+  /** Allow. */
+  toolPre: ToolPreDecision.allow,
+  /** The output unchanged. */
+  toolPost: (input: Pick<ToolPostInput, "output">): NormalizedToolOutput => input.output
+} as const
+
+/**
  * The runner over the given registries.
  *
  * @since 0.1.0
@@ -56,7 +72,7 @@ export type HookName = "request" | "requestError" | "turnStopping" | "toolPre" |
  */
 export const runnerFromRegistries = (registries: HookRegistries): Context.Tag.Service<HooksRunner> => ({
   runRequest: Effect.fnUntraced(function*(input: Omit<RequestInput, "config">, seed: RequestConfig) {
-    const config: RequestConfig = Object.freeze({ ...seed })
+    const config = hookDefaults.request(seed)
     return yield* registries.request.run(Object.freeze({ ...input, config }), () => Effect.succeed(config))
   }),
   runRequestError: Effect.fnUntraced(function*(input: RequestErrorInput) {
@@ -66,10 +82,10 @@ export const runnerFromRegistries = (registries: HookRegistries): Context.Tag.Se
     return yield* registries.turnStopping.run(input, () => Effect.void)
   }),
   runToolPre: Effect.fnUntraced(function*(info: ToolCallInfo) {
-    return yield* registries.toolPre.run(info, () => Effect.succeed(ToolPreDecision.allow))
+    return yield* registries.toolPre.run(info, () => Effect.succeed(hookDefaults.toolPre))
   }),
   runToolPost: Effect.fnUntraced(function*(input: ToolPostInput) {
-    return yield* registries.toolPost.run(input, (i) => Effect.succeed(i.output))
+    return yield* registries.toolPost.run(input, (i) => Effect.succeed(hookDefaults.toolPost(i)))
   }),
   isQuiet: (hook) => registries[hook].isEmpty()
 })

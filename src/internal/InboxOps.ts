@@ -15,6 +15,7 @@ import { stateOfRecord } from "../domain/KnownIds.js"
 import { pendingOf } from "../domain/Splice.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
+import * as Outbox from "./Outbox.js"
 import { peek } from "./Peek.js"
 import type { Draft, LogSnapshot, SessionStateShape, WakeMarks } from "./SessionState.js"
 import { announce, appendDrafts, appendPure, publish } from "./SessionState.js"
@@ -184,9 +185,7 @@ export const insertSTM = (
         ? STM.fail(inserted)
         : Either.isLeft(inserted)
         ? STM.succeed(inserted)
-        : state.outbox.subscribers.size === 0 // (what `publish` checks, without its steps)
-        ? STM.succeed(inserted)
-        : STM.as(publish(state, [{ type: "agent/inbox/inserted", message }]), inserted)
+        : Outbox.publishing(state.outbox, [{ type: "agent/inbox/inserted", message }], inserted)
   )
 
 type Inserted = Either.Either<void, DuplicateMessage> | InvalidEvent | typeof POISONED

@@ -59,15 +59,24 @@ export const make: Effect.Effect<Outbox> = Effect.gen(function*() {
  * @category combinators
  */
 export const publish = (outbox: Outbox, events: ReadonlyArray<DriverEvent>): STM.STM<void> =>
-  STM.suspend(() =>
-    // Nobody to deliver to: a subscriber added later sees only what commits after it is added,
-    // and a transaction runs and commits in one synchronous step, so this read is its commit's.
-    events.length === 0 || outbox.subscribers.size === 0
-      ? STM.void
-      : STM.zipRight(TQueue.offerAll(outbox.queue, events), STM.sync(() => {
+  STM.suspend(() => publishing(outbox, events, undefined))
+
+/**
+ * {@link publish} then `value`, built while the transaction runs (in a continuation of it): with
+ * nobody to deliver to, it is `STM.succeed(value)` alone.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const publishing = <A>(outbox: Outbox, events: ReadonlyArray<DriverEvent>, value: A): STM.STM<A> =>
+  // Nobody to deliver to: a subscriber added later sees only what commits after it is added, and a
+  // transaction runs and commits in one synchronous step, so this read is its commit's.
+  events.length === 0 || outbox.subscribers.size === 0
+    ? STM.succeed(value)
+    : STM.zipRight(TQueue.offerAll(outbox.queue, events), STM.sync(() => {
       outbox.dirty = true
+      return value
     }))
-  )
 
 const drain = (outbox: Outbox): Effect.Effect<void> =>
   Effect.flatMap(STM.commit(TQueue.takeAll(outbox.queue)), (events) =>

@@ -17,6 +17,7 @@ import { abortable, checkpoint, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import * as GrowOnly from "./GrowOnly.js"
+import { hookDefaults } from "./HooksRunner.js"
 import { peek } from "./Peek.js"
 import * as Preloaded from "./Preloaded.js"
 import * as StreamPull from "./StreamPull.js"
@@ -127,9 +128,8 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
     while (true) {
       // Q1: the request configuration.
       const seed = seedConfig(ctx)
-      // With no listener the waterfall is its default: a frozen copy of the seed.
       const configured = ctx.hooks.isQuiet("request")
-        ? quietDone<RequestConfig>(Object.freeze({ ...seed }))
+        ? quietDone(hookDefaults.request(seed))
         : yield* abortable(ds, ctx.hooks.request({ sessionId, turn, step, attempt, config: seed }, seed))
       if (configured._tag === "Aborted") return aborted(defectsOf(configured.exit))
       if (Exit.isFailure(configured.exit)) {

@@ -12,11 +12,11 @@ import { stateOfRecord } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
-import { ToolPreDecision } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
 import { abortable, awaitCause, causeNow, checkpoint, defectsOf, quietDone, untilStopOr } from "./Activity.js"
 import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
+import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
 import { getPhase } from "./Phase.js"
 import { appendDrafts, commit, commitOrDie, dieOnFailure, publish } from "./SessionState.js"
@@ -153,7 +153,7 @@ export const runTools = (
         }
         call.params = decoded.right
         const pre = ctx.hooks.isQuiet("toolPre")
-          ? quietDone(ToolPreDecision.allow)
+          ? quietDone(hookDefaults.toolPre)
           : yield* abortable(ds, ctx.hooks.toolPre(infoOf(call)))
         if (pre._tag === "Aborted") {
           defects.push(...defectsOf(pre.exit))
@@ -222,9 +222,8 @@ export const runTools = (
         let output = outcomeOutput(ref(call), outcome)
         if (runsToolPost(outcome)) {
           const abortedNow = Option.isSome(causeNow(ds))
-          // With no listener the waterfall returns the output unchanged.
           const posted = ctx.hooks.isQuiet("toolPost")
-            ? Exit.succeed(output)
+            ? Exit.succeed(hookDefaults.toolPost({ output }))
             : yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
           if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted)))
           output = posted.value

@@ -7,7 +7,6 @@
 import { Effect, Either, Exit, HashMap, Option, STM, TRef } from "effect"
 import type { InvalidEvent } from "../domain/Errors.js"
 import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
-import { freezeCopy } from "../domain/Json.js"
 import { validateUserMessage } from "../domain/Message.js"
 import { stateOfRecord } from "../domain/KnownIds.js"
 import type { TurnEndReason, UserMessage } from "../domain/Values.js"
@@ -19,6 +18,7 @@ import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
 import { appendDrafts, commit, commitOrDie } from "./SessionState.js"
 import { claimSTM } from "./InboxOps.js"
 import { runStep } from "./Step.js"
+import { enteredByDefault } from "../services/PreStep.js"
 
 const completed: TurnEndReason = { kind: "completed" }
 
@@ -46,9 +46,8 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // 1. The pre-step decision over an immutable copy of the claimed batch.
       // Listener defects that the waterfall turns into PreStepFailed are reported here (3.10 case 2).
       const listenerDefects: Array<unknown> = []
-      // With no listener the decision is the default: enter frozen copies of the whole batch.
       const decided = ctx.preStep.isQuiet()
-        ? quietDone<ReadonlyArray<UserMessage>>(Object.freeze(batch.map(freezeCopy)))
+        ? quietDone(enteredByDefault(batch))
         : yield* abortable(
           ds,
           Effect.locally(

@@ -123,6 +123,16 @@ export class PreStep extends Context.Tag("tiller/PreStep")<PreStep, {
   static readonly layer: Layer.Layer<PreStep> = Layer.effect(PreStep, make)
 }
 
+/**
+ * What the default decision enters for a claimed batch: a frozen array of deep-frozen copies (also
+ * what listeners are shown). The loop uses it directly when no listener is registered. Internal.
+ *
+ * @since 0.1.0
+ * @category defaults
+ */
+export const enteredByDefault = (messages: ReadonlyArray<UserMessage>): ReadonlyArray<UserMessage> =>
+  Object.freeze(messages.map(freezeCopy))
+
 const runRegistry = (
   registry: Registry,
   input: PreStepInput
@@ -135,7 +145,7 @@ const runRegistry = (
       turn,
       step,
       boundary: input.boundary,
-      messages: Object.freeze(input.messages.map(freezeCopy))
+      messages: enteredByDefault(input.messages)
     })
     return Effect.flatMap(
       registry.run(seen, (i) => Effect.succeed(PreStepDecision.enter(Object.freeze(i.messages.slice())))),

@@ -118,8 +118,9 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
           })
         const list = Effect.gen(function*() {
           const headers = yield* store.list
-          return yield* Effect.forEach(headers, (header) =>
-            Effect.map(store.load(SessionId.make(header.sessionId)), ({ events }): SessionSummary => {
+          return yield* Effect.forEach(headers, (header) => {
+            const sessionId = SessionId.make(header.sessionId)
+            return Effect.map(store.load(sessionId), ({ events }): SessionSummary => {
               let turns = 0
               let title: string | undefined
               for (const event of events) {
@@ -130,7 +131,7 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                 }
               }
               return {
-                sessionId: SessionId.make(header.sessionId),
+                sessionId,
                 title,
                 createdAt: header.createdAt,
                 updatedAt: events.length > 0 ? events[events.length - 1]!.time : header.createdAt,
@@ -140,7 +141,8 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                   ? { parent: { sessionId: SessionId.make(header.parent.sessionId), boundary: header.parent.boundary } }
                   : {})
               }
-            }))
+            })
+          })
         })
         return {
           open: (id) => RcMap.get(map, id).pipe(Effect.catchTag("SessionExists", (e) => Effect.die(e))),

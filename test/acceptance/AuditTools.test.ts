@@ -209,7 +209,8 @@ describe("P20-P30 tools and model failures", () => {
     mode: "parallel",
     execute: (_params, ctx) => ctx.callId === "c1" ? Effect.as(Deferred.await(c2Done24), "one") : Effect.as(open(c2Done24), "two")
   })
-  it.scoped("P24: tool contexts enter after all results (parallel)", () =>
+  // P24 with two calls of `tool`: the shape from the first tool/call on.
+  const contextsAfterAllResults = (tool: ToolDefinition<any>, expected: ReadonlyArray<string>) => () =>
     Effect.gen(function*() {
       const driver = yield* Driver
       yield* contextPost
@@ -217,34 +218,23 @@ describe("P20-P30 tools and model failures", () => {
       yield* driver.whenIdle
       const s = yield* shape
       const from = s.indexOf("TC(c1)")
-      expect(s.slice(from, from + 11)).toEqual([
-        "TC(c1)", "TC(c2)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
-        "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)"
-      ])
+      expect(s.slice(from, from + 11)).toEqual(expected)
       expect(yield* closeOut).toEqual([])
     }).pipe(Effect.provide(scenario(
       [ScriptedModel.response({ toolCalls: calls("t", ["c1", "c2"]) }), ScriptedModel.text("done")],
-      { tools: [p24] }
-    ))))
+      { tools: [tool] }
+    )))
+
+  it.scoped("P24: tool contexts enter after all results (parallel)", contextsAfterAllResults(p24, [
+    "TC(c1)", "TC(c2)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
+    "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)"
+  ]))
 
   const x24 = Tool.make("t", { description: "plain", parameters: empty, execute: () => Effect.succeed("ok") })
-  it.scoped("P24: tool contexts enter after all results (exclusive)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* contextPost
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const s = yield* shape
-      const from = s.indexOf("TC(c1)")
-      expect(s.slice(from, from + 11)).toEqual([
-        "TC(c1)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TC(c2)", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
-        "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)"
-      ])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: calls("t", ["c1", "c2"]) }), ScriptedModel.text("done")],
-      { tools: [x24] }
-    ))))
+  it.scoped("P24: tool contexts enter after all results (exclusive)", contextsAfterAllResults(x24, [
+    "TC(c1)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TC(c2)", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
+    "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)"
+  ]))
 
   const ran25: Array<string> = []
   const t25 = Tool.make("t", { description: "records", parameters: empty, execute: (_p, ctx) => Effect.sync(() => (ran25.push(ctx.callId), "ran")) })

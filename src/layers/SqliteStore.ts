@@ -120,6 +120,8 @@ const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
 
 const decodeHeader = losslessDecoder(SessionHeader, "header")
 
+const NOT_REFUSED: Effect.Effect<undefined> = Effect.succeed(undefined)
+
 const parseJson = (text: unknown): Either.Either<unknown, string> => {
   if (typeof text !== "string") return Either.left(`expected JSON text, found ${typeof text}`)
   try {
@@ -155,24 +157,31 @@ const rowBytes = (rows: ReadonlyArray<string>): number => {
   return bytes
 }
 
-/** Inserts `rows` (the events from seq `firstSeq` on) with as few multi-row INSERTs as the chunk sizes allow. */
+/** Inserts rows given as flat `(session_id, seq, row)` parameter triples with as few multi-row INSERTs as the chunk sizes allow. */
+const insertTriples = (conn: Connection, triples: ReadonlyArray<unknown>) =>
+  Effect.suspend(() => {
+    const rows = triples.length / 3
+    const statements: Array<Effect.Effect<unknown, SqlError>> = []
+    let size = MAX_ROWS_PER_INSERT
+    for (let offset = 0; offset < rows; offset += size) {
+      while (size > rows - offset) size >>>= 1
+      const params = rows === size ? triples : triples.slice(3 * offset, 3 * (offset + size))
+      statements.push(conn.execute(INSERT_EVENTS.get(size)!, params, undefined))
+    }
+    return statements.length === 1 ? statements[0]! : Effect.all(statements, { discard: true })
+  })
+
+/** Appends the `(session_id, seq, row)` triples of `rows` (the events of `id` from seq `firstSeq` on) to `triples`. */
+const pushTriples = (triples: Array<unknown>, id: SessionId, firstSeq: number, rows: ReadonlyArray<string>): void => {
+  for (let i = 0; i < rows.length; i++) triples.push(id, firstSeq + i, rows[i])
+}
+
+/** Inserts `rows` (the events of `id` from seq `firstSeq` on). */
 const insertEvents = (conn: Connection, id: SessionId, firstSeq: number, rows: ReadonlyArray<string>) =>
   Effect.suspend(() => {
-    const chunks: Array<readonly [offset: number, size: number]> = []
-    let size = MAX_ROWS_PER_INSERT
-    for (let offset = 0; offset < rows.length; offset += size) {
-      while (size > rows.length - offset) size >>>= 1
-      chunks.push([offset, size])
-    }
-    return Effect.forEach(chunks, ([offset, size]) => {
-      const params = new Array<unknown>(size * 3)
-      for (let i = 0; i < size; i++) {
-        params[3 * i] = id
-        params[3 * i + 1] = firstSeq + offset + i
-        params[3 * i + 2] = rows[offset + i]
-      }
-      return conn.execute(INSERT_EVENTS.get(size)!, params, undefined)
-    }, { discard: true })
+    const triples: Array<unknown> = []
+    pushTriples(triples, id, firstSeq, rows)
+    return insertTriples(conn, triples)
   })
 
 /** Decodes the stored header; its version is checked before its shape (a newer format may differ). */
@@ -352,28 +361,47 @@ export const make = (
       checkpointer?.wrote(rowBytes(rows.right) + headerJson.length)
     })
 
-    // One session's append inside a transaction: advance the stored length if it still equals the
-    // first seq (the optimistic check against a second writer), then insert the rows.
+    // Advances a session's stored length if it still equals the append's first seq (the optimistic
+    // check against a second writer); a refusal is the returned error, with nothing written.
+    const advance = (request: AppendRequest): Effect.Effect<PersistenceError | undefined, SqlError> =>
+      Effect.flatMap(
+        conn.execute(ADVANCE_LENGTH, [request.firstSeq + request.events.length, request.id, request.firstSeq], undefined),
+        (advanced) =>
+          advanced.length > 0 ? NOT_REFUSED : Effect.map(conn.execute(SELECT_LENGTH, [request.id], undefined), ([stored]) =>
+            new PersistenceError({
+              sessionId: request.id,
+              operation: "append",
+              cause: stored === undefined
+                ? new SessionNotFound({ sessionId: request.id })
+                : seqProblem(request.events, (stored as { readonly length: number }).length) ?? "the stored length changed"
+            }))
+      )
+
+    // One session's append inside a transaction: its length check, then its rows.
     const appendRows = (request: AppendRequest): Effect.Effect<void, PersistenceError | SqlError> =>
+      Effect.flatMap(advance(request), (refused): Effect.Effect<unknown, PersistenceError | SqlError> =>
+        refused === undefined ? insertEvents(conn, request.id, request.firstSeq, request.rows) : Effect.fail(refused))
+
+    // The usual case: every length check in turn, then the rows of every session that passed in
+    // shared multi-row INSERTs, without savepoints. A refused check wrote nothing. Any SqlError
+    // fails the whole body (the caller rolls back and retries the group apart).
+    const appendTogether = (group: ReadonlyArray<AppendRequest>) =>
       Effect.gen(function*() {
-        const { events, firstSeq, id, rows } = request
-        const advanced = yield* conn.execute(ADVANCE_LENGTH, [firstSeq + events.length, id, firstSeq], undefined)
-        if (advanced.length === 0) {
-          const [stored] = yield* conn.execute(SELECT_LENGTH, [id], undefined)
-          return yield* new PersistenceError({
-            sessionId: id,
-            operation: "append",
-            cause: stored === undefined
-              ? new SessionNotFound({ sessionId: id })
-              : seqProblem(events, (stored as { readonly length: number }).length) ?? "the stored length changed"
-          })
+        const results = new Array<Exit.Exit<void, PersistenceError>>(group.length)
+        const triples: Array<unknown> = []
+        for (let i = 0; i < group.length; i++) {
+          const request = group[i]!
+          const refused = yield* advance(request)
+          if (refused === undefined) pushTriples(triples, request.id, request.firstSeq, request.rows)
+          results[i] = refused === undefined ? Exit.void : Exit.fail(refused)
         }
-        yield* insertEvents(conn, id, firstSeq, rows)
+        if (triples.length > 0) yield* insertTriples(conn, triples)
+        return results
       })
 
     // Several sessions' appends in one transaction, each in a savepoint of its own, so one
     // session's failure leaves the others' rows in place. A failed COMMIT fails them all.
-    const appendGroup = (group: ReadonlyArray<AppendRequest>): Effect.Effect<void> => {
+    const appendApart = (group: ReadonlyArray<AppendRequest>): Effect.Effect<void> => {
       const results = new Array<Exit.Exit<void, PersistenceError | SqlError>>(group.length)
       const body = Effect.forEach(group, (request, i) =>
         Effect.flatMap(
@@ -394,9 +422,22 @@ export const make = (
       })
     }
 
+    // A group's appends in one transaction: together first; after a storage failure (a statement or
+    // the COMMIT; everything was rolled back) a group of several is written again apart, so the
+    // failure reaches only the appends it concerns. One append alone gets its own outcome.
+    const appendGroup = (group: ReadonlyArray<AppendRequest>): Effect.Effect<void> =>
+      Effect.flatMap(Effect.exit(transaction("BEGIN IMMEDIATE", appendTogether(group))), (exit) => {
+        if (Exit.isSuccess(exit)) {
+          for (let i = 0; i < group.length; i++) group[i]!.done(exit.value[i]!)
+          return Effect.void
+        }
+        if (group.length > 1) return appendApart(group)
+        group[0]!.done(exit)
+        return Effect.void
+      })
+
     // Group commit across sessions: appends queue here; the first to arrive while none is being
-    // written leads, writes every queued append (one transaction; one append alone runs as before,
-    // without savepoints) and repeats until the queue is empty. Before taking the queue it yields
+    // written leads, writes every queued append (one transaction) and repeats until the queue is empty. Before taking the queue it yields
     // once when other sessions have been appending, so their writers can join the group.
     const queued: Array<AppendRequest> = []
     let leading = false
@@ -407,12 +448,10 @@ export const make = (
         while (queued.length > 0) {
           const group = queued.splice(0, queued.length)
           lastGroup = { id: group[0]!.id, size: group.length }
-          if (group.length === 1) {
-            const request = group[0]!
-            request.done(yield* Effect.exit(transaction("BEGIN IMMEDIATE", appendRows(request))))
-          } else {
-            yield* appendGroup(group)
-          }
+          const g = globalThis as any; g.__st ??= { groups: 0, appends: 0, rows: 0, ms: 0 }
+          const t0 = performance.now()
+          yield* appendGroup(group)
+          g.__st.ms += performance.now() - t0; g.__st.groups++; g.__st.appends += group.length; for (const r of group) g.__st.rows += r.rows.length
           if (checkpointer !== undefined) {
             let bytes = 0
             for (const request of group) bytes += rowBytes(request.rows)

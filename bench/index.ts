@@ -81,6 +81,8 @@ interface Sizes {
   readonly injectWarmRuns: number
   /** W4: session sizes in events (multiples of 100), smallest first. */
   readonly resumeSizes: ReadonlyArray<number>
+  /** W4: untimed warm-up runs of each side on the smallest size (the first size runs on a cold JIT). */
+  readonly resumeWarmRuns: number
   /** W5: idle sessions held open; sessions running turns at once, and turns each. */
   readonly idleSessions: number
   readonly runningSessions: number
@@ -109,6 +111,7 @@ const full: Sizes = {
   injectsPerCaller: 50,
   injectWarmRuns: 4,
   resumeSizes: [10_000, 100_000, 1_000_000],
+  resumeWarmRuns: 4,
   idleSessions: 10_000,
   runningSessions: 1_000,
   runningTurns: 3
@@ -136,6 +139,7 @@ const quick: Sizes = {
   injectsPerCaller: 3,
   injectWarmRuns: 1,
   resumeSizes: [1_000, 10_000],
+  resumeWarmRuns: 1,
   idleSessions: 200,
   runningSessions: 50,
   runningTurns: 2
@@ -290,6 +294,7 @@ const storage = (s: Sizes) =>
       ? yield* resume(
         s.resumeSizes,
         s.storageRuns,
+        s.resumeWarmRuns,
         (events) => log(`W4 resume on SQLite: ${formatCount(events)} events x ${s.storageRuns} ...`)
       )
       : undefined
@@ -728,11 +733,17 @@ const resumeReport = (f: ResumeFigures): ReadonlyArray<string> => [
   "repair check, `session/end-seed` durable; the end-seed is removed again untimed after each run); raw reads",
   "the header and every row in seq order and parses each. Linearity compares the time per 10^4 events of",
   "the largest size with the smallest's (fixed costs make the smallest size's figure the larger).",
+  `The smallest size runs first, on a cold JIT: ${f.warmRuns} untimed warm-up run(s) of each side precede its timed`,
+  `runs, alternating; the first of them, cold, is shown below the table, outside the targets.`,
   `File build times (untimed): ${
     f.sizes.map((size) => `${formatCount(size.events)}: ${formatMillis(size.buildMillis)}`).join(", ")
   }. Chart: \`bench/w4.svg\`.`,
   "",
   resumeTable(f),
+  "",
+  `First warm-up run (cold JIT, untimed), ${formatCount(f.cold.events)} events: tiller ${formatMillis(f.cold.tillerMillis)}, raw ${
+    formatMillis(f.cold.rawMillis)
+  } (${formatRatio(f.cold.tillerMillis / f.cold.rawMillis)}).`,
   ""
 ]
 

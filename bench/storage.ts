@@ -361,6 +361,10 @@ export interface ResumeFigures {
   readonly sizes: ReadonlyArray<ResumeSize>
   /** Events per generated turn. */
   readonly eventsPerTurn: number
+  /** Untimed warm-up runs of each side on the smallest size, before its timed runs. */
+  readonly warmRuns: number
+  /** The first warm-up run of each side on the smallest size: the cold-JIT figure, outside the targets. */
+  readonly cold: { readonly events: number; readonly tillerMillis: number; readonly rawMillis: number }
 }
 
 const PROVIDER = "bench"
@@ -534,7 +538,8 @@ const resumeRawRun = (db: RawDatabase, id: SessionId, events: number): Effect.Ef
 /**
  * W4: for each size, writes one session of that many events once, then per run resumes it with
  * tiller (the end-seed it appends removed untimed afterwards) and reads it raw (SELECT +
- * JSON.parse), alternating which side goes first. One untimed warm-up of both on the smallest size.
+ * JSON.parse), alternating which side goes first. `warmRuns` untimed warm-up runs of both on the
+ * smallest size (the first of each kept as the cold figure), alternating as well.
  *
  * @since 0.1.0
  * @category benchmarks
@@ -542,11 +547,13 @@ const resumeRawRun = (db: RawDatabase, id: SessionId, events: number): Effect.Ef
 export const resume = (
   sizes: ReadonlyArray<number>,
   runs: number,
+  warmRuns: number,
   onSize: (events: number) => Effect.Effect<void> = () => Effect.void
 ): Effect.Effect<ResumeFigures, unknown> =>
   withTempDir((dir) =>
     Effect.gen(function*() {
       const results: Array<ResumeSize> = []
+      let cold: ResumeFigures["cold"] | undefined
       for (const events of sizes) {
         yield* onSize(events)
         const filename = path.join(dir, `resume-${events}.db`)
@@ -557,15 +564,18 @@ export const resume = (
           const db = yield* rawDatabase(filename, false)
           const tiller = Effect.zipLeft(resumeTillerRun(store, id, events), truncateTo(filename, id, events))
           const raw = resumeRawRun(db, id, events)
-          if (results.length === 0) {
-            yield* tiller
-            yield* raw
+          if (cold === undefined) {
+            // The smallest size runs first, on a cold JIT: its warm-up runs alternate too.
+            cold = { events, tillerMillis: yield* tiller, rawMillis: yield* raw }
+            yield* alternating(Math.max(0, warmRuns - 1), tiller, raw)
           }
           const [tillerMillis, rawMillis] = yield* alternating(runs, tiller, raw)
           return { tillerMillis, rawMillis }
         }))
         results.push({ events, buildMillis, ...measured })
       }
-      return { sizes: results, eventsPerTurn: EVENTS_PER_TURN }
+      if (cold === undefined) return yield* Effect.dieMessage("W4 needs at least one size")
+      return { sizes: results, eventsPerTurn: EVENTS_PER_TURN, warmRuns: Math.max(1, warmRuns), cold }
     })
   )
+

@@ -60,9 +60,9 @@ export interface LoopHooks {
  * @category models
  */
 export interface LoopTools {
-  readonly list: Effect.Effect<ReadonlyArray<ToolSchema>>
-  readonly lookup: (name: string) => Effect.Effect<ToolDefinition<any> | undefined>
-  readonly modeOf: (name: string) => Effect.Effect<ToolMode | undefined>
+  readonly list: () => ReadonlyArray<ToolSchema>
+  readonly lookup: (name: string) => ToolDefinition<any> | undefined
+  readonly modeOf: (name: string) => ToolMode | undefined
   readonly maxParallelToolCalls: number
 }
 

@@ -141,7 +141,7 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
         return failed(ownFailure("NO_ROUTE", "no provider and model are configured for the request"))
       }
       // Q2, Q3: the header (logged when needed) and the messages, read in one transaction.
-      const tools = yield* ctx.tools.list
+      const tools = ctx.tools.list()
       const header = headerOf(config, config.provider, config.model, tools)
       const first = ctx.requests.first
       const previous = ctx.requests.lastHeader

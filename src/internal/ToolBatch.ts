@@ -141,7 +141,7 @@ export const runTools = (
           return true
         }
         if (Exit.isFailure(reached.exit)) return yield* Effect.interrupt
-        const tool = yield* ctx.tools.lookup(call.block.name)
+        const tool = ctx.tools.lookup(call.block.name)
         if (tool === undefined) {
           call.outcome = ToolOutcome.UnknownTool()
           return true
@@ -371,7 +371,7 @@ export const runTools = (
         const groupOpen = nextStart < calls.length && !stopped
         if (groupOpen) {
           const call = calls[nextStart]!
-          const mode = (yield* ctx.tools.modeOf(call.block.name)) ?? "exclusive"
+          const mode = ctx.tools.modeOf(call.block.name) ?? "exclusive"
           const running = inFlight().length
           const pendingCommits = nextStart - nextCommit
           // A parallel call joins the current group while a slot is free; an exclusive call (and a

@@ -18,17 +18,19 @@ import type { ToolDefinition, ToolMode, Tools } from "../services/Tools.js"
 
 /**
  * Lookups the loop needs: the visible definition of a name and its mode, both read at call time.
+ * They are plain reads of the registry's current state (a registry change is one synchronous
+ * replacement of that state), so the loop pays no Effect operation for them.
  *
  * @since 0.1.0
  * @category models
  */
 export interface ToolRegistryShape {
-  /** The visible (latest registered, not yet removed) definition, with its current mode. */
-  readonly lookup: (name: string) => Effect.Effect<Option.Option<ToolDefinition<any>>>
+  /** The visible (latest registered, not yet removed) definition now, with its current mode; `undefined` when none. */
+  readonly lookup: (name: string) => ToolDefinition<any> | undefined
   /** The current mode of the visible definition; `undefined` for an unknown tool (the loop treats it as exclusive). */
-  readonly modeOf: (name: string) => Effect.Effect<ToolMode | undefined>
-  /** `Tools.list` without its span, cached per registry state (the loop reads it every request). */
-  readonly list: Effect.Effect<ReadonlyArray<ToolSchema>>
+  readonly modeOf: (name: string) => ToolMode | undefined
+  /** `Tools.list` now, without its span, cached per registry state (the loop reads it every request). */
+  readonly list: () => ReadonlyArray<ToolSchema>
 }
 
 const registryKey: unique symbol = Symbol("tiller/internal/ToolRegistry")

@@ -120,7 +120,7 @@ const acquireDriver = (
       model,
       tools: {
         list: registry.list,
-        lookup: (name) => Effect.map(registry.lookup(name), Option.getOrUndefined),
+        lookup: registry.lookup,
         modeOf: registry.modeOf,
         maxParallelToolCalls: tools.maxParallelToolCalls
       },

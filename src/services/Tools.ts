@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Either, JSONSchema, Layer, Option, Ref } from "effect"
+import { Context, Effect, Either, JSONSchema, Layer } from "effect"
 import type { Schema, Scope } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { Json } from "../domain/Json.js"
@@ -189,16 +189,21 @@ const make = (options?: ToolsOptions): Effect.Effect<Context.Context<Tools | Too
     for (const tool of initial) {
       registrations.push({ token: registrations.length, tool, schema: yield* toolSchemaOf(tool) })
     }
-    const state = yield* Ref.make<RegistryState>({ nextToken: registrations.length, registrations })
+    // The registry's state: every change replaces it in one synchronous step, so plain reads see a
+    // whole state (the loop's lookups are plain reads; see `ToolRegistryShape`).
+    let state: RegistryState = { nextToken: registrations.length, registrations }
 
     const add = (tool: ToolDefinition<any>, schema: ToolSchema) =>
-      Ref.modify(state, ({ nextToken, registrations }): [number, RegistryState] => [
-        nextToken,
-        { nextToken: nextToken + 1, registrations: [...registrations, { token: nextToken, tool, schema }] }
-      ])
+      Effect.sync(() => {
+        const token = state.nextToken
+        state = { nextToken: token + 1, registrations: [...state.registrations, { token, tool, schema }] }
+        return token
+      })
 
     const remove = (token: number) =>
-      Ref.update(state, (s) => ({ ...s, registrations: s.registrations.filter((r) => r.token !== token) }))
+      Effect.sync(() => {
+        state = { ...state, registrations: state.registrations.filter((r) => r.token !== token) }
+      })
 
     const register = Effect.fn("Tools.register")(function*(tool: ToolDefinition<any>) {
       const schema = yield* toolSchemaOf(tool)
@@ -206,13 +211,13 @@ const make = (options?: ToolsOptions): Effect.Effect<Context.Context<Tools | Too
     })
 
     const setMode = (name: string, mode: ToolMode) =>
-      Ref.update(state, (s) => {
-        const at = lastIndexOf(s.registrations, name)
-        const current = s.registrations[at]
-        if (current === undefined || current.tool.mode === mode) return s
-        const updated = [...s.registrations]
+      Effect.sync(() => {
+        const at = lastIndexOf(state.registrations, name)
+        const current = state.registrations[at]
+        if (current === undefined || current.tool.mode === mode) return
+        const updated = [...state.registrations]
         updated[at] = { ...current, tool: Object.freeze({ ...current.tool, mode }) }
-        return { ...s, registrations: updated }
+        state = { ...state, registrations: updated }
       }).pipe(Effect.withSpan("Tools.setMode"))
 
     const visible = (s: RegistryState): ReadonlyArray<ToolSchema> => {
@@ -221,25 +226,25 @@ const make = (options?: ToolsOptions): Effect.Effect<Context.Context<Tools | Too
       return Object.freeze([...byName.values()].sort(byCodeUnits))
     }
 
-    const lookup = (name: string) =>
-      Effect.map(Ref.get(state), (s) => Option.fromNullable(s.registrations[lastIndexOf(s.registrations, name)]?.tool))
+    const lookup = (name: string): ToolDefinition<any> | undefined =>
+      state.registrations[lastIndexOf(state.registrations, name)]?.tool
 
     // The visible list of the last state it was derived from: every registry change replaces the state.
     let listed: { readonly state: RegistryState; readonly list: ReadonlyArray<ToolSchema> } | undefined
-    const list = Effect.map(Ref.get(state), (s) => {
-      if (listed?.state !== s) listed = { state: s, list: visible(s) }
+    const list = (): ReadonlyArray<ToolSchema> => {
+      if (listed?.state !== state) listed = { state, list: visible(state) }
       return listed.list
-    })
+    }
 
     const registry: ToolRegistryShape = {
       lookup,
       list,
-      modeOf: (name) => Effect.map(lookup(name), Option.match({ onNone: () => undefined, onSome: (tool) => tool.mode }))
+      modeOf: (name) => lookup(name)?.mode
     }
     const tools: Context.Tag.Service<Tools> = attachRegistry({
       register,
       setMode,
-      list: list.pipe(Effect.withSpan("Tools.list")),
+      list: Effect.sync(list).pipe(Effect.withSpan("Tools.list")),
       maxParallelToolCalls
     }, registry)
     return Context.make(Tools, tools).pipe(Context.add(ToolRegistry, registry))

@@ -22,8 +22,8 @@ const registry = Effect.flatMap(Tools, ToolRegistry.fromToolsOrDie)
 
 const visibleDescription = (name: string) =>
   Effect.gen(function*() {
-    const found = yield* (yield* registry).lookup(name)
-    return Option.map(found, (tool) => tool.description)
+    const found = (yield* registry).lookup(name)
+    return Option.map(Option.fromNullable(found), (tool) => tool.description)
   })
 
 const listed = Effect.map(Effect.flatMap(Tools, (tools) => tools.list), (list) => list.map((t) => `${t.name}:${t.description}`))
@@ -73,8 +73,8 @@ describe("Tools", () => {
   it.effect("an empty registry lists nothing", () =>
     Effect.gen(function*() {
       expect(yield* (yield* Tools).list).toEqual([])
-      expect(yield* (yield* registry).lookup("echo")).toEqual(Option.none())
-      expect(yield* (yield* registry).modeOf("echo")).toBeUndefined()
+      expect((yield* registry).lookup("echo")).toBeUndefined()
+      expect((yield* registry).modeOf("echo")).toBeUndefined()
     }).pipe(Effect.provide(Tools.layer())))
 
   it.effect("a later registration shadows an earlier one; closing its scope un-shadows it", () =>
@@ -109,24 +109,24 @@ describe("Tools", () => {
     Effect.gen(function*() {
       const tools = yield* Tools
       const lookups = yield* registry
-      expect(yield* lookups.modeOf("echo")).toBe("exclusive")
+      expect(lookups.modeOf("echo")).toBe("exclusive")
       yield* tools.setMode("echo", "parallel")
-      expect(yield* lookups.modeOf("echo")).toBe("parallel")
-      const found = yield* lookups.lookup("echo")
-      expect(Option.map(found, (t) => [t.mode, t.description])).toEqual(Option.some(["parallel", "first"]))
+      expect(lookups.modeOf("echo")).toBe("parallel")
+      const found = lookups.lookup("echo")
+      expect([found?.mode, found?.description]).toEqual(["parallel", "first"])
 
       const scope = yield* Scope.make()
       yield* Scope.extend(tools.register(echo("shadow", "exclusive")), scope)
-      expect(yield* lookups.modeOf("echo")).toBe("exclusive")
+      expect(lookups.modeOf("echo")).toBe("exclusive")
       yield* tools.setMode("echo", "parallel")
-      expect(yield* lookups.modeOf("echo")).toBe("parallel")
+      expect(lookups.modeOf("echo")).toBe("parallel")
       yield* tools.setMode("echo", "exclusive")
       yield* Scope.close(scope, Exit.void)
       // The un-shadowed registration keeps the mode set while it was visible.
-      expect(yield* lookups.modeOf("echo")).toBe("parallel")
+      expect(lookups.modeOf("echo")).toBe("parallel")
 
       yield* tools.setMode("missing", "parallel")
-      expect(yield* lookups.modeOf("missing")).toBeUndefined()
+      expect(lookups.modeOf("missing")).toBeUndefined()
       expect(yield* listed).toEqual(["echo:first"])
     }).pipe(Effect.provide(Tools.layer({ tools: [echo("first")] }))))
 
@@ -138,8 +138,7 @@ describe("Tools", () => {
       expect(Option.isSome(attached)).toBe(true)
       // Typed away by `Layer.Layer<Tools>`, yet present in the built context.
       expect(yield* Effect.serviceOption(ToolRegistry)).toEqual(attached)
-      const found = yield* Option.getOrThrow(attached).lookup("echo")
-      expect(Option.map(found, (t) => t.name)).toEqual(Option.some("echo"))
+      expect(Option.getOrThrow(attached).lookup("echo")?.name).toBe("echo")
     }).pipe(Effect.provide(Tools.layer({ tools: [echo()] }))))
 
   it.effect("a hand-written Tools service has no registry", () =>

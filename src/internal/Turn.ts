@@ -41,6 +41,15 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
     let maxTokensSeen = false
     let k = 0
     const natural = (): TurnEndReason => maxTokensSeen ? { kind: "max-tokens" } : completed
+    // TX-BOUNDARY: the turn closes (a recorded cause, or a stop with nothing steered), or the next
+    // batch is claimed (empty when nothing is pending); `undefined` once closed.
+    const boundaryTx = (stop: typeof lastStop) =>
+      STM.flatMap(getPhase(ds), (phase) =>
+        STM.flatMap(TRef.get(session.log), ({ fold }): STM.STM<ReadonlyArray<UserMessage> | undefined, InvalidEvent> => {
+          if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), undefined)
+          if (stop !== undefined && fold.inbox.nextStep.length === 0) return STM.as(closeTurn(ds, turn, natural()), undefined)
+          return fold.inbox.nextStep.length > 0 ? claimSTM(session, turn, false) : STM.succeed([])
+        }))
 
     while (true) {
       // 1. The pre-step decision over an immutable copy of the claimed batch.
@@ -111,40 +120,40 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       k = step
       // 4. The step, then its step/end (also after an abort or a failure).
       const result = yield* runStep(ctx, turn, step)
-      yield* commitOrDie(session, appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true))
+      const stepEnd = appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true)
+      if (result._tag === "Continue") {
+        // Nothing runs between step/end and the boundary of a step that continues: one transaction.
+        lastStop = undefined
+        const next = yield* commitOrDie(session, STM.zipRight(stepEnd, boundaryTx(undefined)))
+        if (next === undefined) return
+        batch = next
+        boundary = "later"
+        continue
+      }
+      yield* commitOrDie(session, stepEnd)
       if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
       if (result._tag === "Failed") {
         return yield* close(errorReason(result.failure), { step, error: result.error, defects: result.defects ?? [] })
       }
-      lastStop = result._tag === "Continue" ? undefined : result._tag === "MaxTokens" ? "max-tokens" : "completed"
+      lastStop = result._tag === "MaxTokens" ? "max-tokens" : "completed"
       maxTokensSeen = maxTokensSeen || result._tag === "MaxTokens"
-      // 6. Turn-stopping listeners, when the turn would end here.
-      if (lastStop !== undefined) {
-        const quiet = yield* commit(session, 
-          STM.map(
-            STM.zip(TRef.get(session.log), getPhase(ds)),
-            ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
-          )
+      // 6. Turn-stopping listeners: the turn would end here.
+      const quiet = yield* commit(session, 
+        STM.map(
+          STM.zip(TRef.get(session.log), getPhase(ds)),
+          ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
         )
-        if (quiet) {
-          const stopping = yield* abortableUnless(ds, ctx.hooks.isQuiet("turnStopping"), ctx.hooks.turnStopping({ sessionId, turn, step }))
-          if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
-          if (Exit.isFailure(stopping.exit)) {
-            const error = originalError(stopping.exit)
-            return yield* close(errorReason(toLlmFailure(error)), { step, error, defects: defectsOf(stopping.exit) })
-          }
+      )
+      if (quiet) {
+        const stopping = yield* abortableUnless(ds, ctx.hooks.isQuiet("turnStopping"), ctx.hooks.turnStopping({ sessionId, turn, step }))
+        if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
+        if (Exit.isFailure(stopping.exit)) {
+          const error = originalError(stopping.exit)
+          return yield* close(errorReason(toLlmFailure(error)), { step, error, defects: defectsOf(stopping.exit) })
         }
       }
       // 7. TX-BOUNDARY: close, or claim the next batch.
-      const stop = lastStop
-      const next = yield* commitOrDie(session, 
-        STM.flatMap(getPhase(ds), (phase) =>
-          STM.flatMap(TRef.get(session.log), ({ fold }): STM.STM<ReadonlyArray<UserMessage> | undefined, InvalidEvent> => {
-            if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), undefined)
-            if (stop !== undefined && fold.inbox.nextStep.length === 0) return STM.as(closeTurn(ds, turn, natural()), undefined)
-            return fold.inbox.nextStep.length > 0 ? claimSTM(session, turn, false) : STM.succeed([])
-          }))
-      )
+      const next = yield* commitOrDie(session, boundaryTx(lastStop))
       if (next === undefined) return
       batch = next
       boundary = "later"

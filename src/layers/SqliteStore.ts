@@ -448,10 +448,7 @@ export const make = (
         while (queued.length > 0) {
           const group = queued.splice(0, queued.length)
           lastGroup = { id: group[0]!.id, size: group.length }
-          const g = globalThis as any; g.__st ??= { groups: 0, appends: 0, rows: 0, ms: 0 }
-          const t0 = performance.now()
           yield* appendGroup(group)
-          g.__st.ms += performance.now() - t0; g.__st.groups++; g.__st.appends += group.length; for (const r of group) g.__st.rows += r.rows.length
           if (checkpointer !== undefined) {
             let bytes = 0
             for (const request of group) bytes += rowBytes(request.rows)

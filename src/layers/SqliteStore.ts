@@ -112,6 +112,9 @@ const SELECT_HEADERS = "SELECT id, header FROM sessions ORDER BY rowid"
 // beyond its full 256-row chunks, only nine statement texts exist (so all stay in the client's
 // prepared-statement cache), and 768 bound parameters stay under SQLite's historical limit of 999.
 const MAX_ROWS_PER_INSERT = 256
+
+// How many times a group-commit leader yields, at most, to let other sessions' appends join its group.
+const MAX_GATHER_YIELDS = 4
 const insertEventsSql = (rows: number): string =>
   `INSERT INTO events (session_id, seq, row) VALUES ${"(?, ?, ?), ".repeat(rows - 1)}(?, ?, ?)`
 const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
@@ -437,17 +440,25 @@ export const make = (
       })
 
     // Group commit across sessions: appends queue here; the first to arrive while none is being
-    // written leads, writes every queued append (one transaction) and repeats until the queue is empty. Before taking the queue it yields
-    // once when other sessions have been appending, so their writers can join the group.
+    // written leads, writes every queued append (one transaction) and repeats until the queue is
+    // empty. Before taking the queue it yields (a few times at most) until as many sessions have
+    // queued as appended in the last two groups, so the writers of sessions busy together share
+    // a transaction instead of splitting into a first append alone and the rest behind it.
     const queued: Array<AppendRequest> = []
     let leading = false
-    let lastGroup: { readonly id: SessionId; readonly size: number } | undefined
-    const lead = (id: SessionId): Effect.Effect<void> =>
+    // The sessions of the last two groups: how many appends a leader may expect to gather.
+    let lastIds: ReadonlyArray<SessionId> = []
+    let recent = 0
+    const lead = (): Effect.Effect<void> =>
       Effect.uninterruptible(Effect.gen(function*() {
-        if (lastGroup !== undefined && (lastGroup.size > 1 || lastGroup.id !== id)) yield* Effect.yieldNow()
+        // Each yield lets every fiber that is ready run once; a session writer woken meanwhile
+        // appends on its next turn. With nobody else ready, a yield costs next to nothing.
+        for (let i = 0; i < MAX_GATHER_YIELDS && queued.length < recent; i++) yield* Effect.yieldNow()
         while (queued.length > 0) {
           const group = queued.splice(0, queued.length)
-          lastGroup = { id: group[0]!.id, size: group.length }
+          const ids = group.map((request) => request.id)
+          recent = new Set([...ids, ...lastIds]).size
+          lastIds = ids
           yield* appendGroup(group)
           if (checkpointer !== undefined) {
             let bytes = 0
@@ -500,7 +511,7 @@ export const make = (
         })
         if (leading) return PersistenceError.refail(id, "append")(settled)
         leading = true
-        return PersistenceError.refail(id, "append")(Effect.zipRight(lead(id), settled))
+        return PersistenceError.refail(id, "append")(Effect.zipRight(lead(), settled))
       })
 
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {

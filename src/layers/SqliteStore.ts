@@ -453,7 +453,9 @@ export const make = (
       Effect.uninterruptible(Effect.gen(function*() {
         // Each yield lets every fiber that is ready run once; a session writer woken meanwhile
         // appends on its next turn. With nobody else ready, a yield costs next to nothing.
-        for (let i = 0; i < MAX_GATHER_YIELDS && queued.length < recent; i++) yield* Effect.yieldNow()
+        // Without a history yet (the store's first appends), it waits for a second session.
+        const expected = recent === 0 ? 2 : recent
+        for (let i = 0; i < MAX_GATHER_YIELDS && queued.length < expected; i++) yield* Effect.yieldNow()
         while (queued.length > 0) {
           const group = queued.splice(0, queued.length)
           const ids = group.map((request) => request.id)

@@ -128,8 +128,11 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
 /**
  * Waits, on callbacks alone, for whichever comes first: the stop watch firing (`onStop` gives the
  * result) or `listen`'s own event (`listen` registers it, may report it at once, and returns how to
- * unregister). The loser is unregistered; a caller that stops waiting unregisters both and runs
- * `onCancel`.
+ * unregister). The loser is unregistered. A caller that stops waiting unregisters both and runs
+ * `onCancel` when one is given; without it nothing runs then (an `async` with a canceler runs inside
+ * an `onInterrupt`, five more operations per wait): both stay registered until either fires, and
+ * Effect ignores that late resumption. Callers without `onCancel` must tolerate it: their `listen`
+ * and `onStop` do nothing but report.
  *
  * @since 0.1.0
  * @category cancellation
@@ -138,7 +141,7 @@ export const untilStopOr = <A>(
   watch: StopWatch,
   listen: (done: (result: Effect.Effect<A>) => void) => () => void,
   onStop: () => Effect.Effect<A>,
-  onCancel: Effect.Effect<void> = Effect.void
+  onCancel?: Effect.Effect<void>
 ): Effect.Effect<A> =>
   Effect.async<A>((resume) => {
     let settled = false
@@ -156,6 +159,7 @@ export const untilStopOr = <A>(
       watch.listeners.delete(stop)
       resume(result)
     })
+    if (onCancel === undefined) return
     return Effect.suspend(() => {
       settled = true
       watch.listeners.delete(stop)

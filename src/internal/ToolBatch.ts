@@ -180,18 +180,16 @@ export const runTools = (
           callId: call.block.id,
           deferContext: (m) => Effect.sync(() => void call.deferred.push(m))
         }
-        call.fiber = yield* Effect.fork(
-          Effect.suspend(() => tool.execute(call.params, context)).pipe(
-            Effect.onExit(() =>
-              Effect.sync(() => {
-                settled.push(call.index)
-                const signal = wake
-                wake = undefined
-                signal?.()
-              })
-            )
-          )
-        )
+        const fiber = yield* Effect.fork(Effect.suspend(() => tool.execute(call.params, context)))
+        call.fiber = fiber
+        // An observer, called once the body's exit is set (at once if it already is): no effect
+        // wrapped around the body for it.
+        fiber.addObserver(() => {
+          settled.push(call.index)
+          const signal = wake
+          wake = undefined
+          signal?.()
+        })
         return true
       })
 

@@ -167,8 +167,10 @@ export const makeMemoryStore = (
     ): Effect.Effect<void, PersistenceError> =>
       Effect.suspend(() => {
         appendCalls += 1
+        if (held || queued > 0) return appendQueued(id, events)
         // Nothing held or queued: commit at once (one synchronous step keeps the call order).
-        return held || queued > 0 ? appendQueued(id, events) : commitAppend(id, events)
+        const error = commitNow(id, events)
+        return error === undefined ? Effect.void : Effect.fail(error)
       })
 
     const exists = Effect.fn("SessionStore.exists")(function*(id: SessionId) {

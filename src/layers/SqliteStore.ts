@@ -7,8 +7,9 @@
  * own migrations. `create` is one `BEGIN IMMEDIATE` transaction; an `append` advances
  * `sessions.length` only if it still equals `events[0].seq` (the optimistic check against a second
  * writer) and inserts the rows with a few cached multi-row INSERTs, in a `BEGIN IMMEDIATE`
- * transaction that appends of other sessions arriving at the same time share (group commit, each
- * append in a savepoint of its own). `load` decodes every
+ * transaction that appends of other sessions arriving at the same time share (group commit: their
+ * rows share the INSERTs; after a storage failure the group is written again with each append in a
+ * savepoint of its own, so the failure reaches only the appends it concerns). `load` decodes every
  * row with the `SessionEvent` schema: a row that does not decode is `MalformedLog` with its seq.
  * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`;
  * store-wide failures (opening, `list`) carry the session id `"*"`.
@@ -112,14 +113,14 @@ const SELECT_HEADERS = "SELECT id, header FROM sessions ORDER BY rowid"
 // beyond its full 256-row chunks, only nine statement texts exist (so all stay in the client's
 // prepared-statement cache), and 768 bound parameters stay under SQLite's historical limit of 999.
 const MAX_ROWS_PER_INSERT = 256
-
-// How many times a group-commit leader yields, at most, to let other sessions' appends join its group.
-const MAX_GATHER_YIELDS = 4
 const insertEventsSql = (rows: number): string =>
   `INSERT INTO events (session_id, seq, row) VALUES ${"(?, ?, ?), ".repeat(rows - 1)}(?, ?, ?)`
 const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
   Array.from({ length: Math.log2(MAX_ROWS_PER_INSERT) + 1 }, (_, k) => [1 << k, insertEventsSql(1 << k)] as const)
 )
+
+// How many times a group-commit leader yields, at most, to let other sessions' appends join its group.
+const MAX_GATHER_YIELDS = 4
 
 const decodeHeader = losslessDecoder(SessionHeader, "header")
 

@@ -81,6 +81,8 @@ interface Sizes {
   readonly injectWarmRuns: number
   /** W4: session sizes in events (multiples of 100), smallest first. */
   readonly resumeSizes: ReadonlyArray<number>
+  /** W4: timed runs of each side per size, in the order of `resumeSizes` (the largest size's runs take seconds). */
+  readonly resumeRuns: ReadonlyArray<number>
   /** W4: untimed warm-up runs of each side on the smallest size (the first size runs on a cold JIT). */
   readonly resumeWarmRuns: number
   /** W5: idle sessions held open; sessions running turns at once, and turns each. */
@@ -111,6 +113,7 @@ const full: Sizes = {
   injectsPerCaller: 50,
   injectWarmRuns: 4,
   resumeSizes: [10_000, 100_000, 1_000_000],
+  resumeRuns: [5, 5, 3],
   resumeWarmRuns: 4,
   idleSessions: 10_000,
   runningSessions: 1_000,
@@ -139,6 +142,7 @@ const quick: Sizes = {
   injectsPerCaller: 3,
   injectWarmRuns: 1,
   resumeSizes: [1_000, 10_000],
+  resumeRuns: [3, 3],
   resumeWarmRuns: 1,
   idleSessions: 200,
   runningSessions: 50,
@@ -160,6 +164,10 @@ const RESUME_LINEARITY_TARGET = 1.5
 
 const args = new Set(process.argv.slice(2))
 const sizes = args.has("--quick") ? quick : full
+
+/** W4: the timed runs of a size (`resumeRuns`, in the order of `resumeSizes`; the storage runs otherwise). */
+const resumeRunsOf = (s: Sizes) => (events: number): number =>
+  s.resumeRuns[s.resumeSizes.indexOf(events)] ?? s.storageRuns
 const writeResults = args.has("--write")
 
 type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "peers"
@@ -293,9 +301,9 @@ const storage = (s: Sizes) =>
     const resumeFigures = runsResume
       ? yield* resume(
         s.resumeSizes,
-        s.storageRuns,
+        resumeRunsOf(s),
         s.resumeWarmRuns,
-        (events) => log(`W4 resume on SQLite: ${formatCount(events)} events x ${s.storageRuns} ...`)
+        (events) => log(`W4 resume on SQLite: ${formatCount(events)} events x ${resumeRunsOf(s)(events)} ...`)
       )
       : undefined
     return { ingest: ingestFigures, injects: injectFigures, resume: resumeFigures }
@@ -734,7 +742,9 @@ const resumeReport = (f: ResumeFigures): ReadonlyArray<string> => [
   "the header and every row in seq order and parses each. Linearity compares the time per 10^4 events of",
   "the largest size with the smallest's (fixed costs make the smallest size's figure the larger).",
   `The smallest size runs first, on a cold JIT: ${f.warmRuns} untimed warm-up run(s) of each side precede its timed`,
-  `runs, alternating; the first of them, cold, is shown below the table, outside the targets.`,
+  `runs, alternating; the first of them, cold, is shown below the table, outside the targets. Timed runs per size: ${
+    f.sizes.map((size) => `${formatCount(size.events)}: ${size.tillerMillis.length}`).join(", ")
+  } (a run of the largest size takes seconds).`,
   `File build times (untimed): ${
     f.sizes.map((size) => `${formatCount(size.events)}: ${formatMillis(size.buildMillis)}`).join(", ")
   }. Chart: \`bench/w4.svg\`.`,

@@ -538,7 +538,7 @@ const resumeRawRun = (db: RawDatabase, id: SessionId, events: number): Effect.Ef
 /**
  * W4: for each size, writes one session of that many events once, then per run resumes it with
  * tiller (the end-seed it appends removed untimed afterwards) and reads it raw (SELECT +
- * JSON.parse), alternating which side goes first. `warmRuns` untimed warm-up runs of both on the
+ * JSON.parse), alternating which side goes first, `runs(events)` times. `warmRuns` untimed warm-up runs of both on the
  * smallest size (the first of each kept as the cold figure), alternating as well.
  *
  * @since 0.1.0
@@ -546,7 +546,7 @@ const resumeRawRun = (db: RawDatabase, id: SessionId, events: number): Effect.Ef
  */
 export const resume = (
   sizes: ReadonlyArray<number>,
-  runs: number,
+  runs: (events: number) => number,
   warmRuns: number,
   onSize: (events: number) => Effect.Effect<void> = () => Effect.void
 ): Effect.Effect<ResumeFigures, unknown> =>
@@ -569,7 +569,7 @@ export const resume = (
             cold = { events, tillerMillis: yield* tiller, rawMillis: yield* raw }
             yield* alternating(Math.max(0, warmRuns - 1), tiller, raw)
           }
-          const [tillerMillis, rawMillis] = yield* alternating(runs, tiller, raw)
+          const [tillerMillis, rawMillis] = yield* alternating(runs(events), tiller, raw)
           return { tillerMillis, rawMillis }
         }))
         results.push({ events, buildMillis, ...measured })

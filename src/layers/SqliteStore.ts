@@ -124,8 +124,6 @@ const MAX_GATHER_YIELDS = 4
 
 const decodeHeader = losslessDecoder(SessionHeader, "header")
 
-const NOT_REFUSED: Effect.Effect<undefined> = Effect.succeed(undefined)
-
 const parseJson = (text: unknown): Either.Either<unknown, string> => {
   if (typeof text !== "string") return Either.left(`expected JSON text, found ${typeof text}`)
   try {
@@ -367,11 +365,11 @@ export const make = (
 
     // Advances a session's stored length if it still equals the append's first seq (the optimistic
     // check against a second writer); a refusal is the returned error, with nothing written.
-    const advance = (request: AppendRequest): Effect.Effect<PersistenceError | undefined, SqlError> =>
+    const advance = (request: AppendRequest): Effect.Effect<PersistenceError | void, SqlError> =>
       Effect.flatMap(
         conn.execute(ADVANCE_LENGTH, [request.firstSeq + request.events.length, request.id, request.firstSeq], undefined),
         (advanced) =>
-          advanced.length > 0 ? NOT_REFUSED : Effect.map(conn.execute(SELECT_LENGTH, [request.id], undefined), ([stored]) =>
+          advanced.length > 0 ? Effect.void : Effect.map(conn.execute(SELECT_LENGTH, [request.id], undefined), ([stored]) =>
             new PersistenceError({
               sessionId: request.id,
               operation: "append",

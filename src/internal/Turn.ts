@@ -121,39 +121,37 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // 4. The step, then its step/end (also after an abort or a failure).
       const result = yield* runStep(ctx, turn, step)
       const stepEnd = appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true)
+      let next: ReadonlyArray<UserMessage> | undefined
       if (result._tag === "Continue") {
         // Nothing runs between step/end and the boundary of a step that continues: one transaction.
         lastStop = undefined
-        const next = yield* commitOrDie(session, STM.zipRight(stepEnd, boundaryTx(undefined)))
-        if (next === undefined) return
-        batch = next
-        boundary = "later"
-        continue
-      }
-      yield* commitOrDie(session, stepEnd)
-      if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
-      if (result._tag === "Failed") {
-        return yield* close(errorReason(result.failure), { step, error: result.error, defects: result.defects ?? [] })
-      }
-      lastStop = result._tag === "MaxTokens" ? "max-tokens" : "completed"
-      maxTokensSeen = maxTokensSeen || result._tag === "MaxTokens"
-      // 6. Turn-stopping listeners: the turn would end here.
-      const quiet = yield* commit(session, 
-        STM.map(
-          STM.zip(TRef.get(session.log), getPhase(ds)),
-          ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
-        )
-      )
-      if (quiet) {
-        const stopping = yield* abortableUnless(ds, ctx.hooks.isQuiet("turnStopping"), ctx.hooks.turnStopping({ sessionId, turn, step }))
-        if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
-        if (Exit.isFailure(stopping.exit)) {
-          const error = originalError(stopping.exit)
-          return yield* close(errorReason(toLlmFailure(error)), { step, error, defects: defectsOf(stopping.exit) })
+        next = yield* commitOrDie(session, STM.zipRight(stepEnd, boundaryTx(undefined)))
+      } else {
+        yield* commitOrDie(session, stepEnd)
+        if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
+        if (result._tag === "Failed") {
+          return yield* close(errorReason(result.failure), { step, error: result.error, defects: result.defects ?? [] })
         }
+        lastStop = result._tag === "MaxTokens" ? "max-tokens" : "completed"
+        maxTokensSeen = maxTokensSeen || result._tag === "MaxTokens"
+        // 6. Turn-stopping listeners: the turn would end here.
+        const quiet = yield* commit(session, 
+          STM.map(
+            STM.zip(TRef.get(session.log), getPhase(ds)),
+            ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
+          )
+        )
+        if (quiet) {
+          const stopping = yield* abortableUnless(ds, ctx.hooks.isQuiet("turnStopping"), ctx.hooks.turnStopping({ sessionId, turn, step }))
+          if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
+          if (Exit.isFailure(stopping.exit)) {
+            const error = originalError(stopping.exit)
+            return yield* close(errorReason(toLlmFailure(error)), { step, error, defects: defectsOf(stopping.exit) })
+          }
+        }
+        // 7. TX-BOUNDARY: close, or claim the next batch.
+        next = yield* commitOrDie(session, boundaryTx(lastStop))
       }
-      // 7. TX-BOUNDARY: close, or claim the next batch.
-      const next = yield* commitOrDie(session, boundaryTx(lastStop))
       if (next === undefined) return
       batch = next
       boundary = "later"

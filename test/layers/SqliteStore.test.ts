@@ -173,6 +173,43 @@ describe("SqliteSessionStore", () => {
           }))
       }))
 
+    // The transactions committed to the WAL so far: frames whose header records a database size
+    // (bytes 4-7) end a transaction. Valid while nothing has checkpointed the WAL.
+    const walCommits = (filename: string): number => {
+      const wal = fs.readFileSync(`${filename}-wal`)
+      if (wal.length < 32) return 0
+      const frame = 24 + wal.readUInt32BE(8)
+      let commits = 0
+      for (let at = 32; at + frame <= wal.length; at += frame) if (wal.readUInt32BE(at + 4) !== 0) commits++
+      return commits
+    }
+
+    it.effect("sessions that appended together before share one transaction even when their appends arrive over several turns of the scheduler", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        const ids = sessions(6)
+        yield* withStore(filename, (store) =>
+          Effect.gen(function*() {
+            for (const s of ids) yield* store.create(makeHeader(s), turns(0, 1))
+            const appendAll = (round: number, lateBy: (i: number) => number) =>
+              Effect.all(
+                ids.map((s, i) =>
+                  Effect.zipRight(
+                    Effect.forEach(Array.from({ length: lateBy(i) }, () => 0), () => Effect.yieldNow(), { discard: true }),
+                    store.append(s, nonEmpty(turns(round, 1)))
+                  )),
+                { concurrency: "unbounded", discard: true }
+              )
+            // A first round together: the store learns that six sessions write at once.
+            yield* appendAll(1, () => 0)
+            const before = walCommits(filename)
+            // The second round's appends arrive up to three scheduler turns apart.
+            yield* appendAll(2, (i) => i % 4)
+            expect(walCommits(filename) - before).toBe(1)
+            for (const s of ids) expect((yield* store.load(s)).events).toStrictEqual(turns(0, 3))
+          }))
+      }))
+
     it.effect("a rejected append in a group fails alone; the others' rows are stored", () =>
       Effect.gen(function*() {
         const filename = freshFile()

@@ -578,4 +578,3 @@ export const resume = (
       return { sizes: results, eventsPerTurn: EVENTS_PER_TURN, warmRuns: Math.max(1, warmRuns), cold }
     })
   )
-

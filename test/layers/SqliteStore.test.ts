@@ -151,14 +151,21 @@ describe("SqliteSessionStore", () => {
   describe("group commit across sessions", () => {
     const sessions = (n: number) => Array.from({ length: n }, (_, i) => SessionId.make(`group-${i}`))
     const walBytes = (filename: string) => fs.statSync(`${filename}-wal`).size
+    /** A store on a fresh file holding `n` sessions of one turn each. */
+    const withSessions = <A, E>(
+      n: number,
+      body: (store: SessionStore["Type"], ids: ReadonlyArray<SessionId>, filename: string) => Effect.Effect<A, E>
+    ) => {
+      const filename = freshFile()
+      const ids = sessions(n)
+      return withStore(filename, (store) =>
+        Effect.zipRight(Effect.forEach(ids, (s) => store.create(makeHeader(s), turns(0, 1)), { discard: true }), body(store, ids, filename)))
+    }
 
     it.effect("appends of several sessions arriving together share one transaction", () =>
       Effect.gen(function*() {
-        const filename = freshFile()
-        const ids = sessions(6)
-        yield* withStore(filename, (store) =>
+        yield* withSessions(6, (store, ids, filename) =>
           Effect.gen(function*() {
-            for (const s of ids) yield* store.create(makeHeader(s), turns(0, 1))
             // Three appends one after the other: three transactions.
             const before = walBytes(filename)
             for (const s of ids.slice(0, 3)) yield* store.append(s, nonEmpty(turns(1, 1)))
@@ -186,11 +193,8 @@ describe("SqliteSessionStore", () => {
 
     it.effect("sessions that appended together before share one transaction even when their appends arrive over several turns of the scheduler", () =>
       Effect.gen(function*() {
-        const filename = freshFile()
-        const ids = sessions(6)
-        yield* withStore(filename, (store) =>
+        yield* withSessions(6, (store, ids, filename) =>
           Effect.gen(function*() {
-            for (const s of ids) yield* store.create(makeHeader(s), turns(0, 1))
             const appendAll = (round: number, lateBy: (i: number) => number) =>
               Effect.all(
                 ids.map((s, i) =>

@@ -3,7 +3,8 @@
  *
  * @since 0.1.0
  */
-import { HashMap, Option } from "effect"
+import { Option } from "effect"
+import * as VersionedMap from "../internal/VersionedMap.js"
 import type { KnownIdState } from "./Errors.js"
 
 /**
@@ -19,20 +20,36 @@ export interface IdRecord {
 }
 
 /**
- * The known-id table (persistent).
+ * The known-id table (persistent; O(1) per change when each version is extended once, as a fold does).
  *
  * @since 0.1.0
  * @category models
  */
-export type KnownIds = HashMap.HashMap<string, IdRecord>
+export type KnownIds = VersionedMap.VersionedMap<IdRecord>
 
 /**
- * The empty table.
+ * A new empty table (each fold starts its own: extending one version twice moves the shared table).
  *
  * @since 0.1.0
  * @category constructors
  */
-export const emptyKnownIds: KnownIds = HashMap.empty()
+export const emptyKnownIds = (): KnownIds => VersionedMap.empty()
+
+/**
+ * The record of `id`, if known.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const recordOf = (known: KnownIds, id: string): IdRecord | undefined => VersionedMap.get(known, id)
+
+/**
+ * Whether `id` is known.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const isKnown = (known: KnownIds, id: string): boolean => VersionedMap.has(known, id)
 
 /**
  * The state of a record: pending, then entered, then claimed, then discarded (first match wins).
@@ -50,7 +67,7 @@ export const stateOfRecord = (record: IdRecord): KnownIdState =>
  * @category getters
  */
 export const idState = (known: KnownIds, id: string): Option.Option<KnownIdState> =>
-  Option.map(HashMap.get(known, id), stateOfRecord)
+  Option.map(Option.fromNullable(VersionedMap.get(known, id)), stateOfRecord)
 
 const fresh: IdRecord = { pending: false, entered: false, removal: undefined }
 
@@ -63,8 +80,8 @@ const fresh: IdRecord = { pending: false, entered: false, removal: undefined }
 export const markPending = (known: KnownIds, ids: Iterable<string>): KnownIds => {
   let out = known
   for (const id of ids) {
-    const record = Option.getOrElse(HashMap.get(out, id), () => fresh)
-    out = HashMap.set(out, id, { pending: true, entered: record.entered, removal: record.removal })
+    const record = VersionedMap.get(out, id) ?? fresh
+    out = VersionedMap.set(out, id, { pending: true, entered: record.entered, removal: record.removal })
   }
   return out
 }
@@ -78,8 +95,8 @@ export const markPending = (known: KnownIds, ids: Iterable<string>): KnownIds =>
 export const markRemoved = (known: KnownIds, ids: Iterable<string>, removal: "claim" | "cancel"): KnownIds => {
   let out = known
   for (const id of ids) {
-    const record = Option.getOrElse(HashMap.get(out, id), () => fresh)
-    out = HashMap.set(out, id, { pending: false, entered: record.entered, removal })
+    const record = VersionedMap.get(out, id) ?? fresh
+    out = VersionedMap.set(out, id, { pending: false, entered: record.entered, removal })
   }
   return out
 }
@@ -91,6 +108,6 @@ export const markRemoved = (known: KnownIds, ids: Iterable<string>, removal: "cl
  * @category combinators
  */
 export const markEntered = (known: KnownIds, id: string): KnownIds => {
-  const record = Option.getOrElse(HashMap.get(known, id), () => fresh)
-  return record.entered ? known : HashMap.set(known, id, { pending: record.pending, entered: true, removal: record.removal })
+  const record = VersionedMap.get(known, id) ?? fresh
+  return record.entered ? known : VersionedMap.set(known, id, { pending: record.pending, entered: true, removal: record.removal })
 }

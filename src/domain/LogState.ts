@@ -5,14 +5,14 @@
  *
  * @since 0.1.0
  */
-import { Either, HashMap } from "effect"
+import { Either } from "effect"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import type { RuleId } from "./Errors.js"
 import type { SessionEvent, SpliceData, SurfaceOp } from "./Event.js"
 import { isCoreType } from "./Event.js"
 import { jsonEquals } from "./Json.js"
 import type { KnownIds } from "./KnownIds.js"
-import { emptyKnownIds, markEntered, markPending, markRemoved } from "./KnownIds.js"
+import { emptyKnownIds, isKnown, markEntered, markPending, markRemoved, recordOf } from "./KnownIds.js"
 import type { Relations, RuleViolation } from "./Relations.js"
 import { initialRelations, relate } from "./Relations.js"
 import type { PendingLists, SpliceShape } from "./Splice.js"
@@ -74,7 +74,7 @@ export const initialLogState = (seedLength = 0): LogState => ({
   length: 0,
   seedLength,
   inbox: emptyPending,
-  known: emptyKnownIds,
+  known: emptyKnownIds(),
   surface: emptySurface(),
   messages: GrowOnly.empty(),
   relations: initialRelations,
@@ -117,8 +117,7 @@ export const advance = (
       shape = spliceShape(data)
       if (event.seq >= state.seedLength) {
         const applied = applyPending(inbox, data, (id) => {
-          const record = HashMap.get(known, id)
-          return record._tag === "Some" && record.value.pending
+          return recordOf(known, id)?.pending === true
         })
         if (Either.isLeft(applied)) {
           violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
@@ -129,7 +128,7 @@ export const advance = (
           if (data.inserted.length > 0) known = markPending(known, data.inserted.map((m) => m.id))
         }
       } else if (data.inserted.length > 0) {
-        const fresh = data.inserted.map((m) => m.id).filter((id) => !HashMap.has(known, id))
+        const fresh = data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id))
         known = markRemoved(known, fresh, "cancel")
       }
       break

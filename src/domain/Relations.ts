@@ -4,12 +4,12 @@
  *
  * @since 0.1.0
  */
-import { HashMap } from "effect"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import type { RuleId } from "./Errors.js"
 import type { CoreEvent, SessionEvent, SpliceData } from "./Event.js"
 import { isCoreEvent } from "./Event.js"
 import type { KnownIds } from "./KnownIds.js"
+import { isKnown } from "./KnownIds.js"
 import type { SpliceShape } from "./Splice.js"
 import type { ToolCallBlock, UserMessage } from "./Values.js"
 
@@ -212,13 +212,13 @@ const relateCore = (
     case "user/message": {
       const id = event.data.id
       if (event.surfaceOp !== "append") {
-        if (HashMap.has(facts.known, id)) violation("R9", `replacement user/message reuses known id ${id}`)
+        if (isKnown(facts.known, id)) violation("R9", `replacement user/message reuses known id ${id}`)
         return s
       }
       if (!s.stepOpen || !entering) {
         violation("R8", `appended user/message ${id} is not directly after its step/start`)
       }
-      if (HashMap.has(facts.known, id) && facts.inSeed !== true) {
+      if (isKnown(facts.known, id) && facts.inSeed !== true) {
         if (!s.claimedForStep.has(id)) {
           violation("R9", `appended user/message reuses known id ${id} that this step did not claim`)
           return { ...s, entering: s.stepOpen }
@@ -397,7 +397,7 @@ const relateSplice = (
   if (shape === "insertion" || shape === "replacement") {
     const removedIds = new Set((facts.removed ?? []).map((m) => m.id))
     for (const m of data.inserted) {
-      if (HashMap.has(facts.known, m.id) && !(shape === "replacement" && removedIds.has(m.id))) {
+      if (isKnown(facts.known, m.id) && !(shape === "replacement" && removedIds.has(m.id))) {
         violation("R9", `splice inserts known id ${m.id}`)
       }
     }

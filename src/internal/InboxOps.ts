@@ -6,12 +6,12 @@
  *
  * @since 0.1.0
  */
-import { Either, HashMap, HashSet, Option, STM, TRef } from "effect"
+import { Either, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { DuplicateMessage } from "../domain/Errors.js"
 import type { SpliceData } from "../domain/Event.js"
 import type { LogState } from "../domain/LogState.js"
-import { stateOfRecord } from "../domain/KnownIds.js"
+import { recordOf, stateOfRecord } from "../domain/KnownIds.js"
 import { pendingOf } from "../domain/Splice.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
@@ -48,8 +48,8 @@ const duplicateIn = (
       seen.add(m.id)
     }
     if (reusable?.has(m.id) === true) continue
-    const record = HashMap.get(fold.known, m.id)
-    if (Option.isSome(record)) return Option.some(new DuplicateMessage({ id: m.id, state: stateOfRecord(record.value) }))
+    const record = recordOf(fold.known, m.id)
+    if (record !== undefined) return Option.some(new DuplicateMessage({ id: m.id, state: stateOfRecord(record) }))
   }
   return Option.none()
 }

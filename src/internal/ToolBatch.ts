@@ -5,10 +5,10 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Either, Exit, Fiber, HashMap, Option, STM, TRef } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type { MessageId } from "../domain/Ids.js"
-import { stateOfRecord } from "../domain/KnownIds.js"
+import { recordOf, stateOfRecord } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
@@ -291,8 +291,8 @@ export const runTools = (
         for (const m of contexts) {
           if (seen.has(m.id)) return `context id ${m.id} repeated`
           seen.add(m.id)
-          const record = HashMap.get(fold.known, m.id)
-          if (Option.isSome(record)) return `context id ${m.id} is already known (${stateOfRecord(record.value)})`
+          const record = recordOf(fold.known, m.id)
+          if (record !== undefined) return `context id ${m.id} is already known (${stateOfRecord(record)})`
         }
         return undefined
       })

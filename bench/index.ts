@@ -79,6 +79,8 @@ interface Sizes {
   readonly injectsPerCaller: number
   /** W3: untimed warm-up runs of each side (W3 runs are short: one leaves the JIT far from settled). */
   readonly injectWarmRuns: number
+  /** W3: timed runs of each side (each well under a second; its figures swing run to run). */
+  readonly injectRuns: number
   /** W4: session sizes in events (multiples of 100), smallest first. */
   readonly resumeSizes: ReadonlyArray<number>
   /** W4: timed runs of each side per size, in the order of `resumeSizes` (the largest size's runs take seconds). */
@@ -112,6 +114,7 @@ const full: Sizes = {
   injectSessions: 10,
   injectsPerCaller: 50,
   injectWarmRuns: 4,
+  injectRuns: 7,
   resumeSizes: [10_000, 100_000, 1_000_000],
   resumeRuns: [5, 5, 3],
   resumeWarmRuns: 4,
@@ -141,6 +144,7 @@ const quick: Sizes = {
   injectSessions: 10,
   injectsPerCaller: 3,
   injectWarmRuns: 1,
+  injectRuns: 3,
   resumeSizes: [1_000, 10_000],
   resumeRuns: [3, 3],
   resumeWarmRuns: 1,
@@ -293,9 +297,9 @@ const storage = (s: Sizes) =>
     const injectFigures = runsInjects
       ? yield* Effect.zipRight(
         log(
-          `W3 injects on SQLite: ${s.injectCallers} callers, ${s.injectSessions} sessions, ${formatCount(total)} acks x ${s.storageRuns} ...`
+          `W3 injects on SQLite: ${s.injectCallers} callers, ${s.injectSessions} sessions, ${formatCount(total)} acks x ${s.injectRuns} ...`
         ),
-        injects(s.injectCallers, s.injectSessions, s.injectsPerCaller, s.storageRuns, s.injectWarmRuns)
+        injects(s.injectCallers, s.injectSessions, s.injectsPerCaller, s.injectRuns, s.injectWarmRuns)
       )
       : undefined
     const resumeFigures = runsResume
@@ -728,7 +732,7 @@ const injectReport = (f: InjectFigures): ReadonlyArray<string> => [
   "identical rows to one connection that inserts them in arrival order, each a single-row autocommit",
   "INSERT acknowledged when it returns. Latency is from the call to its acknowledgement. A run is short",
   `(well under a second), so each side first makes ${f.warmRuns} untimed warm-up runs (alternating) for the JIT to settle;`,
-  "the first of them is shown as the cold figure, outside the targets.",
+  `the first of them is shown as the cold figure, outside the targets. Timed runs: ${f.tiller.length} of each side.`,
   "",
   injectTable(f),
   ""
@@ -764,7 +768,8 @@ const storageReport = (s: Sizes, f: StorageFigures): ReadonlyArray<string> => [
   "file: the store's own `events` table (`session_id, seq, row`, STRICT, primary key `(session_id, seq)`) and",
   "the rows tiller stored, taken from the warm-up run's file. Every run uses a fresh file in the OS temp",
   "directory; tiller and raw alternate within each run (which goes first alternates too) after an untimed",
-  `warm-up of each (W3: ${s.injectWarmRuns}). Figures are median (min-max) over ${s.storageRuns} runs; ratios are taken per run.`,
+  `warm-up of each (W3: ${s.injectWarmRuns}). Figures are median (min-max) over ${s.storageRuns} runs (W3: ${s.injectRuns}, W4: per size);`,
+  "ratios are taken per run.",
   "",
   ...(f.ingest === undefined ? [] : ingestReport(f.ingest)),
   ...(f.injects === undefined ? [] : injectReport(f.injects)),

@@ -104,7 +104,9 @@ export const advance = (
     accept(`event type ${event.type} is neither core nor declared and is not marked ignorable`)
   }
   let inbox = state.inbox
-  let known = state.known
+  // Known-id changes apply after the relation checks, which read `state.known`: the table is then
+  // still owned by that version, so each lookup is direct.
+  let mark: ((known: KnownIds) => KnownIds) | undefined
   let surface = state.surface
   let messages = state.messages
   let openStepStart = state.openStepStart
@@ -116,20 +118,22 @@ export const advance = (
       const data = event.data as SpliceData
       shape = spliceShape(data)
       if (event.seq >= state.seedLength) {
-        const applied = applyPending(inbox, data, (id) => {
-          return recordOf(known, id)?.pending === true
-        })
+        const applied = applyPending(inbox, data, (id) => recordOf(state.known, id)?.pending === true)
         if (Either.isLeft(applied)) {
           violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
         } else {
           inbox = applied.right.pending
           removed = applied.right.removed
-          if (removed.length > 0) known = markRemoved(known, removed.map((m) => m.id), shape === "claim" ? "claim" : "cancel")
-          if (data.inserted.length > 0) known = markPending(known, data.inserted.map((m) => m.id))
+          const gone = removed
+          const removal = shape === "claim" ? "claim" : "cancel"
+          mark = (known) => {
+            let out = gone.length > 0 ? markRemoved(known, gone.map((m) => m.id), removal) : known
+            if (data.inserted.length > 0) out = markPending(out, data.inserted.map((m) => m.id))
+            return out
+          }
         }
       } else if (data.inserted.length > 0) {
-        const fresh = data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id))
-        known = markRemoved(known, fresh, "cancel")
+        mark = (known) => markRemoved(known, data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id)), "cancel")
       }
       break
     }
@@ -158,7 +162,7 @@ export const advance = (
       const id = e.type === "user/message"
         ? (e.data as UserMessage).id
         : (e.data as { readonly message: { readonly id: string } }).message.id
-      known = markEntered(known, id)
+      mark = (known) => markEntered(known, id)
       break
     }
     case "turn/start":
@@ -188,7 +192,7 @@ export const advance = (
       length: state.length + 1,
       seedLength: state.seedLength,
       inbox,
-      known,
+      known: mark === undefined ? state.known : mark(state.known),
       surface,
       messages,
       relations,

@@ -6,9 +6,10 @@
  * first makes it the owner ("rerooting": the differences on the way are applied to the table and
  * reversed), then writes in place and leaves the old version as a one-key difference from the new
  * one. So every version keeps its contents for as long as it is held, and STM transactions that
- * build a new version and then retry or fail leave nothing observable: the committed version is at
- * most a step from the owner, which it takes back on its next `set`. Reading or extending a version
- * far from the owner costs time proportional to the distance (each set between them).
+ * build new versions and then retry or fail leave nothing observable: the committed version is as
+ * many differences from the owner as the discarded attempt made, and takes the table back on its
+ * next `set`. Reading or extending a version far from the owner costs time proportional to the
+ * distance (each set between them): read a version before deriving many others from it.
  *
  * Two lines of versions extended in turn move the owner back and forth: start every independent
  * map from {@link empty}, never from a shared version.

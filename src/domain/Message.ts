@@ -36,14 +36,14 @@ export const validateUserMessage = (input: unknown): Either.Either<UserMessage, 
  * @since 0.1.0
  * @category validation
  */
-export const acceptCallerMessage = (input: unknown): Either.Either<UserMessage, InvalidEvent> =>
-  Either.flatMap(
-    Either.mapLeft(validateUserMessage(input), (reason) => new InvalidEvent({ type: "user/message", reason })),
-    (message) =>
-      message.id.startsWith(REPAIR_ID_PREFIX)
-        ? Either.left(new InvalidEvent({ type: "user/message", reason: `message ids starting with ${REPAIR_ID_PREFIX} are reserved` }))
-        : Either.right(message)
-  )
+export const acceptCallerMessage = (input: unknown): Either.Either<UserMessage, InvalidEvent> => {
+  const validated = validateUserMessage(input)
+  if (Either.isLeft(validated)) return Either.left(new InvalidEvent({ type: "user/message", reason: validated.left }))
+  const message = validated.right
+  return message.id.startsWith(REPAIR_ID_PREFIX)
+    ? Either.left(new InvalidEvent({ type: "user/message", reason: `message ids starting with ${REPAIR_ID_PREFIX} are reserved` }))
+    : Either.right(message)
+}
 
 /**
  * Input of {@link userMessage}.

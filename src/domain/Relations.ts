@@ -395,9 +395,10 @@ const relateSplice = (
 ): Relations => {
   const shape = facts.spliceShape
   if (shape === "insertion" || shape === "replacement") {
-    const removedIds = new Set((facts.removed ?? []).map((m) => m.id))
+    // Only a replacement may re-insert an id it removes (an insertion removes nothing).
+    const removedIds = shape === "replacement" ? new Set((facts.removed ?? []).map((m) => m.id)) : undefined
     for (const m of data.inserted) {
-      if (isKnown(facts.known, m.id) && !(shape === "replacement" && removedIds.has(m.id))) {
+      if (isKnown(facts.known, m.id) && removedIds?.has(m.id) !== true) {
         violation("R9", `splice inserts known id ${m.id}`)
       }
     }

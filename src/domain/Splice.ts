@@ -206,10 +206,11 @@ export const applyPending = (
   const list = pendingOf(pending, data.target)
   if (data.removedCount === undefined && data.start === list.length && data.inserted.length > 0 && data.outcome === undefined) {
     // The common insertion at the end: validate ids, then push without copying the list.
-    const seen = new Set<string>()
+    // One message (the usual delivery) needs no set of the ids seen.
+    const seen = data.inserted.length > 1 ? new Set<string>() : undefined
     for (const m of data.inserted) {
-      if (seen.has(m.id) || isPending(m.id)) return Either.left(`inserted id ${m.id} is already pending`)
-      seen.add(m.id)
+      if (seen?.has(m.id) === true || isPending(m.id)) return Either.left(`inserted id ${m.id} is already pending`)
+      seen?.add(m.id)
     }
     let next = list
     for (const m of data.inserted) next = GrowOnly.push(next, m)

@@ -8,7 +8,7 @@
  */
 import { Either, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
-import { DuplicateMessage } from "../domain/Errors.js"
+import { AgentDisposed, DuplicateMessage, PersistenceError } from "../domain/Errors.js"
 import type { SpliceData } from "../domain/Event.js"
 import type { LogState } from "../domain/LogState.js"
 import { recordOf, stateOfRecord } from "../domain/KnownIds.js"
@@ -189,6 +189,50 @@ export const insertSTM = (
   )
 
 type Inserted = Either.Either<void, DuplicateMessage> | InvalidEvent | typeof POISONED
+
+/**
+ * A caller's insertion as one interpreter step and its continuation: the writability check of
+ * `guardWritable` (disposed, then poisoned), {@link insertSTM}, and the log's last seq at the end,
+ * for `commitAcknowledgedAt`. An `InvalidEvent` of the splice is a defect of tiller's own draft.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const deliverSTM = (
+  state: SessionStateShape,
+  target: InboxTarget,
+  message: UserMessage,
+  at: "end" | "start"
+): STM.STM<Acknowledged, AgentDisposed | PersistenceError> =>
+  STM.flatMap(
+    TRef.modify(state.log, (snapshot): readonly [Delivered, LogSnapshot] => {
+      // Peeked, as `guardWritable` does: this step is the transaction's first.
+      if (peek(state.disposed)) return [new AgentDisposed({ sessionId: state.sessionId }), snapshot]
+      const poisoned = peek(state.poisoned)
+      if (Option.isSome(poisoned)) return [poisoned.value, snapshot]
+      const duplicate = duplicateIn(snapshot.fold, [message])
+      if (Option.isSome(duplicate)) return [[Either.left(duplicate.value), snapshot.events.length - 1], snapshot]
+      const start = at === "end" ? pendingOf(snapshot.fold.inbox, target).length : 0
+      const result = appendPure(state, snapshot, [spliceDraft(spliceData(target, start, 0, [message]))], true)
+      if (result instanceof InvalidEvent) return [result, snapshot]
+      announce(state, snapshot, result.events)
+      return [[Either.void, result.snapshot.events.length - 1], result.snapshot]
+    }),
+    (delivered): STM.STM<Acknowledged, AgentDisposed | PersistenceError> =>
+      isAcknowledged(delivered)
+        ? Either.isLeft(delivered[0])
+          ? STM.succeed(delivered)
+          : Outbox.publishing(state.outbox, [{ type: "agent/inbox/inserted", message }], delivered)
+        : delivered instanceof InvalidEvent
+        ? STM.die(delivered)
+        : STM.fail(delivered)
+  )
+
+type Acknowledged = readonly [Either.Either<void, DuplicateMessage>, number]
+
+type Delivered = Acknowledged | AgentDisposed | PersistenceError | InvalidEvent
+
+const isAcknowledged = (delivered: Delivered): delivered is Acknowledged => Array.isArray(delivered)
 
 const POISONED = Symbol.for("tiller/internal/InboxOps/poisoned")
 

@@ -312,10 +312,26 @@ export const commitAcknowledged = <A, E, E2>(
   state: SessionStateShape,
   transaction: STM.STM<Either.Either<A, E2>, E>
 ): Effect.Effect<A, E | E2 | PersistenceError> =>
-  Effect.flatMap(
-    STM.commit(STM.flatMap(transaction, (result) =>
+  commitAcknowledgedAt(
+    state,
+    STM.flatMap(transaction, (result) =>
       // The last seq in one step (`lastSeq` takes four); the log is written back unchanged.
-      TRef.modify(state.log, (snapshot) => [[result, snapshot.events.length - 1] as const, snapshot]))),
+      TRef.modify(state.log, (snapshot) => [[result, snapshot.events.length - 1] as const, snapshot]))
+  )
+
+/**
+ * {@link commitAcknowledged} of a transaction that returns its result with the log's last seq at
+ * its end (one that read the log anyway).
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const commitAcknowledgedAt = <A, E, E2>(
+  state: SessionStateShape,
+  transaction: STM.STM<readonly [Either.Either<A, E2>, number], E>
+): Effect.Effect<A, E | E2 | PersistenceError> =>
+  Effect.flatMap(
+    STM.commit(transaction),
     // `commit`, then `awaitDurable`, in one continuation.
     ([result, seq]) => {
       const answer: Effect.Effect<A, E2 | PersistenceError> = Either.isRight(result)

@@ -12,9 +12,9 @@ import { idState } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import { listOf, normaliseSplice, pendingArrays } from "../domain/Splice.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
-import { clearSTM, freshnessSTM, insertSTM, locateSTM, spliceSTM } from "../internal/InboxOps.js"
+import { clearSTM, deliverSTM, freshnessSTM, locateSTM, spliceSTM } from "../internal/InboxOps.js"
 import type { SessionStateShape } from "../internal/SessionState.js"
-import { commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
+import { commitAcknowledged, commitAcknowledgedAt, guardWritable, SessionState } from "../internal/SessionState.js"
 
 /**
  * Failures of a delivery: invalid or duplicate message, storage, disposal.
@@ -92,13 +92,9 @@ export const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> 
 
   const insert = (at: "end" | "start") => (target: InboxTarget, m: UserMessage) => {
     const accepted = acceptCallerMessage(m)
-    return commitAcknowledged(
-      state,
-      STM.flatMap(guardWritable(state), () =>
-        Either.isLeft(accepted)
-          ? STM.fail(accepted.left)
-          : orDieInternal(insertSTM(state, target, accepted.right, at)))
-    )
+    return Either.isRight(accepted)
+      ? commitAcknowledgedAt(state, deliverSTM(state, target, accepted.right, at))
+      : STM.commit(STM.zipRight(guardWritable(state), STM.fail(accepted.left)))
   }
 
   const splice = Effect.fn("Inbox.splice")(function*(

@@ -102,6 +102,9 @@ const SYNCHRONOUS = { OFF: "OFF", NORMAL: "NORMAL", FULL: "FULL" } as const
 const INSERT_SESSION = "INSERT INTO sessions (id, header, created_at, length) VALUES (?, ?, ?, ?) " +
   "ON CONFLICT (id) DO NOTHING RETURNING id"
 const ADVANCE_LENGTH = "UPDATE sessions SET length = ? WHERE id = ? AND length = ? RETURNING length"
+// Several sessions' length checks in one statement: a JSON array of [id, from, to]; returns the ids advanced.
+const ADVANCE_LENGTHS = "UPDATE sessions SET length = j.value ->> 2 FROM json_each(?) AS j " +
+  "WHERE sessions.id = j.value ->> 0 AND sessions.length = j.value ->> 1 RETURNING sessions.id AS id"
 const SELECT_LENGTH = "SELECT length FROM sessions WHERE id = ?"
 const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
 const SELECT_EVENTS = "SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq"
@@ -363,20 +366,37 @@ export const make = (
       checkpointer?.wrote(rowBytes(rows.right) + headerJson.length)
     })
 
+    // Why an append's length check was refused: the session is gone or its stored length moved.
+    const refusal = (request: AppendRequest): Effect.Effect<PersistenceError, SqlError> =>
+      Effect.map(conn.execute(SELECT_LENGTH, [request.id], undefined), ([stored]) =>
+        new PersistenceError({
+          sessionId: request.id,
+          operation: "append",
+          cause: stored === undefined
+            ? new SessionNotFound({ sessionId: request.id })
+            : seqProblem(request.events, (stored as { readonly length: number }).length) ?? "the stored length changed"
+        }))
+
     // Advances a session's stored length if it still equals the append's first seq (the optimistic
     // check against a second writer); a refusal is the returned error, with nothing written.
     const advance = (request: AppendRequest): Effect.Effect<PersistenceError | void, SqlError> =>
       Effect.flatMap(
         conn.execute(ADVANCE_LENGTH, [request.firstSeq + request.events.length, request.id, request.firstSeq], undefined),
-        (advanced) =>
-          advanced.length > 0 ? Effect.void : Effect.map(conn.execute(SELECT_LENGTH, [request.id], undefined), ([stored]) =>
-            new PersistenceError({
-              sessionId: request.id,
-              operation: "append",
-              cause: stored === undefined
-                ? new SessionNotFound({ sessionId: request.id })
-                : seqProblem(request.events, (stored as { readonly length: number }).length) ?? "the stored length changed"
-            }))
+        (advanced) => advanced.length > 0 ? Effect.void : refusal(request)
+      )
+
+    // `advance` for each append of a group of distinct sessions, in one statement; the refusals by index.
+    const advanceAll = (group: ReadonlyArray<AppendRequest>): Effect.Effect<Array<PersistenceError | undefined>, SqlError> =>
+      Effect.flatMap(
+        conn.execute(
+          ADVANCE_LENGTHS,
+          [JSON.stringify(group.map((request) => [request.id, request.firstSeq, request.firstSeq + request.events.length]))],
+          undefined
+        ),
+        (advanced) => {
+          const ids = new Set(advanced.map((row) => (row as { readonly id: string }).id))
+          return Effect.forEach(group, (request) => ids.has(request.id) ? Effect.succeed(undefined) : refusal(request))
+        }
       )
 
     // One session's append inside a transaction: its length check, then its rows.
@@ -384,16 +404,19 @@ export const make = (
       Effect.flatMap(advance(request), (refused): Effect.Effect<unknown, PersistenceError | SqlError> =>
         refused === undefined ? insertEvents(conn, request.id, request.firstSeq, request.rows) : Effect.fail(refused))
 
-    // The usual case: every length check in turn, then the rows of every session that passed in
+    // The usual case: every length check (one statement when the sessions are distinct, as the
+    // writers' one append at a time makes them), then the rows of every session that passed in
     // shared multi-row INSERTs, without savepoints. A refused check wrote nothing. Any SqlError
     // fails the whole body (the caller rolls back and retries the group apart).
     const appendTogether = (group: ReadonlyArray<AppendRequest>) =>
       Effect.gen(function*() {
         const results = new Array<Exit.Exit<void, PersistenceError>>(group.length)
         const triples: Array<unknown> = []
+        const distinct = group.length > 1 && new Set(group.map((request) => request.id)).size === group.length
+        const refusals = distinct ? yield* advanceAll(group) : undefined
         for (let i = 0; i < group.length; i++) {
           const request = group[i]!
-          const refused = yield* advance(request)
+          const refused = refusals === undefined ? yield* advance(request) : refusals[i]
           if (refused === undefined) pushTriples(triples, request.id, request.firstSeq, request.rows)
           results[i] = refused === undefined ? Exit.void : Exit.fail(refused)
         }

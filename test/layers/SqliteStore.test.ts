@@ -242,6 +242,24 @@ describe("SqliteSessionStore", () => {
           }))
       }))
 
+    it.effect("a group's length checks refuse an append that leaves a gap (its rows would not collide); the others are stored", () =>
+      withSessions(4, (store, ids) =>
+        Effect.gen(function*() {
+          const [warm, a, b, c] = ids as [SessionId, SessionId, SessionId, SessionId]
+          yield* store.append(warm, nonEmpty(turns(1, 1)))
+          const [ok1, gap, ok2] = yield* Effect.all([
+            Effect.exit(store.append(a, nonEmpty(turns(1, 1)))),
+            Effect.exit(store.append(b, nonEmpty(turns(2, 1)))),
+            Effect.exit(store.append(c, nonEmpty(turns(1, 1))))
+          ], { concurrency: "unbounded" })
+          expect([Exit.isSuccess(ok1), Exit.isSuccess(ok2)]).toEqual([true, true])
+          const error = yield* failureOf(gap)
+          expect(error).toMatchObject({ _tag: "PersistenceError", sessionId: b, operation: "append" })
+          expect((yield* store.load(a)).events).toStrictEqual(turns(0, 2))
+          expect((yield* store.load(b)).events).toStrictEqual(turns(0, 1))
+          expect((yield* store.load(c)).events).toStrictEqual(turns(0, 2))
+        })))
+
     it.effect("an append of a group that fails after writing is rolled back to its savepoint alone", () =>
       Effect.gen(function*() {
         const filename = freshFile()

@@ -105,6 +105,9 @@ const ADVANCE_LENGTH = "UPDATE sessions SET length = ? WHERE id = ? AND length =
 // Several sessions' length checks in one statement: a JSON array of [id, from, to]; returns the ids advanced.
 const ADVANCE_LENGTHS = "UPDATE sessions SET length = j.value ->> 2 FROM json_each(?) AS j " +
   "WHERE sessions.id = j.value ->> 0 AND sessions.length = j.value ->> 1 RETURNING sessions.id AS id"
+// A lone surrogate is stored as its UTF-8-like bytes but read back as U+FFFD: such an id would not
+// be recognised among the returned ones.
+const LONE_SURROGATE = /\p{Surrogate}/u
 const SELECT_LENGTH = "SELECT length FROM sessions WHERE id = ?"
 const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
 const SELECT_EVENTS = "SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq"
@@ -405,15 +408,16 @@ export const make = (
         refused === undefined ? insertEvents(conn, request.id, request.firstSeq, request.rows) : Effect.fail(refused))
 
     // The usual case: every length check (one statement when the sessions are distinct, as the
-    // writers' one append at a time makes them), then the rows of every session that passed in
+    // writers' one append at a time makes them, and their ids read back as written), then the rows of every session that passed in
     // shared multi-row INSERTs, without savepoints. A refused check wrote nothing. Any SqlError
     // fails the whole body (the caller rolls back and retries the group apart).
     const appendTogether = (group: ReadonlyArray<AppendRequest>) =>
       Effect.gen(function*() {
         const results = new Array<Exit.Exit<void, PersistenceError>>(group.length)
         const triples: Array<unknown> = []
-        const distinct = group.length > 1 && new Set(group.map((request) => request.id)).size === group.length
-        const refusals = distinct ? yield* advanceAll(group) : undefined
+        const together = group.length > 1 && new Set(group.map((request) => request.id)).size === group.length &&
+          !group.some((request) => LONE_SURROGATE.test(request.id))
+        const refusals = together ? yield* advanceAll(group) : undefined
         for (let i = 0; i < group.length; i++) {
           const request = group[i]!
           const refused = refusals === undefined ? yield* advance(request) : refusals[i]

@@ -260,6 +260,24 @@ describe("SqliteSessionStore", () => {
           expect((yield* store.load(c)).events).toStrictEqual(turns(0, 2))
         })))
 
+    it.effect("sessions whose ids hold a lone surrogate append together and reload intact", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        // SQLite keeps a lone surrogate's bytes but reads them back as U+FFFD.
+        const [lone, other] = [SessionId.make("group-\ud800"), SessionId.make("group-plain")]
+        yield* withStore(filename, (store) =>
+          Effect.gen(function*() {
+            for (const s of [lone, other]) yield* store.create(makeHeader(s), turns(0, 1))
+            for (let round = 1; round <= 3; round++) {
+              yield* Effect.all([store.append(lone, nonEmpty(turns(round, 1))), store.append(other, nonEmpty(turns(round, 1)))], {
+                concurrency: "unbounded"
+              })
+            }
+          }))
+        const loaded = yield* withStore(filename, (store) => Effect.all([store.load(lone), store.load(other)]))
+        expect(loaded.map((session) => session.events)).toStrictEqual([turns(0, 4), turns(0, 4)])
+      }))
+
     it.effect("an append of a group that fails after writing is rolled back to its savepoint alone", () =>
       Effect.gen(function*() {
         const filename = freshFile()

@@ -153,47 +153,11 @@ export const locateSTM = (
   })
 
 /**
- * Inserts fresh-checked messages at the end (or start) of `target`; identity failures are returned
- * as values so the caller can acknowledge them after durability.
- *
- * @since 0.1.0
- * @category combinators
- */
-export const insertSTM = (
-  state: SessionStateShape,
-  target: InboxTarget,
-  message: UserMessage,
-  at: "end" | "start"
-): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> =>
-  STM.flatMap(
-    // One interpreter step checks identity and writes the splice (as `spliceSTM` does in several).
-    TRef.modify(state.log, (snapshot): readonly [Inserted, LogSnapshot] => {
-      const duplicate = duplicateIn(snapshot.fold, [message])
-      if (Option.isSome(duplicate)) return [Either.left(duplicate.value), snapshot]
-      // A poisoned session appends nothing more (as in `appendDrafts`).
-      if (Option.isSome(peek(state.poisoned))) return [POISONED, snapshot]
-      const start = at === "end" ? pendingOf(snapshot.fold.inbox, target).length : 0
-      const result = appendPure(state, snapshot, [spliceDraft(spliceData(target, start, 0, [message]))], true)
-      if (result instanceof InvalidEvent) return [result, snapshot]
-      announce(state, snapshot, result.events)
-      return [Either.void, result.snapshot]
-    }),
-    (inserted): STM.STM<Either.Either<void, DuplicateMessage>, InvalidEvent> =>
-      inserted === POISONED
-        ? STM.interrupt
-        : inserted instanceof InvalidEvent
-        ? STM.fail(inserted)
-        : Either.isLeft(inserted)
-        ? STM.succeed(inserted)
-        : Outbox.publishing(state.outbox, [{ type: "agent/inbox/inserted", message }], inserted)
-  )
-
-type Inserted = Either.Either<void, DuplicateMessage> | InvalidEvent | typeof POISONED
-
-/**
- * A caller's insertion as one interpreter step and its continuation: the writability check of
- * `guardWritable` (disposed, then poisoned), {@link insertSTM}, and the log's last seq at the end,
- * for `commitAcknowledgedAt`. An `InvalidEvent` of the splice is a defect of tiller's own draft.
+ * A caller's insertion of one message at the end (or start) of `target`, as one interpreter step
+ * and its continuation: the writability check of `guardWritable` (disposed, then poisoned), the
+ * identity check, the splice, and the log's last seq at the end (for `commitAcknowledgedAt`). A
+ * duplicate id is returned as a value, to be acknowledged after durability; an `InvalidEvent` of
+ * the splice is a defect of tiller's own draft.
  *
  * @since 0.1.0
  * @category combinators
@@ -233,8 +197,6 @@ type Acknowledged = readonly [Either.Either<void, DuplicateMessage>, number]
 type Delivered = Acknowledged | AgentDisposed | PersistenceError | InvalidEvent
 
 const isAcknowledged = (delivered: Delivered): delivered is Acknowledged => Array.isArray(delivered)
-
-const POISONED = Symbol.for("tiller/internal/InboxOps/poisoned")
 
 /**
  * Discards everything pending: `CAN(ns)` then `CAN(nt)`, each only when non-empty.

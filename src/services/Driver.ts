@@ -13,7 +13,7 @@ import type { SessionId } from "../domain/Ids.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
 import { currentActivity } from "../internal/Activity.js"
-import { clearSTM, deliverSTM, insertSTM } from "../internal/InboxOps.js"
+import { clearSTM, deliverSTM } from "../internal/InboxOps.js"
 import type { DriverState, Phase } from "../internal/Phase.js"
 import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } from "../internal/Phase.js"
 import * as Outbox from "../internal/Outbox.js"
@@ -84,30 +84,24 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
 
   const send = (m: UserMessage, target: InboxTarget, wakeup: boolean): Effect.Effect<void, DeliveryError> => {
     const accepted = acceptCallerMessage(m)
+    if (Either.isLeft(accepted)) return STM.commit(STM.zipRight(guardWritable(session), STM.fail(accepted.left)))
     // A delivery that wakes nothing changes only the log (the phase is not read).
-    if (!wakeup && Either.isRight(accepted)) return commitAcknowledgedAt(session, deliverSTM(session, target, accepted.right, "end"))
-    return commitAcknowledged(
-      session,
-      STM.flatMap(guardWritable(session), () =>
-        Either.isLeft(accepted)
-          ? STM.fail(accepted.left)
-          // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
-          : deliver(accepted.right, target, wakeup, peek(ds.phaseNow), peek(ds.disposing)))
-    )
+    if (!wakeup) return commitAcknowledgedAt(session, deliverSTM(session, target, accepted.right, "end"))
+    // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
+    return commitAcknowledged(session, STM.suspend(() => wake(accepted.right, target, peek(ds.phaseNow), peek(ds.disposing))))
   }
 
-  // The rest of `send`'s transaction, once the message is accepted and the phase read.
-  const deliver = (
+  // A waking delivery's transaction, once the phase is read: the insertion, then the wake itself.
+  const wake = (
     message: UserMessage,
     target: InboxTarget,
-    wakeup: boolean,
     phase: Phase,
     disposing: boolean
-  ): STM.STM<Either.Either<void, DuplicateMessage>> => {
+  ): STM.STM<Either.Either<void, DuplicateMessage>, AgentDisposed | PersistenceError> => {
     const aborted = Option.isSome(causeOf(phase))
-    const resolved: InboxTarget = wakeup && aborted && !disposing ? "next-turn" : target
-    return STM.flatMap(orDie(insertSTM(session, resolved, message, "end")), (inserted) => {
-      if (Either.isLeft(inserted) || !wakeup || disposing) return STM.succeed(inserted)
+    const resolved: InboxTarget = aborted && !disposing ? "next-turn" : target
+    return STM.flatMap(deliverSTM(session, resolved, message, "end"), ([inserted]) => {
+      if (Either.isLeft(inserted) || disposing) return STM.succeed(inserted)
       if (phase._tag === "Idle") return STM.as(orDie(openTurn(ds, phase.lastTurn + 1, true)), inserted)
       if (phase._tag === "Running" && !aborted) {
         if (resolved !== "next-step") return STM.succeed(inserted)

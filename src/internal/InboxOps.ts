@@ -170,7 +170,7 @@ export const deliverSTM = (
 ): STM.STM<Acknowledged, AgentDisposed | PersistenceError> =>
   STM.flatMap(
     TRef.modify(state.log, (snapshot): readonly [Delivered, LogSnapshot] => {
-      // Peeked, as `guardWritable` does: this step is the transaction's first.
+      // Peeked, as `guardWritable` does: no earlier step of the transaction read or wrote them.
       if (peek(state.disposed)) return [new AgentDisposed({ sessionId: state.sessionId }), snapshot]
       const poisoned = peek(state.poisoned)
       if (Option.isSome(poisoned)) return [poisoned.value, snapshot]

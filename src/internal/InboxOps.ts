@@ -2,10 +2,12 @@
  * Inbox changes as STM building blocks: each validates, writes exactly one normalised
  * `agent/inbox/spliced` event (or nothing), updates the wake marks and queues the live
  * notifications, all inside the caller's transaction. The Inbox service, the driver's `send` and
- * the loop's claim compose them with phase changes (D1).
+ * the loop's claim compose them with phase changes (D1). {@link insertAcknowledged} is the whole
+ * operation of a caller's insertion that wakes nothing.
  *
  * @since 0.1.0
  */
+import type { Effect } from "effect"
 import { Either, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, DuplicateMessage, PersistenceError } from "../domain/Errors.js"
@@ -18,7 +20,7 @@ import type { InboxTarget, UserMessage } from "../domain/Values.js"
 import * as Outbox from "./Outbox.js"
 import { peek } from "./Peek.js"
 import type { Draft, LogSnapshot, SessionStateShape, WakeMarks } from "./SessionState.js"
-import { announce, appendDrafts, appendPure, publish } from "./SessionState.js"
+import { announce, appendDrafts, appendPure, commitAcknowledgedAt, guardWritable, publish } from "./SessionState.js"
 import { InvalidEvent } from "../domain/Errors.js"
 
 /**
@@ -191,6 +193,23 @@ export const deliverSTM = (
         ? STM.die(delivered)
         : STM.fail(delivered)
   )
+
+/**
+ * A caller's insertion that wakes nothing, acknowledged once durable ({@link deliverSTM}); a
+ * message that failed validation fails with its `InvalidEvent` after the writability check.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const insertAcknowledged = (
+  state: SessionStateShape,
+  target: InboxTarget,
+  accepted: Either.Either<UserMessage, InvalidEvent>,
+  at: "end" | "start"
+): Effect.Effect<void, InvalidEvent | DuplicateMessage | AgentDisposed | PersistenceError> =>
+  Either.isRight(accepted)
+    ? commitAcknowledgedAt(state, deliverSTM(state, target, accepted.right, at))
+    : STM.commit(STM.zipRight(guardWritable(state), STM.fail(accepted.left)))
 
 type Acknowledged = readonly [Either.Either<void, DuplicateMessage>, number]
 

@@ -408,9 +408,10 @@ export const make = (
         refused === undefined ? insertEvents(conn, request.id, request.firstSeq, request.rows) : Effect.fail(refused))
 
     // The usual case: every length check (one statement when the sessions are distinct, as the
-    // writers' one append at a time makes them, and their ids read back as written), then the rows of every session that passed in
-    // shared multi-row INSERTs, without savepoints. A refused check wrote nothing. Any SqlError
-    // fails the whole body (the caller rolls back and retries the group apart).
+    // writers' one append at a time makes them, and their ids read back as written), then the rows
+    // of every session that passed in shared multi-row INSERTs, without savepoints. A refused check
+    // wrote nothing. Any SqlError fails the whole body (the caller rolls back and retries the group
+    // apart).
     const appendTogether = (group: ReadonlyArray<AppendRequest>) =>
       Effect.gen(function*() {
         const results = new Array<Exit.Exit<void, PersistenceError>>(group.length)

@@ -13,12 +13,12 @@ import type { SessionId } from "../domain/Ids.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
 import { currentActivity } from "../internal/Activity.js"
-import { clearSTM, deliverSTM } from "../internal/InboxOps.js"
+import { clearSTM, deliverSTM, insertAcknowledged } from "../internal/InboxOps.js"
 import type { DriverState, Phase } from "../internal/Phase.js"
 import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } from "../internal/Phase.js"
 import * as Outbox from "../internal/Outbox.js"
 import { peek } from "../internal/Peek.js"
-import { commit, commitAcknowledged, commitAcknowledgedAt, guardWritable, publish } from "../internal/SessionState.js"
+import { commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
 
 /**
  * Failures of a delivery.
@@ -84,9 +84,8 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
 
   const send = (m: UserMessage, target: InboxTarget, wakeup: boolean): Effect.Effect<void, DeliveryError> => {
     const accepted = acceptCallerMessage(m)
-    if (Either.isLeft(accepted)) return STM.commit(STM.zipRight(guardWritable(session), STM.fail(accepted.left)))
     // A delivery that wakes nothing changes only the log (the phase is not read).
-    if (!wakeup) return commitAcknowledgedAt(session, deliverSTM(session, target, accepted.right, "end"))
+    if (!wakeup || Either.isLeft(accepted)) return insertAcknowledged(session, target, accepted, "end")
     // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
     return commitAcknowledged(session, STM.suspend(() => wake(accepted.right, target, peek(ds.phaseNow), peek(ds.disposing))))
   }

@@ -12,9 +12,9 @@ import { idState } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import { listOf, normaliseSplice, pendingArrays } from "../domain/Splice.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
-import { clearSTM, deliverSTM, freshnessSTM, locateSTM, spliceSTM } from "../internal/InboxOps.js"
+import { clearSTM, freshnessSTM, insertAcknowledged, locateSTM, spliceSTM } from "../internal/InboxOps.js"
 import type { SessionStateShape } from "../internal/SessionState.js"
-import { commitAcknowledged, commitAcknowledgedAt, guardWritable, SessionState } from "../internal/SessionState.js"
+import { commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
 
 /**
  * Failures of a delivery: invalid or duplicate message, storage, disposal.
@@ -90,12 +90,8 @@ const orDieInternal = <A, E>(stm: STM.STM<A, E | InvalidEvent>): STM.STM<A, Excl
 export const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> => {
   const lists = STM.map(TRef.get(state.log), ({ fold }) => pendingArrays(fold.inbox))
 
-  const insert = (at: "end" | "start") => (target: InboxTarget, m: UserMessage) => {
-    const accepted = acceptCallerMessage(m)
-    return Either.isRight(accepted)
-      ? commitAcknowledgedAt(state, deliverSTM(state, target, accepted.right, at))
-      : STM.commit(STM.zipRight(guardWritable(state), STM.fail(accepted.left)))
-  }
+  const insert = (at: "end" | "start") => (target: InboxTarget, m: UserMessage) =>
+    insertAcknowledged(state, target, acceptCallerMessage(m), at)
 
   const splice = Effect.fn("Inbox.splice")(function*(
     target: InboxTarget,

@@ -10,16 +10,16 @@ import type { SessionEvent } from "../domain/Event.js"
 import { ModelError } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { jsonEquals, jsonProblem } from "../domain/Json.js"
-import type { LlmFailure, Message, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
+import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
 import type { RequestConfig } from "../services/Hooks.js"
 import type { ModelRequest } from "../services/Model.js"
 import { abortable, checkpoint, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
-import * as GrowOnly from "./GrowOnly.js"
 import { hookDefaults } from "./HooksRunner.js"
 import { peek } from "./Peek.js"
 import * as Preloaded from "./Preloaded.js"
+import * as RequestView from "./RequestView.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf } from "./Phase.js"
@@ -146,7 +146,7 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       const first = ctx.requests.first
       const previous = ctx.requests.lastHeader
       const reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
-      const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: GrowOnly.toArray(fold.messages), lastSeq: events.length - 1 })
+      const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: fold.messages, lastSeq: events.length - 1 })
       const decided = reason === undefined
         // Nothing to write: the committed log and phase, read together without a transaction.
         ? yield* Effect.sync(() => Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log)))
@@ -160,14 +160,7 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       if (isCause(decided)) return aborted()
       ctx.requests.first = false
       ctx.requests.lastHeader = header
-      const request: ModelRequest = Object.freeze({
-        sessionId,
-        turn,
-        step,
-        attempt,
-        ...header,
-        messages: Object.freeze(decided.messages as Array<Message>)
-      })
+      const request = RequestView.make({ sessionId, turn, step, attempt, ...header }, decided.messages)
       // Q4: checkpoint before dispatch (D13).
       const reached = yield* checkpoint(ds, decided.lastSeq)
       if (reached._tag === "Aborted") return aborted()

@@ -257,6 +257,8 @@ export const checkpoint = (ds: DriverState, seq: number): Effect.Effect<Abortabl
     const session = ds.session
     const watch = ds.stopWatch
     if (watch === undefined || watch.stopped) return abortable(ds, awaitDurable(session, seq))
+    // A store that appends synchronously: written from this fiber (see `Writer.writeNow`).
+    if (seq > session.waiters.durable) Writer.writeNow(session.writer)
     if (seq <= session.waiters.durable) return Effect.succeed(DURABLE)
     return untilStopOr<Abortable<void, PersistenceError>>(
       watch,

@@ -295,6 +295,8 @@ export const dieOnFailure = <A, E>(transaction: STM.STM<A, E>): STM.STM<A> =>
  */
 export const awaitDurable = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
   Effect.suspend(() => {
+    // A store that appends synchronously: written from this fiber (see `Writer.writeNow`).
+    if (seq > state.waiters.durable) Writer.writeNow(state.writer)
     if (seq <= state.waiters.durable) return Effect.void
     Writer.request(state.writer, seq)
     return DurableWaiters.wait(state.waiters, seq)
@@ -337,11 +339,7 @@ export const commitAcknowledgedAt = <A, E, E2>(
       const answer: Effect.Effect<A, E2 | PersistenceError> = Either.isRight(result)
         ? Effect.succeed(result.right)
         : Effect.fail(result.left)
-      let acknowledged = answer
-      if (seq > state.waiters.durable) {
-        Writer.request(state.writer, seq)
-        acknowledged = Effect.zipRight(DurableWaiters.wait(state.waiters, seq), answer)
-      }
+      const acknowledged = seq > state.waiters.durable ? Effect.zipRight(awaitDurable(state, seq), answer) : answer
       return state.outbox.dirty ? Effect.zipRight(Outbox.deliver(state.outbox), acknowledged) : acknowledged
     }
   )

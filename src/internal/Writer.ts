@@ -7,6 +7,11 @@
  * Instead it sleeps on a plain signal that appends and durability waiters raise (see
  * {@link WriterSignal}); it re-reads the log after every wake, so a spurious wake costs one read.
  *
+ * A fiber that needs durability while no append is in flight, in a session whose store can append
+ * synchronously (the memory store), writes the pending events itself ({@link writeNow}) instead of
+ * waking the writer and waiting for it: the same group append, without the two fiber hand-offs, so
+ * the caller goes on without suspending.
+ *
  * @since 0.1.0
  */
 import { Duration, Effect, Either, Option, Schedule, STM, TRef } from "effect"
@@ -14,6 +19,7 @@ import { PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as Outbox from "./Outbox.js"
+import * as SyncAppend from "./SyncAppend.js"
 import type { SessionStateShape } from "./SessionState.js"
 import { peek } from "./Peek.js"
 
@@ -48,6 +54,10 @@ export interface WriterSignal {
   timerWake: (() => void) | undefined
   /** The batch window in millis, once the timer runs (until then, the writer arms windows itself). */
   windowMs: number | undefined
+  /** Set while the writer's store append is in flight. */
+  busy: boolean
+  /** For a store that appends synchronously, from `runWriter` until the writer stops: see {@link writeNow}. */
+  appendNow: (() => void) | undefined
 }
 
 /**
@@ -63,7 +73,9 @@ export const makeSignal = (batchSize = 256): WriterSignal => ({
   wake: undefined,
   deadline: Number.NEGATIVE_INFINITY,
   timerWake: undefined,
-  windowMs: undefined
+  windowMs: undefined,
+  busy: false,
+  appendNow: undefined
 })
 
 /**
@@ -109,6 +121,19 @@ export const request = (signal: WriterSignal, seq: number): void => {
   if (seq <= signal.requested) return
   signal.requested = seq
   wake(signal)
+}
+
+/**
+ * Writes every pending event at once, synchronously, as the writer would (one store append that
+ * releases every covered waiter), when the session's store appends synchronously, the writer runs
+ * and no append is in flight. Otherwise, or when the store declines, it writes nothing: ask with
+ * {@link request} and wait.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const writeNow = (signal: WriterSignal): void => {
+  if (!signal.busy) signal.appendNow?.()
 }
 
 // Sleeps until `wake`; returns at once if a wake came while the caller was awake. No canceler: the
@@ -164,6 +189,8 @@ const WRITTEN: Effect.Effect<Either.Either<void, unknown>> = Effect.succeed(Eith
  * Runs the writer until interrupted. A store append covers every pending event; waiters are
  * released together when it completes. Writes start at once when someone awaits durability, when
  * `batchSize` events are pending, or `batchWindow` after the oldest pending event was appended.
+ * A synchronous store's write ({@link writeNow}) is usable from this call on, until the writer
+ * stops or the session is poisoned.
  *
  * @since 0.1.0
  * @category durability
@@ -189,6 +216,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     })
 
   const poison = (cause: unknown) => {
+    signal.appendNow = undefined
     const error = cause instanceof PersistenceError
       ? cause
       : new PersistenceError({ sessionId: state.sessionId, operation: "append", cause })
@@ -204,9 +232,9 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     })
   }
 
-  // The timer fiber starts with the first window or the second write, whichever comes first (an idle
-  // session, written once when opened, holds no timer fiber). From then on appends arm windows
-  // themselves instead of waking the writer for it.
+  // The timer fiber starts with the first window or the next pass after the second write (its own
+  // or a synchronous one), whichever comes first (an idle session, written once when opened, holds
+  // no timer fiber). From then on appends arm windows themselves instead of waking the writer.
   let writes = 0
   const startTimer = Effect.suspend(() => {
     signal.windowMs = windowMs
@@ -220,6 +248,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     if (Option.isSome(peek(state.poisoned))) return false
     const durable = state.waiters.durable
     const last = events.length - 1
+    if (writes >= 2 && signal.windowMs === undefined) yield* startTimer
     if (last <= durable) {
       yield* sleep(signal)
       return true
@@ -234,21 +263,40 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       }
     }
     const batch = events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
+    signal.busy = true
     const written = yield* appendRetried(batch as [SessionEvent, ...Array<SessionEvent>])
+    signal.busy = false
     if (written._tag === "Left") {
       yield* poison(written.left)
       return false
     }
     DurableWaiters.commit(state.waiters, last)
     writes++
-    if (writes === 2 && signal.windowMs === undefined) yield* startTimer
     return true
   })
 
+  // The synchronous write of `writeNow`: everything committed and not yet durable, in one append.
+  const appendNow = SyncAppend.of(state.store)
+  const writeSync = appendNow === undefined ? undefined : () => {
+    const { events } = peek(state.log)
+    const durable = state.waiters.durable
+    const last = events.length - 1
+    if (last <= durable || Option.isSome(peek(state.poisoned))) return
+    if (!appendNow(state.sessionId, events.buffer.slice(durable + 1, last + 1))) return
+    DurableWaiters.commit(state.waiters, last)
+    // The second write starts the timer, as in `pass` (which only the writer can fork): until it
+    // runs, the first event pending after each write wakes the writer to arm the window.
+    if (++writes >= 2 && signal.windowMs === undefined) wake(signal)
+  }
+
+  // Installed at once, so that a durability wait before the writer's first pass can use it.
+  signal.appendNow = writeSync
   return Effect.gen(function*() {
     while (yield* pass) {
       // Until the session is poisoned.
     }
     return yield* Effect.never
-  })
+  }).pipe(Effect.ensuring(Effect.sync(() => {
+    signal.appendNow = undefined
+  })))
 }

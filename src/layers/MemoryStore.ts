@@ -9,6 +9,7 @@
  */
 import { seqProblem } from "../internal/Contiguity.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
+import * as SyncAppend from "../internal/SyncAppend.js"
 import { Chunk, Deferred, Effect, Exit, HashMap, Option, Ref } from "effect"
 import { PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
@@ -182,6 +183,14 @@ export const makeMemoryStore = (
     )
 
     const store: SessionStore["Type"] = { create, load, append, exists, list }
+    // The same commit, synchronously, when nothing holds or precedes it and no failure is injected;
+    // anything else is left to `append`, which waits for what holds it or reports the failure.
+    SyncAppend.register(store, (id, events) => {
+      if (held || queued > 0 || failuresLeft > 0) return false
+      if (commitNow(id, events) !== undefined) return false
+      appendCalls += 1
+      return true
+    })
 
     const control: MemoryStoreControl["Type"] = {
       failAppends: Effect.fn("MemoryStoreControl.failAppends")(function*(n: number) {

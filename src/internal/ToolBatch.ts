@@ -41,6 +41,8 @@ interface CallState {
   params: unknown
   outcome: ToolOutcome | undefined
   fiber: Fiber.RuntimeFiber<ToolOutput | string, unknown> | undefined
+  /** The body's exit, once its fiber is done (handed over by the fiber's observer). */
+  exit: Exit.Exit<ToolOutput | string, unknown> | undefined
   readonly deferred: Array<UserMessage>
   committed: boolean
   mode: "parallel" | "exclusive" | undefined
@@ -73,6 +75,7 @@ export const runTools = (
       params: undefined,
       outcome: undefined,
       fiber: undefined,
+      exit: undefined,
       deferred: [],
       committed: false,
       mode: undefined
@@ -184,7 +187,8 @@ export const runTools = (
         call.fiber = fiber
         // An observer, called once the body's exit is set (at once if it already is): no effect
         // wrapped around the body for it.
-        fiber.addObserver(() => {
+        fiber.addObserver((exit) => {
+          call.exit = exit
           settled.push(call.index)
           const signal = wake
           wake = undefined
@@ -398,7 +402,8 @@ export const runTools = (
         }
         const call = calls[next.index]!
         if (call.fiber !== undefined) {
-          const exit = yield* Fiber.await(call.fiber)
+          // The observer handed the exit over; awaiting the fiber is left for an exit not yet set.
+          const exit = call.exit ?? (yield* Fiber.await(call.fiber))
           settle(call, exit, Option.isSome(causeNow(ds)))
         }
       }

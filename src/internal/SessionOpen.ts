@@ -29,7 +29,7 @@ import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { decodeStored } from "./DecodedEvents.js"
 import { appendDrafts, awaitDurable } from "./SessionState.js"
 import type { DurabilityOptions } from "./Writer.js"
-import { makeSignal, runWriter } from "./Writer.js"
+import { makeSignal, runWriter, stopWritingNow } from "./Writer.js"
 
 /**
  * Options for opening a session.
@@ -152,6 +152,7 @@ export const openSessionState = (
       writer: makeSignal(options.durability?.batchSize),
       owner: { onPoison: () => STM.void, phase: STM.succeed("idle") }
     }
+    yield* Effect.addFinalizer(() => Effect.sync(() => stopWritingNow(state.writer)))
     yield* Effect.forkScoped(runWriter(state, options.durability))
     if ("resume" in target) yield* sealResumed(state)
     return state

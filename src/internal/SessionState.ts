@@ -339,7 +339,13 @@ export const commitAcknowledgedAt = <A, E, E2>(
       const answer: Effect.Effect<A, E2 | PersistenceError> = Either.isRight(result)
         ? Effect.succeed(result.right)
         : Effect.fail(result.left)
-      const acknowledged = seq > state.waiters.durable ? Effect.zipRight(awaitDurable(state, seq), answer) : answer
+      let acknowledged = answer
+      if (seq > state.waiters.durable) {
+        // A synchronous store is written after the delivery (notifications come before durability,
+        // SPEC 3.10); any other writer is asked now, so a caller interrupted meanwhile changes nothing.
+        if (!Writer.canWriteNow(state.writer)) Writer.request(state.writer, seq)
+        acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
+      }
       return state.outbox.dirty ? Effect.zipRight(Outbox.deliver(state.outbox), acknowledged) : acknowledged
     }
   )

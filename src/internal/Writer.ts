@@ -54,7 +54,10 @@ export interface WriterSignal {
   timerWake: (() => void) | undefined
   /** The batch window in millis, once the timer runs (until then, the writer arms windows itself). */
   windowMs: number | undefined
-  /** Set while the writer's store append is in flight. */
+  /**
+   * Set while the writer's store append is in flight, retries included (and for good once the writer
+   * is interrupted mid-append, when no synchronous write is left to exclude).
+   */
   busy: boolean
   /** For a store that appends synchronously, from `runWriter` until the writer stops: see {@link writeNow}. */
   appendNow: (() => void) | undefined
@@ -124,6 +127,15 @@ export const request = (signal: WriterSignal, seq: number): void => {
 }
 
 /**
+ * Whether {@link writeNow} may write: the session's store appends synchronously, the writer runs
+ * and its own append is not in flight.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const canWriteNow = (signal: WriterSignal): boolean => !signal.busy && signal.appendNow !== undefined
+
+/**
  * Writes every pending event at once, synchronously, as the writer would (one store append that
  * releases every covered waiter), when the session's store appends synchronously, the writer runs
  * and no append is in flight. Otherwise, or when the store declines, it writes nothing: ask with
@@ -133,7 +145,18 @@ export const request = (signal: WriterSignal, seq: number): void => {
  * @category signals
  */
 export const writeNow = (signal: WriterSignal): void => {
-  if (!signal.busy) signal.appendNow?.()
+  if (canWriteNow(signal)) signal.appendNow!()
+}
+
+/**
+ * Ends synchronous writes (when the session closes: a writer interrupted before it started never
+ * ran its own cleanup).
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const stopWritingNow = (signal: WriterSignal): void => {
+  signal.appendNow = undefined
 }
 
 // Sleeps until `wake`; returns at once if a wake came while the caller was awake. No canceler: the
@@ -190,7 +213,7 @@ const WRITTEN: Effect.Effect<Either.Either<void, unknown>> = Effect.succeed(Eith
  * released together when it completes. Writes start at once when someone awaits durability, when
  * `batchSize` events are pending, or `batchWindow` after the oldest pending event was appended.
  * A synchronous store's write ({@link writeNow}) is usable from this call on, until the writer
- * stops or the session is poisoned.
+ * stops, the session is poisoned or {@link stopWritingNow}.
  *
  * @since 0.1.0
  * @category durability
@@ -243,12 +266,14 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
 
   // One pass: write what is due, or sleep until something may be. `false` once poisoned.
   const pass = Effect.gen(function*() {
+    if (writes >= 2 && signal.windowMs === undefined) yield* startTimer
     // Committed values, read without a transaction: the log only grows and the poison is never lifted.
+    // From here to `busy = true` nothing may yield: a synchronous write in between would make the
+    // batch stale (events already stored).
     const { events } = peek(state.log)
     if (Option.isSome(peek(state.poisoned))) return false
     const durable = state.waiters.durable
     const last = events.length - 1
-    if (writes >= 2 && signal.windowMs === undefined) yield* startTimer
     if (last <= durable) {
       yield* sleep(signal)
       return true

@@ -1,9 +1,14 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber } from "effect"
+import { Effect, Exit, Fiber, Option, Scheduler, Scope } from "effect"
+import { SessionId } from "../../src/domain/Ids.js"
+import { peek } from "../../src/internal/Peek.js"
+import { openSessionState } from "../../src/internal/SessionOpen.js"
+import { awaitDurable, SessionState } from "../../src/internal/SessionState.js"
+import * as Writer from "../../src/internal/Writer.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import { MemoryStoreControl } from "../../src/services/SessionStore.js"
-import { freshSession, plugin } from "../services/harness.js"
+import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
+import { claimTurn, freshSession, plugin } from "../services/harness.js"
 
 const lastSeq = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) => events.length - 1)
 
@@ -50,4 +55,55 @@ describe("Writer: synchronous writes on the memory store", () => {
       expect(yield* log.durableSeq).toBe(yield* lastSeq)
       expect(yield* control.appendCalls).toBe(calls + 2)
     }).pipe(Effect.provide(freshSession())))
+
+  // A scheduler like the default one, except that the running fiber yields once, at the first
+  // operation after `trap()` turns true (as the default one does when its operation budget runs out).
+  const trapScheduler = (trap: () => boolean): Scheduler.Scheduler => {
+    let fired = false
+    return {
+      scheduleTask: (task, priority) => Scheduler.defaultScheduler.scheduleTask(task, priority),
+      shouldYield: () => {
+        if (fired || !trap()) return false
+        fired = true
+        return 0
+      }
+    }
+  }
+
+  it.scoped("a writer that yields while starting its timer reads the log only afterwards: no stale batch, no poison", () =>
+    Effect.gen(function*() {
+      let writer: Writer.WriterSignal | undefined
+      const result = yield* Effect.gen(function*() {
+        const state = yield* SessionState
+        writer = state.writer
+        const inbox = yield* Inbox
+        const log = yield* SessionLog
+        // Two acknowledged appends, written synchronously: the writer is woken to start its timer.
+        yield* inbox.append("next-step", plugin("a"))
+        yield* inbox.append("next-step", plugin("b"))
+        const timerStarted = state.writer.windowMs !== undefined
+        // Events nobody awaits; with batchSize 1 the writer is due to write them.
+        yield* claimTurn
+        const last = (yield* log.events).length - 1
+        // A waiter that writes synchronously while the writer is parked in the yield.
+        yield* Fiber.join(yield* Effect.fork(awaitDurable(state, last)))
+        yield* Effect.repeatN(Effect.yieldNow(), 20)
+        return { timerStarted, last, durable: yield* log.durableSeq, poisoned: Option.isSome(peek(state.poisoned)) }
+      }).pipe(
+        Effect.provide(freshSession({ durability: { batchSize: 1 } })),
+        Effect.withScheduler(trapScheduler(() => writer?.windowMs !== undefined))
+      )
+      expect(result.timerStarted).toBe(false)
+      expect(result.durable).toBe(result.last)
+      expect(result.poisoned).toBe(false)
+    }))
+
+  it.effect("once the session's scope is closed, nothing is written synchronously any more", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const state = yield* openSessionState({ sessionId: SessionId.make("closed") }).pipe(Scope.extend(scope))
+      expect(Writer.canWriteNow(state.writer)).toBe(true)
+      yield* Scope.close(scope, Exit.void)
+      expect(Writer.canWriteNow(state.writer)).toBe(false)
+    }).pipe(Effect.provide(SessionStore.layerMemory)))
 })

@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 import { Either, ParseResult, Schema } from "effect"
+import * as SafeDecode from "../internal/SafeDecode.js"
 
 /**
  * A lossless JSON value.
@@ -190,7 +191,7 @@ export const jsonEquals = (a: unknown, b: unknown): boolean => {
 
 // The Schema's reason for refusing a JSON value (excess properties refused), or undefined.
 const schemaReason = <A, I>(schema: Schema.Schema<A, I>) => {
-  const decode = Schema.decodeUnknownEither(schema, { onExcessProperty: "error" })
+  const decode = SafeDecode.decodeUnknownEither(schema, { onExcessProperty: "error" })
   return (input: unknown): string | undefined => {
     const decoded = decode(input)
     return Either.isLeft(decoded) ? ParseResult.TreeFormatter.formatErrorSync(decoded.left) : undefined

@@ -16,6 +16,7 @@ import { jsonProblem } from "../domain/Json.js"
 import type { ImageBlock, TextBlock, ToolResultBlock, ToolResultMessage } from "../domain/Values.js"
 import { UserContent } from "../domain/Values.js"
 import type { NormalizedToolOutput, ToolDefinition, ToolOutput } from "../services/Tools.js"
+import * as SafeDecode from "./SafeDecode.js"
 
 /**
  * How one tool call ended, one case per row of the result mapping table.
@@ -246,7 +247,7 @@ export const normalizeToolOutput = (output: ToolOutput | string): NormalizedTool
   })
 }
 
-const decodeContent = Schema.decodeUnknownEither(Schema.Array(UserContent), { onExcessProperty: "error" })
+const decodeContent = SafeDecode.decodeUnknownEither(Schema.Array(UserContent), { onExcessProperty: "error" })
 
 /**
  * Why a tool output (raw from a body, or returned by `ToolPost`) is invalid, or `undefined`: content
@@ -296,7 +297,7 @@ export const decodeArguments = <P extends Schema.Schema.AnyNoContext>(
     }
   }
   return Either.mapLeft(
-    Schema.decodeUnknownEither(tool.parameters, { errors: "all" })(parsed),
+    SafeDecode.decodeUnknownEither(tool.parameters, { errors: "all" })(parsed),
     (error) => ParseResult.TreeFormatter.formatErrorSync(error)
   )
 }

@@ -30,6 +30,7 @@ import type { Finish, ImageBlock, LlmFailure, Message, StreamChunk, ToolResultBl
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
 import { providerParameters } from "../internal/ProviderParameters.js"
+import * as SafeDecode from "../internal/SafeDecode.js"
 
 /**
  * Options of {@link layer}: the endpoint's base URL (for example `http://127.0.0.1:11434/v1`), the
@@ -348,7 +349,7 @@ const WireChunk = Schema.Struct({
   error: Schema.optional(Schema.Unknown)
 })
 
-const decodeWireChunk = Schema.decodeUnknownEither(Schema.parseJson(WireChunk))
+const decodeWireChunk = SafeDecode.decodeUnknownEither(Schema.parseJson(WireChunk))
 
 /**
  * Maps Chat Completions usage to tiller's; absent when neither prompt nor completion tokens are known.

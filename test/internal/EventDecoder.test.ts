@@ -320,6 +320,24 @@ describe("EventDecoder", () => {
     expect(decodeOwnedJson(broken)).toEqual(Either.left({ _tag: "NotJson", message }))
   })
 
+  it("a tag field holding an object with an own toString key is refused with a reason, not thrown on", () => {
+    // Effect's Union parser turns a tag field into text with `String`, which throws on such an object.
+    const texts = [
+      "{\"type\":{\"toString\":null},\"seq\":0,\"time\":1700000000000,\"data\":{\"turn\":1}}",
+      ...([
+        [event.turnEnd(1, 1, reason.completed), ["type"]],
+        [event.turnEnd(1, 1, reason.completed), ["data", "reason", "kind"]],
+        [event.chunk(4, at1, everyChunk[0]!), ["data", "chunk", "type"]],
+        [event.chunk(4, at1, everyChunk[0]!), ["data", "chunk", "block"]],
+        [event.userMessage(3, fixtureUser("u1")), ["data", "content", 0, "type"]],
+        [event.userMessage(3, fixtureUser("u2"), { surfaceOp: { op: "replace", start: 0, end: 2 } }), ["surfaceOp", "op"]]
+      ] as const).flatMap(([e, path]) =>
+        [{ toString: false }, [{ toString: 1 }]].map((junk) => textOf(mutateAt(e as unknown as Tree, path, () => junk)))
+      )
+    ]
+    for (const text of texts) expect(compare(text), text).toEqual({ accepted: false, fast: false })
+  })
+
   it("decodeStored trusts only what decodeOwnedJson produced", () => {
     const original = event.toolResult(22, at, toolResultMessage("c1"), { sourceEventSeqs: [21] })
     const owned = Either.getOrThrow(decodeOwnedJson(JSON.stringify(original)))

@@ -229,6 +229,10 @@ describe("toolOutputProblem", () => {
     expect(toolOutputProblem({ content: "s", additionalContexts: "ctx" })).toMatch(/additionalContexts/)
     expect(toolOutputProblem({ content: "s", meta: { n: Number.NaN } })).toBe("meta.n: NaN is not a finite number")
   })
+
+  it("a content block whose type is an object with its own toString key is refused, not thrown on", () => {
+    expect(toolOutputProblem({ content: [{ type: { toString: null }, text: "t" }] })).toMatch(/^content: .*not decodable/)
+  })
 })
 
 describe("decodeArguments", () => {
@@ -263,5 +267,21 @@ describe("decodeArguments", () => {
     expect(detail).toMatch(/\["text"\]/)
     expect(detail).toMatch(/\["times"\]/)
     expect(Either.isLeft(decodeArguments(echo, "[]"))).toBe(true)
+  })
+
+  it("a tag holding an object with its own toString key is refused, not thrown on", () => {
+    const shape = Tool.make("shape", {
+      description: "shape",
+      parameters: Schema.Union(
+        Schema.Struct({ kind: Schema.Literal("circle"), r: Schema.Number }),
+        Schema.Struct({ kind: Schema.Literal("square"), side: Schema.Number })
+      ),
+      execute: () => Effect.succeed("")
+    })
+    expect(decodeArguments(shape, `{"kind":"circle","r":1}`)).toEqual(Either.right({ kind: "circle", r: 1 }))
+    for (const raw of [`{"kind":{"toString":null},"r":1}`, `{"kind":[{"toString":1}]}`]) {
+      const result = decodeArguments(shape, raw)
+      expect(Either.isLeft(result) && result.left).toMatch(/not decodable/)
+    }
   })
 })

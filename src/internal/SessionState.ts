@@ -343,8 +343,11 @@ export const commitAcknowledgedAt = <A, E, E2>(
       if (seq > state.waiters.durable) {
         // A synchronous store is written after the delivery (notifications come before durability,
         // SPEC 3.10); any other writer is asked now, so a caller interrupted meanwhile changes nothing.
-        if (!Writer.canWriteNow(state.writer)) Writer.request(state.writer, seq)
-        acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
+        if (Writer.canWriteNow(state.writer)) acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
+        else {
+          Writer.request(state.writer, seq)
+          acknowledged = Effect.zipRight(DurableWaiters.wait(state.waiters, seq), answer)
+        }
       }
       return state.outbox.dirty ? Effect.zipRight(Outbox.deliver(state.outbox), acknowledged) : acknowledged
     }

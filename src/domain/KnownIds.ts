@@ -66,8 +66,18 @@ export const stateOfRecord = (record: IdRecord): KnownIdState =>
  * @since 0.1.0
  * @category getters
  */
-export const idState = (known: KnownIds, id: string): Option.Option<KnownIdState> =>
-  Option.map(Option.fromNullable(VersionedMap.get(known, id)), stateOfRecord)
+export const idState = (known: KnownIds, id: string): Option.Option<KnownIdState> => Option.fromNullable(stateOf(known, id))
+
+/**
+ * The state of `id`, or `undefined` when unknown ({@link idState} without the `Option`).
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const stateOf = (known: KnownIds, id: string): KnownIdState | undefined => {
+  const record = VersionedMap.get(known, id)
+  return record === undefined ? undefined : stateOfRecord(record)
+}
 
 const fresh: IdRecord = { pending: false, entered: false, removal: undefined }
 

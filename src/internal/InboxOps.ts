@@ -13,7 +13,7 @@ import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, DuplicateMessage, PersistenceError } from "../domain/Errors.js"
 import type { SpliceData } from "../domain/Event.js"
 import type { LogState } from "../domain/LogState.js"
-import { recordOf, stateOfRecord } from "../domain/KnownIds.js"
+import { stateOf } from "../domain/KnownIds.js"
 import { pendingOf } from "../domain/Splice.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
@@ -50,8 +50,8 @@ const duplicateIn = (
       seen.add(m.id)
     }
     if (reusable?.has(m.id) === true) continue
-    const record = recordOf(fold.known, m.id)
-    if (record !== undefined) return Option.some(new DuplicateMessage({ id: m.id, state: stateOfRecord(record) }))
+    const state = stateOf(fold.known, m.id)
+    if (state !== undefined) return Option.some(new DuplicateMessage({ id: m.id, state }))
   }
   return Option.none()
 }

@@ -8,7 +8,7 @@
 import { Cause, Effect, Either, Exit, Fiber, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type { MessageId } from "../domain/Ids.js"
-import { recordOf, stateOfRecord } from "../domain/KnownIds.js"
+import { stateOf } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
@@ -295,8 +295,8 @@ export const runTools = (
         for (const m of contexts) {
           if (seen.has(m.id)) return `context id ${m.id} repeated`
           seen.add(m.id)
-          const record = recordOf(fold.known, m.id)
-          if (record !== undefined) return `context id ${m.id} is already known (${stateOfRecord(record)})`
+          const state = stateOf(fold.known, m.id)
+          if (state !== undefined) return `context id ${m.id} is already known (${state})`
         }
         return undefined
       })

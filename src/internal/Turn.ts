@@ -8,7 +8,7 @@ import { Effect, Either, Exit, Option, STM, TRef } from "effect"
 import type { InvalidEvent } from "../domain/Errors.js"
 import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import { validateUserMessage } from "../domain/Message.js"
-import { recordOf, stateOfRecord } from "../domain/KnownIds.js"
+import { stateOf } from "../domain/KnownIds.js"
 import type { TurnEndReason, UserMessage } from "../domain/Values.js"
 import { abortable, abortableUnless, currentDefectSink, defectsOf, quietDone } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
@@ -96,11 +96,11 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           return STM.flatMap(TRef.get(session.log), ({ fold }) => {
             const seen = new Set<string>()
             for (const m of messages) {
-              const record = recordOf(fold.known, m.id)
-              const reused = seen.has(m.id) || (record !== undefined && !claimedIds.has(m.id))
+              const known = stateOf(fold.known, m.id)
+              const reused = seen.has(m.id) || (known !== undefined && !claimedIds.has(m.id))
               seen.add(m.id)
               if (reused) {
-                const state = record !== undefined ? stateOfRecord(record) : "pending"
+                const state = known ?? "pending"
                 const failure = ownFailure("DUPLICATE_MESSAGE", `pre-step entered message ${m.id}, which is already known (${state})`)
                 return STM.as(closeTurn(ds, turn, errorReason(failure), { step, error: failure }), false)
               }

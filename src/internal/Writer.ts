@@ -18,6 +18,7 @@ import { Duration, Effect, Either, Option, Schedule, STM, TRef } from "effect"
 import { PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
 import * as DurableWaiters from "./DurableWaiters.js"
+import type * as GrowOnly from "./GrowOnly.js"
 import * as Outbox from "./Outbox.js"
 import * as SyncAppend from "./SyncAppend.js"
 import type { SessionStateShape } from "./SessionState.js"
@@ -59,7 +60,7 @@ export interface WriterSignal {
    * is interrupted mid-append, when no synchronous write is left to exclude).
    */
   busy: boolean
-  /** For a store that appends synchronously, from `runWriter` until the writer stops: see {@link writeNow}. */
+  /** For a store that appends synchronously, from `runWriter` until the session closes or is poisoned: see {@link writeNow}. */
   appendNow: (() => void) | undefined
 }
 
@@ -149,8 +150,8 @@ export const writeNow = (signal: WriterSignal): void => {
 }
 
 /**
- * Ends synchronous writes (when the session closes: a writer interrupted before it started never
- * ran its own cleanup).
+ * Ends synchronous writes; the session's scope calls it when it closes (its writer may be
+ * interrupted before it ever started).
  *
  * @since 0.1.0
  * @category signals
@@ -212,8 +213,8 @@ const WRITTEN: Effect.Effect<Either.Either<void, unknown>> = Effect.succeed(Eith
  * Runs the writer until interrupted. A store append covers every pending event; waiters are
  * released together when it completes. Writes start at once when someone awaits durability, when
  * `batchSize` events are pending, or `batchWindow` after the oldest pending event was appended.
- * A synchronous store's write ({@link writeNow}) is usable from this call on, until the writer
- * stops, the session is poisoned or {@link stopWritingNow}.
+ * A synchronous store's write ({@link writeNow}) is usable from this call on, until the session is
+ * poisoned or {@link stopWritingNow} (the session's scope calls it when it closes).
  *
  * @since 0.1.0
  * @category durability
@@ -259,6 +260,14 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   // or a synchronous one), whichever comes first (an idle session, written once when opened, holds
   // no timer fiber). From then on appends arm windows themselves instead of waking the writer.
   let writes = 0
+  // The committed events after `durable`, up to `last`: one store append.
+  const pendingBatch = (events: GrowOnly.GrowOnly<SessionEvent>, durable: number, last: number) =>
+    events.buffer.slice(durable + 1, last + 1) as [SessionEvent, ...Array<SessionEvent>]
+  // A store append covered everything up to `last`: release its waiters.
+  const wrote = (last: number) => {
+    DurableWaiters.commit(state.waiters, last)
+    writes++
+  }
   const startTimer = Effect.suspend(() => {
     signal.windowMs = windowMs
     return Effect.fork(timer(signal))
@@ -287,16 +296,14 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
         return true
       }
     }
-    const batch = events.buffer.slice(durable + 1, events.length) as Array<SessionEvent>
     signal.busy = true
-    const written = yield* appendRetried(batch as [SessionEvent, ...Array<SessionEvent>])
+    const written = yield* appendRetried(pendingBatch(events, durable, last))
     signal.busy = false
     if (written._tag === "Left") {
       yield* poison(written.left)
       return false
     }
-    DurableWaiters.commit(state.waiters, last)
-    writes++
+    wrote(last)
     return true
   })
 
@@ -307,21 +314,20 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     const durable = state.waiters.durable
     const last = events.length - 1
     if (last <= durable || Option.isSome(peek(state.poisoned))) return
-    if (!appendNow(state.sessionId, events.buffer.slice(durable + 1, last + 1))) return
-    DurableWaiters.commit(state.waiters, last)
+    if (!appendNow(state.sessionId, pendingBatch(events, durable, last))) return
+    wrote(last)
     // The second write starts the timer, as in `pass` (which only the writer can fork): until it
     // runs, the first event pending after each write wakes the writer to arm the window.
-    if (++writes >= 2 && signal.windowMs === undefined) wake(signal)
+    if (writes >= 2 && signal.windowMs === undefined) wake(signal)
   }
 
-  // Installed at once, so that a durability wait before the writer's first pass can use it.
+  // Installed at once, so that a durability wait before the writer's first pass can use it; the
+  // session's scope ends it (`stopWritingNow`), as does a poison.
   signal.appendNow = writeSync
   return Effect.gen(function*() {
     while (yield* pass) {
       // Until the session is poisoned.
     }
     return yield* Effect.never
-  }).pipe(Effect.ensuring(Effect.sync(() => {
-    signal.appendNow = undefined
-  })))
+  })
 }

@@ -8,7 +8,7 @@ import type { AgentDisposed, PersistenceError } from "../domain/Errors.js"
 import { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader, SurfaceOp } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
-import { recordOf, stateOfRecord } from "../domain/KnownIds.js"
+import { stateOf } from "../domain/KnownIds.js"
 import type { Message } from "../domain/Values.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import { appendDrafts, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
@@ -128,9 +128,9 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
         const id = (input.data as { readonly id?: unknown } | null)?.id
         const { fold } = yield* readLog
         if (typeof id === "string") {
-          const record = recordOf(fold.known, id)
-          if (record !== undefined) {
-            return Either.left(new DuplicateMessage({ id: id as never, state: stateOfRecord(record) }))
+          const state = stateOf(fold.known, id)
+          if (state !== undefined) {
+            return Either.left(new DuplicateMessage({ id: id as never, state }))
           }
         }
       }

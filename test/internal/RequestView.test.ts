@@ -27,6 +27,24 @@ describe("RequestView", () => {
     expect(GrowOnly.toArray(longer).map((m) => m.id)).toEqual(["m1", "m2", "m3"])
   })
 
+  it("making a request copies nothing: the history is copied on the first read of messages only", () => {
+    let copies = 0
+    const items = [message(1), message(2)]
+    // A vector whose backing array counts the copies taken of it.
+    const buffer = new Proxy(items, {
+      get: (target, key, receiver) => {
+        if (key === "slice") copies++
+        return Reflect.get(target, key, receiver)
+      }
+    })
+    const request = RequestView.make(fields, { buffer, length: 2 })
+    expect(copies).toBe(0)
+    expect(request.messages.map((m) => m.id)).toEqual(["m1", "m2"])
+    expect(copies).toBe(1)
+    void request.messages
+    expect(copies).toBe(1)
+  })
+
   it("the first read copies once into a frozen array; later reads return the same array", () => {
     const request = RequestView.make(fields, GrowOnly.fromArray([message(1)]))
     const first = request.messages

@@ -259,6 +259,41 @@ export const CancelCause = Object.assign(CancelCauseSchema, {
   disposed: Object.freeze({ kind: "disposed" as const }),
   hook: (reason: string): CancelCause => Object.freeze({ kind: "hook" as const, reason })
 })
+/**
+ * A frozen copy of `cause` when it is a `CancelCause` (extra fields dropped), else `undefined`.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const copyCancelCause = (cause: unknown): CancelCause | undefined => {
+  if (typeof cause !== "object" || cause === null) return undefined
+  const { kind, reason } = cause as { readonly kind?: unknown; readonly reason?: unknown }
+  switch (kind) {
+    case "user":
+      return CancelCause.user
+    case "parent":
+      return CancelCause.parent
+    case "disposed":
+      return CancelCause.disposed
+    case "hook":
+      return typeof reason === "string" ? CancelCause.hook(reason) : undefined
+    default:
+      return undefined
+  }
+}
+
+/**
+ * How an invalid cancel cause is named in an error: its `kind` when it is a string, else its type.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const describeCause = (cause: unknown): string => {
+  if (typeof cause !== "object" || cause === null) return cause === null ? "null" : typeof cause
+  const kind = (cause as { readonly kind?: unknown }).kind
+  return typeof kind === "string" ? `kind ${JSON.stringify(kind)}` : "an object without a string kind"
+}
+
 /** Why an activity was cancelled. @since 0.1.0 @category models */
 export type CancelCause = typeof CancelCauseSchema.Type
 

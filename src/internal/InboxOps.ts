@@ -24,6 +24,38 @@ import { announce, appendDrafts, appendPure, commitAcknowledgedAt, guardWritable
 import { InvalidEvent } from "../domain/Errors.js"
 
 /**
+ * Whether `target` names one of the two pending lists (callers outside TypeScript can pass anything).
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const isInboxTarget = (target: unknown): target is InboxTarget => target === "next-turn" || target === "next-step"
+
+/**
+ * The caller's message, accepted for an insertion at `target`: an unknown target makes the splice
+ * event invalid (SPEC 5.1), reported like an invalid message.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const acceptAt = (
+  target: InboxTarget,
+  accepted: Either.Either<UserMessage, InvalidEvent>
+): Either.Either<UserMessage, InvalidEvent> =>
+  isInboxTarget(target)
+    ? accepted
+    : Either.left(new InvalidEvent({ type: "agent/inbox/spliced", reason: `target must be "next-turn" or "next-step", found ${describeTarget(target)}` }))
+
+/**
+ * A target as an error names it: a string quoted, anything else by its type.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const describeTarget = (target: unknown): string =>
+  typeof target === "string" ? JSON.stringify(target) : target === null ? "null" : typeof target
+
+/**
  * Checks that every id is fresh: unknown to the session and not repeated in `messages`, except ids
  * in `reusable` (the ids a replacement removes). The first offender is reported.
  *

@@ -7,7 +7,7 @@
  */
 import { Cause, Chunk, Duration, Effect, Exit, Option, Stream, STM, TRef } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
-import { ModelError } from "../domain/Errors.js"
+import { InvalidEvent, ModelError } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { jsonEquals, jsonProblem } from "../domain/Json.js"
 import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
@@ -147,17 +147,24 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       const previous = ctx.requests.lastHeader
       const reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
       const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: fold.messages, lastSeq: events.length - 1 })
+      // A header to log is checked like any caller's event (a request hook can put anything in the
+      // configuration): an invalid one is not written and fails the step (INVALID_EVENT).
       const decided = reason === undefined
         // Nothing to write: the committed log and phase, read together without a transaction.
         ? yield* Effect.sync(() => Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log)))
-        : yield* loopTx(
-          ctx,
-          dieOnFailure(STM.zipRight(
-            appendDrafts(session, [{ type: "request/header", data: { header, reason } }], true),
-            STM.map(TRef.get(session.log), readMessages)
-          ))
+        : yield* Effect.catchTag(
+          loopTx(
+            ctx,
+            STM.zipRight(
+              appendDrafts(session, [{ type: "request/header", data: { header, reason } }], false),
+              STM.map(TRef.get(session.log), readMessages)
+            )
+          ),
+          "InvalidEvent",
+          (error) => Effect.succeed(error)
         )
       if (isCause(decided)) return aborted()
+      if (decided instanceof InvalidEvent) return failed(ownFailure("INVALID_EVENT", decided.message))
       ctx.requests.first = false
       ctx.requests.lastHeader = header
       const request = RequestView.make({ sessionId, turn, step, attempt, ...header }, decided.messages)

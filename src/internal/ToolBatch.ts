@@ -252,13 +252,14 @@ export const runTools = (
         }
         const finalOutcome = outcome
         const finalOutput = output
-        const conclude = (use: { readonly outcome: ToolOutcome; readonly output: NormalizedToolOutput }) => {
-          if (use.output.concludesTurn && !use.output.isError && use.outcome._tag === "Succeeded") concluded = true
+        // COMMIT step 4: the final output (after ToolPost) decides, whatever the body's own outcome.
+        const conclude = (use: { readonly output: NormalizedToolOutput }) => {
+          if (use.output.concludesTurn && !use.output.isError) concluded = true
         }
         // Without contexts the result is the whole transaction.
         const resultOnly = () =>
           STM.map(appendDrafts(session, [resultDraft(call, finalOutcome, finalOutput)], true), () =>
-            conclude({ outcome: finalOutcome, output: finalOutput }))
+            conclude({ output: finalOutput }))
         yield* commitOrDie(session, contexts.length === 0 ? resultOnly() :
           STM.gen(function*() {
             let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }

@@ -12,13 +12,14 @@ import { AgentBusy, AgentDisposed, MaintenanceAborted, PersistenceError } from "
 import type { SessionId } from "../domain/Ids.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
+import { copyCancelCause, describeCause } from "../domain/Values.js"
 import { currentActivity } from "../internal/Activity.js"
-import { clearSTM, deliverSTM, insertAcknowledged } from "../internal/InboxOps.js"
+import { acceptAt, clearSTM, deliverSTM, insertAcknowledged } from "../internal/InboxOps.js"
 import type { DriverState, Phase } from "../internal/Phase.js"
 import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } from "../internal/Phase.js"
 import * as Outbox from "../internal/Outbox.js"
 import { peek } from "../internal/Peek.js"
-import { commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
+import { awaitDurable, commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
 
 /**
  * Failures of a delivery.
@@ -83,7 +84,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
   const sessionId = session.sessionId
 
   const send = (m: UserMessage, target: InboxTarget, wakeup: boolean): Effect.Effect<void, DeliveryError> => {
-    const accepted = acceptCallerMessage(m)
+    const accepted = acceptAt(target, acceptCallerMessage(m))
     // A delivery that wakes nothing changes only the log (the phase is not read).
     if (!wakeup || Either.isLeft(accepted)) return insertAcknowledged(session, target, accepted, "end")
     // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
@@ -113,8 +114,14 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     })
   }
 
-  const cancel = (cause: CancelCause, options?: { readonly keepInbox?: boolean }) =>
-    commitAcknowledged(
+  const cancel = (given: CancelCause, options?: { readonly keepInbox?: boolean }) => {
+    // Recorded on turn/end, so it must be a CancelCause (callers outside TypeScript can pass
+    // anything): a copy, or a defect that changes nothing.
+    const cause = copyCancelCause(given)
+    if (cause === undefined) {
+      return Effect.die(new Cause.IllegalArgumentException(`Driver.cancel: not a CancelCause: ${describeCause(given)}`))
+    }
+    return commitAcknowledged(
       session,
       STM.gen(function*() {
         yield* guardWritable(session)
@@ -138,6 +145,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
         return Either.void
       })
     ).pipe(Effect.withSpan("Driver.cancel"))
+  }
 
   const whenIdle: Effect.Effect<void> = Effect.flatMap(FiberRef.get(currentActivity), (activity) =>
     activity === identity
@@ -169,7 +177,8 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     task: Effect.Effect<A, E, R>
   ): Effect.Effect<A, E | AgentBusy | MaintenanceAborted | PersistenceError | AgentDisposed, R> =>
     Effect.gen(function*() {
-      yield* STM.commit(
+      // The last seq when the phase switched: acknowledged (durable) before the result (SPEC 3.1).
+      const switchedAt = yield* STM.commit(
         STM.gen(function*() {
           yield* guardWritable(session)
           const phase = yield* getPhase(ds)
@@ -184,6 +193,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
             )
           }
           yield* setPhase(ds, { _tag: "Maintenance", lastTurn: phase.lastTurn, cause: Option.none() })
+          return (yield* TRef.get(session.log)).events.length - 1
         })
       )
       const exit = yield* runTask(task)
@@ -200,6 +210,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
           return recorded
         })
       )
+      yield* awaitDurable(session, switchedAt)
       if (Exit.isSuccess(exit)) return exit.value
       const defects = Array.from(Cause.defects(exit.cause))
       if (defects.length > 0) {

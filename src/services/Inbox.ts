@@ -12,7 +12,16 @@ import { idState } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import { listOf, normaliseSplice, pendingArrays } from "../domain/Splice.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
-import { clearSTM, freshnessSTM, insertAcknowledged, locateSTM, spliceSTM } from "../internal/InboxOps.js"
+import {
+  acceptAt,
+  clearSTM,
+  describeTarget,
+  freshnessSTM,
+  insertAcknowledged,
+  isInboxTarget,
+  locateSTM,
+  spliceSTM
+} from "../internal/InboxOps.js"
 import type { SessionStateShape } from "../internal/SessionState.js"
 import { commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
 
@@ -91,7 +100,7 @@ export const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> 
   const lists = STM.map(TRef.get(state.log), ({ fold }) => pendingArrays(fold.inbox))
 
   const insert = (at: "end" | "start") => (target: InboxTarget, m: UserMessage) =>
-    insertAcknowledged(state, target, acceptCallerMessage(m), at)
+    insertAcknowledged(state, target, acceptAt(target, acceptCallerMessage(m)), at)
 
   const splice = Effect.fn("Inbox.splice")(function*(
     target: InboxTarget,
@@ -104,6 +113,10 @@ export const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> 
       state,
       STM.gen(function*() {
         yield* guardWritable(state)
+        if (!isInboxTarget(target)) {
+          const reason = `target must be "next-turn" or "next-step"`
+          return yield* STM.fail(new InvalidSplice({ target: describeTarget(target), start, deleteCount, reason }))
+        }
         const list = listOf(yield* lists, target)
         const coordinates = normaliseSplice(list.length, start, deleteCount)
         if (Either.isLeft(coordinates)) {

@@ -11,7 +11,7 @@ import type { SessionId } from "../domain/Ids.js"
 import { stateOf } from "../domain/KnownIds.js"
 import type { Message } from "../domain/Values.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
-import { appendDrafts, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
+import { appendDrafts, appendPure, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
 
 /**
  * Input of `SessionLog.append`: an extension event or a surface replacement.
@@ -126,11 +126,15 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
       yield* guardWritable(state)
       if (input.type === "user/message") {
         const id = (input.data as { readonly id?: unknown } | null)?.id
-        const { fold } = yield* readLog
+        const snapshot = yield* readLog
         if (typeof id === "string") {
-          const state = stateOf(fold.known, id)
-          if (state !== undefined) {
-            return Either.left(new DuplicateMessage({ id: id as never, state }))
+          const known = stateOf(snapshot.fold.known, id)
+          if (known !== undefined) {
+            // Validity before identity (SPEC 3.1): an event that is invalid for another reason than
+            // its known id (R9) fails with that InvalidEvent. Tried on the snapshot, nothing written.
+            const tried = appendPure(state, snapshot, [input], false)
+            if (tried instanceof InvalidEvent && tried.rule !== "R9") return yield* STM.fail(tried)
+            return Either.left(new DuplicateMessage({ id: id as never, state: known }))
           }
         }
       }

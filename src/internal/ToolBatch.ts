@@ -228,8 +228,9 @@ export const runTools = (
             ? Exit.succeed(hookDefaults.toolPost({ output }))
             : yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
           if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted)))
+          // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
+          const problem = posted.value === output ? undefined : toolOutputProblem(posted.value)
           output = posted.value
-          const problem = toolOutputProblem(output)
           if (problem !== undefined) {
             outcome = ToolOutcome.InvalidOutput({ detail: problem })
             output = outcomeOutput(ref(call), outcome)

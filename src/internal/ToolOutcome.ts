@@ -12,7 +12,7 @@
 import { Data, Either, ParseResult, Schema } from "effect"
 import type { MessageId } from "../domain/Ids.js"
 import type { Json } from "../domain/Json.js"
-import { jsonProblem } from "../domain/Json.js"
+import { deepFreeze, jsonProblem } from "../domain/Json.js"
 import type { ImageBlock, TextBlock, ToolResultBlock, ToolResultMessage } from "../domain/Values.js"
 import { UserContent } from "../domain/Values.js"
 import type { NormalizedToolOutput, ToolDefinition, ToolOutput } from "../services/Tools.js"
@@ -235,15 +235,17 @@ export const mapOutcome = (call: ToolCallRef, outcome: ToolOutcome): MappedToolR
  */
 export const normalizeToolOutput = (output: ToolOutput | string): NormalizedToolOutput => {
   if (typeof output === "string") return normalizeToolOutput({ content: output })
+  // Content and meta are frozen here (the tool/result event would freeze them in place anyway), so
+  // the checked output cannot change before its result commits.
   const content: ReadonlyArray<TextBlock | ImageBlock> = typeof output.content === "string"
     ? [{ type: "text", text: output.content }]
-    : output.content
+    : deepFreeze(output.content)
   return Object.freeze({
     content,
     isError: output.isError ?? false,
     additionalContexts: output.additionalContexts ?? [],
     concludesTurn: output.concludesTurn ?? false,
-    ...(output.meta === undefined ? {} : { meta: output.meta })
+    ...(output.meta === undefined ? {} : { meta: deepFreeze(output.meta) })
   })
 }
 
@@ -296,8 +298,18 @@ export const decodeArguments = <P extends Schema.Schema.AnyNoContext>(
       return Either.left(`not valid JSON (${failureMessage(e)})`)
     }
   }
-  return Either.mapLeft(
-    SafeDecode.decodeUnknownEither(tool.parameters, { errors: "all" })(parsed),
-    (error) => ParseResult.TreeFormatter.formatErrorSync(error)
-  )
+  return Either.mapLeft(argumentsDecoder(tool.parameters)(parsed), (error) => ParseResult.TreeFormatter.formatErrorSync(error))
+}
+
+// One decoder per parameter Schema, built on its first call.
+const argumentDecoders = new WeakMap<Schema.Schema.AnyNoContext, (input: unknown) => Either.Either<unknown, ParseResult.ParseError>>()
+const argumentsDecoder = <P extends Schema.Schema.AnyNoContext>(
+  parameters: P
+): (input: unknown) => Either.Either<Schema.Schema.Type<P>, ParseResult.ParseError> => {
+  let decoder = argumentDecoders.get(parameters)
+  if (decoder === undefined) {
+    decoder = SafeDecode.decodeUnknownEither(parameters, { errors: "all" })
+    argumentDecoders.set(parameters, decoder)
+  }
+  return decoder as (input: unknown) => Either.Either<Schema.Schema.Type<P>, ParseResult.ParseError>
 }

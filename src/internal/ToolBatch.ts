@@ -50,7 +50,8 @@ interface CallState {
 
 /** A failure of the scheduling machinery itself (D7). */
 class SchedulerFailure {
-  constructor(readonly error: unknown) {}
+  /** `error` is the original failure; `defects` those of the failed component (published if the turn ends aborted). */
+  constructor(readonly error: unknown, readonly defects: ReadonlyArray<unknown>) {}
 }
 
 /**
@@ -227,7 +228,7 @@ export const runTools = (
           const posted = ctx.hooks.isQuiet("toolPost")
             ? Exit.succeed(hookDefaults.toolPost({ output }))
             : yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
-          if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted)))
+          if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
           // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
           const problem = posted.value === output ? undefined : toolOutputProblem(posted.value)
           output = posted.value
@@ -416,6 +417,8 @@ export const runTools = (
       // D7: the machinery failed; close every call with a recorded result.
       const failure = Option.getOrUndefined(failureOf(run))
       const error = failure instanceof SchedulerFailure ? failure.error : originalError(run)
+      // SPEC 3.10 case 2: a turn that ends aborted still publishes the component's defects.
+      const defects = failure instanceof SchedulerFailure ? failure.defects : defectsOf(run)
       yield* interruptRunning
       for (const call of calls) {
         if (call.committed) continue
@@ -428,7 +431,7 @@ export const runTools = (
           call.committed = true
         }
       }
-      return { _tag: "Failed", failure: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" }, error }
+      return { _tag: "Failed", failure: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" }, error, defects }
     }
     // Calls that never started get adjacent pairs, in model order.
     for (const call of calls) {

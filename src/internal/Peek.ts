@@ -1,12 +1,14 @@
 /**
- * Reads a `TRef`'s committed value outside any transaction. Effect 3 commits a transaction
+ * Reads (and, for a transaction that would change one `TRef` only, replaces) a `TRef`'s committed
+ * value outside any transaction. Effect 3 commits a transaction
  * synchronously, in one JavaScript turn, so the value read is always one some transaction committed
  * and never part of a commit in progress. Reading it this way costs no transaction: a loop that only
  * needs to know whether a cause is recorded right now uses it instead of committing a read.
  *
  * @since 0.1.0
  */
-import type { TRef } from "effect"
+import type { Fiber, TRef } from "effect"
+import { FiberRef } from "effect"
 
 /**
  * The value `ref` holds after the last commit that wrote it.
@@ -16,7 +18,36 @@ import type { TRef } from "effect"
  */
 export const peek = <A>(ref: TRef.TRef<A>): A => (ref as unknown as Versioned<A>).versioned.value
 
-// How Effect 3.22 stores a TRef's committed value (test/internal/Peek.test.ts checks it).
+/**
+ * Replaces the value `ref` holds, as a committed transaction that wrote only `ref` would: a new
+ * version (so a transaction that read the old one is invalid), and the transactions waiting on `ref`
+ * scheduled on `fiber`'s scheduler to run again. Only for a change that reads and writes `ref` alone,
+ * synchronously: a transaction doing the same would run in the same single step.
+ *
+ * @since 0.1.0
+ * @category setters
+ */
+export const poke = <A>(ref: TRef.TRef<A>, value: A, fiber: Fiber.RuntimeFiber<unknown, unknown>): void => {
+  const impl = ref as unknown as Versioned<A>
+  impl.versioned = new impl.versioned.constructor(value)
+  const todos = impl.todos
+  if (todos.size === 0) return
+  impl.todos = new Map()
+  // As a commit does: every waiting transaction's wake-up, in transaction order, as one task.
+  const wakeUps = Array.from(todos).sort((x, y) => x[0] - y[0])
+  fiber.getFiberRef(FiberRef.currentScheduler).scheduleTask(() => {
+    for (const [, wakeUp] of wakeUps) wakeUp()
+  }, fiber.getFiberRef(FiberRef.currentSchedulingPriority), fiber)
+}
+
+// How Effect 3.22 stores a TRef's committed value and its waiting transactions
+// (test/internal/Peek.test.ts checks it).
 interface Versioned<A> {
-  readonly versioned: { readonly value: A }
+  versioned: Version<A>
+  todos: Map<number, () => unknown>
+}
+
+interface Version<A> {
+  readonly value: A
+  readonly constructor: new(value: A) => Version<A>
 }

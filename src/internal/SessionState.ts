@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import type { Clock } from "effect"
+import type { Clock, Fiber } from "effect"
 import { Context, Effect, Either, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, InvalidEvent, PersistenceError } from "../domain/Errors.js"
@@ -20,7 +20,7 @@ import { decodeUntrusted } from "./DecodedEvents.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
 import * as Outbox from "./Outbox.js"
-import { peek } from "./Peek.js"
+import { peek, poke } from "./Peek.js"
 import * as Writer from "./Writer.js"
 
 /**
@@ -165,6 +165,30 @@ export const appendDrafts = (
   )
 
 /**
+ * What {@link appendDrafts} commits for a transaction that changes nothing else, done without a
+ * transaction: the same checks, fold and writer signal, the log replaced as a commit would (see
+ * `poke`). `drafts` receives the log's length (the first new seq), so an event may cite the ones
+ * before it. `undefined` when the session is poisoned (nothing appended).
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const appendNow = (
+  state: SessionStateShape,
+  drafts: (length: number) => ReadonlyArray<Draft>,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>
+): ReadonlyArray<SessionEvent> | InvalidEvent | undefined => {
+  if (Option.isSome(peek(state.poisoned))) return undefined
+  const snapshot = peek(state.log)
+  const result = appendPure(state, snapshot, drafts(snapshot.events.length), true)
+  if (result instanceof InvalidEvent) return result
+  if (result.events.length === 0) return result.events
+  announce(state, snapshot, result.events)
+  poke(state.log, result.snapshot, fiber)
+  return result.events
+}
+
+/**
  * A log with drafts appended, and the events appended.
  *
  * @since 0.1.0
@@ -266,6 +290,24 @@ export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E
   Effect.flatMap(STM.commit(transaction), (value) =>
     // Nothing queued (the common case): the value as it is, without a delivery step.
     state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), value) : Effect.succeed(value))
+
+/**
+ * The Effect of {@link appendNow}, run where the caller's transaction would commit: a poisoned
+ * session interrupts, an invalid draft fails, queued notifications are delivered.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commitAppendNow = (
+  state: SessionStateShape,
+  drafts: (length: number) => ReadonlyArray<Draft>,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>
+): Effect.Effect<ReadonlyArray<SessionEvent>, InvalidEvent> => {
+  const result = appendNow(state, drafts, fiber)
+  if (result === undefined) return Effect.interrupt
+  if (result instanceof InvalidEvent) return Effect.fail(result)
+  return state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), result) : Effect.succeed(result)
+}
 
 /**
  * Commits a transaction whose only failures are defects of tiller's own drafts, as defects: the

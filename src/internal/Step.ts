@@ -23,7 +23,7 @@ import * as RequestView from "./RequestView.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf } from "./Phase.js"
-import { appendDrafts, commit, dieOnFailure } from "./SessionState.js"
+import { appendDrafts, commit, commitAppendNow, dieOnFailure } from "./SessionState.js"
 import type { Draft, LogSnapshot } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
 
@@ -74,6 +74,22 @@ export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effe
     STM.suspend((): STM.STM<A | typeof CAUSE, E> =>
       Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? STM.succeed(CAUSE) : body
     )
+  )
+
+/**
+ * A loop transaction that only appends tiller's own drafts, without a transaction (see
+ * `appendNow`): the cause read first (with one recorded, nothing is written and the sentinel is
+ * returned), then the append. `drafts` receives the first new seq.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const loopAppend = (
+  ctx: LoopContext,
+  drafts: (length: number) => ReadonlyArray<Draft>
+): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE, InvalidEvent> =>
+  Effect.withFiberRuntime((fiber) =>
+    Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? Effect.succeed(CAUSE) : commitAppendNow(ctx.ds.session, drafts, fiber)
   )
 
 /**
@@ -245,7 +261,6 @@ const runAttempt = (
   request: ModelRequest
 ): Effect.Effect<AttemptOutcome> =>
   Effect.gen(function*() {
-    const session = ctx.ds.session
     const origin = {
       id: crypto.randomUUID() as MessageId,
       provider: request.provider,
@@ -258,7 +273,7 @@ const runAttempt = (
     let invalid: LlmFailure | undefined
 
     const append = (drafts: ReadonlyArray<Draft>) =>
-      loopTx(ctx, appendDrafts(session, drafts, true)).pipe(
+      loopAppend(ctx, () => drafts).pipe(
         Effect.flatMap((events) => isCause(events) ? Effect.interrupt : Effect.succeed(events as ReadonlyArray<SessionEvent>)),
         Effect.catchTag("InvalidEvent", (error) => {
           invalid = ownFailure("INVALID_EVENT", error.message)
@@ -292,25 +307,23 @@ const runAttempt = (
       const drafts = [...pending, chunkDraft(turn, step, attempt, chunk)]
       pending = []
       const assembled = Assembler.finishMessage(pendingAssembler, origin, kind)
-      return loopTx(
-        ctx,
-        STM.flatMap(appendDrafts(session, drafts, true), (events) => {
-          const seqs = [...chunkSeqs]
-          for (const event of events) seqs.push(event.seq)
-          return appendDrafts(session, [{
-            type: "assistant/message",
-            data: {
-              turn,
-              step,
-              attempt,
-              message: assembled.message,
-              ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
-            },
-            surfaceOp: "append",
-            sourceEventSeqs: seqs
-          }], true)
-        })
-      ).pipe(
+      // The last chunks and the message in one append; the message cites every chunk's seq.
+      return loopAppend(ctx, (length) => {
+        const seqs = [...chunkSeqs]
+        for (let i = 0; i < drafts.length; i++) seqs.push(length + i)
+        return [...drafts, {
+          type: "assistant/message",
+          data: {
+            turn,
+            step,
+            attempt,
+            message: assembled.message,
+            ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
+          },
+          surfaceOp: "append",
+          sourceEventSeqs: seqs
+        }]
+      }).pipe(
         Effect.catchTag("InvalidEvent", (error) => {
           invalid = ownFailure("INVALID_EVENT", error.message)
           return Effect.interrupt

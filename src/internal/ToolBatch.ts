@@ -19,10 +19,10 @@ import { originalError } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
 import { getPhase } from "./Phase.js"
-import { appendDrafts, commit, commitOrDie, dieOnFailure, publish } from "./SessionState.js"
+import { appendDrafts, commit, commitAppendNow, commitOrDie, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
-import { isCause, loopTx } from "./Step.js"
+import { isCause, loopAppend } from "./Step.js"
 import {
   decodeArguments,
   normalizeToolOutput,
@@ -135,7 +135,7 @@ export const runTools = (
     // START(c): ⟨TC⟩, checkpoint, lookup, arguments, ToolPre, then fork the body.
     const start = (call: CallState): Effect.Effect<boolean> =>
       Effect.gen(function*() {
-        const logged = yield* loopTx(ctx, dieOnFailure(appendDrafts(session, [callDraft(call)], true)))
+        const logged = yield* Effect.orDie(loopAppend(ctx, () => [callDraft(call)]))
         if (isCause(logged)) return false
         call.callSeq = logged[0]!.seq
         // The checkpoint covers this call's own tool/call (D13); later caller events are acknowledged by their callers.
@@ -258,11 +258,17 @@ export const runTools = (
         const conclude = (use: { readonly output: NormalizedToolOutput }) => {
           if (use.output.concludesTurn && !use.output.isError) concluded = true
         }
-        // Without contexts the result is the whole transaction.
-        const resultOnly = () =>
-          STM.map(appendDrafts(session, [resultDraft(call, finalOutcome, finalOutput)], true), () =>
-            conclude({ output: finalOutput }))
-        yield* commitOrDie(session, contexts.length === 0 ? resultOnly() :
+        // Without contexts the result is the whole change: one append, without a transaction.
+        const resultOnly = Effect.withFiberRuntime((fiber) =>
+          Effect.orDie(commitAppendNow(session, () => [resultDraft(call, finalOutcome, finalOutput)], fiber))
+        )
+        if (contexts.length === 0) {
+          yield* resultOnly
+          conclude({ output: finalOutput })
+          call.committed = true
+          return
+        }
+        yield* commitOrDie(session,
           STM.gen(function*() {
             let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
             const duplicate = yield* freshness(contexts)

@@ -55,6 +55,12 @@ export interface LogState {
   readonly length: number
   readonly seedLength: number
   readonly inbox: PendingLists
+  /**
+   * The seed's own lists, replayed where its splices apply (best effort: a seed that holds an
+   * earlier fork's seed may not replay), so the seed's id states and replacements are known; emptied
+   * at `seedLength`, where the session's inbox starts empty.
+   */
+  readonly seedInbox: PendingLists
   readonly known: KnownIds
   readonly surface: Surface
   /** The messages of the surface, in order (what a model request sends), kept in step with it. */
@@ -74,6 +80,7 @@ export const initialLogState = (seedLength = 0): LogState => ({
   length: 0,
   seedLength,
   inbox: emptyPending,
+  seedInbox: emptyPending,
   known: emptyKnownIds(),
   surface: emptySurface(),
   messages: GrowOnly.empty(),
@@ -94,6 +101,21 @@ export const advance = (
   event: SessionEvent,
   eventAt: (seq: number) => SessionEvent | undefined,
   options: FoldOptions
+): { readonly state: LogState; readonly violations: ReadonlyArray<Violation> } =>
+  advanceFrom(event.seq >= state.seedLength && state.seedInbox !== emptyPending ? endSeed(state) : state, event, eventAt, options)
+
+// At `seedLength` the seed's lists are dropped (the session's inbox starts empty, 6.6 step 6): ids
+// still pending there were never removed, so they are known as discarded.
+const endSeed = (state: LogState): LogState => {
+  const left = [...GrowOnly.toArray(state.seedInbox.nextTurn), ...GrowOnly.toArray(state.seedInbox.nextStep)]
+  return { ...state, seedInbox: emptyPending, known: markRemoved(state.known, left.map((m) => m.id), "cancel") }
+}
+
+const advanceFrom = (
+  state: LogState,
+  event: SessionEvent,
+  eventAt: (seq: number) => SessionEvent | undefined,
+  options: FoldOptions
 ): { readonly state: LogState; readonly violations: ReadonlyArray<Violation> } => {
   const violations: Array<Violation> = []
   const accept = (message: string) => {
@@ -104,6 +126,7 @@ export const advance = (
     accept(`event type ${event.type} is neither core nor declared and is not marked ignorable`)
   }
   let inbox = state.inbox
+  let seedInbox = state.seedInbox
   // Known-id changes apply after the relation checks, which read `state.known`: the table is then
   // still owned by that version, so each lookup is direct.
   let mark: ((known: KnownIds) => KnownIds) | undefined
@@ -132,8 +155,28 @@ export const advance = (
             return out
           }
         }
-      } else if (data.inserted.length > 0) {
-        mark = (known) => markRemoved(known, data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id)), "cancel")
+      } else {
+        // Inside the seed every splice still has one of the four shapes (A9). Its lists are not the
+        // session's, but replaying it on the seed's own lists tells which ids a claim or a
+        // replacement removed (3.9 states, the R9 exemption of a replacement). One that does not
+        // replay only makes its inserted ids known.
+        if (shape === undefined) accept("invalid inbox splice: splice has none of the four valid shapes")
+        const applied = shape === undefined
+          ? undefined
+          : applyPending(seedInbox, data, (id) => recordOf(state.known, id)?.pending === true)
+        if (applied !== undefined && Either.isRight(applied)) {
+          seedInbox = applied.right.pending
+          removed = applied.right.removed
+          const gone = removed
+          const removal = shape === "claim" ? "claim" : "cancel"
+          mark = (known) => {
+            let out = gone.length > 0 ? markRemoved(known, gone.map((m) => m.id), removal) : known
+            if (data.inserted.length > 0) out = markPending(out, data.inserted.map((m) => m.id))
+            return out
+          }
+        } else if (data.inserted.length > 0) {
+          mark = (known) => markRemoved(known, data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id)), "cancel")
+        }
       }
       break
     }
@@ -192,6 +235,7 @@ export const advance = (
       length: state.length + 1,
       seedLength: state.seedLength,
       inbox,
+      seedInbox,
       known: mark === undefined ? state.known : mark(state.known),
       surface,
       messages,

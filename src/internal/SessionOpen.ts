@@ -59,7 +59,14 @@ export type SessionTarget = { readonly sessionId: SessionId } | { readonly resum
  */
 export type OpenError = SessionExists | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError | AgentBusy
 
-const foldOptionsOf = (options: SessionOptions): FoldOptions => ({
+/**
+ * The validation a session's options ask for: the relational rules unless `invariants: "off"`, and
+ * the declared extension event types.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const foldOptionsOf = (options: Pick<SessionOptions, "invariants" | "eventTypes">): FoldOptions => ({
   relations: options.invariants !== "off",
   eventTypes: new Set(options.eventTypes ?? [])
 })

@@ -10,6 +10,7 @@ import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { freezeCopy } from "../domain/Json.js"
+import type { FoldOptions } from "../domain/LogState.js"
 import { validateLoaded } from "../internal/SessionOpen.js"
 import { SessionStore } from "./SessionStore.js"
 
@@ -29,13 +30,15 @@ export interface ForkOptions {
 /**
  * Creates a child session holding a deep copy of the source's durable prefix up to `boundary`,
  * followed by `session/end-seed`. The child starts with an empty inbox and continues the turn
- * numbering of the prefix.
+ * numbering of the prefix. The source is validated as opening it would (`validation`: by default
+ * the relational rules on and no declared extension types; `Sessions.fork` passes its own).
  *
  * @since 0.1.0
  * @category constructors
  */
 export const forkSession = (
-  options: ForkOptions
+  options: ForkOptions,
+  validation: FoldOptions = { relations: true, eventTypes: new Set() }
 ): Effect.Effect<SessionId, ForkError | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError, SessionStore> =>
   Effect.gen(function*() {
     const store = yield* SessionStore
@@ -49,7 +52,7 @@ export const forkSession = (
       })
     if (yield* store.exists(childId)) return yield* fail("child-exists")
     const loaded = yield* store.load(options.source)
-    yield* validateLoaded(loaded.header, loaded.events, { relations: true, eventTypes: new Set() })
+    yield* validateLoaded(loaded.header, loaded.events, validation)
     const events = loaded.events
     const last = events.length - 1
     const boundary = options.boundary ?? last

@@ -18,6 +18,7 @@ import type { EventOf } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import type { AgentOptions } from "../layers/Agent.js"
 import { acquireAgent } from "../layers/Agent.js"
+import { foldOptionsOf } from "../internal/SessionOpen.js"
 import type { Driver } from "./Driver.js"
 import type { ForkOptions } from "./Fork.js"
 import { forkSession } from "./Fork.js"
@@ -93,6 +94,8 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
           Context.add(Tools, yield* Tools)
         )
         const { idleTimeToLive, ...agentOptions } = options
+        // A fork validates its source as this layer opens sessions (SPEC 6.6 step 2).
+        const validation = foldOptionsOf(agentOptions)
         const build = (id: SessionId, resume: boolean) =>
           acquireAgent({ ...agentOptions, ...(resume ? { resume: id } : { sessionId: id }) }).pipe(
             Effect.provide(dependencies)
@@ -114,7 +117,7 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                 Effect.flatMap(RcMap.get(map, forkOptions.source), (context) => Context.get(context, SessionLog).flush)
               ).pipe(Effect.catchAll((e) => e._tag === "PersistenceError" ? Effect.fail(e) : Effect.void))
             }
-            return yield* forkSession(forkOptions).pipe(Effect.provideService(SessionStore, store))
+            return yield* forkSession(forkOptions, validation).pipe(Effect.provideService(SessionStore, store))
           })
         const list = Effect.gen(function*() {
           const headers = yield* store.list

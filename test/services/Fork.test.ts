@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, TestClock } from "effect"
+import { Effect, Layer, Option, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
-import { SessionId } from "../../src/domain/Ids.js"
+import { MessageId, SessionId } from "../../src/domain/Ids.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
@@ -103,6 +103,50 @@ describe("forkSession (P43)", () => {
         "INS(nt,0,[Q])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(Q)", "RH(resume)",
         "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(2,1)", "TE(2,completed)"
       ])
+    }).pipe(Effect.provide(SessionStore.layerMemory)))
+})
+
+describe("forkSession of a fork", () => {
+  const agentOn = (options: { readonly sessionId: SessionId } | { readonly resume: SessionId }) =>
+    Agent.layer({ ...options, model }).pipe(
+      Layer.provide(Layer.mergeAll(ScriptedModel.layer([ScriptedModel.text("a"), ScriptedModel.text("b")]), Tools.layer()))
+    )
+
+  it.effect("a seed holding an earlier fork's seed replays: the grandchild opens clean and its ids keep their states", () =>
+    Effect.gen(function*() {
+      const store = yield* SessionStore
+      // The source: a finished turn on A, then X injected and still pending at the fork.
+      yield* Effect.scoped(Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        yield* driver.inject(plugin("X"))
+      }).pipe(Effect.provide(agentOn({ sessionId: sid("s") }))))
+      const child = yield* forkSession({ source: sid("s"), childId: sid("c") })
+      // The child (X not inherited): Y and Z injected, Z rewritten keeping its id, then a turn on B
+      // claims them; W is claimed by nobody.
+      yield* Effect.scoped(Effect.gen(function*() {
+        const driver = yield* Driver
+        const inbox = yield* Inbox
+        yield* driver.inject(plugin("Y"))
+        yield* driver.inject(plugin("Z"))
+        expect(yield* inbox.replace(MessageId.make("Z"), plugin("Z", "Z rewritten"))).toBe(true)
+        yield* driver.followup(user("B"))
+        yield* driver.whenIdle
+        yield* driver.inject(plugin("W"))
+      }).pipe(Effect.provide(agentOn({ resume: child }))))
+      const grandchild = yield* forkSession({ source: child, childId: sid("g") })
+      const { events, header } = yield* store.load(grandchild)
+      expect(checkLog(events, { seedLength: header.seedLength, closed: true })).toEqual([])
+      const states = yield* Effect.scoped(Effect.gen(function*() {
+        const inbox = yield* Inbox
+        return {
+          pending: yield* inbox.snapshot,
+          ids: yield* Effect.forEach(["A", "X", "Y", "Z", "B", "W"], (id) => inbox.idState(MessageId.make(id)))
+        }
+      }).pipe(Effect.provide(agentOn({ resume: grandchild }))))
+      expect(states.pending).toEqual({ nextTurn: [], nextStep: [] })
+      expect(states.ids.map(Option.getOrUndefined)).toEqual(["entered", "discarded", "entered", "entered", "entered", "discarded"])
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 })
 

@@ -7,8 +7,8 @@
  *
  * @since 0.1.0
  */
-import type { Effect } from "effect"
-import { Either, HashSet, Option, STM, TRef } from "effect"
+import type { Fiber } from "effect"
+import { Effect, Either, HashSet, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, DuplicateMessage, PersistenceError } from "../domain/Errors.js"
 import type { SpliceData } from "../domain/Event.js"
@@ -18,9 +18,9 @@ import { pendingOf } from "../domain/Splice.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
 import * as Outbox from "./Outbox.js"
-import { peek } from "./Peek.js"
+import { peek, poke } from "./Peek.js"
 import type { Draft, LogSnapshot, SessionStateShape, WakeMarks } from "./SessionState.js"
-import { announce, appendDrafts, appendPure, commitAcknowledgedAt, guardWritable, publish } from "./SessionState.js"
+import { acknowledgeAt, announce, appendDrafts, appendPure, guardWritable, publish } from "./SessionState.js"
 import { InvalidEvent } from "../domain/Errors.js"
 
 /**
@@ -203,19 +203,7 @@ export const deliverSTM = (
   at: "end" | "start"
 ): STM.STM<Acknowledged, AgentDisposed | PersistenceError> =>
   STM.flatMap(
-    TRef.modify(state.log, (snapshot): readonly [Delivered, LogSnapshot] => {
-      // Peeked, as `guardWritable` does: no earlier step of the transaction read or wrote them.
-      if (peek(state.disposed)) return [new AgentDisposed({ sessionId: state.sessionId }), snapshot]
-      const poisoned = peek(state.poisoned)
-      if (Option.isSome(poisoned)) return [poisoned.value, snapshot]
-      const duplicate = duplicateIn(snapshot.fold, [message])
-      if (Option.isSome(duplicate)) return [[Either.left(duplicate.value), snapshot.events.length - 1], snapshot]
-      const start = at === "end" ? pendingOf(snapshot.fold.inbox, target).length : 0
-      const result = appendPure(state, snapshot, [spliceDraft(spliceData(target, start, 0, [message]))], true)
-      if (result instanceof InvalidEvent) return [result, snapshot]
-      announce(state, snapshot, result.events)
-      return [[Either.void, result.snapshot.events.length - 1], result.snapshot]
-    }),
+    TRef.modify(state.log, (snapshot) => deliverTo(state, snapshot, target, message, at)),
     (delivered): STM.STM<Acknowledged, AgentDisposed | PersistenceError> =>
       isAcknowledged(delivered)
         ? Either.isLeft(delivered[0])
@@ -225,6 +213,51 @@ export const deliverSTM = (
         ? STM.die(delivered)
         : STM.fail(delivered)
   )
+
+// The log step of a delivery: what it answers and the log it leaves (the same when nothing is written).
+const deliverTo = (
+  state: SessionStateShape,
+  snapshot: LogSnapshot,
+  target: InboxTarget,
+  message: UserMessage,
+  at: "end" | "start"
+): readonly [Delivered, LogSnapshot] => {
+  // Peeked, as `guardWritable` does: no earlier step of the transaction read or wrote them.
+  if (peek(state.disposed)) return [new AgentDisposed({ sessionId: state.sessionId }), snapshot]
+  const poisoned = peek(state.poisoned)
+  if (Option.isSome(poisoned)) return [poisoned.value, snapshot]
+  const duplicate = duplicateIn(snapshot.fold, [message])
+  if (Option.isSome(duplicate)) return [[Either.left(duplicate.value), snapshot.events.length - 1], snapshot]
+  const start = at === "end" ? pendingOf(snapshot.fold.inbox, target).length : 0
+  const result = appendPure(state, snapshot, [spliceDraft(spliceData(target, start, 0, [message]))], true)
+  if (result instanceof InvalidEvent) return [result, snapshot]
+  announce(state, snapshot, result.events)
+  return [[Either.void, result.snapshot.events.length - 1], result.snapshot]
+}
+
+/**
+ * {@link deliverSTM} without a transaction, for a session nobody observes: its transaction would
+ * then change the log alone, in one step (see `poke`). The answer is the transaction's.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const deliverNow = (
+  state: SessionStateShape,
+  target: InboxTarget,
+  message: UserMessage,
+  at: "end" | "start",
+  fiber: Fiber.RuntimeFiber<unknown, unknown>
+): Effect.Effect<Acknowledged, AgentDisposed | PersistenceError> => {
+  const snapshot = peek(state.log)
+  const [delivered, next] = deliverTo(state, snapshot, target, message, at)
+  if (next !== snapshot) poke(state.log, next, fiber)
+  return isAcknowledged(delivered)
+    ? Effect.succeed(delivered)
+    : delivered instanceof InvalidEvent
+    ? Effect.die(delivered)
+    : Effect.fail(delivered)
+}
 
 /**
  * A caller's insertion that wakes nothing, acknowledged once durable ({@link deliverSTM}); a
@@ -240,7 +273,15 @@ export const insertAcknowledged = (
   at: "end" | "start"
 ): Effect.Effect<void, InvalidEvent | DuplicateMessage | AgentDisposed | PersistenceError> =>
   Either.isRight(accepted)
-    ? commitAcknowledgedAt(state, deliverSTM(state, target, accepted.right, at))
+    ? acknowledgeAt<void, AgentDisposed | PersistenceError, DuplicateMessage>(
+      state,
+      // With nobody to notify when it runs, the transaction would change the log alone (`deliverNow`).
+      Effect.withFiberRuntime((fiber) =>
+        state.outbox.subscribers.size === 0
+          ? deliverNow(state, target, accepted.right, at, fiber)
+          : STM.commit(deliverSTM(state, target, accepted.right, at))
+      )
+    )
     : STM.commit(STM.zipRight(guardWritable(state), STM.fail(accepted.left)))
 
 type Acknowledged = readonly [Either.Either<void, DuplicateMessage>, number]

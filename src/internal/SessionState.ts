@@ -373,10 +373,22 @@ export const commitAcknowledged = <A, E, E2>(
 export const commitAcknowledgedAt = <A, E, E2>(
   state: SessionStateShape,
   transaction: STM.STM<readonly [Either.Either<A, E2>, number], E>
+): Effect.Effect<A, E | E2 | PersistenceError> => acknowledgeAt(state, STM.commit(transaction))
+
+/**
+ * {@link commitAcknowledgedAt} for a change already made by `committed` (a transaction's commit, or
+ * the same change made without one): its answer once the log up to the returned seq is durable.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const acknowledgeAt = <A, E, E2>(
+  state: SessionStateShape,
+  committed: Effect.Effect<readonly [Either.Either<A, E2>, number], E>
 ): Effect.Effect<A, E | E2 | PersistenceError> =>
   Effect.flatMap(
-    STM.commit(transaction),
-    // `commit`, then `awaitDurable`, in one continuation.
+    committed,
+    // The commit, then `awaitDurable`, in one continuation.
     ([result, seq]) => {
       const answer: Effect.Effect<A, E2 | PersistenceError> = Either.isRight(result)
         ? Effect.succeed(result.right)

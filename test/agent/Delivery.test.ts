@@ -97,6 +97,25 @@ describe("delivery", () => {
       yield* closeOut
     }).pipe(Effect.provide(scenario([ScriptedModel.text("hello")]))))
 
+  it.scoped("an insertion built before a subscriber subscribed still notifies it, and one with nobody to notify is still acknowledged", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      const log = yield* SessionLog
+      // Nobody subscribed: the insertion is written and durable when it completes.
+      yield* driver.inject(plugin("C0"))
+      expect(yield* log.durableSeq).toBe(0)
+      // Built before the subscription, run after it: the subscriber sees its notification.
+      const inject = driver.inject(plugin("C1"))
+      const append = inbox.append("next-turn", plugin("C2"))
+      const live = yield* driver.subscribe
+      yield* inject
+      yield* append
+      expect(yield* liveOf(live)).toEqual(["inserted(C1)", "inserted(C2)"])
+      expect(yield* shape).toEqual(["INS(ns,0,[C0])", "INS(ns,1,[C1])", "INS(nt,0,[C2])"])
+      expect(yield* log.durableSeq).toBe(2)
+    }).pipe(Effect.provide(scenario([]))))
+
   it.scoped("P2: with the store held, followup does not complete until release", () =>
     Effect.gen(function*() {
       const driver = yield* Driver

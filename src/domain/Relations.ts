@@ -131,6 +131,9 @@ export const relate = (
     out.push({ rule, message })
   }
   let s = state
+  // session/end-seed may stand anywhere (2.5 class F): it is transparent to the adjacency rules R7
+  // and R8 (it only abandons an open compaction bracket, R6).
+  if (event.type === "session/end-seed") return s.bracket === undefined ? s : { ...s, bracket: undefined }
   // R7: the events right after turn/start must be its claims.
   if (s.claimPhase === "after-turn-start" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
     violation("R7", `turn/start ${s.lastTurn} is not followed by a claim`)

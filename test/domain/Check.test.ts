@@ -139,6 +139,12 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
         .stepEnd().endSeed().turnEnd().endSeed()
   ],
   [
+    "session/end-seed between turn/start and its claim, and between step/start and its entered message",
+    () =>
+      log().insert("next-turn", 0, [A]).turnStart().endSeed().claim("next-turn", 1)
+        .stepStart().endSeed().enter(A).endSeed().header().respond("x").stepEnd().turnEnd()
+  ],
+  [
     "compaction brackets: null outside turns, numeric inside the open turn",
     () =>
       log().compaction("start", null).compaction("summary", null, { text: "s" }).compaction("end", null)

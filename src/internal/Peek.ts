@@ -37,7 +37,7 @@ export const poke = <A>(ref: TRef.TRef<A>, value: A, fiber: Fiber.RuntimeFiber<u
   const wakeUps = Array.from(todos).sort((x, y) => x[0] - y[0])
   fiber.getFiberRef(FiberRef.currentScheduler).scheduleTask(() => {
     for (const [, wakeUp] of wakeUps) wakeUp()
-  }, fiber.getFiberRef(FiberRef.currentSchedulingPriority), fiber)
+  }, fiber.getFiberRef(FiberRef.currentSchedulingPriority))
 }
 
 // How Effect 3.22 stores a TRef's committed value and its waiting transactions

@@ -26,6 +26,15 @@ import * as Writer from "./Writer.js"
 export const currentActivity: FiberRef.FiberRef<object | undefined> = FiberRef.unsafeMake<object | undefined>(undefined)
 
 /**
+ * Whether the current activity is stopping (a cause is recorded), for a chain of listeners that
+ * must not start the next one then (turn-stopping listeners, SPEC 4.3); never, outside the loop.
+ *
+ * @since 0.1.0
+ * @category fiber refs
+ */
+export const currentStopping: FiberRef.FiberRef<() => boolean> = FiberRef.unsafeMake<() => boolean>(() => false)
+
+/**
  * Where a service that turns a listener's defect into a typed failure (the pre-step waterfall)
  * reports that defect, so that a turn ending `aborted` still publishes it (SPEC 3.10 case 2).
  *

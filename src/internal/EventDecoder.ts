@@ -331,3 +331,12 @@ export const acceptsEventJson = (value: unknown): boolean => {
  * @category validation
  */
 export const acceptsUserMessageJson = (value: unknown): boolean => isUserMessage(value)
+
+/**
+ * Whether a JSON value (one `jsonProblem` passes) is a `StreamChunk` the Schema accepts; `false`
+ * when it is not or is not recognised here.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const acceptsStreamChunkJson = (value: unknown): boolean => isStreamChunk(value)

@@ -5,12 +5,15 @@
  *
  * @since 0.1.0
  */
-import { Cause, Chunk, Duration, Effect, Exit, Option, Stream, STM, TRef } from "effect"
+import { Cause, Chunk, Duration, Effect, Either, Exit, Option, ParseResult, Stream, STM, TRef } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { InvalidEvent, ModelError } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { jsonEquals, jsonProblem } from "../domain/Json.js"
 import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../domain/Values.js"
+import { StreamChunk as StreamChunkSchema } from "../domain/Values.js"
+import { acceptsStreamChunkJson } from "./EventDecoder.js"
+import * as SafeDecode from "./SafeDecode.js"
 import type { RequestConfig } from "../services/Hooks.js"
 import type { ModelRequest } from "../services/Model.js"
 import { abortable, checkpoint, defectsOf, quietDone } from "./Activity.js"
@@ -213,7 +216,8 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           }
           const action = decision.exit.value
           if (action._tag === "Fail") return failed(outcome.failure, new ModelError({ failure: outcome.failure }))
-          const delayMs = Math.max(0, Math.round(Duration.toMillis(action.delay)))
+          // A whole number of milliseconds the log can hold (an infinite delay waits for a cancel).
+          const delayMs = Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, Math.round(Duration.toMillis(action.delay))))
           const logged = yield* loopTx(
             ctx,
             dieOnFailure(appendDrafts(session, [{
@@ -236,6 +240,17 @@ type AttemptOutcome =
   | { readonly _tag: "ErrorFinish"; readonly failure: LlmFailure }
   | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
   | { readonly _tag: "Failed"; readonly failure: LlmFailure; readonly error: unknown }
+
+const decodeChunk = SafeDecode.decodeUnknownEither(StreamChunkSchema, { onExcessProperty: "error" })
+
+// Why a model's chunk cannot be logged: not lossless JSON, or not a StreamChunk (SPEC 5.1: loop
+// appends are checked like any other). The hand-written check answers the usual case.
+const chunkProblem = (chunk: unknown): string | undefined => {
+  const problem = jsonProblem(chunk, "chunk")
+  if (problem !== undefined || acceptsStreamChunkJson(chunk)) return problem
+  const decoded = decodeChunk(chunk)
+  return Either.isLeft(decoded) ? `chunk: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}` : undefined
+}
 
 const chunkDraft = (turn: number, step: number, attempt: number, chunk: StreamChunk): Draft => ({
   type: "assistant/chunk",
@@ -346,7 +361,7 @@ const runAttempt = (
       Effect.suspend(() => {
         for (const chunk of chunks) {
           if (settled !== undefined) break
-          const problem = jsonProblem(chunk, "chunk")
+          const problem = chunkProblem(chunk)
           if (problem !== undefined) {
             return Effect.zipRight(flush(), Effect.suspend(() => {
               invalid = ownFailure("INVALID_EVENT", `assistant/chunk: ${problem}`)

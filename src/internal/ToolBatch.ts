@@ -30,6 +30,7 @@ import {
   outcomeOutput,
   runsToolPost,
   ToolOutcome,
+  normalizedOutputProblem,
   toolOutputProblem,
   toolResultMessage
 } from "./ToolOutcome.js"
@@ -230,7 +231,7 @@ export const runTools = (
             : yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
           if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
           // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
-          const problem = posted.value === output ? undefined : toolOutputProblem(posted.value)
+          const problem = posted.value === output ? undefined : normalizedOutputProblem(posted.value)
           output = posted.value
           if (problem !== undefined) {
             outcome = ToolOutcome.InvalidOutput({ detail: problem })

@@ -280,6 +280,24 @@ export const toolOutputProblem = (output: unknown): string | undefined => {
 }
 
 /**
+ * Why an output returned by `ToolPost` (a `NormalizedToolOutput`) is invalid, or `undefined`: as
+ * {@link toolOutputProblem}, and nothing is left to defaults: content is an array of blocks, the
+ * flags are booleans, `additionalContexts` is an array.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const normalizedOutputProblem = (output: unknown): string | undefined => {
+  if (typeof output !== "object" || output === null || Array.isArray(output)) return "expected a tool output object"
+  const { additionalContexts, concludesTurn, content, isError } = output as Record<string, unknown>
+  if (!Array.isArray(content)) return "content must be an array of text or image blocks"
+  if (typeof isError !== "boolean") return "isError must be a boolean"
+  if (typeof concludesTurn !== "boolean") return "concludesTurn must be a boolean"
+  if (!Array.isArray(additionalContexts)) return "additionalContexts must be an array of user messages"
+  return toolOutputProblem(output)
+}
+
+/**
  * Decodes a call's raw argument text: `""` means `{}`, anything else is `JSON.parse`d and then decoded
  * with the tool's parameter Schema (excess properties ignored). `Left` holds a readable detail.
  *

@@ -7,15 +7,19 @@
 import { Effect, Either, Exit, Option, STM, TRef } from "effect"
 import type { InvalidEvent } from "../domain/Errors.js"
 import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
+import { REPAIR_ID_PREFIX } from "../domain/Ids.js"
 import { validateUserMessage } from "../domain/Message.js"
 import { stateOf } from "../domain/KnownIds.js"
 import type { TurnEndReason, UserMessage } from "../domain/Values.js"
-import { abortable, abortableUnless, currentDefectSink, defectsOf, quietDone } from "./Activity.js"
+import { abortable, abortableUnless, causeNow, currentDefectSink, currentStopping, defectsOf, quietDone } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { TurnErrorReport } from "./Phase.js"
 import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
 import { appendDrafts, commit, commitOrDie } from "./SessionState.js"
+import type { Draft } from "./SessionState.js"
+import * as GrowOnly from "./GrowOnly.js"
+import { repairClosers } from "../domain/Repair.js"
 import { claimSTM } from "./InboxOps.js"
 import { runStep } from "./Step.js"
 import { enteredByDefault } from "../services/PreStep.js"
@@ -83,7 +87,13 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // 3. TX-STEP: step/start and the entered messages, or no step at all.
       const step = k + 1
       const claimedIds = new Set(batch.map((m) => m.id))
-      const checked = entered.map((m) => validateUserMessage(m))
+      // An addition is a caller's message: its id may not be a reserved one (SPEC 3.9).
+      const checked = entered.map((m) => {
+        const valid = validateUserMessage(m)
+        return Either.isRight(valid) && !claimedIds.has(valid.right.id) && valid.right.id.startsWith(REPAIR_ID_PREFIX)
+          ? Either.left(`message ids starting with ${REPAIR_ID_PREFIX} are reserved`)
+          : valid
+      })
       const opened = yield* commitOrDie(session, 
         STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> => {
           if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), false)
@@ -142,7 +152,11 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           )
         )
         if (quiet) {
-          const stopping = yield* abortableUnless(ds, ctx.hooks.isQuiet("turnStopping"), ctx.hooks.turnStopping({ sessionId, turn, step }))
+          const stopping = yield* abortableUnless(
+            ds,
+            ctx.hooks.isQuiet("turnStopping"),
+            Effect.locally(ctx.hooks.turnStopping({ sessionId, turn, step }), currentStopping, () => Option.isSome(causeNow(ds)))
+          )
           if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
           if (Exit.isFailure(stopping.exit)) {
             const error = originalError(stopping.exit)
@@ -156,4 +170,41 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       batch = next
       boundary = "later"
     }
+  })
+
+/**
+ * Runs turn `turn` ({@link runTurn}); a defect that escapes it (a value outside its type from a
+ * plain-JavaScript listener, say) still closes the turn instead of leaving the driver running: the
+ * open step is closed as repair would close it (SPEC 6.5: results for unanswered calls, `step/end`),
+ * then TX-CLOSE with the defect as the failure (SPEC 4.3 "Failure inside the turn").
+ *
+ * @since 0.1.0
+ * @category loop
+ */
+export const runTurnClosing = (ctx: LoopContext, turn: number, initialBatch: ReadonlyArray<UserMessage>): Effect.Effect<void> =>
+  Effect.catchAllDefect(runTurn(ctx, turn, initialBatch), (defect) => {
+    const { ds } = ctx
+    const session = ds.session
+    return commitOrDie(
+      session,
+      STM.flatMap(getPhase(ds), (phase): STM.STM<unknown, InvalidEvent> => {
+        // Closed already (the defect came after its turn/end), or not this turn's phase: nothing to do.
+        if (phase._tag !== "Running" || phase.turn !== turn) return STM.void
+        return STM.flatMap(TRef.get(session.log), ({ events }) => {
+          const closers = repairClosers(GrowOnly.toArray(events))
+          if (closers.length === 0) return STM.void
+          const drafts = closers.slice(0, -1).map((event): Draft => ({
+            type: event.type,
+            data: event.data,
+            time: event.time,
+            ...("surfaceOp" in event && event.surfaceOp !== undefined ? { surfaceOp: event.surfaceOp } : {}),
+            ...("sourceEventSeqs" in event && event.sourceEventSeqs !== undefined ? { sourceEventSeqs: event.sourceEventSeqs } : {})
+          }))
+          return STM.zipRight(
+            appendDrafts(session, drafts, true),
+            closeTurn(ds, turn, errorReason(toLlmFailure(defect)), { step: phase.step, error: defect, defects: [defect] })
+          )
+        })
+      })
+    )
   })

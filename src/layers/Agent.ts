@@ -26,7 +26,7 @@ import { causeOf, getPhase, setPhase } from "../internal/Phase.js"
 import { publish, SessionState } from "../internal/SessionState.js"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { ToolRegistry } from "../internal/ToolRegistry.js"
-import { runTurn } from "../internal/Turn.js"
+import { runTurnClosing } from "../internal/Turn.js"
 import { Driver, makeDriver } from "../services/Driver.js"
 import type { Hooks } from "../services/Hooks.js"
 import { Inbox, makeInbox } from "../services/Inbox.js"
@@ -141,7 +141,7 @@ const acquireDriver = (
     )
     yield* Effect.forkScoped(
       Effect.forever(
-        Effect.flatMap(nextTurn, ({ batch, turn }) => runTurn(ctx, turn, batch))
+        Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch))
       ).pipe(Effect.locally(currentActivity, identity))
     )
     const driver = makeDriver(ds, identity, scope)

@@ -4,11 +4,12 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, Layer } from "effect"
+import { Context, Duration, Effect, FiberRef, Layer } from "effect"
 import type { NormalizedToolOutput } from "./Tools.js"
 import type { Scope } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { LlmFailure } from "../domain/Values.js"
+import { currentStopping } from "../internal/Activity.js"
 import * as WaterfallRegistry from "../internal/Waterfall.js"
 
 /**
@@ -186,9 +187,12 @@ export const fromRegistries = (registries: HookRegistries): Context.Tag.Service<
   onRequest: (listener, options) => registries.request.register(listener, options),
   onRequestError: (listener, options) => registries.requestError.register(listener, options),
   // Turn-stopping listeners are a chain in which every link runs its listener, then the rest: serial,
-  // in registration order, and a failure stops the chain.
+  // in registration order; a failure stops the chain, and so does a cause recorded meanwhile (the
+  // later listeners are not started, SPEC 4.3).
   onTurnStopping: (listener) =>
-    registries.turnStopping.register((input, next) => Effect.zipRight(listener(input), Effect.suspend(next))),
+    registries.turnStopping.register((input, next) =>
+      Effect.zipRight(listener(input), Effect.flatMap(FiberRef.get(currentStopping), (stopping) => stopping() ? Effect.void : next()))
+    ),
   onToolPre: (listener, options) => registries.toolPre.register(listener, options),
   onToolPost: (listener, options) => registries.toolPost.register(listener, options)
 })

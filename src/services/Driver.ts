@@ -219,6 +219,9 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
         return yield* Effect.die(defects[0])
       }
       if (Option.isSome(cause)) return yield* new MaintenanceAborted({ cause: cause.value })
+      // Stopped by the session's poison (SPEC 6.3): the storage failure is the answer.
+      const poisoned = peek(session.poisoned)
+      if (Option.isSome(poisoned)) return yield* poisoned.value
       return yield* Effect.failCause(exit.cause)
     })
 
@@ -230,9 +233,13 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
         // Forks inherit the mask: both fibers are made interruptible explicitly (a cause interrupts
         // the task; the watcher is interrupted once the task is over).
         const fiber = yield* Effect.forkIn(Effect.interruptible(Effect.locally(task, currentActivity, identity)), scope)
+        // A recorded cause or a poisoned session (fail-stop, SPEC 6.3) interrupts the task.
         const watcher = yield* Effect.forkIn(
           Effect.interruptible(Effect.zipRight(
-            STM.commit(STM.flatMap(TRef.get(ds.phase), (p) => Option.isSome(causeOf(p)) ? STM.void : STM.retry)),
+            STM.commit(STM.flatMap(TRef.get(ds.phase), (p) =>
+              Option.isSome(causeOf(p))
+                ? STM.void
+                : STM.flatMap(TRef.get(session.poisonedWatch), (poisoned) => poisoned ? STM.void : STM.retry))),
             Fiber.interrupt(fiber)
           )),
           scope

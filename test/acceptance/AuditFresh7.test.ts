@@ -151,8 +151,8 @@ describe("6.7 numeric brackets inside a turn", () => {
         input.turn === 2
           ? Effect.gen(function*() {
             yield* log.append({ type: "compaction/start", data: { turn: 2 } })
-            yield* Effect.never
-            return yield* next()
+            // Waits for the cancel (never enters).
+            return yield* Effect.zipRight(Effect.never, next())
           }).pipe(Effect.onInterrupt(() =>
             Effect.orDie(log.append({ type: "compaction/end", data: { turn: 2, error: { message: "interrupted" } } }))
           ))

@@ -140,41 +140,28 @@ const advanceFrom = (
     case "agent/inbox/spliced": {
       const data = event.data as SpliceData
       shape = spliceShape(data)
-      if (event.seq >= state.seedLength) {
-        const applied = applyPending(inbox, data, (id) => recordOf(state.known, id)?.pending === true)
-        if (Either.isLeft(applied)) {
-          violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
-        } else {
-          inbox = applied.right.pending
-          removed = applied.right.removed
-          const gone = removed
-          const removal = shape === "claim" ? "claim" : "cancel"
-          mark = (known) => {
-            let out = gone.length > 0 ? markRemoved(known, gone.map((m) => m.id), removal) : known
-            if (data.inserted.length > 0) out = markPending(out, data.inserted.map((m) => m.id))
-            return out
-          }
+      // The session's lists fold from seedLength. Inside the seed the splices replay on the seed's
+      // own lists, which tells which ids a claim or a replacement removed (3.9 states, the R9
+      // exemption of a replacement); one that does not replay there (a seed holding an earlier
+      // fork's seed) only makes its inserted ids known, but its shape must still be valid (A9).
+      const seed = event.seq < state.seedLength
+      const applied = applyPending(seed ? seedInbox : inbox, data, (id) => recordOf(state.known, id)?.pending === true)
+      if (Either.isRight(applied)) {
+        if (seed) seedInbox = applied.right.pending
+        else inbox = applied.right.pending
+        removed = applied.right.removed
+        const gone = removed
+        const removal = shape === "claim" ? "claim" : "cancel"
+        mark = (known) => {
+          let out = gone.length > 0 ? markRemoved(known, gone.map((m) => m.id), removal) : known
+          if (data.inserted.length > 0) out = markPending(out, data.inserted.map((m) => m.id))
+          return out
         }
+      } else if (!seed) {
+        violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
       } else {
-        // Inside the seed every splice still has one of the four shapes (A9). Its lists are not the
-        // session's, but replaying it on the seed's own lists tells which ids a claim or a
-        // replacement removed (3.9 states, the R9 exemption of a replacement). One that does not
-        // replay only makes its inserted ids known.
         if (shape === undefined) accept("invalid inbox splice: splice has none of the four valid shapes")
-        const applied = shape === undefined
-          ? undefined
-          : applyPending(seedInbox, data, (id) => recordOf(state.known, id)?.pending === true)
-        if (applied !== undefined && Either.isRight(applied)) {
-          seedInbox = applied.right.pending
-          removed = applied.right.removed
-          const gone = removed
-          const removal = shape === "claim" ? "claim" : "cancel"
-          mark = (known) => {
-            let out = gone.length > 0 ? markRemoved(known, gone.map((m) => m.id), removal) : known
-            if (data.inserted.length > 0) out = markPending(out, data.inserted.map((m) => m.id))
-            return out
-          }
-        } else if (data.inserted.length > 0) {
+        if (data.inserted.length > 0) {
           mark = (known) => markRemoved(known, data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id)), "cancel")
         }
       }

@@ -18,7 +18,7 @@ import { pendingOf } from "../domain/Splice.js"
 import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
 import * as Outbox from "./Outbox.js"
-import { peek, poke } from "./Peek.js"
+import { modifyNow, peek } from "./Peek.js"
 import type { Draft, LogSnapshot, SessionStateShape, WakeMarks } from "./SessionState.js"
 import { acknowledgeAt, announce, appendDrafts, appendPure, guardWritable, publish } from "./SessionState.js"
 import { InvalidEvent } from "../domain/Errors.js"
@@ -249,9 +249,7 @@ export const deliverNow = (
   at: "end" | "start",
   fiber: Fiber.RuntimeFiber<unknown, unknown>
 ): Effect.Effect<Acknowledged, AgentDisposed | PersistenceError> => {
-  const snapshot = peek(state.log)
-  const [delivered, next] = deliverTo(state, snapshot, target, message, at)
-  if (next !== snapshot) poke(state.log, next, fiber)
+  const delivered = modifyNow(state.log, (snapshot) => deliverTo(state, snapshot, target, message, at), fiber)
   return isAcknowledged(delivered)
     ? Effect.succeed(delivered)
     : delivered instanceof InvalidEvent

@@ -40,6 +40,25 @@ export const poke = <A>(ref: TRef.TRef<A>, value: A, fiber: Fiber.RuntimeFiber<u
   }, fiber.getFiberRef(FiberRef.currentSchedulingPriority))
 }
 
+/**
+ * `TRef.modify` without a transaction, for a change that reads and writes `ref` alone: `f` gets the
+ * committed value and returns the result and the new value; the value is replaced ({@link poke})
+ * only when `f` returned another one.
+ *
+ * @since 0.1.0
+ * @category setters
+ */
+export const modifyNow = <A, B>(
+  ref: TRef.TRef<A>,
+  f: (value: A) => readonly [B, A],
+  fiber: Fiber.RuntimeFiber<unknown, unknown>
+): B => {
+  const current = peek(ref)
+  const [result, next] = f(current)
+  if (next !== current) poke(ref, next, fiber)
+  return result
+}
+
 // How Effect 3.22 stores a TRef's committed value and its waiting transactions
 // (test/internal/Peek.test.ts checks it).
 interface Versioned<A> {

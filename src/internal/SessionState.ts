@@ -20,7 +20,7 @@ import { decodeUntrusted } from "./DecodedEvents.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
 import * as Outbox from "./Outbox.js"
-import { peek, poke } from "./Peek.js"
+import { modifyNow, peek } from "./Peek.js"
 import * as Writer from "./Writer.js"
 
 /**
@@ -154,15 +154,24 @@ export const appendDrafts = (
       ? STM.succeed([])
       : STM.flatMap(
         // One interpreter step reads and writes the log (a read, a write and a notification would be five).
-        TRef.modify(state.log, (snapshot): readonly [ReadonlyArray<SessionEvent> | InvalidEvent, LogSnapshot] => {
-          const result = appendPure(state, snapshot, drafts, trusted)
-          if (result instanceof InvalidEvent) return [result, snapshot]
-          announce(state, snapshot, result.events)
-          return [result.events, result.snapshot]
-        }),
+        TRef.modify(state.log, (snapshot) => appendTo(state, snapshot, drafts, trusted)),
         (result) => result instanceof InvalidEvent ? STM.fail(result) : STM.succeed(result)
       )
   )
+
+// The log step of an append: the events appended (or the violation, nothing written) and the log
+// it leaves, with the writer told of the new events.
+const appendTo = (
+  state: SessionStateShape,
+  snapshot: LogSnapshot,
+  drafts: ReadonlyArray<Draft>,
+  trusted: boolean
+): readonly [ReadonlyArray<SessionEvent> | InvalidEvent, LogSnapshot] => {
+  const result = appendPure(state, snapshot, drafts, trusted)
+  if (result instanceof InvalidEvent) return [result, snapshot]
+  announce(state, snapshot, result.events)
+  return [result.events, result.snapshot]
+}
 
 /**
  * What {@link appendDrafts} commits for a transaction that changes nothing else, done without a
@@ -177,16 +186,10 @@ export const appendNow = (
   state: SessionStateShape,
   drafts: (length: number) => ReadonlyArray<Draft>,
   fiber: Fiber.RuntimeFiber<unknown, unknown>
-): ReadonlyArray<SessionEvent> | InvalidEvent | undefined => {
-  if (Option.isSome(peek(state.poisoned))) return undefined
-  const snapshot = peek(state.log)
-  const result = appendPure(state, snapshot, drafts(snapshot.events.length), true)
-  if (result instanceof InvalidEvent) return result
-  if (result.events.length === 0) return result.events
-  announce(state, snapshot, result.events)
-  poke(state.log, result.snapshot, fiber)
-  return result.events
-}
+): ReadonlyArray<SessionEvent> | InvalidEvent | undefined =>
+  Option.isSome(peek(state.poisoned))
+    ? undefined
+    : modifyNow(state.log, (snapshot) => appendTo(state, snapshot, drafts(snapshot.events.length), true), fiber)
 
 /**
  * A log with drafts appended, and the events appended.

@@ -3,7 +3,7 @@
  * root only and asserting SPEC's stated outcomes.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, FiberId, Option, Ref, Schema, Stream, TestClock } from "effect"
+import { Deferred, Effect, Exit, Fiber, Option, Ref, Schema, Stream, TestClock } from "effect"
 import type { PreStepInput, UserMessage } from "../../src/index.js"
 import {
   Driver,
@@ -35,12 +35,11 @@ import {
   until,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
 const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 
 const emptyParams = () => Schema.Struct({})
 const asId = (s: string) => s as UserMessage["id"]

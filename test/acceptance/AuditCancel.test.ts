@@ -3,7 +3,7 @@
  * maintenance, resume), written against the package root only.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, FiberId, Layer, Option, Schema, Scope, Stream } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, Scope, Stream } from "effect"
 import type { DriverEvent, Driver as DriverTag, UserMessage } from "../../src/index.js"
 import {
   AgentBusy,
@@ -44,9 +44,8 @@ import {
   untilEvent,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const empty = Schema.Struct({})
 const asId = (s: string) => s as UserMessage["id"]
 const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)

@@ -3,7 +3,7 @@
  * 5.1 (acceptance), 6 (persistence) and 8 (signatures), written against the package root only.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, FiberId, Layer, Option, Ref, Schema, Scope, TestClock } from "effect"
+import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Schema, Scope, TestClock } from "effect"
 import type { UserMessage } from "../../src/index.js"
 import {
   AgentDisposed,
@@ -45,9 +45,8 @@ import {
   untilEvent,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const asId = (s: string) => s as UserMessage["id"]
 const empty = Schema.Struct({})
 const failureOf = <E>(exit: Exit.Exit<unknown, E>) =>

@@ -7,7 +7,7 @@ import * as AiError from "@effect/ai/AiError"
 import * as LanguageModel from "@effect/ai/LanguageModel"
 import type * as Response from "@effect/ai/Response"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Chunk, Context, Deferred, Effect, Either, Exit, Fiber, FiberId, JSONSchema, Layer, Option, Schema, Scope, Stream } from "effect"
+import { Cause, Chunk, Context, Deferred, Effect, Either, Exit, Fiber, JSONSchema, Layer, Option, Schema, Scope, Stream } from "effect"
 import type { DriverEvent, ModelRequest, StreamChunk, UserMessage } from "../../src/index.js"
 import {
   AgentBusy,
@@ -42,9 +42,8 @@ import {
   untilEvent,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const asId = (s: string) => s as UserMessage["id"]
 const empty = Schema.Struct({})
 const errorsOf = (live: ReadonlyArray<DriverEvent>) =>

@@ -3,7 +3,7 @@
  * (steps, streams, retries), 4.6 (tools) and 4.7 (turn-stopping, failures) — against the package root.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Deferred, Duration, Effect, Exit, FiberId, Layer, Option, Random, Schema, Scope, Stream, TestClock } from "effect"
+import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Random, Schema, Scope, Stream, TestClock } from "effect"
 import type { ModelRequest, StreamChunk, UserMessage } from "../../src/index.js"
 import {
   Agent,
@@ -41,9 +41,8 @@ import {
   untilEvent,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const asId = (s: string) => s as UserMessage["id"]
 const empty = Schema.Struct({})
 type Loose = { readonly [k: string]: any }

@@ -3,7 +3,7 @@
  * send-family table and the 3.8 inbox-mutation table, against the package root.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, FiberId, Option, Stream } from "effect"
+import { Deferred, Effect, Fiber, Option, Stream } from "effect"
 import type { UserMessage } from "../../src/index.js"
 import {
   CancelCause,
@@ -34,9 +34,8 @@ import {
   until,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const gateMaxTokens = gate()
 const gateAppendNt = gate()
 const gateAppendNs = gate()

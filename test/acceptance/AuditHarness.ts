@@ -2,7 +2,7 @@
  * Acceptance harness: the scenario setup of SPEC 9 built from the package root only, with the
  * sequence notation of SPEC 4.1 for logs and live notifications.
  */
-import { Chunk, Effect, Layer, Queue, Ref, Stream } from "effect"
+import { Chunk, Deferred, Effect, FiberId, Layer, Queue, Ref, Stream } from "effect"
 import type { Scope } from "effect"
 import type { AgentOptions, AgentStatus, DriverEvent, Message, ScriptEntry, SessionEvent, ToolDefinition, UserMessage } from "../../src/index.js"
 import { Agent, checkLog, Driver, ScriptedModel, SessionId, SessionLog, SessionStore, Tools, userMessage } from "../../src/index.js"
@@ -189,3 +189,9 @@ export const closeOut = Effect.gen(function*() {
   yield* settle
   return checkLog(yield* events, { closed: true })
 })
+
+/** A gate a test opens itself (a `Deferred` outside any fiber). */
+export const gate = () => Deferred.unsafeMake<void>(FiberId.none)
+
+/** Opens a gate. */
+export const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)

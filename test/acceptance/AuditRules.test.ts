@@ -4,7 +4,7 @@
  * 6.7 compaction), written against the package root only.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, FiberId, Option, Ref, Schema, Stream } from "effect"
+import { Deferred, Effect, Fiber, Option, Ref, Schema, Stream } from "effect"
 import type { UserMessage } from "../../src/index.js"
 import {
   CancelCause,
@@ -36,9 +36,8 @@ import {
   untilEvent,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const empty = Schema.Struct({})
 
 const ENVELOPE = new Set(["type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"])

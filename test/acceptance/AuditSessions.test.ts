@@ -3,7 +3,7 @@
  * store), written against the package root only.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Data, Deferred, Effect, Exit, FiberId, Layer, Schema, Scope, Stream, TestClock } from "effect"
+import { Context, Data, Deferred, Effect, Exit, Layer, Schema, Scope, Stream, TestClock } from "effect"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -44,9 +44,8 @@ import {
   untilEvent,
   user
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const empty = Schema.Struct({})
 const resultText = (d: any) => d.message.content[0].content[0].text as string
 

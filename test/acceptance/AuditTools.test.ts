@@ -3,7 +3,7 @@
  * against the package root only.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, FiberId, Ref, Schema, TestClock } from "effect"
+import { Deferred, Effect, Exit, Ref, Schema, TestClock } from "effect"
 import type { ToolDefinition } from "../../src/index.js"
 import { Driver, Hooks, ScriptedModel, SessionLog, Tool, Tools, ToolPreDecision } from "../../src/index.js"
 import {
@@ -22,13 +22,12 @@ import {
   user,
   plugin
 } from "./AuditHarness.js"
+import { gate, open } from "./AuditHarness.js"
 
 const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 const CALL_CHUNKS = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]
 
 const preExploded = new Error("pre exploded")
-const gate = () => Deferred.unsafeMake<void>(FiberId.none)
-const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
 const empty = Schema.Struct({})
 const calls = (name: string, ids: ReadonlyArray<string>) => ids.map((id) => ({ id, name, arguments: {} }))
 const toolEvents = Effect.map(shape, (s) => s.filter((x) => x.startsWith("TC") || x.startsWith("TR")))

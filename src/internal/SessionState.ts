@@ -292,7 +292,7 @@ export const publish = (state: SessionStateShape, notifications: ReadonlyArray<D
 export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A, E> =>
   Effect.flatMap(STM.commit(transaction), (value) =>
     // Nothing queued (the common case): the value as it is, without a delivery step.
-    state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), value) : Effect.succeed(value))
+    delivered(state, value))
 
 /**
  * The Effect of {@link appendNow}, run where the caller's transaction would commit: a poisoned
@@ -309,8 +309,18 @@ export const commitAppendNow = (
   const result = appendNow(state, drafts, fiber)
   if (result === undefined) return Effect.interrupt
   if (result instanceof InvalidEvent) return Effect.fail(result)
-  return state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), result) : Effect.succeed(result)
+  return delivered(state, result)
 }
+
+/**
+ * `value`, after the notifications anyone queued are delivered: how a change made without a
+ * transaction ends where {@link commit} would deliver.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const delivered = <A>(state: SessionStateShape, value: A): Effect.Effect<A> =>
+  state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), value) : Effect.succeed(value)
 
 /**
  * Commits a transaction whose only failures are defects of tiller's own drafts, as defects: the

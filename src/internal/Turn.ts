@@ -5,26 +5,34 @@
  * @since 0.1.0
  */
 import { Effect, Either, Exit, Option, STM, TRef } from "effect"
-import type { InvalidEvent } from "../domain/Errors.js"
-import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
+import { InvalidEvent, PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import { REPAIR_ID_PREFIX } from "../domain/Ids.js"
 import { validateUserMessage } from "../domain/Message.js"
+import type { KnownIds } from "../domain/KnownIds.js"
 import { stateOf } from "../domain/KnownIds.js"
 import type { TurnEndReason, UserMessage } from "../domain/Values.js"
 import { abortable, abortableUnless, causeNow, currentDefectSink, currentStopping, defectsOf, quietDone } from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
-import type { TurnErrorReport } from "./Phase.js"
+import type { Phase, TurnErrorReport } from "./Phase.js"
 import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
-import { appendDrafts, commit, commitOrDie } from "./SessionState.js"
+import { appendDrafts, appendNow, commit, commitAppendNow, commitOrDie, delivered } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import * as GrowOnly from "./GrowOnly.js"
+import { peek, poke } from "./Peek.js"
 import { repairClosers } from "../domain/Repair.js"
 import { claimSTM } from "./InboxOps.js"
 import { runStep } from "./Step.js"
 import { enteredByDefault } from "../services/PreStep.js"
 
 const completed: TurnEndReason = { kind: "completed" }
+
+type StepDecision =
+  | { readonly _tag: "Open" }
+  | { readonly _tag: "Close"; readonly reason: TurnEndReason; readonly report?: TurnErrorReport }
+
+const OPEN: StepDecision = { _tag: "Open" }
+const NOTHING: ReadonlyArray<UserMessage> = []
 
 /**
  * Runs turn `turn`, whose `turn/start` and initial claim (`batch`) are already committed, until
@@ -94,48 +102,73 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           ? Either.left(`message ids starting with ${REPAIR_ID_PREFIX} are reserved`)
           : valid
       })
-      const opened = yield* commitOrDie(session, 
-        STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> => {
-          if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), false)
-          const invalid = checked.find(Either.isLeft)
-          if (invalid !== undefined) {
-            const failure = ownFailure("INVALID_MESSAGE", `pre-step entered an invalid message: ${invalid.left}`)
-            return STM.as(closeTurn(ds, turn, errorReason(failure), { step, error: failure }), false)
+      const messages = checked.flatMap((c) => Either.isRight(c) ? [c.right] : [])
+      // What TX-STEP does on the phase and fold it reads: close the turn, or open the step.
+      const decide = (phase: Phase, known: KnownIds): StepDecision => {
+        if (Option.isSome(causeOf(phase))) return { _tag: "Close", reason: completed }
+        const invalid = checked.find(Either.isLeft)
+        if (invalid !== undefined) {
+          const failure = ownFailure("INVALID_MESSAGE", `pre-step entered an invalid message: ${invalid.left}`)
+          return { _tag: "Close", reason: errorReason(failure), report: { step, error: failure } }
+        }
+        const seen = new Set<string>()
+        for (const m of messages) {
+          const state = stateOf(known, m.id)
+          const reused = seen.has(m.id) || (state !== undefined && !claimedIds.has(m.id))
+          seen.add(m.id)
+          if (reused) {
+            const failure = ownFailure("DUPLICATE_MESSAGE", `pre-step entered message ${m.id}, which is already known (${state ?? "pending"})`)
+            return { _tag: "Close", reason: errorReason(failure), report: { step, error: failure } }
           }
-          const messages = checked.flatMap((c) => Either.isRight(c) ? [c.right] : [])
-          return STM.flatMap(TRef.get(session.log), ({ fold }) => {
-            const seen = new Set<string>()
-            for (const m of messages) {
-              const known = stateOf(fold.known, m.id)
-              const reused = seen.has(m.id) || (known !== undefined && !claimedIds.has(m.id))
-              seen.add(m.id)
-              if (reused) {
-                const state = known ?? "pending"
-                const failure = ownFailure("DUPLICATE_MESSAGE", `pre-step entered message ${m.id}, which is already known (${state})`)
-                return STM.as(closeTurn(ds, turn, errorReason(failure), { step, error: failure }), false)
-              }
-            }
-            const appended = appendDrafts(session, [
-              { type: "step/start", data: { turn, step } },
-              ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
-            ], true)
+        }
+        return OPEN
+      }
+      const drafts = (): ReadonlyArray<Draft> => [
+        { type: "step/start", data: { turn, step } },
+        ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
+      ]
+      const txStep = commitOrDie(session,
+        STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> =>
+          STM.flatMap(TRef.get(session.log), ({ fold }) => {
+            const decision = decide(phase, fold.known)
+            if (decision._tag === "Close") return STM.as(closeTurn(ds, turn, decision.reason, decision.report), false)
+            const appended = appendDrafts(session, drafts(), true)
             // Appending leaves the phase as read above.
             return phase._tag === "Running"
               ? STM.zipRight(appended, STM.as(setStep(ds, phase, step), true))
               : STM.as(appended, true)
-          })
-        })
+          }))
       )
+      // The step opens without a transaction when it changes only the log and the step number
+      // (`phaseNow`, which no transaction waits on): the same decision on the committed values,
+      // read and written in one synchronous step. Closing the turn takes the transaction.
+      const opened = yield* Effect.withFiberRuntime((fiber) => {
+        const phase = peek(ds.phaseNow)
+        if (decide(phase, peek(session.log).fold.known)._tag === "Close") return txStep
+        const written = appendNow(session, drafts, fiber)
+        if (written === undefined) return Effect.interrupt
+        if (written instanceof InvalidEvent) return Effect.die(written)
+        if (phase._tag === "Running") poke(ds.phaseNow, { ...phase, step }, fiber)
+        return delivered(session, true)
+      })
       if (!opened) return
       k = step
       // 4. The step, then its step/end (also after an abort or a failure).
       const result = yield* runStep(ctx, turn, step)
-      const stepEnd = appendDrafts(session, [{ type: "step/end", data: { turn, step } }], true)
+      const endDrafts = (): ReadonlyArray<Draft> => [{ type: "step/end", data: { turn, step } }]
+      const stepEnd = appendDrafts(session, endDrafts(), true)
       let next: ReadonlyArray<UserMessage> | undefined
       if (result._tag === "Continue") {
         // Nothing runs between step/end and the boundary of a step that continues: one transaction.
         lastStop = undefined
-        next = yield* commitOrDie(session, STM.zipRight(stepEnd, boundaryTx(undefined)))
+        // With no cause and nothing steered the boundary claims nothing: step/end is the whole
+        // change, appended without a transaction (as `loopAppend` does).
+        next = yield* Effect.withFiberRuntime<ReadonlyArray<UserMessage> | undefined>((fiber) => {
+          if (Option.isSome(causeOf(peek(ds.phaseNow))) || peek(session.log).fold.inbox.nextStep.length > 0) {
+            return commitOrDie(session, STM.zipRight(stepEnd, boundaryTx(undefined)))
+          }
+          return Effect.as(Effect.orDie(commitAppendNow(session, endDrafts, fiber)), NOTHING)
+        })
       } else {
         yield* commitOrDie(session, stepEnd)
         if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })

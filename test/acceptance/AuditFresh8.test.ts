@@ -26,7 +26,13 @@ import { tiller } from "../cli/harness.js"
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url))
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-audit8-"))
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
+// Child scripts live inside the project, where their imports ("effect", "tsx") resolve.
+fs.mkdirSync(path.join(ROOT, "node_modules", ".cache"), { recursive: true })
+const scripts = fs.mkdtempSync(path.join(ROOT, "node_modules", ".cache", "tiller-audit8-"))
+afterAll(() => {
+  fs.rmSync(dir, { recursive: true, force: true })
+  fs.rmSync(scripts, { recursive: true, force: true })
+})
 let files = 0
 const freshFile = () => path.join(dir, `store-${++files}.db`)
 const modeOf = (file: string) => fs.statSync(file).mode & 0o777
@@ -247,7 +253,7 @@ describe("§6.1 two stores / processes on one file", () => {
   it.live("6.1/8.10: two processes opening a fresh file at the same moment both migrate and write (no migration race)", () =>
     Effect.gen(function*() {
       const filename = freshFile()
-      const script = path.join(dir, `child-${files}.ts`)
+      const script = path.join(scripts, `child-${files}.ts`)
       fs.writeFileSync(
         script,
         `import { Effect } from "effect"
@@ -275,7 +281,7 @@ Effect.runPromise(program.pipe(Effect.provide(SqliteSessionStore.layer({ filenam
   it.live("6.1: an agent held by a process keeps a lease row; a second store layer in another process is refused AgentBusy", () =>
     Effect.gen(function*() {
       const filename = freshFile()
-      const script = path.join(dir, `child-busy-${files}.ts`)
+      const script = path.join(scripts, `child-busy-${files}.ts`)
       fs.writeFileSync(
         script,
         `import { Effect, Layer, Either } from "effect"

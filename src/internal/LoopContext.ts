@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import type { Effect } from "effect"
+import type { Effect, Fiber } from "effect"
 import type { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../domain/Values.js"
@@ -86,6 +86,11 @@ export interface LoopContext {
   readonly defaults: RequestDefaults
   /** Mutable: whether this driver instance made a request yet, and the last logged header. */
   readonly requests: { first: boolean; lastHeader: RequestHeader | undefined }
+  /**
+   * The tool bodies running now. They are started at once, as no child of the loop's fiber (see
+   * `ToolBatch`), so the loop's fiber interrupts them when it is interrupted itself.
+   */
+  readonly bodies: Set<Fiber.RuntimeFiber<unknown, unknown>>
 }
 
 /**

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Either, Exit, Fiber, Option, STM, TRef } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type { MessageId } from "../domain/Ids.js"
 import { stateOf } from "../domain/KnownIds.js"
@@ -70,6 +70,8 @@ export const runTools = (
   Effect.gen(function*() {
     const { ds, sessionId } = ctx
     const session = ds.session
+    // Tool bodies run with this fiber's context and fiber refs.
+    const runtime = yield* Effect.runtime<never>()
     const calls: Array<CallState> = blocks.map((block, index) => ({
       block,
       index,
@@ -185,11 +187,17 @@ export const runTools = (
           callId: call.block.id,
           deferContext: (m) => Effect.sync(() => void call.deferred.push(m))
         }
-        const fiber = yield* Effect.fork(Effect.suspend(() => tool.execute(call.params, context)))
+        // The body starts at once, on this stack, and runs until it first suspends: a synchronous
+        // body has ended when `runFork` returns, with no scheduler round trip before its exit is
+        // seen. Its fiber is no child of this one: it is in `ctx.bodies` while it runs, for the
+        // loop to interrupt if interrupted itself.
+        const fiber = Runtime.runFork(runtime)(Effect.suspend(() => tool.execute(call.params, context)))
         call.fiber = fiber
         // An observer, called once the body's exit is set (at once if it already is): no effect
         // wrapped around the body for it.
+        ctx.bodies.add(fiber)
         fiber.addObserver((exit) => {
+          ctx.bodies.delete(fiber)
           call.exit = exit
           settled.push(call.index)
           const signal = wake
@@ -338,22 +346,18 @@ export const runTools = (
     const CAUSE_RECORDED = { _tag: "Cause" as const, index: -1 }
 
     // The next settled call, or a recorded cause. The stop watch also fires for a poisoned session,
-    // which is no cause: the wait goes on then (the call's commit meets the poison). It yields first,
-    // so bodies just forked start (and can observe an interruption) before the scheduler goes on.
-    const nextSettled: Effect.Effect<{ readonly _tag: "Settled" | "Cause"; readonly index: number }> = Effect.zipRight(
-      Effect.yieldNow(),
-      Effect.suspend(() => pollSettled)
-    )
-    const pollSettled: Effect.Effect<{ readonly _tag: "Settled" | "Cause"; readonly index: number }> = Effect.suspend(() => {
+    // which is no cause: the wait goes on then (the call's commit meets the poison). Bodies started
+    // before it already ran until they first suspended.
+    const nextSettled: Effect.Effect<{ readonly _tag: "Settled" | "Cause"; readonly index: number }> = Effect.suspend(() => {
       if (settled.length > 0) return Effect.succeed({ _tag: "Settled" as const, index: settled.shift()! })
       const watch = ds.stopWatch
       if (watch !== undefined && !watch.stopped) {
         return Effect.flatMap(settleOrStop(watch), (woken) =>
-          woken === "stop" && Option.isSome(causeNow(ds)) ? Effect.succeed(CAUSE_RECORDED) : pollSettled)
+          woken === "stop" && Option.isSome(causeNow(ds)) ? Effect.succeed(CAUSE_RECORDED) : nextSettled)
       }
       return Effect.flatMap(
         Effect.raceFirst(Effect.as(settleSignal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
-        (woken) => woken === "cause" ? Effect.succeed(CAUSE_RECORDED) : pollSettled
+        (woken) => woken === "cause" ? Effect.succeed(CAUSE_RECORDED) : nextSettled
       )
     })
 

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Duration, Schedule, Scope } from "effect"
-import { Context, Effect, HashSet, Layer, Option, STM, TRef } from "effect"
+import { Context, Effect, Fiber, HashSet, Layer, Option, STM, TRef } from "effect"
 import type {
   AgentBusy,
   MalformedLog,
@@ -125,7 +125,8 @@ const acquireDriver = (
         maxParallelToolCalls: tools.maxParallelToolCalls
       },
       defaults: options,
-      requests: { first: true, lastHeader: lastHeaderOf(events) }
+      requests: { first: true, lastHeader: lastHeaderOf(events) },
+      bodies: new Set()
     }
     // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
     const nextTurn = STM.commit(
@@ -142,7 +143,11 @@ const acquireDriver = (
     yield* Effect.forkScoped(
       Effect.forever(
         Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch))
-      ).pipe(Effect.locally(currentActivity, identity))
+      ).pipe(
+        // Tool bodies still running go with the loop (they are no children of its fiber).
+        Effect.onInterrupt(() => Effect.suspend(() => Fiber.interruptAll(Array.from(ctx.bodies)))),
+        Effect.locally(currentActivity, identity)
+      )
     )
     const driver = makeDriver(ds, identity, scope)
     // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).

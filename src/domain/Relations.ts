@@ -142,7 +142,11 @@ export const relate = (
     s = { ...s, claimPhase: "none" }
   }
   const entering = s.entering
-  if (entering) s = { ...s, entering: false }
+  if (entering) {
+    const next = copy(s)
+    next.entering = false
+    s = next
+  }
   if (!isCoreEvent(event)) return s
   return relateCore(s, event, facts, entering, violation)
 }
@@ -190,7 +194,13 @@ const relateCore = (
       else if (turn !== s.lastTurn) violation("R3", `step/start names turn ${turn}, open turn is ${s.lastTurn}`)
       else if (s.stepOpen) violation("R3", `step/start ${step} while step ${s.lastStep} is open`)
       else if (step !== s.lastStep + 1) violation("R3", `step/start ${step} after step ${s.lastStep}`)
-      return { ...s, lastStep: step, stepOpen: true, step: emptyStep, entering: true, claimPhase: "none" }
+      const next = copy(s)
+      next.lastStep = step
+      next.stepOpen = true
+      next.step = emptyStep
+      next.entering = true
+      next.claimPhase = "none"
+      return next
     }
     case "step/end": {
       const { step, turn } = event.data
@@ -204,13 +214,12 @@ const relateCore = (
           }
         }
       }
-      return {
-        ...s,
-        stepOpen: false,
-        step: undefined,
-        claimPhase: s.turnOpen ? "boundary" : "none",
-        claimedForStep: new Set()
-      }
+      const next = copy(s)
+      next.stepOpen = false
+      next.step = undefined
+      next.claimPhase = s.turnOpen ? "boundary" : "none"
+      next.claimedForStep = noIds
+      return next
     }
     case "user/message": {
       const id = event.data.id
@@ -230,7 +239,10 @@ const relateCore = (
         claimed.delete(id)
         return { ...s, entering: s.stepOpen, claimedForStep: claimed }
       }
-      return { ...s, entering: s.stepOpen }
+      if (s.entering === s.stepOpen) return s
+      const next = copy(s)
+      next.entering = s.stepOpen
+      return next
     }
     case "assistant/chunk": {
       const d = event.data
@@ -262,11 +274,12 @@ const relateCore = (
         violation("R14", `${interrupted ? "interrupted" : "max-tokens"} assistant/message carries a tool call`)
       }
       const maxTokens = !interrupted && step.finish === "max-tokens"
-      return {
-        ...s,
-        maxTokensInTurn: s.maxTokensInTurn || maxTokens,
-        step: { ...step, anchor: { calls, interrupted } }
-      }
+      const next = copy(s)
+      next.maxTokensInTurn = s.maxTokensInTurn || maxTokens
+      const nextStep = copyStep(step)
+      nextStep.anchor = { calls, interrupted }
+      next.step = nextStep
+      return next
     }
     case "tool/call": {
       const d = event.data
@@ -289,7 +302,12 @@ const relateCore = (
       if (index < step.lastCallIndex) violation("R12", `tool/call ${d.callId} out of block order`)
       const callSeqs = new Map(step.callSeqs)
       callSeqs.set(d.callId, event.seq)
-      return { ...s, step: { ...step, callSeqs, lastCallIndex: Math.max(index, step.lastCallIndex) } }
+      const next = copy(s)
+      const nextStep = copyStep(step)
+      nextStep.callSeqs = callSeqs
+      nextStep.lastCallIndex = Math.max(index, step.lastCallIndex)
+      next.step = nextStep
+      return next
     }
     case "tool/result": {
       if (event.surfaceOp !== "append") return s
@@ -317,7 +335,12 @@ const relateCore = (
       }
       const answered = new Set(step.answered)
       answered.add(callId)
-      return { ...s, step: { ...step, answered, lastResultIndex: Math.max(index, step.lastResultIndex) } }
+      const next = copy(s)
+      const nextStep = copyStep(step)
+      nextStep.answered = answered
+      nextStep.lastResultIndex = Math.max(index, step.lastResultIndex)
+      next.step = nextStep
+      return next
     }
     case "request/header": {
       if (!s.stepOpen) violation("R5", `request/header with no open step`)
@@ -389,6 +412,38 @@ const withChunk = (s: Relations, step: StepRelations, seq: number, finish: StepR
     lastResultIndex: step.lastResultIndex
   }
 })
+
+type Mutable<A> = { -readonly [K in keyof A]: A[K] }
+
+// A fresh copy to change before returning it: field by field, which is several times faster than
+// object spread on these records.
+const copy = (s: Relations): Mutable<Relations> => ({
+  lastTurn: s.lastTurn,
+  turnOpen: s.turnOpen,
+  lastStep: s.lastStep,
+  stepOpen: s.stepOpen,
+  maxTokensInTurn: s.maxTokensInTurn,
+  claimPhase: s.claimPhase,
+  entering: s.entering,
+  claimedForStep: s.claimedForStep,
+  headerSeen: s.headerSeen,
+  bracket: s.bracket,
+  step: s.step
+})
+
+const copyStep = (step: StepRelations): Mutable<StepRelations> => ({
+  attempt: step.attempt,
+  chunkSeqs: step.chunkSeqs,
+  finish: step.finish,
+  anchor: step.anchor,
+  callSeqs: step.callSeqs,
+  lastCallIndex: step.lastCallIndex,
+  answered: step.answered,
+  lastResultIndex: step.lastResultIndex
+})
+
+// No id claimed (sets of claimed ids are copied before they change, so one empty set serves all).
+const noIds: ReadonlySet<string> = new Set()
 
 const relateSplice = (
   s: Relations,

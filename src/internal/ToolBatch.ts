@@ -381,7 +381,7 @@ export const runTools = (
 
     const schedule = Effect.gen(function*() {
       while (nextCommit < calls.length) {
-        yield* commitReady
+        if (calls[nextCommit]!.outcome !== undefined) yield* commitReady
         if (nextCommit >= calls.length) break
         if (!stopped && Option.isSome(causeNow(ds))) stopped = true
         const groupOpen = nextStart < calls.length && !stopped

@@ -7,10 +7,11 @@
  *
  * @since 0.1.0
  */
-import { Either, HashMap, Option } from "effect"
+import { Either } from "effect"
 import type { MessageId } from "../domain/Ids.js"
 import type { Json } from "../domain/Json.js"
 import type { AssistantMessage, StreamChunk, Usage } from "../domain/Values.js"
+import * as VersionedMap from "./VersionedMap.js"
 
 type BlockKind = "text" | "reasoning" | "tool-call"
 
@@ -37,6 +38,11 @@ const toArray = <A>(stack: Stack<A>): Array<A> => {
   return out.reverse()
 }
 
+// The open blocks by stream index; a closed block's entry is `undefined` (the map has no removal).
+type OpenBlocks = VersionedMap.VersionedMap<BlockStart | undefined>
+
+const openAt = (open: OpenBlocks, index: number): BlockStart | undefined => VersionedMap.get(open, String(index))
+
 /**
  * What the assembler has seen of one attempt so far.
  *
@@ -47,7 +53,7 @@ export interface AssemblerState {
   readonly starts: Stack<BlockStart>
   readonly deltas: Stack<Delta>
   readonly blockCount: number
-  readonly open: HashMap.HashMap<number, BlockStart>
+  readonly open: OpenBlocks
   readonly usage: Usage | undefined
   readonly replayState: { readonly value: Json } | undefined
 }
@@ -85,7 +91,7 @@ export const empty = (): AssemblerState => ({
   starts: undefined,
   deltas: undefined,
   blockCount: 0,
-  open: HashMap.empty(),
+  open: VersionedMap.empty(),
   usage: undefined,
   replayState: undefined
 })
@@ -102,12 +108,12 @@ const appendDelta = (
   index: number,
   text: string
 ): Either.Either<AssemblerState, string> => {
-  const block = HashMap.get(state.open, index)
-  if (Option.isNone(block)) return Either.left(`${type} for unopened index ${index}`)
-  if (block.value.kind !== deltaKind[type]) {
-    return Either.left(`${type} for ${block.value.kind} block at index ${index}`)
+  const block = openAt(state.open, index)
+  if (block === undefined) return Either.left(`${type} for unopened index ${index}`)
+  if (block.kind !== deltaKind[type]) {
+    return Either.left(`${type} for ${block.kind} block at index ${index}`)
   }
-  return Either.right({ ...state, deltas: push(state.deltas, { ordinal: block.value.ordinal, text }) })
+  return Either.right({ ...state, deltas: push(state.deltas, { ordinal: block.ordinal, text }) })
 }
 
 /**
@@ -121,7 +127,7 @@ const appendDelta = (
 export const feed = (state: AssemblerState, chunk: StreamChunk): Either.Either<AssemblerState, string> => {
   switch (chunk.type) {
     case "block-start": {
-      if (HashMap.has(state.open, chunk.index)) {
+      if (openAt(state.open, chunk.index) !== undefined) {
         return Either.left(`block-start reuses open index ${chunk.index}`)
       }
       const start: BlockStart = chunk.block === "tool-call"
@@ -131,7 +137,7 @@ export const feed = (state: AssemblerState, chunk: StreamChunk): Either.Either<A
         ...state,
         starts: push(state.starts, start),
         blockCount: state.blockCount + 1,
-        open: HashMap.set(state.open, chunk.index, start)
+        open: VersionedMap.set(state.open, String(chunk.index), start)
       })
     }
     case "text-delta":
@@ -140,8 +146,8 @@ export const feed = (state: AssemblerState, chunk: StreamChunk): Either.Either<A
     case "tool-call-delta":
       return appendDelta(state, chunk.type, chunk.index, chunk.arguments)
     case "block-end":
-      return HashMap.has(state.open, chunk.index)
-        ? Either.right({ ...state, open: HashMap.remove(state.open, chunk.index) })
+      return openAt(state.open, chunk.index) !== undefined
+        ? Either.right({ ...state, open: VersionedMap.set(state.open, String(chunk.index), undefined) })
         : Either.left(`block-end for unopened index ${chunk.index}`)
     case "usage":
       return Either.right({ ...state, usage: chunk.usage })
@@ -158,14 +164,23 @@ type Content = AssistantMessage["content"][number]
 
 // Every block in block-start order, with its deltas joined.
 const blocks = (state: AssemblerState): Array<Content> => {
-  const parts: Array<Array<string>> = Array.from({ length: state.blockCount }, () => [])
-  for (const delta of toArray(state.deltas)) parts[delta.ordinal]!.push(delta.text)
-  return toArray(state.starts).map((start): Content => {
-    const text = parts[start.ordinal]!.join("")
-    return start.kind === "tool-call"
+  const parts: Array<Array<string> | undefined> = new Array(state.blockCount)
+  for (const delta of toArray(state.deltas)) {
+    const part = parts[delta.ordinal]
+    if (part === undefined) parts[delta.ordinal] = [delta.text]
+    else part.push(delta.text)
+  }
+  // Starts are numbered in order (ordinal 0 first): each goes to its own place.
+  const out: Array<Content> = new Array(state.blockCount)
+  for (let s = state.starts; s !== undefined; s = s.tail) {
+    const start = s.head
+    const part = parts[start.ordinal]
+    const text = part === undefined ? "" : part.length === 1 ? part[0]! : part.join("")
+    out[start.ordinal] = start.kind === "tool-call"
       ? { type: "tool-call", id: start.id, name: start.name, arguments: text }
       : { type: start.kind, text }
-  })
+  }
+  return out
 }
 
 const build = (

@@ -145,32 +145,44 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
     const session = ds.session
     let attempt = 1
     while (true) {
-      // Q1: the request configuration.
-      const seed = seedConfig(ctx)
-      const configured = ctx.hooks.isQuiet("request")
-        ? quietDone(hookDefaults.request(seed))
-        : yield* abortable(ds, ctx.hooks.request({ sessionId, turn, step, attempt, config: seed }, seed))
-      if (configured._tag === "Aborted") return aborted(defectsOf(configured.exit))
-      if (Exit.isFailure(configured.exit)) {
-        const error = originalError(configured.exit)
-        return failed(toLlmFailure(error), error, defectsOf(configured.exit))
-      }
-      const config = configured.exit.value
-      if (config.provider === undefined || config.model === undefined) {
-        return failed(ownFailure("NO_ROUTE", "no provider and model are configured for the request"))
-      }
-      // Q2, Q3: the header (logged when needed) and the messages, read in one transaction.
       const tools = ctx.tools.list()
-      const header = headerOf(config, config.provider, config.model, tools)
       const first = ctx.requests.first
       const previous = ctx.requests.lastHeader
-      const reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
+      const quiet = ctx.hooks.isQuiet("request")
+      let header: RequestHeader
+      let reason: "initial" | "resume" | "change" | undefined
+      if (quiet && !first && previous !== undefined && previous.tools === tools) {
+        // Q1-Q2 without a request listener, after a header and with the same tools: the default
+        // configuration is the last header's, so the header is that one and nothing is logged.
+        header = previous
+        reason = undefined
+      } else {
+        // Q1: the request configuration.
+        const seed = seedConfig(ctx)
+        const configured = quiet
+          ? quietDone(hookDefaults.request(seed))
+          : yield* abortable(ds, ctx.hooks.request({ sessionId, turn, step, attempt, config: seed }, seed))
+        if (configured._tag === "Aborted") return aborted(defectsOf(configured.exit))
+        if (Exit.isFailure(configured.exit)) {
+          const error = originalError(configured.exit)
+          return failed(toLlmFailure(error), error, defectsOf(configured.exit))
+        }
+        const config = configured.exit.value
+        if (config.provider === undefined || config.model === undefined) {
+          return failed(ownFailure("NO_ROUTE", "no provider and model are configured for the request"))
+        }
+        // Q2: the header, logged when needed.
+        header = headerOf(config, config.provider, config.model, tools)
+        reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
+      }
+      // Q3: the messages, read with the header's append in one transaction.
       const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: fold.messages, lastSeq: events.length - 1 })
       // A header to log is checked like any caller's event (a request hook can put anything in the
       // configuration): an invalid one is not written and fails the step (INVALID_EVENT).
       const decided = reason === undefined
-        // Nothing to write: the committed log and phase, read together without a transaction.
-        ? yield* Effect.sync(() => Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log)))
+        // Nothing to write: the committed log and phase, read together without a transaction (the
+        // generator runs in one synchronous step up to its next yield).
+        ? Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log))
         : yield* Effect.catchTag(
           loopTx(
             ctx,

@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Chunk, Context, Effect, Exit, Layer, Option, Ref, Stream } from "effect"
+import { Chunk, Context, Effect, Exit, Layer, Option, Stream } from "effect"
 import { ModelError } from "../domain/Errors.js"
 import type { Json } from "../domain/Json.js"
 import type { LlmFailure, StreamChunk, Usage } from "../domain/Values.js"
@@ -217,7 +217,7 @@ const play = (entry: Entry): Stream.Stream<StreamChunk, ModelError> =>
 
 interface ScriptState {
   /** The index of the next entry to play. */
-  readonly next: number
+  next: number
   /** Every request so far, oldest first (appended in place; copied when read). */
   readonly requests: Array<ModelRequest>
 }
@@ -234,34 +234,34 @@ const isPlain = (entry: Entry): boolean =>
 const make = (script: ReadonlyArray<ScriptEntry>) =>
   Effect.gen(function*() {
     const entries = script as ReadonlyArray<Entry>
-    const state = yield* Ref.make<ScriptState>({ next: 0, requests: [] })
-    // Recording the request and taking its entry is one atomic step, when the stream starts.
-    const take = (request: ModelRequest) =>
-      Ref.modify(state, ({ next, requests }): [Entry | undefined, ScriptState] => {
-        requests.push(freeze(request))
-        return [entries[next], { next: next + 1, requests }]
+    // Changed only inside one synchronous step of an Effect, so no Ref is needed.
+    const state: ScriptState = yield* Effect.sync(() => ({ next: 0, requests: [] }))
+    // Recording the request and taking its entry is one atomic step, when the stream starts: the
+    // entry for `request` (given to `use`), or the script is exhausted.
+    const entryFor = <A>(request: ModelRequest, use: (entry: Entry) => A): Effect.Effect<A, ModelError> =>
+      Effect.suspend(() => {
+        state.requests.push(freeze(request))
+        const entry = entries[state.next++]
+        return entry === undefined ? Effect.fail(exhausted) : Effect.succeed(use(entry))
       })
-    // The entry for `request`, or the script is exhausted.
-    const entryFor = (request: ModelRequest) =>
-      Effect.flatMap(take(request), (next) => next === undefined ? Effect.fail(exhausted) : Effect.succeed(next))
     const model = Model.of({
       stream: (request) =>
         Preloaded.make(
           () => {
             let played: Entry | undefined
-            const started = Effect.map(entryFor(request), (entry) => {
+            const started = entryFor(request, (entry) => {
               played = entry
               return play(entry)
             })
             return withOnInterrupt(Stream.unwrap(started), () => played)
           },
           // The loop's reading: a plain entry's chunks at once (it has no effect to place between them).
-          Effect.map(entryFor(request), (next) => isPlain(next) ? next.chunks : withOnInterrupt(play(next), () => next))
+          entryFor(request, (next) => isPlain(next) ? next.chunks : withOnInterrupt(play(next), () => next))
         )
     })
     const scripted = ScriptedModel.of({
-      requests: Effect.map(Ref.get(state), (s) => Object.freeze([...s.requests])),
-      remaining: Effect.map(Ref.get(state), (s) => Math.max(0, entries.length - s.next))
+      requests: Effect.sync(() => Object.freeze([...state.requests])),
+      remaining: Effect.sync(() => Math.max(0, entries.length - state.next))
     })
     return Context.make(Model, model).pipe(Context.add(ScriptedModel, scripted))
   })

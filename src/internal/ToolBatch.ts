@@ -7,6 +7,7 @@
  */
 import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
+import { InvalidEvent } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { stateOf } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
@@ -19,7 +20,7 @@ import { originalError } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
 import { getPhase } from "./Phase.js"
-import { appendDrafts, commit, commitAppendNow, commitOrDie, publish } from "./SessionState.js"
+import { appendDrafts, appendNow, commit, commitOrDie, delivered, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
 import { isCause, loopAppend } from "./Step.js"
@@ -228,84 +229,88 @@ export const runTools = (
     }
 
     // COMMIT(c): ToolPost, then ⟨TR INS? CAN?⟩ in one transaction.
-    const commitCall = (call: CallState): Effect.Effect<void, SchedulerFailure> =>
-      Effect.gen(function*() {
-        let outcome = call.outcome!
-        let output = outcomeOutput(ref(call), outcome)
-        if (runsToolPost(outcome)) {
-          const abortedNow = Option.isSome(causeNow(ds))
-          const posted = ctx.hooks.isQuiet("toolPost")
-            ? Exit.succeed(hookDefaults.toolPost({ output }))
-            : yield* Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))
-          if (Exit.isFailure(posted)) return yield* Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
-          // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
-          const problem = posted.value === output ? undefined : normalizedOutputProblem(posted.value)
-          output = posted.value
-          if (problem !== undefined) {
-            outcome = ToolOutcome.InvalidOutput({ detail: problem })
-            output = outcomeOutput(ref(call), outcome)
-          }
+    const commitCall = (call: CallState): Effect.Effect<void, SchedulerFailure> => {
+      const outcome = call.outcome!
+      const output = outcomeOutput(ref(call), outcome)
+      // Without a ToolPost listener the output stands as it is.
+      if (!runsToolPost(outcome) || ctx.hooks.isQuiet("toolPost")) return commitOutput(call, outcome, output)
+      const abortedNow = Option.isSome(causeNow(ds))
+      return Effect.flatMap(Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow })), (posted) => {
+        if (Exit.isFailure(posted)) return Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
+        // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
+        const problem = posted.value === output ? undefined : normalizedOutputProblem(posted.value)
+        if (problem === undefined) return commitOutput(call, outcome, posted.value)
+        const invalid = ToolOutcome.InvalidOutput({ detail: problem })
+        return commitOutput(call, invalid, outcomeOutput(ref(call), invalid))
+      })
+    }
+
+    // ⟨TR INS? CAN?⟩ of the final outcome and output.
+    const commitOutput = (call: CallState, postedOutcome: ToolOutcome, postedOutput: NormalizedToolOutput): Effect.Effect<void> => {
+      let outcome = postedOutcome
+      let output = postedOutput
+      const contexts: Array<UserMessage> = []
+      let invalidContext: string | undefined
+      for (const m of [...call.deferred, ...output.additionalContexts]) {
+        const accepted = acceptCallerMessage(m)
+        if (Either.isLeft(accepted)) {
+          invalidContext = accepted.left.reason
+          break
         }
-        const contexts: Array<UserMessage> = []
-        let invalidContext: string | undefined
-        for (const m of [...call.deferred, ...output.additionalContexts]) {
-          const accepted = acceptCallerMessage(m)
-          if (Either.isLeft(accepted)) {
-            invalidContext = accepted.left.reason
-            break
-          }
-          contexts.push(accepted.right)
-        }
-        if (invalidContext !== undefined) {
-          outcome = ToolOutcome.InvalidOutput({ detail: `additional context: ${invalidContext}` })
-          output = outcomeOutput(ref(call), outcome)
-          contexts.length = 0
-        }
-        const finalOutcome = outcome
-        const finalOutput = output
-        // COMMIT step 4: the final output (after ToolPost) decides, whatever the body's own outcome.
-        const conclude = (use: { readonly output: NormalizedToolOutput }) => {
-          if (use.output.concludesTurn && !use.output.isError) concluded = true
-        }
-        // Without contexts the result is the whole change: one append, without a transaction.
-        const resultOnly = Effect.withFiberRuntime((fiber) =>
-          Effect.orDie(commitAppendNow(session, () => [resultDraft(call, finalOutcome, finalOutput)], fiber))
-        )
-        if (contexts.length === 0) {
-          yield* resultOnly
+        contexts.push(accepted.right)
+      }
+      if (invalidContext !== undefined) {
+        outcome = ToolOutcome.InvalidOutput({ detail: `additional context: ${invalidContext}` })
+        output = outcomeOutput(ref(call), outcome)
+        contexts.length = 0
+      }
+      const finalOutcome = outcome
+      const finalOutput = output
+      // COMMIT step 4: the final output (after ToolPost) decides, whatever the body's own outcome.
+      const conclude = (use: { readonly output: NormalizedToolOutput }) => {
+        if (use.output.concludesTurn && !use.output.isError) concluded = true
+      }
+      // Without contexts the result is the whole change: one append, without a transaction.
+      if (contexts.length === 0) {
+        return Effect.withFiberRuntime((fiber) => {
+          const written = appendNow(session, () => [resultDraft(call, finalOutcome, finalOutput)], fiber)
+          if (written === undefined) return Effect.interrupt
+          if (written instanceof InvalidEvent) return Effect.die(written)
           conclude({ output: finalOutput })
           call.committed = true
-          return
-        }
-        yield* commitOrDie(session,
-          STM.gen(function*() {
-            let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
-            const duplicate = yield* freshness(contexts)
-            if (duplicate !== undefined) {
-              const invalid = ToolOutcome.InvalidOutput({ detail: duplicate })
-              use = { outcome: invalid, output: outcomeOutput(ref(call), invalid), contexts: [] }
+          return delivered(session, undefined)
+        })
+      }
+      return Effect.map(commitOrDie(session,
+        STM.gen(function*() {
+          let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
+          const duplicate = yield* freshness(contexts)
+          if (duplicate !== undefined) {
+            const invalid = ToolOutcome.InvalidOutput({ detail: duplicate })
+            use = { outcome: invalid, output: outcomeOutput(ref(call), invalid), contexts: [] }
+          }
+          yield* appendDrafts(session, [resultDraft(call, use.outcome, use.output)], true)
+          if (use.contexts.length > 0) {
+            const { fold } = yield* TRef.get(session.log)
+            const s = fold.inbox.nextStep.length
+            yield* appendDrafts(session, [{ type: "agent/inbox/spliced", data: { target: "next-step", start: s, inserted: use.contexts } }], true)
+            const notifications: Array<DriverEvent> = use.contexts.map((message) => ({ type: "agent/inbox/inserted", message }))
+            const phase = yield* getPhase(ds)
+            if (phase._tag === "Running" && phase.dropContexts) {
+              yield* appendDrafts(session, [{
+                type: "agent/inbox/spliced",
+                data: { target: "next-step", start: s, removedCount: use.contexts.length, inserted: [], outcome: "canceled" }
+              }], true)
+              for (const message of use.contexts) notifications.push({ type: "agent/inbox/discarded", message })
             }
-            yield* appendDrafts(session, [resultDraft(call, use.outcome, use.output)], true)
-            if (use.contexts.length > 0) {
-              const { fold } = yield* TRef.get(session.log)
-              const s = fold.inbox.nextStep.length
-              yield* appendDrafts(session, [{ type: "agent/inbox/spliced", data: { target: "next-step", start: s, inserted: use.contexts } }], true)
-              const notifications: Array<DriverEvent> = use.contexts.map((message) => ({ type: "agent/inbox/inserted", message }))
-              const phase = yield* getPhase(ds)
-              if (phase._tag === "Running" && phase.dropContexts) {
-                yield* appendDrafts(session, [{
-                  type: "agent/inbox/spliced",
-                  data: { target: "next-step", start: s, removedCount: use.contexts.length, inserted: [], outcome: "canceled" }
-                }], true)
-                for (const message of use.contexts) notifications.push({ type: "agent/inbox/discarded", message })
-              }
-              yield* publish(session, notifications)
-            }
-            conclude(use)
-          })
-        )
+            yield* publish(session, notifications)
+          }
+          conclude(use)
+        })
+      ), () => {
         call.committed = true
       })
+    }
 
     const freshness = (contexts: ReadonlyArray<UserMessage>) =>
       STM.map(TRef.get(session.log), ({ fold }) => {

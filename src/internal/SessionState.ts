@@ -313,6 +313,25 @@ export const commitAppendNow = (
 }
 
 /**
+ * {@link commitAppendNow} of tiller's own drafts, where an invalid draft is a defect, answering
+ * `answer` of the events appended: one step where `Effect.orDie` and a `map` would add three.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commitAppendNowOrDie = <A>(
+  state: SessionStateShape,
+  drafts: (length: number) => ReadonlyArray<Draft>,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  answer: (events: ReadonlyArray<SessionEvent>) => A
+): Effect.Effect<A> => {
+  const result = appendNow(state, drafts, fiber)
+  if (result === undefined) return Effect.interrupt
+  if (result instanceof InvalidEvent) return Effect.die(result)
+  return delivered(state, answer(result))
+}
+
+/**
  * `value`, after the notifications anyone queued are delivered: how a change made without a
  * transaction ends where {@link commit} would deliver.
  *

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Chunk, Duration, Effect, Either, Exit, Option, ParseResult, Stream, STM, TRef } from "effect"
+import { Cause, Chunk, Duration, Effect, Either, Exit, identity, Option, ParseResult, Stream, STM, TRef } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { InvalidEvent, ModelError } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
@@ -26,7 +26,7 @@ import * as RequestView from "./RequestView.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf } from "./Phase.js"
-import { appendDrafts, commit, commitAppendNow, dieOnFailure } from "./SessionState.js"
+import { appendDrafts, appendNow, commit, commitAppendNow, commitAppendNowOrDie, delivered, dieOnFailure } from "./SessionState.js"
 import type { Draft, LogSnapshot } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
 
@@ -93,6 +93,23 @@ export const loopAppend = (
 ): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE, InvalidEvent> =>
   Effect.withFiberRuntime((fiber) =>
     Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? Effect.succeed(CAUSE) : commitAppendNow(ctx.ds.session, drafts, fiber)
+  )
+
+/**
+ * {@link loopAppend} of drafts that cannot be invalid but by a defect of tiller's own: an
+ * `InvalidEvent` is a defect.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const loopAppendOrDie = (
+  ctx: LoopContext,
+  drafts: (length: number) => ReadonlyArray<Draft>
+): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE> =>
+  Effect.withFiberRuntime((fiber) =>
+    Option.isSome(causeOf(peek(ctx.ds.phaseNow)))
+      ? Effect.succeed(CAUSE)
+      : commitAppendNowOrDie(ctx.ds.session, drafts, fiber, identity)
   )
 
 /**
@@ -334,37 +351,38 @@ const runAttempt = (
       const drafts = [...pending, chunkDraft(turn, step, attempt, chunk)]
       pending = []
       const assembled = Assembler.finishMessage(pendingAssembler, origin, kind)
-      // The last chunks and the message in one append; the message cites every chunk's seq.
-      return loopAppend(ctx, (length) => {
-        const seqs = [...chunkSeqs]
-        for (let i = 0; i < drafts.length; i++) seqs.push(length + i)
-        return [...drafts, {
-          type: "assistant/message",
-          data: {
-            turn,
-            step,
-            attempt,
-            message: assembled.message,
-            ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
-          },
-          surfaceOp: "append",
-          sourceEventSeqs: seqs
-        }]
-      }).pipe(
-        Effect.catchTag("InvalidEvent", (error) => {
-          invalid = ownFailure("INVALID_EVENT", error.message)
+      // The last chunks and the message in one append; the message cites every chunk's seq. With a
+      // cause recorded nothing is written (as `loopAppend`), in one step.
+      return Effect.withFiberRuntime((fiber) => {
+        if (Option.isSome(causeOf(peek(ctx.ds.phaseNow)))) return Effect.interrupt
+        const written = appendNow(ctx.ds.session, (length) => {
+          const seqs = [...chunkSeqs]
+          for (let i = 0; i < drafts.length; i++) seqs.push(length + i)
+          return [...drafts, {
+            type: "assistant/message",
+            data: {
+              turn,
+              step,
+              attempt,
+              message: assembled.message,
+              ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
+            },
+            surfaceOp: "append",
+            sourceEventSeqs: seqs
+          }]
+        }, fiber)
+        if (written === undefined) return Effect.interrupt
+        if (written instanceof InvalidEvent) {
+          invalid = ownFailure("INVALID_EVENT", written.message)
           return Effect.interrupt
-        }),
-        Effect.flatMap((written) => {
-          if (isCause(written)) return Effect.interrupt
-          settled = {
-            _tag: "Stopped",
-            finish: kind,
-            calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
-          }
-          return Effect.void
-        })
-      )
+        }
+        settled = {
+          _tag: "Stopped",
+          finish: kind,
+          calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
+        }
+        return delivered(ctx.ds.session, undefined)
+      })
     }
 
     // One pulled batch of chunks: fed to the assembler in order, logged in one transaction; a

@@ -7,7 +7,6 @@
  */
 import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
-import { InvalidEvent } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { stateOf } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
@@ -20,10 +19,10 @@ import { originalError } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
 import { getPhase } from "./Phase.js"
-import { appendDrafts, appendNow, commit, commitOrDie, delivered, publish } from "./SessionState.js"
+import { appendDrafts, commit, commitAppendNowOrDie, commitOrDie, publish } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import type { StepResult } from "./Step.js"
-import { isCause, loopAppend } from "./Step.js"
+import { isCause, loopAppendOrDie } from "./Step.js"
 import {
   decodeArguments,
   normalizeToolOutput,
@@ -139,7 +138,7 @@ export const runTools = (
     // START(c): ⟨TC⟩, checkpoint, lookup, arguments, ToolPre, then fork the body.
     const start = (call: CallState): Effect.Effect<boolean> =>
       Effect.gen(function*() {
-        const logged = yield* Effect.orDie(loopAppend(ctx, () => [callDraft(call)]))
+        const logged = yield* loopAppendOrDie(ctx, () => [callDraft(call)])
         if (isCause(logged)) return false
         call.callSeq = logged[0]!.seq
         // The checkpoint covers this call's own tool/call (D13); later caller events are acknowledged by their callers.
@@ -272,14 +271,12 @@ export const runTools = (
       }
       // Without contexts the result is the whole change: one append, without a transaction.
       if (contexts.length === 0) {
-        return Effect.withFiberRuntime((fiber) => {
-          const written = appendNow(session, () => [resultDraft(call, finalOutcome, finalOutput)], fiber)
-          if (written === undefined) return Effect.interrupt
-          if (written instanceof InvalidEvent) return Effect.die(written)
-          conclude({ output: finalOutput })
-          call.committed = true
-          return delivered(session, undefined)
-        })
+        return Effect.withFiberRuntime((fiber) =>
+          commitAppendNowOrDie(session, () => [resultDraft(call, finalOutcome, finalOutput)], fiber, () => {
+            conclude({ output: finalOutput })
+            call.committed = true
+          })
+        )
       }
       return Effect.map(commitOrDie(session,
         STM.gen(function*() {

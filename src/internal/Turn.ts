@@ -16,7 +16,7 @@ import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { Phase, TurnErrorReport } from "./Phase.js"
 import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
-import { appendDrafts, appendNow, commit, commitAppendNow, commitOrDie, delivered } from "./SessionState.js"
+import { appendDrafts, appendNow, commit, commitAppendNowOrDie, commitOrDie, delivered } from "./SessionState.js"
 import type { Draft } from "./SessionState.js"
 import * as GrowOnly from "./GrowOnly.js"
 import { peek, poke } from "./Peek.js"
@@ -167,7 +167,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           if (Option.isSome(causeOf(peek(ds.phaseNow))) || peek(session.log).fold.inbox.nextStep.length > 0) {
             return commitOrDie(session, STM.zipRight(stepEnd, boundaryTx(undefined)))
           }
-          return Effect.as(Effect.orDie(commitAppendNow(session, endDrafts, fiber)), NOTHING)
+          return commitAppendNowOrDie(session, endDrafts, fiber, () => NOTHING)
         })
       } else {
         yield* commitOrDie(session, stepEnd)

@@ -14,6 +14,7 @@ import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
 import { abortable, awaitCause, causeNow, checkpoint, defectsOf, quietDone, untilStopOr } from "./Activity.js"
+import { peek } from "./Peek.js"
 import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
@@ -44,6 +45,8 @@ interface CallState {
   fiber: Fiber.RuntimeFiber<ToolOutput | string, unknown> | undefined
   /** The body's exit, once its fiber is done (handed over by the fiber's observer). */
   exit: Exit.Exit<ToolOutput | string, unknown> | undefined
+  /** Whether a cause was recorded when the body ended (it is then aborted, SPEC 4.6). */
+  endedAfterCause: boolean
   readonly deferred: Array<UserMessage>
   committed: boolean
   mode: "parallel" | "exclusive" | undefined
@@ -80,6 +83,7 @@ export const runTools = (
       outcome: undefined,
       fiber: undefined,
       exit: undefined,
+      endedAfterCause: false,
       deferred: [],
       committed: false,
       mode: undefined
@@ -199,6 +203,7 @@ export const runTools = (
         fiber.addObserver((exit) => {
           ctx.bodies.delete(fiber)
           call.exit = exit
+          call.endedAfterCause = Option.isSome(causeNow(ds))
           settled.push(call.index)
           const signal = wake
           wake = undefined
@@ -345,23 +350,33 @@ export const runTools = (
         () => Effect.succeed("stop")
       )
 
-    const CAUSE_RECORDED = { _tag: "Cause" as const, index: -1 }
+    const poisoned = () => Option.isSome(peek(session.poisoned))
 
-    // The next settled call, or a recorded cause. The stop watch also fires for a poisoned session,
-    // which is no cause: the wait goes on then (the call's commit meets the poison). Bodies started
-    // before it already ran until they first suspended.
-    const nextSettled: Effect.Effect<{ readonly _tag: "Settled" | "Cause"; readonly index: number }> = Effect.suspend(() => {
-      if (settled.length > 0) return Effect.succeed({ _tag: "Settled" as const, index: settled.shift()! })
+    // Waits until a body has ended, a cause is recorded or the session is poisoned (its activity
+    // stops: SPEC 6.3). Bodies started before it already ran until they first suspended.
+    const nextSettled: Effect.Effect<"settled" | "cause" | "poisoned"> = Effect.suspend(() => {
+      if (settled.length > 0) return Effect.succeed("settled" as const)
+      if (poisoned()) return Effect.succeed("poisoned" as const)
       const watch = ds.stopWatch
       if (watch !== undefined && !watch.stopped) {
         return Effect.flatMap(settleOrStop(watch), (woken) =>
-          woken === "stop" && Option.isSome(causeNow(ds)) ? Effect.succeed(CAUSE_RECORDED) : nextSettled)
+          woken === "stop" && Option.isSome(causeNow(ds)) ? Effect.succeed("cause" as const) : nextSettled)
       }
       return Effect.flatMap(
         Effect.raceFirst(Effect.as(settleSignal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
-        (woken) => woken === "cause" ? Effect.succeed(CAUSE_RECORDED) : nextSettled
+        (woken) => woken === "cause" ? Effect.succeed("cause" as const) : nextSettled
       )
     })
+
+    // Classifies every body that ended, oldest first, by its exit and whether a cause was recorded
+    // when it ended. Taken only when no further call can start: a body runs at once, yet the log is
+    // the one of a forked body (SPEC 4.6 START step 6), which runs once the starts have suspended.
+    const takeSettled = () => {
+      while (settled.length > 0) {
+        const call = calls[settled.shift()!]!
+        if (call.fiber !== undefined && call.exit !== undefined) settle(call, call.exit, call.endedAfterCause)
+      }
+    }
 
     // Whether every started, uncommitted call in [from, to) is parallel (one open group).
     const groupIsParallel = (from: number, to: number) => {
@@ -409,18 +424,14 @@ export const runTools = (
           if (stopped || nextStart >= calls.length) break
           continue
         }
-        // Wait for a body to settle, or for a cause.
-        const next = yield* nextSettled
-        if (next._tag === "Cause") {
+        // Wait for a body to end, a cause or the poison.
+        const woken = yield* nextSettled
+        if (woken === "settled") takeSettled()
+        else {
+          // No further call starts; running bodies are interrupted (a poisoned session's commits
+          // then stop the activity).
           stopped = true
           yield* interruptRunning
-          continue
-        }
-        const call = calls[next.index]!
-        if (call.fiber !== undefined) {
-          // The observer handed the exit over; awaiting the fiber is left for an exit not yet set.
-          const exit = call.exit ?? (yield* Fiber.await(call.fiber))
-          settle(call, exit, Option.isSome(causeNow(ds)))
         }
       }
     })

@@ -65,12 +65,8 @@ const check = (value: unknown, at: Array<string | number>, ancestors: Array<obje
       if (proto !== Object.prototype && proto !== null) {
         return `${proto?.constructor?.name ?? "class"} instance is not a plain object`
       }
-      // One array of every own key; usually they are all enumerable strings (no symbol, no hidden
-      // property) and it serves as the keys. Otherwise the keys are sorted out.
-      const own = Reflect.ownKeys(value)
-      const plain = ownKeysArePlain(value, own)
-      if (!plain && Object.getOwnPropertySymbols(value).length > 0) return "symbol keys are not JSON"
-      const keys = plain ? own as Array<string> : Object.keys(value)
+      if (Object.getOwnPropertySymbols(value).length > 0) return "symbol keys are not JSON"
+      const keys = Object.keys(value)
       ancestors.push(value)
       for (let i = 0; i < keys.length; i++) {
         const key = keys[i]!
@@ -81,7 +77,6 @@ const check = (value: unknown, at: Array<string | number>, ancestors: Array<obje
       }
       ancestors.pop()
       // A property JSON.stringify would skip (and a copy would lose) is not JSON either.
-      if (plain) return undefined
       const names = Object.getOwnPropertyNames(value)
       if (names.length !== keys.length) {
         const hidden = names.find((key) => !Object.prototype.propertyIsEnumerable.call(value, key))
@@ -101,15 +96,6 @@ const check = (value: unknown, at: Array<string | number>, ancestors: Array<obje
     case "symbol":
       return "a symbol is not JSON"
   }
-}
-
-// Whether every own key of `value` is an enumerable string key.
-const ownKeysArePlain = (value: object, own: ReadonlyArray<string | symbol>): boolean => {
-  for (let i = 0; i < own.length; i++) {
-    const key = own[i]!
-    if (typeof key !== "string" || !Object.prototype.propertyIsEnumerable.call(value, key)) return false
-  }
-  return true
 }
 
 /**

@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import type { Effect, Fiber } from "effect"
+import type { Effect, Fiber, Runtime } from "effect"
 import type { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../domain/Values.js"
@@ -91,6 +91,8 @@ export interface LoopContext {
    * `ToolBatch`), so the loop's fiber interrupts them when it is interrupted itself.
    */
   readonly bodies: Set<Fiber.RuntimeFiber<unknown, unknown>>
+  /** The loop fiber's runtime (context and fiber refs) that tool bodies run with; set when the loop starts. */
+  runtime: Runtime.Runtime<never> | undefined
 }
 
 /**

@@ -73,8 +73,8 @@ export const runTools = (
   Effect.gen(function*() {
     const { ds, sessionId } = ctx
     const session = ds.session
-    // Tool bodies run with this fiber's context and fiber refs.
-    const runtime = yield* Effect.runtime<never>()
+    // Tool bodies run with the loop fiber's context and fiber refs.
+    const runtime = ctx.runtime ?? (yield* Effect.runtime<never>())
     const calls: Array<CallState> = blocks.map((block, index) => ({
       block,
       index,

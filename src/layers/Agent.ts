@@ -126,7 +126,8 @@ const acquireDriver = (
       },
       defaults: options,
       requests: { first: true, lastHeader: lastHeaderOf(events) },
-      bodies: new Set()
+      bodies: new Set(),
+      runtime: undefined
     }
     // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
     const nextTurn = STM.commit(
@@ -141,8 +142,12 @@ const acquireDriver = (
       })
     )
     yield* Effect.forkScoped(
-      Effect.forever(
-        Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch))
+      Effect.zipRight(
+        // The runtime tool bodies run with: the loop's own (its fiber refs do not change meanwhile).
+        Effect.map(Effect.runtime<never>(), (runtime) => {
+          ctx.runtime = runtime
+        }),
+        Effect.forever(Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch)))
       ).pipe(
         // Tool bodies still running go with the loop (they are no children of its fiber).
         Effect.onInterrupt(() => Effect.suspend(() => Fiber.interruptAll(Array.from(ctx.bodies)))),

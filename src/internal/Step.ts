@@ -426,23 +426,25 @@ const runAttempt = (
       : Exit.isFailure(opened)
       ? Effect.failCause(opened.cause)
       : preloaded !== undefined
-      ? Effect.suspend(() => onChunks(Chunk.unsafeFromArray(preloaded)))
+      ? onChunks(Chunk.unsafeFromArray(preloaded)) // suspended: it reads the chunks when run
       : StreamPull.forEachChunk(opened.value as Stream.Stream<StreamChunk, ModelError>, onChunks)
-    const consume = pulled.pipe(
-      Effect.catchAllCause((cause) => {
-        if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return Effect.void // stop pulling
+    // A stream that ended (or stopped being pulled) without a finish gets a synthetic one.
+    const noFinish = () => {
+      if (settled !== undefined || invalid !== undefined) return Effect.void
+      const failure = ownFailure("NO_FINISH", "the model stream ended without a finish chunk")
+      return finishWith(errorFinish(failure), failure)
+    }
+    const consume = Effect.matchCauseEffect(pulled, {
+      onFailure: (cause) => {
+        if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return noFinish() // stop pulling
         if (Cause.isInterruptedOnly(cause) || invalid !== undefined) return Effect.failCause(cause)
         if (settled !== undefined) return Effect.void // the finish chunk fixed the outcome
         const error = originalError(Exit.failCause(cause))
         const failure = error instanceof ModelError ? error.failure : ownFailure("UNKNOWN", messageOf(error))
         return finishWith(errorFinish(failure), failure)
-      }),
-      Effect.zipRight(Effect.suspend(() => {
-        if (settled !== undefined || invalid !== undefined) return Effect.void
-        const failure = ownFailure("NO_FINISH", "the model stream ended without a finish chunk")
-        return finishWith(errorFinish(failure), failure)
-      }))
-    )
+      },
+      onSuccess: noFinish
+    })
 
     // Reading a preloaded response cannot block: it runs inline, and its transactions stop it when a
     // cause is recorded (as the race would). Anything else races the cause in a fiber of its own.

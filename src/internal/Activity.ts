@@ -282,6 +282,22 @@ export const checkpoint = (ds: DriverState, seq: number): Effect.Effect<Abortabl
     )
   })
 
+/**
+ * {@link checkpoint} answered without an Effect when it needs no wait: everything up to `seq` is
+ * durable already, or a synchronous store has just written it from this fiber. `undefined` when
+ * the checkpoint must wait (run {@link checkpoint} then).
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const checkpointNow = (ds: DriverState, seq: number): Abortable<void, PersistenceError> | undefined => {
+  const session = ds.session
+  const watch = ds.stopWatch
+  if (watch === undefined || watch.stopped) return undefined
+  if (seq > session.waiters.durable) Writer.writeNow(session.writer)
+  return seq <= session.waiters.durable ? DURABLE : undefined
+}
+
 const DURABLE: Abortable<void, never> = { _tag: "Done", exit: Exit.void }
 const STOPPED: Abortable<void, never> = { _tag: "Aborted", exit: Exit.interrupt(FiberId.none) }
 

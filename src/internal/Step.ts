@@ -16,7 +16,7 @@ import { acceptsStreamChunkJson } from "./EventDecoder.js"
 import * as SafeDecode from "./SafeDecode.js"
 import type { RequestConfig } from "../services/Hooks.js"
 import type { ModelRequest } from "../services/Model.js"
-import { abortable, checkpoint, defectsOf, quietDone } from "./Activity.js"
+import { abortable, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
@@ -217,7 +217,7 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       ctx.requests.lastHeader = header
       const request = RequestView.make({ sessionId, turn, step, attempt, ...header }, decided.messages)
       // Q4: checkpoint before dispatch (D13).
-      const reached = yield* checkpoint(ds, decided.lastSeq)
+      const reached = checkpointNow(ds, decided.lastSeq) ?? (yield* checkpoint(ds, decided.lastSeq))
       if (reached._tag === "Aborted") return aborted()
       if (Exit.isFailure(reached.exit)) return yield* Effect.interrupt
       // Q5, Q6: stream the attempt.

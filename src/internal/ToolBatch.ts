@@ -13,7 +13,7 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { ToolCallBlock, UserMessage } from "../domain/Values.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../services/Tools.js"
-import { abortable, awaitCause, causeNow, checkpoint, defectsOf, quietDone, untilStopOr } from "./Activity.js"
+import { abortable, awaitCause, causeNow, checkpoint, checkpointNow, defectsOf, quietDone, untilStopOr } from "./Activity.js"
 import { peek } from "./Peek.js"
 import type { StopWatch } from "./Activity.js"
 import { originalError } from "./Failure.js"
@@ -146,7 +146,7 @@ export const runTools = (
         if (isCause(logged)) return false
         call.callSeq = logged[0]!.seq
         // The checkpoint covers this call's own tool/call (D13); later caller events are acknowledged by their callers.
-        const reached = yield* checkpoint(ds, call.callSeq)
+        const reached = checkpointNow(ds, call.callSeq) ?? (yield* checkpoint(ds, call.callSeq))
         if (reached._tag === "Aborted") {
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
           return true

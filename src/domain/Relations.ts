@@ -302,12 +302,10 @@ const relateCore = (
       if (index < step.lastCallIndex) violation("R12", `tool/call ${d.callId} out of block order`)
       const callSeqs = new Map(step.callSeqs)
       callSeqs.set(d.callId, event.seq)
-      const next = copy(s)
       const nextStep = copyStep(step)
       nextStep.callSeqs = callSeqs
       nextStep.lastCallIndex = Math.max(index, step.lastCallIndex)
-      next.step = nextStep
-      return next
+      return withStep(s, nextStep)
     }
     case "tool/result": {
       if (event.surfaceOp !== "append") return s
@@ -335,12 +333,10 @@ const relateCore = (
       }
       const answered = new Set(step.answered)
       answered.add(callId)
-      const next = copy(s)
       const nextStep = copyStep(step)
       nextStep.answered = answered
       nextStep.lastResultIndex = Math.max(index, step.lastResultIndex)
-      next.step = nextStep
-      return next
+      return withStep(s, nextStep)
     }
     case "request/header": {
       if (!s.stepOpen) violation("R5", `request/header with no open step`)
@@ -388,30 +384,20 @@ const relateCore = (
   }
 }
 
-// The state after one more chunk of the open attempt. Chunks are most of a log, so this builds both
-// records field by field: object spread is several times slower here.
-const withChunk = (s: Relations, step: StepRelations, seq: number, finish: StepRelations["finish"]): Relations => ({
-  lastTurn: s.lastTurn,
-  turnOpen: s.turnOpen,
-  lastStep: s.lastStep,
-  stepOpen: s.stepOpen,
-  maxTokensInTurn: s.maxTokensInTurn,
-  claimPhase: s.claimPhase,
-  entering: s.entering,
-  claimedForStep: s.claimedForStep,
-  headerSeen: s.headerSeen,
-  bracket: s.bracket,
-  step: {
-    attempt: step.attempt,
-    chunkSeqs: GrowOnly.push(step.chunkSeqs, seq),
-    finish,
-    anchor: step.anchor,
-    callSeqs: step.callSeqs,
-    lastCallIndex: step.lastCallIndex,
-    answered: step.answered,
-    lastResultIndex: step.lastResultIndex
-  }
-})
+// The state after one more chunk of the open attempt (chunks are most of a log: see `copy`).
+const withChunk = (s: Relations, step: StepRelations, seq: number, finish: StepRelations["finish"]): Relations => {
+  const nextStep = copyStep(step)
+  nextStep.chunkSeqs = GrowOnly.push(step.chunkSeqs, seq)
+  nextStep.finish = finish
+  return withStep(s, nextStep)
+}
+
+// `s` with the open step's relations replaced.
+const withStep = (s: Relations, step: StepRelations): Relations => {
+  const next = copy(s)
+  next.step = step
+  return next
+}
 
 type Mutable<A> = { -readonly [K in keyof A]: A[K] }
 

@@ -23,7 +23,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import type { StoreSnapshot } from "../../src/services/SessionStore.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { liveNotation, notation, plugin, scenario, shape, texts, user } from "./harness.js"
+import { liveNotation, notation, plugin, scenario, shape, texts, user, waitUntil } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -37,16 +37,6 @@ const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "e
 /** Everything a live subscription has received so far. */
 const drain = (queue: Queue.Dequeue<DriverEvent>) =>
   Effect.map(Queue.takeAll(queue), (chunk) => Chunk.toArray(chunk).map(liveOf))
-
-/** Yields until `check` holds (every fiber involved runs without sleeping). */
-const waitUntil = <R>(check: Effect.Effect<boolean, never, R>, what = "condition") =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 5_000; i++) {
-      if (yield* check) return
-      yield* Effect.yieldNow()
-    }
-    return yield* Effect.dieMessage(`waited in vain for ${what}`)
-  })
 
 /** Records a stream into a ref from a forked fiber; waits for `first` elements. */
 const record = <A>(stream: Stream.Stream<A>, first = 0) =>

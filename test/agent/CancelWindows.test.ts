@@ -23,7 +23,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolContext, ToolOutput } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
-import { liveNotation, notation, plugin, scenario, shape, user } from "./harness.js"
+import { liveNotation, notation, OPEN_A, plugin, scenario, settle, shape, STEP_A, TEXT, toolResponse, user, waitUntil } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -42,16 +42,6 @@ const both = (name: string, body: (mode: Mode) => Effect.Effect<void, unknown, S
 
 const Never = Effect.never
 
-/** The chunks and message of a completed `ScriptedModel.text` entry. */
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-const OPEN_A = ["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"]
-const STEP_A = [...OPEN_A, "SS(1,1)", "UM(A)", "RH(initial)"]
-/** The chunks of a response with `n` complete tool calls, its finish and its message. */
-const toolResponse = (n: number) => [
-  ...Array.from({ length: n }, () => ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]).flat(),
-  "CH(finish stop)",
-  "AM"
-]
 
 const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
 
@@ -69,19 +59,6 @@ const recordLive = (driver: Context.Tag.Service<Driver>) =>
         (all) => all.filter((e): e is Extract<DriverEvent, { type: "agent/error" }> => e.type === "agent/error")
       )
     }
-  })
-
-/** Lets every other ready fiber run for a while. */
-const settle = Effect.forEach(Array.from({ length: 200 }, (_, i) => i), () => Effect.yieldNow(), { discard: true })
-
-/** Yields until `check` holds (every fiber involved runs without sleeping). */
-const waitUntil = <R>(check: Effect.Effect<boolean, never, R>, what = "condition") =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 20_000; i++) {
-      if (yield* check) return
-      yield* Effect.yieldNow()
-    }
-    return yield* Effect.dieMessage(`waited in vain for ${what}`)
   })
 
 const eventsOf = Effect.flatMap(SessionLog, (log) => log.events)

@@ -26,7 +26,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolContext, ToolDefinition, ToolOutput } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { liveNotation, notation, plugin, scenario, shape, user } from "./harness.js"
+import { liveNotation, notation, OPEN_A, plugin, scenario, settle, shape, STEP_A, TEXT, toolResponse, user, waitUntil } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
@@ -37,19 +37,6 @@ const modes: ReadonlyArray<Mode> = ["broad", "keepInbox"]
 const opts = (mode: Mode) => ({ keepInbox: mode === "keepInbox" })
 const broad = (mode: Mode) => mode === "broad"
 const ifBroad = (mode: Mode, ...entries: ReadonlyArray<string>) => (broad(mode) ? entries : [])
-
-/** Lets every other ready fiber run for a while. */
-const settle = Effect.forEach(Array.from({ length: 200 }, (_, i) => i), () => Effect.yieldNow(), { discard: true })
-
-/** Yields until `check` holds; dies if it never does. */
-const waitUntil = <R>(check: Effect.Effect<boolean, never, R>, what = "condition"): Effect.Effect<void, never, R> =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 20_000; i++) {
-      if (yield* check) return
-      yield* Effect.yieldNow()
-    }
-    return yield* Effect.dieMessage(`waited in vain for ${what}`)
-  })
 
 const eventsOf = Effect.flatMap(SessionLog, (log) => log.events)
 const toolShape = Effect.map(shape, (s) => s.filter((e) => e.startsWith("TC(") || e.startsWith("TR")))
@@ -102,14 +89,6 @@ const Empty = Schema.Struct({})
 const call = (id: string, name: string, args: unknown = {}) => ({ id, name, arguments: args })
 
 const S = SessionId.make("s")
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-const OPEN_A = ["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"]
-const STEP_A = [...OPEN_A, "SS(1,1)", "UM(A)", "RH(initial)"]
-const toolResponse = (n: number) => [
-  ...Array.from({ length: n }, () => ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]).flat(),
-  "CH(finish stop)",
-  "AM"
-]
 
 const run = <A, E>(
   script: ReadonlyArray<ScriptEntry>,

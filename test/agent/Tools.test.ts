@@ -18,23 +18,10 @@ import { Hooks, ToolPreDecision } from "../../src/services/Hooks.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import type { ToolMode, ToolOutput } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { plugin, scenario, shape, user } from "./harness.js"
+import { plugin, scenario, settle, shape, user, waitUntil } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
-
-/** Lets every other ready fiber run for a while. */
-const settle = Effect.forEach(Array.from({ length: 200 }, (_, i) => i), () => Effect.yieldNow(), { discard: true })
-
-/** Yields until `condition` holds; dies if it never does. */
-const waitUntil = <R>(condition: Effect.Effect<boolean, never, R>, what = "condition"): Effect.Effect<void, never, R> =>
-  Effect.gen(function*() {
-    for (let i = 0; i < 20_000; i++) {
-      if (yield* condition) return
-      yield* Effect.yieldNow()
-    }
-    return yield* Effect.dieMessage(`timed out waiting for ${what}`)
-  })
 
 const events = Effect.flatMap(SessionLog, (log) => log.events)
 

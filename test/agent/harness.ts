@@ -131,3 +131,29 @@ export const liveNotation = (e: DriverEvent): string => {
       return `error(${e.turn},${e.step})`
   }
 }
+
+/** Lets every other ready fiber run for a while. */
+export const settle = Effect.forEach(Array.from({ length: 200 }, (_, i) => i), () => Effect.yieldNow(), { discard: true })
+
+/** Yields until `check` holds (every fiber involved runs without sleeping); dies if it never does. */
+export const waitUntil = <R>(check: Effect.Effect<boolean, never, R>, what = "condition"): Effect.Effect<void, never, R> =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 20_000; i++) {
+      if (yield* check) return
+      yield* Effect.yieldNow()
+    }
+    return yield* Effect.dieMessage(`waited in vain for ${what}`)
+  })
+
+/** The chunks and message of a completed `ScriptedModel.text` entry, in `notation`. */
+export const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
+/** Prompt `A` delivered to an idle agent: its insertion, `turn/start` and claim, in `notation`. */
+export const OPEN_A = ["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"]
+/** {@link OPEN_A}, then step 1 entering `A` and the initial request header. */
+export const STEP_A = [...OPEN_A, "SS(1,1)", "UM(A)", "RH(initial)"]
+/** The chunks of a response with `n` complete tool calls, its finish and its message, in `notation`. */
+export const toolResponse = (n: number): Array<string> => [
+  ...Array.from({ length: n }, () => ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]).flat(),
+  "CH(finish stop)",
+  "AM"
+]

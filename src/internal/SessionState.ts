@@ -295,26 +295,10 @@ export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E
     delivered(state, value))
 
 /**
- * The Effect of {@link appendNow}, run where the caller's transaction would commit: a poisoned
- * session interrupts, an invalid draft fails, queued notifications are delivered.
- *
- * @since 0.1.0
- * @category combinators
- */
-export const commitAppendNow = (
-  state: SessionStateShape,
-  drafts: (length: number) => ReadonlyArray<Draft>,
-  fiber: Fiber.RuntimeFiber<unknown, unknown>
-): Effect.Effect<ReadonlyArray<SessionEvent>, InvalidEvent> => {
-  const result = appendNow(state, drafts, fiber)
-  if (result === undefined) return Effect.interrupt
-  if (result instanceof InvalidEvent) return Effect.fail(result)
-  return delivered(state, result)
-}
-
-/**
- * {@link commitAppendNow} of tiller's own drafts, where an invalid draft is a defect, answering
- * `answer` of the events appended: one step where `Effect.orDie` and a `map` would add three.
+ * The Effect of {@link appendNow} of tiller's own drafts, run where the caller's transaction would
+ * commit: a poisoned session interrupts, an invalid draft is a defect, queued notifications are
+ * delivered, and the answer is `answer` of the events appended (one step, where `Effect.orDie` and
+ * a `map` would add three).
  *
  * @since 0.1.0
  * @category combinators

@@ -26,7 +26,7 @@ import * as RequestView from "./RequestView.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf } from "./Phase.js"
-import { appendDrafts, appendNow, commit, commitAppendNow, commitAppendNowOrDie, delivered, dieOnFailure } from "./SessionState.js"
+import { appendDrafts, appendNow, commit, commitAppendNowOrDie, delivered, dieOnFailure } from "./SessionState.js"
 import type { Draft, LogSnapshot } from "./SessionState.js"
 import { runTools } from "./ToolBatch.js"
 
@@ -80,24 +80,9 @@ export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effe
   )
 
 /**
- * A loop transaction that only appends tiller's own drafts, without a transaction (see
- * `appendNow`): the cause read first (with one recorded, nothing is written and the sentinel is
- * returned), then the append. `drafts` receives the first new seq.
- *
- * @since 0.1.0
- * @category transactions
- */
-export const loopAppend = (
-  ctx: LoopContext,
-  drafts: (length: number) => ReadonlyArray<Draft>
-): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE, InvalidEvent> =>
-  Effect.withFiberRuntime((fiber) =>
-    Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? Effect.succeed(CAUSE) : commitAppendNow(ctx.ds.session, drafts, fiber)
-  )
-
-/**
- * {@link loopAppend} of drafts that cannot be invalid but by a defect of tiller's own: an
- * `InvalidEvent` is a defect.
+ * A loop append of tiller's own drafts without a transaction (see `appendNow`): the cause read
+ * first (with one recorded, nothing is written and the sentinel is returned), then the append; an
+ * `InvalidEvent` is a defect. `drafts` receives the first new seq.
  *
  * @since 0.1.0
  * @category transactions
@@ -316,14 +301,20 @@ const runAttempt = (
     let settled: AttemptOutcome | undefined
     let invalid: LlmFailure | undefined
 
-    const append = (drafts: ReadonlyArray<Draft>) =>
-      loopAppend(ctx, () => drafts).pipe(
-        Effect.flatMap((events) => isCause(events) ? Effect.interrupt : Effect.succeed(events as ReadonlyArray<SessionEvent>)),
-        Effect.catchTag("InvalidEvent", (error) => {
-          invalid = ownFailure("INVALID_EVENT", error.message)
+    // Appends the attempt's drafts in one step, then `then` of the events. A recorded cause (nothing
+    // is written, as for any loop append), a poisoned session or an invalid draft (`invalid` is
+    // set) stops the attempt by interruption.
+    const appendOrStop = <A>(drafts: (length: number) => ReadonlyArray<Draft>, then: (events: ReadonlyArray<SessionEvent>) => A) =>
+      Effect.withFiberRuntime<A>((fiber) => {
+        if (Option.isSome(causeOf(peek(ctx.ds.phaseNow)))) return Effect.interrupt
+        const written = appendNow(ctx.ds.session, drafts, fiber)
+        if (written === undefined) return Effect.interrupt
+        if (written instanceof InvalidEvent) {
+          invalid = ownFailure("INVALID_EVENT", written.message)
           return Effect.interrupt
-        })
-      )
+        }
+        return delivered(ctx.ds.session, then(written))
+      })
 
     // Chunks received but not yet logged, with the assembler state they lead to. They are logged
     // together (one transaction per pulled batch of the stream), so `assembler` and `chunkSeqs`
@@ -336,7 +327,7 @@ const runAttempt = (
       pending = []
       if (drafts.length === 0) return Effect.void
       const next = pendingAssembler
-      return Effect.map(append(drafts), (events) => {
+      return appendOrStop(() => drafts, (events) => {
         for (const event of events) if (event.type === "assistant/chunk") chunkSeqs.push(event.seq)
         assembler = next
       })
@@ -351,37 +342,28 @@ const runAttempt = (
       const drafts = [...pending, chunkDraft(turn, step, attempt, chunk)]
       pending = []
       const assembled = Assembler.finishMessage(pendingAssembler, origin, kind)
-      // The last chunks and the message in one append; the message cites every chunk's seq. With a
-      // cause recorded nothing is written (as `loopAppend`), in one step.
-      return Effect.withFiberRuntime((fiber) => {
-        if (Option.isSome(causeOf(peek(ctx.ds.phaseNow)))) return Effect.interrupt
-        const written = appendNow(ctx.ds.session, (length) => {
-          const seqs = [...chunkSeqs]
-          for (let i = 0; i < drafts.length; i++) seqs.push(length + i)
-          return [...drafts, {
-            type: "assistant/message",
-            data: {
-              turn,
-              step,
-              attempt,
-              message: assembled.message,
-              ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
-            },
-            surfaceOp: "append",
-            sourceEventSeqs: seqs
-          }]
-        }, fiber)
-        if (written === undefined) return Effect.interrupt
-        if (written instanceof InvalidEvent) {
-          invalid = ownFailure("INVALID_EVENT", written.message)
-          return Effect.interrupt
-        }
+      // The last chunks and the message in one append; the message cites every chunk's seq.
+      return appendOrStop((length) => {
+        const seqs = [...chunkSeqs]
+        for (let i = 0; i < drafts.length; i++) seqs.push(length + i)
+        return [...drafts, {
+          type: "assistant/message",
+          data: {
+            turn,
+            step,
+            attempt,
+            message: assembled.message,
+            ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
+          },
+          surfaceOp: "append",
+          sourceEventSeqs: seqs
+        }]
+      }, () => {
         settled = {
           _tag: "Stopped",
           finish: kind,
           calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
         }
-        return delivered(ctx.ds.session, undefined)
       })
     }
 

@@ -127,7 +127,8 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
         { type: "step/start", data: { turn, step } },
         ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
       ]
-      const txStep = commitOrDie(session,
+      // The transaction, built only when the step does not open directly (below).
+      const txStep = () => commitOrDie(session,
         STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> =>
           STM.flatMap(TRef.get(session.log), ({ fold }) => {
             const decision = decide(phase, fold.known)
@@ -144,7 +145,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // read and written in one synchronous step. Closing the turn takes the transaction.
       const opened = yield* Effect.withFiberRuntime((fiber) => {
         const phase = peek(ds.phaseNow)
-        if (decide(phase, peek(session.log).fold.known)._tag === "Close") return txStep
+        if (decide(phase, peek(session.log).fold.known)._tag === "Close") return txStep()
         const written = appendNow(session, drafts, fiber)
         if (written === undefined) return Effect.interrupt
         if (written instanceof InvalidEvent) return Effect.die(written)
@@ -156,21 +157,21 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // 4. The step, then its step/end (also after an abort or a failure).
       const result = yield* runStep(ctx, turn, step)
       const endDrafts = (): ReadonlyArray<Draft> => [{ type: "step/end", data: { turn, step } }]
-      const stepEnd = appendDrafts(session, endDrafts(), true)
+      const stepEnd = () => appendDrafts(session, endDrafts(), true)
       let next: ReadonlyArray<UserMessage> | undefined
       if (result._tag === "Continue") {
         // Nothing runs between step/end and the boundary of a step that continues: one transaction.
         lastStop = undefined
         // With no cause and nothing steered the boundary claims nothing: step/end is the whole
-        // change, appended without a transaction (as `loopAppend` does).
+        // change, appended without a transaction (as `loopAppendOrDie` does).
         next = yield* Effect.withFiberRuntime<ReadonlyArray<UserMessage> | undefined>((fiber) => {
           if (Option.isSome(causeOf(peek(ds.phaseNow))) || peek(session.log).fold.inbox.nextStep.length > 0) {
-            return commitOrDie(session, STM.zipRight(stepEnd, boundaryTx(undefined)))
+            return commitOrDie(session, STM.zipRight(stepEnd(), boundaryTx(undefined)))
           }
           return commitAppendNowOrDie(session, endDrafts, fiber, () => NOTHING)
         })
       } else {
-        yield* commitOrDie(session, stepEnd)
+        yield* commitOrDie(session, stepEnd())
         if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
         if (result._tag === "Failed") {
           return yield* close(errorReason(result.failure), { step, error: result.error, defects: result.defects ?? [] })

@@ -19,6 +19,7 @@ import {
   Tool
 } from "../../src/index.js"
 import {
+  asId,
   closeOut,
   dataOfType,
   events,
@@ -42,7 +43,6 @@ const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(fin
 
 
 const emptyParams = () => Schema.Struct({})
-const asId = (s: string) => s as UserMessage["id"]
 
 const inputOf = (input: PreStepInput) =>
   `(${input.turn},${input.step},${input.boundary},[${input.messages.map((m) => m.id).join(",")}])`

@@ -26,6 +26,7 @@ import {
 } from "../../src/index.js"
 import {
   agentOver,
+  asId,
   closeOut,
   dataOfType,
   events,
@@ -47,7 +48,6 @@ import {
 import { gate, open } from "./AuditHarness.js"
 
 const empty = Schema.Struct({})
-const asId = (s: string) => s as UserMessage["id"]
 const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)
 
 describe("P31-P37 cancellation", () => {

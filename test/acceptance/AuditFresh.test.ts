@@ -4,7 +4,6 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Ref, Schema, Scope, TestClock } from "effect"
-import type { UserMessage } from "../../src/index.js"
 import {
   AgentDisposed,
   CancelCause,
@@ -30,6 +29,7 @@ import {
 } from "../../src/index.js"
 import {
   agentOver,
+  asId,
   closeOut,
   dataOfType,
   events,
@@ -47,7 +47,6 @@ import {
 } from "./AuditHarness.js"
 import { gate, open } from "./AuditHarness.js"
 
-const asId = (s: string) => s as UserMessage["id"]
 const empty = Schema.Struct({})
 const failureOf = <E>(exit: Exit.Exit<unknown, E>) =>
   Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined

@@ -8,7 +8,7 @@ import * as LanguageModel from "@effect/ai/LanguageModel"
 import type * as Response from "@effect/ai/Response"
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Chunk, Context, Deferred, Effect, Either, Exit, Fiber, JSONSchema, Layer, Option, Schema, Scope, Stream } from "effect"
-import type { DriverEvent, ModelRequest, StreamChunk, UserMessage } from "../../src/index.js"
+import type { DriverEvent, ModelRequest, StreamChunk } from "../../src/index.js"
 import {
   AgentBusy,
   MemoryStoreControl as MemoryStoreControlTag,
@@ -28,13 +28,14 @@ import {
 } from "../../src/index.js"
 import {
   agentOver,
+  asId,
   closeOut,
   events,
   liveNotation,
   plugin,
+  reasons,
   recordLive,
   recordStatus,
-  reasons,
   scenario,
   settle,
   shape,
@@ -44,7 +45,6 @@ import {
 } from "./AuditHarness.js"
 import { gate, open } from "./AuditHarness.js"
 
-const asId = (s: string) => s as UserMessage["id"]
 const empty = Schema.Struct({})
 const errorsOf = (live: ReadonlyArray<DriverEvent>) =>
   live.flatMap((e) => (e.type === "agent/error" ? [e] : []))

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Random, Schema, Scope, Stream, TestClock } from "effect"
-import type { ModelRequest, StreamChunk, UserMessage } from "../../src/index.js"
+import type { ModelRequest, StreamChunk } from "../../src/index.js"
 import {
   Agent,
   CancelCause,
@@ -27,6 +27,7 @@ import {
 } from "../../src/index.js"
 import {
   agentOver,
+  asId,
   closeOut,
   dataOfType,
   events,
@@ -43,7 +44,6 @@ import {
 } from "./AuditHarness.js"
 import { gate, open } from "./AuditHarness.js"
 
-const asId = (s: string) => s as UserMessage["id"]
 const empty = Schema.Struct({})
 type Loose = { readonly [k: string]: any }
 

@@ -19,6 +19,7 @@ import {
   SessionLog
 } from "../../src/index.js"
 import {
+  asId,
   closeOut,
   dataOfType,
   events,
@@ -40,7 +41,6 @@ const gateMaxTokens = gate()
 const gateAppendNt = gate()
 const gateAppendNs = gate()
 const gateClear = gate()
-const asId = (s: string) => s as UserMessage["id"]
 const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)
 const liveOf = (read: Effect.Effect<ReadonlyArray<any>>) => Effect.map(read, (es) => es.map(liveNotation))
 

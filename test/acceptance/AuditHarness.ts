@@ -195,3 +195,6 @@ export const gate = () => Deferred.unsafeMake<void>(FiberId.none)
 
 /** Opens a gate. */
 export const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
+
+/** A string as a message id (test fixtures name their ids). */
+export const asId = (s: string): UserMessage["id"] => s as UserMessage["id"]

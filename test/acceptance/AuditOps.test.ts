@@ -29,6 +29,7 @@ import {
 } from "../../src/index.js"
 import {
   agentOver,
+  asId,
   closeOut,
   dataOfType,
   events,
@@ -47,7 +48,6 @@ import {
 } from "./AuditHarness.js"
 import { gate, open } from "./AuditHarness.js"
 
-const asId = (s: string) => s as UserMessage["id"]
 const failureOf = <E>(exit: Exit.Exit<unknown, E>) => Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
 
 /** Builds an agent over the given store context in a scope the test closes itself. */

@@ -52,13 +52,20 @@ const CREATE_EVENTS = "CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGE
 const insertRowsSql = (rows: number): string =>
   `INSERT INTO events (session_id, seq, row) VALUES ${"(?, ?, ?), ".repeat(rows - 1)}(?, ?, ?)`
 
+/** `PRAGMA synchronous` of a W3 run, the same on both sides: the store's default, or a commit that syncs the WAL. */
+export type Synchronous = "NORMAL" | "FULL"
+
 /** Opens a raw connection in the current scope with the store's pragmas; `fresh` creates the table. */
-const rawDatabase = (filename: string, fresh: boolean): Effect.Effect<RawDatabase, never, Scope.Scope> =>
+const rawDatabase = (
+  filename: string,
+  fresh: boolean,
+  synchronous: Synchronous = "NORMAL"
+): Effect.Effect<RawDatabase, never, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.sync(() => {
       const db = new BetterSqlite3(filename)
       db.pragma("journal_mode = WAL")
-      db.pragma("synchronous = NORMAL")
+      db.pragma(`synchronous = ${synchronous}`)
       if (fresh) db.exec(CREATE_EVENTS)
       return db
     }),
@@ -207,6 +214,8 @@ export interface InjectRun {
  * @category models
  */
 export interface InjectFigures {
+  /** `PRAGMA synchronous` on both sides. */
+  readonly synchronous: Synchronous
   readonly callers: number
   readonly sessions: number
   /** Acknowledged injects per run (callers x injects per caller). */
@@ -221,9 +230,11 @@ export interface InjectFigures {
 }
 
 /** The sessions of a W3 tiller run: created on a fresh database through `Sessions`, nothing to run. */
-const injectLayer = (filename: string) =>
+const injectLayer = (filename: string, synchronous: Synchronous) =>
   Sessions.layer({ idleTimeToLive: "1 minute", model: { provider: "bench", model: "none" } }).pipe(
-    Layer.provide(Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer()))
+    Layer.provide(
+      Layer.mergeAll(SqliteSessionStore.layer({ filename, synchronous }), ScriptedModel.layer([]), Tools.layer())
+    )
   )
 
 const range = (n: number): Array<number> => Array.from({ length: n }, (_, i) => i)
@@ -233,7 +244,8 @@ const injectTillerRun = (
   filename: string,
   callers: number,
   sessionCount: number,
-  perCaller: number
+  perCaller: number,
+  synchronous: Synchronous
 ): Effect.Effect<InjectRun, unknown> =>
   Effect.scoped(Effect.gen(function*() {
     const sessions = yield* Sessions
@@ -255,7 +267,7 @@ const injectTillerRun = (
         }
       }), { concurrency: "unbounded", discard: true }))
     return { millis, latencies }
-  })).pipe(Effect.provide(injectLayer(filename)))
+  })).pipe(Effect.provide(injectLayer(filename, synchronous)))
 
 interface RawRequest {
   readonly row: StoredRow
@@ -264,18 +276,20 @@ interface RawRequest {
 
 /**
  * One raw run: one connection serves the callers' requests in arrival order, each a single-row
- * INSERT in autocommit mode acknowledged once it returns.
+ * INSERT in autocommit mode acknowledged once it returns. The server waits for at least one request
+ * (it does not poll an empty queue).
  */
 const injectRawRun = (
   filename: string,
   rows: ReadonlyArray<StoredRow>,
-  callers: number
+  callers: number,
+  synchronous: Synchronous
 ): Effect.Effect<InjectRun> =>
   Effect.scoped(Effect.gen(function*() {
-    const db = yield* rawDatabase(filename, true)
+    const db = yield* rawDatabase(filename, true, synchronous)
     const insert = db.prepare(insertRowsSql(1))
     const queue = yield* Queue.unbounded<RawRequest>()
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeAll(queue), (requests) =>
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(queue, 1, Number.MAX_SAFE_INTEGER), (requests) =>
       Effect.forEach(requests, ({ done, row }) => {
         insert.run(row.sessionId, row.seq, JSON.stringify(row.event))
         return Deferred.succeed(done, undefined)
@@ -301,7 +315,8 @@ const isInboxSplice = (row: StoredRow): boolean => row.event.type === "agent/inb
 
 /**
  * W3: `callers` concurrent callers, each making `perCaller` sequential `Driver.inject` calls into
- * one of `sessions` sessions (caller i into session i mod sessions) on one SQLite file; each call
+ * one of `sessions` sessions (caller i into session i mod sessions) on one SQLite file with
+ * `PRAGMA synchronous = synchronous` (both sides); each call
  * returns once its `agent/inbox/spliced` event is durable. The raw baseline has the same callers
  * insert the identical rows (from the warm-up run's file) one autocommit INSERT each. `warmRuns`
  * untimed warm-up runs of each side (the first of each kept as the cold figure), then `runs` runs
@@ -315,22 +330,28 @@ export const injects = (
   sessions: number,
   perCaller: number,
   runs: number,
-  warmRuns: number
+  warmRuns: number,
+  synchronous: Synchronous
 ): Effect.Effect<InjectFigures, unknown> =>
   Effect.gen(function*() {
     const total = callers * perCaller
     const [coldTiller, rows] = yield* withTempDir((dir) => {
       const filename = path.join(dir, "tiller.db")
-      return Effect.zip(injectTillerRun(filename, callers, sessions, perCaller), readRows(filename, isInboxSplice))
+      return Effect.zip(
+        injectTillerRun(filename, callers, sessions, perCaller, synchronous),
+        readRows(filename, isInboxSplice)
+      )
     })
     yield* expectCount("W3 rows", rows.length, total)
-    const tillerRun = withTempDir((dir) => injectTillerRun(path.join(dir, "tiller.db"), callers, sessions, perCaller))
-    const rawRun = withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers))
+    const tillerRun = withTempDir((dir) =>
+      injectTillerRun(path.join(dir, "tiller.db"), callers, sessions, perCaller, synchronous)
+    )
+    const rawRun = withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers, synchronous))
     const coldRaw = yield* rawRun
     // The JIT settles over several runs of this much code: the rest of the warm-up alternates too.
     yield* alternating(warmRuns - 1, tillerRun, rawRun)
     const [tiller, raw] = yield* alternating(runs, tillerRun, rawRun)
-    return { callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw }
+    return { synchronous, callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw }
   })
 
 // -------------------------------------------------------------------------------------------------

@@ -748,9 +748,10 @@ const injectFullReport = (f: InjectFigures): ReadonlyArray<string> => [
 const injectNormalReport = (f: InjectFigures): ReadonlyArray<string> => [
   `W3: ${f.callers} concurrent callers, each making sequential \`Driver.inject\` calls into one of ${f.sessions} sessions`,
   `(caller i into session i mod ${f.sessions}) of one store, ${formatCount(f.injects)} acknowledged injects per run; a call`,
-  "returns once its `agent/inbox/spliced` event is durable. The raw side has the same callers hand the",
-  "identical rows to one connection that inserts them in arrival order, each a single-row autocommit",
-  "INSERT acknowledged when it returns. Latency is from the call to its acknowledgement. A run is short",
+  "returns once its `agent/inbox/spliced` event is durable. The raw side has the same callers (Effect fibers)",
+  "insert the identical rows through one shared connection, each a single-row autocommit INSERT run",
+  "synchronously by better-sqlite3 (so in arrival order, with no queue between caller and connection) and",
+  "acknowledged when it returns. Latency is from the call to its acknowledgement. A run is short",
   `(well under a second), so each side first makes ${f.warmRuns} untimed warm-up runs (alternating) for the JIT to settle;`,
   `the first of them is shown as the cold figure, outside the targets. Timed runs: ${f.tiller.length} of each side.`,
   "",

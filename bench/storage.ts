@@ -6,7 +6,7 @@
  *
  * @since 0.1.0
  */
-import { Clock, Context, Deferred, Effect, Layer, Queue } from "effect"
+import { Clock, Context, Effect, Layer } from "effect"
 import type { Scope } from "effect"
 import { createRequire } from "node:module"
 import * as path from "node:path"
@@ -269,15 +269,11 @@ const injectTillerRun = (
     return { millis, latencies }
   })).pipe(Effect.provide(injectLayer(filename, synchronous)))
 
-interface RawRequest {
-  readonly row: StoredRow
-  readonly done: Deferred.Deferred<void>
-}
-
 /**
- * One raw run: one connection serves the callers' requests in arrival order, each a single-row
- * INSERT in autocommit mode acknowledged once it returns. The server waits for at least one request
- * (it does not poll an empty queue).
+ * One raw run: the callers share one connection, each inserting its row with a single-row INSERT in
+ * autocommit mode, acknowledged once the call returns. better-sqlite3 runs a statement synchronously
+ * on the calling thread, so the inserts go in arrival order with no queue between caller and
+ * connection.
  */
 const injectRawRun = (
   filename: string,
@@ -288,12 +284,6 @@ const injectRawRun = (
   Effect.scoped(Effect.gen(function*() {
     const db = yield* rawDatabase(filename, true, synchronous)
     const insert = db.prepare(insertRowsSql(1))
-    const queue = yield* Queue.unbounded<RawRequest>()
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.takeBetween(queue, 1, Number.MAX_SAFE_INTEGER), (requests) =>
-      Effect.forEach(requests, ({ done, row }) => {
-        insert.run(row.sessionId, row.seq, JSON.stringify(row.event))
-        return Deferred.succeed(done, undefined)
-      }, { discard: true }))))
     const perCaller = Math.ceil(rows.length / callers)
     const latencies: Array<number> = []
     const [, millis] = yield* timed(Effect.forEach(range(callers), (c) =>
@@ -302,9 +292,7 @@ const injectRawRun = (
           const row = rows[c + k * callers]
           if (row === undefined) return
           const start = yield* nowMillis
-          const done = yield* Deferred.make<void>()
-          yield* Queue.offer(queue, { row, done })
-          yield* Deferred.await(done)
+          yield* Effect.sync(() => insert.run(row.sessionId, row.seq, JSON.stringify(row.event)))
           latencies.push((yield* nowMillis) - start)
         }
       }), { concurrency: "unbounded", discard: true }))

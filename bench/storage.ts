@@ -227,6 +227,8 @@ export interface InjectFigures {
   readonly coldRaw: InjectRun
   readonly tiller: ReadonlyArray<InjectRun>
   readonly raw: ReadonlyArray<InjectRun>
+  /** The same rows through a plain-JavaScript group commit (no Effect, no validation): the floor of any implementation. */
+  readonly floor: ReadonlyArray<InjectRun>
 }
 
 /** The sessions of a W3 tiller run: created on a fresh database through `Sessions`, nothing to run. */
@@ -299,6 +301,65 @@ const injectRawRun = (
     return { millis, latencies }
   }))
 
+// The floor's batches go in with INSERTs of at most this many rows.
+const FLOOR_ROWS_PER_INSERT = 100
+
+/**
+ * One floor run: group commit with nothing else. The callers are plain async functions; a call
+ * queues its row and waits on a Promise; one flush per macrotask writes every queued row in one
+ * transaction (multi-row INSERTs) and resolves their Promises. No Effect, no validation, no log.
+ */
+const injectFloorRun = (
+  filename: string,
+  rows: ReadonlyArray<StoredRow>,
+  callers: number,
+  synchronous: Synchronous
+): Effect.Effect<InjectRun> =>
+  Effect.scoped(Effect.flatMap(rawDatabase(filename, true, synchronous), (db) =>
+    Effect.promise(async () => {
+      const statements = new Map<number, RawStatement>()
+      const statement = (size: number): RawStatement => {
+        let prepared = statements.get(size)
+        if (prepared === undefined) {
+          prepared = db.prepare(insertRowsSql(size))
+          statements.set(size, prepared)
+        }
+        return prepared
+      }
+      let queued: Array<{ readonly row: StoredRow; readonly resolve: () => void }> = []
+      const flush = () => {
+        const batch = queued
+        queued = []
+        db.exec("BEGIN IMMEDIATE")
+        for (let offset = 0; offset < batch.length; offset += FLOOR_ROWS_PER_INSERT) {
+          const part = batch.slice(offset, offset + FLOOR_ROWS_PER_INSERT)
+          const params: Array<unknown> = []
+          for (const { row } of part) params.push(row.sessionId, row.seq, JSON.stringify(row.event))
+          statement(part.length).run(...params)
+        }
+        db.exec("COMMIT")
+        for (const { resolve } of batch) resolve()
+      }
+      const submit = (row: StoredRow) =>
+        new Promise<void>((resolve) => {
+          if (queued.push({ row, resolve }) === 1) setImmediate(flush)
+        })
+      const perCaller = Math.ceil(rows.length / callers)
+      const latencies: Array<number> = []
+      const start = performance.now()
+      await Promise.all(range(callers).map(async (c) => {
+        for (let k = 0; k < perCaller; k++) {
+          const row = rows[c + k * callers]
+          if (row === undefined) return
+          const called = performance.now()
+          await submit(row)
+          latencies.push(performance.now() - called)
+        }
+      }))
+      return { millis: performance.now() - start, latencies }
+    })
+  ))
+
 const isInboxSplice = (row: StoredRow): boolean => row.event.type === "agent/inbox/spliced"
 
 /**
@@ -308,7 +369,8 @@ const isInboxSplice = (row: StoredRow): boolean => row.event.type === "agent/inb
  * returns once its `agent/inbox/spliced` event is durable. The raw baseline has the same callers
  * insert the identical rows (from the warm-up run's file) one autocommit INSERT each. `warmRuns`
  * untimed warm-up runs of each side (the first of each kept as the cold figure), then `runs` runs
- * alternating which side goes first.
+ * alternating which side goes first; then the floor (a plain-JavaScript group commit of the same
+ * rows), `warmRuns` untimed and `runs` timed.
  *
  * @since 0.1.0
  * @category benchmarks
@@ -335,11 +397,15 @@ export const injects = (
       injectTillerRun(path.join(dir, "tiller.db"), callers, sessions, perCaller, synchronous)
     )
     const rawRun = withTempDir((dir) => injectRawRun(path.join(dir, "raw.db"), rows, callers, synchronous))
+    const floorRun = withTempDir((dir) => injectFloorRun(path.join(dir, "floor.db"), rows, callers, synchronous))
     const coldRaw = yield* rawRun
     // The JIT settles over several runs of this much code: the rest of the warm-up alternates too.
     yield* alternating(warmRuns - 1, tillerRun, rawRun)
     const [tiller, raw] = yield* alternating(runs, tillerRun, rawRun)
-    return { synchronous, callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw }
+    // The floor afterwards, with warm-up runs of its own.
+    yield* Effect.replicateEffect(floorRun, warmRuns, { discard: true })
+    const floor = yield* Effect.replicateEffect(floorRun, runs)
+    return { synchronous, callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw, floor }
   })
 
 // -------------------------------------------------------------------------------------------------

@@ -98,6 +98,12 @@ const nowMillis = Effect.map(Clock.currentTimeNanos, (ns) => Number(ns) / 1e6)
 const expectCount = (what: string, found: number, expected: number): Effect.Effect<void> =>
   found === expected ? Effect.void : Effect.dieMessage(`${what}: found ${found} rows, expected ${expected}`)
 
+/** Dies unless a raw baseline's file holds `expected` rows (a run that lost rows would look faster). */
+const expectStored = (db: RawDatabase, what: string, expected: number): Effect.Effect<void> =>
+  Effect.suspend(() =>
+    expectCount(what, (db.prepare("SELECT count(*) AS n FROM events").get() as { readonly n: number }).n, expected)
+  )
+
 // -------------------------------------------------------------------------------------------------
 // W2: durable ingest
 // -------------------------------------------------------------------------------------------------
@@ -298,6 +304,7 @@ const injectRawRun = (
           latencies.push((yield* nowMillis) - start)
         }
       }), { concurrency: "unbounded", discard: true }))
+    yield* expectStored(db, "W3 raw rows", rows.length)
     return { millis, latencies }
   }))
 
@@ -357,7 +364,7 @@ const injectFloorRun = (
         }
       }))
       return { millis: performance.now() - start, latencies }
-    })
+    }).pipe(Effect.tap(() => expectStored(db, "W3 floor rows", rows.length)))
   ))
 
 const isInboxSplice = (row: StoredRow): boolean => row.event.type === "agent/inbox/spliced"

@@ -664,6 +664,8 @@ const resumeTable = (f: ResumeFigures): string =>
       "tiller per 10^4 events",
       "raw ms: median (min-max)",
       "raw per 10^4 events",
+      "raw with row objects ms",
+      "tiller time / raw with row objects",
       "tiller time / raw time",
       "target",
       "result"
@@ -679,6 +681,8 @@ const resumeTable = (f: ResumeFigures): string =>
           formatMillis(per10k(size.events, tiller.median)),
           msSpread(raw),
           formatMillis(per10k(size.events, raw.median)),
+          msSpread(spreadOf(size.rawObjectMillis)),
+          ratioSpread(spreadOf(size.tillerMillis.map((ms, i) => ms / size.rawObjectMillis[i]!))),
           ratioSpread(ratio),
           `<= ${formatRatio(RESUME_RATIO_TARGET)}`,
           verdict(ratio.median <= RESUME_RATIO_TARGET)
@@ -691,11 +695,13 @@ const resumeTable = (f: ResumeFigures): string =>
         "",
         "",
         "",
+        "",
+        "",
         `<= ${formatRatio(RESUME_LINEARITY_TARGET)}`,
         verdict(resumeLinearMet(f))
       ]
     ],
-    [false, true, true, true, true, true, true, false]
+    [false, true, true, true, true, true, true, true, true, false]
   )
 
 // The W4 chart: median resume time of tiller and of the raw read against the session size.
@@ -711,7 +717,7 @@ const resumeChart = (f: ResumeFigures): string =>
         points: f.sizes.map((size) => [size.events, spreadOf(size.tillerMillis).median] as const)
       },
       {
-        name: "raw better-sqlite3: SELECT + JSON.parse",
+        name: "raw better-sqlite3: SELECT row text + JSON.parse",
         color: "#2471a3",
         points: f.sizes.map((size) => [size.events, spreadOf(size.rawMillis).median] as const)
       },
@@ -774,7 +780,9 @@ const resumeReport = (f: ResumeFigures): ReadonlyArray<string> => [
   "calling a tool and its result, a step streaming 80 text deltas, the turn closed). tiller resumes it",
   "through `Agent.layer({ resume })` on an open store (load, validation with the append rules and relations,",
   "repair check, `session/end-seed` durable; the end-seed is removed again untimed after each run); raw reads",
-  "the header and every row in seq order and parses each. Linearity compares the time per 10^4 events of",
+  "the header and every row's text in seq order (better-sqlite3's pluck mode: no row object, as tiller's load",
+  "reads) and parses each: the baseline of the target. Right after it, the same read with a row object per",
+  "row (`SELECT seq, row`, the driver's default mode) is shown for reference. Linearity compares the time per 10^4 events of",
   "the largest size with the smallest's (fixed costs make the smallest size's figure the larger).",
   `The smallest size runs first, on a cold JIT: ${f.warmRuns} untimed warm-up run(s) of each side precede its timed`,
   `runs, alternating; the first of them, cold, is shown below the table, outside the targets. Timed runs per size: ${

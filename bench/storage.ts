@@ -29,11 +29,12 @@ import { awaitDurable, SessionState } from "../src/internal/SessionState.js"
 import { appendChunks, openStep } from "./sessionLog.js"
 import { alternating, sessionLayer, timed, withTempDir } from "./util.js"
 
-// The slice of better-sqlite3 12 the baselines use (the package ships no types of its own).
+// The slice of better-sqlite3 12 the baselines use.
 interface RawStatement {
   readonly run: (...params: ReadonlyArray<unknown>) => unknown
   readonly get: (...params: ReadonlyArray<unknown>) => unknown
   readonly all: (...params: ReadonlyArray<unknown>) => Array<unknown>
+  readonly pluck: (on: boolean) => RawStatement
 }
 
 interface RawDatabase {
@@ -428,7 +429,10 @@ export const injects = (
 export interface ResumeSize {
   readonly events: number
   readonly tillerMillis: ReadonlyArray<number>
+  /** The raw read of the row text alone (the baseline of the target). */
   readonly rawMillis: ReadonlyArray<number>
+  /** The raw read with a row object per row (`SELECT seq, row`), run right after each raw read. */
+  readonly rawObjectMillis: ReadonlyArray<number>
   /** How long writing the file took (untimed setup, for the record). */
   readonly buildMillis: number
 }
@@ -600,8 +604,28 @@ const resumeTillerRun = (
     return millis
   }))
 
-/** One raw read: the header and every row in seq order, each row parsed. */
+/**
+ * One raw read: the header and every row's text in seq order (better-sqlite3's pluck mode, no row
+ * object), each parsed. The baseline of the target: the least work that reads the log.
+ */
 const resumeRawRun = (db: RawDatabase, id: SessionId, events: number): Effect.Effect<number> =>
+  Effect.gen(function*() {
+    const selectSession = db.prepare("SELECT header, length FROM sessions WHERE id = ?")
+    const selectRows = db.prepare("SELECT row FROM events WHERE session_id = ? ORDER BY seq").pluck(true)
+    const [parsed, millis] = yield* timed(Effect.sync(() => {
+      const session = selectSession.get(id) as { readonly header: string; readonly length: number }
+      JSON.parse(session.header)
+      const rows = selectRows.all(id) as Array<string>
+      const result = new Array<SessionEvent>(rows.length)
+      for (let i = 0; i < rows.length; i++) result[i] = JSON.parse(rows[i]!)
+      return result
+    }))
+    yield* expectCount("W4 raw read", parsed.length, events)
+    return millis
+  })
+
+/** One raw read with a row object per row (`SELECT seq, row`, the driver's default mode), each row parsed. */
+const resumeRawObjectRun = (db: RawDatabase, id: SessionId, events: number): Effect.Effect<number> =>
   Effect.gen(function*() {
     const selectSession = db.prepare("SELECT header, length FROM sessions WHERE id = ?")
     const selectEvents = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq")
@@ -613,14 +637,15 @@ const resumeRawRun = (db: RawDatabase, id: SessionId, events: number): Effect.Ef
       for (let i = 0; i < rows.length; i++) result[i] = JSON.parse(rows[i]!.row)
       return result
     }))
-    yield* expectCount("W4 raw read", parsed.length, events)
+    yield* expectCount("W4 raw read with row objects", parsed.length, events)
     return millis
   })
 
 /**
  * W4: for each size, writes one session of that many events once, then per run resumes it with
- * tiller (the end-seed it appends removed untimed afterwards) and reads it raw (SELECT +
- * JSON.parse), alternating which side goes first, `runs(events)` times. `warmRuns` untimed warm-up runs of both on the
+ * tiller (the end-seed it appends removed untimed afterwards) and reads it raw twice (SELECT +
+ * JSON.parse of the row text alone, then with row objects), alternating which side goes first,
+ * `runs(events)` times. `warmRuns` untimed warm-up runs of both on the
  * smallest size (the first of each kept as the cold figure), alternating as well.
  *
  * @since 0.1.0
@@ -645,14 +670,15 @@ export const resume = (
           const store = yield* Layer.build(SqliteSessionStore.layer({ filename }))
           const db = yield* rawDatabase(filename, false)
           const tiller = Effect.zipLeft(resumeTillerRun(store, id, events), truncateTo(filename, id, events))
-          const raw = resumeRawRun(db, id, events)
+          // Both raw reads share a slot of the alternation: the text read first, the row-object read after it.
+          const raw = Effect.zip(resumeRawRun(db, id, events), resumeRawObjectRun(db, id, events))
           if (cold === undefined) {
             // The smallest size runs first, on a cold JIT: its warm-up runs alternate too.
-            cold = { events, tillerMillis: yield* tiller, rawMillis: yield* raw }
+            cold = { events, tillerMillis: yield* tiller, rawMillis: (yield* raw)[0] }
             yield* alternating(Math.max(0, warmRuns - 1), tiller, raw)
           }
-          const [tillerMillis, rawMillis] = yield* alternating(runs(events), tiller, raw)
-          return { tillerMillis, rawMillis }
+          const [tillerMillis, rawPairs] = yield* alternating(runs(events), tiller, raw)
+          return { tillerMillis, rawMillis: rawPairs.map(([text]) => text), rawObjectMillis: rawPairs.map(([, objects]) => objects) }
         }))
         results.push({ events, buildMillis, ...measured })
       }

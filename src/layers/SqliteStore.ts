@@ -9,8 +9,10 @@
  * writer) and inserts the rows with a few cached multi-row INSERTs, in a `BEGIN IMMEDIATE`
  * transaction that appends of other sessions arriving at the same time share (group commit: their
  * rows share the INSERTs; after a storage failure the group is written again with each append in a
- * savepoint of its own, so the failure reaches only the appends it concerns). `load` decodes every
- * row with the `SessionEvent` schema: a row that does not decode is `MalformedLog` with its seq.
+ * savepoint of its own, so the failure reaches only the appends it concerns). `load` reads a file's
+ * sessions on a read-only connection of its own as row text (internal/SqliteReader) and decodes every
+ * row with the `SessionEvent` schema; when anything is wrong it reads again on the store's
+ * connection with each row's seq, and a row that does not decode is `MalformedLog` with its seq.
  * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`;
  * store-wide failures (opening, `list`) carry the session id `"*"`.
  *
@@ -35,6 +37,7 @@ import type { ProcessLease } from "../internal/Lease.js"
 import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as Checkpointer from "../internal/Checkpointer.js"
+import * as SqliteReader from "../internal/SqliteReader.js"
 
 /**
  * Options of `SqliteSessionStore.layer`.
@@ -246,6 +249,17 @@ const eventsOf = (
     events[seq] = event.right
   }
   return Either.right(events)
+}
+
+/** Decodes a session's row texts (in seq order); undefined at the first row that is not the event of its seq. */
+const eventsOfText = (id: SessionId, rows: ReadonlyArray<unknown>): Array<SessionEvent> | undefined => {
+  const events = new Array<SessionEvent>(rows.length)
+  for (let seq = 0; seq < rows.length; seq++) {
+    const event = eventOf(id, seq, rows[seq])
+    if (Either.isLeft(event)) return undefined
+    events[seq] = event.right
+  }
+  return events
 }
 
 // Creates the database file with mode 0600 (the client would create it with the umask's mode); an
@@ -543,7 +557,30 @@ export const make = (
         return PersistenceError.refail(id, "append")(Effect.zipRight(lead(), settled))
       })
 
+    // A file's sessions are read on a connection of their own, as row text only (internal/SqliteReader).
+    const reader = isFile(options.filename)
+      ? yield* SqliteReader.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"]).pipe(PersistenceError.refail(ALL_SESSIONS, "open"))
+      : undefined
+
+    // The session read as row text, when every check passes; undefined sends `load` to the checked
+    // read below, which names the exact problem (a gap, a stray seq, a bad header, a missing session).
+    const loadText = (id: SessionId) =>
+      Effect.try({
+        try: () => reader?.read(id),
+        catch: (cause) => new PersistenceError({ sessionId: id, operation: "load", cause })
+      }).pipe(Effect.map((stored) => {
+        if (stored === undefined || stored.rows.length !== stored.length) return undefined
+        const header = headerOf(id, stored.header)
+        if (Either.isLeft(header)) return undefined
+        const events = eventsOfText(id, stored.rows)
+        return events === undefined ? undefined : { header: header.right, events }
+      }))
+
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
+      if (reader !== undefined) {
+        const loaded = yield* loadText(id)
+        if (loaded !== undefined) return loaded
+      }
       // One read transaction: the header, the length and the rows are one snapshot.
       const stored = yield* transaction(
         "BEGIN",

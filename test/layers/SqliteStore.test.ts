@@ -2,6 +2,7 @@ import { afterAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Context, Effect, Either, Exit, Layer, Scope } from "effect"
+import Database from "better-sqlite3"
 import { build } from "esbuild"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
@@ -108,6 +109,33 @@ describe("SqliteSessionStore", () => {
         }))
       const reloaded = yield* withStore(filename, (store) => store.load(id))
       expect(reloaded.events).toStrictEqual([...first, ...second])
+    }))
+
+  it.effect("load reads through a connection of its own: it sees what another store committed, and the connection closes with the store", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      const opened: Array<Database.Database> = []
+      const original = Database.prototype.prepare
+      Database.prototype.prepare = function(this: Database.Database, sql: string) {
+        if (!opened.includes(this)) opened.push(this)
+        return original.call(this, sql)
+      } as typeof original
+      const loaded = yield* Effect.ensuring(
+        Effect.scoped(Effect.gen(function*() {
+          const store = Context.get(yield* Layer.build(SqliteSessionStore.layer({ filename })), SessionStore)
+          yield* store.create(makeHeader(id), [])
+          // A second store on the file appends after the first one opened its reader.
+          yield* withStore(filename, (other) => other.append(id, nonEmpty(turns(0, 2))))
+          const mine = opened.filter((db) => db.name === filename && db.open)
+          expect(mine.length).toBeGreaterThanOrEqual(2)
+          return { events: (yield* store.load(id)).events, mine }
+        })),
+        Effect.sync(() => {
+          Database.prototype.prepare = original
+        })
+      )
+      expect(loaded.events).toStrictEqual(turns(0, 2))
+      expect(loaded.mine.map((db) => db.open)).toStrictEqual(loaded.mine.map(() => false))
     }))
 
   it.effect("large batches (chunked inserts) round-trip exactly", () =>

@@ -111,19 +111,28 @@ const endSeed = (state: LogState): LogState => {
   return { ...state, seedInbox: emptyPending, known: markRemoved(state.known, left.map((m) => m.id), "cancel") }
 }
 
+// The result of an acceptable event: one shared empty list.
+const noViolations: ReadonlyArray<Violation> = Object.freeze([])
+
+// The violations of the event being advanced: one list that every call reuses (advancing is
+// synchronous and never reentrant), emptied first and copied out only when it holds something.
+const found: Array<Violation> = []
+
+const acceptance = (violations: Array<Violation>, message: string): void => {
+  violations.push({ rule: undefined, message })
+}
+
 const advanceFrom = (
   state: LogState,
   event: SessionEvent,
   eventAt: (seq: number) => SessionEvent | undefined,
   options: FoldOptions
 ): { readonly state: LogState; readonly violations: ReadonlyArray<Violation> } => {
-  const violations: Array<Violation> = []
-  const accept = (message: string) => {
-    violations.push({ rule: undefined, message })
-  }
-  if (event.seq !== state.length) accept(`seq ${event.seq} where ${state.length} was expected`)
+  const violations = found
+  violations.length = 0
+  if (event.seq !== state.length) acceptance(violations, `seq ${event.seq} where ${state.length} was expected`)
   if (!isCoreType(event.type) && event.ignorable !== true && !options.eventTypes.has(event.type)) {
-    accept(`event type ${event.type} is neither core nor declared and is not marked ignorable`)
+    acceptance(violations, `event type ${event.type} is neither core nor declared and is not marked ignorable`)
   }
   let inbox = state.inbox
   let seedInbox = state.seedInbox
@@ -160,7 +169,7 @@ const advanceFrom = (
       } else if (!seed) {
         violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
       } else {
-        if (shape === undefined) accept("invalid inbox splice: splice has none of the four valid shapes")
+        if (shape === undefined) acceptance(violations, "invalid inbox splice: splice has none of the four valid shapes")
         if (data.inserted.length > 0) {
           mark = (known) => markRemoved(known, data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id)), "cancel")
         }
@@ -174,10 +183,10 @@ const advanceFrom = (
       const citationProblem = e.type === "user/message" && e.surfaceOp === "append" && e.sourceEventSeqs !== undefined
         ? `an appended user/message carries no sourceEventSeqs`
         : checkCitations(e.type, e.seq, e.sourceEventSeqs)
-      if (citationProblem !== undefined) accept(citationProblem)
+      if (citationProblem !== undefined) acceptance(violations, citationProblem)
       if (e.surfaceOp !== "append") {
         const problem = checkReplacement(state, e, e.surfaceOp, eventAt)
-        if (problem !== undefined) accept(problem)
+        if (problem !== undefined) acceptance(violations, problem)
       }
       if (violations.length === 0 || e.surfaceOp === "append") {
         surface = applySurfaceOp(surface, e.seq, e.surfaceOp)
@@ -230,13 +239,17 @@ const advanceFrom = (
       openStepStart,
       lastTurn
     },
-    violations
+    violations: violations.length === 0 ? noViolations : violations.splice(0)
   }
 }
 
 const checkCitations = (type: string, seq: number, cites: ReadonlyArray<number> | undefined): string | undefined => {
   if (cites === undefined) return undefined
   if (cites.length === 0 && type !== "assistant/message") return `${type} sourceEventSeqs must not be empty`
+  // The usual list ascends, so it repeats nothing and only its last entry can be too late.
+  let ascending = true
+  for (let i = 1; i < cites.length && ascending; i++) ascending = cites[i - 1]! < cites[i]!
+  if (ascending && (cites.length === 0 || cites[cites.length - 1]! < seq)) return undefined
   const seen = new Set<number>()
   for (const c of cites) {
     if (c >= seq) return `sourceEventSeqs cites ${c}, not earlier than the event's own seq ${seq}`

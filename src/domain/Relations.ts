@@ -114,6 +114,11 @@ const emptyStep: StepRelations = {
   lastResultIndex: -1
 }
 
+// Records a violation of `rule` (a plain function: no closure per event).
+const violate = (out: Array<RuleViolation>, rule: RuleId, message: string): void => {
+  out.push({ rule, message })
+}
+
 /**
  * Advances the relational state by one event, collecting every rule it violates. The state is
  * advanced leniently even when rules are violated, so a checker can keep reporting.
@@ -127,16 +132,13 @@ export const relate = (
   facts: EventFacts,
   out: Array<RuleViolation>
 ): Relations => {
-  const violation = (rule: RuleId, message: string) => {
-    out.push({ rule, message })
-  }
   let s = state
   // session/end-seed may stand anywhere (2.5 class F): it is transparent to the adjacency rules R7
   // and R8 (it only abandons an open compaction bracket, R6).
   if (event.type === "session/end-seed") return s.bracket === undefined ? s : { ...s, bracket: undefined }
   // R7: the events right after turn/start must be its claims.
   if (s.claimPhase === "after-turn-start" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
-    violation("R7", `turn/start ${s.lastTurn} is not followed by a claim`)
+    violate(out, "R7", `turn/start ${s.lastTurn} is not followed by a claim`)
     s = { ...s, claimPhase: "none" }
   } else if (s.claimPhase === "after-initial-ns" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
     s = { ...s, claimPhase: "none" }
@@ -148,7 +150,7 @@ export const relate = (
     s = next
   }
   if (!isCoreEvent(event)) return s
-  return relateCore(s, event, facts, entering, violation)
+  return relateCore(s, event, facts, entering, out)
 }
 
 const relateCore = (
@@ -156,13 +158,13 @@ const relateCore = (
   event: CoreEvent,
   facts: EventFacts,
   entering: boolean,
-  violation: (rule: RuleId, message: string) => void
+  out: Array<RuleViolation>
 ): Relations => {
   switch (event.type) {
     case "turn/start": {
       const { turn } = event.data
-      if (s.turnOpen) violation("R1", `turn/start ${turn} while turn ${s.lastTurn} is open`)
-      else if (turn !== s.lastTurn + 1) violation("R1", `turn/start ${turn} after turn ${s.lastTurn}`)
+      if (s.turnOpen) violate(out, "R1", `turn/start ${turn} while turn ${s.lastTurn} is open`)
+      else if (turn !== s.lastTurn + 1) violate(out, "R1", `turn/start ${turn} after turn ${s.lastTurn}`)
       return {
         ...s,
         lastTurn: turn,
@@ -177,23 +179,23 @@ const relateCore = (
     }
     case "turn/end": {
       const { turn, reason } = event.data
-      if (!s.turnOpen) violation("R2", `turn/end ${turn} with no open turn`)
-      else if (turn !== s.lastTurn) violation("R2", `turn/end ${turn} names another turn than ${s.lastTurn}`)
-      else if (s.stepOpen) violation("R2", `turn/end ${turn} while step ${s.lastStep} is open`)
+      if (!s.turnOpen) violate(out, "R2", `turn/end ${turn} with no open turn`)
+      else if (turn !== s.lastTurn) violate(out, "R2", `turn/end ${turn} names another turn than ${s.lastTurn}`)
+      else if (s.stepOpen) violate(out, "R2", `turn/end ${turn} while step ${s.lastStep} is open`)
       if (reason.kind === "completed" && s.maxTokensInTurn) {
-        violation("R16", `turn ${turn} ended completed after a max-tokens step`)
+        violate(out, "R16", `turn ${turn} ended completed after a max-tokens step`)
       } else if (reason.kind === "max-tokens" && !s.maxTokensInTurn) {
-        violation("R16", `turn ${turn} ended max-tokens but no step finished max-tokens`)
+        violate(out, "R16", `turn ${turn} ended max-tokens but no step finished max-tokens`)
       }
       const bracket = s.bracket !== undefined && s.bracket.turn === turn ? undefined : s.bracket
       return { ...s, turnOpen: false, stepOpen: false, step: undefined, claimPhase: "none", bracket }
     }
     case "step/start": {
       const { step, turn } = event.data
-      if (!s.turnOpen) violation("R3", `step/start with no open turn`)
-      else if (turn !== s.lastTurn) violation("R3", `step/start names turn ${turn}, open turn is ${s.lastTurn}`)
-      else if (s.stepOpen) violation("R3", `step/start ${step} while step ${s.lastStep} is open`)
-      else if (step !== s.lastStep + 1) violation("R3", `step/start ${step} after step ${s.lastStep}`)
+      if (!s.turnOpen) violate(out, "R3", `step/start with no open turn`)
+      else if (turn !== s.lastTurn) violate(out, "R3", `step/start names turn ${turn}, open turn is ${s.lastTurn}`)
+      else if (s.stepOpen) violate(out, "R3", `step/start ${step} while step ${s.lastStep} is open`)
+      else if (step !== s.lastStep + 1) violate(out, "R3", `step/start ${step} after step ${s.lastStep}`)
       const next = copy(s)
       next.lastStep = step
       next.stepOpen = true
@@ -205,11 +207,11 @@ const relateCore = (
     case "step/end": {
       const { step, turn } = event.data
       if (!s.stepOpen || turn !== s.lastTurn || step !== s.lastStep) {
-        violation("R4", `step/end (${turn}, ${step}) does not name the open step`)
+        violate(out, "R4", `step/end (${turn}, ${step}) does not name the open step`)
       } else if (s.step?.anchor !== undefined && !s.step.anchor.interrupted) {
         for (const call of s.step.anchor.calls) {
           if (!s.step.answered.has(call.id)) {
-            violation("R15", `step/end while tool call ${call.id} has no tool/result`)
+            violate(out, "R15", `step/end while tool call ${call.id} has no tool/result`)
             break
           }
         }
@@ -224,15 +226,15 @@ const relateCore = (
     case "user/message": {
       const id = event.data.id
       if (event.surfaceOp !== "append") {
-        if (isKnown(facts.known, id)) violation("R9", `replacement user/message reuses known id ${id}`)
+        if (isKnown(facts.known, id)) violate(out, "R9", `replacement user/message reuses known id ${id}`)
         return s
       }
       if (!s.stepOpen || !entering) {
-        violation("R8", `appended user/message ${id} is not directly after its step/start`)
+        violate(out, "R8", `appended user/message ${id} is not directly after its step/start`)
       }
       if (isKnown(facts.known, id) && facts.inSeed !== true) {
         if (!s.claimedForStep.has(id)) {
-          violation("R9", `appended user/message reuses known id ${id} that this step did not claim`)
+          violate(out, "R9", `appended user/message reuses known id ${id} that this step did not claim`)
           return { ...s, entering: s.stepOpen }
         }
         const claimed = new Set(s.claimedForStep)
@@ -246,32 +248,32 @@ const relateCore = (
     }
     case "assistant/chunk": {
       const d = event.data
-      const step = stepEnclosed(s, d.turn, d.step, "assistant/chunk", violation)
-      if (!s.headerSeen) violation("R17", `assistant/chunk before any request/header`)
+      const step = stepEnclosed(s, d.turn, d.step, "assistant/chunk", out)
+      if (!s.headerSeen) violate(out, "R17", `assistant/chunk before any request/header`)
       if (step === undefined) return s
-      if (d.attempt !== step.attempt) violation("R10", `chunk attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
-      if (step.finish !== undefined) violation("R10", `chunk after the finish chunk of attempt ${step.attempt}`)
+      if (d.attempt !== step.attempt) violate(out, "R10", `chunk attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      if (step.finish !== undefined) violate(out, "R10", `chunk after the finish chunk of attempt ${step.attempt}`)
       const finish = d.chunk.type === "finish" ? d.chunk.finish.kind : step.finish
       return withChunk(s, step, event.seq, finish)
     }
     case "assistant/message": {
       const d = event.data
-      const step = stepEnclosed(s, d.turn, d.step, "assistant/message", violation)
+      const step = stepEnclosed(s, d.turn, d.step, "assistant/message", out)
       if (step === undefined) return s
-      if (d.attempt !== step.attempt) violation("R10", `assistant/message attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      if (d.attempt !== step.attempt) violate(out, "R10", `assistant/message attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
       const interrupted = d.interrupted === true
       const calls = d.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
-      if (step.anchor !== undefined) violation("R11", `a second assistant/message in step ${s.lastStep}`)
+      if (step.anchor !== undefined) violate(out, "R11", `a second assistant/message in step ${s.lastStep}`)
       else if (!interrupted && step.finish !== "stop" && step.finish !== "max-tokens") {
-        violation("R11", `assistant/message without a stop or max-tokens finish chunk`)
+        violate(out, "R11", `assistant/message without a stop or max-tokens finish chunk`)
       } else if (interrupted && step.finish !== undefined) {
-        violation("R11", `interrupted assistant/message after a finish chunk`)
+        violate(out, "R11", `interrupted assistant/message after a finish chunk`)
       }
       if (!sameSeqs(event.sourceEventSeqs ?? [], step.chunkSeqs)) {
-        violation("R11", `assistant/message must cite exactly the chunks of attempt ${step.attempt}`)
+        violate(out, "R11", `assistant/message must cite exactly the chunks of attempt ${step.attempt}`)
       }
       if (calls.length > 0 && (interrupted || step.finish === "max-tokens")) {
-        violation("R14", `${interrupted ? "interrupted" : "max-tokens"} assistant/message carries a tool call`)
+        violate(out, "R14", `${interrupted ? "interrupted" : "max-tokens"} assistant/message carries a tool call`)
       }
       const maxTokens = !interrupted && step.finish === "max-tokens"
       const next = copy(s)
@@ -283,23 +285,23 @@ const relateCore = (
     }
     case "tool/call": {
       const d = event.data
-      const step = stepEnclosed(s, d.turn, d.step, "tool/call", violation)
+      const step = stepEnclosed(s, d.turn, d.step, "tool/call", out)
       if (step === undefined) return s
       if (step.anchor === undefined) {
-        violation("R12", `tool/call ${d.callId} before the step's assistant/message`)
+        violate(out, "R12", `tool/call ${d.callId} before the step's assistant/message`)
         return s
       }
       const index = step.anchor.calls.findIndex((c) => c.id === d.callId)
       const block = step.anchor.calls[index]
       if (block === undefined || block.name !== d.name || block.arguments !== d.arguments) {
-        violation("R12", `tool/call ${d.callId} matches no tool-call block of the assistant/message`)
+        violate(out, "R12", `tool/call ${d.callId} matches no tool-call block of the assistant/message`)
         return s
       }
       if (step.callSeqs.has(d.callId)) {
-        violation("R12", `tool/call ${d.callId} repeated`)
+        violate(out, "R12", `tool/call ${d.callId} repeated`)
         return s
       }
-      if (index < step.lastCallIndex) violation("R12", `tool/call ${d.callId} out of block order`)
+      if (index < step.lastCallIndex) violate(out, "R12", `tool/call ${d.callId} out of block order`)
       const callSeqs = new Map(step.callSeqs)
       callSeqs.set(d.callId, event.seq)
       const nextStep = copyStep(step)
@@ -310,26 +312,26 @@ const relateCore = (
     case "tool/result": {
       if (event.surfaceOp !== "append") return s
       const d = event.data
-      const step = stepEnclosed(s, d.turn, d.step, "tool/result", violation)
+      const step = stepEnclosed(s, d.turn, d.step, "tool/result", out)
       if (step === undefined) return s
       const callId = d.message.content[0].toolCallId
       const index = step.anchor === undefined ? -1 : step.anchor.calls.findIndex((c) => c.id === callId)
       if (index < 0) {
-        violation("R13", `tool/result answers no tool call of the step (${callId})`)
+        violate(out, "R13", `tool/result answers no tool call of the step (${callId})`)
         return s
       }
       if (step.answered.has(callId)) {
-        violation("R13", `tool/result answers ${callId} twice`)
+        violate(out, "R13", `tool/result answers ${callId} twice`)
         return s
       }
-      if (index < step.lastResultIndex) violation("R13", `tool/result for ${callId} out of block order`)
+      if (index < step.lastResultIndex) violate(out, "R13", `tool/result for ${callId} out of block order`)
       const callSeq = step.callSeqs.get(callId)
       const cites = event.sourceEventSeqs
       if (callSeq === undefined) {
         const repair = d.error?.code === "TOOL_NOT_STARTED" && cites === undefined
-        if (!repair) violation("R13", `tool/result for ${callId} without a tool/call`)
+        if (!repair) violate(out, "R13", `tool/result for ${callId} without a tool/call`)
       } else if (cites === undefined || cites.length !== 1 || cites[0] !== callSeq) {
-        violation("R13", `tool/result for ${callId} must cite [${callSeq}]`)
+        violate(out, "R13", `tool/result for ${callId} must cite [${callSeq}]`)
       }
       const answered = new Set(step.answered)
       answered.add(callId)
@@ -339,24 +341,24 @@ const relateCore = (
       return withStep(s, nextStep)
     }
     case "request/header": {
-      if (!s.stepOpen) violation("R5", `request/header with no open step`)
+      if (!s.stepOpen) violate(out, "R5", `request/header with no open step`)
       return { ...s, headerSeen: true }
     }
     case "llm/retry": {
       const d = event.data
-      const step = stepEnclosed(s, d.turn, d.step, "llm/retry", violation)
+      const step = stepEnclosed(s, d.turn, d.step, "llm/retry", out)
       if (step === undefined) return s
-      if (d.attempt !== step.attempt) violation("R10", `llm/retry attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      if (d.attempt !== step.attempt) violate(out, "R10", `llm/retry attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
       else if (step.finish !== "error" && step.finish !== "aborted") {
-        violation("R10", `llm/retry for attempt ${d.attempt} without a failure finish`)
-      } else if (step.anchor !== undefined) violation("R10", `llm/retry after an assistant/message`)
+        violate(out, "R10", `llm/retry for attempt ${d.attempt} without a failure finish`)
+      } else if (step.anchor !== undefined) violate(out, "R10", `llm/retry after an assistant/message`)
       return {
         ...s,
         step: { ...step, attempt: step.attempt + 1, chunkSeqs: GrowOnly.empty(), finish: undefined }
       }
     }
     case "agent/inbox/spliced":
-      return relateSplice(s, event.data, facts, violation)
+      return relateSplice(s, event.data, facts, out)
     case "session/end-seed":
       return { ...s, bracket: undefined }
     case "compaction/start":
@@ -364,17 +366,17 @@ const relateCore = (
     case "compaction/end": {
       const turn = event.data.turn
       if (turn === null) {
-        if (s.turnOpen) violation("R6", `${event.type} with turn null inside turn ${s.lastTurn}`)
+        if (s.turnOpen) violate(out, "R6", `${event.type} with turn null inside turn ${s.lastTurn}`)
       } else if (!s.turnOpen || turn !== s.lastTurn) {
-        violation("R6", `${event.type} names turn ${turn}, which is not open`)
+        violate(out, "R6", `${event.type} names turn ${turn}, which is not open`)
       }
       if (event.type === "compaction/start") {
-        if (s.bracket !== undefined) violation("R6", `compaction/start while a compaction is open`)
+        if (s.bracket !== undefined) violate(out, "R6", `compaction/start while a compaction is open`)
         return { ...s, bracket: { turn } }
       }
       if (event.type === "compaction/end") {
         if (s.bracket === undefined || s.bracket.turn !== turn) {
-          violation("R6", `compaction/end without an open compaction/start of the same turn`)
+          violate(out, "R6", `compaction/end without an open compaction/start of the same turn`)
           return s
         }
         return { ...s, bracket: undefined }
@@ -435,7 +437,7 @@ const relateSplice = (
   s: Relations,
   data: SpliceData,
   facts: EventFacts,
-  violation: (rule: RuleId, message: string) => void
+  out: Array<RuleViolation>
 ): Relations => {
   const shape = facts.spliceShape
   if (shape === "insertion" || shape === "replacement") {
@@ -443,7 +445,7 @@ const relateSplice = (
     const removedIds = shape === "replacement" ? new Set((facts.removed ?? []).map((m) => m.id)) : undefined
     for (const m of data.inserted) {
       if (isKnown(facts.known, m.id) && removedIds?.has(m.id) !== true) {
-        violation("R9", `splice inserts known id ${m.id}`)
+        violate(out, "R9", `splice inserts known id ${m.id}`)
       }
     }
     return s
@@ -452,19 +454,19 @@ const relateSplice = (
   const target = data.target
   const n = data.removedCount ?? 0
   if (!s.turnOpen) {
-    violation("R7", `claim of ${target} outside a turn`)
+    violate(out, "R7", `claim of ${target} outside a turn`)
     return s
   }
-  if (data.start !== 0) violation("R7", `claim of ${target} with start ${data.start}`)
+  if (data.start !== 0) violate(out, "R7", `claim of ${target} with start ${data.start}`)
   if (target === "next-step" && facts.nextStepLength !== undefined && n !== facts.nextStepLength) {
-    violation("R7", `claim of next-step takes ${n} of ${facts.nextStepLength} items`)
+    violate(out, "R7", `claim of next-step takes ${n} of ${facts.nextStepLength} items`)
   }
   const claimed = new Set(s.claimedForStep)
   for (const m of facts.removed ?? []) claimed.add(m.id)
   if (target === "next-turn") {
-    if (n !== 1) violation("R7", `claim of next-turn takes ${n} items`)
+    if (n !== 1) violate(out, "R7", `claim of next-turn takes ${n} items`)
     if (s.claimPhase !== "after-turn-start" && s.claimPhase !== "after-initial-ns") {
-      violation("R7", `claim of next-turn away from a turn/start`)
+      violate(out, "R7", `claim of next-turn away from a turn/start`)
     }
     return { ...s, claimPhase: "none", claimedForStep: claimed }
   }
@@ -474,10 +476,10 @@ const relateSplice = (
     case "boundary":
       return { ...s, claimPhase: "boundary-claimed", claimedForStep: claimed }
     case "boundary-claimed":
-      violation("R7", `a second claim of next-step in one boundary`)
+      violate(out, "R7", `a second claim of next-step in one boundary`)
       return { ...s, claimedForStep: claimed }
     default:
-      violation("R7", `claim of next-step outside a boundary`)
+      violate(out, "R7", `claim of next-step outside a boundary`)
       return { ...s, claimedForStep: claimed }
   }
 }
@@ -487,14 +489,14 @@ const stepEnclosed = (
   turn: number,
   step: number,
   type: string,
-  violation: (rule: RuleId, message: string) => void
+  out: Array<RuleViolation>
 ): StepRelations | undefined => {
   if (!s.stepOpen || s.step === undefined) {
-    violation("R5", `${type} with no open step`)
+    violate(out, "R5", `${type} with no open step`)
     return undefined
   }
   if (turn !== s.lastTurn || step !== s.lastStep) {
-    violation("R5", `${type} names (${turn}, ${step}) but the open step is (${s.lastTurn}, ${s.lastStep})`)
+    violate(out, "R5", `${type} names (${turn}, ${step}) but the open step is (${s.lastTurn}, ${s.lastStep})`)
     return undefined
   }
   return s.step

@@ -77,10 +77,19 @@ export const decodeOwnedJson = (text: string): Either.Either<SessionEvent, TextP
 }
 
 /**
+ * Whether {@link decodeOwnedJson} produced `input` (then it is a frozen, valid event).
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const isDecoded = (input: unknown): input is SessionEvent =>
+  typeof input === "object" && input !== null && DecodedMark.has(input)
+
+/**
  * The event itself when {@link decodeOwnedJson} produced it, else its decode as untrusted input.
  *
  * @since 0.1.0
  * @category validation
  */
 export const decodeStored = (input: unknown): Either.Either<SessionEvent, string> =>
-  typeof input === "object" && input !== null && DecodedMark.has(input) ? Either.right(input as SessionEvent) : copying(input)
+  isDecoded(input) ? Either.right(input) : copying(input)

@@ -26,7 +26,7 @@ import * as GrowOnly from "./GrowOnly.js"
 import { acquireLease } from "./Lease.js"
 import * as Outbox from "./Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
-import { decodeStored } from "./DecodedEvents.js"
+import { decodeStored, isDecoded } from "./DecodedEvents.js"
 import { appendDrafts, awaitDurable } from "./SessionState.js"
 import type { DurabilityOptions } from "./Writer.js"
 import { makeSignal, runWriter, stopWritingNow } from "./Writer.js"
@@ -91,11 +91,18 @@ export const validateLoaded = (
   let fold: LogState = initialLogState(header.seedLength)
   const eventAt = (seq: number) => buffer[seq]
   for (let i = 0; i < stored.length; i++) {
-    const decoded = decodeStored(stored[i])
-    if (Either.isLeft(decoded)) {
-      return Either.left(new MalformedLog({ sessionId: header.sessionId, seq: i, reason: decoded.left }))
+    const input: unknown = stored[i]
+    let event: SessionEvent
+    if (isDecoded(input)) {
+      event = input
+    } else {
+      const decoded = decodeStored(input)
+      if (Either.isLeft(decoded)) {
+        return Either.left(new MalformedLog({ sessionId: header.sessionId, seq: i, reason: decoded.left }))
+      }
+      event = decoded.right
     }
-    const next = advance(fold, decoded.right, eventAt, options)
+    const next = advance(fold, event, eventAt, options)
     const first = next.violations[0]
     if (first !== undefined) {
       const reason = first.rule === "R18"
@@ -104,7 +111,7 @@ export const validateLoaded = (
       return Either.left(new MalformedLog({ sessionId: header.sessionId, seq: i, reason }))
     }
     fold = next.state
-    buffer.push(decoded.right)
+    buffer.push(event)
   }
   return Either.right({ events: { buffer, length: buffer.length }, fold })
 }

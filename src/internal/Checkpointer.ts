@@ -51,6 +51,10 @@ parentPort.on("message", (message) => {
 })
 `
 
+// This module's file: `import.meta.url` in an ES module; a CommonJS bundle of tiller has no
+// `import.meta` (esbuild leaves it empty) but has `__filename`.
+const thisModule = (): string => typeof __filename === "string" ? __filename : import.meta.url
+
 /**
  * A checkpointer for `filename`, stopped (its worker closed) with the scope. `workerSource` is the
  * worker's CommonJS source (replaced only to test failures).
@@ -83,7 +87,7 @@ export const make = (
 
     const start = (): Worker | undefined => {
       try {
-        const driver = NodeModule.createRequire(import.meta.url).resolve("better-sqlite3")
+        const driver = NodeModule.createRequire(thisModule()).resolve("better-sqlite3")
         const started = new Worker(workerSource, { eval: true, workerData: { driver, filename } })
         started.unref()
         started.on("message", (message) => {

@@ -1,5 +1,7 @@
 import { afterAll, describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect } from "effect"
+import { build } from "esbuild"
+import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -11,6 +13,32 @@ afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
 const filename = () => path.join(dir, "unused.db")
 
 describe("Checkpointer", () => {
+  for (const format of ["esm", "cjs"] as const) {
+    it.live(`starts its worker from ${format === "esm" ? "an ES module" : "a CommonJS bundle"} and checkpoints`, () =>
+      Effect.gen(function*() {
+        // Under the project, so the bundle's packages resolve from its node_modules.
+        const bundle = path.join(import.meta.dirname, "..", "..", "node_modules", ".cache", "tiller-tests", `checkpointer.${format === "esm" ? "mjs" : "cjs"}`)
+        yield* Effect.promise(() =>
+          build({
+            entryPoints: [path.join(import.meta.dirname, "fixtures", "checkpointerBundle.ts")],
+            bundle: true,
+            platform: "node",
+            format,
+            packages: "external",
+            outfile: bundle,
+            logLevel: "error"
+          })
+        )
+        const result = yield* Effect.async<{ readonly code: number | null; readonly stdout: string }>((resume) => {
+          const child = spawn(process.execPath, [bundle, path.join(dir, `bundle-${format}.db`)], { stdio: ["ignore", "pipe", "inherit"] })
+          let stdout = ""
+          child.stdout.on("data", (data) => (stdout += String(data)))
+          child.on("exit", (code) => resume(Effect.succeed({ code, stdout })))
+        })
+        expect(result).toEqual({ code: 0, stdout: "checkpointed\n" })
+      }), 60_000)
+  }
+
   it.live("asks for nothing below its page estimate: no worker, no fallback", () =>
     Effect.gen(function*() {
       const fellBack = yield* Deferred.make<void>()

@@ -117,7 +117,7 @@ const full: Sizes = {
   injectWarmRuns: 4,
   injectRuns: 7,
   resumeSizes: [10_000, 100_000, 1_000_000],
-  resumeRuns: [9, 7, 5],
+  resumeRuns: [21, 9, 5],
   resumeWarmRuns: 4,
   idleSessions: 10_000,
   runningSessions: 1_000,

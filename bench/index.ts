@@ -7,7 +7,8 @@
  * one child process per run; the peers install into `bench/node_modules` on first use).
  * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint` or `--only=peers`
  * runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
- * workload alone, for a `node --cpu-prof` run of the bundle. `--write` also writes the report to
+ * workload alone, for a `node --cpu-prof` run of the bundle (`node bench/cpuprofile.mjs` summarises
+ * the profile). `--write` also writes the report to
  * `bench/RESULTS.md` and the charts to `bench/w4.svg` and `bench/w1.svg`; nothing else in the
  * tree is written (temporary databases go to the OS temp directory and are removed).
  *

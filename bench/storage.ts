@@ -605,39 +605,27 @@ const resumeTillerRun = (
   }))
 
 /**
- * One raw read: the header and every row's text in seq order (better-sqlite3's pluck mode, no row
- * object), each parsed. The baseline of the target: the least work that reads the log.
+ * One raw read: the header and every row in seq order, each row parsed. `objects` false reads each
+ * row's text alone (better-sqlite3's pluck mode, no row object): the baseline of the target, the
+ * least work that reads the log. `objects` true reads a row object per row (`SELECT seq, row`, the
+ * driver's default mode).
  */
-const resumeRawRun = (db: RawDatabase, id: SessionId, events: number): Effect.Effect<number> =>
+const resumeRawRun = (db: RawDatabase, id: SessionId, events: number, objects: boolean): Effect.Effect<number> =>
   Effect.gen(function*() {
     const selectSession = db.prepare("SELECT header, length FROM sessions WHERE id = ?")
-    const selectRows = db.prepare("SELECT row FROM events WHERE session_id = ? ORDER BY seq").pluck(true)
+    const selectRows = objects
+      ? db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq")
+      : db.prepare("SELECT row FROM events WHERE session_id = ? ORDER BY seq").pluck(true)
+    const textOf = objects ? (row: unknown) => (row as { readonly row: string }).row : (row: unknown) => row as string
     const [parsed, millis] = yield* timed(Effect.sync(() => {
       const session = selectSession.get(id) as { readonly header: string; readonly length: number }
       JSON.parse(session.header)
-      const rows = selectRows.all(id) as Array<string>
+      const rows = selectRows.all(id)
       const result = new Array<SessionEvent>(rows.length)
-      for (let i = 0; i < rows.length; i++) result[i] = JSON.parse(rows[i]!)
+      for (let i = 0; i < rows.length; i++) result[i] = JSON.parse(textOf(rows[i]))
       return result
     }))
-    yield* expectCount("W4 raw read", parsed.length, events)
-    return millis
-  })
-
-/** One raw read with a row object per row (`SELECT seq, row`, the driver's default mode), each row parsed. */
-const resumeRawObjectRun = (db: RawDatabase, id: SessionId, events: number): Effect.Effect<number> =>
-  Effect.gen(function*() {
-    const selectSession = db.prepare("SELECT header, length FROM sessions WHERE id = ?")
-    const selectEvents = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq")
-    const [parsed, millis] = yield* timed(Effect.sync(() => {
-      const session = selectSession.get(id) as { readonly header: string; readonly length: number }
-      JSON.parse(session.header)
-      const rows = selectEvents.all(id) as Array<{ readonly seq: number; readonly row: string }>
-      const result = new Array<SessionEvent>(rows.length)
-      for (let i = 0; i < rows.length; i++) result[i] = JSON.parse(rows[i]!.row)
-      return result
-    }))
-    yield* expectCount("W4 raw read with row objects", parsed.length, events)
+    yield* expectCount(objects ? "W4 raw read with row objects" : "W4 raw read", parsed.length, events)
     return millis
   })
 
@@ -671,7 +659,7 @@ export const resume = (
           const db = yield* rawDatabase(filename, false)
           const tiller = Effect.zipLeft(resumeTillerRun(store, id, events), truncateTo(filename, id, events))
           // Both raw reads share a slot of the alternation: the text read first, the row-object read after it.
-          const raw = Effect.zip(resumeRawRun(db, id, events), resumeRawObjectRun(db, id, events))
+          const raw = Effect.zip(resumeRawRun(db, id, events, false), resumeRawRun(db, id, events, true))
           if (cold === undefined) {
             // The smallest size runs first, on a cold JIT: its warm-up runs alternate too.
             cold = { events, tillerMillis: yield* tiller, rawMillis: (yield* raw)[0] }

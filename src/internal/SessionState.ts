@@ -411,9 +411,10 @@ export const acknowledgeAt = <A, E, E2>(
         : Effect.fail(result.left)
       let acknowledged = answer
       if (seq > state.waiters.durable) {
-        // A synchronous store is written after the delivery (notifications come before durability,
-        // SPEC 3.10); any other writer is asked now, so a caller interrupted meanwhile changes nothing.
-        if (Writer.canWriteNow(state.writer)) acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
+        // A store that acknowledges at once is written after the delivery (notifications come before
+        // durability, SPEC 3.10); any other writer is asked now, so a caller interrupted meanwhile
+        // changes nothing.
+        if (Writer.acknowledgesNow(state.writer)) acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
         else {
           Writer.request(state.writer, seq)
           acknowledged = Effect.zipRight(DurableWaiters.wait(state.waiters, seq), answer)

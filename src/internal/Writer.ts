@@ -8,9 +8,10 @@
  * {@link WriterSignal}); it re-reads the log after every wake, so a spurious wake costs one read.
  *
  * A fiber that needs durability while no append is in flight, in a session whose store can append
- * synchronously (the memory store), writes the pending events itself ({@link writeNow}) instead of
- * waking the writer and waiting for it: the same group append, without the two fiber hand-offs, so
- * the caller goes on without suspending.
+ * synchronously (the memory store, the SQLite store on a file), writes the pending events itself
+ * ({@link writeNow}) instead of waking the writer and waiting for it: the same group append, without
+ * the two fiber hand-offs, so the caller goes on without suspending. Whether an operation's
+ * acknowledgement may do so is the store's choice ({@link acknowledgesNow}).
  *
  * @since 0.1.0
  */
@@ -62,6 +63,8 @@ export interface WriterSignal {
   busy: boolean
   /** For a store that appends synchronously, from `runWriter` until the session closes or is poisoned: see {@link writeNow}. */
   appendNow: (() => void) | undefined
+  /** Whether the store lets acknowledgements write at once: see {@link acknowledgesNow}. */
+  acknowledgeNow: boolean
 }
 
 /**
@@ -79,7 +82,8 @@ export const makeSignal = (batchSize = 256): WriterSignal => ({
   timerWake: undefined,
   windowMs: undefined,
   busy: false,
-  appendNow: undefined
+  appendNow: undefined,
+  acknowledgeNow: false
 })
 
 /**
@@ -135,6 +139,15 @@ export const request = (signal: WriterSignal, seq: number): void => {
  * @category signals
  */
 export const canWriteNow = (signal: WriterSignal): boolean => !signal.busy && signal.appendNow !== undefined
+
+/**
+ * Whether an operation's acknowledgement may write at once ({@link canWriteNow}, and the store
+ * lets acknowledgements do so); otherwise it asks the writer and waits for its group commit.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const acknowledgesNow = (signal: WriterSignal): boolean => signal.acknowledgeNow && canWriteNow(signal)
 
 /**
  * Writes every pending event at once, synchronously, as the writer would (one store append that
@@ -308,7 +321,8 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   })
 
   // The synchronous write of `writeNow`: everything committed and not yet durable, in one append.
-  const appendNow = SyncAppend.of(state.store)
+  const registration = SyncAppend.of(state.store)
+  const appendNow = registration?.appendNow
   const writeSync = appendNow === undefined ? undefined : () => {
     const { events } = peek(state.log)
     const durable = state.waiters.durable
@@ -324,6 +338,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   // Installed at once, so that a durability wait before the writer's first pass can use it; the
   // session's scope ends it (`stopWritingNow`), as does a poison.
   signal.appendNow = writeSync
+  signal.acknowledgeNow = registration?.acknowledgements ?? false
   return Effect.gen(function*() {
     while (yield* pass) {
       // Until the session is poisoned.

@@ -9,10 +9,13 @@
  * writer) and inserts the rows with a few cached multi-row INSERTs, in a `BEGIN IMMEDIATE`
  * transaction that appends of other sessions arriving at the same time share (group commit: their
  * rows share the INSERTs; after a storage failure the group is written again with each append in a
- * savepoint of its own, so the failure reaches only the appends it concerns). `load` reads a file's
- * sessions on a read-only connection of its own as row text (internal/SqliteReader) and decodes every
- * row with the `SessionEvent` schema; when anything is wrong it reads again on the store's
- * connection with each row's seq, and a row that does not decode is `MalformedLog` with its seq.
+ * savepoint of its own, so the failure reaches only the appends it concerns). A file store also
+ * keeps a second connection that better-sqlite3 serves directly (internal/SqliteDirect): `load`
+ * reads a session there as row text and decodes every row with the `SessionEvent` schema (when
+ * anything is wrong it reads again on the client's connection with each row's seq, and a row that
+ * does not decode is `MalformedLog` with its seq); and a session that needs durability while no
+ * transaction of the client's is open appends there at once, in one synchronous transaction
+ * (internal/SyncAppend: the loop's checkpoints, opening and flush; acknowledgements keep group commit).
  * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`;
  * store-wide failures (opening, `list`) carry the session id `"*"`.
  *
@@ -37,7 +40,8 @@ import type { ProcessLease } from "../internal/Lease.js"
 import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as Checkpointer from "../internal/Checkpointer.js"
-import * as SqliteReader from "../internal/SqliteReader.js"
+import * as SqliteDirect from "../internal/SqliteDirect.js"
+import * as SyncAppend from "../internal/SyncAppend.js"
 
 /**
  * Options of `SqliteSessionStore.layer`.
@@ -338,6 +342,9 @@ export const make = (
       ? yield* Checkpointer.make(options.filename, Effect.ignore(query("PRAGMA wal_autocheckpoint = 1000", [])))
       : undefined
 
+    // Transactions open on the client's connection (the direct connection writes only while none is).
+    let openTransactions = 0
+
     // A failed statement may already have ended the transaction; then ROLLBACK fails, harmlessly.
     const rollback = Effect.ignore(conn.execute("ROLLBACK", [], undefined))
 
@@ -347,12 +354,16 @@ export const make = (
      */
     const transaction = <A, E>(begin: "BEGIN" | "BEGIN IMMEDIATE", body: Effect.Effect<A, E>) =>
       lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
-        Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body))).pipe(
+        Effect.suspend(() => {
+          openTransactions++
+          return Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body)))
+        }).pipe(
           Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
             Exit.isSuccess(exit)
               ? Effect.as(Effect.tapError(conn.execute("COMMIT", [], undefined), () => rollback), exit.value)
               : Effect.zipRight(rollback, exit)
-          )
+          ),
+          Effect.ensuring(Effect.sync(() => openTransactions--))
         )
       ))
 
@@ -557,16 +568,16 @@ export const make = (
         return PersistenceError.refail(id, "append")(Effect.zipRight(lead(), settled))
       })
 
-    // A file's sessions are read on a connection of their own, as row text only (internal/SqliteReader).
-    const reader = isFile(options.filename)
-      ? yield* SqliteReader.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"]).pipe(PersistenceError.refail(ALL_SESSIONS, "open"))
+    // A file's sessions are read, and appended at once, on a connection of their own (internal/SqliteDirect).
+    const direct = isFile(options.filename)
+      ? yield* SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"]).pipe(PersistenceError.refail(ALL_SESSIONS, "open"))
       : undefined
 
     // The session read as row text, when every check passes; undefined sends `load` to the checked
     // read below, which names the exact problem (a gap, a stray seq, a bad header, a missing session).
     const loadText = (id: SessionId) =>
       Effect.try({
-        try: () => reader?.read(id),
+        try: () => direct?.read(id),
         catch: (cause) => new PersistenceError({ sessionId: id, operation: "load", cause })
       }).pipe(Effect.map((stored) => {
         if (stored === undefined || stored.rows.length !== stored.length) return undefined
@@ -577,7 +588,7 @@ export const make = (
       }))
 
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
-      if (reader !== undefined) {
+      if (direct !== undefined) {
         const loaded = yield* loadText(id)
         if (loaded !== undefined) return loaded
       }
@@ -649,7 +660,27 @@ export const make = (
       release: (id) => Effect.ignore(query(DROP_LEASE, [id, process.pid, host]))
     }
 
-    return withProcessLease({ create, load, append, exists, list } satisfies SessionStore["Type"], processLease)
+    const store = withProcessLease({ create, load, append, exists, list } satisfies SessionStore["Type"], processLease)
+    // An append at once on the direct connection, while no transaction of the client's is open and no
+    // group is being written; anything else (a refused length check, a failure) writes nothing and is
+    // left to `append`, which reports it. Acknowledgements still go through group commit: a
+    // transaction's fixed cost is worth sharing among concurrent callers.
+    if (direct !== undefined) {
+      SyncAppend.register(store, (id, events) => {
+        if (openTransactions > 0 || leading || events.length === 0) return false
+        if (seqProblem(events, events[0]!.seq) !== undefined) return false
+        const rows = encodeRows(events)
+        if (Either.isLeft(rows)) return false
+        try {
+          if (!direct.append(id, events[0]!.seq, rows.right)) return false
+        } catch {
+          return false
+        }
+        checkpointer?.wrote(rowBytes(rows.right))
+        return true
+      }, { acknowledgements: false })
+    }
+    return store
   })
 
 /**

@@ -1,14 +1,18 @@
-import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Option, Scheduler, Scope } from "effect"
+import { afterAll, describe, expect, it } from "@effect/vitest"
+import { Effect, Exit, Fiber, Layer, Option, Scheduler, Scope } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
 import { SessionId } from "../../src/domain/Ids.js"
 import { peek } from "../../src/internal/Peek.js"
 import { openSessionState } from "../../src/internal/SessionOpen.js"
 import { awaitDurable, SessionState } from "../../src/internal/SessionState.js"
 import * as Writer from "../../src/internal/Writer.js"
+import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
-import { claimTurn, freshSession, plugin } from "../services/harness.js"
+import { claimTurn, freshSession, plugin, sessionOn } from "../services/harness.js"
 
 const lastSeq = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) => events.length - 1)
 
@@ -106,4 +110,40 @@ describe("Writer: synchronous writes on the memory store", () => {
       yield* Scope.close(scope, Exit.void)
       expect(Writer.canWriteNow(state.writer)).toBe(false)
     }).pipe(Effect.provide(SessionStore.layerMemory)))
+})
+
+describe("Writer: synchronous writes on the SQLite store", () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-writer-"))
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
+  let files = 0
+  const onSqlite = (filename: string) =>
+    sessionOn({ sessionId: SessionId.make("s1") }).pipe(Layer.provideMerge(SqliteSessionStore.layer({ filename })))
+
+  it.scoped("on a file, the session's own waits write at once; an acknowledgement waits for the writer's group commit", () =>
+    Effect.gen(function*() {
+      const inbox = yield* Inbox
+      const log = yield* SessionLog
+      const state = yield* SessionState
+      expect(Writer.canWriteNow(state.writer)).toBe(true)
+      expect(Writer.acknowledgesNow(state.writer)).toBe(false)
+      const durable = yield* log.durableSeq
+      // The acknowledgement suspends (runSyncExit reports it), and nothing was written meanwhile.
+      const acknowledged = Effect.runSyncExit(inbox.append("next-step", plugin("C")))
+      expect(Exit.isFailure(acknowledged)).toBe(true)
+      expect(yield* log.durableSeq).toBe(durable)
+      // A flush writes everything pending from this fiber, without suspending.
+      expect(Effect.runSyncExit(log.flush)).toStrictEqual(Exit.void)
+      expect(yield* log.durableSeq).toBe(yield* lastSeq)
+      const stored = yield* Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s1")))
+      expect(stored.events).toStrictEqual(yield* log.events)
+    }).pipe(Effect.provide(onSqlite(path.join(dir, `writer-${++files}.db`)))))
+
+  it.scoped("on :memory: (no second connection) every wait goes through the writer", () =>
+    Effect.gen(function*() {
+      const log = yield* SessionLog
+      const state = yield* SessionState
+      expect(Writer.canWriteNow(state.writer)).toBe(false)
+      yield* Effect.flatMap(Inbox, (inbox) => inbox.append("next-step", plugin("C")))
+      expect(yield* log.durableSeq).toBe(yield* lastSeq)
+    }).pipe(Effect.provide(onSqlite(":memory:"))))
 })

@@ -15,6 +15,7 @@ import { SessionId } from "../../src/domain/Ids.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
+import * as SyncAppend from "../../src/internal/SyncAppend.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
@@ -124,7 +125,7 @@ describe("SqliteSessionStore", () => {
         Effect.scoped(Effect.gen(function*() {
           const store = Context.get(yield* Layer.build(SqliteSessionStore.layer({ filename })), SessionStore)
           yield* store.create(makeHeader(id), [])
-          // A second store on the file appends after the first one opened its reader.
+          // A second store on the file appends after the first one opened its direct connection.
           yield* withStore(filename, (other) => other.append(id, nonEmpty(turns(0, 2))))
           const mine = opened.filter((db) => db.name === filename && db.open)
           expect(mine.length).toBeGreaterThanOrEqual(2)
@@ -155,6 +156,29 @@ describe("SqliteSessionStore", () => {
         sql<{ n: number; first: number; last: number }>`
           SELECT count(*) AS n, min(seq) AS first, max(seq) AS last FROM events WHERE session_id = ${id}`)
       expect(counted).toEqual([{ n: 1008, first: 0, last: 1007 }])
+    }))
+
+  it.effect("appends at once on its own connection: batches round-trip exactly; a stale or gapped append writes nothing", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      const all = turns(0, 72) // 1008 events
+      yield* withStore(filename, (store) =>
+        Effect.gen(function*() {
+          const now = SyncAppend.of(store)
+          expect(now?.acknowledgements).toBe(false)
+          yield* store.create(makeHeader(id), all.slice(0, 299))
+          expect(now!.appendNow(id, all.slice(299, 300))).toBe(true)
+          expect(now!.appendNow(id, all.slice(300, 1000))).toBe(true) // 700 = 10 * 64 + 32 + 16 + 8 + 4
+          expect(now!.appendNow(id, all.slice(999))).toBe(false) // stale
+          expect(now!.appendNow(id, all.slice(1001))).toBe(false) // a gap
+          expect(now!.appendNow(SessionId.make("missing"), all.slice(0, 1))).toBe(false)
+          expect((yield* store.load(id)).events).toStrictEqual(all.slice(0, 1000))
+          yield* store.append(id, nonEmpty(all.slice(1000)))
+        }))
+      const reloaded = yield* withStore(filename, (store) => store.load(id))
+      expect(reloaded.events).toStrictEqual(all)
+      const memory = yield* withStore(":memory:", (store) => Effect.succeed(SyncAppend.of(store)))
+      expect(memory).toBeUndefined()
     }))
 
   it.effect("a second store on the same file is refused a stale append and changes nothing", () =>

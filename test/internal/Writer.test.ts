@@ -3,6 +3,7 @@ import { Effect, Exit, Fiber, Layer, Option, Scheduler, Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import Database from "better-sqlite3"
 import { SessionId } from "../../src/domain/Ids.js"
 import { peek } from "../../src/internal/Peek.js"
 import { openSessionState } from "../../src/internal/SessionOpen.js"
@@ -137,6 +138,30 @@ describe("Writer: synchronous writes on the SQLite store", () => {
       const stored = yield* Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s1")))
       expect(stored.events).toStrictEqual(yield* log.events)
     }).pipe(Effect.provide(onSqlite(path.join(dir, `writer-${++files}.db`)))))
+
+  it.scoped("a write at once that fails writes nothing; the writer's own attempts fail too and the session is poisoned", () => {
+    const filename = path.join(dir, `writer-${++files}.db`)
+    return Effect.gen(function*() {
+      const inbox = yield* Inbox
+      const log = yield* SessionLog
+      const state = yield* SessionState
+      yield* inbox.append("next-step", plugin("C"))
+      const durable = yield* log.durableSeq
+      const db = new Database(filename)
+      db.exec("CREATE TRIGGER refuse BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'refused'); END")
+      db.close()
+      yield* claimTurn
+      expect(yield* lastSeq).toBeGreaterThan(durable)
+      // The write at once fails, so the flush waits for the writer (runSyncExit reports the suspension).
+      expect(Exit.isFailure(Effect.runSyncExit(log.flush))).toBe(true)
+      const flushed = yield* Effect.exit(log.flush)
+      expect(flushed).toMatchObject({ _tag: "Failure", cause: { error: { _tag: "PersistenceError", operation: "append" } } })
+      expect(yield* log.durableSeq).toBe(durable)
+      expect(Option.isSome(peek(state.poisoned))).toBe(true)
+      const stored = yield* Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s1")))
+      expect(stored.events).toStrictEqual((yield* log.events).slice(0, durable + 1))
+    }).pipe(Effect.provide(onSqlite(filename)))
+  })
 
   it.scoped("on :memory: (no second connection) every wait goes through the writer", () =>
     Effect.gen(function*() {

@@ -60,7 +60,7 @@ const ALL_SESSIONS = "*"
 
 // Run by `@effect/sql`'s Migrator, which records applied ids in `tiller_migrations` (its own
 // `created_at` column defaults to SQLite's clock: bookkeeping only, never read by tiller).
-const migrations = Migrator.fromRecord({
+const MIGRATIONS = {
   "1_sessions_and_events": Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     yield* sql`
@@ -88,7 +88,19 @@ const migrations = Migrator.fromRecord({
         host TEXT NOT NULL
       ) STRICT`
   })
-})
+}
+const migrations = Migrator.fromRecord(MIGRATIONS)
+
+const MIGRATION_COUNT = Object.keys(MIGRATIONS).length
+// How many times `open` waits for another process's migration and migrates again.
+const MIGRATION_ATTEMPTS = 5
+
+// How many migrations `tiller_migrations` records.
+const migrationsApplied = (sql: SqlClient.SqlClient) =>
+  Effect.map(
+    sql<{ readonly n: number }>`SELECT count(*) AS n FROM tiller_migrations`,
+    (rows) => rows[0]?.n ?? 0
+  )
 
 const SELECT_LEASE = "SELECT pid, host FROM leases WHERE session_id = ?"
 const TAKE_LEASE = "INSERT OR REPLACE INTO leases (session_id, pid, host) VALUES (?, ?, ?)"
@@ -306,9 +318,22 @@ const open = (options: SqliteSessionStoreOptions) =>
       // Checkpoints run on a worker thread instead (internal/Checkpointer).
       yield* sql.unsafe("PRAGMA wal_autocheckpoint = 0")
     }
-    yield* Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
+    const migrate = Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
       Effect.provideService(SqlClient.SqlClient, sql)
     )
+    yield* migrate
+    // The migrator stands aside ("already running") when another process migrates the same fresh
+    // file at the same moment, possibly before that migration committed: wait for the other
+    // process's write lock to go, then migrate again, until every migration is recorded.
+    for (let attempt = 1; (yield* migrationsApplied(sql)) < MIGRATION_COUNT; attempt++) {
+      if (attempt > MIGRATION_ATTEMPTS) {
+        const cause = `the schema's migrations are still incomplete after ${MIGRATION_ATTEMPTS} attempts`
+        return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
+      }
+      yield* sql.unsafe("BEGIN IMMEDIATE")
+      yield* sql.unsafe("ROLLBACK")
+      yield* migrate
+    }
     return sql
   }).pipe(
     // The driver throws from its constructor (a missing directory, a file that is not a database)

@@ -5,6 +5,7 @@ import { Context, Effect, Either, Exit, Layer, Scope } from "effect"
 import Database from "better-sqlite3"
 import { build } from "esbuild"
 import { spawn } from "node:child_process"
+import { createRequire } from "node:module"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -422,6 +423,39 @@ describe("SqliteSessionStore", () => {
         expect(version).toMatchObject({ sessionId: id, found: 7, supported: LOG_FORMAT_VERSION })
       }))
   })
+
+  it.live("a store opened while another process is migrating the fresh file waits for that migration, then opens", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      // Another process in the middle of migrating: the migrations are recorded, the tables not yet
+      // created, the transaction open for a while.
+      const script = `
+        const Database = require(${JSON.stringify(createRequire(import.meta.url).resolve("better-sqlite3"))})
+        const db = new Database(${JSON.stringify(filename)})
+        db.pragma("journal_mode = WAL")
+        db.exec('CREATE TABLE tiller_migrations (migration_id integer PRIMARY KEY NOT NULL, created_at datetime NOT NULL DEFAULT current_timestamp, name VARCHAR(255) NOT NULL)')
+        db.exec("BEGIN IMMEDIATE")
+        db.exec("INSERT INTO tiller_migrations (migration_id, name) VALUES (1, 'sessions_and_events'), (2, 'leases')")
+        console.log("migrating")
+        setTimeout(() => {
+          db.exec("CREATE TABLE sessions (id TEXT PRIMARY KEY NOT NULL, header TEXT NOT NULL, created_at INTEGER NOT NULL, length INTEGER NOT NULL) STRICT")
+          db.exec("CREATE TABLE events (session_id TEXT NOT NULL, seq INTEGER NOT NULL, row TEXT NOT NULL, PRIMARY KEY (session_id, seq)) STRICT")
+          db.exec("CREATE TABLE leases (session_id TEXT PRIMARY KEY NOT NULL, pid INTEGER NOT NULL, host TEXT NOT NULL) STRICT")
+          db.exec("COMMIT")
+          db.close()
+        }, 500)`
+      const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] })
+      yield* Effect.async<void>((resume) => {
+        child.stdout!.setEncoding("utf8").once("data", () => resume(Effect.void))
+      })
+      yield* withStore(filename, (store) => store.create(makeHeader(id), turns(0, 1)))
+      const loaded = yield* withStore(filename, (store) => store.load(id))
+      expect(loaded.events).toStrictEqual(turns(0, 1))
+      yield* Effect.async<void>((resume) => {
+        if (child.exitCode !== null) resume(Effect.void)
+        else child.once("exit", () => resume(Effect.void))
+      })
+    }))
 
   it.effect("a file that cannot be opened fails the layer with PersistenceError", () =>
     Effect.gen(function*() {

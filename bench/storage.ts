@@ -236,6 +236,8 @@ export interface InjectFigures {
   readonly raw: ReadonlyArray<InjectRun>
   /** The same rows through a plain-JavaScript group commit (no Effect, no validation): the floor of any implementation. */
   readonly floor: ReadonlyArray<InjectRun>
+  /** The same callers acknowledged by a writer fiber per session with nothing stored: the floor of an Effect acknowledgement. */
+  readonly effectFloor: ReadonlyArray<InjectRun>
 }
 
 /** The sessions of a W3 tiller run: created on a fresh database through `Sessions`, nothing to run. */
@@ -368,6 +370,52 @@ const injectFloorRun = (
     }).pipe(Effect.tap(() => expectStored(db, "W3 floor rows", rows.length)))
   ))
 
+/**
+ * One Effect floor run: the callers are Effect fibers as on the other sides, and each call suspends
+ * its fiber until a writer fiber of its session resumes it, the least an Effect API whose calls
+ * return once a shared commit is done can do. The writer sleeps until a call wakes it, yields once
+ * (so the session's other callers queue, as a group commit's leader lets them) and resumes every
+ * queued call. Nothing is stored, validated or logged.
+ */
+const injectEffectFloorRun = (callers: number, sessionCount: number, perCaller: number): Effect.Effect<InjectRun> =>
+  Effect.scoped(Effect.gen(function*() {
+    const sessions = range(sessionCount).map(() => ({
+      waiting: [] as Array<(done: Effect.Effect<void>) => void>,
+      wake: undefined as (() => void) | undefined
+    }))
+    for (const session of sessions) {
+      const sleep = Effect.async<void>((resume) => {
+        if (session.waiting.length > 0) resume(Effect.void)
+        else session.wake = () => resume(Effect.void)
+      })
+      yield* Effect.forkScoped(Effect.forever(Effect.gen(function*() {
+        yield* sleep
+        yield* Effect.yieldNow()
+        const released = session.waiting
+        session.waiting = []
+        for (const resume of released) resume(Effect.void)
+      })))
+    }
+    const call = (c: number) =>
+      Effect.async<void>((resume) => {
+        const session = sessions[c % sessionCount]!
+        session.waiting.push(resume)
+        const wake = session.wake
+        session.wake = undefined
+        wake?.()
+      })
+    const latencies = new Array<number>(callers * perCaller)
+    const [, millis] = yield* timed(Effect.forEach(range(callers), (c) =>
+      Effect.gen(function*() {
+        for (let k = 0; k < perCaller; k++) {
+          const start = yield* nowMillis
+          yield* call(c)
+          latencies[c * perCaller + k] = (yield* nowMillis) - start
+        }
+      }), { concurrency: "unbounded", discard: true }))
+    return { millis, latencies }
+  }))
+
 const isInboxSplice = (row: StoredRow): boolean => row.event.type === "agent/inbox/spliced"
 
 /**
@@ -378,7 +426,8 @@ const isInboxSplice = (row: StoredRow): boolean => row.event.type === "agent/inb
  * insert the identical rows (from the warm-up run's file) one autocommit INSERT each. `warmRuns`
  * untimed warm-up runs of each side (the first of each kept as the cold figure), then `runs` runs
  * alternating which side goes first; then the floor (a plain-JavaScript group commit of the same
- * rows), `warmRuns` untimed and `runs` timed.
+ * rows) and the Effect floor (the callers resumed by a writer fiber, nothing stored), each `warmRuns`
+ * untimed and `runs` timed.
  *
  * @since 0.1.0
  * @category benchmarks
@@ -413,7 +462,10 @@ export const injects = (
     // The floor afterwards, with warm-up runs of its own.
     yield* Effect.replicateEffect(floorRun, warmRuns, { discard: true })
     const floor = yield* Effect.replicateEffect(floorRun, runs)
-    return { synchronous, callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw, floor }
+    const effectFloorRun = injectEffectFloorRun(callers, sessions, perCaller)
+    yield* Effect.replicateEffect(effectFloorRun, warmRuns, { discard: true })
+    const effectFloor = yield* Effect.replicateEffect(effectFloorRun, runs)
+    return { synchronous, callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw, floor, effectFloor }
   })
 
 // -------------------------------------------------------------------------------------------------

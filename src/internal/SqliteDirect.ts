@@ -47,13 +47,26 @@ export interface SqliteDirect {
   readonly append: (id: string, firstSeq: number, rows: ReadonlyArray<string>) => boolean
 }
 
-const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
+/**
+ * A session's stored header and recorded length.
+ *
+ * @since 0.1.0
+ * @category sql
+ */
+export const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
 const SELECT_ROWS = "SELECT row FROM events WHERE session_id = ? ORDER BY seq"
 const ADVANCE_LENGTH = "UPDATE sessions SET length = ? WHERE id = ? AND length = ?"
 
 // Rows go in with INSERTs of 64, 32, ..., 1 rows, each prepared on first use.
 const MAX_ROWS_PER_INSERT = 64
-const insertSql = (rows: number): string =>
+
+/**
+ * An INSERT of `rows` event rows, bound as flat `(session_id, seq, row)` triples.
+ *
+ * @since 0.1.0
+ * @category sql
+ */
+export const insertEventsSql = (rows: number): string =>
   `INSERT INTO events (session_id, seq, row) VALUES ${"(?, ?, ?), ".repeat(rows - 1)}(?, ?, ?)`
 
 /**
@@ -85,7 +98,7 @@ export const make = (
         const insert = (rows: number) => {
           let statement = inserts.get(rows)
           if (statement === undefined) {
-            statement = db.prepare(insertSql(rows))
+            statement = db.prepare(insertEventsSql(rows))
             inserts.set(rows, statement)
           }
           return statement

@@ -41,6 +41,7 @@ import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as Checkpointer from "../internal/Checkpointer.js"
 import * as SqliteDirect from "../internal/SqliteDirect.js"
+import { insertEventsSql, SELECT_SESSION } from "../internal/SqliteDirect.js"
 import * as SyncAppend from "../internal/SyncAppend.js"
 
 /**
@@ -128,7 +129,6 @@ const ADVANCE_LENGTHS = "UPDATE sessions SET length = j.value ->> 2 FROM json_ea
 // be recognised among the returned ones.
 const LONE_SURROGATE = /\p{Surrogate}/u
 const SELECT_LENGTH = "SELECT length FROM sessions WHERE id = ?"
-const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
 const SELECT_EVENTS = "SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq"
 const SELECT_EXISTS = "SELECT 1 AS found FROM sessions WHERE id = ?"
 // rowid order is insertion order: sessions are never deleted.
@@ -138,8 +138,6 @@ const SELECT_HEADERS = "SELECT id, header FROM sessions ORDER BY rowid"
 // beyond its full 256-row chunks, only nine statement texts exist (so all stay in the client's
 // prepared-statement cache), and 768 bound parameters stay under SQLite's historical limit of 999.
 const MAX_ROWS_PER_INSERT = 256
-const insertEventsSql = (rows: number): string =>
-  `INSERT INTO events (session_id, seq, row) VALUES ${"(?, ?, ?), ".repeat(rows - 1)}(?, ?, ?)`
 const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
   Array.from({ length: Math.log2(MAX_ROWS_PER_INSERT) + 1 }, (_, k) => [1 << k, insertEventsSql(1 << k)] as const)
 )

@@ -135,13 +135,13 @@ export const relate = (
   let s = state
   // session/end-seed may stand anywhere (2.5 class F): it is transparent to the adjacency rules R7
   // and R8 (it only abandons an open compaction bracket, R6).
-  if (event.type === "session/end-seed") return s.bracket === undefined ? s : { ...s, bracket: undefined }
+  if (event.type === "session/end-seed") return s.bracket === undefined ? s : patched(s, { bracket: undefined })
   // R7: the events right after turn/start must be its claims.
   if (s.claimPhase === "after-turn-start" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
     violate(out, "R7", `turn/start ${s.lastTurn} is not followed by a claim`)
-    s = { ...s, claimPhase: "none" }
+    s = patched(s, { claimPhase: "none" })
   } else if (s.claimPhase === "after-initial-ns" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
-    s = { ...s, claimPhase: "none" }
+    s = patched(s, { claimPhase: "none" })
   }
   const entering = s.entering
   if (entering) {
@@ -165,8 +165,7 @@ const relateCore = (
       const { turn } = event.data
       if (s.turnOpen) violate(out, "R1", `turn/start ${turn} while turn ${s.lastTurn} is open`)
       else if (turn !== s.lastTurn + 1) violate(out, "R1", `turn/start ${turn} after turn ${s.lastTurn}`)
-      return {
-        ...s,
+      return patched(s, {
         lastTurn: turn,
         turnOpen: true,
         lastStep: 0,
@@ -175,7 +174,7 @@ const relateCore = (
         maxTokensInTurn: false,
         claimPhase: "after-turn-start",
         claimedForStep: new Set()
-      }
+      })
     }
     case "turn/end": {
       const { turn, reason } = event.data
@@ -188,7 +187,7 @@ const relateCore = (
         violate(out, "R16", `turn ${turn} ended max-tokens but no step finished max-tokens`)
       }
       const bracket = s.bracket !== undefined && s.bracket.turn === turn ? undefined : s.bracket
-      return { ...s, turnOpen: false, stepOpen: false, step: undefined, claimPhase: "none", bracket }
+      return patched(s, { turnOpen: false, stepOpen: false, step: undefined, claimPhase: "none", bracket })
     }
     case "step/start": {
       const { step, turn } = event.data
@@ -235,11 +234,11 @@ const relateCore = (
       if (isKnown(facts.known, id) && facts.inSeed !== true) {
         if (!s.claimedForStep.has(id)) {
           violate(out, "R9", `appended user/message reuses known id ${id} that this step did not claim`)
-          return { ...s, entering: s.stepOpen }
+          return patched(s, { entering: s.stepOpen })
         }
         const claimed = new Set(s.claimedForStep)
         claimed.delete(id)
-        return { ...s, entering: s.stepOpen, claimedForStep: claimed }
+        return patched(s, { entering: s.stepOpen, claimedForStep: claimed })
       }
       if (s.entering === s.stepOpen) return s
       const next = copy(s)
@@ -342,7 +341,7 @@ const relateCore = (
     }
     case "request/header": {
       if (!s.stepOpen) violate(out, "R5", `request/header with no open step`)
-      return { ...s, headerSeen: true }
+      return patched(s, { headerSeen: true })
     }
     case "llm/retry": {
       const d = event.data
@@ -352,15 +351,14 @@ const relateCore = (
       else if (step.finish !== "error" && step.finish !== "aborted") {
         violate(out, "R10", `llm/retry for attempt ${d.attempt} without a failure finish`)
       } else if (step.anchor !== undefined) violate(out, "R10", `llm/retry after an assistant/message`)
-      return {
-        ...s,
-        step: { ...step, attempt: step.attempt + 1, chunkSeqs: GrowOnly.empty(), finish: undefined }
-      }
+      return patched(s, {
+        step: Object.assign(copyStep(step), { attempt: step.attempt + 1, chunkSeqs: GrowOnly.empty(), finish: undefined })
+      })
     }
     case "agent/inbox/spliced":
       return relateSplice(s, event.data, facts, out)
     case "session/end-seed":
-      return { ...s, bracket: undefined }
+      return patched(s, { bracket: undefined })
     case "compaction/start":
     case "compaction/summary":
     case "compaction/end": {
@@ -372,14 +370,14 @@ const relateCore = (
       }
       if (event.type === "compaction/start") {
         if (s.bracket !== undefined) violate(out, "R6", `compaction/start while a compaction is open`)
-        return { ...s, bracket: { turn } }
+        return patched(s, { bracket: { turn } })
       }
       if (event.type === "compaction/end") {
         if (s.bracket === undefined || s.bracket.turn !== turn) {
           violate(out, "R6", `compaction/end without an open compaction/start of the same turn`)
           return s
         }
-        return { ...s, bracket: undefined }
+        return patched(s, { bracket: undefined })
       }
       return s
     }
@@ -418,6 +416,13 @@ const copy = (s: Relations): Mutable<Relations> => ({
   bracket: s.bracket,
   step: s.step
 })
+
+/**
+ * `s` with `patch` applied, as a fresh object built by {@link copy}. Not an object spread: in V8 a
+ * spread of an object that itself came from a spread with overridden keys takes a slow path (about
+ * 0.5-0.8 µs against 0.06 µs on node 20), and the fold feeds each result into the next event.
+ */
+const patched = (s: Relations, patch: Partial<Relations>): Relations => Object.assign(copy(s), patch)
 
 const copyStep = (step: StepRelations): Mutable<StepRelations> => ({
   attempt: step.attempt,
@@ -468,19 +473,19 @@ const relateSplice = (
     if (s.claimPhase !== "after-turn-start" && s.claimPhase !== "after-initial-ns") {
       violate(out, "R7", `claim of next-turn away from a turn/start`)
     }
-    return { ...s, claimPhase: "none", claimedForStep: claimed }
+    return patched(s, { claimPhase: "none", claimedForStep: claimed })
   }
   switch (s.claimPhase) {
     case "after-turn-start":
-      return { ...s, claimPhase: "after-initial-ns", claimedForStep: claimed }
+      return patched(s, { claimPhase: "after-initial-ns", claimedForStep: claimed })
     case "boundary":
-      return { ...s, claimPhase: "boundary-claimed", claimedForStep: claimed }
+      return patched(s, { claimPhase: "boundary-claimed", claimedForStep: claimed })
     case "boundary-claimed":
       violate(out, "R7", `a second claim of next-step in one boundary`)
-      return { ...s, claimedForStep: claimed }
+      return patched(s, { claimedForStep: claimed })
     default:
       violate(out, "R7", `claim of next-step outside a boundary`)
-      return { ...s, claimedForStep: claimed }
+      return patched(s, { claimedForStep: claimed })
   }
 }
 

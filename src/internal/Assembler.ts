@@ -96,6 +96,19 @@ export const empty = (): AssemblerState => ({
   replayState: undefined
 })
 
+// `state` with `patch` applied, as a fresh object of one fixed shape. Not an object spread: in V8 a
+// spread of an object that itself came from a spread with overridden keys takes a slow path (about
+// 0.5 µs against 0.05 µs on node 20), and every chunk's state comes from the previous one.
+const patched = (state: AssemblerState, patch: Partial<AssemblerState>): AssemblerState =>
+  Object.assign({
+    starts: state.starts,
+    deltas: state.deltas,
+    blockCount: state.blockCount,
+    open: state.open,
+    usage: state.usage,
+    replayState: state.replayState
+  }, patch)
+
 const deltaKind = {
   "text-delta": "text",
   "reasoning-delta": "reasoning",
@@ -113,7 +126,7 @@ const appendDelta = (
   if (block.kind !== deltaKind[type]) {
     return Either.left(`${type} for ${block.kind} block at index ${index}`)
   }
-  return Either.right({ ...state, deltas: push(state.deltas, { ordinal: block.ordinal, text }) })
+  return Either.right(patched(state, { deltas: push(state.deltas, { ordinal: block.ordinal, text }) }))
 }
 
 /**
@@ -133,12 +146,11 @@ export const feed = (state: AssemblerState, chunk: StreamChunk): Either.Either<A
       const start: BlockStart = chunk.block === "tool-call"
         ? { ordinal: state.blockCount, kind: "tool-call", id: chunk.id, name: chunk.name }
         : { ordinal: state.blockCount, kind: chunk.block, id: "", name: "" }
-      return Either.right({
-        ...state,
+      return Either.right(patched(state, {
         starts: push(state.starts, start),
         blockCount: state.blockCount + 1,
         open: VersionedMap.set(state.open, String(chunk.index), start)
-      })
+      }))
     }
     case "text-delta":
     case "reasoning-delta":
@@ -147,12 +159,12 @@ export const feed = (state: AssemblerState, chunk: StreamChunk): Either.Either<A
       return appendDelta(state, chunk.type, chunk.index, chunk.arguments)
     case "block-end":
       return openAt(state.open, chunk.index) !== undefined
-        ? Either.right({ ...state, open: VersionedMap.set(state.open, String(chunk.index), undefined) })
+        ? Either.right(patched(state, { open: VersionedMap.set(state.open, String(chunk.index), undefined) }))
         : Either.left(`block-end for unopened index ${chunk.index}`)
     case "usage":
-      return Either.right({ ...state, usage: chunk.usage })
+      return Either.right(patched(state, { usage: chunk.usage }))
     case "replay-state":
-      return Either.right({ ...state, replayState: { value: chunk.state } })
+      return Either.right(patched(state, { replayState: { value: chunk.state } }))
     case "finish":
       return Either.right(state)
     default:

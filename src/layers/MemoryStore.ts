@@ -132,7 +132,9 @@ export const makeMemoryStore = (
       if (seqError !== undefined) return fail(seqError)
       let log = stored.value.events
       for (const event of events) log = GrowOnly.push(log, isolate(event))
-      state = { ...state, sessions: HashMap.set(state.sessions, id, { ...stored.value, events: log }) }
+      // Built field by field, not spread: V8 spreads objects that came from spreads on a slow path.
+      const session: StoredSession = { header: stored.value.header, events: log }
+      state = { sessions: HashMap.set(state.sessions, id, session), headers: state.headers }
       return undefined
     }
 

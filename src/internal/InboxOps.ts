@@ -323,7 +323,7 @@ export const claimSTM = (
     if (steps.length > 0) drafts.push(spliceDraft(spliceData("next-step", 0, steps.length, [], true)))
     if (followup.length > 0) drafts.push(spliceDraft(spliceData("next-turn", 0, 1, [], true)))
     if (drafts.length > 0) yield* appendDrafts(state, drafts, true)
-    if (steps.length > 0) yield* TRef.update(state.marks, (marks) => ({ ...marks, wakingSteers: HashSet.empty() }))
+    if (steps.length > 0) yield* TRef.update(state.marks, (marks) => ({ latched: marks.latched, wakingSteers: HashSet.empty() }))
     const batch = [...steps, ...followup]
     yield* publish(state, batch.map((message) => ({ type: "agent/inbox/claimed", message, turn })))
     return batch

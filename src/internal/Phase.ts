@@ -150,7 +150,7 @@ export const openTurn = (ds: DriverState, turn: number, fromIdle: boolean): STM.
     if (fromIdle) yield* publish(ds.session, [{ type: "agent/status", status: "running" }])
     yield* appendDrafts(ds.session, [{ type: "turn/start", data: { turn } }], true)
     const batch = yield* claimSTM(ds.session, turn, true)
-    yield* TRef.update(ds.session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
+    yield* TRef.update(ds.session.marks, (marks) => ({ latched: HashSet.empty(), wakingSteers: marks.wakingSteers }))
     yield* setPhase(ds, {
       _tag: "Running",
       turn,

@@ -174,7 +174,7 @@ const acquireDriver = (
         yield* STM.commit(
           STM.gen(function*() {
             yield* TRef.set(ds.disposing, true)
-            yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
+            yield* TRef.update(session.marks, (marks) => ({ latched: HashSet.empty(), wakingSteers: marks.wakingSteers }))
             const phase = yield* getPhase(ds)
             if (phase._tag !== "Idle" && Option.isNone(causeOf(phase))) {
               yield* setPhase(ds, { ...phase, cause: Option.some({ kind: "disposed" as const }) })

@@ -106,11 +106,11 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       if (phase._tag === "Running" && !aborted) {
         if (resolved !== "next-step") return STM.succeed(inserted)
         return STM.as(
-          TRef.update(session.marks, (marks) => ({ ...marks, wakingSteers: HashSet.add(marks.wakingSteers, message.id) })),
+          TRef.update(session.marks, (marks) => ({ latched: marks.latched, wakingSteers: HashSet.add(marks.wakingSteers, message.id) })),
           inserted
         )
       }
-      return STM.as(TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.add(marks.latched, message.id) })), inserted)
+      return STM.as(TRef.update(session.marks, (marks) => ({ latched: HashSet.add(marks.latched, message.id), wakingSteers: marks.wakingSteers })), inserted)
     })
   }
 
@@ -129,7 +129,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
         if (options?.keepInbox !== true) {
           yield* clearSTM(session).pipe(STM.orDie)
           if (phase._tag !== "Idle") {
-            yield* TRef.update(session.marks, (marks) => ({ ...marks, latched: HashSet.empty() }))
+            yield* TRef.update(session.marks, (marks) => ({ latched: HashSet.empty(), wakingSteers: marks.wakingSteers }))
           }
         }
         const current = yield* getPhase(ds)

@@ -57,8 +57,31 @@ export const SELECT_SESSION = "SELECT header, length FROM sessions WHERE id = ?"
 const SELECT_ROWS = "SELECT row FROM events WHERE session_id = ? ORDER BY seq"
 const ADVANCE_LENGTH = "UPDATE sessions SET length = ? WHERE id = ? AND length = ?"
 
-// Rows go in with INSERTs of 64, 32, ..., 1 rows, each prepared on first use.
-const MAX_ROWS_PER_INSERT = 64
+/**
+ * The most rows one INSERT takes. Rows go in with INSERTs of 256, 128, ..., 1 rows: any batch needs
+ * at most log2 + 1 statements beyond its full 256-row chunks, only nine statement texts exist, and
+ * 768 bound parameters stay under SQLite's historical limit of 999.
+ *
+ * @since 0.1.0
+ * @category sql
+ */
+export const MAX_ROWS_PER_INSERT = 256
+
+/**
+ * The INSERTs that write `total` rows: each one's first row and row count (a power of two).
+ *
+ * @since 0.1.0
+ * @category sql
+ */
+export const insertChunks = (total: number): Array<{ readonly offset: number; readonly size: number }> => {
+  const chunks: Array<{ readonly offset: number; readonly size: number }> = []
+  let size = MAX_ROWS_PER_INSERT
+  for (let offset = 0; offset < total; offset += size) {
+    while (size > total - offset) size >>>= 1
+    chunks.push({ offset, size })
+  }
+  return chunks
+}
 
 /**
  * An INSERT of `rows` event rows, bound as flat `(session_id, seq, row)` triples.
@@ -106,9 +129,7 @@ export const make = (
         const params: Array<unknown> = []
         const write = db.transaction((id: string, firstSeq: number, rows: ReadonlyArray<string>): boolean => {
           if (advance.run(firstSeq + rows.length, id, firstSeq).changes === 0) return false
-          let size = MAX_ROWS_PER_INSERT
-          for (let offset = 0; offset < rows.length; offset += size) {
-            while (size > rows.length - offset) size >>>= 1
+          for (const { offset, size } of insertChunks(rows.length)) {
             params.length = 0
             for (let i = offset; i < offset + size; i++) params.push(id, firstSeq + i, rows[i])
             insert(size).run(params)

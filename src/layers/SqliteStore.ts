@@ -41,7 +41,7 @@ import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as Checkpointer from "../internal/Checkpointer.js"
 import * as SqliteDirect from "../internal/SqliteDirect.js"
-import { insertEventsSql, SELECT_SESSION } from "../internal/SqliteDirect.js"
+import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/SqliteDirect.js"
 import * as SyncAppend from "../internal/SyncAppend.js"
 
 /**
@@ -134,10 +134,7 @@ const SELECT_EXISTS = "SELECT 1 AS found FROM sessions WHERE id = ?"
 // rowid order is insertion order: sessions are never deleted.
 const SELECT_HEADERS = "SELECT id, header FROM sessions ORDER BY rowid"
 
-// Rows go in with INSERTs of 256, 128, ..., 1 rows: any batch needs at most log2 + 1 statements
-// beyond its full 256-row chunks, only nine statement texts exist (so all stay in the client's
-// prepared-statement cache), and 768 bound parameters stay under SQLite's historical limit of 999.
-const MAX_ROWS_PER_INSERT = 256
+// The nine INSERT texts (internal/SqliteDirect), few enough to stay in the client's prepared-statement cache.
 const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
   Array.from({ length: Math.log2(MAX_ROWS_PER_INSERT) + 1 }, (_, k) => [1 << k, insertEventsSql(1 << k)] as const)
 )
@@ -187,9 +184,7 @@ const insertTriples = (conn: Connection, triples: ReadonlyArray<unknown>) =>
   Effect.suspend(() => {
     const rows = triples.length / 3
     const statements: Array<Effect.Effect<unknown, SqlError>> = []
-    let size = MAX_ROWS_PER_INSERT
-    for (let offset = 0; offset < rows; offset += size) {
-      while (size > rows - offset) size >>>= 1
+    for (const { offset, size } of insertChunks(rows)) {
       const params = rows === size ? triples : triples.slice(3 * offset, 3 * (offset + size))
       statements.push(conn.execute(INSERT_EVENTS.get(size)!, params, undefined))
     }

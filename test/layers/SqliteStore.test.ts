@@ -169,7 +169,7 @@ describe("SqliteSessionStore", () => {
           expect(now?.acknowledgements).toBe(false)
           yield* store.create(makeHeader(id), all.slice(0, 299))
           expect(now!.appendNow(id, all.slice(299, 300))).toBe(true)
-          expect(now!.appendNow(id, all.slice(300, 1000))).toBe(true) // 700 = 10 * 64 + 32 + 16 + 8 + 4
+          expect(now!.appendNow(id, all.slice(300, 1000))).toBe(true) // 700 = 2 * 256 + 128 + 32 + 16 + 8 + 4
           expect(now!.appendNow(id, all.slice(999))).toBe(false) // stale
           expect(now!.appendNow(id, all.slice(1001))).toBe(false) // a gap
           expect(now!.appendNow(SessionId.make("missing"), all.slice(0, 1))).toBe(false)

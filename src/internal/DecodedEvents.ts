@@ -8,7 +8,7 @@
 import { Either } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
 import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
-import { deepFreeze, losslessDecoder, losslessProblem } from "../domain/Json.js"
+import { deepFreeze, jsonProblem, losslessDecoder, losslessProblem } from "../domain/Json.js"
 import { acceptsEventJson } from "./EventDecoder.js"
 
 const copying = losslessDecoder(SessionEventSchema, "event", { accepts: acceptsEventJson })
@@ -74,6 +74,22 @@ export const decodeOwnedJson = (text: string): Either.Either<SessionEvent, TextP
   const event = input as SessionEvent
   DecodedMark.mark(event)
   return Either.right(deepFreeze(event))
+}
+
+/**
+ * Decodes a stored event value as {@link decodeOwnedJson} decodes its JSON text (the same checks,
+ * the same reasons, a frozen and marked copy), for a store that keeps values instead of text; an
+ * event already decoded is returned as it is.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const decodeStoredValue = (input: unknown): Either.Either<SessionEvent, TextProblem> => {
+  if (isDecoded(input)) return Either.right(input)
+  const notJson = jsonProblem(input, "event")
+  if (notJson !== undefined) return Either.left({ _tag: "NotEvent", reason: notJson })
+  // A lossless JSON value: its text parses back to an equal value that nobody else holds.
+  return decodeOwnedJson(JSON.stringify(input))
 }
 
 /**

@@ -83,8 +83,12 @@ export const validateLoaded = (
   options: FoldOptions
 ): Either.Either<LogSnapshot, MalformedLog | UnsupportedLogVersion> => {
   if (header.formatVersion !== LOG_FORMAT_VERSION) {
+    const found: unknown = header.formatVersion
+    // A store of another implementation may hand over a header it did not decode.
     return Either.left(
-      new UnsupportedLogVersion({ sessionId: header.sessionId, found: header.formatVersion, supported: LOG_FORMAT_VERSION })
+      typeof found === "number"
+        ? new UnsupportedLogVersion({ sessionId: header.sessionId, found, supported: LOG_FORMAT_VERSION })
+        : new MalformedLog({ sessionId: header.sessionId, reason: `header formatVersion is ${JSON.stringify(found) ?? typeof found}` })
     )
   }
   const buffer: Array<SessionEvent> = []

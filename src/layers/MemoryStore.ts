@@ -10,10 +10,11 @@
 import { seqProblem } from "../internal/Contiguity.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
 import * as SyncAppend from "../internal/SyncAppend.js"
-import { Chunk, Deferred, Effect, Exit, HashMap, Option, Ref } from "effect"
-import { PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
+import { Chunk, Deferred, Effect, Either, Exit, HashMap, Option, Ref } from "effect"
+import { decodeStoredValue } from "../internal/DecodedEvents.js"
+import { checkStoredHeader } from "../internal/StoredHeader.js"
+import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
-import { LOG_FORMAT_VERSION } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { freezeCopy } from "../domain/Json.js"
 import type { MemoryStoreControl, SessionStore } from "../services/SessionStore.js"
@@ -107,16 +108,37 @@ export const makeMemoryStore = (
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
       const stored = HashMap.get(yield* Effect.sync(() => state.sessions), id)
       if (Option.isNone(stored)) return yield* new SessionNotFound({ sessionId: id })
-      const { events, header } = stored.value
-      if (header.formatVersion !== LOG_FORMAT_VERSION) {
-        return yield* new UnsupportedLogVersion({
-          sessionId: id,
-          found: header.formatVersion,
-          supported: LOG_FORMAT_VERSION
-        })
-      }
-      return { header, events: GrowOnly.toArray(events) }
+      // The checks the SQLite store applies to what it reads (SPEC 6.1): the header, then every event.
+      const header = checkStoredHeader(id, stored.value.header)
+      if (Either.isLeft(header)) return yield* header.left
+      const events = yield* Effect.sync(() => decodedEvents(id, stored.value))
+      if (events instanceof MalformedLog) return yield* events
+      return { header: header.right, events }
     })
+
+    // The session's events decoded as the SQLite store decodes its rows (SPEC 6.1: a malformed
+    // event is `MalformedLog` with its seq), in one synchronous step. The decoded copies replace the
+    // stored events while nothing was appended since, so each event is decoded once.
+    const decodedEvents = (id: SessionId, stored: StoredSession): Array<SessionEvent> | MalformedLog => {
+      const events = GrowOnly.toArray(stored.events)
+      let changed = false
+      for (let seq = 0; seq < events.length; seq++) {
+        const decoded = decodeStoredValue(events[seq])
+        if (Either.isLeft(decoded)) {
+          const reason = decoded.left._tag === "NotEvent" ? decoded.left.reason : decoded.left.message
+          return new MalformedLog({ sessionId: id, seq, reason })
+        }
+        if (decoded.right !== events[seq]) {
+          events[seq] = decoded.right
+          changed = true
+        }
+      }
+      if (changed && Option.getOrUndefined(HashMap.get(state.sessions, id)) === stored) {
+        const session: StoredSession = { header: stored.header, events: GrowOnly.fromArray(events) }
+        state = { sessions: HashMap.set(state.sessions, id, session), headers: state.headers }
+      }
+      return events
+    }
 
     // One append, all in one synchronous step; the failure, if any.
     const commitNow = (id: SessionId, events: ReadonlyArray<SessionEvent>): PersistenceError | undefined => {

@@ -32,10 +32,10 @@ import type { Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
-import { LOG_FORMAT_VERSION, SessionEvent, SessionHeader } from "../domain/Event.js"
+import { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
-import { losslessDecoder } from "../domain/Json.js"
 import { decodeOwnedJson } from "../internal/DecodedEvents.js"
+import { checkStoredHeader, decodeHeader } from "../internal/StoredHeader.js"
 import type { ProcessLease } from "../internal/Lease.js"
 import { withProcessLease } from "../internal/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -142,8 +142,6 @@ const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
 // How many times a group-commit leader yields, at most, to let other sessions' appends join its group.
 const MAX_GATHER_YIELDS = 4
 
-const decodeHeader = losslessDecoder(SessionHeader, "header")
-
 const parseJson = (text: unknown): Either.Either<unknown, string> => {
   if (typeof text !== "string") return Either.left(`expected JSON text, found ${typeof text}`)
   try {
@@ -204,22 +202,11 @@ const insertEvents = (conn: Connection, id: SessionId, firstSeq: number, rows: R
     return insertTriples(conn, triples)
   })
 
-/** Decodes the stored header; its version is checked before its shape (a newer format may differ). */
+/** Decodes the stored header text; its version is checked before its shape (a newer format may differ). */
 const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, MalformedLog | UnsupportedLogVersion> => {
   const parsed = parseJson(text)
   if (Either.isLeft(parsed)) return Either.left(new MalformedLog({ sessionId: id, reason: `header is ${parsed.left}` }))
-  const version = typeof parsed.right === "object" && parsed.right !== null
-    ? (parsed.right as { readonly formatVersion?: unknown }).formatVersion
-    : undefined
-  if (typeof version === "number" && version !== LOG_FORMAT_VERSION) {
-    return Either.left(new UnsupportedLogVersion({ sessionId: id, found: version, supported: LOG_FORMAT_VERSION }))
-  }
-  const header = decodeHeader(parsed.right)
-  if (Either.isLeft(header)) return Either.left(new MalformedLog({ sessionId: id, reason: header.left }))
-  if (header.right.sessionId !== id) {
-    return Either.left(new MalformedLog({ sessionId: id, reason: `the stored header names session ${header.right.sessionId}` }))
-  }
-  return Either.right(header.right)
+  return checkStoredHeader(id, parsed.right)
 }
 
 /** Decodes the row stored for seq `seq`. */

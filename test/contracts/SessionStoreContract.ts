@@ -3,7 +3,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, type Layer } from "effect"
-import { PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../../src/domain/Errors.js"
+import { MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../../src/domain/Errors.js"
 import { LOG_FORMAT_VERSION, type SessionEvent, type SessionHeader } from "../../src/domain/Event.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
 import type { UserMessage } from "../../src/domain/Values.js"
@@ -289,6 +289,45 @@ export const sessionStoreContract = (name: string, layer: Layer.Layer<SessionSto
           expect(loaded).toStrictEqual(expected)
           ;(loaded.events as Array<SessionEvent>).length = 0
           expect(yield* store.load(a)).toStrictEqual(expected)
+        })
+      ))
+
+    it.effect("an event stored with a malformed envelope loads as MalformedLog with its seq, on every load", () =>
+      withStore((store) =>
+        Effect.gen(function*() {
+          const good = turnEvents(0, 1, 1_700_000_000_000, makeUserMessage("u1", "hi"), "ok")
+          const bad = { type: "turn/start", seq: good.length, time: "later", data: { turn: 2 } } as unknown as SessionEvent
+          yield* store.create(makeHeader(a), good)
+          expect((yield* store.load(a)).events).toEqual(good)
+          const stored = yield* Effect.either(store.append(a, [bad]))
+          if (stored._tag === "Left") {
+            // A store may refuse to write such an event; then it must store nothing.
+            expect(stored.left).toBeInstanceOf(PersistenceError)
+            expect((yield* store.load(a)).events).toHaveLength(good.length)
+            return
+          }
+          for (let i = 0; i < 2; i++) {
+            const error = yield* Effect.flip(store.load(a))
+            expect(error).toBeInstanceOf(MalformedLog)
+            expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: a, seq: good.length })
+            expect((error as MalformedLog).reason).toContain("time")
+          }
+        })
+      ))
+
+    it.effect("an event created with an excess key loads as MalformedLog", () =>
+      withStore((store) =>
+        Effect.gen(function*() {
+          const extra = { type: "turn/start", seq: 0, time: 1, data: { turn: 1 }, extra: true } as unknown as SessionEvent
+          const created = yield* Effect.either(store.create(makeHeader(a), [extra]))
+          if (created._tag === "Left") {
+            expect(created.left).toBeInstanceOf(PersistenceError)
+            expect(yield* store.exists(a)).toBe(false)
+            return
+          }
+          const error = yield* Effect.flip(store.load(a))
+          expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: a, seq: 0 })
+          expect((error as MalformedLog).reason).toContain("extra")
         })
       ))
 

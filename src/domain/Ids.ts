@@ -44,3 +44,11 @@ export type SessionId = typeof SessionId.Type
  * @category constants
  */
 export const REPAIR_ID_PREFIX = "interrupted-tool-result-"
+
+/**
+ * Why a caller's message with an id starting with {@link REPAIR_ID_PREFIX} is refused.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const RESERVED_ID_REASON = `message ids starting with ${REPAIR_ID_PREFIX} are reserved`

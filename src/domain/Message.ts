@@ -5,7 +5,7 @@
  */
 import { Effect, Either } from "effect"
 import { InvalidEvent } from "./Errors.js"
-import { REPAIR_ID_PREFIX } from "./Ids.js"
+import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "./Ids.js"
 import { acceptsUserMessageJson } from "../internal/EventDecoder.js"
 import { losslessDecoder } from "./Json.js"
 import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
@@ -41,7 +41,7 @@ export const acceptCallerMessage = (input: unknown): Either.Either<UserMessage, 
   if (Either.isLeft(validated)) return Either.left(new InvalidEvent({ type: "user/message", reason: validated.left }))
   const message = validated.right
   return message.id.startsWith(REPAIR_ID_PREFIX)
-    ? Either.left(new InvalidEvent({ type: "user/message", reason: `message ids starting with ${REPAIR_ID_PREFIX} are reserved` }))
+    ? Either.left(new InvalidEvent({ type: "user/message", reason: RESERVED_ID_REASON }))
     : Either.right(message)
 }
 

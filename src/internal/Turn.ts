@@ -6,7 +6,7 @@
  */
 import { Effect, Either, Exit, Option, STM, TRef } from "effect"
 import { InvalidEvent, PreStepFailed, PreStepRejected } from "../domain/Errors.js"
-import { REPAIR_ID_PREFIX } from "../domain/Ids.js"
+import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "../domain/Ids.js"
 import { validateUserMessage } from "../domain/Message.js"
 import type { KnownIds } from "../domain/KnownIds.js"
 import { stateOf } from "../domain/KnownIds.js"
@@ -99,7 +99,7 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       const checked = entered.map((m) => {
         const valid = validateUserMessage(m)
         return Either.isRight(valid) && !claimedIds.has(valid.right.id) && valid.right.id.startsWith(REPAIR_ID_PREFIX)
-          ? Either.left(`message ids starting with ${REPAIR_ID_PREFIX} are reserved`)
+          ? Either.left(RESERVED_ID_REASON)
           : valid
       })
       const messages = checked.flatMap((c) => Either.isRight(c) ? [c.right] : [])

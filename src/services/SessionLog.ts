@@ -8,9 +8,11 @@ import type { AgentDisposed, PersistenceError } from "../domain/Errors.js"
 import { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader, SurfaceOp } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
+import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "../domain/Ids.js"
 import { stateOf } from "../domain/KnownIds.js"
 import type { Message } from "../domain/Values.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
+import type { Draft } from "../internal/SessionState.js"
 import { appendDrafts, appendPure, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
 
 /**
@@ -69,6 +71,15 @@ export class SessionLog extends Context.Tag("tiller/SessionLog")<SessionLog, {
 // SPEC 8.5: the reason is exactly "reserved" (the core type is written by the loop only).
 const RESERVED = "reserved"
 
+// The draft of an input: its type, data and the optional fields it sets, nothing else.
+const draftOf = (input: AppendInput): Draft => {
+  const draft: { -readonly [K in keyof Draft]: Draft[K] } = { type: input.type, data: input.data }
+  if (input.surfaceOp !== undefined) draft.surfaceOp = input.surfaceOp
+  if (input.sourceEventSeqs !== undefined) draft.sourceEventSeqs = input.sourceEventSeqs
+  if (input.ignorable !== undefined) draft.ignorable = input.ignorable
+  return draft
+}
+
 const isAcceptedType = (input: AppendInput): boolean => {
   switch (input.type) {
     case "compaction/start":
@@ -122,17 +133,23 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
       yield* STM.commit(guardWritable(state))
       return yield* new InvalidEvent({ type: input.type, reason: RESERVED })
     }
+    // Only the input's own fields: seq and time are the log's (SPEC 2.1), whatever else it carries.
+    const draft: Draft = draftOf(input)
     const transaction = STM.gen(function*() {
       yield* guardWritable(state)
       if (input.type === "user/message") {
         const id = (input.data as { readonly id?: unknown } | null)?.id
         const snapshot = yield* readLog
+        // A replacement's id is a caller's id too (SPEC 3.9): the repair prefix is reserved (2.3).
+        if (typeof id === "string" && id.startsWith(REPAIR_ID_PREFIX)) {
+          return yield* STM.fail(new InvalidEvent({ type: input.type, reason: RESERVED_ID_REASON }))
+        }
         if (typeof id === "string") {
           const known = stateOf(snapshot.fold.known, id)
           if (known !== undefined) {
             // Validity before identity (SPEC 3.1): an event that is invalid for another reason than
             // its known id (R9) fails with that InvalidEvent. Tried on the snapshot, nothing written.
-            const tried = appendPure(state, snapshot, [input], false)
+            const tried = appendPure(state, snapshot, [draft], false)
             if (tried instanceof InvalidEvent && tried.rule !== "R9") return yield* STM.fail(tried)
             return Either.left(new DuplicateMessage({ id: id as never, state: known }))
           }
@@ -145,7 +162,7 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
           )
         }
       }
-      const [event] = yield* appendDrafts(state, [input], false)
+      const [event] = yield* appendDrafts(state, [draft], false)
       return Either.right(event!)
     })
     return yield* commitAcknowledged(state, transaction)

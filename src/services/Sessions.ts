@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Duration, Scope } from "effect"
-import { Context, Effect, Layer, RcMap } from "effect"
+import { Context, Effect, Exit, Layer, RcMap } from "effect"
 import type {
   AgentBusy,
   ForkError,
@@ -100,21 +100,42 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
           acquireAgent({ ...agentOptions, ...(resume ? { resume: id } : { sessionId: id }) }).pipe(
             Effect.provide(dependencies)
           )
+        // The latest failed open of each session. A failure is not kept: the next `open` tries again
+        // (the agent holding it may be gone, the storage healed), so a failure leaves the map,
+        // unless a newer attempt already replaced it.
+        const latest = new Map<SessionId, Exit.Exit<unknown, unknown>>()
         const map = yield* RcMap.make({
           lookup: (id: SessionId) =>
             Effect.flatMap(store.exists(id), (exists) =>
               build(id, exists).pipe(
                 // Created by someone else between the check and the create: resume it instead.
                 Effect.catchTag("SessionExists", () => build(id, true))
-              )),
+              )).pipe(
+                Effect.exit,
+                Effect.tap((exit) =>
+                  Effect.sync(() => Exit.isFailure(exit) ? latest.set(id, exit) : latest.delete(id))
+                )
+              ),
           idleTimeToLive
         })
+        const get = (id: SessionId) =>
+          Effect.flatMap(RcMap.get(map, id), (exit) =>
+            Exit.isSuccess(exit)
+              ? Effect.succeed(exit.value)
+              : Effect.zipRight(
+                Effect.suspend(() => {
+                  if (latest.get(id) !== exit) return Effect.void
+                  latest.delete(id)
+                  return RcMap.invalidate(map, id)
+                }),
+                Effect.failCause(exit.cause)
+              ))
         const fork = (forkOptions: ForkOptions) =>
           Effect.gen(function*() {
             const open = yield* RcMap.keys(map)
             if (open.includes(forkOptions.source)) {
               yield* Effect.scoped(
-                Effect.flatMap(RcMap.get(map, forkOptions.source), (context) => Context.get(context, SessionLog).flush)
+                Effect.flatMap(get(forkOptions.source), (context) => Context.get(context, SessionLog).flush)
               ).pipe(Effect.catchAll((e) => e._tag === "PersistenceError" ? Effect.fail(e) : Effect.void))
             }
             return yield* forkSession(forkOptions, validation).pipe(Effect.provideService(SessionStore, store))
@@ -148,7 +169,7 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
           })
         })
         return {
-          open: (id) => RcMap.get(map, id).pipe(Effect.catchTag("SessionExists", (e) => Effect.die(e))),
+          open: (id) => get(id).pipe(Effect.catchTag("SessionExists", (e) => Effect.die(e))),
           fork,
           list
         }

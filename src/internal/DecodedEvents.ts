@@ -5,15 +5,37 @@
  *
  * @since 0.1.0
  */
+import type { Schema } from "effect"
 import { Either } from "effect"
 import type { SessionEvent } from "../domain/Event.js"
-import { SessionEvent as SessionEventSchema } from "../domain/Event.js"
-import { deepFreeze, jsonProblem, losslessDecoder, losslessProblem } from "../domain/Json.js"
+import { ExtensionEvent, SessionEvent as SessionEventSchema } from "../domain/Event.js"
+import { deepFreeze, freezeCopy, jsonProblem, losslessProblem } from "../domain/Json.js"
 import { acceptsEventJson } from "./EventDecoder.js"
 
-const copying = losslessDecoder(SessionEventSchema, "event", { accepts: acceptsEventJson })
-// The reason a value is not an event, worded as `copying` words it; undefined when it is one.
-const eventProblem = losslessProblem(SessionEventSchema, "event")
+// The Schema of each core type, and of every other type (an extension): a value's `type` picks
+// the one union member that can accept it, so a refusal names only that member's problem.
+const CORE_MEMBERS = SessionEventSchema.members.filter((member) => member !== ExtensionEvent)
+const problemOfType = new Map<string, (input: unknown) => string | undefined>(
+  CORE_MEMBERS.map((member) => {
+    const type = (member.fields.type as { readonly literals: ReadonlyArray<string> }).literals[0]!
+    return [type, losslessProblem(member as Schema.Schema<unknown, unknown>, "event")]
+  })
+)
+const extensionProblem = losslessProblem(ExtensionEvent, "event")
+const unionProblem = losslessProblem(SessionEventSchema, "event")
+
+// The reason a value is not an event; undefined when it is one. The same verdict as the union's.
+const eventProblem = (input: unknown): string | undefined => {
+  const type = typeof input === "object" && input !== null ? (input as { readonly type?: unknown }).type : undefined
+  if (typeof type !== "string") return unionProblem(input)
+  return (problemOfType.get(type) ?? extensionProblem)(input)
+}
+
+// Untrusted input: lossless JSON, the fast check or the Schema, then a frozen copy.
+const copying = (input: unknown): Either.Either<SessionEvent, string> => {
+  const problem = jsonProblem(input, "event") ?? (acceptsEventJson(input) ? undefined : eventProblem(input))
+  return problem === undefined ? Either.right(freezeCopy(input as SessionEvent)) : Either.left(problem)
+}
 
 // Returns the object it is given, so that the subclass below installs its private field on it.
 class Stamped {

@@ -1,12 +1,12 @@
 /**
  * The hand-written event check against the Schema decoder it stands in for: on every event shape
  * tiller writes and on a corpus of mutations of them, `decodeOwnedJson` (fast check, Schema
- * fallback) must accept exactly what the Schema decoder accepts, with the same reason when it
- * rejects and an equal, deeply frozen value when it accepts.
+ * fallback) must accept exactly what the Schema decoder accepts, with the reason of the union member
+ * the value's type selects when it rejects and an equal, deeply frozen value when it accepts.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, FastCheck, Schema } from "effect"
-import { CORE_EVENT_TYPES, SessionEvent } from "../../src/domain/Event.js"
+import { CORE_EVENT_TYPES, ExtensionEvent, SessionEvent } from "../../src/domain/Event.js"
 import { deepFreeze, losslessDecoder } from "../../src/domain/Json.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
@@ -33,6 +33,21 @@ import {
 
 /** The decoder the fast path must match: the Schema with lossless JSON, freezing in place. */
 const reference = losslessDecoder(SessionEvent, "event", { owned: true })
+
+// The reason a refusal must give: that of the one union member the value's `type` selects (the
+// member of that core type, else the extension member), or the union's when `type` is no string.
+const memberReferences = new Map(
+  SessionEvent.members.filter((member) => member !== ExtensionEvent).map((member) => [
+    (member.fields.type as unknown as { readonly literals: ReadonlyArray<string> }).literals[0]!,
+    losslessDecoder(member as Schema.Schema<unknown, unknown>, "event", { owned: true })
+  ])
+)
+const extensionReference = losslessDecoder(ExtensionEvent, "event", { owned: true })
+const reasonReference = (input: unknown): Either.Either<unknown, string> => {
+  const type = typeof input === "object" && input !== null ? (input as { readonly type?: unknown }).type : undefined
+  if (typeof type !== "string") return reference(input)
+  return (memberReferences.get(type) ?? extensionReference)(input)
+}
 
 type Tree = null | boolean | number | string | Array<Tree> | { [k: string]: Tree }
 
@@ -64,14 +79,16 @@ interface Outcome {
 /** Decodes `text` both ways (each from its own parse) and says how they compare. */
 const compare = (text: string): Outcome => {
   const expected = reference(JSON.parse(text))
+  const expectedReason = reasonReference(JSON.parse(text))
   const fast = acceptsEventJson(JSON.parse(text))
   const actual = decodeOwnedJson(text)
   const accepted = Either.isRight(expected)
   if (fast && !accepted) return { accepted, fast, mismatch: `fast check accepts what the Schema rejects: ${text}` }
   if (Either.isRight(actual) !== accepted) return { accepted, fast, mismatch: `acceptance differs: ${text}` }
-  if (Either.isLeft(actual) && Either.isLeft(expected)) {
+  if (Either.isRight(expectedReason) !== accepted) return { accepted, fast, mismatch: `the selected member disagrees: ${text}` }
+  if (Either.isLeft(actual) && Either.isLeft(expectedReason)) {
     const reason = actual.left._tag === "NotEvent" ? actual.left.reason : `not JSON: ${actual.left.message}`
-    if (reason !== expected.left) return { accepted, fast, mismatch: `reasons differ: ${reason} / ${expected.left}` }
+    if (reason !== expectedReason.left) return { accepted, fast, mismatch: `reasons differ: ${reason} / ${expectedReason.left}` }
   }
   if (Either.isRight(actual) && Either.isRight(expected)) {
     if (!isDeepFrozen(actual.right)) return { accepted, fast, mismatch: `not deeply frozen: ${text}` }

@@ -331,6 +331,28 @@ export const sessionStoreContract = (name: string, layer: Layer.Layer<SessionSto
         })
       ))
 
+    it.effect("a header that is not a session header (negative seedLength, formatVersion not a number) loads as MalformedLog", () =>
+      withStore((store) =>
+        Effect.gen(function*() {
+          const headers = [
+            makeHeader(a, { seedLength: -1 }),
+            { ...makeHeader(a), formatVersion: "1" } as unknown as SessionHeader
+          ]
+          for (const header of headers) {
+            const id = SessionId.make(`${a}-${headers.indexOf(header)}`)
+            const created = yield* Effect.either(store.create({ ...header, sessionId: id }, []))
+            if (created._tag === "Left") {
+              expect(created.left).toBeInstanceOf(PersistenceError)
+              expect(yield* store.exists(id)).toBe(false)
+              continue
+            }
+            const error = yield* Effect.flip(store.load(id))
+            expect(error).toBeInstanceOf(MalformedLog)
+            expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: id })
+          }
+        })
+      ))
+
     it.effect("a header with an unsupported formatVersion loads as UnsupportedLogVersion", () =>
       withStore((store) =>
         Effect.gen(function*() {

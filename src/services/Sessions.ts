@@ -4,8 +4,8 @@
  *
  * @since 0.1.0
  */
-import type { Duration, Scope } from "effect"
-import { Context, Effect, Exit, Layer, RcMap } from "effect"
+import type { Duration } from "effect"
+import { Context, Effect, ExecutionStrategy, Exit, Layer, RcMap, Scope } from "effect"
 import type {
   AgentBusy,
   ForkError,
@@ -118,18 +118,22 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
               ),
           idleTimeToLive
         })
+        // A failed open releases its reference at once (in a scope of its own) and then leaves the
+        // map, so nothing of it stays behind to expire later, even under a long-lived caller scope.
         const get = (id: SessionId) =>
-          Effect.flatMap(RcMap.get(map, id), (exit) =>
-            Exit.isSuccess(exit)
-              ? Effect.succeed(exit.value)
-              : Effect.zipRight(
-                Effect.suspend(() => {
-                  if (latest.get(id) !== exit) return Effect.void
-                  latest.delete(id)
-                  return RcMap.invalidate(map, id)
-                }),
-                Effect.failCause(exit.cause)
-              ))
+          Effect.flatMap(Scope.Scope, (scope) =>
+            Effect.flatMap(Scope.fork(scope, ExecutionStrategy.sequential), (own) =>
+              Effect.flatMap(Scope.extend(RcMap.get(map, id), own), (exit) =>
+                Exit.isSuccess(exit)
+                  ? Effect.succeed(exit.value)
+                  : Scope.close(own, Exit.void).pipe(
+                    Effect.zipRight(Effect.suspend(() => {
+                      if (latest.get(id) !== exit) return Effect.void
+                      latest.delete(id)
+                      return RcMap.invalidate(map, id)
+                    })),
+                    Effect.zipRight(Effect.failCause(exit.cause))
+                  ))))
         const fork = (forkOptions: ForkOptions) =>
           Effect.gen(function*() {
             const open = yield* RcMap.keys(map)

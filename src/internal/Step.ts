@@ -16,7 +16,7 @@ import { acceptsStreamChunkJson } from "./EventDecoder.js"
 import * as SafeDecode from "./SafeDecode.js"
 import type { RequestConfig } from "../services/Hooks.js"
 import type { ModelRequest } from "../services/Model.js"
-import { abortable, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
+import { abortable, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
@@ -396,7 +396,7 @@ const runAttempt = (
         return flush()
       })
 
-    const stream = ctx.model.stream(request)
+    const stream = streamOf(ctx, request)
     const open = Preloaded.openOf(stream)
     // Opening a preloaded stream never blocks; the response it yields is read inline.
     const opened = open === undefined ? undefined : yield* Effect.exit(open)
@@ -434,6 +434,16 @@ const runAttempt = (
       ? { _tag: "Done" as const, exit: yield* Effect.exit(consume) }
       : yield* abortable(ctx.ds, consume)
     if (invalid !== undefined) return { _tag: "Failed", failure: invalid, error: invalid }
+    // Interrupted with no cause recorded: the stream interrupted itself, a failure of the stream
+    // like any other (4.5 Q5), not a cancel; a finish already logged still stands.
+    if (run._tag === "Done" && Exit.isInterrupted(run.exit) && Option.isNone(causeNow(ctx.ds))) {
+      if (settled === undefined) {
+        const failure = ownFailure("UNKNOWN", "the model stream was interrupted")
+        const finished = yield* Effect.exit(finishWith(errorFinish(failure), failure))
+        if (Exit.isFailure(finished)) return { _tag: "Aborted", defects: defectsOf(finished) }
+      }
+      if (settled !== undefined) return settled
+    }
     if (run._tag === "Aborted" || Exit.isInterrupted(run.exit)) {
       const defects = defectsOf(run.exit)
       // The assistant message stands when it was recorded before the cause (K7 follows).
@@ -447,6 +457,16 @@ const runAttempt = (
     }
     return settled ?? { _tag: "Failed", failure: ownFailure("NO_FINISH", "no finish"), error: undefined }
   })
+
+// The model's stream for `request`; a `stream` that throws instead of returning one is a defect of
+// that stream (4.5 Q5), logged as its synthetic error finish.
+const streamOf = (ctx: LoopContext, request: ModelRequest): Stream.Stream<StreamChunk, ModelError> => {
+  try {
+    return ctx.model.stream(request)
+  } catch (defect) {
+    return Stream.die(defect)
+  }
+}
 
 const writeInterruptedPrefix = (
   ctx: LoopContext,

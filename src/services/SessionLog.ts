@@ -156,6 +156,9 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
         }
       }
       if (input.type === "compaction/start" && (input.data as { readonly turn?: unknown } | null)?.turn === null) {
+        // The log's own rules first (inside a turn such a bracket is R6), tried on the snapshot.
+        const tried = appendPure(state, yield* readLog, [draft], false)
+        if (tried instanceof InvalidEvent) return yield* STM.fail(tried)
         if ((yield* state.owner.phase) !== "maintenance") {
           return yield* STM.fail(
             new InvalidEvent({ type: input.type, reason: "a compaction bracket between turns needs the maintenance phase" })

@@ -419,10 +419,15 @@ const runAttempt = (
     const consume = Effect.matchCauseEffect(pulled, {
       onFailure: (cause) => {
         if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return noFinish() // stop pulling
-        if (Cause.isInterruptedOnly(cause) || invalid !== undefined) return Effect.failCause(cause)
+        // An interruption is a cancel only with a cause recorded; otherwise the stream interrupted
+        // itself, a failure of the stream like any other (4.5 Q5).
+        const canceled = Cause.isInterruptedOnly(cause) && Option.isSome(causeNow(ctx.ds))
+        if (canceled || invalid !== undefined) return Effect.failCause(cause)
         if (settled !== undefined) return Effect.void // the finish chunk fixed the outcome
-        const error = originalError(Exit.failCause(cause))
-        const failure = error instanceof ModelError ? error.failure : ownFailure("UNKNOWN", messageOf(error))
+        const error = Cause.isInterruptedOnly(cause) ? undefined : originalError(Exit.failCause(cause))
+        const failure = error instanceof ModelError
+          ? error.failure
+          : ownFailure("UNKNOWN", error === undefined ? "the model stream was interrupted" : messageOf(error))
         return finishWith(errorFinish(failure), failure)
       },
       onSuccess: noFinish
@@ -434,16 +439,6 @@ const runAttempt = (
       ? { _tag: "Done" as const, exit: yield* Effect.exit(consume) }
       : yield* abortable(ctx.ds, consume)
     if (invalid !== undefined) return { _tag: "Failed", failure: invalid, error: invalid }
-    // Interrupted with no cause recorded: the stream interrupted itself, a failure of the stream
-    // like any other (4.5 Q5), not a cancel; a finish already logged still stands.
-    if (run._tag === "Done" && Exit.isInterrupted(run.exit) && Option.isNone(causeNow(ctx.ds))) {
-      if (settled === undefined) {
-        const failure = ownFailure("UNKNOWN", "the model stream was interrupted")
-        const finished = yield* Effect.exit(finishWith(errorFinish(failure), failure))
-        if (Exit.isFailure(finished)) return { _tag: "Aborted", defects: defectsOf(finished) }
-      }
-      if (settled !== undefined) return settled
-    }
     if (run._tag === "Aborted" || Exit.isInterrupted(run.exit)) {
       const defects = defectsOf(run.exit)
       // The assistant message stands when it was recorded before the cause (K7 follows).

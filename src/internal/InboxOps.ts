@@ -8,7 +8,7 @@
  * @since 0.1.0
  */
 import type { Fiber } from "effect"
-import { Effect, Either, HashSet, Option, STM, TRef } from "effect"
+import { Effect, Either, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, DuplicateMessage, PersistenceError } from "../domain/Errors.js"
 import type { SpliceData } from "../domain/Event.js"
@@ -19,8 +19,9 @@ import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "../domain/Values.js"
 import * as Outbox from "./Outbox.js"
 import { modifyNow, peek } from "./Peek.js"
-import type { Draft, LogSnapshot, SessionStateShape, WakeMarks } from "./SessionState.js"
+import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { acknowledgeAt, announce, appendDrafts, appendPure, guardWritable, publish } from "./SessionState.js"
+import * as WakeMarks from "./WakeMarks.js"
 import { InvalidEvent } from "../domain/Errors.js"
 
 /**
@@ -141,28 +142,8 @@ const spliceIn = (
   const appended = appendDrafts(state, [spliceDraft(spliceData(target, start, deleteCount, inserted))], true)
   const marked = removed.length === 0
     ? appended
-    : STM.zipRight(appended, TRef.update(state.marks, (marks) => moveMarks(marks, removed, replace ? inserted[0]?.id : undefined)))
+    : STM.zipRight(appended, WakeMarks.move(state.marks, removed, replace ? inserted[0]?.id : undefined))
   return STM.zipRight(marked, STM.as(publish(state, notifications), removed))
-}
-
-// Removed messages leave the marks; a `replace` keeps the mark under the new id.
-const moveMarks = (
-  marks: WakeMarks,
-  removed: ReadonlyArray<UserMessage>,
-  replacement: string | undefined
-): WakeMarks => {
-  let { latched, wakingSteers } = marks
-  for (const m of removed) {
-    if (HashSet.has(latched, m.id)) {
-      latched = HashSet.remove(latched, m.id)
-      if (replacement !== undefined) latched = HashSet.add(latched, replacement)
-    }
-    if (HashSet.has(wakingSteers, m.id)) {
-      wakingSteers = HashSet.remove(wakingSteers, m.id)
-      if (replacement !== undefined) wakingSteers = HashSet.add(wakingSteers, replacement)
-    }
-  }
-  return { latched, wakingSteers }
 }
 
 /**
@@ -323,7 +304,7 @@ export const claimSTM = (
     if (steps.length > 0) drafts.push(spliceDraft(spliceData("next-step", 0, steps.length, [], true)))
     if (followup.length > 0) drafts.push(spliceDraft(spliceData("next-turn", 0, 1, [], true)))
     if (drafts.length > 0) yield* appendDrafts(state, drafts, true)
-    if (steps.length > 0) yield* TRef.update(state.marks, (marks) => ({ latched: marks.latched, wakingSteers: HashSet.empty() }))
+    if (steps.length > 0) yield* WakeMarks.clearSteers(state.marks)
     const batch = [...steps, ...followup]
     yield* publish(state, batch.map((message) => ({ type: "agent/inbox/claimed", message, turn })))
     return batch

@@ -14,6 +14,7 @@ import { claimSTM } from "./InboxOps.js"
 import type { StopWatch } from "./Activity.js"
 import type { SessionStateShape } from "./SessionState.js"
 import { appendDrafts, publish } from "./SessionState.js"
+import * as WakeMarks from "./WakeMarks.js"
 
 /**
  * The phase of a driver.
@@ -150,7 +151,7 @@ export const openTurn = (ds: DriverState, turn: number, fromIdle: boolean): STM.
     if (fromIdle) yield* publish(ds.session, [{ type: "agent/status", status: "running" }])
     yield* appendDrafts(ds.session, [{ type: "turn/start", data: { turn } }], true)
     const batch = yield* claimSTM(ds.session, turn, true)
-    yield* TRef.update(ds.session.marks, (marks) => ({ latched: HashSet.empty(), wakingSteers: marks.wakingSteers }))
+    yield* WakeMarks.clearLatched(ds.session.marks)
     yield* setPhase(ds, {
       _tag: "Running",
       turn,

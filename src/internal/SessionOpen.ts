@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Effect, Either, HashSet, Option, STM, TRef } from "effect"
+import { Effect, Either, Option, STM, TRef } from "effect"
 import {
   type AgentBusy,
   MalformedLog,
@@ -30,6 +30,7 @@ import { decodeStored, isDecoded } from "./DecodedEvents.js"
 import { appendDrafts, awaitDurable } from "./SessionState.js"
 import type { DurabilityOptions } from "./Writer.js"
 import { makeSignal, runWriter, stopWritingNow } from "./Writer.js"
+import * as WakeMarks from "./WakeMarks.js"
 
 /**
  * Options for opening a session.
@@ -160,7 +161,7 @@ export const openSessionState = (
       store,
       clock,
       log: yield* TRef.make(snapshot),
-      marks: yield* TRef.make({ latched: HashSet.empty<string>(), wakingSteers: HashSet.empty<string>() }),
+      marks: yield* TRef.make(WakeMarks.empty()),
       poisoned: yield* TRef.make(Option.none<PersistenceError>()),
       poisonedWatch: yield* TRef.make(false),
       disposed: yield* TRef.make(false),

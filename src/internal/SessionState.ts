@@ -7,7 +7,7 @@
  * @since 0.1.0
  */
 import type { Clock, Fiber } from "effect"
-import { Context, Effect, Either, HashSet, Option, STM, TRef } from "effect"
+import { Context, Effect, Either, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { AgentDisposed, InvalidEvent, PersistenceError } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
@@ -21,6 +21,7 @@ import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
 import * as Outbox from "./Outbox.js"
 import { modifyNow, peek } from "./Peek.js"
+import type { WakeMarks } from "./WakeMarks.js"
 import * as Writer from "./Writer.js"
 
 /**
@@ -48,17 +49,6 @@ export interface Draft {
 export interface LogSnapshot {
   readonly events: GrowOnly.GrowOnly<SessionEvent>
   readonly fold: LogState
-}
-
-/**
- * Ids whose pending presence is waking work: latched deliveries and unclaimed running steers.
- *
- * @since 0.1.0
- * @category models
- */
-export interface WakeMarks {
-  readonly latched: HashSet.HashSet<string>
-  readonly wakingSteers: HashSet.HashSet<string>
 }
 
 /**

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Duration, Schedule, Scope } from "effect"
-import { Context, Effect, Fiber, HashSet, Layer, Option, STM, TRef } from "effect"
+import { Context, Effect, Fiber, Layer, Option, STM, TRef } from "effect"
 import type {
   AgentBusy,
   MalformedLog,
@@ -26,6 +26,7 @@ import { causeOf, getPhase, setPhase } from "../internal/Phase.js"
 import { publish, SessionState } from "../internal/SessionState.js"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { ToolRegistry } from "../internal/ToolRegistry.js"
+import * as WakeMarks from "../internal/WakeMarks.js"
 import { runTurnClosing } from "../internal/Turn.js"
 import { Driver, makeDriver } from "../services/Driver.js"
 import type { Hooks } from "../services/Hooks.js"
@@ -174,7 +175,7 @@ const acquireDriver = (
         yield* STM.commit(
           STM.gen(function*() {
             yield* TRef.set(ds.disposing, true)
-            yield* TRef.update(session.marks, (marks) => ({ latched: HashSet.empty(), wakingSteers: marks.wakingSteers }))
+            yield* WakeMarks.clearLatched(session.marks)
             const phase = yield* getPhase(ds)
             if (phase._tag !== "Idle" && Option.isNone(causeOf(phase))) {
               yield* setPhase(ds, { ...phase, cause: Option.some({ kind: "disposed" as const }) })

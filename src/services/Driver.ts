@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Queue, Scope } from "effect"
-import { Cause, Context, Effect, Either, Exit, Fiber, FiberRef, HashSet, Option, STM, Stream, TRef } from "effect"
+import { Cause, Context, Effect, Either, Exit, Fiber, FiberRef, Option, STM, Stream, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import { AgentBusy, AgentDisposed, MaintenanceAborted, PersistenceError } from "../domain/Errors.js"
@@ -20,6 +20,7 @@ import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } fro
 import * as Outbox from "../internal/Outbox.js"
 import { peek } from "../internal/Peek.js"
 import { awaitDurable, commit, commitAcknowledged, guardWritable, publish } from "../internal/SessionState.js"
+import * as WakeMarks from "../internal/WakeMarks.js"
 
 /**
  * Failures of a delivery.
@@ -105,12 +106,9 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       if (phase._tag === "Idle") return STM.as(orDie(openTurn(ds, phase.lastTurn + 1, true)), inserted)
       if (phase._tag === "Running" && !aborted) {
         if (resolved !== "next-step") return STM.succeed(inserted)
-        return STM.as(
-          TRef.update(session.marks, (marks) => ({ latched: marks.latched, wakingSteers: HashSet.add(marks.wakingSteers, message.id) })),
-          inserted
-        )
+        return STM.as(WakeMarks.markSteer(session.marks, message.id), inserted)
       }
-      return STM.as(TRef.update(session.marks, (marks) => ({ latched: HashSet.add(marks.latched, message.id), wakingSteers: marks.wakingSteers })), inserted)
+      return STM.as(WakeMarks.latch(session.marks, message.id), inserted)
     })
   }
 
@@ -129,7 +127,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
         if (options?.keepInbox !== true) {
           yield* clearSTM(session).pipe(STM.orDie)
           if (phase._tag !== "Idle") {
-            yield* TRef.update(session.marks, (marks) => ({ latched: HashSet.empty(), wakingSteers: marks.wakingSteers }))
+            yield* WakeMarks.clearLatched(session.marks)
           }
         }
         const current = yield* getPhase(ds)

@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
+import * as PlatformError from "@effect/platform/Error"
 import { DateTime, Duration, Effect, Schema } from "effect"
 import type { ToolDefinition, ToolOutput } from "../services/Tools.js"
 import { Tool } from "../services/Tools.js"
@@ -32,10 +33,23 @@ const MAX_FILE_CHARS = 64 * 1024
 
 const refuse = (content: string): ToolOutput => ({ content, isError: true })
 
-const reasonOf = (error: unknown): string =>
-  typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
+// What the model reads for a file system failure: the kind of failure, not the driver's message,
+// which names the absolute path and the syscall.
+const SYSTEM_REASONS: Partial<Record<PlatformError.SystemErrorReason, string>> = {
+  NotFound: "no such file or directory",
+  PermissionDenied: "permission denied",
+  BadResource: "a part of the path is not a directory, or it loops",
+  Busy: "the file is busy"
+}
+
+const reasonOf = (error: unknown): string => {
+  if (PlatformError.isPlatformError(error) && error._tag === "SystemError") {
+    return SYSTEM_REASONS[error.reason] ?? `${error.reason}${error.description === undefined ? "" : `: ${error.description}`}`
+  }
+  return typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
     ? error.message
     : String(error)
+}
 
 /**
  * The `wait` tool: sleeps `ms` milliseconds (a number or a numeric string, at most

@@ -225,6 +225,13 @@ describe("tiller CLI", () => {
 
       const inside = yield* tiller(dir, ["run", "/read_file notes.txt"])
       expect(inside.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] inside the box\n\n")
+      // A file system failure reads as its kind, without the absolute path or the syscall.
+      const missing = yield* tiller(dir, ["run", "/read_file missing.txt"])
+      expect(missing.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] cannot open missing.txt: no such file or directory\n")
+      const notDir = yield* tiller(dir, ["run", "/list_dir notes.txt/x"])
+      expect(notDir.stdout).toBe(
+        "Step 2 of turn 1 brought 1 message:\n1. [tool] cannot open notes.txt/x: a part of the path is not a directory, or it loops\n"
+      )
       const listing = yield* tiller(dir, ["run", "/list_dir"])
       expect(listing.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] .tiller/\netc-link/\nnotes.txt\n")
 

@@ -7,10 +7,10 @@
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import * as PlatformError from "@effect/platform/Error"
 import { DateTime, Duration, Effect, Schema } from "effect"
 import type { ToolDefinition, ToolOutput } from "../services/Tools.js"
 import { Tool } from "../services/Tools.js"
+import { describeFileError } from "./FileErrors.js"
 
 /**
  * The names of the built-in tools.
@@ -32,24 +32,6 @@ export const MAX_WAIT_MS = 10_000
 const MAX_FILE_CHARS = 64 * 1024
 
 const refuse = (content: string): ToolOutput => ({ content, isError: true })
-
-// What the model reads for a file system failure: the kind of failure, not the driver's message,
-// which names the absolute path and the syscall.
-const SYSTEM_REASONS: Partial<Record<PlatformError.SystemErrorReason, string>> = {
-  NotFound: "no such file or directory",
-  PermissionDenied: "permission denied",
-  BadResource: "a part of the path is not a directory, or it loops",
-  Busy: "the file is busy"
-}
-
-const reasonOf = (error: unknown): string => {
-  if (PlatformError.isPlatformError(error) && error._tag === "SystemError") {
-    return SYSTEM_REASONS[error.reason] ?? `${error.reason}${error.description === undefined ? "" : `: ${error.description}`}`
-  }
-  return typeof error === "object" && error !== null && "message" in error && typeof error.message === "string"
-    ? error.message
-    : String(error)
-}
 
 /**
  * The `wait` tool: sleeps `ms` milliseconds (a number or a numeric string, at most
@@ -101,7 +83,7 @@ export const make = (
         const outside = refuse(`refused: ${requested} is outside the working directory (${realRoot}); only paths inside it can be read`)
         if (!inside(resolved)) return yield* Effect.fail(outside)
         const real = yield* fs.realPath(resolved).pipe(
-          Effect.mapError((error) => refuse(`cannot open ${requested}: ${reasonOf(error)}`))
+          Effect.mapError((error) => refuse(`cannot open ${requested}: ${describeFileError(error)}`))
         )
         // A symbolic link inside the root may point outside it.
         if (!inside(real)) return yield* Effect.fail(outside)
@@ -115,10 +97,10 @@ export const make = (
       execute: ({ path: requested }) =>
         Effect.gen(function*() {
           const real = yield* confine(requested)
-          const info = yield* fs.stat(real).pipe(Effect.mapError((error) => refuse(`cannot stat ${requested}: ${reasonOf(error)}`)))
+          const info = yield* fs.stat(real).pipe(Effect.mapError((error) => refuse(`cannot stat ${requested}: ${describeFileError(error)}`)))
           if (info.type === "Directory") return yield* Effect.fail(refuse(`${requested} is a directory; use list_dir`))
           const text = yield* fs.readFileString(real).pipe(
-            Effect.mapError((error) => refuse(`cannot read ${requested}: ${reasonOf(error)}`))
+            Effect.mapError((error) => refuse(`cannot read ${requested}: ${describeFileError(error)}`))
           )
           return text.length > MAX_FILE_CHARS
             ? `${text.slice(0, MAX_FILE_CHARS)}\n[cut: ${requested} has ${text.length} characters; the first ${MAX_FILE_CHARS} are shown]`
@@ -135,7 +117,7 @@ export const make = (
           const shown = requested ?? "."
           const real = yield* confine(shown)
           const names = yield* fs.readDirectory(real).pipe(
-            Effect.mapError((error) => refuse(`cannot list ${shown}: ${reasonOf(error)}`))
+            Effect.mapError((error) => refuse(`cannot list ${shown}: ${describeFileError(error)}`))
           )
           const entries = yield* Effect.forEach([...names].sort(), (name) =>
             fs.stat(path.join(real, name)).pipe(

@@ -19,6 +19,7 @@ import { Sessions } from "../services/Sessions.js"
 import { Tools } from "../services/Tools.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { CliError } from "./CliError.js"
+import { describeFileError } from "./FileErrors.js"
 
 /**
  * The options every command accepts.
@@ -170,7 +171,7 @@ const ensureDirectory = (db: string) =>
     const path = yield* Path.Path
     const directory = path.dirname(path.resolve(db))
     yield* fs.makeDirectory(directory, { recursive: true }).pipe(
-      Effect.mapError((error) => new CliError({ reason: `cannot create the directory ${directory} for --db ${db}: ${error.message}` }))
+      Effect.mapError((error) => new CliError({ reason: `cannot create the directory ${directory} for --db ${db}: ${describeFileError(error)}` }))
     )
   })
 

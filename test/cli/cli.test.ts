@@ -252,6 +252,13 @@ describe("tiller CLI", () => {
       expect(envModel.code).toBe(1)
       expect(envModel.stderr).toContain(`unknown model "nope"`)
 
+      // --db under a regular file: the directory cannot exist; the failure is named in words.
+      fs.writeFileSync(path.join(dir, "plain"), "")
+      expect(yield* tiller(dir, ["sessions", "--db", "plain/x.db"])).toMatchObject({
+        code: 1,
+        stderr: `tiller: cannot create the directory ${path.join(fs.realpathSync(dir), "plain")} for --db plain/x.db: a file of that name already exists\n`
+      })
+
       expect(yield* tiller(dir, ["log", "missing"])).toMatchObject({ code: 1, stderr: "tiller: no session missing in this database\n" })
       expect(yield* tiller(dir, ["check", "missing"])).toMatchObject({ code: 1 })
 

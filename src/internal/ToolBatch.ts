@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, STM, TRef } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, FiberRef, Option, Runtime, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type { MessageId } from "../domain/Ids.js"
 import { stateOf } from "../domain/KnownIds.js"
@@ -90,6 +90,12 @@ export const runTools = (
     }))
     // Indexes of calls whose bodies ended, oldest first; `wake` signals the one waiter (the scheduler).
     const settled: Array<number> = []
+    // How many of `settled`, from the front, a forked body would have shown by now (see `takeVisible`).
+    let visible = 0
+    // Set while START runs a body on this stack: a body that ends then ended synchronously.
+    let forking = false
+    // Whether a task is queued to note that this fiber suspended (see `noteSuspension`).
+    let probing = false
     let wake: (() => void) | undefined
     const defects: Array<unknown> = []
     let concluded = false
@@ -195,6 +201,7 @@ export const runTools = (
         // body has ended when `runFork` returns, with no scheduler round trip before its exit is
         // seen. Its fiber is no child of this one: it is in `ctx.bodies` while it runs, for the
         // loop to interrupt if interrupted itself.
+        forking = true
         const fiber = Runtime.runFork(runtime)(Effect.suspend(() => tool.execute(call.params, context)))
         call.fiber = fiber
         // An observer, called once the body's exit is set (at once if it already is): no effect
@@ -205,10 +212,14 @@ export const runTools = (
           call.exit = exit
           call.endedAfterCause = Option.isSome(causeNow(ds))
           settled.push(call.index)
+          // A body that ended on another fiber's time shows that this fiber has suspended since every
+          // earlier end, so a forked body would have run by now: all of them are visible.
+          if (!forking) visible = settled.length
           const signal = wake
           wake = undefined
           signal?.()
         })
+        forking = false
         return true
       })
 
@@ -368,14 +379,40 @@ export const runTools = (
       )
     })
 
-    // Classifies every body that ended, oldest first, by its exit and whether a cause was recorded
-    // when it ended. Taken only when no further call can start: a body runs at once, yet the log is
-    // the one of a forked body (SPEC 4.6 START step 6), which runs once the starts have suspended.
-    const takeSettled = () => {
-      while (settled.length > 0) {
+    // Classifies the first `count` bodies that ended, oldest first, by their exit and whether a cause
+    // was recorded when each ended.
+    const take = (count: number) => {
+      for (let i = 0; i < count; i++) {
         const call = calls[settled.shift()!]!
         if (call.fiber !== undefined && call.exit !== undefined) settle(call, call.exit, call.endedAfterCause)
       }
+      visible = 0
+    }
+
+    // Every body that ended; taken when no further call can start and this fiber waits.
+    const takeSettled = () => take(settled.length)
+
+    // The bodies a forked body's log would show before the next START (SPEC 4.6 START step 6: the
+    // body is forked, so it runs once this fiber suspends). A body runs at once, on this stack; one
+    // that ended there is held back until this fiber is known to have suspended since (a body ended
+    // on another fiber's time, or the task of `noteSuspension` ran) or this fiber waits. Every end
+    // before that point is taken, so a COMMIT that is ready runs before the next START.
+    const takeVisible = () => {
+      if (visible > 0) take(visible)
+    }
+
+    // Queues a task behind this fiber on its scheduler. The task runs only once this fiber has
+    // suspended (or yielded), which is when a forked body would run: every body that ended by then
+    // becomes visible. Queued before a START while bodies that ended on this stack are held back.
+    const noteSuspension = () => {
+      if (probing || settled.length === visible) return
+      const fiber = Option.getOrUndefined(Fiber.getCurrentFiber())
+      if (fiber === undefined) return
+      probing = true
+      fiber.getFiberRef(FiberRef.currentScheduler).scheduleTask(() => {
+        probing = false
+        visible = settled.length
+      }, fiber.getFiberRef(FiberRef.currentSchedulingPriority))
     }
 
     // Whether every started, uncommitted call in [from, to) is parallel (one open group).
@@ -398,8 +435,12 @@ export const runTools = (
 
     const schedule = Effect.gen(function*() {
       while (nextCommit < calls.length) {
-        if (calls[nextCommit]!.outcome !== undefined) yield* commitReady
-        if (nextCommit >= calls.length) break
+        takeVisible()
+        if (calls[nextCommit]!.outcome !== undefined) {
+          // Commits have priority; bodies that end meanwhile are looked at again before a START.
+          yield* commitReady
+          continue
+        }
         if (!stopped && Option.isSome(causeNow(ds))) stopped = true
         const groupOpen = nextStart < calls.length && !stopped
         if (groupOpen) {
@@ -414,6 +455,7 @@ export const runTools = (
             : pendingCommits === 0
           if (canStart) {
             call.mode = mode
+            noteSuspension()
             const began = yield* start(call)
             if (!began) stopped = true
             else nextStart++

@@ -92,8 +92,6 @@ export const runTools = (
     const settled: Array<number> = []
     // How many of `settled`, from the front, a forked body would have shown by now (see `takeVisible`).
     let visible = 0
-    // Set while START runs a body on this stack: a body that ends then ended synchronously.
-    let forking = false
     // Whether a task is queued to note that this fiber suspended (see `noteSuspension`).
     let probing = false
     let wake: (() => void) | undefined
@@ -201,9 +199,10 @@ export const runTools = (
         // body has ended when `runFork` returns, with no scheduler round trip before its exit is
         // seen. Its fiber is no child of this one: it is in `ctx.bodies` while it runs, for the
         // loop to interrupt if interrupted itself.
-        forking = true
         const fiber = Runtime.runFork(runtime)(Effect.suspend(() => tool.execute(call.params, context)))
         call.fiber = fiber
+        // Whether the body ended on this stack, before `runFork` returned.
+        const endedAtOnce = fiber.unsafePoll() !== null
         // An observer, called once the body's exit is set (at once if it already is): no effect
         // wrapped around the body for it.
         ctx.bodies.add(fiber)
@@ -214,12 +213,11 @@ export const runTools = (
           settled.push(call.index)
           // A body that ended on another fiber's time shows that this fiber has suspended since every
           // earlier end, so a forked body would have run by now: all of them are visible.
-          if (!forking) visible = settled.length
+          if (!endedAtOnce) visible = settled.length
           const signal = wake
           wake = undefined
           signal?.()
         })
-        forking = false
         return true
       })
 

@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // The replay of real provider recordings reads ../shared at test time: `npm run test:recordings`.
+    exclude: ["test/layers/recordings/**", "**/node_modules/**"],
     testTimeout: 60_000,
     // Two workers on two cores: many files wait on child processes, sockets or SQLite (vitest's
     // default here would be one).

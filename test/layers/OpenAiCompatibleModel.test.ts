@@ -66,8 +66,11 @@ const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request(), optio
       if (Either.isRight(item)) chunks.push(item.right)
       else error = Option.some(item.left)
     }
-    return { run: { chunks, error } satisfies Run, received: yield* server.received }
+    return { run: { chunks, error } satisfies Run, received: yield* server.received, label: hostOf(server) }
   })
+
+/** The name failures give the fake host: its host and port. */
+const hostOf = (server: ChatCompletionsServer) => new URL(server.baseUrl).host
 
 const usage = { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }
 const tillerUsage = { inputTokens: 12, outputTokens: 5, totalTokens: 17 }
@@ -246,6 +249,7 @@ describe("OpenAiCompatibleModel chunks", () => {
         { type: "text-delta", index: 1, text: "lo" },
         { type: "block-end", index: 1 },
         { type: "usage", usage: { ...tillerUsage, reasoningTokens: 2, cacheReadTokens: 4 } },
+        { type: "replay-state", state: { "openai-compatible": { reasoningField: "reasoning_content" } } },
         { type: "finish", finish: { kind: "stop" } }
       ])
     }))
@@ -361,6 +365,7 @@ describe("OpenAiCompatibleModel chunks", () => {
         { type: "tool-call-delta", index: 2, arguments: "{\"a\":\"ß\"}" },
         { type: "block-end", index: 2 },
         { type: "usage", usage: tillerUsage },
+        { type: "replay-state", state: { "openai-compatible": { reasoningField: "reasoning_content" } } },
         { type: "finish", finish: { kind: "stop" } }
       ])
     }))
@@ -373,12 +378,12 @@ describe("OpenAiCompatibleModel chunks", () => {
       ])])
       expect(cut.error).toStrictEqual(Option.none())
       expect(cut.chunks.slice(-2)).toStrictEqual([{ type: "block-end", index: 0 }, { type: "finish", finish: { kind: "max-tokens" } }])
-      const { run: filtered } = yield* run([Fake.sse([Fake.chunk({ content: "no" }), Fake.chunk({}, "content_filter")])])
+      const { label, run: filtered } = yield* run([Fake.sse([Fake.chunk({ content: "no" }), Fake.chunk({}, "content_filter")])])
       expect(filtered.chunks.slice(-1)).toStrictEqual([{
         type: "finish",
         finish: {
           kind: "error",
-          failure: { message: "the host's content filter stopped the response", code: "CONTENT_FILTER", retryable: false }
+          failure: { message: `${label}: the content filter stopped the response`, code: "CONTENT_FILTER", retryable: false }
         }
       }])
     }))
@@ -399,7 +404,7 @@ describe("OpenAiCompatibleModel failures", () => {
 
   it.scoped("429 is a retryable RATE_LIMIT with retry-after and request id", () =>
     Effect.gen(function*() {
-      const { run: out } = yield* run([
+      const { label, run: out } = yield* run([
         Fake.status(429, JSON.stringify({ error: { message: "slow down", type: "rate_limit_exceeded" } }), {
           "retry-after": "3",
           "x-request-id": "req_42"
@@ -407,7 +412,7 @@ describe("OpenAiCompatibleModel failures", () => {
       ])
       expect(out.chunks).toStrictEqual([])
       expect(failureOf(out)).toStrictEqual(Option.some({
-        message: expect.stringContaining("returned HTTP 429: slow down"),
+        message: `${label} (HTTP 429): slow down`,
         code: "RATE_LIMIT",
         status: 429,
         retryable: true,
@@ -418,17 +423,19 @@ describe("OpenAiCompatibleModel failures", () => {
 
   it.scoped("5xx is retryable; another 4xx is not", () =>
     Effect.gen(function*() {
-      const { run: unavailable } = yield* run([Fake.status(503, "upstream busy")])
+      const { label, run: unavailable } = yield* run([Fake.status(503, "upstream busy")])
       expect(failureOf(unavailable)).toStrictEqual(Option.some({
-        message: expect.stringContaining("returned HTTP 503: upstream busy"),
+        message: `${label} (HTTP 503): upstream busy`,
         code: "SERVICE_UNAVAILABLE",
         status: 503,
         retryable: true
       }))
-      const { run: bad } = yield* run([Fake.status(400, JSON.stringify({ error: { message: "unknown model" } }))])
+      const { label: badLabel, run: bad } = yield* run([
+        Fake.status(400, JSON.stringify({ error: { message: "unknown model" } }))
+      ])
       expect(failureOf(bad)).toStrictEqual(Option.some({
-        message: expect.stringContaining("returned HTTP 400: unknown model"),
-        code: "BAD_REQUEST",
+        message: `${badLabel} (HTTP 400): unknown model`,
+        code: "INVALID_REQUEST",
         status: 400,
         retryable: false
       }))
@@ -459,35 +466,31 @@ describe("OpenAiCompatibleModel failures", () => {
       expect(Option.map(failureOf(badJson), ({ code, retryable }) => ({ code, retryable })))
         .toStrictEqual(Option.some({ code: "MALFORMED_STREAM", retryable: false }))
 
-      const { run: badArguments } = yield* run([Fake.sse([
+      const { label, run: badArguments } = yield* run([Fake.sse([
         Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "c1", name: "lookup", arguments: "{\"q\": nope" })] }),
         Fake.chunk({}, "tool_calls")
       ])])
       expect(failureOf(badArguments)).toStrictEqual(Option.some({
-        message: "the arguments of tool call c1 (lookup) are not JSON",
+        message: `${label}: the arguments of tool call c1 (lookup) are not JSON`,
         code: "MALFORMED_STREAM",
         retryable: false
       }))
-
-      const noFinish = { message: "the stream ended without a finish reason", code: "MALFORMED_STREAM", retryable: false }
-      const { run: doneWithoutFinish } = yield* run([Fake.sse([Fake.chunk({ content: "par" })])])
-      expect(failureOf(doneWithoutFinish)).toStrictEqual(Option.some(noFinish))
-      const { run: endWithoutFinish } = yield* run([Fake.sse([Fake.chunk({ content: "par" })], { done: false })])
-      expect(failureOf(endWithoutFinish)).toStrictEqual(Option.some(noFinish))
     }))
 
   it.scoped("an error object in the stream is classified by its status or type", () =>
     Effect.gen(function*() {
-      const { run: overloaded } = yield* run([Fake.sse([{ error: { message: "busy", type: "server_error" } }])])
+      const { label, run: overloaded } = yield* run([Fake.sse([{ error: { message: "busy", type: "server_error" } }])])
       expect(failureOf(overloaded)).toStrictEqual(Option.some({
-        message: "the host reported an error in the stream: busy",
+        message: `${label}: busy`,
         code: "SERVICE_UNAVAILABLE",
         retryable: true
       }))
-      const { run: invalid } = yield* run([Fake.raw("event: error\ndata: {\"message\":\"bad input\",\"code\":400}\n\n")])
+      const { label: invalidLabel, run: invalid } = yield* run([
+        Fake.raw("event: error\ndata: {\"message\":\"bad input\",\"code\":400}\n\n")
+      ])
       expect(failureOf(invalid)).toStrictEqual(Option.some({
-        message: "the host reported an error in the stream: bad input",
-        code: "BAD_REQUEST",
+        message: `${invalidLabel} (HTTP 400): bad input`,
+        code: "INVALID_REQUEST",
         status: 400,
         retryable: false
       }))
@@ -500,12 +503,12 @@ describe("OpenAiCompatibleModel failures", () => {
         (received) => JSON.stringify({ error: { message: `invalid credentials: ${received.headers["authorization"]}` } }),
         { "x-request-id": `id-${KEY}` }
       )
-      const { received, run: out } = yield* run([echo], request(), { apiKey })
+      const { label, received, run: out } = yield* run([echo], request(), { apiKey })
       expect(received[0]!.headers["authorization"]).toBe(`Bearer ${KEY}`)
       const error = Option.getOrThrow(out.error)
       expect(error.failure).toStrictEqual({
-        message: expect.stringContaining("returned HTTP 401: invalid credentials: Bearer [redacted]"),
-        code: "UNAUTHORIZED",
+        message: `${label} (HTTP 401): invalid credentials: Bearer [redacted]`,
+        code: "AUTH",
         status: 401,
         retryable: false,
         requestId: "id-[redacted]"
@@ -584,7 +587,7 @@ describe("OpenAiCompatibleModel in an agent", () => {
           "RH(initial)",
           "CH(block-start)", "CH(reasoning-delta)", "CH(block-end)", ...textChunks,
           "CH(block-start)", "CH(tool-call-delta)", "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)",
-          "CH(block-end)", "CH(block-end)", ...stopAM,
+          "CH(block-end)", "CH(block-end)", "CH(usage)", "CH(replay-state)", "CH(finish stop)", "AM",
           "TC(call_1)", "TC(call_2)", "TR(call_1)", "TR(call_2)", "SE(1,1)",
           "SS(1,2)", ...textChunks, ...stopAM, "SE(1,2)", "TE(1,completed)"
         ])
@@ -598,6 +601,10 @@ describe("OpenAiCompatibleModel in an agent", () => {
             { type: "tool-call", id: "call_2", name: "lookup", arguments: "{\"q\":\"beta\"}" }
           ],
           [{ type: "text", text: "Both found." }]
+        ])
+        expect(messages.map((m) => m.data.message.source)).toStrictEqual([
+          { ...modelSource, replayState: { "openai-compatible": { reasoningField: "reasoning_content" } } },
+          modelSource
         ])
         expect(messages.map((m) => m.data.usage)).toStrictEqual([tillerUsage, tillerUsage])
         expect(ofType(all, "tool/result").map((e) => e.data.message.content[0])).toStrictEqual([
@@ -620,6 +627,7 @@ describe("OpenAiCompatibleModel in an agent", () => {
         {
           role: "assistant",
           content: "Looking up.",
+          reasoning_content: "two lookups",
           tool_calls: [
             { id: "call_1", type: "function", function: { name: "lookup", arguments: "{\"q\":\"alpha\"}" } },
             { id: "call_2", type: "function", function: { name: "lookup", arguments: "{\"q\":\"beta\"}" } }
@@ -698,7 +706,7 @@ describe("OpenAiCompatibleModel in an agent", () => {
         expect(failed!.data.reason).toStrictEqual({
           kind: "error",
           error: {
-            message: "a stream event is not a chat completion chunk: not json",
+            message: `${hostOf(server)}: a stream event is not a chat completion chunk: not json`,
             code: "MALFORMED_STREAM",
             retryable: false
           }
@@ -732,7 +740,7 @@ describe("OpenAiCompatibleModel in an agent", () => {
       }).pipe(Effect.provide(agent(server)))
     }))
 
-  it.scoped("a rejected key ends the turn with UNAUTHORIZED and the echoed key appears in no event", () =>
+  it.scoped("a rejected key ends the turn with AUTH and the echoed key appears in no event", () =>
     Effect.gen(function*() {
       const server = yield* Fake.make([
         Fake.status(401, (received) => `bad key ${received.headers["authorization"]}`)
@@ -742,7 +750,7 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.followup(user("A"))
         yield* driver.whenIdle
         const all = yield* events
-        expect(all.map(notation).slice(-3)).toStrictEqual(["CH(finish error)", "SE(1,1)", "TE(1,error(UNAUTHORIZED))"])
+        expect(all.map(notation).slice(-3)).toStrictEqual(["CH(finish error)", "SE(1,1)", "TE(1,error(AUTH))"])
         const [ended] = ofType(all, "turn/end")
         expect(ended!.data.reason).toMatchObject({ kind: "error", error: { status: 401, retryable: false } })
         expect(JSON.stringify(all)).toContain("bad key Bearer [redacted]")

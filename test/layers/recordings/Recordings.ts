@@ -1,0 +1,116 @@
+/**
+ * The provider recordings, read at test time from `../shared/provider-recordings` relative to the
+ * repository root (or the folder named by `TILLER_PROVIDER_RECORDINGS`); never copied into the
+ * repository. Each file becomes one `Recording`: its API family (by folder), its responses (a file
+ * with several responses back to back is split into them) and, for each response, the JSON payloads
+ * in order and the bytes the replay server sends for it.
+ */
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { fileURLToPath } from "node:url"
+
+/** The API family of a recording, named by its folder. */
+export type Family = "anthropic" | "openai-responses" | "chat"
+
+/** One recorded response: its payloads, the SSE body to replay, and whether it ends with `[DONE]`. */
+export interface RecordedResponse {
+  readonly payloads: ReadonlyArray<any>
+  /** The raw `data:` texts of the payloads, in order (as sent; `[DONE]` excluded). */
+  readonly lines: ReadonlyArray<string>
+  /** The bytes sent for this response. */
+  readonly body: string
+}
+
+/** One recording file. */
+export interface Recording {
+  /** The path relative to the recordings folder, e.g. `anthropic/docs-thinking.sse`. */
+  readonly name: string
+  readonly family: Family
+  readonly format: "chunks" | "sse"
+  readonly responses: ReadonlyArray<RecordedResponse>
+}
+
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url))
+
+/** The recordings folder: `TILLER_PROVIDER_RECORDINGS`, else `../shared/provider-recordings` from the repository root. */
+export const folder: string = process.env.TILLER_PROVIDER_RECORDINGS !== undefined && process.env.TILLER_PROVIDER_RECORDINGS !== ""
+  ? path.resolve(process.env.TILLER_PROVIDER_RECORDINGS)
+  : path.resolve(ROOT, "..", "shared", "provider-recordings")
+
+const FAMILIES: ReadonlyArray<Family> = ["anthropic", "openai-responses", "chat"]
+
+/** Every file under the folder (relative paths, sorted), documentation included. */
+export const listFiles = (): ReadonlyArray<string> => {
+  const out: Array<string> = []
+  const walk = (relative: string) => {
+    for (const entry of fs.readdirSync(path.join(folder, relative), { withFileTypes: true })) {
+      const name = relative === "" ? entry.name : `${relative}/${entry.name}`
+      if (entry.isDirectory()) walk(name)
+      else out.push(name)
+    }
+  }
+  walk("")
+  return out.sort()
+}
+
+/** Whether the folder exists. */
+export const exists = (): boolean => fs.existsSync(folder) && fs.statSync(folder).isDirectory()
+
+/** Files that are documentation, not recordings. */
+export const isDocumentation = (name: string): boolean => name.endsWith(".md")
+
+/** How one payload is framed on the wire by the provider of `family` (the `data:` text kept verbatim). */
+export const frame = (family: Family, data: string, payload: any): string =>
+  family === "chat" ? `data: ${data}\n\n` : `event: ${payload.type}\ndata: ${data}\n\n`
+
+/** The end of a Chat Completions stream. */
+export const DONE = "data: [DONE]\n\n"
+
+/** Whether a payload opens a new response of a file with several responses back to back. */
+const opensResponse = (family: Family, payload: any): boolean =>
+  (family === "anthropic" && payload?.type === "message_start") ||
+  (family === "openai-responses" && payload?.type === "response.created")
+
+/** Splits payloads (with their raw texts) where a new response starts. */
+const split = <A extends { readonly payload: any }>(family: Family, items: ReadonlyArray<A>): Array<Array<A>> => {
+  const groups: Array<Array<A>> = []
+  for (const item of items) {
+    if (groups.length === 0 || (opensResponse(family, item.payload) && groups.at(-1)!.some((i) => opensResponse(family, i.payload)))) {
+      groups.push([])
+    }
+    groups.at(-1)!.push(item)
+  }
+  return groups
+}
+
+/** The `data:` texts of raw SSE bytes, comments and `event:` lines skipped. */
+const sseData = (text: string): Array<string> => {
+  const out: Array<string> = []
+  for (const block of text.replace(/\r\n/g, "\n").split("\n\n")) {
+    const data = block.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).replace(/^ /, ""))
+    if (data.length > 0) out.push(data.join("\n"))
+  }
+  return out
+}
+
+/** Reads and splits one recording; throws on a line that is not JSON (a malformed recording). */
+export const load = (name: string): Recording => {
+  const family = name.split("/")[0] as Family
+  if (!FAMILIES.includes(family)) throw new Error(`${name}: no API family for the folder "${family}" (known: ${FAMILIES.join(", ")})`)
+  const text = fs.readFileSync(path.join(folder, name), "utf8")
+  if (name.endsWith(".chunks.txt")) {
+    const items = text.split("\n").filter((line) => line.trim() !== "").map((line) => ({ line, payload: JSON.parse(line) }))
+    const responses = split(family, items).map((group) => ({
+      payloads: group.map((i) => i.payload),
+      lines: group.map((i) => i.line),
+      body: group.map((i) => frame(family, i.line, i.payload)).join("") + (family === "chat" ? DONE : "")
+    }))
+    return { name, family, format: "chunks", responses }
+  }
+  if (name.endsWith(".sse")) {
+    // Raw bytes are sent as they are; a file holds one response.
+    const lines = sseData(text).filter((data) => data !== "[DONE]")
+    return { name, family, format: "sse", responses: [{ payloads: lines.map((l) => JSON.parse(l)), lines, body: text }] }
+  }
+  throw new Error(`${name}: not a recording format this suite knows (*.chunks.txt or *.sse)`)
+}

@@ -1,0 +1,584 @@
+/**
+ * AnthropicModel: the request body (pure), and the adapter against a fake Messages API on
+ * 127.0.0.1, alone (headers, failures) and inside an agent (a thinking tool loop whose next request
+ * carries the signed thinking block, the calls and their results). The sockets are real, but
+ * nothing under test reads wall time, so the tests run under TestClock and the retry backoff is
+ * stepped with `TestClock.adjust`.
+ */
+import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, Effect, Either, Layer, Option, Redacted, Schema, Stream, TestClock } from "effect"
+import { checkLog } from "../../src/domain/Check.js"
+import type { ModelError } from "../../src/domain/Errors.js"
+import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
+import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import type { Json } from "../../src/domain/Json.js"
+import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
+import { DEFAULT_TIMEOUTS } from "../../src/internal/ProviderTimeouts.js"
+import { Agent } from "../../src/layers/Agent.js"
+import * as AnthropicModel from "../../src/layers/AnthropicModel.js"
+import { Driver } from "../../src/services/Driver.js"
+import type { ModelRequest } from "../../src/services/Model.js"
+import { Model } from "../../src/services/Model.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { Tool, Tools } from "../../src/services/Tools.js"
+import { notation, user } from "../agent/harness.js"
+import * as AnthropicServer from "./fake/AnthropicServer.js"
+import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
+import * as ResponsesServer from "./fake/ResponsesServer.js"
+
+const KEY = "sk-ant-test-5e4d3c2b1a"
+const apiKey = Redacted.make(KEY)
+const options = { model: "claude-test" }
+
+const request = (overrides: Partial<ModelRequest> = {}): ModelRequest => ({
+  sessionId: SessionId.make("s"),
+  turn: 1,
+  step: 1,
+  attempt: 1,
+  provider: "anthropic",
+  model: "claude-test",
+  tools: [],
+  messages: [],
+  ...overrides
+})
+
+const modelSource = { kind: "model" as const, provider: "anthropic", model: "claude-test" }
+
+const prompt = (id: string, text: string): Message => ({
+  id: MessageId.make(id),
+  role: "user",
+  content: [{ type: "text", text }],
+  source: { kind: "prompt" }
+})
+
+const assistant = (id: string, content: Extract<Message, { role: "assistant" }>["content"], replayState?: Json): Message => ({
+  id: MessageId.make(id),
+  role: "assistant",
+  content,
+  source: replayState === undefined ? modelSource : { ...modelSource, replayState }
+})
+
+const result = (callId: string, text: string, isError = false): Message => ({
+  id: MessageId.make(`r-${callId}`),
+  role: "user",
+  content: [{ type: "tool-result", toolCallId: callId, isError, content: [{ type: "text", text }] }],
+  source: { kind: "tool", callId }
+})
+
+const bodyOf = (messages: ReadonlyArray<Message>) => AnthropicModel.toAnthropicRequest(request({ messages }), options)
+
+describe("AnthropicModel request body", () => {
+  it("system, merged user turns, assistant calls, tool results as their text, tools and limits", () => {
+    const tools: ReadonlyArray<ToolSchema> = [{
+      name: "add",
+      description: "Adds two numbers",
+      parameters: {
+        $schema: "http://json-schema.org/draft-07/schema#",
+        type: "object",
+        properties: { a: { type: "number" }, b: { type: "number" } },
+        required: ["a", "b"]
+      }
+    }]
+    const messages: ReadonlyArray<Message> = [
+      {
+        id: MessageId.make("ctx"),
+        role: "user",
+        content: [{ type: "text", text: "The repo uses pnpm." }],
+        source: { kind: "plugin", plugin: "facts" }
+      },
+      prompt("q", "Add 19 and 0, and the weather."),
+      assistant("a1", [
+        { type: "reasoning", text: "unsigned thoughts are not sent" },
+        { type: "text", text: "Let me check." },
+        { type: "tool-call", id: "call_1", name: "add", arguments: "{\"a\":19,\"b\":0}" },
+        { type: "tool-call", id: "call_2", name: "weather", arguments: "{\"city\":\"Oslo\"}" }
+      ]),
+      result("call_1", "19"),
+      result("call_2", "sunny, 18 °C"),
+      {
+        id: MessageId.make("steer"),
+        role: "user",
+        content: [{ type: "text", text: "look" }, { type: "image", mediaType: "image/png", data: "AQID" }],
+        source: { kind: "steer" }
+      }
+    ]
+    expect(AnthropicModel.toAnthropicRequest(
+      request({ system: "Be brief.", messages, tools, temperature: 0.2 }),
+      options
+    )).toStrictEqual({
+      model: "claude-test",
+      max_tokens: 4096,
+      system: "Be brief.",
+      messages: [
+        {
+          role: "user",
+          content: [{ type: "text", text: "The repo uses pnpm." }, { type: "text", text: "Add 19 and 0, and the weather." }]
+        },
+        {
+          role: "assistant",
+          content: [
+            { type: "text", text: "Let me check." },
+            { type: "tool_use", id: "call_1", name: "add", input: { a: 19, b: 0 } },
+            { type: "tool_use", id: "call_2", name: "weather", input: { city: "Oslo" } }
+          ]
+        },
+        {
+          role: "user",
+          content: [
+            { type: "tool_result", tool_use_id: "call_1", content: "19", is_error: false },
+            { type: "tool_result", tool_use_id: "call_2", content: "sunny, 18 °C", is_error: false },
+            { type: "text", text: "look" },
+            { type: "image", source: { type: "base64", media_type: "image/png", data: "AQID" } }
+          ]
+        }
+      ],
+      tools: [{
+        name: "add",
+        description: "Adds two numbers",
+        input_schema: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } }, required: ["a", "b"] }
+      }],
+      temperature: 0.2,
+      stream: true
+    })
+  })
+
+  it("max_tokens: the request's, else the options', else 4096; no system, tools or temperature when absent", () => {
+    expect(AnthropicModel.toAnthropicRequest(request({ maxTokens: 100 }), { model: "m", maxTokens: 200 }))
+      .toStrictEqual({ model: "m", max_tokens: 100, messages: [], stream: true })
+    expect(AnthropicModel.toAnthropicRequest(request({ system: "" }), { model: "m", maxTokens: 200 }))
+      .toStrictEqual({ model: "m", max_tokens: 200, messages: [], stream: true })
+  })
+
+  it("tool results come first in their user turn, even when a message came between them", () => {
+    expect(bodyOf([
+      prompt("q", "go"),
+      assistant("a1", [
+        { type: "tool-call", id: "c1", name: "f", arguments: "{}" },
+        { type: "tool-call", id: "c2", name: "g", arguments: "{}" }
+      ]),
+      result("c1", "one"),
+      prompt("steer", "also this"),
+      result("c2", "two", true)
+    ]).messages).toStrictEqual([
+      { role: "user", content: [{ type: "text", text: "go" }] },
+      {
+        role: "assistant",
+        content: [
+          { type: "tool_use", id: "c1", name: "f", input: {} },
+          { type: "tool_use", id: "c2", name: "g", input: {} }
+        ]
+      },
+      {
+        role: "user",
+        content: [
+          { type: "tool_result", tool_use_id: "c1", content: "one", is_error: false },
+          { type: "tool_result", tool_use_id: "c2", content: "two", is_error: true },
+          { type: "text", text: "also this" }
+        ]
+      }
+    ])
+  })
+
+  it("a tool call without arguments (\"\") is replayed as input {}", () => {
+    expect(bodyOf([
+      prompt("q", "update"),
+      assistant("a1", [{ type: "tool-call", id: "toolu_1", name: "updateIssueList", arguments: "" }]),
+      result("toolu_1", "done")
+    ]).messages[1]).toStrictEqual({
+      role: "assistant",
+      content: [{ type: "tool_use", id: "toolu_1", name: "updateIssueList", input: {} }]
+    })
+  })
+
+  it("a tool result with images sends its text and image blocks in order; an empty one has no content", () => {
+    const messages: ReadonlyArray<Message> = [
+      prompt("q", "draw"),
+      assistant("a1", [
+        { type: "tool-call", id: "c1", name: "chart", arguments: "{}" },
+        { type: "tool-call", id: "c2", name: "noop", arguments: "{}" }
+      ]),
+      {
+        id: MessageId.make("r1"),
+        role: "user",
+        content: [{
+          type: "tool-result",
+          toolCallId: "c1",
+          isError: false,
+          content: [{ type: "text", text: "drawn" }, { type: "image", mediaType: "image/png", data: "AQID" }]
+        }],
+        source: { kind: "tool", callId: "c1" }
+      },
+      {
+        id: MessageId.make("r2"),
+        role: "user",
+        content: [{ type: "tool-result", toolCallId: "c2", isError: false, content: [] }],
+        source: { kind: "tool", callId: "c2" }
+      }
+    ]
+    expect(bodyOf(messages).messages[2]).toStrictEqual({
+      role: "user",
+      content: [
+        {
+          type: "tool_result",
+          tool_use_id: "c1",
+          content: [
+            { type: "text", text: "drawn" },
+            { type: "image", source: { type: "base64", media_type: "image/png", data: "AQID" } }
+          ],
+          is_error: false
+        },
+        { type: "tool_result", tool_use_id: "c2", is_error: false }
+      ]
+    })
+  })
+
+  it("a signed thinking block is sent back before the tool_use, in the original order", () => {
+    const state = {
+      anthropic: {
+        content: [
+          { type: "thinking", thinking: "I should add.", signature: "EvQBCkYICxgC" },
+          { type: "text" },
+          { type: "redacted_thinking", data: "EmwKAhgB" },
+          { type: "tool_use", id: "toolu_9" }
+        ]
+      }
+    }
+    expect(bodyOf([
+      prompt("q", "add"),
+      assistant("a1", [
+        { type: "reasoning", text: "I should add." },
+        { type: "text", text: "Adding." },
+        { type: "tool-call", id: "toolu_9", name: "add", arguments: "{\"a\":1,\"b\":2}" }
+      ], state),
+      result("toolu_9", "3")
+    ]).messages[1]).toStrictEqual({
+      role: "assistant",
+      content: [
+        { type: "thinking", thinking: "I should add.", signature: "EvQBCkYICxgC" },
+        { type: "text", text: "Adding." },
+        { type: "redacted_thinking", data: "EmwKAhgB" },
+        { type: "tool_use", id: "toolu_9", name: "add", input: { a: 1, b: 2 } }
+      ]
+    })
+  })
+
+  it("server blocks are replayed whole and never as tiller calls; text no placeholder stood for follows", () => {
+    const search = { type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: { query: "news" } }
+    const found = { type: "web_search_tool_result", tool_use_id: "srvtoolu_1", content: [{ type: "web_search_result", url: "https://a.example", encrypted_content: "Erke" }] }
+    expect(bodyOf([
+      prompt("q", "news?"),
+      assistant("a1", [{ type: "text", text: "Here: " }, { type: "text", text: "Apple." }], {
+        anthropic: { content: [search, found, { type: "text" }] }
+      }),
+      prompt("q2", "thanks")
+    ]).messages).toStrictEqual([
+      { role: "user", content: [{ type: "text", text: "news?" }] },
+      { role: "assistant", content: [search, found, { type: "text", text: "Here: " }, { type: "text", text: "Apple." }] },
+      { role: "user", content: [{ type: "text", text: "thanks" }] }
+    ])
+  })
+
+  it("another adapter's replay state is ignored; an empty assistant message is left out", () => {
+    expect(bodyOf([
+      prompt("q", "hi"),
+      assistant("a1", [{ type: "reasoning", text: "hm" }, { type: "text", text: "Hello." }], { openai: { items: [] } }),
+      prompt("q2", "again"),
+      assistant("a2", [{ type: "reasoning", text: "only thoughts" }]),
+      prompt("q3", "and?")
+    ]).messages).toStrictEqual([
+      { role: "user", content: [{ type: "text", text: "hi" }] },
+      { role: "assistant", content: [{ type: "text", text: "Hello." }] },
+      { role: "user", content: [{ type: "text", text: "again" }, { type: "text", text: "and?" }] }
+    ])
+  })
+})
+
+// ---------------------------------------------------------------------------------------------------
+
+const modelLayer = (server: FakeServer, key: Redacted.Redacted<string> | undefined = apiKey) =>
+  AnthropicModel.layer({ model: "claude-test", apiKey: key, baseUrl: server.url, timeouts: DEFAULT_TIMEOUTS }).pipe(
+    Layer.provide(FetchHttpClient.layer)
+  )
+
+/** What came out of `Model.stream`: the chunks, then the failure if any. */
+interface Run {
+  readonly chunks: ReadonlyArray<StreamChunk>
+  readonly error: Option.Option<ModelError>
+}
+
+const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request()) =>
+  Effect.gen(function*() {
+    const server = yield* ResponsesServer.listen(replies)
+    const out = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(req)))).pipe(
+      Effect.provide(modelLayer(server))
+    )
+    const chunks: Array<StreamChunk> = []
+    let error = Option.none<ModelError>()
+    for (const item of Chunk.toReadonlyArray(out)) {
+      if (Either.isRight(item)) chunks.push(item.right)
+      else error = Option.some(item.left)
+    }
+    return { run: { chunks, error } satisfies Run, received: yield* server.requests }
+  })
+
+const SECRET_PROMPT = "the launch code is 0451"
+
+describe("AnthropicModel over HTTP", () => {
+  it.scoped("posts to /v1/messages with the key, the version and the JSON body; streams the chunks", () =>
+    Effect.gen(function*() {
+      const { received, run: out } = yield* run(
+        [AnthropicServer.streamed({ text: ["Hi", " there."], usage: { input: 7, output: 3 } })],
+        request({ messages: [prompt("q", "hello")] })
+      )
+      expect(received).toHaveLength(1)
+      const sent = received[0]!
+      expect(`${sent.method} ${sent.path}`).toBe("POST /v1/messages")
+      expect(sent.headers["x-api-key"]).toBe(KEY)
+      expect(sent.headers["anthropic-version"]).toBe("2023-06-01")
+      expect(sent.headers["content-type"]).toBe("application/json")
+      expect(sent.body).toStrictEqual({
+        model: "claude-test",
+        max_tokens: 4096,
+        messages: [{ role: "user", content: [{ type: "text", text: "hello" }] }],
+        stream: true
+      })
+      expect(out).toStrictEqual({
+        chunks: [
+          { type: "block-start", index: 0, block: "text" },
+          { type: "text-delta", index: 0, text: "Hi" },
+          { type: "text-delta", index: 0, text: " there." },
+          { type: "block-end", index: 0 },
+          {
+            type: "usage",
+            usage: { inputTokens: 7, outputTokens: 3, totalTokens: 10, cacheReadTokens: 0, cacheWriteTokens: 0 }
+          },
+          { type: "finish", finish: { kind: "stop" } }
+        ],
+        error: Option.none()
+      })
+    }))
+
+  it.scoped("401 is AUTH, not retryable, with the provider's message and the echoed key scrubbed", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([
+        ResponsesServer.status(401, {
+          type: "error",
+          error: { type: "authentication_error", message: `invalid x-api-key ${KEY}` }
+        }, { "request-id": "req_011" })
+      ])
+      expect(out.chunks).toStrictEqual([])
+      expect(Option.map(out.error, (error) => error.failure)).toStrictEqual(Option.some({
+        message: "Anthropic (HTTP 401): invalid x-api-key [redacted]",
+        code: "AUTH",
+        status: 401,
+        retryable: false,
+        requestId: "req_011"
+      }))
+    }))
+
+  it.scoped("529 overloaded and an overloaded error event mid-stream are retryable OVERLOADED", () =>
+    Effect.gen(function*() {
+      const { run: status } = yield* run([
+        ResponsesServer.status(529, { type: "error", error: { type: "overloaded_error", message: "Overloaded" } })
+      ])
+      expect(Option.map(status.error, (error) => error.failure)).toStrictEqual(Option.some({
+        message: "Anthropic (HTTP 529): Overloaded",
+        code: "OVERLOADED",
+        status: 529,
+        retryable: true
+      }))
+      const { run: midStream } = yield* run([AnthropicServer.overloadedMidStream()])
+      expect(midStream.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "par" }
+      ])
+      expect(Option.map(midStream.error, (error) => error.failure)).toStrictEqual(Option.some({
+        message: "Anthropic: Overloaded",
+        code: "OVERLOADED",
+        retryable: true
+      }))
+    }))
+
+  it.scoped("a dropped connection is a retryable NETWORK failure with a short message, without the prompt", () =>
+    Effect.gen(function*() {
+      const req = request({ messages: [prompt("q", SECRET_PROMPT)] })
+      const { run: hungUp } = yield* run([ResponsesServer.hangup], req)
+      const { run: cut } = yield* run([
+        ResponsesServer.cut(
+          AnthropicServer.messageEvents({ text: ["par"], usage: { input: 1, output: 1 } })
+            .slice(0, 4)
+            .map(([event, data]) => ResponsesServer.frame(event, data))
+        )
+      ], req)
+      expect(cut.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "par" }
+      ])
+      for (const out of [hungUp, cut]) {
+        const failure = Option.getOrThrow(out.error).failure
+        expect({ code: failure.code, retryable: failure.retryable }).toStrictEqual({ code: "NETWORK", retryable: true })
+        expect(failure.message).toMatch(/^Anthropic: /)
+        expect(failure.message.length).toBeLessThan(200)
+        expect(failure.message).not.toContain(SECRET_PROMPT)
+        expect(failure.message).not.toContain(KEY)
+      }
+    }))
+
+  it.scoped("a body that ends before message_stop is a retryable NETWORK failure", () =>
+    Effect.gen(function*() {
+      const events = AnthropicServer.messageEvents({ text: ["par"], usage: { input: 1, output: 1 } })
+      const { run: out } = yield* run([{
+        _tag: "Sse",
+        frames: events.slice(0, -1).map(([event, data]) => ResponsesServer.frame(event, data))
+      }])
+      expect(Option.map(out.error, (error) => error.failure)).toStrictEqual(Option.some({
+        message: "Anthropic: the response ended before it was complete",
+        code: "NETWORK",
+        retryable: true
+      }))
+    }))
+
+  it.scoped("data that is not JSON is a MALFORMED_STREAM failure", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([AnthropicServer.malformed()])
+      expect(Option.map(out.error, (error) => ({ code: error.failure.code, retryable: error.failure.retryable })))
+        .toStrictEqual(Option.some({ code: "MALFORMED_STREAM", retryable: false }))
+    }))
+})
+
+// ---------------------------------------------------------------------------------------------------
+
+const add = Tool.make("add", {
+  description: "Adds two numbers",
+  parameters: Schema.Struct({ a: Schema.Number, b: Schema.Number }),
+  mode: "parallel",
+  execute: ({ a, b }) => Effect.succeed(String(a + b))
+})
+
+const clock = Tool.make("clock", {
+  description: "Tells the time",
+  parameters: Schema.Struct({}),
+  mode: "parallel",
+  execute: () => Effect.succeed("12:00")
+})
+
+const agent = (server: FakeServer) =>
+  Agent.layer({
+    sessionId: SessionId.make("s"),
+    model: { provider: "anthropic", model: "claude-test" },
+    system: "Be brief."
+  }).pipe(
+    Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, modelLayer(server), Tools.layer({ tools: [add, clock] })))
+  )
+
+const events = Effect.flatMap(SessionLog, (log) => log.events)
+const ofType = <T extends CoreEvent["type"]>(all: ReadonlyArray<SessionEvent>, type: T) =>
+  all.filter((e) => e.type === type) as unknown as ReadonlyArray<EventOf<T>>
+
+describe("AnthropicModel in an agent", () => {
+  it.scoped("a thinking tool loop: the next request carries the signed thinking, the calls ({} for none) and the results as text", () =>
+    Effect.gen(function*() {
+      const server = yield* ResponsesServer.listen([
+        AnthropicServer.streamed({
+          thinking: ["Two tools", " at once."],
+          text: ["Let me check."],
+          toolUses: [
+            { id: "toolu_1", name: "add", partialJson: ["{\"a\":1,", "\"b\":2}"] },
+            { id: "toolu_2", name: "clock", partialJson: [""] }
+          ],
+          usage: { input: 30, output: 12 }
+        }),
+        AnthropicServer.streamed({ text: ["3, at 12:00."], usage: { input: 50, output: 5 } })
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("q", "Add 1 and 2, and tell the time."))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(nt,0,[q])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(q)", "RH(initial)",
+          "CH(block-start)", "CH(reasoning-delta)", "CH(reasoning-delta)", "CH(block-end)",
+          "CH(block-start)", "CH(text-delta)", "CH(block-end)",
+          "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)", "CH(block-end)",
+          "CH(block-start)", "CH(tool-call-delta)", "CH(block-end)",
+          "CH(usage)", "CH(replay-state)", "CH(finish stop)", "AM",
+          "TC(toolu_1)", "TC(toolu_2)", "TR(toolu_1)", "TR(toolu_2)", "SE(1,1)",
+          "SS(1,2)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM",
+          "SE(1,2)", "TE(1,completed)"
+        ])
+        expect(checkLog(all, { closed: true })).toStrictEqual([])
+        expect(ofType(all, "tool/call").map((e) => e.data.arguments)).toStrictEqual(["{\"a\":1,\"b\":2}", "{}"])
+        expect(ofType(all, "assistant/message")[0]!.data.message.source).toStrictEqual({
+          ...modelSource,
+          replayState: {
+            anthropic: {
+              content: [
+                { type: "thinking", thinking: "Two tools at once.", signature: "c2lnbmF0dXJl" },
+                { type: "text" },
+                { type: "tool_use", id: "toolu_1" },
+                { type: "tool_use", id: "toolu_2" }
+              ]
+            }
+          }
+        })
+      }).pipe(Effect.provide(agent(server)))
+
+      const received = yield* server.requests
+      expect(received).toHaveLength(2)
+      expect(received[1]!.body.messages).toStrictEqual([
+        { role: "user", content: [{ type: "text", text: "Add 1 and 2, and tell the time." }] },
+        {
+          role: "assistant",
+          content: [
+            { type: "thinking", thinking: "Two tools at once.", signature: "c2lnbmF0dXJl" },
+            { type: "text", text: "Let me check." },
+            { type: "tool_use", id: "toolu_1", name: "add", input: { a: 1, b: 2 } },
+            { type: "tool_use", id: "toolu_2", name: "clock", input: {} }
+          ]
+        },
+        {
+          role: "user",
+          content: [
+            { type: "tool_result", tool_use_id: "toolu_1", content: "3", is_error: false },
+            { type: "tool_result", tool_use_id: "toolu_2", content: "12:00", is_error: false }
+          ]
+        }
+      ])
+      expect(received[1]!.body.system).toBe("Be brief.")
+    }))
+
+  it.scoped("a 529 is retried in the same step (llm/retry in the log), then the turn completes", () =>
+    Effect.gen(function*() {
+      const server = yield* ResponsesServer.listen([
+        ResponsesServer.status(529, { type: "error", error: { type: "overloaded_error", message: "Overloaded" } }),
+        AnthropicServer.streamed({ text: ["Hello."], usage: { input: 5, output: 2 } })
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        yield* driver.followup(user("q", "hi"))
+        const retry = yield* log.stream().pipe(
+          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
+          Stream.runHead,
+          Effect.map(Option.getOrThrow)
+        )
+        expect(retry.data.failure).toStrictEqual({
+          message: "Anthropic (HTTP 529): Overloaded",
+          code: "OVERLOADED",
+          status: 529,
+          retryable: true
+        })
+        yield* TestClock.adjust(`${retry.data.delayMs} millis`)
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(nt,0,[q])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(q)", "RH(initial)", "CH(finish error)", "RT(1)",
+          "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM",
+          "SE(1,1)", "TE(1,completed)"
+        ])
+      }).pipe(Effect.provide(agent(server)))
+      expect((yield* server.requests).map((r) => r.headers["x-api-key"])).toStrictEqual([KEY, KEY])
+    }))
+})

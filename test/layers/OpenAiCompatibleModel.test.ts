@@ -14,6 +14,7 @@ import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import type { ModelError } from "../../src/domain/Errors.js"
 import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import type { Json } from "../../src/domain/Json.js"
 import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
 import { Agent } from "../../src/layers/Agent.js"
 import * as OpenAiCompatibleModel from "../../src/layers/OpenAiCompatibleModel.js"
@@ -220,6 +221,47 @@ describe("OpenAiCompatibleModel request", () => {
         max_tokens: 99
       })
     }))
+
+  it("reasoning goes back in the field its replay state names, only then; empty arguments are sent as {}", () => {
+    const assistant = (id: string, text: string, replayState?: Json): Message => ({
+      id: MessageId.make(id),
+      role: "assistant",
+      content: [{ type: "reasoning", text: `thought ${id}` }, { type: "text", text }],
+      source: replayState === undefined ? modelSource : { ...modelSource, replayState }
+    })
+    const messages: ReadonlyArray<Message> = [
+      {
+        id: MessageId.make("a1"),
+        role: "assistant",
+        content: [
+          { type: "reasoning", text: "weather first" },
+          { type: "reasoning", text: "then the time" },
+          { type: "tool-call", id: "c1", name: "clock", arguments: "" },
+          { type: "tool-call", id: "c2", name: "clock", arguments: "  " }
+        ],
+        source: { ...modelSource, replayState: { "openai-compatible": { reasoningField: "reasoning_content" } } }
+      },
+      assistant("a2", "groq", { "openai-compatible": { reasoningField: "reasoning" } }),
+      assistant("a3", "other adapter", { anthropic: { content: [{ type: "text" }] } }),
+      assistant("a4", "no state"),
+      assistant("a5", "unknown field", { "openai-compatible": { reasoningField: "thinking" } })
+    ]
+    expect(OpenAiCompatibleModel.toChatMessages({ messages })).toStrictEqual([
+      {
+        role: "assistant",
+        content: null,
+        reasoning_content: "weather first\nthen the time",
+        tool_calls: [
+          { id: "c1", type: "function", function: { name: "clock", arguments: "{}" } },
+          { id: "c2", type: "function", function: { name: "clock", arguments: "{}" } }
+        ]
+      },
+      { role: "assistant", content: "groq", reasoning: "thought a2" },
+      { role: "assistant", content: "other adapter" },
+      { role: "assistant", content: "no state" },
+      { role: "assistant", content: "unknown field" }
+    ])
+  })
 })
 
 describe("OpenAiCompatibleModel chunks", () => {
@@ -397,6 +439,88 @@ describe("OpenAiCompatibleModel chunks", () => {
         { type: "finish", finish: { kind: "stop" } }
       ])
     }))
+  it.scoped("delta.refusal is streamed as text and finishes as a non-retryable REFUSAL error", () =>
+    Effect.gen(function*() {
+      const { label, run: out } = yield* run([Fake.sse([
+        Fake.chunk({ role: "assistant", content: null, refusal: "" }),
+        Fake.chunk({ refusal: "I'm sorry, I can't" }),
+        Fake.chunk({ refusal: " assist with that request." }),
+        Fake.chunk({}, "stop"),
+        Fake.usageChunk(usage)
+      ])])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "I'm sorry, I can't" },
+        { type: "text-delta", index: 0, text: " assist with that request." },
+        { type: "block-end", index: 0 },
+        { type: "usage", usage: tillerUsage },
+        {
+          type: "finish",
+          finish: {
+            kind: "error",
+            failure: {
+              message: `${label}: the model refused: I'm sorry, I can't assist with that request.`,
+              code: "REFUSAL",
+              retryable: false
+            }
+          }
+        }
+      ])
+    }))
+
+  it.scoped("delta.reasoning (Groq) is recorded as the field `reasoning`; x_groq.usage is the usage", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([Fake.sse([
+        { ...Fake.chunk({ role: "assistant", content: "" }), x_groq: { id: "req_1", seed: 7 } },
+        Fake.chunk({ reasoning: "Okay" }),
+        Fake.chunk({ content: "4" }),
+        { ...Fake.chunk({}, "stop"), x_groq: { id: "req_1", usage: { queue_time: 0.1, ...usage } } }
+      ])])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "reasoning" },
+        { type: "reasoning-delta", index: 0, text: "Okay" },
+        { type: "block-end", index: 0 },
+        { type: "block-start", index: 1, block: "text" },
+        { type: "text-delta", index: 1, text: "4" },
+        { type: "block-end", index: 1 },
+        { type: "usage", usage: tillerUsage },
+        { type: "replay-state", state: { "openai-compatible": { reasoningField: "reasoning" } } },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+
+  it.scoped("Azure's choices-less first chunk with prompt_filter_results is skipped", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([Fake.sse([
+        { choices: [], created: 0, id: "", model: "", object: "", prompt_filter_results: [{ prompt_index: 0, content_filter_results: {} }] },
+        Fake.chunk({ content: "", refusal: null, role: "assistant" }),
+        Fake.chunk({ content: "Capital" }),
+        Fake.chunk({}, "stop"),
+        Fake.usageChunk(usage)
+      ])])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "Capital" },
+        { type: "block-end", index: 0 },
+        { type: "usage", usage: tillerUsage },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
+
+  it.scoped("[DONE] without a finish reason finishes with stop", () =>
+    Effect.gen(function*() {
+      const { run: out } = yield* run([Fake.raw(Fake.event(Fake.chunk({ content: "ok" })) + Fake.DONE)])
+      expect(out.error).toStrictEqual(Option.none())
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "ok" },
+        { type: "block-end", index: 0 },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+    }))
 })
 
 describe("OpenAiCompatibleModel failures", () => {
@@ -443,16 +567,85 @@ describe("OpenAiCompatibleModel failures", () => {
 
   it.scoped("a reset connection is a retryable NETWORK failure; so is a stream broken midway, after its chunks", () =>
     Effect.gen(function*() {
-      const { run: refused } = yield* run([Fake.reset])
-      expect(Option.map(failureOf(refused), ({ code, retryable }) => ({ code, retryable })))
-        .toStrictEqual(Option.some({ code: "NETWORK", retryable: true }))
-      const { run: broken } = yield* run([Fake.drop([Fake.chunk({ content: "par" })])])
+      const { label, run: refused } = yield* run([Fake.reset])
+      expect(failureOf(refused)).toStrictEqual(Option.some({
+        message: `${label}: cannot reach ${label}: connection closed`,
+        code: "NETWORK",
+        retryable: true
+      }))
+      const { label: brokenLabel, run: broken } = yield* run([Fake.drop([Fake.chunk({ content: "par" })])])
       expect(broken.chunks).toStrictEqual([
         { type: "block-start", index: 0, block: "text" },
         { type: "text-delta", index: 0, text: "par" }
       ])
-      expect(Option.map(failureOf(broken), ({ code, retryable }) => ({ code, retryable })))
-        .toStrictEqual(Option.some({ code: "NETWORK", retryable: true }))
+      expect(failureOf(broken)).toStrictEqual(Option.some({
+        message: `${brokenLabel}: the connection to ${brokenLabel} broke during the response: connection closed`,
+        code: "NETWORK",
+        retryable: true
+      }))
+    }))
+
+  it.scoped("a body that ends cleanly in the middle of the response (no finish reason, no [DONE]) is a retryable NETWORK failure", () =>
+    Effect.gen(function*() {
+      const cut = Fake.event(Fake.chunk({ role: "assistant", content: "" })) + Fake.event(Fake.chunk({ content: "Partial" })) +
+        "data: {\"id\":\"chatcmpl-fake\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" te"
+      const { label, run: out } = yield* run([Fake.raw(cut)])
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "Partial" }
+      ])
+      expect(failureOf(out)).toStrictEqual(Option.some({
+        message: `${label}: the response ended before it was complete`,
+        code: "NETWORK",
+        retryable: true
+      }))
+      const { label: endLabel, run: ended } = yield* run([Fake.sse([Fake.chunk({ content: "par" })], { done: false })])
+      expect(failureOf(ended)).toStrictEqual(Option.some({
+        message: `${endLabel}: the response ended before it was complete`,
+        code: "NETWORK",
+        retryable: true
+      }))
+    }))
+
+  it.scoped("vLLM's error payload after ordinary chunks keeps the engine's message and is retryable by its code 500", () =>
+    Effect.gen(function*() {
+      const { label, run: out } = yield* run([Fake.raw(
+        Fake.event(Fake.chunk({ role: "assistant", content: "" })) + Fake.event(Fake.chunk({ content: "Partial" })) +
+          "data: {\"error\": {\"message\": \"The engine is dead (EngineDeadError)\", \"type\": \"InternalServerError\", " +
+          "\"param\": null, \"code\": 500}}\n\n" + Fake.DONE
+      )])
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "Partial" }
+      ])
+      expect(failureOf(out)).toStrictEqual(Option.some({
+        message: `${label} (HTTP 500): The engine is dead (EngineDeadError)`,
+        code: "SERVICE_UNAVAILABLE",
+        retryable: true,
+        status: 500
+      }))
+    }))
+
+  it.scoped("OpenRouter's processing comments are skipped; its mid-stream error with finish_reason error is classified", () =>
+    Effect.gen(function*() {
+      const { label, run: out } = yield* run([Fake.raw(
+        ": OPENROUTER PROCESSING\n\n: OPENROUTER PROCESSING\n\n" +
+          Fake.event({ ...Fake.chunk({ role: "assistant", content: "Partial" }), provider: "openai" }) +
+          Fake.event({
+            ...Fake.chunk({ content: "" }, "error"),
+            provider: "openai",
+            error: { code: "server_error", message: "Provider disconnected unexpectedly" }
+          }) + Fake.DONE
+      )])
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "Partial" }
+      ])
+      expect(failureOf(out)).toStrictEqual(Option.some({
+        message: `${label}: Provider disconnected unexpectedly`,
+        code: "SERVICE_UNAVAILABLE",
+        retryable: true
+      }))
     }))
 
   it.scoped("malformed streams are non-retryable MALFORMED_STREAM failures after the chunks before them", () =>

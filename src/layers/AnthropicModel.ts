@@ -84,21 +84,27 @@ const imageBlock = (block: ImageBlock): ContentBlock => ({
 })
 
 /**
+ * The API rejects text blocks that are empty or only whitespace ("text content blocks must contain
+ * non-whitespace text"), so such blocks are never sent.
+ */
+const isBlank = (text: string): boolean => text.trim() === ""
+
+/**
  * A tool result: its text as it is (text blocks joined by newlines, never JSON-encoded again), or
- * its text and image blocks in order when it returned images; no `content` when it is empty.
+ * its text and image blocks in order when it returned images; no `content` when it is blank.
  */
 const toolResultBlock = (block: ToolResultBlock): ContentBlock => {
   const hasImages = block.content.some((part) => part.type === "image")
   const text = block.content.flatMap((part) => part.type === "text" ? [part.text] : []).join("\n")
   const content = hasImages
     ? block.content.flatMap((part) =>
-      part.type === "image" ? [imageBlock(part)] : part.text === "" ? [] : [{ type: "text", text: part.text }]
+      part.type === "image" ? [imageBlock(part)] : isBlank(part.text) ? [] : [{ type: "text", text: part.text }]
     )
     : text
   return {
     type: "tool_result",
     tool_use_id: block.toolCallId,
-    ...(content === "" ? {} : { content }),
+    ...(typeof content === "string" && isBlank(content) ? {} : { content }),
     is_error: block.isError
   }
 }
@@ -118,7 +124,7 @@ type AssistantMessage = Extract<Message, { readonly role: "assistant" }>
 type TextContent = Extract<AssistantMessage["content"][number], { readonly type: "text" }>
 type ToolCallContent = Extract<AssistantMessage["content"][number], { readonly type: "tool-call" }>
 
-const textBlock = (block: TextContent): ContentBlock => ({ type: "text", text: block.text })
+const textBlocks = (block: TextContent): Array<ContentBlock> => isBlank(block.text) ? [] : [{ type: "text", text: block.text }]
 
 const toolUseBlock = (block: ToolCallContent): ContentBlock => ({
   type: "tool_use",
@@ -132,6 +138,8 @@ const toolUseBlock = (block: ToolCallContent): ContentBlock => ({
  * stored blocks as they are, each `{type: "text"}` filled by the message's next text block and each
  * `{type: "tool_use", id}` by the message's call of that id; text and calls no entry stood for
  * follow. Without it, the message's text and tool calls (reasoning without a signature is not sent).
+ * Placeholders stand for the non-empty text blocks, as the decoder wrote them; blank ones are then
+ * left out.
  */
 const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
   const texts = message.content.filter((block): block is TextContent => block.type === "text" && block.text !== "")
@@ -140,7 +148,7 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
   if (entries === undefined) {
     return message.content.flatMap((block) =>
       block.type === "text"
-        ? (block.text === "" ? [] : [textBlock(block)])
+        ? textBlocks(block)
         : block.type === "tool-call"
         ? [toolUseBlock(block)]
         : []
@@ -152,7 +160,7 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
   for (const entry of entries) {
     if (entry.type === "text") {
       const text = texts[nextText++]
-      if (text !== undefined) out.push(textBlock(text))
+      if (text !== undefined) out.push(...textBlocks(text))
     } else if (entry.type === "tool_use") {
       const call = calls.find((candidate) => candidate.id === entry.id && !usedCalls.has(candidate))
       if (call !== undefined) {
@@ -163,7 +171,7 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
       out.push(entry)
     }
   }
-  for (const text of texts.slice(nextText)) out.push(textBlock(text))
+  for (const text of texts.slice(nextText)) out.push(...textBlocks(text))
   for (const call of calls) if (!usedCalls.has(call)) out.push(toolUseBlock(call))
   return out
 }
@@ -171,7 +179,7 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
 /**
  * Converts a request's messages to Messages API turns, in order. Consecutive messages of one role
  * become one turn (the API wants alternating roles); in a user turn the `tool_result` blocks come
- * first, as the API requires after a `tool_use`, then the other blocks in order. Empty text blocks
+ * first, as the API requires after a `tool_use`, then the other blocks in order. Blank text blocks
  * and empty messages are left out.
  *
  * @since 0.1.0
@@ -198,7 +206,7 @@ export const toAnthropicMessages = (messages: ReadonlyArray<Message>): ReadonlyA
       for (const block of message.content) {
         if (block.type === "tool-result") toolResults.push(toolResultBlock(block))
         else if (block.type === "image") content.push(imageBlock(block))
-        else if (block.text !== "") content.push({ type: "text", text: block.text })
+        else if (!isBlank(block.text)) content.push({ type: "text", text: block.text })
       }
     }
     if (content.length + toolResults.length === 0) continue

@@ -8,7 +8,21 @@ import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import * as HttpClient from "@effect/platform/HttpClient"
 import * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Either, Layer, Option, Queue, Redacted, Schema, Stream, TestClock } from "effect"
+import {
+  Chunk,
+  ConfigError,
+  ConfigProvider,
+  Effect,
+  Either,
+  Fiber,
+  Layer,
+  Option,
+  Queue,
+  Redacted,
+  Schema,
+  Stream,
+  TestClock
+} from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import type { ModelError } from "../../src/domain/Errors.js"
@@ -709,6 +723,124 @@ describe("OpenAiCompatibleModel failures", () => {
       expect(error.message).not.toContain(KEY)
       expect(JSON.stringify(error)).not.toContain(KEY)
       expect(String(error)).not.toContain(KEY)
+    }))
+})
+
+describe("OpenAiCompatibleModel timeouts", () => {
+  const BASE = "http://127.0.0.1:1/v1"
+  const LABEL = "127.0.0.1:1"
+
+  /** A client whose request never gets headers (`connect`), or whose body sends `body` and then nothing. */
+  const stalledClient = (stall: "connect" | { readonly body: string }) =>
+    HttpClient.make((req) =>
+      stall === "connect"
+        ? Effect.never
+        : Effect.succeed(HttpClientResponse.fromWeb(
+          req,
+          new Response(
+            new ReadableStream<Uint8Array>({
+              start(controller) {
+                if (stall.body !== "") controller.enqueue(new TextEncoder().encode(stall.body))
+              }
+            }),
+            { status: 200, headers: { "content-type": "text/event-stream" } }
+          )
+        ))
+    )
+
+  /** Streams one request in a fiber and steps the TestClock until it ends. */
+  const stepped = (layer: Layer.Layer<Model, unknown, HttpClient.HttpClient>, client: HttpClient.HttpClient) =>
+    Effect.gen(function*() {
+      const fiber = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(request())))).pipe(
+        Effect.provide(layer),
+        Effect.provideService(HttpClient.HttpClient, client),
+        Effect.fork
+      )
+      let steps = 0
+      while (Option.isNone(yield* Fiber.poll(fiber)) && steps < 400) {
+        // Real promises (the body's reads) settle between steps.
+        yield* Effect.promise(() => new Promise((resolve) => setImmediate(resolve)))
+        yield* TestClock.adjust("100 millis")
+        steps++
+      }
+      const out = Chunk.toReadonlyArray(yield* Fiber.join(fiber))
+      return {
+        chunks: out.flatMap((item) => Either.isRight(item) ? [item.right] : []),
+        failure: out.flatMap((item) => Either.isLeft(item) ? [item.left.failure] : []),
+        elapsed: steps * 100
+      }
+    })
+
+  it.effect("connectTimeout: no response headers in time is a retryable TIMEOUT", () =>
+    Effect.gen(function*() {
+      const out = yield* stepped(
+        OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m", connectTimeout: "2 seconds" }),
+        stalledClient("connect")
+      )
+      expect(out.chunks).toStrictEqual([])
+      expect(out.failure).toStrictEqual([{
+        message: `${LABEL}: no response from ${LABEL} within 2s (connect timeout)`,
+        code: "TIMEOUT",
+        retryable: true
+      }])
+      expect(out.elapsed).toBeGreaterThanOrEqual(2000)
+      expect(out.elapsed).toBeLessThan(3000)
+    }))
+
+  it.effect("firstByteTimeout: headers and then no body in time is a retryable TIMEOUT", () =>
+    Effect.gen(function*() {
+      const out = yield* stepped(
+        OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m", firstByteTimeout: "3 seconds" }),
+        stalledClient({ body: "" })
+      )
+      expect(out.failure).toStrictEqual([{
+        message: `${LABEL}: no data from ${LABEL} within 3s (first-byte timeout)`,
+        code: "TIMEOUT",
+        retryable: true
+      }])
+    }))
+
+  it.effect("idleTimeout: a body that stops between chunks fails TIMEOUT after the chunks it sent", () =>
+    Effect.gen(function*() {
+      const out = yield* stepped(
+        OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m", idleTimeout: "1 second" }),
+        stalledClient({ body: Fake.event(Fake.chunk({ content: "par" })) })
+      )
+      expect(out.chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "par" }
+      ])
+      expect(out.failure).toStrictEqual([{
+        message: `${LABEL}: nothing more from ${LABEL} within 1s (idle timeout)`,
+        code: "TIMEOUT",
+        retryable: true
+      }])
+    }))
+
+  it.effect("a timeout not given in the options is read from TILLER_IDLE_TIMEOUT; [DONE] ends the stream at once", () =>
+    Effect.gen(function*() {
+      const layer = OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m" }).pipe(
+        Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["TILLER_IDLE_TIMEOUT", "1500 millis"]]))))
+      )
+      const idle = yield* stepped(layer, stalledClient({ body: Fake.event(Fake.chunk({ content: "par" })) }))
+      expect(idle.failure).toStrictEqual([{
+        message: `${LABEL}: nothing more from ${LABEL} within 1s 500ms (idle timeout)`,
+        code: "TIMEOUT",
+        retryable: true
+      }])
+      // A host that keeps the connection open after [DONE] is not waited on.
+      const done = yield* stepped(layer, stalledClient({ body: Fake.event(Fake.chunk({ content: "ok" }, "stop")) + Fake.DONE }))
+      expect(done.failure).toStrictEqual([])
+      expect(done.chunks.at(-1)).toStrictEqual({ type: "finish", finish: { kind: "stop" } })
+      expect(done.elapsed).toBeLessThan(1500)
+    }))
+
+  it.effect("a timeout that is not a positive duration fails the layer with ConfigError", () =>
+    Effect.gen(function*() {
+      const error = yield* Effect.flip(Layer.build(OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m", idleTimeout: "0 seconds" }))
+        .pipe(Effect.scoped, Effect.provideService(HttpClient.HttpClient, stalledClient("connect"))))
+      expect(ConfigError.isConfigError(error)).toBe(true)
+      expect(String(error)).toContain("idleTimeout")
     }))
 })
 

@@ -278,6 +278,8 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
         const decoder = AnthropicEvents.makeDecoder()
         return ProviderHttp.streamEvents(client, endpoint, toAnthropicRequest(request, options)).pipe(
           Stream.mapConcatEffect((event) => orFail(decoder.event(event))),
+          // The finish is the response's end: a body left open after message_stop is not read further.
+          Stream.takeUntil((chunk) => chunk.type === "finish"),
           Stream.concat(Stream.fromIterableEffect(Effect.suspend(() => orFail(decoder.end()))))
         )
       }).pipe(Stream.withSpan("AnthropicModel.stream", { attributes: { model: options.model } }))

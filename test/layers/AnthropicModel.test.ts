@@ -6,6 +6,8 @@
  * stepped with `TestClock.adjust`.
  */
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
+import * as HttpClient from "@effect/platform/HttpClient"
+import * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Either, Layer, Option, Redacted, Schema, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
@@ -460,6 +462,56 @@ describe("AnthropicModel over HTTP", () => {
         code: "NETWORK",
         retryable: true
       }))
+    }))
+
+  /** A client whose body arrives in the given pieces; `open` leaves it unfinished afterwards. */
+  const pieceClient = (pieces: ReadonlyArray<Uint8Array>, open: boolean) =>
+    HttpClient.make((req) =>
+      Effect.succeed(HttpClientResponse.fromWeb(
+        req,
+        new Response(
+          new ReadableStream<Uint8Array>({
+            start(controller) {
+              for (const piece of pieces) controller.enqueue(piece)
+              if (!open) controller.close()
+            }
+          }),
+          { status: 200, headers: { "content-type": "text/event-stream" } }
+        )
+      ))
+    )
+
+  const streamWith = (client: HttpClient.HttpClient) =>
+    Effect.flatMap(Model, (model) => Stream.runCollect(model.stream(request()))).pipe(
+      Effect.provide(AnthropicModel.layer({ model: "claude-test", baseUrl: "http://127.0.0.1:1", timeouts: DEFAULT_TIMEOUTS })),
+      Effect.provideService(HttpClient.HttpClient, client),
+      Effect.map(Chunk.toReadonlyArray)
+    )
+
+  const sseBody = (turn: AnthropicServer.Turn) =>
+    new TextEncoder().encode(
+      AnthropicServer.messageEvents(turn).map(([event, data]) => ResponsesServer.frame(event, data)).join("")
+    )
+
+  const textTurn: StreamChunk[] = [
+    { type: "block-start", index: 0, block: "text" },
+    { type: "text-delta", index: 0, text: "ü 🙂" },
+    { type: "block-end", index: 0 },
+    { type: "usage", usage: { inputTokens: 2, outputTokens: 1, totalTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0 } },
+    { type: "finish", finish: { kind: "stop" } }
+  ]
+
+  it.effect("a body that arrives one byte at a time, inside multi-byte characters, decodes the same", () =>
+    Effect.gen(function*() {
+      const body = sseBody({ text: ["ü 🙂"], usage: { input: 2, output: 1 } })
+      const chunks = yield* streamWith(pieceClient(Array.from(body, (byte) => Uint8Array.of(byte)), false))
+      expect(chunks).toStrictEqual(textTurn)
+    }))
+
+  it.effect("the response ends at message_stop even when the server leaves the body open", () =>
+    Effect.gen(function*() {
+      const chunks = yield* streamWith(pieceClient([sseBody({ text: ["ü 🙂"], usage: { input: 2, output: 1 } })], true))
+      expect(chunks).toStrictEqual(textTurn)
     }))
 
   it.scoped("data that is not JSON is a MALFORMED_STREAM failure", () =>

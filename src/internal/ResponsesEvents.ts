@@ -16,7 +16,7 @@
  *
  * @since 0.1.0
  */
-import { Either, Schema } from "effect"
+import { Either, Predicate, Schema } from "effect"
 import type { Json } from "../domain/Json.js"
 import type { LlmFailure, StreamChunk, Usage } from "../domain/Values.js"
 import { failureOf, fromPayload, shorten } from "./ProviderFailure.js"
@@ -176,6 +176,33 @@ const replayOf = (raw: unknown): ReplayItem | undefined => {
   return typeof encrypted === "string" && encrypted !== ""
     ? { ...rest, type: "reasoning", encrypted_content: encrypted }
     : undefined
+}
+
+/**
+ * The entries of this adapter's replay state in a message's `source.replayState`, in order;
+ * `undefined` when the state is absent or another adapter's. Entries of an unknown shape are
+ * skipped, and a reasoning entry never keeps an `id` (requests are sent with `store: false`).
+ *
+ * @since 0.1.0
+ * @category conversions
+ */
+export const replayItems = (state: unknown): ReadonlyArray<ReplayItem> | undefined => {
+  if (!Predicate.hasProperty(state, REPLAY_KEY)) return undefined
+  const own = state[REPLAY_KEY]
+  if (!Predicate.hasProperty(own, "items") || !Array.isArray(own.items)) return undefined
+  const items: Array<ReplayItem> = []
+  for (const entry of own.items as ReadonlyArray<unknown>) {
+    if (!Predicate.hasProperty(entry, "type")) continue
+    if (entry.type === "reasoning") {
+      const item = replayOf(entry)
+      if (item !== undefined) items.push(item)
+    } else if (entry.type === "message") {
+      items.push({ type: "message" })
+    } else if (entry.type === "function_call" && Predicate.hasProperty(entry, "call_id") && Predicate.isString(entry.call_id)) {
+      items.push({ type: "function_call", call_id: entry.call_id })
+    }
+  }
+  return items
 }
 
 /**

@@ -18,16 +18,21 @@ export interface ReceivedRequest {
 }
 
 /**
- * One scripted reply: a stream of raw SSE frames, a plain response with a status, or a connection
- * closed before any response (a transport failure for the client).
+ * One scripted reply: a stream of raw SSE frames, a plain response with a status, a connection
+ * closed before any response (a transport failure for the client), or a stream whose connection is
+ * destroyed after its frames (a body cut mid-stream).
  */
 export type Reply =
   | { readonly _tag: "Sse"; readonly frames: ReadonlyArray<string> }
   | { readonly _tag: "Status"; readonly status: number; readonly headers?: Record<string, string>; readonly body: string }
   | { readonly _tag: "Hangup" }
+  | { readonly _tag: "Cut"; readonly frames: ReadonlyArray<string> }
 
 /** A connection closed before any response. */
 export const hangup: Reply = { _tag: "Hangup" }
+
+/** The frames of a stream, then the connection destroyed without ending the body. */
+export const cut = (frames: ReadonlyArray<string>): Reply => ({ _tag: "Cut", frames })
 
 /** A running fake server: its base URL and what it has received so far. */
 export interface FakeServer {
@@ -82,6 +87,11 @@ export const listen = (replies: ReadonlyArray<Reply>): Effect.Effect<FakeServer,
           request.socket.destroy()
         } else if (reply._tag === "Status") {
           response.writeHead(reply.status, reply.headers).end(reply.body)
+        } else if (reply._tag === "Cut") {
+          response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+          for (const text of reply.frames) response.write(text)
+          // Let the frames leave before the socket goes.
+          setTimeout(() => request.socket.destroy(), 20)
         } else {
           response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
           for (const text of reply.frames) response.write(text)
@@ -110,9 +120,13 @@ export interface Usage {
   readonly cached?: number
 }
 
-/** What one scripted model response contains, in output order: reasoning, text, tool calls. */
+/**
+ * What one scripted model response contains, in output order: reasoning (with `encrypted`, its
+ * `encrypted_content`), text, tool calls.
+ */
 export interface Turn {
   readonly reasoning?: ReadonlyArray<string>
+  readonly encrypted?: string
   readonly text?: ReadonlyArray<string>
   readonly toolCalls?: ReadonlyArray<{ readonly callId: string; readonly name: string; readonly arguments: ReadonlyArray<string> }>
   readonly usage: Usage
@@ -172,7 +186,8 @@ export const responseEvents = (turn: Turn, options: { readonly id?: string; read
     const itemId = "rs_1"
     const output_index = output.length
     const text = turn.reasoning.join("")
-    push({ type: "response.output_item.added", output_index, item: { type: "reasoning", id: itemId, summary: [] } })
+    const encrypted = turn.encrypted === undefined ? {} : { encrypted_content: turn.encrypted }
+    push({ type: "response.output_item.added", output_index, item: { type: "reasoning", id: itemId, summary: [], ...encrypted } })
     push({
       type: "response.reasoning_summary_part.added",
       item_id: itemId,
@@ -191,7 +206,7 @@ export const responseEvents = (turn: Turn, options: { readonly id?: string; read
       summary_index: 0,
       part: { type: "summary_text", text }
     })
-    const item = { type: "reasoning", id: itemId, summary: [{ type: "summary_text", text }] }
+    const item = { type: "reasoning", id: itemId, summary: [{ type: "summary_text", text }], ...encrypted }
     push({ type: "response.output_item.done", output_index, item })
     output.push(item)
   }

@@ -1,0 +1,494 @@
+/**
+ * OpenAiModel: the request body (pure), the adapter alone against a fake Responses API on
+ * 127.0.0.1 (chunks, failures, the key), and inside an agent (reasoning replayed across a tool
+ * round trip, retries). The sockets are real, but nothing under test reads wall time, so the tests
+ * run under TestClock and a retry's backoff is stepped with `TestClock.adjust`.
+ */
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, Effect, Either, Layer, Option, Redacted, Schema, Stream, TestClock } from "effect"
+import type { ModelError } from "../../src/domain/Errors.js"
+import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
+import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
+import { DEFAULT_TIMEOUTS } from "../../src/internal/ProviderTimeouts.js"
+import { Agent } from "../../src/layers/Agent.js"
+import * as OpenAiModel from "../../src/layers/OpenAiModel.js"
+import { Driver } from "../../src/services/Driver.js"
+import type { ModelRequest } from "../../src/services/Model.js"
+import { Model } from "../../src/services/Model.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { Tool, Tools } from "../../src/services/Tools.js"
+import { notation, user } from "../agent/harness.js"
+import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
+import * as Fake from "./fake/ResponsesServer.js"
+
+const KEY = "sk-test-5e4d3c2b1a-never-printed"
+const apiKey = Redacted.make(KEY)
+
+const request = (overrides: Partial<ModelRequest> = {}): ModelRequest => ({
+  sessionId: SessionId.make("s"),
+  turn: 1,
+  step: 1,
+  attempt: 1,
+  provider: "openai",
+  model: "gpt-test",
+  tools: [],
+  messages: [],
+  ...overrides
+})
+
+const modelSource = { kind: "model" as const, provider: "openai", model: "gpt-test" }
+
+const userText = (id: string, text: string): Message => ({
+  id: MessageId.make(id),
+  role: "user",
+  content: [{ type: "text", text }],
+  source: { kind: "prompt" }
+})
+
+const toolResult = (callId: string, text: string): Message => ({
+  id: MessageId.make(`r-${callId}`),
+  role: "user",
+  content: [{ type: "tool-result", toolCallId: callId, isError: false, content: [{ type: "text", text }] }],
+  source: { kind: "tool", callId }
+})
+
+// ---------------------------------------------------------------------------------------------------
+
+describe("OpenAiModel request body", () => {
+  it("instructions, each user-role message its own item, tool results as their text, tools without strict", () => {
+    const messages: ReadonlyArray<Message> = [
+      userText("u1", "The repo uses pnpm."),
+      {
+        id: MessageId.make("u2"),
+        role: "user",
+        content: [{ type: "text", text: "What is 12 + 7? Look:" }, { type: "image", mediaType: "image/png", data: "AQID" }],
+        source: { kind: "prompt" }
+      },
+      {
+        id: MessageId.make("a1"),
+        role: "assistant",
+        content: [
+          { type: "reasoning", text: "an addition" },
+          { type: "text", text: "Adding." },
+          { type: "tool-call", id: "call_1", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+          { type: "tool-call", id: "call_2", name: "clock", arguments: "" }
+        ],
+        source: modelSource
+      },
+      toolResult("call_1", "19"),
+      {
+        id: MessageId.make("r-call_2"),
+        role: "user",
+        content: [{
+          type: "tool-result",
+          toolCallId: "call_2",
+          isError: false,
+          content: [{ type: "text", text: "sunny, 18 °C" }, { type: "text", text: "at noon" }, { type: "image", mediaType: "image/jpeg", data: "BAUG" }]
+        }],
+        source: { kind: "tool", callId: "call_2" }
+      },
+      userText("u3", "Thanks.")
+    ]
+    const tools: ReadonlyArray<ToolSchema> = [
+      {
+        name: "add",
+        description: "Adds two numbers",
+        parameters: {
+          $schema: "http://json-schema.org/draft-07/schema#",
+          type: "object",
+          properties: { a: { type: "number" }, b: { type: "number" } },
+          required: ["a", "b"]
+        }
+      },
+      { name: "clock", description: "The time", parameters: null }
+    ]
+    const body = OpenAiModel.toResponsesRequest(
+      request({ system: "Be brief.", messages, tools, maxTokens: 512, temperature: 0.3 }),
+      { model: "gpt-bound", maxTokens: 99 }
+    )
+    expect(body).toStrictEqual({
+      model: "gpt-bound",
+      instructions: "Be brief.",
+      input: [
+        { role: "user", content: [{ type: "input_text", text: "The repo uses pnpm." }] },
+        {
+          role: "user",
+          content: [
+            { type: "input_text", text: "What is 12 + 7? Look:" },
+            { type: "input_image", image_url: "data:image/png;base64,AQID" }
+          ]
+        },
+        { type: "message", role: "assistant", content: [{ type: "output_text", text: "Adding." }] },
+        { type: "function_call", call_id: "call_1", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+        { type: "function_call", call_id: "call_2", name: "clock", arguments: "{}" },
+        { type: "function_call_output", call_id: "call_1", output: "19" },
+        { type: "function_call_output", call_id: "call_2", output: "sunny, 18 °C\nat noon" },
+        {
+          role: "user",
+          content: [
+            { type: "input_text", text: "images returned by tool call call_2:" },
+            { type: "input_image", image_url: "data:image/jpeg;base64,BAUG" }
+          ]
+        },
+        { role: "user", content: [{ type: "input_text", text: "Thanks." }] }
+      ],
+      tools: [
+        {
+          type: "function",
+          name: "add",
+          description: "Adds two numbers",
+          parameters: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } }, required: ["a", "b"] },
+          strict: false
+        },
+        { type: "function", name: "clock", description: "The time", parameters: { type: "object", properties: {} }, strict: false }
+      ],
+      max_output_tokens: 512,
+      temperature: 0.3,
+      stream: true,
+      store: false,
+      include: ["reasoning.encrypted_content"]
+    })
+  })
+
+  it("without system, tools or limits those fields are absent; the options' maxTokens is the default", () => {
+    const body = OpenAiModel.toResponsesRequest(request({ messages: [userText("u1", "hi")] }), { model: "m", maxTokens: 64 })
+    expect(body).toStrictEqual({
+      model: "m",
+      input: [{ role: "user", content: [{ type: "input_text", text: "hi" }] }],
+      max_output_tokens: 64,
+      stream: true,
+      store: false,
+      include: ["reasoning.encrypted_content"]
+    })
+  })
+
+  const replayed: Message = {
+    id: MessageId.make("a1"),
+    role: "assistant",
+    content: [
+      { type: "reasoning", text: "**Calculating**" },
+      { type: "text", text: "First the sum." },
+      { type: "tool-call", id: "call_AB6", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+      { type: "tool-call", id: "call_CD7", name: "clock", arguments: "" },
+      { type: "text", text: "A late remark." }
+    ],
+    source: {
+      ...modelSource,
+      replayState: {
+        openai: {
+          items: [
+            { type: "reasoning", id: "rs_1", encrypted_content: "gAAAA-one", summary: [{ type: "summary_text", text: "**Calculating**" }] },
+            { type: "message" },
+            { type: "reasoning", encrypted_content: "gAAAA-two", summary: [] },
+            { type: "function_call", call_id: "call_AB6" }
+          ]
+        }
+      }
+    }
+  }
+
+  it("a reasoning item with encrypted content goes back (without its id) before its function_call, in the original order", () => {
+    const body = OpenAiModel.toResponsesRequest(
+      request({ messages: [userText("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19"), toolResult("call_CD7", "noon")] }),
+      { model: "gpt-test" }
+    )
+    expect(body.input).toStrictEqual([
+      { role: "user", content: [{ type: "input_text", text: "12 + 7, then the time" }] },
+      { type: "reasoning", encrypted_content: "gAAAA-one", summary: [{ type: "summary_text", text: "**Calculating**" }] },
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "First the sum." }] },
+      { type: "reasoning", encrypted_content: "gAAAA-two", summary: [] },
+      { type: "function_call", call_id: "call_AB6", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+      // Text and calls no entry stood for follow, in their order.
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "A late remark." }] },
+      { type: "function_call", call_id: "call_CD7", name: "clock", arguments: "{}" },
+      { type: "function_call_output", call_id: "call_AB6", output: "19" },
+      { type: "function_call_output", call_id: "call_CD7", output: "noon" }
+    ])
+    expect(body.include).toStrictEqual(["reasoning.encrypted_content"])
+    expect(body.store).toBe(false)
+  })
+
+  it("another adapter's replay state is ignored; without encrypted reasoning neither include nor reasoning items are sent", () => {
+    const foreign: Message = { ...replayed, source: { ...modelSource, replayState: { anthropic: { content: [{ type: "text" }] } } } }
+    expect(OpenAiModel.toInputItems([foreign])).toStrictEqual([
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "First the sum." }] },
+      { type: "function_call", call_id: "call_AB6", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+      { type: "function_call", call_id: "call_CD7", name: "clock", arguments: "{}" },
+      { type: "message", role: "assistant", content: [{ type: "output_text", text: "A late remark." }] }
+    ])
+    const body = OpenAiModel.toResponsesRequest(request({ messages: [replayed] }), { model: "gpt-4.1", encryptedReasoning: false })
+    expect(body).not.toHaveProperty("include")
+    expect(body.input.map((item) => "type" in item ? item.type : item.role)).toStrictEqual([
+      "message",
+      "function_call",
+      "message",
+      "function_call"
+    ])
+  })
+})
+
+// ---------------------------------------------------------------------------------------------------
+// The adapter alone, against the fake server
+
+const modelLayer = (server: FakeServer) =>
+  OpenAiModel.layer({ model: "gpt-test", apiKey, baseUrl: `${server.url}/v1`, timeouts: DEFAULT_TIMEOUTS }).pipe(
+    Layer.provide(NodeHttpClient.layerUndici)
+  )
+
+/** Starts a fake server with `replies` and streams each request through one adapter, in turn. */
+const runAll = (replies: ReadonlyArray<Reply>, requests: ReadonlyArray<ModelRequest>) =>
+  Effect.gen(function*() {
+    const server = yield* Fake.listen(replies)
+    const runs = yield* Effect.flatMap(Model, (model) =>
+      Effect.forEach(requests, (req) =>
+        Effect.map(Stream.runCollect(Stream.either(model.stream(req))), (out) => {
+          const chunks: Array<StreamChunk> = []
+          let error = Option.none<ModelError>()
+          for (const item of Chunk.toReadonlyArray(out)) {
+            if (Either.isRight(item)) chunks.push(item.right)
+            else error = Option.some(item.left)
+          }
+          return { chunks, error }
+        }))).pipe(Effect.provide(modelLayer(server)))
+    return { runs, received: yield* server.requests, host: new URL(server.url).host }
+  })
+
+const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request({ messages: [userText("u1", "SECRET PROMPT TEXT")] })) =>
+  Effect.map(runAll(replies, [req]), ({ host, received, runs }) => ({ ...runs[0]!, received, host }))
+
+const failureOf = (error: Option.Option<ModelError>) => Option.getOrThrow(error).failure
+
+describe("OpenAiModel over HTTP", () => {
+  it.scoped("posts to {baseUrl}/responses with the bearer key and decodes the streamed response", () =>
+    Effect.gen(function*() {
+      const { chunks, error, received } = yield* run([
+        Fake.streamed({
+          reasoning: ["Add", " them."],
+          encrypted: "gAAAA-enc",
+          toolCalls: [{ callId: "call_1", name: "add", arguments: ["{\"a\":12,", "\"b\":7}"] }],
+          usage: { input: 20, output: 8, reasoning: 4, cached: 2 }
+        })
+      ])
+      expect(error).toStrictEqual(Option.none())
+      expect(chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "reasoning" },
+        { type: "reasoning-delta", index: 0, text: "Add" },
+        { type: "reasoning-delta", index: 0, text: " them." },
+        { type: "block-end", index: 0 },
+        { type: "block-start", index: 1, block: "tool-call", id: "call_1", name: "add" },
+        { type: "tool-call-delta", index: 1, arguments: "{\"a\":12," },
+        { type: "tool-call-delta", index: 1, arguments: "\"b\":7}" },
+        { type: "block-end", index: 1 },
+        { type: "usage", usage: { inputTokens: 20, outputTokens: 8, totalTokens: 28, reasoningTokens: 4, cacheReadTokens: 2 } },
+        {
+          type: "replay-state",
+          state: {
+            openai: {
+              items: [
+                { type: "reasoning", summary: [{ type: "summary_text", text: "Add them." }], encrypted_content: "gAAAA-enc" },
+                { type: "function_call", call_id: "call_1" }
+              ]
+            }
+          }
+        },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+      expect(received).toHaveLength(1)
+      expect(received[0]!.method).toBe("POST")
+      expect(received[0]!.path).toBe("/v1/responses")
+      expect(received[0]!.headers.authorization).toBe(`Bearer ${KEY}`)
+      expect(received[0]!.body).toMatchObject({
+        model: "gpt-test",
+        stream: true,
+        store: false,
+        include: ["reasoning.encrypted_content"]
+      })
+    }))
+
+  it.scoped("a 401 is AUTH, not retryable, with the provider's message shortened and the echoed key redacted", () =>
+    Effect.gen(function*() {
+      const long = `Incorrect API key provided: ${KEY}. You can find your API key at https://platform.openai.com/account/api-keys.`
+      const { error } = yield* run([
+        Fake.status(401, { error: { message: `${long}\n${"x".repeat(1000)}`, type: "invalid_request_error", code: "invalid_api_key" } })
+      ])
+      const failure = failureOf(error)
+      expect(failure).toMatchObject({ code: "AUTH", retryable: false, status: 401 })
+      expect(failure.message).toMatch(/^OpenAI \(HTTP 401\): Incorrect API key provided: \[redacted\]\. You can find/)
+      expect(failure.message.length).toBeLessThanOrEqual(300)
+      expect(failure.message).not.toContain("\n")
+      expect(failure.message).not.toContain(KEY)
+      expect(failure.message).not.toContain("SECRET PROMPT TEXT")
+    }))
+
+  it.scoped("a 429 is a retryable RATE_LIMIT with the delay and request id the server gave", () =>
+    Effect.gen(function*() {
+      const { error } = yield* run([
+        Fake.status(429, { error: { message: "Rate limit reached for gpt-test", type: "requests", code: "rate_limit_exceeded" } }, {
+          "retry-after-ms": "1500",
+          "x-request-id": "req_429"
+        })
+      ])
+      expect(failureOf(error)).toStrictEqual({
+        code: "RATE_LIMIT",
+        retryable: true,
+        status: 429,
+        retryAfterMs: 1500,
+        requestId: "req_429",
+        message: "OpenAI (HTTP 429): Rate limit reached for gpt-test"
+      })
+    }))
+
+  it.scoped("a dropped connection is a retryable NETWORK failure with a short message that holds no prompt", () =>
+    Effect.gen(function*() {
+      const { chunks, error, host } = yield* run([Fake.hangup])
+      expect(chunks).toStrictEqual([])
+      const failure = failureOf(error)
+      expect(failure).toMatchObject({ code: "NETWORK", retryable: true })
+      expect(failure.message).toMatch(new RegExp(`^OpenAI: cannot reach ${host.replace(/\./g, "\\.")}: `))
+      expect(failure.message.length).toBeLessThan(200)
+      expect(failure.message).not.toContain("SECRET PROMPT TEXT")
+      expect(failure.message).not.toContain(KEY)
+    }))
+
+  it.scoped("a body cut mid-stream is a retryable NETWORK failure after the chunks that came", () =>
+    Effect.gen(function*() {
+      const events = Fake.responseEvents({ text: ["Hel", "lo"], usage: { input: 1, output: 1 } })
+      const upToFirstDelta = events.slice(0, events.findIndex((e) => e.type === "response.output_text.delta") + 1)
+      const { chunks, error } = yield* run([Fake.cut(upToFirstDelta.map((e) => Fake.frame(e.type as string, e)))])
+      expect(chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "Hel" }
+      ])
+      const failure = failureOf(error)
+      expect(failure).toMatchObject({ code: "NETWORK", retryable: true })
+      expect(failure.message.length).toBeLessThan(200)
+      expect(failure.message).not.toContain("SECRET PROMPT TEXT")
+    }))
+
+  it.scoped("a model that refuses encrypted reasoning gets the request again at once without include, and never again", () =>
+    Effect.gen(function*() {
+      const refused = Fake.status(400, {
+        error: { message: "Encrypted content is not supported with this model.", type: "invalid_request_error", param: "include", code: null }
+      })
+      const hello = Fake.streamed({ text: ["Hello."], usage: { input: 3, output: 1 } })
+      const { received, runs } = yield* runAll([refused, hello, hello], [request(), request()])
+      expect(runs.map((r) => r.error)).toStrictEqual([Option.none(), Option.none()])
+      expect(runs.map((r) => r.chunks.at(-1))).toStrictEqual([
+        { type: "finish", finish: { kind: "stop" } },
+        { type: "finish", finish: { kind: "stop" } }
+      ])
+      expect(received.map((r) => r.body.include)).toStrictEqual([["reasoning.encrypted_content"], undefined, undefined])
+    }))
+
+  it.scoped("another 400 is not sent again: INVALID_REQUEST, not retryable", () =>
+    Effect.gen(function*() {
+      const { error, received } = yield* run([
+        Fake.status(400, { error: { message: "Invalid value for 'temperature'.", type: "invalid_request_error", param: "temperature", code: null } })
+      ])
+      expect(failureOf(error)).toMatchObject({ code: "INVALID_REQUEST", retryable: false, status: 400 })
+      expect(received).toHaveLength(1)
+    }))
+})
+
+// ---------------------------------------------------------------------------------------------------
+// Inside an agent
+
+const add = Tool.make("add", {
+  description: "Adds two numbers",
+  parameters: Schema.Struct({ a: Schema.Number, b: Schema.Number }),
+  mode: "parallel",
+  execute: ({ a, b }) => Effect.succeed(String(a + b))
+})
+
+const agent = (server: FakeServer) =>
+  Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "openai", model: "gpt-test" }, system: "Be brief." }).pipe(
+    Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, modelLayer(server), Tools.layer({ tools: [add] })))
+  )
+
+const events = Effect.flatMap(SessionLog, (log) => log.events)
+const ofType = <T extends CoreEvent["type"]>(all: ReadonlyArray<SessionEvent>, type: T) =>
+  all.filter((e) => e.type === type) as unknown as ReadonlyArray<EventOf<T>>
+
+describe("OpenAiModel in an agent", () => {
+  it.scoped("the reasoning item comes back before its function_call in the next request, and the result 19 as \"19\"", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.listen([
+        Fake.streamed({
+          reasoning: ["Add 12 and 7."],
+          encrypted: "gAAAA-secret-thoughts",
+          toolCalls: [{ callId: "call_1", name: "add", arguments: ["{\"a\":12,\"b\":7}"] }],
+          usage: { input: 30, output: 12 }
+        }),
+        Fake.streamed({ text: ["It is 19."], usage: { input: 50, output: 5 } })
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("q", "What is 12 + 7?"))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(nt,0,[q])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(q)", "RH(initial)",
+          "CH(block-start)", "CH(reasoning-delta)", "CH(block-end)",
+          "CH(block-start)", "CH(tool-call-delta)", "CH(block-end)",
+          "CH(usage)", "CH(replay-state)", "CH(finish stop)", "AM", "TC(call_1)", "TR(call_1)", "SE(1,1)",
+          "SS(1,2)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM", "SE(1,2)",
+          "TE(1,completed)"
+        ])
+        const [first] = ofType(all, "assistant/message")
+        expect(first!.data.message.source).toStrictEqual({
+          ...modelSource,
+          replayState: {
+            openai: {
+              items: [
+                { type: "reasoning", summary: [{ type: "summary_text", text: "Add 12 and 7." }], encrypted_content: "gAAAA-secret-thoughts" },
+                { type: "function_call", call_id: "call_1" }
+              ]
+            }
+          }
+        })
+      }).pipe(Effect.provide(agent(server)))
+      const received = yield* server.requests
+      expect(received).toHaveLength(2)
+      expect(received[0]!.body.instructions).toBe("Be brief.")
+      expect(received[1]!.body.input).toStrictEqual([
+        { role: "user", content: [{ type: "input_text", text: "What is 12 + 7?" }] },
+        { type: "reasoning", summary: [{ type: "summary_text", text: "Add 12 and 7." }], encrypted_content: "gAAAA-secret-thoughts" },
+        { type: "function_call", call_id: "call_1", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+        { type: "function_call_output", call_id: "call_1", output: "19" }
+      ])
+    }))
+
+  it.scoped("a 429 is retried by tiller's policy (llm/retry), then the turn completes", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.listen([
+        Fake.status(429, { error: { message: "Slow down", type: "requests", code: "rate_limit_exceeded" } }, { "retry-after": "1" }),
+        Fake.streamed({ text: ["Fine."], usage: { input: 5, output: 1 } })
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        yield* driver.followup(user("q", "hello"))
+        const retry = yield* log.stream().pipe(
+          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
+          Stream.runHead,
+          Effect.map(Option.getOrThrow)
+        )
+        expect(retry.data.failure).toStrictEqual({
+          code: "RATE_LIMIT",
+          retryable: true,
+          status: 429,
+          retryAfterMs: 1000,
+          message: "OpenAI (HTTP 429): Slow down"
+        })
+        yield* TestClock.adjust(`${retry.data.delayMs} millis`)
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(ofType(all, "turn/end").map((e) => e.data.reason)).toStrictEqual([{ kind: "completed" }])
+        expect(ofType(all, "assistant/message").map((e) => e.data.message.content)).toStrictEqual([[{ type: "text", text: "Fine." }]])
+      }).pipe(Effect.provide(agent(server)))
+      expect((yield* server.requests).length).toBe(2)
+    }))
+})

@@ -83,11 +83,22 @@ const imageBlock = (block: ImageBlock): ContentBlock => ({
   source: { type: "base64", media_type: block.mediaType, data: block.data }
 })
 
-/**
- * The API rejects text blocks that are empty or only whitespace ("text content blocks must contain
- * non-whitespace text"), so such blocks are never sent.
- */
 const isBlank = (text: string): boolean => text.trim() === ""
+
+/**
+ * The API rejects empty text blocks, and whitespace-only ones in a message without other text
+ * ("text content blocks must contain non-whitespace text"): empty blocks are never sent, and a
+ * message's whitespace-only blocks only beside text of its own (the spaces between the cited
+ * parts of a web search answer).
+ */
+const sendableText = (blocks: ReadonlyArray<ContentBlock>): ReadonlyArray<ContentBlock> => {
+  const isText = (block: ContentBlock): block is ContentBlock & { readonly text: string } =>
+    block.type === "text" && typeof block.text === "string"
+  const kept = blocks.filter((block) => !isText(block) || block.text !== "")
+  return kept.some((block) => isText(block) && !isBlank(block.text))
+    ? kept
+    : kept.filter((block) => !isText(block))
+}
 
 /**
  * A tool result: its text as it is (text blocks joined by newlines, never JSON-encoded again), or
@@ -124,7 +135,7 @@ type AssistantMessage = Extract<Message, { readonly role: "assistant" }>
 type TextContent = Extract<AssistantMessage["content"][number], { readonly type: "text" }>
 type ToolCallContent = Extract<AssistantMessage["content"][number], { readonly type: "tool-call" }>
 
-const textBlocks = (block: TextContent): Array<ContentBlock> => isBlank(block.text) ? [] : [{ type: "text", text: block.text }]
+const textBlock = (block: TextContent): ContentBlock => ({ type: "text", text: block.text })
 
 const toolUseBlock = (block: ToolCallContent): ContentBlock => ({
   type: "tool_use",
@@ -138,8 +149,7 @@ const toolUseBlock = (block: ToolCallContent): ContentBlock => ({
  * stored blocks as they are, each `{type: "text"}` filled by the message's next text block and each
  * `{type: "tool_use", id}` by the message's call of that id; text and calls no entry stood for
  * follow. Without it, the message's text and tool calls (reasoning without a signature is not sent).
- * Placeholders stand for the non-empty text blocks, as the decoder wrote them; blank ones are then
- * left out.
+ * Placeholders stand for the non-empty text blocks, as the decoder wrote them.
  */
 const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
   const texts = message.content.filter((block): block is TextContent => block.type === "text" && block.text !== "")
@@ -148,7 +158,7 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
   if (entries === undefined) {
     return message.content.flatMap((block) =>
       block.type === "text"
-        ? textBlocks(block)
+        ? [textBlock(block)]
         : block.type === "tool-call"
         ? [toolUseBlock(block)]
         : []
@@ -160,7 +170,7 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
   for (const entry of entries) {
     if (entry.type === "text") {
       const text = texts[nextText++]
-      if (text !== undefined) out.push(...textBlocks(text))
+      if (text !== undefined) out.push(textBlock(text))
     } else if (entry.type === "tool_use") {
       const call = calls.find((candidate) => candidate.id === entry.id && !usedCalls.has(candidate))
       if (call !== undefined) {
@@ -171,7 +181,7 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
       out.push(entry)
     }
   }
-  for (const text of texts.slice(nextText)) out.push(...textBlocks(text))
+  for (const text of texts.slice(nextText)) out.push(textBlock(text))
   for (const call of calls) if (!usedCalls.has(call)) out.push(toolUseBlock(call))
   return out
 }
@@ -179,8 +189,8 @@ const assistantContent = (message: AssistantMessage): Array<ContentBlock> => {
 /**
  * Converts a request's messages to Messages API turns, in order. Consecutive messages of one role
  * become one turn (the API wants alternating roles); in a user turn the `tool_result` blocks come
- * first, as the API requires after a `tool_use`, then the other blocks in order. Blank text blocks
- * and empty messages are left out.
+ * first, as the API requires after a `tool_use`, then the other blocks in order. Text the API
+ * would reject (see `sendableText`) and empty messages are left out.
  *
  * @since 0.1.0
  * @category conversions
@@ -206,16 +216,17 @@ export const toAnthropicMessages = (messages: ReadonlyArray<Message>): ReadonlyA
       for (const block of message.content) {
         if (block.type === "tool-result") toolResults.push(toolResultBlock(block))
         else if (block.type === "image") content.push(imageBlock(block))
-        else if (!isBlank(block.text)) content.push({ type: "text", text: block.text })
+        else content.push({ type: "text", text: block.text })
       }
     }
-    if (content.length + toolResults.length === 0) continue
+    const sendable = sendableText(content)
+    if (sendable.length + toolResults.length === 0) continue
     if (message.role !== role) {
       flush()
       role = message.role
     }
     results.push(...toolResults)
-    others.push(...content)
+    others.push(...sendable)
   }
   flush()
   return out

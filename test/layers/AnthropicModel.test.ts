@@ -282,24 +282,32 @@ describe("AnthropicModel request body", () => {
     ])
   })
 
-  it("blank text blocks are never sent (the API rejects them); placeholders still pair with their own blocks", () => {
+  it("empty text is never sent, whitespace-only text only beside text of its own message (the API rejects it alone)", () => {
     const search = { type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: { query: "news" } }
     expect(bodyOf([
       {
         id: MessageId.make("q"),
         role: "user",
-        content: [{ type: "text", text: " \n" }, { type: "text", text: "news?" }],
+        content: [{ type: "text", text: "" }, { type: "text", text: " \n" }, { type: "text", text: "news?" }],
         source: { kind: "prompt" }
       },
       assistant("a1", [{ type: "text", text: " " }, { type: "text", text: "Apple." }], {
         anthropic: { content: [{ type: "text" }, search, { type: "text" }] }
       }),
       prompt("blank", "  "),
-      assistant("a2", [{ type: "text", text: "More?" }]),
+      assistant("a2", [{ type: "text", text: "\n\n" }, { type: "tool-call", id: "c1", name: "f", arguments: "" }]),
       result("c1", "\n")
     ]).messages).toStrictEqual([
-      { role: "user", content: [{ type: "text", text: "news?" }] },
-      { role: "assistant", content: [search, { type: "text", text: "Apple." }, { type: "text", text: "More?" }] },
+      { role: "user", content: [{ type: "text", text: " \n" }, { type: "text", text: "news?" }] },
+      {
+        role: "assistant",
+        content: [
+          { type: "text", text: " " },
+          search,
+          { type: "text", text: "Apple." },
+          { type: "tool_use", id: "c1", name: "f", input: {} }
+        ]
+      },
       { role: "user", content: [{ type: "tool_result", tool_use_id: "c1", is_error: false }] }
     ])
   })

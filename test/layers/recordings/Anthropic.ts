@@ -170,6 +170,7 @@ export const anthropic: Dialect = {
   history: (body) => historyOf(body.messages),
   user: (text) => ({ kind: "user", text }),
   toolResult: (id, text) => ({ kind: "tool-result", id, text, isError: false }),
+  declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.name, parameters: t.input_schema })),
   everyRequest: (body) => {
     expect(body.stream).toBe(true)
     expect(typeof body.max_tokens).toBe("number")

@@ -125,6 +125,7 @@ export const chat: Dialect = {
   history: (body) => body.messages.flatMap(message),
   user: (text) => ({ kind: "user", text }),
   toolResult: (id, text) => ({ kind: "tool-result", id, text }),
+  declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.function?.name, parameters: t.function?.parameters })),
   everyRequest: (body) => {
     expect(body.stream).toBe(true)
   }

@@ -53,9 +53,25 @@ if (!Recordings.exists()) {
     })
   })
 
+  const hasCut = (name: string): boolean => {
+    try {
+      return Recordings.truncated(Recordings.load(name)) !== undefined
+    } catch {
+      return false
+    }
+  }
+
   for (const name of recordings) {
     describe(name, () => {
       it.scopedLive("a real turn: the logged events and every next request match the recording", () => replay(Recordings.load(name)))
+      // A recording whose first response ends with an error, or has no finish event, has no cut variant.
+      if (hasCut(name)) {
+        it.scopedLive("cut before its finish event: a retryable NETWORK failure, the text so far kept", () => {
+          const recording = Recordings.load(name)
+          const cut = Recordings.truncated(recording)!
+          return replay(recording, { bodies: [cut.body], expected: [DIALECTS[recording.family].expect(cut)] })
+        })
+      }
     })
   }
 }

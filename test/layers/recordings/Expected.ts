@@ -58,6 +58,8 @@ export interface Dialect {
   readonly history: (body: any) => ReadonlyArray<unknown>
   readonly user: (text: string) => unknown
   readonly toolResult: (id: string, text: string) => unknown
+  /** The tools a request declares: each name and its parameters' JSON Schema. */
+  readonly declared: (body: any) => ReadonlyArray<{ readonly name: string; readonly parameters: any }>
   /** Checks every request must pass whatever its position (fields the adapter always sends). */
   readonly everyRequest: (body: any) => void
 }

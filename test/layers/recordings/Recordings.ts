@@ -114,3 +114,30 @@ export const load = (name: string): Recording => {
   }
   throw new Error(`${name}: not a recording format this suite knows (*.chunks.txt or *.sse)`)
 }
+
+/** Whether a payload ends its response (the finish event a complete response has). */
+const isTerminal = (family: Family, p: any): boolean =>
+  family === "anthropic"
+    ? p?.type === "message_stop"
+    : family === "openai-responses"
+    ? p?.type === "response.completed" || p?.type === "response.incomplete" || p?.type === "response.failed"
+    : (p?.choices ?? []).some((c: any) => typeof c?.finish_reason === "string")
+
+/** Whether a payload reports an error inside the stream. */
+const isError = (family: Family, p: any): boolean =>
+  family === "chat" ? p?.error !== undefined && p?.error !== null : p?.type === "error" || p?.type === "response.failed"
+
+/**
+ * The first response of a recording cut just before its finish event (as a server that drops the
+ * connection would), framed as its provider frames it; `undefined` when the response has no finish
+ * event or carries an error (its error is the point of that recording).
+ */
+export const truncated = (recording: Recording): RecordedResponse | undefined => {
+  const first = recording.responses[0]!
+  if (first.payloads.some((p) => isError(recording.family, p))) return undefined
+  const at = first.payloads.findIndex((p) => isTerminal(recording.family, p))
+  if (at <= 0) return undefined
+  const payloads = first.payloads.slice(0, at)
+  const lines = first.lines.slice(0, at)
+  return { payloads, lines, body: lines.map((line, n) => frame(recording.family, line, payloads[n])).join("") }
+}

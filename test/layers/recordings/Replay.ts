@@ -100,12 +100,13 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
   Effect.gen(function*() {
     const dialect = DIALECTS[recording.family]
     const expected = variant?.expected ?? recording.responses.map(dialect.expect)
+    const tools = toolsFor(expected)
     const server = yield* ReplayServer.listen(variant?.bodies ?? recording.responses.map((r) => r.body), dialect.closing)
     const agent = Agent.layer({ sessionId: SessionId.make("replay"), model: { provider: dialect.provider, model: "replay" } }).pipe(
       Layer.provideMerge(Layer.mergeAll(
         SessionStore.layerMemory,
         Layer.provide(dialect.layer(server.url), NodeHttpClient.layerUndici),
-        Tools.layer({ tools: toolsFor(expected) })
+        Tools.layer({ tools })
       ))
     )
 
@@ -201,6 +202,15 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
     for (const [k, request] of requests.entries()) {
       expect(`${request.method} ${request.path}`).toBe(`POST ${dialect.path}`)
       dialect.everyRequest(request.body)
+      // Every tool declared by name, its parameters a JSON Schema object (`{}` for a tool without any).
+      const declared = dialect.declared(request.body)
+      expect(declared.map((t) => t.name), `request ${k + 1}: declared tools`).toEqual(tools.map((t) => t.name).sort())
+      for (const tool of declared) {
+        const keys = Object.keys((tools.find((t) => t.name === tool.name)!.parameters as any).fields)
+        expect(tool.parameters, `request ${k + 1}: parameters of ${tool.name}`).toMatchObject({ type: "object" })
+        expect(Object.keys(tool.parameters.properties ?? {}).sort(), `request ${k + 1}: properties of ${tool.name}`).toEqual(keys.sort())
+        expect(Object.keys(tool.parameters).filter((key) => key === "anyOf" || key === "$id")).toEqual([])
+      }
       const history: Array<unknown> = [dialect.user(PROMPT)]
       for (let j = 0; j < k && j <= used; j++) history.push(...expected[j]!.replay, ...results[j]!)
       if (followUp && k === used + 1) history.push(dialect.user(FOLLOW_UP))

@@ -188,9 +188,11 @@ export const responses: Dialect = {
   history: (body) => body.input.map(item),
   user: (text) => ({ kind: "user", text }),
   toolResult: (id, text) => ({ kind: "tool-result", id, text }),
+  declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.name, parameters: t.parameters })),
   everyRequest: (body) => {
     expect(body.stream).toBe(true)
     expect(body.store).toBe(false)
     expect(body.include).toContain("reasoning.encrypted_content")
+    for (const tool of body.tools ?? []) expect({ type: tool.type, strict: tool.strict }).toEqual({ type: "function", strict: false })
   }
 }

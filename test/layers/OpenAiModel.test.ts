@@ -383,6 +383,29 @@ describe("OpenAiModel over HTTP", () => {
       expect(received.map((r) => r.body.include)).toStrictEqual([["reasoning.encrypted_content"], undefined, undefined])
     }))
 
+  it.scoped("a server that stops sending is a retryable TIMEOUT once the layer's timeouts pass", () =>
+    Effect.gen(function*() {
+      const events = Fake.responseEvents({ text: ["Hel", "lo"], usage: { input: 1, output: 1 } })
+      const upToFirstDelta = events.slice(0, events.findIndex((e) => e.type === "response.output_text.delta") + 1)
+      const server = yield* Fake.listen([Fake.stall(upToFirstDelta.map((e) => Fake.frame(e.type as string, e)))])
+      const fiber = yield* Effect.flatMap(Model, (model) =>
+        Stream.runCollect(Stream.either(model.stream(request())))).pipe(
+          Effect.provide(modelLayer(server)),
+          Effect.fork
+        )
+      // The request is out; the text delta may or may not have been read: the idle timeout ends it.
+      while ((yield* server.requests).length === 0) yield* Effect.yieldNow()
+      yield* TestClock.adjust(DEFAULT_TIMEOUTS.idle)
+      yield* TestClock.adjust(DEFAULT_TIMEOUTS.idle)
+      const out = Chunk.toReadonlyArray(yield* fiber.await.pipe(Effect.flatten))
+      const failure = out.at(-1)
+      expect(failure !== undefined && Either.isLeft(failure) ? failure.left.failure : undefined).toMatchObject({
+        code: "TIMEOUT",
+        retryable: true,
+        message: expect.stringMatching(/^OpenAI: /)
+      })
+    }))
+
   it.scoped("another 400 is not sent again: INVALID_REQUEST, not retryable", () =>
     Effect.gen(function*() {
       const { error, received } = yield* run([

@@ -19,20 +19,25 @@ export interface ReceivedRequest {
 
 /**
  * One scripted reply: a stream of raw SSE frames, a plain response with a status, a connection
- * closed before any response (a transport failure for the client), or a stream whose connection is
- * destroyed after its frames (a body cut mid-stream).
+ * closed before any response (a transport failure for the client), a stream whose connection is
+ * destroyed after its frames (a body cut mid-stream), or a stream that sends its frames and then
+ * nothing, never ending (a stalled server).
  */
 export type Reply =
   | { readonly _tag: "Sse"; readonly frames: ReadonlyArray<string> }
   | { readonly _tag: "Status"; readonly status: number; readonly headers?: Record<string, string>; readonly body: string }
   | { readonly _tag: "Hangup" }
   | { readonly _tag: "Cut"; readonly frames: ReadonlyArray<string> }
+  | { readonly _tag: "Stall"; readonly frames: ReadonlyArray<string> }
 
 /** A connection closed before any response. */
 export const hangup: Reply = { _tag: "Hangup" }
 
 /** The frames of a stream, then the connection destroyed without ending the body. */
 export const cut = (frames: ReadonlyArray<string>): Reply => ({ _tag: "Cut", frames })
+
+/** The headers and frames of a stream, then nothing until the server closes. */
+export const stall = (frames: ReadonlyArray<string> = []): Reply => ({ _tag: "Stall", frames })
 
 /** A running fake server: its base URL and what it has received so far. */
 export interface FakeServer {
@@ -92,6 +97,10 @@ export const listen = (replies: ReadonlyArray<Reply>): Effect.Effect<FakeServer,
           for (const text of reply.frames) response.write(text)
           // Let the frames leave before the socket goes.
           setTimeout(() => request.socket.destroy(), 20)
+        } else if (reply._tag === "Stall") {
+          response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+          response.flushHeaders()
+          for (const text of reply.frames) response.write(text)
         } else {
           response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
           for (const text of reply.frames) response.write(text)

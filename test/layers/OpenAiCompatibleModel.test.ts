@@ -1082,4 +1082,66 @@ describe("OpenAiCompatibleModel in an agent", () => {
         expect(JSON.stringify(all)).not.toContain(KEY)
       }).pipe(Effect.provide(agent(server)))
     }))
+
+  it.scoped("a refusal is kept as streamed text and ends the turn with REFUSAL, without a retry", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([
+        Fake.sse([Fake.chunk({ role: "assistant", content: null, refusal: "" }), Fake.chunk({ refusal: "I can't help with that." }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]),
+        Fake.sse(say("not asked"))
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), ...textChunks, "CH(usage)", "CH(finish error)",
+          "SE(1,1)", "TE(1,error(REFUSAL))"
+        ])
+        expect(checkLog(all, { closed: true })).toStrictEqual([])
+        expect(ofType(all, "turn/end")[0]!.data.reason).toStrictEqual({
+          kind: "error",
+          error: { message: `${hostOf(server)}: the model refused: I can't help with that.`, code: "REFUSAL", retryable: false }
+        })
+      }).pipe(Effect.provide(agent(server)))
+      expect(yield* server.received).toHaveLength(1)
+    }))
+
+  it.scoped("a host's error in the stream is retried (llm/retry with its message), and the retry's answer stands", () =>
+    Effect.gen(function*() {
+      const server = yield* Fake.make([
+        Fake.raw(
+          Fake.event(Fake.chunk({ content: "Partial" })) +
+            Fake.event({ error: { message: "The engine is dead (EngineDeadError)", type: "InternalServerError", param: null, code: 500 } }) +
+            Fake.DONE
+        ),
+        Fake.sse(say("Recovered."))
+      ])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        yield* driver.followup(user("A"))
+        const retry = yield* log.stream().pipe(
+          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
+          Stream.runHead,
+          Effect.map(Option.getOrThrow)
+        )
+        expect(retry.data.failure).toStrictEqual({
+          message: `${hostOf(server)} (HTTP 500): The engine is dead (EngineDeadError)`,
+          code: "SERVICE_UNAVAILABLE",
+          status: 500,
+          retryable: true
+        })
+        yield* TestClock.adjust(`${retry.data.delayMs} millis`)
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(all.map(notation)).toStrictEqual([
+          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(block-start)", "CH(text-delta)", "CH(finish error)", "RT(1)",
+          ...textChunks, ...stopAM, "SE(1,1)", "TE(1,completed)"
+        ])
+        expect(ofType(all, "assistant/message").map((m) => m.data.message.content)).toStrictEqual([
+          [{ type: "text", text: "Recovered." }]
+        ])
+      }).pipe(Effect.provide(agent(server)))
+    }))
 })

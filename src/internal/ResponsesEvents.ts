@@ -168,14 +168,16 @@ const toUsage = (usage: typeof WireUsage.Type): Usage | undefined =>
 const kindOfItem = (type: string): ItemKind =>
   type === "message" || type === "reasoning" || type === "function_call" ? type : "other"
 
-/** The reasoning item as it is sent back: everything but its `id`; none without encrypted content. */
+/**
+ * The reasoning item as it is sent back: everything but its `id` (the API requires a `summary`, an
+ * empty one when the item had none); none without encrypted content.
+ */
 const replayOf = (raw: unknown): ReplayItem | undefined => {
   if (typeof raw !== "object" || raw === null) return undefined
   const { id: _id, ...rest } = raw as Record<string, Json>
   const encrypted = rest.encrypted_content
-  return typeof encrypted === "string" && encrypted !== ""
-    ? { ...rest, type: "reasoning", encrypted_content: encrypted }
-    : undefined
+  if (typeof encrypted !== "string" || encrypted === "") return undefined
+  return { ...rest, type: "reasoning", summary: Array.isArray(rest.summary) ? rest.summary : [], encrypted_content: encrypted }
 }
 
 /**

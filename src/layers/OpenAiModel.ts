@@ -249,7 +249,7 @@ export const toResponsesRequest = (
 
 /** The 400 a model without reasoning answers to `include: ["reasoning.encrypted_content"]`. */
 const refusesEncryptedContent = (error: ModelError): boolean =>
-  error.failure.status === 400 && /encrypted content/i.test(error.failure.message)
+  error.failure.status === 400 && /encrypted content is not supported/i.test(error.failure.message)
 
 /**
  * Builds the `Model` service over the `HttpClient` in context.

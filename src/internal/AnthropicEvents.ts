@@ -16,6 +16,7 @@ import { Either, Predicate } from "effect"
 import type { Json } from "../domain/Json.js"
 import type { Finish, LlmFailure, StreamChunk, Usage } from "../domain/Values.js"
 import { failureOf, fromPayload } from "./ProviderFailure.js"
+import type { SseEvent } from "./ProviderHttp.js"
 import { usageOf } from "./UsageCounts.js"
 
 const PROVIDER = "Anthropic"
@@ -57,17 +58,6 @@ export const replayContent = (state: Json | undefined): ReadonlyArray<ReplayEntr
 }
 
 /**
- * One server-sent event as the HTTP layer delivers it.
- *
- * @since 0.1.0
- * @category models
- */
-export interface Event {
-  readonly event: string
-  readonly data: string
-}
-
-/**
  * The decoder of one response: `event` turns one event into chunks, `end` is called when the body
  * ends. Either side fails with the `LlmFailure` the response ends with.
  *
@@ -75,7 +65,7 @@ export interface Event {
  * @category models
  */
 export interface Decoder {
-  readonly event: (event: Event) => Either.Either<ReadonlyArray<StreamChunk>, LlmFailure>
+  readonly event: (event: SseEvent) => Either.Either<ReadonlyArray<StreamChunk>, LlmFailure>
   readonly end: () => Either.Either<ReadonlyArray<StreamChunk>, LlmFailure>
 }
 
@@ -334,7 +324,7 @@ export const makeDecoder = (): Decoder => {
     return Either.right(out)
   }
 
-  const event = (sse: Event): Either.Either<ReadonlyArray<StreamChunk>, LlmFailure> => {
+  const event = (sse: SseEvent): Either.Either<ReadonlyArray<StreamChunk>, LlmFailure> => {
     if (done) return Either.right(none)
     const parsed = parseJson(sse.data)
     if (Either.isLeft(parsed) || !Predicate.isRecord(parsed.right)) {

@@ -171,7 +171,8 @@ export const anthropic: Dialect = {
   user: (text) => ({ kind: "user", text }),
   toolResult: (id, text) => ({ kind: "tool-result", id, text, isError: false }),
   declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.name, parameters: t.input_schema })),
-  everyRequest: (body) => {
+  everyRequest: ({ body, headers }) => {
+    expect({ key: headers["x-api-key"], version: headers["anthropic-version"] }).toEqual({ key: KEY, version: "2023-06-01" })
     expect(body.stream).toBe(true)
     expect(typeof body.max_tokens).toBe("number")
   }

@@ -126,7 +126,8 @@ export const chat: Dialect = {
   user: (text) => ({ kind: "user", text }),
   toolResult: (id, text) => ({ kind: "tool-result", id, text }),
   declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.function?.name, parameters: t.function?.parameters })),
-  everyRequest: (body) => {
+  everyRequest: ({ body, headers }) => {
+    expect(headers.authorization).toBe(`Bearer ${KEY}`)
     expect(body.stream).toBe(true)
   }
 }

@@ -60,8 +60,8 @@ export interface Dialect {
   readonly toolResult: (id: string, text: string) => unknown
   /** The tools a request declares: each name and its parameters' JSON Schema. */
   readonly declared: (body: any) => ReadonlyArray<{ readonly name: string; readonly parameters: any }>
-  /** Checks every request must pass whatever its position (fields the adapter always sends). */
-  readonly everyRequest: (body: any) => void
+  /** Checks every request must pass whatever its position (headers and fields the adapter always sends). */
+  readonly everyRequest: (request: { readonly headers: Readonly<Record<string, unknown>>; readonly body: any }) => void
 }
 
 /** The API key the tests configure; it must never appear in the log. */

@@ -201,7 +201,7 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
     const encodedTwice = expected.flatMap((r) => r.calls.map((c) => JSON.stringify(resultOf(c))))
     for (const [k, request] of requests.entries()) {
       expect(`${request.method} ${request.path}`).toBe(`POST ${dialect.path}`)
-      dialect.everyRequest(request.body)
+      dialect.everyRequest(request)
       // Every tool declared by name, its parameters a JSON Schema object (`{}` for a tool without any).
       const declared = dialect.declared(request.body)
       expect(declared.map((t) => t.name), `request ${k + 1}: declared tools`).toEqual(tools.map((t) => t.name).sort())

@@ -189,7 +189,8 @@ export const responses: Dialect = {
   user: (text) => ({ kind: "user", text }),
   toolResult: (id, text) => ({ kind: "tool-result", id, text }),
   declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.name, parameters: t.parameters })),
-  everyRequest: (body) => {
+  everyRequest: ({ body, headers }) => {
+    expect(headers.authorization).toBe(`Bearer ${KEY}`)
     expect(body.stream).toBe(true)
     expect(body.store).toBe(false)
     expect(body.include).toContain("reasoning.encrypted_content")

@@ -120,7 +120,10 @@ const toolResultBlock = (block: ToolResultBlock): ContentBlock => {
   }
 }
 
-/** Tool-call arguments as the `input` object the API requires: `""` (no arguments) is `{}`. */
+/**
+ * Tool-call arguments as the `input` object the API requires: `""` (no arguments) is `{}`, and so
+ * is text that is not a JSON object (a complete call never logs such arguments: its stream fails).
+ */
 const inputOf = (text: string): unknown => {
   if (text.trim() === "") return {}
   try {

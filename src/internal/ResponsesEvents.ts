@@ -3,8 +3,8 @@
  * tiller's stream chunks, and the replay state it leaves for the next request.
  *
  * Output items become blocks in the order they start: a `message` item is one text block (its
- * `output_text` and `refusal` parts), a `reasoning` item one reasoning block (its summary parts,
- * separated by a blank line), a `function_call` item one tool-call block whose id is the item's
+ * `output_text` and `refusal` parts), each summary part of a `reasoning` item one reasoning block
+ * (its text exactly as streamed), a `function_call` item one tool-call block whose id is the item's
  * `call_id`. Provider-executed items (`web_search_call`, `file_search_call`, ...) and items of an
  * unknown type produce no block and never fail the stream; unknown event types are ignored.
  *
@@ -119,7 +119,7 @@ interface ItemState {
   closed: boolean
   /** Whether any delta was streamed (a `done` item then adds nothing). */
   streamed: boolean
-  /** The summary part the reasoning block is in. */
+  /** The summary part the open reasoning block holds. */
   summaryIndex: number | undefined
   refusal: string
   callId: string
@@ -282,11 +282,14 @@ export const makeDecoder = (): ResponsesDecoder => {
 
   const appendReasoning = (out: Array<StreamChunk>, state: ItemState, text: string, part: number) => {
     if (text === "") return
-    const separated = state.block !== undefined && state.summaryIndex !== undefined && state.summaryIndex !== part
+    if (state.block !== undefined && state.summaryIndex !== part) {
+      // A new summary part: a block of its own.
+      out.push({ type: "block-end", index: state.block })
+      state.block = undefined
+    }
     state.summaryIndex = part
     state.streamed = true
-    const index = open(out, state, "reasoning")
-    out.push({ type: "reasoning-delta", index, text: separated ? `\n\n${text}` : text })
+    out.push({ type: "reasoning-delta", index: open(out, state, "reasoning"), text })
   }
 
   /** Closes an item's block; a call without arguments gets `{}`. */

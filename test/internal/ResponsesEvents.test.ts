@@ -92,7 +92,7 @@ const SUMMARY_1 = "**Calculating step-by-step**\n\nI'll compute 12 plus 7."
 const SUMMARY_2 = "Then multiply by 3."
 
 describe("ResponsesEvents", () => {
-  it("reasoning with encrypted content, then a function call: blocks, usage, replay state, finish", () => {
+  it("reasoning with encrypted content (a block per summary part), then a function call: blocks, usage, replay state, finish", () => {
     const { chunks, failure } = decode([
       created,
       inProgress,
@@ -129,12 +129,14 @@ describe("ResponsesEvents", () => {
       { type: "block-start", index: 0, block: "reasoning" },
       { type: "reasoning-delta", index: 0, text: "**Calculating step-by-step**" },
       { type: "reasoning-delta", index: 0, text: "\n\nI'll compute 12 plus 7." },
-      { type: "reasoning-delta", index: 0, text: `\n\n${SUMMARY_2}` },
       { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "tool-call", id: "call_AB6", name: "calculator" },
-      { type: "tool-call-delta", index: 1, arguments: "{\"" },
-      { type: "tool-call-delta", index: 1, arguments: "a\":12,\"b\":7,\"op\":\"add\"}" },
+      { type: "block-start", index: 1, block: "reasoning" },
+      { type: "reasoning-delta", index: 1, text: SUMMARY_2 },
       { type: "block-end", index: 1 },
+      { type: "block-start", index: 2, block: "tool-call", id: "call_AB6", name: "calculator" },
+      { type: "tool-call-delta", index: 2, arguments: "{\"" },
+      { type: "tool-call-delta", index: 2, arguments: "a\":12,\"b\":7,\"op\":\"add\"}" },
+      { type: "block-end", index: 2 },
       {
         type: "usage",
         usage: { inputTokens: 134, outputTokens: 28, totalTokens: 162, reasoningTokens: 0, cacheReadTokens: 0 }
@@ -331,17 +333,28 @@ describe("ResponsesEvents", () => {
   it("items sent only whole (no deltas) still give their text and arguments", () => {
     const { chunks } = decode([
       created,
-      message("msg_1", 0, "done", [{ type: "output_text", annotations: [], text: "Hello." }]),
-      call("fc_1", 1, "call_1", "echo", "{\"text\":\"hi\"}", "completed"),
+      {
+        type: "response.output_item.done",
+        output_index: 0,
+        item: { id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "One." }, { type: "summary_text", text: "Two." }] }
+      },
+      message("msg_1", 1, "done", [{ type: "output_text", annotations: [], text: "Hello." }]),
+      call("fc_1", 2, "call_1", "echo", "{\"text\":\"hi\"}", "completed"),
       completed(usage(1, 1))
     ])
     expect(chunks.filter((chunk) => chunk.type !== "usage")).toEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "Hello." },
+      { type: "block-start", index: 0, block: "reasoning" },
+      { type: "reasoning-delta", index: 0, text: "One." },
       { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "tool-call", id: "call_1", name: "echo" },
-      { type: "tool-call-delta", index: 1, arguments: "{\"text\":\"hi\"}" },
+      { type: "block-start", index: 1, block: "reasoning" },
+      { type: "reasoning-delta", index: 1, text: "Two." },
       { type: "block-end", index: 1 },
+      { type: "block-start", index: 2, block: "text" },
+      { type: "text-delta", index: 2, text: "Hello." },
+      { type: "block-end", index: 2 },
+      { type: "block-start", index: 3, block: "tool-call", id: "call_1", name: "echo" },
+      { type: "tool-call-delta", index: 3, arguments: "{\"text\":\"hi\"}" },
+      { type: "block-end", index: 3 },
       { type: "finish", finish: { kind: "stop" } }
     ])
   })

@@ -497,7 +497,8 @@ export const makeDecoder = (): ResponsesDecoder => {
 
   return {
     event: (event) => {
-      if (ended) return Either.right(none)
+      // Some servers end the stream the Chat Completions way; the completion event decides.
+      if (ended || event.data.trim() === "[DONE]") return Either.right(none)
       const json = decodeJson(event.data)
       if (Either.isLeft(json)) {
         return Either.left(malformed(`a stream event is not JSON: ${shorten(event.data).slice(0, 120)}`))

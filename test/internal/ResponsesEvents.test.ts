@@ -437,5 +437,7 @@ describe("ResponsesEvents", () => {
         { type: "finish", finish: { kind: "stop" } }
       ])
     expect(decode([created, "{\"type\":"]).failure).toMatchObject({ code: "MALFORMED_STREAM", retryable: false })
+    expect(decode([created, completed(usage(1, 1)), "[DONE]"]).failure).toBeUndefined()
+    expect(decode([created, "[DONE]"]).failure).toMatchObject({ code: "NETWORK", retryable: true })
   })
 })

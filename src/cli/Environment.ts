@@ -6,12 +6,13 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Config, Effect, Layer, Option } from "effect"
+import { Config, ConfigError, Effect, Layer, Option } from "effect"
 import type { PersistenceError } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import * as DemoModel from "../layers/DemoModel.js"
 import * as OpenAiCompatibleModel from "../layers/OpenAiCompatibleModel.js"
 import * as ProviderModels from "../layers/ProviderModels.js"
+import { resolveTimeouts } from "../internal/ProviderTimeouts.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -117,13 +118,31 @@ const optionalBaseUrl = (variable: string) =>
     return value.replace(/\/+$/, "")
   })
 
+/** The request timeouts from the environment; a value that is not a duration is refused up front. */
+const timeoutOptions = Effect.map(
+  Effect.mapError(resolveTimeouts(), (error) => new CliError({ reason: `invalid request timeout: ${configErrorText(error)}` })),
+  (timeouts) => ({ connectTimeout: timeouts.connect, firstByteTimeout: timeouts.firstByte, idleTimeout: timeouts.idle })
+)
+
+/** A `ConfigError` as one line: `VARIABLE: what is wrong`. */
+const configErrorText = (error: ConfigError.ConfigError): string =>
+  ConfigError.reduceWithContext(error, undefined, {
+    andCase: (_, left, right) => [left, right].join("; "),
+    orCase: (_, left, right) => [left, right].join("; "),
+    invalidDataCase: (_, path, message) => `${path.join(".")}: ${message}`,
+    missingDataCase: (_, path, message) => `${path.join(".")}: ${message}`,
+    sourceUnavailableCase: (_, path, message) => `${path.join(".")}: ${message}`,
+    unsupportedCase: (_, path, message) => `${path.join(".")}: ${message}`
+  })
+
 const providerLayer = Effect.fnUntraced(function*(provider: Provider, model: string, name: string) {
   const env = MODEL_ENV[provider]
+  const timeouts = yield* timeoutOptions
   switch (provider) {
     case "openai":
     case "anthropic": {
       const apiKey = yield* requiredKey(name, env.apiKey)
-      const options = { model, apiKey, baseUrl: yield* optionalBaseUrl(env.baseUrl) }
+      const options = { model, apiKey, baseUrl: yield* optionalBaseUrl(env.baseUrl), ...timeouts }
       return provider === "openai" ? ProviderModels.layerOpenAi(options) : ProviderModels.layerAnthropic(options)
     }
     case "openai-compatible": {
@@ -133,7 +152,7 @@ const providerLayer = Effect.fnUntraced(function*(provider: Provider, model: str
           reason: `model "${name}" needs the server's base URL: set ${env.baseUrl} (for example http://127.0.0.1:8080/v1)`
         })
       }
-      return OpenAiCompatibleModel.layer({ baseUrl, model, apiKey: yield* optionalKey(env.apiKey) })
+      return OpenAiCompatibleModel.layer({ baseUrl, model, apiKey: yield* optionalKey(env.apiKey), ...timeouts })
     }
   }
 })
@@ -159,7 +178,8 @@ export const resolveModel = (name: string): Effect.Effect<ResolvedModel, CliErro
     if (model === "") {
       return yield* new CliError({ reason: `model "${name}" names no model: write ${prefix}:MODEL, for example ${prefix}:${EXAMPLE[prefix]}` })
     }
-    const layer = yield* providerLayer(prefix, model, name)
+    // The timeouts were resolved above, so the layer cannot fail on its configuration any more.
+    const layer = Layer.orDie(yield* providerLayer(prefix, model, name))
     return { layer: Layer.provide(layer, NodeHttpClient.layerUndici), header: { provider: prefix, model } }
   })
 

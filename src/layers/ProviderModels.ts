@@ -1,29 +1,32 @@
 /**
- * ProviderModels: `Model` layers for hosted providers, built from `@effect/ai-openai` (the Responses
- * API) and `@effect/ai-anthropic` (the Messages API) through `Model.layerLanguageModel`.
+ * ProviderModels: `Model` layers for hosted providers: OpenAI (the Responses API, `OpenAiModel`)
+ * and Anthropic (the Messages API, `AnthropicModel`), both streamed over the provided `HttpClient`.
  *
- * The provider clients send each request once: neither client nor the HTTP client under it retries,
- * so every failure reaches tiller's request-error policy, which logs `llm/retry` for each retry.
- * The API key travels in a `Redacted` value; a failure message that quotes it (a server echoing
- * the key back) has it replaced by `[redacted]` before it leaves the model.
- *
- * The provider packages load when a provider layer is built, not when tiller is imported: together
- * they take over a second and about 100 MB to load (generated API schemas, a tokenizer), which an
- * agent on the demo model, a scripted model or an OpenAI-compatible server never needs.
+ * Each request is sent once: no client retries, so every failure reaches tiller's request-error
+ * policy, which logs `llm/retry` for each retry. Failures are classified by one table for every
+ * adapter (`AUTH`, `RATE_LIMIT`, `QUOTA`, `OVERLOADED`, `SERVICE_UNAVAILABLE`, `NETWORK`, `TIMEOUT`,
+ * `CONTEXT_OVERFLOW`, `CONTENT_FILTER`, `REFUSAL`, `MALFORMED_STREAM`, ...) with the provider's own
+ * message, shortened. Requests time out: no response headers within the connect timeout, no body
+ * within the first-byte timeout, or no chunk within the idle timeout fails the attempt with the
+ * retryable `TIMEOUT` (options, else `TILLER_CONNECT_TIMEOUT`, `TILLER_FIRST_BYTE_TIMEOUT`,
+ * `TILLER_IDLE_TIMEOUT`, else 30 s / 120 s / 120 s). The API key travels in a `Redacted` value and
+ * is replaced by `[redacted]` in every failure message.
  *
  * @since 0.1.0
  */
-import type * as OpenAiClient from "@effect/ai-openai/OpenAiClient"
 import type { HttpClient } from "@effect/platform"
-import type { ConfigError } from "effect"
-import { Config, Effect, Layer, Option, Redacted, Stream } from "effect"
+import type { Duration } from "effect"
+import { Config, ConfigError, Effect, Layer, Option, Redacted, Stream } from "effect"
 import { ModelError } from "../domain/Errors.js"
+import { resolveTimeouts } from "../internal/ProviderTimeouts.js"
 import { Model } from "../services/Model.js"
-import * as LanguageModelAdapter from "./LanguageModelAdapter.js"
+import * as AnthropicModel from "./AnthropicModel.js"
+import * as OpenAiModel from "./OpenAiModel.js"
 
 /**
  * How to reach one provider model: its name, the API key, an optional base URL (for a proxy or a
- * local test server) and the output-token limit sent with every request.
+ * local test server), the output-token limit sent with every request and the request timeouts
+ * (each a duration such as `"30 seconds"` or a number of milliseconds).
  *
  * @since 0.1.0
  * @category models
@@ -33,6 +36,9 @@ export interface ProviderOptions {
   readonly apiKey?: Redacted.Redacted<string> | undefined
   readonly baseUrl?: string | undefined
   readonly maxTokens?: number | undefined
+  readonly connectTimeout?: Duration.DurationInput | undefined
+  readonly firstByteTimeout?: Duration.DurationInput | undefined
+  readonly idleTimeout?: Duration.DurationInput | undefined
 }
 
 /**
@@ -62,98 +68,80 @@ export const redactError = (secret: Redacted.Redacted<string> | undefined) => (e
   return new ModelError({ failure: { ...error.failure, message: error.failure.message.replaceAll(value, REDACTED) } })
 }
 
-/** `Model.layerLanguageModel`, with the key scrubbed from failure messages. */
-const adapted = (secret: Redacted.Redacted<string> | undefined) =>
-  Layer.effect(
-    Model,
-    Effect.map(LanguageModelAdapter.make, (model) => {
-      const redact = redactError(secret)
-      return { stream: (request) => Stream.mapError(model.stream(request), redact) }
-    })
-  )
-
-/** The OpenAI packages, loaded on first use. */
-const loadOpenAi = Effect.promise(() =>
-  Promise.all([import("@effect/ai-openai/OpenAiClient"), import("@effect/ai-openai/OpenAiLanguageModel")])
-)
-
-/** The Anthropic packages, loaded on first use. */
-const loadAnthropic = Effect.promise(() =>
-  Promise.all([import("@effect/ai-anthropic/AnthropicClient"), import("@effect/ai-anthropic/AnthropicLanguageModel")])
-)
-
-type OpenAiClientModule = typeof OpenAiClient
-
-/**
- * A `response.failed` event as the `error` event it stands for: @effect/ai-openai 0.41 turns it into
- * an ordinary finish, which would end a failed response as if it had stopped normally.
- */
-const failedAsError = (client: OpenAiClientModule) =>
-(event: OpenAiClient.ResponseStreamEvent): OpenAiClient.ResponseStreamEvent =>
-  event.type === "response.failed"
-    ? new client.ResponseErrorEvent({
-      type: "error",
-      sequence_number: event.sequence_number,
-      code: event.response.error?.code ?? null,
-      message: event.response.error?.message ?? "the response failed",
-      param: null
-    }, { disableValidation: true })
-    : event
-
-/** The OpenAI client, with failed responses reported as errors. */
-const openAiClient = (client: OpenAiClientModule, options: ProviderOptions) =>
-  Layer.scoped(
-    client.OpenAiClient,
-    Effect.map(client.make({ apiKey: options.apiKey, apiUrl: options.baseUrl }), (made) => ({
-      ...made,
-      createResponseStream: (request: Parameters<typeof made.createResponseStream>[0]) =>
-        Stream.map(made.createResponseStream(request), failedAsError(client))
-    }))
-  )
+/** A model service with the key scrubbed from every failure, whatever produced it. */
+const scrubbed = (secret: Redacted.Redacted<string> | undefined) => (model: Model["Type"]): Model["Type"] => {
+  const redact = redactError(secret)
+  return Model.of({ stream: (request) => Stream.mapError(model.stream(request), redact) })
+}
 
 /**
  * `openai:MODEL`: the OpenAI Responses API (`POST {baseUrl}/responses`, default base URL
- * `https://api.openai.com/v1`). Tool schemas are sent without `strict` mode, so tools with optional
- * parameters are accepted; a `response.failed` event fails the request with its error code.
+ * `https://api.openai.com/v1`), streamed, with `store: false` and the reasoning items' encrypted
+ * content requested and sent back on the next request. A timeout option or variable that is not a
+ * positive duration fails the layer with `ConfigError`.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layerOpenAi = (options: ProviderOptions): Layer.Layer<Model, never, HttpClient.HttpClient> =>
-  Layer.unwrapEffect(Effect.map(loadOpenAi, ([client, languageModel]) =>
-    adapted(options.apiKey).pipe(
-      Layer.provide(languageModel.layer({
+export const layerOpenAi = (
+  options: ProviderOptions
+): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  Layer.effect(
+    Model,
+    Effect.gen(function*() {
+      const timeouts = yield* resolveTimeouts(options)
+      const model = yield* OpenAiModel.make({
         model: options.model,
-        config: {
-          strict: false,
-          ...(options.maxTokens === undefined ? {} : { max_output_tokens: options.maxTokens })
-        }
-      })),
-      Layer.provide(openAiClient(client, options))
-    )))
+        apiKey: options.apiKey,
+        baseUrl: options.baseUrl,
+        maxTokens: options.maxTokens,
+        timeouts
+      })
+      return scrubbed(options.apiKey)(model)
+    })
+  )
 
 /**
  * `anthropic:MODEL`: the Anthropic Messages API (`POST {baseUrl}/v1/messages`, default base URL
- * `https://api.anthropic.com`); `maxTokens` defaults to the client's 4096.
+ * `https://api.anthropic.com`), streamed; `maxTokens` defaults to 4096. Signed thinking blocks are
+ * kept with the assistant message and sent back in order. A timeout option or variable that is not
+ * a positive duration fails the layer with `ConfigError`.
  *
  * @since 0.1.0
  * @category layers
  */
-export const layerAnthropic = (options: ProviderOptions): Layer.Layer<Model, never, HttpClient.HttpClient> =>
-  Layer.unwrapEffect(Effect.map(loadAnthropic, ([client, languageModel]) =>
-    adapted(options.apiKey).pipe(
-      Layer.provide(languageModel.layer({
+export const layerAnthropic = (
+  options: ProviderOptions
+): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
+  Layer.effect(
+    Model,
+    Effect.gen(function*() {
+      const timeouts = yield* resolveTimeouts(options)
+      const model = yield* AnthropicModel.make({
         model: options.model,
-        ...(options.maxTokens === undefined ? {} : { config: { max_tokens: options.maxTokens } })
-      })),
-      Layer.provide(client.layer({ apiKey: options.apiKey, apiUrl: options.baseUrl }))
-    )))
+        apiKey: options.apiKey,
+        baseUrl: options.baseUrl,
+        maxTokens: options.maxTokens,
+        timeouts
+      })
+      return scrubbed(options.apiKey)(model)
+    })
+  )
 
 const optionalString = (name: string) => Config.map(Config.option(Config.nonEmptyString(name)), Option.getOrUndefined)
 
 /** Reads a provider's key (required) and base URL (optional) from the given variables. */
 const providerConfig = (env: { readonly apiKey: string; readonly baseUrl: string }) =>
   Config.all({ apiKey: Config.redacted(Config.nonEmptyString(env.apiKey)), baseUrl: optionalString(env.baseUrl) })
+
+/**
+ * The options of a `*Config` layer: everything but the key and the base URL, which come from the
+ * environment.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ConfigOptions = Omit<ProviderOptions, "model" | "apiKey" | "baseUrl">
 
 /**
  * `layerOpenAi` with the key from `OPENAI_API_KEY` and the base URL from `OPENAI_BASE_URL` (optional).
@@ -163,10 +151,10 @@ const providerConfig = (env: { readonly apiKey: string; readonly baseUrl: string
  */
 export const layerOpenAiConfig = (
   model: string,
-  options: { readonly maxTokens?: number | undefined } = {}
+  options: ConfigOptions = {}
 ): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
   Layer.unwrapEffect(
-    Effect.map(providerConfig(ENV.openai), (config) => layerOpenAi({ model, ...config, maxTokens: options.maxTokens }))
+    Effect.map(providerConfig(ENV.openai), (config) => layerOpenAi({ ...options, model, ...config }))
   )
 
 /**
@@ -178,11 +166,8 @@ export const layerOpenAiConfig = (
  */
 export const layerAnthropicConfig = (
   model: string,
-  options: { readonly maxTokens?: number | undefined } = {}
+  options: ConfigOptions = {}
 ): Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient> =>
   Layer.unwrapEffect(
-    Effect.map(
-      providerConfig(ENV.anthropic),
-      (config) => layerAnthropic({ model, ...config, maxTokens: options.maxTokens })
-    )
+    Effect.map(providerConfig(ENV.anthropic), (config) => layerAnthropic({ ...options, model, ...config }))
   )

@@ -1,6 +1,7 @@
 import type { HttpClient } from "@effect/platform"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { describe, expect, it } from "@effect/vitest"
+import type { ConfigError } from "effect"
 import { Effect, Layer, Redacted, Schema } from "effect"
 import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
@@ -9,6 +10,7 @@ import type { LlmFailure, Message, Usage } from "../../src/domain/Values.js"
 import { Agent } from "../../src/layers/Agent.js"
 import * as ProviderModels from "../../src/layers/ProviderModels.js"
 import { Driver } from "../../src/services/Driver.js"
+import { forkSession } from "../../src/services/Fork.js"
 import type { Model } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
@@ -50,7 +52,7 @@ interface Provider {
   readonly name: "openai" | "anthropic"
   readonly model: string
   readonly path: string
-  readonly layer: (url: string) => Layer.Layer<Model, never, HttpClient.HttpClient>
+  readonly layer: (url: string) => Layer.Layer<Model, ConfigError.ConfigError, HttpClient.HttpClient>
   readonly reply: (turn: Turn) => Reply
   readonly malformed: () => Reply
   /** The failure a malformed stream ends its turn with (a subset of its fields). */
@@ -61,6 +63,10 @@ interface Provider {
   readonly history: (body: any) => unknown
   /** The chunks of the reasoning block of `toolTurn`. */
   readonly reasoningChunks: ReadonlyArray<string>
+  /** The replay-state chunk of `toolTurn`, when the provider needs something back. */
+  readonly replayChunks: ReadonlyArray<string>
+  /** The replay state stored with the assistant message of `toolTurn`. */
+  readonly replayState?: unknown
   /** The usage of `toolTurn` as tiller reports it. */
   readonly toolTurnUsage: Usage
   /** The two requests of the tool round trip, as `history` shows them. */
@@ -90,28 +96,33 @@ const openai: Provider = {
       usage: turn.usage
     }),
   malformed: ResponsesServer.malformed,
-  // @effect/ai-openai skips events it cannot decode, so the stream ends without its completion.
-  malformedFailure: { code: "NO_FINISH" },
+  malformedFailure: { code: "MALFORMED_STREAM", retryable: false },
   keyHeader: (request) => request.headers.authorization,
-  history: (body) => body.input,
+  history: (body) => ({ instructions: body.instructions, input: body.input }),
   reasoningChunks: ["CH(block-start)", "CH(reasoning-delta)", "CH(reasoning-delta)", "CH(block-end)"],
+  replayChunks: [],
   toolTurnUsage: { inputTokens: 30, outputTokens: 12, totalTokens: 42, reasoningTokens: 0, cacheReadTokens: 0 },
   expectedHistory: [
-    [
-      { role: "system", content: "Be brief." },
-      { role: "user", content: [{ type: "input_text", text: "The repo uses pnpm." }] },
-      { role: "user", content: [{ type: "input_text", text: "Echo hi and add 1 and 2." }] }
-    ],
-    [
-      { role: "system", content: "Be brief." },
-      { role: "user", content: [{ type: "input_text", text: "The repo uses pnpm." }] },
-      { role: "user", content: [{ type: "input_text", text: "Echo hi and add 1 and 2." }] },
-      { role: "assistant", content: [{ type: "output_text", text: "Let me check." }] },
-      { type: "function_call", call_id: "call_1", name: "echo", arguments: "{\"text\":\"hi\"}" },
-      { type: "function_call", call_id: "call_2", name: "add", arguments: "{\"a\":1,\"b\":2}" },
-      { type: "function_call_output", call_id: "call_1", output: "\"hi\"" },
-      { type: "function_call_output", call_id: "call_2", output: "\"3\"" }
-    ]
+    {
+      instructions: "Be brief.",
+      input: [
+        { role: "user", content: [{ type: "input_text", text: "The repo uses pnpm." }] },
+        { role: "user", content: [{ type: "input_text", text: "Echo hi and add 1 and 2." }] }
+      ]
+    },
+    {
+      instructions: "Be brief.",
+      input: [
+        { role: "user", content: [{ type: "input_text", text: "The repo uses pnpm." }] },
+        { role: "user", content: [{ type: "input_text", text: "Echo hi and add 1 and 2." }] },
+        { type: "message", role: "assistant", content: [{ type: "output_text", text: "Let me check." }] },
+        { type: "function_call", call_id: "call_1", name: "echo", arguments: "{\"text\":\"hi\"}" },
+        { type: "function_call", call_id: "call_2", name: "add", arguments: "{\"a\":1,\"b\":2}" },
+        // The tools' results as their text: `hi` and `3`, never JSON-encoded a second time.
+        { type: "function_call_output", call_id: "call_1", output: "hi" },
+        { type: "function_call_output", call_id: "call_2", output: "3" }
+      ]
+    }
   ]
 }
 
@@ -129,24 +140,29 @@ const anthropic: Provider = {
     }),
   malformed: AnthropicServer.malformed,
   malformedFailure: {
-    code: "UNKNOWN",
+    code: "MALFORMED_STREAM",
     retryable: false,
-    message: expect.stringContaining("AnthropicClient.streamRequest: malformed output")
+    message: expect.stringContaining("Anthropic: a stream event is not JSON")
   },
   keyHeader: (request) => request.headers["x-api-key"],
   history: (body) => ({ system: body.system, messages: body.messages }),
-  // The signature delta of a thinking block arrives as one more, empty, reasoning delta.
-  reasoningChunks: [
-    "CH(block-start)",
-    "CH(reasoning-delta)",
-    "CH(reasoning-delta)",
-    "CH(reasoning-delta)",
-    "CH(block-end)"
-  ],
-  toolTurnUsage: { inputTokens: 30, outputTokens: 12, totalTokens: 42, cacheReadTokens: 0 },
+  reasoningChunks: ["CH(block-start)", "CH(reasoning-delta)", "CH(reasoning-delta)", "CH(block-end)"],
+  // The signed thinking block, kept for the next request.
+  replayChunks: ["CH(replay-state)"],
+  replayState: {
+    anthropic: {
+      content: [
+        { type: "thinking", thinking: "Two tools at once.", signature: "c2lnbmF0dXJl" },
+        { type: "text" },
+        { type: "tool_use", id: "call_1" },
+        { type: "tool_use", id: "call_2" }
+      ]
+    }
+  },
+  toolTurnUsage: { inputTokens: 30, outputTokens: 12, totalTokens: 42, cacheReadTokens: 0, cacheWriteTokens: 0 },
   expectedHistory: [
     {
-      system: [{ type: "text", text: "Be brief." }],
+      system: "Be brief.",
       // Anthropic takes consecutive user turns as one message: each stays its own block, in order.
       messages: [
         {
@@ -156,7 +172,7 @@ const anthropic: Provider = {
       ]
     },
     {
-      system: [{ type: "text", text: "Be brief." }],
+      system: "Be brief.",
       messages: [
         {
           role: "user",
@@ -165,6 +181,8 @@ const anthropic: Provider = {
         {
           role: "assistant",
           content: [
+            // The signed thinking block goes back first, as the API requires with thinking on.
+            { type: "thinking", thinking: "Two tools at once.", signature: "c2lnbmF0dXJl" },
             { type: "text", text: "Let me check." },
             { type: "tool_use", id: "call_1", name: "echo", input: { text: "hi" } },
             { type: "tool_use", id: "call_2", name: "add", input: { a: 1, b: 2 } }
@@ -173,8 +191,8 @@ const anthropic: Provider = {
         {
           role: "user",
           content: [
-            { type: "tool_result", tool_use_id: "call_1", content: "\"hi\"", is_error: false },
-            { type: "tool_result", tool_use_id: "call_2", content: "\"3\"", is_error: false }
+            { type: "tool_result", tool_use_id: "call_1", content: "hi", is_error: false },
+            { type: "tool_result", tool_use_id: "call_2", content: "3", is_error: false }
           ]
         }
       ]
@@ -247,7 +265,8 @@ for (const provider of [openai, anthropic]) {
             "CH(block-start)", "CH(text-delta)", "CH(text-delta)", "CH(block-end)",
             "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)", "CH(block-end)",
             "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)", "CH(block-end)",
-            "CH(usage)", "CH(finish stop)", "AM", "TC(call_1)", "TC(call_2)", "TR(call_1)", "TR(call_2)", "SE(1,1)",
+            "CH(usage)", ...provider.replayChunks, "CH(finish stop)", "AM", "TC(call_1)", "TC(call_2)", "TR(call_1)",
+            "TR(call_2)", "SE(1,1)",
             "SS(1,2)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM", "SE(1,2)",
             "TE(1,completed)"
           ])
@@ -261,7 +280,7 @@ for (const provider of [openai, anthropic]) {
                   { type: "tool-call", id: "call_1", name: "echo", arguments: "{\"text\":\"hi\"}" },
                   { type: "tool-call", id: "call_2", name: "add", arguments: "{\"a\":1,\"b\":2}" }
                 ] satisfies Message["content"],
-                source,
+                source: provider.replayState === undefined ? source : { ...source, replayState: provider.replayState },
                 usage: provider.toolTurnUsage
               },
               {
@@ -269,7 +288,7 @@ for (const provider of [openai, anthropic]) {
                 source,
                 usage: provider.name === "openai"
                   ? { inputTokens: 50, outputTokens: 5, totalTokens: 55, reasoningTokens: 0, cacheReadTokens: 0 }
-                  : { inputTokens: 50, outputTokens: 5, totalTokens: 55, cacheReadTokens: 0 }
+                  : { inputTokens: 50, outputTokens: 5, totalTokens: 55, cacheReadTokens: 0, cacheWriteTokens: 0 }
               }
             ])
           expect(toolResults(all)).toEqual([
@@ -332,7 +351,7 @@ for (const provider of [openai, anthropic]) {
           const all = yield* events
           expect(retries(all)).toEqual([])
           const failure = errorOf(all)!
-          expect(failure).toMatchObject({ code: "UNKNOWN", status: 401 })
+          expect(failure).toMatchObject({ code: "AUTH", status: 401, retryable: false })
           expect(failure.message).toContain("Incorrect API key provided: [redacted]")
           expect(JSON.stringify(all)).not.toContain(KEY)
           expect((yield* server.requests).length).toBe(1)
@@ -370,7 +389,7 @@ describe("ProviderModels openai, failed responses", () => {
       Effect.gen(function*() {
         yield* prompt("q", "hello")
         const all = yield* events
-        expect(errorOf(all)).toEqual({ message: "The prompt was refused.", code: "UNKNOWN" })
+        expect(errorOf(all)).toEqual({ message: "OpenAI: The prompt was refused.", code: "CONTENT_FILTER", retryable: false })
         expect(assistantMessages(all)).toEqual([])
       }))
   })
@@ -382,7 +401,40 @@ describe("ProviderModels anthropic, errors inside the stream", () => {
       Effect.gen(function*() {
         yield* prompt("q", "hello")
         const all = yield* events
-        expect(retries(all).map((r) => r.failure)).toEqual([{ message: "Overloaded", code: "OVERLOADED" }])
+        expect(retries(all).map((r) => r.failure)).toEqual([{ message: "Anthropic: Overloaded", code: "OVERLOADED", retryable: true }])
         expect(turnEnds(all)).toEqual([{ kind: "completed" }])
       })))
+})
+
+describe("ProviderModels anthropic, reasoning replay across resume and fork", () => {
+  it.scopedLive("the signed thinking block of a stored answer is sent back after a resume and in a fork", () =>
+    Effect.gen(function*() {
+      const server = yield* ResponsesServer.listen([
+        anthropic.reply(toolTurn),
+        anthropic.reply({ text: ["Done."], usage: { input: 50, output: 5 } }),
+        anthropic.reply({ text: ["Resumed."], usage: { input: 60, output: 5 } }),
+        anthropic.reply({ text: ["Forked."], usage: { input: 60, output: 5 } })
+      ])
+      const model = Layer.provide(anthropic.layer(server.url), NodeHttpClient.layerUndici)
+      const agent = (options: { readonly sessionId: SessionId } | { readonly resume: SessionId }) =>
+        Agent.layer({ ...options, model: { provider: "anthropic", model: anthropic.model }, system: "Be brief." }).pipe(
+          Layer.provide(Layer.mergeAll(model, Tools.layer({ tools: [echo, add] })))
+        )
+      const run = (options: { readonly sessionId: SessionId } | { readonly resume: SessionId }, id: string, text: string) =>
+        Effect.scoped(Layer.build(agent(options)).pipe(
+          Effect.flatMap((context) => Effect.provide(prompt(id, text), context))
+        ))
+      yield* run({ sessionId: SessionId.make("s") }, "q1", "Echo hi and add 1 and 2.")
+      yield* run({ resume: SessionId.make("s") }, "q2", "And now?")
+      const child = yield* forkSession({ source: SessionId.make("s"), childId: SessionId.make("f") })
+      yield* run({ resume: child }, "q3", "In the fork?")
+      const requests = yield* server.requests
+      expect(requests.length).toBe(4)
+      const thinking = { type: "thinking", thinking: "Two tools at once.", signature: "c2lnbmF0dXJl" }
+      for (const request of requests.slice(1)) {
+        const assistant = request.body.messages.find((m: { role: string }) => m.role === "assistant")
+        expect(assistant.content[0]).toEqual(thinking)
+        expect(assistant.content.map((block: { type: string }) => block.type)).toEqual(["thinking", "text", "tool_use", "tool_use"])
+      }
+    }).pipe(Effect.provide(SessionStore.layerMemory)))
 })

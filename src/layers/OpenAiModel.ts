@@ -14,7 +14,10 @@
  *
  * Models without reasoning refuse `include: ["reasoning.encrypted_content"]` with a 400
  * ("Encrypted content is not supported with this model."): the request is then sent again at once
- * without it, and the layer leaves it out (and sends no reasoning items) from then on.
+ * without it, and the layer leaves it out (and sends no reasoning items) from then on. Replayed
+ * reasoning the API cannot verify (400 `invalid_encrypted_content`, seen after a change of key or
+ * organisation) would stop the session for good: that request is sent again without its reasoning
+ * items.
  *
  * The model sent is `options.model`, whatever `request.model` says; `max_output_tokens` is
  * `request.maxTokens`, else `options.maxTokens`, and `temperature` is sent when given.
@@ -219,7 +222,8 @@ const toResponsesTool = (schema: ToolSchema) => ({
 /**
  * The JSON body of one streamed Responses API request. `instructions` is left out when the system
  * prompt is empty, `tools` when there are none, `max_output_tokens` and `temperature` when not
- * given; `encryptedReasoning: false` leaves out `include` and the stored reasoning items.
+ * given; `encryptedReasoning: false` leaves out `include` and the stored reasoning items,
+ * `replayReasoning: false` only the stored reasoning items.
  *
  * @since 0.1.0
  * @category conversions
@@ -230,6 +234,7 @@ export const toResponsesRequest = (
     readonly model: string
     readonly maxTokens?: number | undefined
     readonly encryptedReasoning?: boolean | undefined
+    readonly replayReasoning?: boolean | undefined
   }
 ) => {
   const maxTokens = request.maxTokens ?? options.maxTokens
@@ -237,7 +242,7 @@ export const toResponsesRequest = (
   return {
     model: options.model,
     ...(request.system === undefined || request.system === "" ? {} : { instructions: request.system }),
-    input: toInputItems(request.messages, { reasoning }),
+    input: toInputItems(request.messages, { reasoning: reasoning && (options.replayReasoning ?? true) }),
     ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toResponsesTool) }),
     ...(maxTokens === undefined ? {} : { max_output_tokens: maxTokens }),
     ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
@@ -250,6 +255,16 @@ export const toResponsesRequest = (
 /** The 400 a model without reasoning answers to `include: ["reasoning.encrypted_content"]`. */
 const refusesEncryptedContent = (error: ModelError): boolean =>
   error.failure.status === 400 && /encrypted content is not supported/i.test(error.failure.message)
+
+/** The 400 (`invalid_encrypted_content`) for a replayed reasoning item the API cannot verify. */
+const rejectsReplayedReasoning = (error: ModelError): boolean =>
+  error.failure.status === 400 && /encrypted content .*could not be verified/i.test(error.failure.message)
+
+const replaysReasoning = (request: ModelRequest): boolean =>
+  request.messages.some((message) =>
+    message.role === "assistant" &&
+    (ResponsesEvents.replayItems(message.source.replayState) ?? []).some((item) => item.type === "reasoning")
+  )
 
 /**
  * Builds the `Model` service over the `HttpClient` in context.
@@ -276,10 +291,10 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
       onRight: (chunks: ReadonlyArray<StreamChunk>) => Effect.succeed(chunks)
     })
 
-    const attempt = (request: ModelRequest, reasoning: boolean): Stream.Stream<StreamChunk, ModelError> =>
+    const attempt = (request: ModelRequest, reasoning: boolean, replay = reasoning): Stream.Stream<StreamChunk, ModelError> =>
       Stream.suspend(() => {
         const decoder = ResponsesEvents.makeDecoder()
-        const body = toResponsesRequest(request, { ...options, encryptedReasoning: reasoning })
+        const body = toResponsesRequest(request, { ...options, encryptedReasoning: reasoning, replayReasoning: replay })
         return ProviderHttp.streamEvents(client, endpoint, body).pipe(
           Stream.mapConcatEffect((event) => orFail(decoder.event(event))),
           Stream.concat(Stream.suspend(() => Stream.fromIterableEffect(orFail(decoder.end())))),
@@ -292,8 +307,12 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
         attempt(request, reasoning).pipe(
           // A status failure comes before any chunk, so the request can be sent again as a whole.
           Stream.catchAll((error) =>
-            reasoning && refusesEncryptedContent(error)
+            !reasoning
+              ? Stream.fail(error)
+              : refusesEncryptedContent(error)
               ? Stream.unwrap(Effect.as(Ref.set(encryptedReasoning, false), attempt(request, false)))
+              : rejectsReplayedReasoning(error) && replaysReasoning(request)
+              ? attempt(request, true, false)
               : Stream.fail(error)
           )
         ))).pipe(Stream.withSpan("OpenAiModel.stream", { attributes: { model: options.model } }))

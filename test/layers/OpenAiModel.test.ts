@@ -55,6 +55,32 @@ const toolResult = (callId: string, text: string): Message => ({
   source: { kind: "tool", callId }
 })
 
+/** An assistant message with this adapter's replay state: two reasoning items around its text. */
+const replayed: Message = {
+  id: MessageId.make("a1"),
+  role: "assistant",
+  content: [
+    { type: "reasoning", text: "**Calculating**" },
+    { type: "text", text: "First the sum." },
+    { type: "tool-call", id: "call_AB6", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+    { type: "tool-call", id: "call_CD7", name: "clock", arguments: "" },
+    { type: "text", text: "A late remark." }
+  ],
+  source: {
+    ...modelSource,
+    replayState: {
+      openai: {
+        items: [
+          { type: "reasoning", id: "rs_1", encrypted_content: "gAAAA-one", summary: [{ type: "summary_text", text: "**Calculating**" }] },
+          { type: "message" },
+          { type: "reasoning", encrypted_content: "gAAAA-two", summary: [] },
+          { type: "function_call", call_id: "call_AB6" }
+        ]
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 
 describe("OpenAiModel request body", () => {
@@ -164,31 +190,6 @@ describe("OpenAiModel request body", () => {
       include: ["reasoning.encrypted_content"]
     })
   })
-
-  const replayed: Message = {
-    id: MessageId.make("a1"),
-    role: "assistant",
-    content: [
-      { type: "reasoning", text: "**Calculating**" },
-      { type: "text", text: "First the sum." },
-      { type: "tool-call", id: "call_AB6", name: "add", arguments: "{\"a\":12,\"b\":7}" },
-      { type: "tool-call", id: "call_CD7", name: "clock", arguments: "" },
-      { type: "text", text: "A late remark." }
-    ],
-    source: {
-      ...modelSource,
-      replayState: {
-        openai: {
-          items: [
-            { type: "reasoning", id: "rs_1", encrypted_content: "gAAAA-one", summary: [{ type: "summary_text", text: "**Calculating**" }] },
-            { type: "message" },
-            { type: "reasoning", encrypted_content: "gAAAA-two", summary: [] },
-            { type: "function_call", call_id: "call_AB6" }
-          ]
-        }
-      }
-    }
-  }
 
   it("a reasoning item with encrypted content goes back (without its id) before its function_call, in the original order", () => {
     const body = OpenAiModel.toResponsesRequest(
@@ -381,6 +382,36 @@ describe("OpenAiModel over HTTP", () => {
         { type: "finish", finish: { kind: "stop" } }
       ])
       expect(received.map((r) => r.body.include)).toStrictEqual([["reasoning.encrypted_content"], undefined, undefined])
+    }))
+
+  it.scoped("replayed reasoning the API cannot verify is sent again without its reasoning items, include kept", () =>
+    Effect.gen(function*() {
+      const unverifiable = Fake.status(400, {
+        error: {
+          message: "The encrypted content gAAA...DQ== could not be verified.",
+          type: "invalid_request_error",
+          param: null,
+          code: "invalid_encrypted_content"
+        }
+      })
+      const hello = Fake.streamed({ text: ["Hello."], usage: { input: 3, output: 1 } })
+      const withReasoning = request({ messages: [userText("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19")] })
+      const { received, runs } = yield* runAll([unverifiable, hello, unverifiable], [withReasoning, request()])
+      expect(runs[0]!.error).toStrictEqual(Option.none())
+      expect(received.map((r) => r.body.include)).toStrictEqual([
+        ["reasoning.encrypted_content"],
+        ["reasoning.encrypted_content"],
+        ["reasoning.encrypted_content"]
+      ])
+      const types = (body: any) => body.input.map((item: any) => item.type ?? item.role)
+      expect(types(received[0]!.body)).toStrictEqual([
+        "user", "reasoning", "message", "reasoning", "function_call", "message", "function_call", "function_call_output"
+      ])
+      expect(types(received[1]!.body)).toStrictEqual([
+        "user", "message", "function_call", "message", "function_call", "function_call_output"
+      ])
+      // Without reasoning to leave out, the same 400 is the request's failure.
+      expect(failureOf(runs[1]!.error)).toMatchObject({ code: "INVALID_REQUEST", retryable: false, status: 400 })
     }))
 
   it.scoped("a server that stops sending is a retryable TIMEOUT once the layer's timeouts pass", () =>

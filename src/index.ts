@@ -27,7 +27,19 @@ export * as OpenAiCompatibleModel from "./layers/OpenAiCompatibleModel.js"
  * @since 0.1.0
  */
 export * as ProviderModels from "./layers/ProviderModels.js"
-export type { ProviderOptions } from "./layers/ProviderModels.js"
+export type { ConfigOptions, ProviderOptions } from "./layers/ProviderModels.js"
+/**
+ * The Anthropic Messages API adapter under `ProviderModels.layerAnthropic` (request conversion, layer).
+ *
+ * @since 0.1.0
+ */
+export * as AnthropicModel from "./layers/AnthropicModel.js"
+/**
+ * The OpenAI Responses API adapter under `ProviderModels.layerOpenAi` (request conversion, layer).
+ *
+ * @since 0.1.0
+ */
+export * as OpenAiModel from "./layers/OpenAiModel.js"
 export type { EntryOptions, PartialSpec, ResponseSpec, ScriptEntry } from "./layers/ScriptedModel.js"
 export { Driver } from "./services/Driver.js"
 export type { DeliveryError } from "./services/Driver.js"

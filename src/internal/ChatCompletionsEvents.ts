@@ -75,8 +75,12 @@ const WireUsage = Schema.Struct({
   completion_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ reasoning_tokens: OptionalCount })))
 })
 
-/** A `chat.completion.chunk`, or an error object some hosts send in the stream. */
+/**
+ * A `chat.completion.chunk`, or an error object some hosts send in the stream: `{error: {...}}`,
+ * or the flat `{object: "error", message, type, code}` of older vLLM servers.
+ */
 const WireChunk = Schema.Struct({
+  object: OptionalString,
   choices: Schema.optional(Schema.NullOr(Schema.Array(WireChoice))),
   usage: Schema.optional(Schema.NullOr(WireUsage)),
   x_groq: Schema.optional(Schema.NullOr(Schema.Struct({ usage: Schema.optional(Schema.NullOr(WireUsage)) }))),
@@ -288,6 +292,7 @@ export const make = (context: { readonly provider: string; readonly callIdPrefix
     }
     const chunk = decoded.right
     if (chunk.error !== undefined && chunk.error !== null) return Either.left(fromPayload(label, chunk))
+    if (chunk.object === "error") return Either.left(fromPayload(label, parsePayload(data)))
     const reported = chunk.usage ?? chunk.x_groq?.usage ?? undefined
     if (reported !== undefined) usage = toUsage(reported) ?? usage
     // Only the first choice is read; tiller never asks for more than one.
@@ -320,7 +325,8 @@ export const make = (context: { readonly provider: string; readonly callIdPrefix
       text = close(out, text)
       toolCalls.forEach((call, position) => toolCallDelta(out, call, position))
     }
-    const reason = choice.finish_reason ?? undefined
+    // Some hosts send an empty finish reason on every delta.
+    const reason = choice.finish_reason === "" ? undefined : choice.finish_reason ?? undefined
     if (reason !== undefined) {
       finishReason = reason
       const failure = closeAll(out, reason)

@@ -15,8 +15,9 @@
  * The transport, the SSE framing, the timeouts and HTTP failures are `ProviderHttp`'s; the events
  * are decoded by `ChatCompletionsEvents`; every failure is classified by the one table of
  * `ProviderFailure` (a cut body is a retryable `NETWORK` failure, a malformed stream a
- * non-retryable `MALFORMED_STREAM`). The API key is sent only in the `Authorization` header and is
- * removed from every failure message.
+ * non-retryable `MALFORMED_STREAM`); failure messages begin with the host (`host:port` of the base
+ * URL). The API key is sent only in the `Authorization` header and is removed from every failure
+ * message.
  *
  * The model sent is `options.model`, as the provided layer binds it, whatever `request.model` says;
  * `request.maxTokens` (else `options.maxTokens`) and `request.temperature` are sent when present.

@@ -487,6 +487,31 @@ describe("ChatCompletionsEvents errors in the stream", () => {
       .toStrictEqual({ message: `${HOST}: You exceeded your current quota`, code: "QUOTA", retryable: false })
   })
 
+  it("the flat error object of older vLLM servers ({object: \"error\", ...}) is classified, not skipped", () => {
+    const out = decode([
+      data(chunk({ content: "Par" })),
+      data({ object: "error", message: "This model's maximum context length is 4096 tokens", type: "BadRequestError", param: null, code: 400 }),
+      DONE
+    ])
+    expect(out.failure).toStrictEqual({
+      message: `${HOST} (HTTP 400): This model's maximum context length is 4096 tokens`,
+      code: "CONTEXT_OVERFLOW",
+      retryable: false,
+      status: 400
+    })
+  })
+
+  it("an empty finish reason on every delta is no finish reason", () => {
+    const out = decode([data(chunk({ content: "a" }, "")), data(chunk({ content: "b" }, "")), data(chunk({}, "stop")), DONE])
+    expect(out.chunks).toStrictEqual([
+      { type: "block-start", index: 0, block: "text" },
+      { type: "text-delta", index: 0, text: "a" },
+      { type: "text-delta", index: 0, text: "b" },
+      { type: "block-end", index: 0 },
+      stop
+    ])
+  })
+
   it("empty data events are skipped", () => {
     expect(decode([{ event: "message", data: "" }, data(chunk({ content: "a" }, "stop")), DONE]).failure).toBeUndefined()
   })

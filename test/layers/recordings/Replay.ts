@@ -81,7 +81,9 @@ const stepChunks = (all: ReadonlyArray<SessionEvent>, turn: number, step: number
     reasoning: chunks.flatMap((c) => c.type === "reasoning-delta" ? [c.text] : []).join(""),
     calls: [...calls.values()],
     usages: chunks.flatMap((c) => c.type === "usage" ? [c.usage] : []),
-    finishes: chunks.flatMap((c) => c.type === "finish" ? [c.finish] : [])
+    finishes: chunks.flatMap((c) => c.type === "finish" ? [c.finish] : []),
+    /** The order of the closing chunks: usage, replay-state and finish. */
+    closing: chunks.flatMap((c) => c.type === "usage" || c.type === "replay-state" || c.type === "finish" ? [c.type] : [])
   }
 }
 
@@ -149,8 +151,15 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
       expect(got.reasoning, `${where}: reasoning`).toBe(want.reasoning)
       if (want.finish.kind === "error") {
         expect(got.usages.length, `${where}: usage chunks`).toBeLessThanOrEqual(1)
+        expect(ofType(events, "assistant/message").filter(inStep(1, j + 1)), `${where}: no answer`).toEqual([])
         continue
       }
+      // At most one usage chunk, then at most one replay-state, then the finish.
+      expect(got.closing, `${where}: closing chunks`).toEqual([
+        ...(got.closing.includes("usage") ? ["usage"] : []),
+        ...(got.closing.includes("replay-state") ? ["replay-state"] : []),
+        "finish"
+      ])
       expect(got.calls, `${where}: tool calls`).toEqual(want.calls)
       expect(got.usages.length, `${where}: one usage chunk`).toBe(want.usage === undefined ? got.usages.length : 1)
       if (want.usage !== undefined) {

@@ -89,6 +89,19 @@ const WireChunk = Schema.Struct({
 
 const decodeWireChunk = SafeDecode.decodeUnknownEither(Schema.parseJson(WireChunk))
 
+type WireDelta = NonNullable<(typeof WireChoice.Type)["delta"]>
+
+/**
+ * The reasoning of a delta and the field it came in; `reasoning_content` first, since hosts that
+ * send both fields repeat the same text in each.
+ */
+const reasoningOf = (delta: WireDelta | undefined): { readonly field: ReasoningField; readonly text: string } | undefined => {
+  const content = delta?.reasoning_content ?? ""
+  if (content !== "") return { field: "reasoning_content", text: content }
+  const reasoning = delta?.reasoning ?? ""
+  return reasoning === "" ? undefined : { field: "reasoning", text: reasoning }
+}
+
 const toUsage = (usage: typeof WireUsage.Type): Usage | undefined =>
   usageOf({
     inputTokens: usage.prompt_tokens,
@@ -300,17 +313,15 @@ export const make = (context: { readonly provider: string; readonly callIdPrefix
     if (choice === undefined || finishReason !== undefined) return Either.right(none)
     const out: Array<StreamChunk> = []
     const delta = choice.delta ?? undefined
-    const thought = delta?.reasoning_content ?? undefined
-    const field: ReasoningField = thought !== undefined && thought !== "" ? "reasoning_content" : "reasoning"
-    const thinking = field === "reasoning_content" ? thought : delta?.reasoning ?? undefined
-    if (thinking !== undefined && thinking !== "") {
-      reasoningField ??= field
+    const thought = reasoningOf(delta)
+    if (thought !== undefined) {
+      reasoningField ??= thought.field
       text = close(out, text)
       if (reasoning === undefined) {
         reasoning = nextBlock++
         out.push({ type: "block-start", index: reasoning, block: "reasoning" })
       }
-      out.push({ type: "reasoning-delta", index: reasoning, text: thinking })
+      out.push({ type: "reasoning-delta", index: reasoning, text: thought.text })
     }
     const content = delta?.content ?? undefined
     if (content !== undefined && content !== "") textDelta(out, content)

@@ -9,7 +9,7 @@
  * The response's deltas become tiller's chunks; the final usage chunk becomes `usage`.
  *
  * A streamed reasoning field (`reasoning_content` or `reasoning`) is recorded in the message's
- * replay state and sent back in that field on the next request. A refusal is streamed as text and
+ * replay state; an assistant message with tool calls sends its reasoning back in that field. A refusal is streamed as text and
  * finishes as a `REFUSAL` error.
  *
  * The transport, the SSE framing, the timeouts and HTTP failures are `ProviderHttp`'s; the events
@@ -113,7 +113,8 @@ const assistantMessage = (message: Extract<Message, { readonly role: "assistant"
   }
   const text = textOf(message.content)
   if (text === "" && toolCalls.length === 0) return undefined
-  const field = ChatCompletionsEvents.reasoningFieldOf(message.source.replayState)
+  // Hosts need the reasoning back inside a tool loop (DeepSeek requires it); a final answer's is not sent.
+  const field = toolCalls.length === 0 ? undefined : ChatCompletionsEvents.reasoningFieldOf(message.source.replayState)
   const reasoning = field === undefined ? "" : textOf(message.content, "reasoning")
   return {
     role: "assistant",
@@ -133,8 +134,9 @@ const toolMessage = (block: ToolResultBlock): ChatMessage => ({
  * Converts a request's system prompt and messages to Chat Completions messages: the system prompt
  * first (when not empty), then one chat message per tiller message, in order. A user message with
  * only text is a string (blocks joined by newlines), otherwise text and `image_url` parts; an
- * assistant message keeps its text and tool calls (empty arguments sent as `{}`), and its reasoning
- * only when its replay state names the field the host streamed it in; a tool result is a
+ * assistant message keeps its text and tool calls (empty arguments sent as `{}`) and, when it has
+ * tool calls and its replay state names the field the host streamed reasoning in, its reasoning
+ * in that field; a tool result is a
  * `tool` message with its text. Chat Completions has no images in tool messages, so the images of a
  * run of tool results follow it in one user message. Empty messages are left out.
  *

@@ -236,13 +236,18 @@ describe("OpenAiCompatibleModel request", () => {
       })
     }))
 
-  it("reasoning goes back in the field its replay state names, only then; empty arguments are sent as {}", () => {
-    const assistant = (id: string, text: string, replayState?: Json): Message => ({
+  it("reasoning goes back with tool calls in the field its replay state names, only then; empty arguments are sent as {}", () => {
+    const assistant = (id: string, replayState?: Json, calls = true): Message => ({
       id: MessageId.make(id),
       role: "assistant",
-      content: [{ type: "reasoning", text: `thought ${id}` }, { type: "text", text }],
+      content: [
+        { type: "reasoning", text: `thought ${id}` },
+        { type: "text", text: id },
+        ...(calls ? [{ type: "tool-call" as const, id: `call_${id}`, name: "clock", arguments: "{}" }] : [])
+      ],
       source: replayState === undefined ? modelSource : { ...modelSource, replayState }
     })
+    const call = (id: string) => ({ id: `call_${id}`, type: "function", function: { name: "clock", arguments: "{}" } })
     const messages: ReadonlyArray<Message> = [
       {
         id: MessageId.make("a1"),
@@ -255,10 +260,11 @@ describe("OpenAiCompatibleModel request", () => {
         ],
         source: { ...modelSource, replayState: { "openai-compatible": { reasoningField: "reasoning_content" } } }
       },
-      assistant("a2", "groq", { "openai-compatible": { reasoningField: "reasoning" } }),
-      assistant("a3", "other adapter", { anthropic: { content: [{ type: "text" }] } }),
-      assistant("a4", "no state"),
-      assistant("a5", "unknown field", { "openai-compatible": { reasoningField: "thinking" } })
+      assistant("groq", { "openai-compatible": { reasoningField: "reasoning" } }),
+      assistant("final", { "openai-compatible": { reasoningField: "reasoning_content" } }, false),
+      assistant("other", { anthropic: { content: [{ type: "text" }] } }),
+      assistant("none"),
+      assistant("unknown", { "openai-compatible": { reasoningField: "thinking" } })
     ]
     expect(OpenAiCompatibleModel.toChatMessages({ messages })).toStrictEqual([
       {
@@ -270,10 +276,11 @@ describe("OpenAiCompatibleModel request", () => {
           { id: "c2", type: "function", function: { name: "clock", arguments: "{}" } }
         ]
       },
-      { role: "assistant", content: "groq", reasoning: "thought a2" },
-      { role: "assistant", content: "other adapter" },
-      { role: "assistant", content: "no state" },
-      { role: "assistant", content: "unknown field" }
+      { role: "assistant", content: "groq", reasoning: "thought groq", tool_calls: [call("groq")] },
+      { role: "assistant", content: "final" },
+      { role: "assistant", content: "other", tool_calls: [call("other")] },
+      { role: "assistant", content: "none", tool_calls: [call("none")] },
+      { role: "assistant", content: "unknown", tool_calls: [call("unknown")] }
     ])
   })
 })

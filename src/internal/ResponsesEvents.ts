@@ -69,7 +69,6 @@ const WireItem = Schema.Struct({
   call_id: Str,
   name: Str,
   arguments: Str,
-  encrypted_content: Str,
   content: Schema.optional(Schema.NullOr(Schema.Array(ContentPart))),
   summary: Schema.optional(Schema.NullOr(Schema.Array(ContentPart)))
 })
@@ -105,10 +104,15 @@ const decodeDelta = SafeDecode.decodeUnknownEither(DeltaEvent)
 const decodeArgumentsDone = SafeDecode.decodeUnknownEither(ArgumentsDone)
 const decodeResponse = SafeDecode.decodeUnknownEither(ResponseEvent)
 
-type WireItem = typeof WireItem.Type
 
 // ---------------------------------------------------------------------------------------------------
 // Decoder state
+
+/** Where an event says its item is: the item's id and its place in the output. */
+interface Located {
+  readonly item_id?: string | null | undefined
+  readonly output_index?: number | null | undefined
+}
 
 type ItemKind = "message" | "reasoning" | "function_call" | "other"
 
@@ -423,63 +427,52 @@ export const makeDecoder = (): ResponsesDecoder => {
   const payload = (type: string, json: unknown): Decoded => {
     const decoded = <A>(result: Either.Either<A, unknown>, f: (value: A) => Decoded): Decoded =>
       Either.isLeft(result) ? Either.left(malformed(`a ${type} event does not have the expected shape`)) : f(result.right)
+    /** A delta of an item's content; one for an item already done is dropped. */
+    const delta = <A extends Located>(
+      result: Either.Either<A, unknown>,
+      kind: ItemKind,
+      apply: (out: Array<StreamChunk>, state: ItemState, event: A) => void
+    ) =>
+      decoded(result, (event) => {
+        const out: Array<StreamChunk> = []
+        const state = itemFor(kind, event.item_id, event.output_index)
+        if (!state.closed) apply(out, state, event)
+        return Either.right(out)
+      })
     switch (type) {
       case "response.output_item.added":
         return decoded(decodeItem(json), (event) => Either.right(added(event, (json as { item: unknown }).item)))
       case "response.output_item.done":
         return decoded(decodeItem(json), (event) => Either.right(done(event, (json as { item: unknown }).item)))
       case "response.output_text.delta":
-        return decoded(decodeDelta(json), (event) => {
-          const out: Array<StreamChunk> = []
-          const state = itemFor("message", event.item_id, event.output_index)
-          if (!state.closed) appendText(out, state, event.delta)
-          return Either.right(out)
-        })
+        return delta(decodeDelta(json), "message", (out, state, event) => appendText(out, state, event.delta))
       case "response.refusal.delta":
-        return decoded(decodeDelta(json), (event) => {
-          const out: Array<StreamChunk> = []
-          const state = itemFor("message", event.item_id, event.output_index)
-          if (!state.closed) {
-            state.refusal += event.delta
-            appendText(out, state, event.delta)
-          }
-          return Either.right(out)
+        return delta(decodeDelta(json), "message", (out, state, event) => {
+          state.refusal += event.delta
+          appendText(out, state, event.delta)
         })
       case "response.reasoning_summary_text.delta":
       case "response.reasoning_text.delta":
-        return decoded(decodeDelta(json), (event) => {
-          const out: Array<StreamChunk> = []
-          const state = itemFor("reasoning", event.item_id, event.output_index)
-          if (!state.closed) appendReasoning(out, state, event.delta, event.summary_index ?? 0)
-          return Either.right(out)
-        })
+        return delta(
+          decodeDelta(json),
+          "reasoning",
+          (out, state, event) => appendReasoning(out, state, event.delta, event.summary_index ?? 0)
+        )
       case "response.function_call_arguments.delta":
-        return decoded(decodeDelta(json), (event) => {
-          const out: Array<StreamChunk> = []
-          const state = itemFor("function_call", event.item_id, event.output_index)
-          if (!state.closed) appendArguments(out, state, event.delta)
-          return Either.right(out)
-        })
+        return delta(decodeDelta(json), "function_call", (out, state, event) => appendArguments(out, state, event.delta))
       case "response.function_call_arguments.done":
-        return decoded(decodeArgumentsDone(json), (event) => {
-          const out: Array<StreamChunk> = []
-          const state = itemFor("function_call", event.item_id, event.output_index)
-          if (!state.closed && state.arguments === "") appendArguments(out, state, event.arguments ?? "")
-          return Either.right(out)
+        return delta(decodeArgumentsDone(json), "function_call", (out, state, event) => {
+          if (state.arguments === "") appendArguments(out, state, event.arguments ?? "")
         })
       case "response.completed":
-        return decoded(decodeResponse(json), (event) => {
-          ended = true
-          return completed(event.response)
-        })
+        ended = true
+        return decoded(decodeResponse(json), (event) => completed(event.response))
       case "response.incomplete":
-        return decoded(decodeResponse(json), (event) => {
-          ended = true
-          return incomplete(event.response)
-        })
+        ended = true
+        return decoded(decodeResponse(json), (event) => incomplete(event.response))
       case "response.failed":
+        ended = true
         return decoded(decodeResponse(json), (event) => {
-          ended = true
           const error = event.response.error
           return Either.left(
             error === undefined || error === null

@@ -303,11 +303,17 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
       })
 
     const stream = (request: ModelRequest): Stream.Stream<StreamChunk, ModelError> =>
-      Stream.unwrap(Effect.map(Ref.get(encryptedReasoning), (reasoning) =>
-        attempt(request, reasoning).pipe(
-          // A status failure comes before any chunk, so the request can be sent again as a whole.
+      Stream.unwrap(Effect.map(Ref.get(encryptedReasoning), (reasoning) => {
+        let emitted = false
+        return attempt(request, reasoning).pipe(
+          Stream.tap(() =>
+            Effect.sync(() => {
+              emitted = true
+            })
+          ),
+          // Sent again only when it failed before any chunk, so nothing is streamed twice.
           Stream.catchAll((error) =>
-            !reasoning
+            !reasoning || emitted
               ? Stream.fail(error)
               : refusesEncryptedContent(error)
               ? Stream.unwrap(Effect.as(Ref.set(encryptedReasoning, false), attempt(request, false)))
@@ -315,7 +321,8 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
               ? attempt(request, true, false)
               : Stream.fail(error)
           )
-        ))).pipe(Stream.withSpan("OpenAiModel.stream", { attributes: { model: options.model } }))
+        )
+      })).pipe(Stream.withSpan("OpenAiModel.stream", { attributes: { model: options.model } }))
 
     return Model.of({ stream })
   })

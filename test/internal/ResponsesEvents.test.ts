@@ -174,7 +174,12 @@ describe("ResponsesEvents", () => {
       {
         type: "response.output_item.done",
         output_index: index,
-        item: { id, type: "web_search_call", status: "completed", action: { type: "search", query: "tech news today", sources: [{ type: "url", url: "https://example.com/a" }] } }
+        item: {
+          id,
+          type: "web_search_call",
+          status: "completed",
+          action: { type: "search", query: "tech news today", sources: [{ type: "url", url: "https://example.com/a" }] }
+        }
       }
     ]
     const { chunks, failure } = decode([
@@ -189,7 +194,14 @@ describe("ResponsesEvents", () => {
       message("msg_1", 4, "added", []),
       { type: "response.content_part.added", item_id: "msg_1", output_index: 4, content_index: 0, part: { type: "output_text", annotations: [], text: "" } },
       textDelta("msg_1", 4, "I checked today’s"),
-      { type: "response.output_text.annotation.added", item_id: "msg_1", output_index: 4, content_index: 0, annotation_index: 0, annotation: { type: "url_citation", url: "https://example.com/a", start_index: 0, end_index: 5, title: "A" } },
+      {
+        type: "response.output_text.annotation.added",
+        item_id: "msg_1",
+        output_index: 4,
+        content_index: 0,
+        annotation_index: 0,
+        annotation: { type: "url_citation", url: "https://example.com/a", start_index: 0, end_index: 5, title: "A" }
+      },
       textDelta("msg_1", 4, " tech headlines."),
       { type: "response.output_text.done", item_id: "msg_1", output_index: 4, content_index: 0, text: "I checked today’s tech headlines." },
       message("msg_1", 4, "done", [{ type: "output_text", annotations: [], text: "I checked today’s tech headlines." }]),
@@ -210,7 +222,8 @@ describe("ResponsesEvents", () => {
   })
 
   it("an error event (insufficient_quota) followed by response.failed fails with QUOTA and the provider's message", () => {
-    const text = "You exceeded your current quota, please check your plan and billing details. For more information on this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
+    const text = "You exceeded your current quota, please check your plan and billing details. For more information on " +
+      "this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
     const { chunks, failure } = decode([
       created,
       inProgress,

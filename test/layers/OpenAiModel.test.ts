@@ -414,6 +414,22 @@ describe("OpenAiModel over HTTP", () => {
       expect(failureOf(runs[1]!.error)).toMatchObject({ code: "INVALID_REQUEST", retryable: false, status: 400 })
     }))
 
+  it.scoped("after a chunk has been streamed, the same refusal in the stream is the failure: nothing is sent again", () =>
+    Effect.gen(function*() {
+      const events = Fake.responseEvents({ text: ["Hel", "lo"], usage: { input: 1, output: 1 } })
+      const upToFirstDelta = events.slice(0, events.findIndex((e) => e.type === "response.output_text.delta") + 1)
+      const error = { type: "error", error: { code: 400, message: "Encrypted content is not supported with this model." } }
+      const { chunks, error: failure, received } = yield* run([
+        { _tag: "Sse", frames: [...upToFirstDelta, error].map((e) => Fake.frame(e.type as string, e)) }
+      ])
+      expect(chunks).toStrictEqual([
+        { type: "block-start", index: 0, block: "text" },
+        { type: "text-delta", index: 0, text: "Hel" }
+      ])
+      expect(failureOf(failure)).toMatchObject({ status: 400, retryable: false })
+      expect(received).toHaveLength(1)
+    }))
+
   it.scoped("a server that stops sending is a retryable TIMEOUT once the layer's timeouts pass", () =>
     Effect.gen(function*() {
       const events = Fake.responseEvents({ text: ["Hel", "lo"], usage: { input: 1, output: 1 } })

@@ -421,6 +421,23 @@ describe("ChatCompletionsEvents tool calls", () => {
     ])
   })
 
+  it("a call whose id, arguments and name come in separate deltas starts once its name is known", () => {
+    const out = decode([
+      data(chunk({ tool_calls: [{ index: 0, id: "c9", type: "function" }] })),
+      data(chunk({ tool_calls: [{ index: 0, function: { arguments: "{\"q\":" } }] })),
+      data(chunk({ tool_calls: [{ index: 0, function: { name: "lookup", arguments: "1}" } }] })),
+      data(chunk({}, "tool_calls")),
+      DONE
+    ])
+    expect(out.failure).toBeUndefined()
+    expect(out.chunks).toStrictEqual([
+      { type: "block-start", index: 0, block: "tool-call", id: "c9", name: "lookup" },
+      { type: "tool-call-delta", index: 0, arguments: "{\"q\":1}" },
+      { type: "block-end", index: 0 },
+      stop
+    ])
+  })
+
   it("arguments that are not JSON, or a call without a name, are non-retryable MALFORMED_STREAM failures", () => {
     expect(decode([data(chunk({ tool_calls: [call(0, { id: "c1", name: "f", arguments: "{\"a\":" })] })), data(chunk({}, "tool_calls"))]).failure)
       .toStrictEqual({ message: `${HOST}: the arguments of tool call c1 (f) are not JSON`, code: "MALFORMED_STREAM", retryable: false })

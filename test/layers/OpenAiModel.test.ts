@@ -414,7 +414,7 @@ describe("OpenAiModel over HTTP", () => {
       expect(failureOf(runs[1]!.error)).toMatchObject({ code: "INVALID_REQUEST", retryable: false, status: 400 })
     }))
 
-  it.scoped("after a chunk has been streamed, the same refusal in the stream is the failure: nothing is sent again", () =>
+  it.scoped("after a chunk has been streamed, the same 400 as a stream error is the failure: nothing is sent again", () =>
     Effect.gen(function*() {
       const events = Fake.responseEvents({ text: ["Hel", "lo"], usage: { input: 1, output: 1 } })
       const upToFirstDelta = events.slice(0, events.findIndex((e) => e.type === "response.output_text.delta") + 1)

@@ -561,4 +561,60 @@ describe("OpenAiModel in an agent", () => {
       }).pipe(Effect.provide(agent(server)))
       expect((yield* server.requests).length).toBe(2)
     }))
+
+  it.scoped("a quota error in the stream ends the turn with QUOTA and the provider's message, without a retry", () =>
+    Effect.gen(function*() {
+      const quota = "You exceeded your current quota, please check your plan and billing details."
+      const created = Fake.responseEvents({ text: ["x"], usage: { input: 1, output: 1 } })[0]!
+      const server = yield* Fake.listen([{
+        _tag: "Sse",
+        frames: [
+          created,
+          { type: "error", sequence_number: 1, error: { type: "insufficient_quota", code: "insufficient_quota", message: quota, param: null } },
+          {
+            type: "response.failed",
+            sequence_number: 2,
+            response: { id: "resp_1", status: "failed", error: { code: "insufficient_quota", message: quota } }
+          }
+        ].map((e) => Fake.frame(e.type as string, e))
+      }])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("q", "hello"))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(ofType(all, "llm/retry")).toStrictEqual([])
+        expect(ofType(all, "turn/end").map((e) => e.data.reason)).toStrictEqual([
+          { kind: "error", error: { code: "QUOTA", retryable: false, message: `OpenAI: ${quota}` } }
+        ])
+      }).pipe(Effect.provide(agent(server)))
+      expect((yield* server.requests).length).toBe(1)
+    }))
+
+  it.scoped("a refusal is streamed as text and ends the turn with REFUSAL, without a retry", () =>
+    Effect.gen(function*() {
+      const refusal = "I'm sorry, I can't help with that."
+      const wire = Fake.responseEvents({ text: [refusal], usage: { input: 4, output: 9 } }).map((e) =>
+        e.type === "response.output_text.delta"
+          ? { ...e, type: "response.refusal.delta" }
+          : e.type === "response.output_item.done"
+          ? { ...e, item: { id: "msg_1", type: "message", status: "completed", role: "assistant", content: [{ type: "refusal", refusal }] } }
+          : e
+      )
+      const server = yield* Fake.listen([{ _tag: "Sse", frames: wire.map((e) => Fake.frame(e.type as string, e)) }])
+      yield* Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(user("q", "something bad"))
+        yield* driver.whenIdle
+        const all = yield* events
+        expect(ofType(all, "assistant/chunk").map((e) => e.data.chunk).filter((c) => c.type === "text-delta")).toStrictEqual([
+          { type: "text-delta", index: 0, text: refusal }
+        ])
+        expect(ofType(all, "llm/retry")).toStrictEqual([])
+        expect(ofType(all, "turn/end").map((e) => e.data.reason)).toStrictEqual([
+          { kind: "error", error: { code: "REFUSAL", retryable: false, message: `OpenAI: the model refused: ${refusal}` } }
+        ])
+      }).pipe(Effect.provide(agent(server)))
+      expect((yield* server.requests).length).toBe(1)
+    }))
 })

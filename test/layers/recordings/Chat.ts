@@ -75,7 +75,7 @@ const expectResponse = (payloads: ReadonlyArray<any>, done: boolean): ExpectedRe
     finish,
     replay: [assistant(
       text,
-      expectedCalls.map((c) => ({ id: c.id, name: c.name, arguments: argumentsValue(c.arguments === "{}" ? "" : c.arguments) })),
+      expectedCalls.map((c) => ({ id: c.id, name: c.name, arguments: argumentsValue(c.arguments) })),
       // The host's reasoning goes back in its own field within a tool loop (DeepSeek requires it).
       expectedCalls.length > 0 && reasoningField !== undefined ? { field: reasoningField, text: reasoning } : undefined
     )]

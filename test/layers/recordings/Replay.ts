@@ -34,7 +34,7 @@ export const FOLLOW_UP = "And then?"
 
 /** What the test tool returns for a call: a calculator computes; any other tool reports the weather of its call. */
 export const resultOf = (call: ExpectedCall): string => {
-  const args = argumentsValue(call.arguments === "{}" ? "" : call.arguments) as any
+  const args = argumentsValue(call.arguments) as any
   if (call.name === "calculator") {
     const { a, b, op } = args
     return String(op === "add" ? a + b : op === "subtract" ? a - b : op === "multiply" ? a * b : a / b)
@@ -46,7 +46,7 @@ export const resultOf = (call: ExpectedCall): string => {
 const toolsFor = (expected: ReadonlyArray<ExpectedResponse>): Array<ToolDefinition<any>> => {
   const byName = new Map<string, Array<Record<string, unknown>>>()
   for (const call of expected.flatMap((r) => r.calls)) {
-    const args = argumentsValue(call.arguments === "{}" ? "" : call.arguments)
+    const args = argumentsValue(call.arguments)
     byName.set(call.name, [...(byName.get(call.name) ?? []), typeof args === "object" && args !== null ? args as Record<string, unknown> : {}])
   }
   return [...byName.entries()].map(([name, calls]) => {

@@ -96,7 +96,7 @@ const expectResponse = (payloads: ReadonlyArray<any>): ExpectedResponse => {
     }
     if (i.type === "function_call") {
       const call = calls.find((c) => c.id === i.call_id)!
-      return [{ kind: "call", id: call.id, name: call.name, arguments: argumentsValue(call.arguments === "{}" ? "" : call.arguments) }]
+      return [{ kind: "call", id: call.id, name: call.name, arguments: argumentsValue(call.arguments) }]
     }
     return []
   })

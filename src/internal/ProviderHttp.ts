@@ -156,6 +156,9 @@ const parseBody = (text: string): unknown => {
   }
 }
 
+const isJson = (headers: Readonly<Record<string, string>>): boolean =>
+  /^application\/(.+\+)?json\b/i.test(headerOf(headers, "content-type") ?? "")
+
 const seconds = (duration: Duration.Duration): string => Duration.format(duration)
 
 /**
@@ -171,22 +174,24 @@ export const streamEvents = (
   body: unknown
 ): Stream.Stream<SseEvent, ModelError> => {
   const host = hostOf(endpoint.url)
+  // A host that is its own provider label (an OpenAI-compatible server) is not named twice.
+  const at = (preposition: string) => endpoint.provider === host ? "" : ` ${preposition} ${host}`
   const failWith = (failure: LlmFailure) => fail(endpoint, failure)
   const timeout = (what: string, duration: Duration.Duration, variable: string) =>
     failWith(failureOf(
       "timeout",
-      `${endpoint.provider}: ${what} from ${host} within ${seconds(duration)} (${variable})`
+      `${endpoint.provider}: ${what}${at("from")} within ${seconds(duration)} (${variable})`
     ))
 
   const requestFailure = (error: HttpClientError.HttpClientError): ModelError =>
     error._tag === "RequestError" && error.reason !== "Transport"
-      ? failWith(failureOf("invalid-request", `${endpoint.provider}: cannot send the request to ${host}: ${error.reason}`))
-      : failWith(failureOf("network", `${endpoint.provider}: cannot reach ${host}: ${transportReason(error.cause)}`))
+      ? failWith(failureOf("invalid-request", `${endpoint.provider}: cannot send the request${at("to")}: ${error.reason}`))
+      : failWith(failureOf("network", `${endpoint.provider}: cannot connect${at("to")}: ${transportReason(error.cause)}`))
 
   const bodyFailure = (error: HttpClientError.ResponseError): ModelError =>
     failWith(failureOf(
       "network",
-      `${endpoint.provider}: the connection to ${host} broke during the response: ${transportReason(error.cause)}`
+      `${endpoint.provider}: the connection${at("to")} broke during the response: ${transportReason(error.cause)}`
     ))
 
   const statusFailure = (response: HttpClientResponse.HttpClientResponse) =>
@@ -205,6 +210,22 @@ export const streamEvents = (
       return failWith(fromPayload(endpoint.provider, parseBody(text.slice(0, MAX_ERROR_BODY)), extra))
     })
 
+  // Some hosts answer a streamed request that fails with 200 and a JSON error body, no stream.
+  const jsonBodyFailure = (response: HttpClientResponse.HttpClientResponse) =>
+    Effect.gen(function*() {
+      const text = yield* response.text.pipe(
+        Effect.timeout(endpoint.timeouts.idle),
+        Effect.orElseSucceed(() => "")
+      )
+      const body = parseBody(text.slice(0, MAX_ERROR_BODY))
+      return Predicate.hasProperty(body, "error")
+        ? failWith(fromPayload(endpoint.provider, body))
+        : failWith(failureOf(
+          "malformed-output",
+          `${endpoint.provider}: expected a stream of server-sent events, got a JSON body: ${text.slice(0, 120)}`
+        ))
+    })
+
   const request = HttpClientRequest.post(endpoint.url).pipe(
     HttpClientRequest.setHeaders(endpoint.headers),
     HttpClientRequest.accept("text/event-stream"),
@@ -221,6 +242,7 @@ export const streamEvents = (
       })
     )
     if (response.status < 200 || response.status > 299) return yield* Effect.flip(statusFailure(response))
+    if (isJson(response.headers)) return yield* Effect.flip(jsonBodyFailure(response))
     const pull = yield* Stream.toPull(Stream.mapError(response.stream, bodyFailure))
     const headersAt = yield* Clock.currentTimeMillis
     const firstByteLeft = Duration.millis(

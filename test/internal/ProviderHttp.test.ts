@@ -118,6 +118,20 @@ describe("ProviderHttp.streamEvents", () => {
       expect(failure?.message).not.toContain("\n")
     })))
 
+  it.live("a 200 with a JSON error body instead of a stream is classified by that error", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { url } = yield* serve((_request, response) => {
+        response.writeHead(200, { "content-type": "application/json; charset=utf-8" })
+        response.end(JSON.stringify({ error: { code: "context_length_exceeded", message: "This model's maximum context length is 8192 tokens." } }))
+      })
+      const result = yield* run(url)
+      expect(result._tag === "Left" ? result.left.failure : result).toEqual({
+        message: "Test: This model's maximum context length is 8192 tokens.",
+        code: "CONTEXT_OVERFLOW",
+        retryable: false
+      })
+    })))
+
   it.live("an unreachable server is a retryable NETWORK failure that names the host and the reason, not the request", () =>
     Effect.gen(function*() {
       const port = yield* Effect.async<number>((resume) => {
@@ -129,7 +143,7 @@ describe("ProviderHttp.streamEvents", () => {
       })
       const result = yield* run(`http://127.0.0.1:${port}/v1/x`)
       expect(result._tag === "Left" ? result.left.failure : result).toEqual({
-        message: `Test: cannot reach 127.0.0.1:${port}: connection refused`,
+        message: `Test: cannot connect to 127.0.0.1:${port}: connection refused`,
         code: "NETWORK",
         retryable: true
       })

@@ -590,7 +590,7 @@ describe("OpenAiCompatibleModel failures", () => {
     Effect.gen(function*() {
       const { label, run: refused } = yield* run([Fake.reset])
       expect(failureOf(refused)).toStrictEqual(Option.some({
-        message: `${label}: cannot reach ${label}: connection closed`,
+        message: `${label}: cannot connect: connection closed`,
         code: "NETWORK",
         retryable: true
       }))
@@ -600,7 +600,7 @@ describe("OpenAiCompatibleModel failures", () => {
         { type: "text-delta", index: 0, text: "par" }
       ])
       expect(failureOf(broken)).toStrictEqual(Option.some({
-        message: `${brokenLabel}: the connection to ${brokenLabel} broke during the response: connection closed`,
+        message: `${brokenLabel}: the connection broke during the response: connection closed`,
         code: "NETWORK",
         retryable: true
       }))
@@ -786,7 +786,7 @@ describe("OpenAiCompatibleModel timeouts", () => {
       )
       expect(out.chunks).toStrictEqual([])
       expect(out.failure).toStrictEqual([{
-        message: `${LABEL}: no response from ${LABEL} within 2s (connect timeout)`,
+        message: `${LABEL}: no response within 2s (connect timeout)`,
         code: "TIMEOUT",
         retryable: true
       }])
@@ -801,7 +801,7 @@ describe("OpenAiCompatibleModel timeouts", () => {
         stalledClient({ body: "" })
       )
       expect(out.failure).toStrictEqual([{
-        message: `${LABEL}: no data from ${LABEL} within 3s (first-byte timeout)`,
+        message: `${LABEL}: no data within 3s (first-byte timeout)`,
         code: "TIMEOUT",
         retryable: true
       }])
@@ -818,7 +818,7 @@ describe("OpenAiCompatibleModel timeouts", () => {
         { type: "text-delta", index: 0, text: "par" }
       ])
       expect(out.failure).toStrictEqual([{
-        message: `${LABEL}: nothing more from ${LABEL} within 1s (idle timeout)`,
+        message: `${LABEL}: nothing more within 1s (idle timeout)`,
         code: "TIMEOUT",
         retryable: true
       }])
@@ -831,7 +831,7 @@ describe("OpenAiCompatibleModel timeouts", () => {
       )
       const idle = yield* stepped(layer, stalledClient({ body: Fake.event(Fake.chunk({ content: "par" })) }))
       expect(idle.failure).toStrictEqual([{
-        message: `${LABEL}: nothing more from ${LABEL} within 1s 500ms (idle timeout)`,
+        message: `${LABEL}: nothing more within 1s 500ms (idle timeout)`,
         code: "TIMEOUT",
         retryable: true
       }])

@@ -317,6 +317,10 @@ export const makeDecoder = (): ResponsesDecoder => {
       register(fresh(kind, item.call_id ?? item.id ?? `item_${items.length}`), item.id, event.output_index)
     const out: Array<StreamChunk> = []
     if (kind === "function_call") {
+      // An item first seen through its deltas is known by its item id until its call id comes.
+      if (state.block === undefined && item.call_id !== undefined && item.call_id !== null && item.call_id !== "") {
+        state.callId = item.call_id
+      }
       if (state.name === undefined && item.name !== undefined && item.name !== null && item.name !== "") {
         state.name = item.name
       }
@@ -342,7 +346,7 @@ export const makeDecoder = (): ResponsesDecoder => {
       }
     }
     if (state.kind === "reasoning" && !state.streamed) {
-      ;(item.summary ?? []).forEach((part, n) => appendReasoning(out, state, part.text ?? "", n))
+      for (const [part, summary] of (item.summary ?? []).entries()) appendReasoning(out, state, summary.text ?? "", part)
     }
     if (state.kind === "function_call" && state.arguments === "") {
       appendArguments(out, state, item.arguments ?? "")

@@ -372,6 +372,25 @@ describe("ResponsesEvents", () => {
     ])
   })
 
+  it("argument deltas before their item is announced wait for its name and call id", () => {
+    const { chunks, failure } = decode([
+      created,
+      argsDelta("fc_1", 0, "{\"text\":"),
+      call("fc_1", 0, "call_9", "echo", "", "in_progress"),
+      argsDelta("fc_1", 0, "\"hi\"}"),
+      call("fc_1", 0, "call_9", "echo", "{\"text\":\"hi\"}", "completed"),
+      completed(usage(1, 1))
+    ])
+    expect(failure).toBeUndefined()
+    expect(chunks.filter((chunk) => chunk.type !== "usage")).toEqual([
+      { type: "block-start", index: 0, block: "tool-call", id: "call_9", name: "echo" },
+      { type: "tool-call-delta", index: 0, arguments: "{\"text\":" },
+      { type: "tool-call-delta", index: 0, arguments: "\"hi\"}" },
+      { type: "block-end", index: 0 },
+      { type: "finish", finish: { kind: "stop" } }
+    ])
+  })
+
   it("arguments that are not JSON fail with MALFORMED_STREAM, except when the output was cut at max_output_tokens", () => {
     const broken = [
       created,

@@ -122,6 +122,40 @@ export const failureMessage = (e: unknown): string => {
   }
 }
 
+/**
+ * How many characters of a failure value's JSON a tool result shows; a longer JSON is cut and ends
+ * with `…`.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const TOOL_FAILURE_JSON_CHARS = 500
+
+/**
+ * The `<message>` of a tool result's `Error: <message>` text (SPEC 4.6 table). A string `message` is
+ * used as it is, as in {@link failureMessage}; where `String(e)` would only give an object's tag
+ * (`[object Object]`), the value's JSON is shown instead (cut to {@link TOOL_FAILURE_JSON_CHARS}
+ * characters), so that the model reads what the tool failed with. A value JSON cannot encode (a
+ * cycle, a throwing getter) keeps `String(e)`. SPEC 4.7's `LlmFailure` rule, which does say
+ * `[object Object]`, is {@link failureMessage} and stays unchanged.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const toolFailureText = (e: unknown): string => {
+  const message = failureMessage(e)
+  if ((typeof e !== "object" || e === null) && typeof e !== "function") return message
+  if (stringField(e, "message") !== undefined || !message.startsWith("[object ")) return message
+  let json: string | undefined
+  try {
+    json = JSON.stringify(e)
+  } catch {
+    return message
+  }
+  if (typeof json !== "string") return message
+  return json.length > TOOL_FAILURE_JSON_CHARS ? `${json.slice(0, TOOL_FAILURE_JSON_CHARS)}…` : json
+}
+
 const errorOutput = (text: string): NormalizedToolOutput =>
   Object.freeze({
     content: Object.freeze([Object.freeze({ type: "text" as const, text })]),
@@ -139,12 +173,12 @@ const errorOutput = (text: string): NormalizedToolOutput =>
 export const outcomeOutput = (call: ToolCallRef, outcome: ToolOutcome): NormalizedToolOutput =>
   ToolOutcome.$match(outcome, {
     Succeeded: ({ output }) => output,
-    Failed: ({ error }) => errorOutput(`Error: ${failureMessage(error)}`),
-    Died: ({ defect }) => errorOutput(`Error: ${failureMessage(defect)}`),
+    Failed: ({ error }) => errorOutput(`Error: ${toolFailureText(error)}`),
+    Died: ({ defect }) => errorOutput(`Error: ${toolFailureText(defect)}`),
     UnknownTool: () => errorOutput(`Error: unknown tool ${call.name}`),
     InvalidArguments: ({ detail }) => errorOutput(`Error: invalid arguments for ${call.name}: ${detail}`),
     Denied: ({ reason }) => errorOutput(`Error: tool call denied: ${reason}`),
-    PreHookFailed: ({ error }) => errorOutput(`Error: ${failureMessage(error)}`),
+    PreHookFailed: ({ error }) => errorOutput(`Error: ${toolFailureText(error)}`),
     InvalidOutput: ({ detail }) => errorOutput(`Error: tool produced invalid output: ${detail}`),
     Aborted: () => errorOutput("Error: tool call aborted"),
     AbortedBeforeDispatch: () => errorOutput("Error: tool call aborted before dispatch"),

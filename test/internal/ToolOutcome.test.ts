@@ -12,6 +12,7 @@ import {
   outcomeError,
   outcomeOutput,
   runsToolPost,
+  TOOL_FAILURE_JSON_CHARS,
   toolOutputProblem,
   ToolOutcome,
   toolResultMessage
@@ -58,19 +59,35 @@ describe("result mapping (SPEC 4.6)", () => {
     })
   })
 
-  it("body failed with an untagged value: name Error, code TOOL_ERROR, message by the 4.7 rule", () => {
+  it("body failed with an untagged value: name Error, code TOOL_ERROR, its string message or String(e)", () => {
     expect(row(ToolOutcome.Failed({ error: new TypeError("bad input") }))).toEqual({
       text: "Error: bad input",
       isError: true,
       error: { name: "Error", code: "TOOL_ERROR" }
     })
     expect(row(ToolOutcome.Failed({ error: "nope" }))).toEqual({ text: "Error: nope", isError: true, error: { name: "Error", code: "TOOL_ERROR" } })
+    expect(row(ToolOutcome.Failed({ error: { _tag: "Custom", code: "C1", message: "custom" } })).error).toEqual({ name: "Custom", code: "C1" })
+  })
+
+  it("a plain object without a string message reads as its JSON, never [object Object]", () => {
     expect(row(ToolOutcome.Failed({ error: { code: 42, reason: "x" } }))).toEqual({
-      text: "Error: [object Object]",
+      text: `Error: {"code":42,"reason":"x"}`,
       isError: true,
       error: { name: "Error", code: "TOOL_ERROR" }
     })
-    expect(row(ToolOutcome.Failed({ error: { _tag: "Custom", code: "C1", message: "custom" } })).error).toEqual({ name: "Custom", code: "C1" })
+    expect(row(ToolOutcome.Died({ defect: { message: 3 } })).text).toBe(`Error: {"message":3}`)
+    expect(row(ToolOutcome.PreHookFailed({ error: Object.create(null) })).text).toBe("Error: {}")
+    // A long value is cut; one JSON cannot encode (a cycle, a throwing getter) falls back to String(e).
+    const long = row(ToolOutcome.Failed({ error: { text: "x".repeat(2000) } })).text
+    expect(long).toBe(`Error: {"text":"${"x".repeat(TOOL_FAILURE_JSON_CHARS - 9)}…`)
+    const cyclic: Record<string, unknown> = { a: 1 }
+    cyclic.self = cyclic
+    expect(row(ToolOutcome.Failed({ error: cyclic })).text).toBe("Error: [object Object]")
+    const hostile = { get reason(): string { throw new Error("getter") } }
+    expect(row(ToolOutcome.Failed({ error: hostile })).text).toBe("Error: [object Object]")
+    // A value with its own toString, and an array, read as String(e) does.
+    expect(row(ToolOutcome.Failed({ error: { toString: () => "custom text" } })).text).toBe("Error: custom text")
+    expect(row(ToolOutcome.Failed({ error: 7 })).text).toBe("Error: 7")
   })
 
   it("body died", () => {

@@ -196,6 +196,7 @@ const acquireDriver = (
 /**
  * Opens one agent in the current scope: its session state, log, inbox, pre-step registry, hooks and
  * driver, built together (one context instead of a layer per service). Closing the scope is disposal.
+ * The context also holds the internal session state (`Sessions` reads its poison flag).
  *
  * @since 0.1.0
  * @category constructors
@@ -203,7 +204,7 @@ const acquireDriver = (
 export const acquireAgent = (
   options: AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })
 ): Effect.Effect<
-  Context.Context<Driver | Inbox | SessionLog | PreStep | Hooks | HooksRunner>,
+  Context.Context<Driver | Inbox | SessionLog | PreStep | Hooks | HooksRunner | SessionState>,
   AgentOpenError,
   SessionStore | Model | Tools | Scope.Scope
 > =>
@@ -214,10 +215,9 @@ export const acquireAgent = (
       Context.add(PreStep, yield* PreStepModule.make),
       Context.merge(yield* makeWithRunner)
     )
-    const driver = yield* acquireDriver(options).pipe(
-      Effect.provide(Context.add(services, SessionState, state))
-    )
-    return Context.add(services, Driver, driver)
+    const withState = Context.add(services, SessionState, state)
+    const driver = yield* acquireDriver(options).pipe(Effect.provide(withState))
+    return Context.add(withState, Driver, driver)
   })
 
 /**

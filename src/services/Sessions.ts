@@ -5,12 +5,13 @@
  * @since 0.1.0
  */
 import type { Duration } from "effect"
-import { Context, Effect, ExecutionStrategy, Exit, Layer, RcMap, Scope } from "effect"
+import { Context, Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, RcMap, Scope } from "effect"
 import type {
   AgentBusy,
   ForkError,
   MalformedLog,
   PersistenceError,
+  SessionExists,
   SessionNotFound,
   UnsupportedLogVersion
 } from "../domain/Errors.js"
@@ -18,7 +19,10 @@ import type { EventOf } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import type { AgentOptions } from "../layers/Agent.js"
 import { acquireAgent } from "../layers/Agent.js"
+import { peek } from "../internal/Peek.js"
 import { foldOptionsOf } from "../internal/SessionOpen.js"
+import type { SessionStateShape } from "../internal/SessionState.js"
+import { SessionState } from "../internal/SessionState.js"
 import type { Driver } from "./Driver.js"
 import type { ForkOptions } from "./Fork.js"
 import { forkSession } from "./Fork.js"
@@ -63,8 +67,22 @@ export interface SessionSummary {
  * @category tags
  */
 export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
-  /** The live services of a session, created when not stored and resumed otherwise; shared. */
+  /**
+   * The live services of a session, created when not stored and resumed otherwise; shared. A
+   * poisoned agent (SPEC 6.3) is closed as soon as its last user releases it, so the next `open`
+   * resumes the session afresh; while other users still hold it, `open` shares it.
+   */
   readonly open: (id: SessionId) => Effect.Effect<
+    Context.Context<SessionServices>,
+    SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError | AgentBusy,
+    Scope.Scope
+  >
+  /**
+   * Closes the session's current agent in this process (disposal, SPEC 3.7), even while users hold
+   * it, then opens it afresh as `open` does. The old agent's users see a disposed agent: its
+   * operations fail with `AgentDisposed` and its streams end.
+   */
+  readonly reopen: (id: SessionId) => Effect.Effect<
     Context.Context<SessionServices>,
     SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError | AgentBusy,
     Scope.Scope
@@ -78,7 +96,7 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
 }>() {
   /**
    * Sessions over the provided store, model and tools; each session's agent is disposed after
-   * `idleTimeToLive` without users.
+   * `idleTimeToLive` without users (at once when it is poisoned).
    *
    * @since 0.1.0
    */
@@ -100,46 +118,131 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
           acquireAgent({ ...agentOptions, ...(resume ? { resume: id } : { sessionId: id }) }).pipe(
             Effect.provide(dependencies)
           )
-        // The latest failed open of each session. A failure is not kept: the next `open` tries again
+        // Each agent of a session is a generation: the map's key is `generation:id`, and retiring an
+        // agent (poisoned, or `reopen`) moves the session to the next key. An agent that users still
+        // hold after it was retired therefore never shares a key with its successor, whose entry its
+        // late release could otherwise expire.
+        const generations = new Map<SessionId, number>()
+        const keyOf = (id: SessionId) => `${generations.get(id) ?? 0}:${id}`
+        const idOf = (key: string) => SessionId.make(key.slice(key.indexOf(":") + 1))
+        // Retirements in progress: an open waits for the old agent's disposal (its lease) to finish.
+        const closing = new Map<SessionId, Deferred.Deferred<void>>()
+        const awaitClosing = (id: SessionId) => Effect.suspend(() => {
+          const pending = closing.get(id)
+          return pending === undefined ? Effect.void : Deferred.await(pending)
+        })
+        // The latest failed open of each key. A failure is not kept: the next `open` tries again
         // (the agent holding it may be gone, the storage healed), so a failure leaves the map,
         // unless a newer attempt already replaced it.
-        const latest = new Map<SessionId, Exit.Exit<unknown, unknown>>()
+        const latest = new Map<string, Exit.Exit<unknown, unknown>>()
         const map = yield* RcMap.make({
-          lookup: (id: SessionId) =>
-            Effect.flatMap(store.exists(id), (exists) =>
-              build(id, exists).pipe(
-                // Created by someone else between the check and the create: resume it instead.
-                Effect.catchTag("SessionExists", () => build(id, true))
-              )).pipe(
-                Effect.exit,
-                Effect.tap((exit) =>
-                  Effect.sync(() => Exit.isFailure(exit) ? latest.set(id, exit) : latest.delete(id))
-                )
-              ),
+          lookup: (key: string) =>
+            Effect.gen(function*() {
+              const id = idOf(key)
+              // The agent lives in a scope of its own, so `reopen` can close it while users hold it.
+              const agentScope = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+              const exists = yield* store.exists(id)
+              const context = yield* Scope.extend(
+                build(id, exists).pipe(
+                  // Created by someone else between the check and the create: resume it instead.
+                  Effect.catchTag("SessionExists", () => build(id, true))
+                ),
+                agentScope
+              )
+              const agent: LiveAgent = { key, id, context, state: Context.get(context, SessionState), agentScope, users: 0, retired: false }
+              return agent
+            }).pipe(
+              Effect.exit,
+              Effect.tap((exit) =>
+                Effect.sync(() => Exit.isFailure(exit) ? latest.set(key, exit) : latest.delete(key))
+              )
+            ),
           idleTimeToLive
         })
-        // A failed open releases its reference at once (in a scope of its own) and then leaves the
-        // map, so nothing of it stays behind to expire later, even under a long-lived caller scope.
-        const get = (id: SessionId) =>
+
+        // Takes the agent out of the map and disposes of it now (its users see a disposed agent).
+        // The session's next open builds a new agent under the next key.
+        const retire = (agent: LiveAgent) =>
+          Effect.uninterruptible(Effect.suspend(() => {
+            if (agent.retired) return awaitClosing(agent.id)
+            agent.retired = true
+            if (keyOf(agent.id) === agent.key) generations.set(agent.id, (generations.get(agent.id) ?? 0) + 1)
+            const done = Deferred.unsafeMake<void>(undefined as never)
+            closing.set(agent.id, done)
+            return RcMap.invalidate(map, agent.key).pipe(
+              Effect.zipRight(Scope.close(agent.agentScope, Exit.void)),
+              Effect.ensuring(Effect.suspend(() => {
+                if (closing.get(agent.id) === done) closing.delete(agent.id)
+                return Deferred.succeed(done, undefined)
+              }))
+            )
+          }))
+
+        const isPoisoned = (agent: LiveAgent) => Option.isSome(peek(agent.state.poisoned))
+
+        // One reference to the agent under `key` in a scope of its own (a child of the caller's),
+        // counted as a user; a poisoned agent is retired when its last user releases it. A failed
+        // open releases its reference at once and then leaves the map, so nothing of it stays behind
+        // to expire later, even under a long-lived caller scope.
+        const acquire = (key: string) =>
           Effect.flatMap(Scope.Scope, (scope) =>
             Effect.flatMap(Scope.fork(scope, ExecutionStrategy.sequential), (own) =>
-              Effect.flatMap(Scope.extend(RcMap.get(map, id), own), (exit) =>
-                Exit.isSuccess(exit)
-                  ? Effect.succeed(exit.value)
-                  : Scope.close(own, Exit.void).pipe(
+              Effect.uninterruptibleMask((restore) =>
+                Effect.flatMap(restore(Scope.extend(RcMap.get(map, key), own)), (exit) => {
+                  if (Exit.isSuccess(exit)) {
+                    const agent = exit.value
+                    agent.users += 1
+                    // Runs before the map's own release (finalizers run in reverse order): a
+                    // retired key makes that release close the agent instead of idling it.
+                    return Effect.as(
+                      Scope.addFinalizer(own, Effect.suspend(() => {
+                        agent.users -= 1
+                        return agent.users === 0 && isPoisoned(agent) ? retire(agent) : Effect.void
+                      })),
+                      { agent, own }
+                    )
+                  }
+                  return Scope.close(own, Exit.void).pipe(
                     Effect.zipRight(Effect.suspend(() => {
-                      if (latest.get(id) !== exit) return Effect.void
-                      latest.delete(id)
-                      return RcMap.invalidate(map, id)
+                      if (latest.get(key) !== exit) return Effect.void
+                      latest.delete(key)
+                      return RcMap.invalidate(map, key)
                     })),
                     Effect.zipRight(Effect.failCause(exit.cause))
-                  ))))
+                  )
+                })
+              )))
+
+        // A poisoned agent that nobody else holds is retired and the session opened afresh; one
+        // that others still hold is shared (it is retired when the last of them releases it).
+        const open = (id: SessionId): Effect.Effect<LiveAgent, OpenError, Scope.Scope> =>
+          Effect.gen(function*() {
+            yield* awaitClosing(id)
+            const { agent, own } = yield* acquire(keyOf(id))
+            if (!isPoisoned(agent) || agent.users > 1) return agent
+            yield* retire(agent)
+            yield* Scope.close(own, Exit.void)
+            return yield* open(id)
+          })
+
+        const reopen = (id: SessionId) =>
+          Effect.gen(function*() {
+            yield* awaitClosing(id)
+            const key = keyOf(id)
+            if (yield* RcMap.has(map, key)) {
+              // An open in progress settles first; a failed one has left the map already.
+              yield* Effect.scoped(Effect.flatMap(acquire(key), ({ agent }) => retire(agent))).pipe(
+                Effect.catchAll(() => Effect.void)
+              )
+            }
+            return yield* open(id)
+          })
+
         const fork = (forkOptions: ForkOptions) =>
           Effect.gen(function*() {
-            const open = yield* RcMap.keys(map)
-            if (open.includes(forkOptions.source)) {
+            if (yield* RcMap.has(map, keyOf(forkOptions.source))) {
               yield* Effect.scoped(
-                Effect.flatMap(get(forkOptions.source), (context) => Context.get(context, SessionLog).flush)
+                Effect.flatMap(open(forkOptions.source), (agent) => Context.get(agent.context, SessionLog).flush)
               ).pipe(Effect.catchAll((e) => e._tag === "PersistenceError" ? Effect.fail(e) : Effect.void))
             }
             return yield* forkSession(forkOptions, validation).pipe(Effect.provideService(SessionStore, store))
@@ -172,11 +275,30 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
             })
           })
         })
+        const servicesOf = (agent: Effect.Effect<LiveAgent, OpenError, Scope.Scope>) =>
+          agent.pipe(
+            Effect.map((live): Context.Context<SessionServices> => live.context),
+            Effect.catchTag("SessionExists", (e) => Effect.die(e))
+          )
         return {
-          open: (id) => get(id).pipe(Effect.catchTag("SessionExists", (e) => Effect.die(e))),
+          open: (id) => servicesOf(open(id)),
+          reopen: (id) => servicesOf(reopen(id)),
           fork,
           list
         }
       })
     )
 }
+
+// One agent of the map: its services, its session state and its scope, with its users counted.
+interface LiveAgent {
+  readonly key: string
+  readonly id: SessionId
+  readonly context: Context.Context<SessionServices>
+  readonly state: SessionStateShape
+  readonly agentScope: Scope.CloseableScope
+  users: number
+  retired: boolean
+}
+
+type OpenError = SessionExists | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError | AgentBusy

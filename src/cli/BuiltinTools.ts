@@ -4,10 +4,20 @@
  * running turn can be tried out). A path that leaves the root, directly or through a symbolic
  * link, is refused with an error result that says so; nothing outside the root is read.
  *
+ * `read_file` reads only regular files: a FIFO, a device, a socket or a directory is refused
+ * without being read (the file is opened non-blocking and checked again on the open descriptor, so
+ * a FIFO swapped in meanwhile cannot hang the call). A file with more than one hard link is refused:
+ * its other links may lie outside the root, and a link cannot be traced back to its other names.
+ * At most {@link MAX_FILE_BYTES} bytes (and one more, to know that there are more) are read, however
+ * large the file; a cut falls before a UTF-8 character it would split. A cancel interrupts the read.
+ *
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { DateTime, Duration, Effect, Schema } from "effect"
+import { DateTime, Duration, Effect, Exit, Schema } from "effect"
+import { constants as FsConstants } from "node:fs"
+import type { FileHandle } from "node:fs/promises"
+import * as NodeFs from "node:fs/promises"
 import type { ToolDefinition, ToolOutput } from "../services/Tools.js"
 import { Tool } from "../services/Tools.js"
 import { describeFileError } from "./FileErrors.js"
@@ -28,10 +38,110 @@ export const NAMES: ReadonlyArray<string> = ["clock", "list_dir", "read_file", "
  */
 export const MAX_WAIT_MS = 10_000
 
-/** Files longer than this are cut, with a note saying so. */
-const MAX_FILE_CHARS = 64 * 1024
+/**
+ * The most bytes `read_file` shows of a file; a longer file is cut, with a note saying so.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const MAX_FILE_BYTES = 64 * 1024
 
 const refuse = (content: string): ToolOutput => ({ content, isError: true })
+
+// O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer (a blocked open holds a
+// libuv thread that even process.exit waits for). O_NOFOLLOW: the last component cannot be a
+// symbolic link swapped in after the real path was checked.
+const OPEN_FLAGS = FsConstants.O_RDONLY | FsConstants.O_NONBLOCK | FsConstants.O_NOFOLLOW
+
+/** What a file that is not a regular file is, in words; `undefined` for a regular file. */
+const specialKind = (stats: { isFile(): boolean; isDirectory(): boolean; isFIFO(): boolean; isSocket(): boolean; isCharacterDevice(): boolean; isBlockDevice(): boolean }): string | undefined =>
+  stats.isFile()
+    ? undefined
+    : stats.isDirectory()
+    ? "a directory"
+    : stats.isFIFO()
+    ? "a FIFO (named pipe)"
+    : stats.isSocket()
+    ? "a socket"
+    : stats.isCharacterDevice()
+    ? "a character device"
+    : stats.isBlockDevice()
+    ? "a block device"
+    : "not a regular file"
+
+/**
+ * The length of the longest prefix of `bytes[0, end)` that does not end inside a UTF-8 character:
+ * `end`, or less when the last character's lead byte announces more bytes than are there.
+ */
+const utf8Boundary = (bytes: Uint8Array, end: number): number => {
+  let lead = end
+  while (lead > 0 && end - lead < 3 && (bytes[lead - 1]! & 0xc0) === 0x80) lead--
+  if (lead === 0) return end
+  const first = bytes[lead - 1]!
+  const length = first >= 0xf0 ? 4 : first >= 0xe0 ? 3 : first >= 0xc0 ? 2 : 1
+  return end - lead + 1 < length ? lead - 1 : end
+}
+
+/** The first `limit + 1` bytes of an open regular file (fewer when it is shorter). */
+const readPrefix = (handle: FileHandle, limit: number, fail: (error: unknown) => ToolOutput) =>
+  Effect.gen(function*() {
+    const buffer = new Uint8Array(limit + 1)
+    let filled = 0
+    while (filled < buffer.length) {
+      // Interruptible: a cancel returns at once; the handle is closed when the read comes back.
+      const { bytesRead } = yield* Effect.tryPromise({
+        try: () => handle.read(buffer, filled, buffer.length - filled, filled),
+        catch: fail
+      })
+      if (bytesRead === 0) break
+      filled += bytesRead
+    }
+    return buffer.subarray(0, filled)
+  })
+
+/**
+ * Opens `file` (a real path) non-blocking, checks on the open descriptor that it is a regular file
+ * with one link, and returns the text of at most `limit` bytes and its size; or the refusal.
+ */
+const readRegularFile = (file: string, shown: string, limit: number): Effect.Effect<string, ToolOutput> =>
+  Effect.acquireUseRelease(
+    Effect.tryPromise({
+      try: () => NodeFs.open(file, OPEN_FLAGS),
+      catch: (error) => refuse(`cannot open ${shown}: ${describeFileError(error)}`)
+    }),
+    (handle) =>
+      Effect.gen(function*() {
+        const failed = (what: string) => (error: unknown) => refuse(`cannot ${what} ${shown}: ${describeFileError(error)}`)
+        const stats = yield* Effect.tryPromise({ try: () => handle.stat(), catch: failed("stat") })
+        const kind = specialKind(stats)
+        if (kind !== undefined) return yield* Effect.fail(refuseSpecial(shown, kind))
+        if (stats.nlink > 1) return yield* Effect.fail(refuseLinked(shown, stats.nlink))
+        const bytes = yield* readPrefix(handle, limit, failed("read"))
+        const decoder = new TextDecoder("utf-8")
+        if (bytes.length <= limit) return decoder.decode(bytes)
+        const cut = utf8Boundary(bytes, limit)
+        const size = Math.max(stats.size, bytes.length)
+        return `${decoder.decode(bytes.subarray(0, cut))}\n[cut: ${shown} has ${size} bytes; the first ${cut} are shown]`
+      }),
+    (handle, exit) =>
+      // FileHandle.close waits for a read still running; after a cancel nobody waits for it.
+      Exit.isInterrupted(exit)
+        ? Effect.sync(() => void handle.close().catch(() => undefined))
+        : Effect.ignore(Effect.tryPromise(() => handle.close()))
+  )
+
+const refuseSpecial = (shown: string, kind: string): ToolOutput =>
+  refuse(
+    kind === "a directory"
+      ? `${shown} is a directory; use list_dir`
+      : `refused: ${shown} is ${kind}, not a regular file; read_file reads only regular files`
+  )
+
+const refuseLinked = (shown: string, links: number): ToolOutput =>
+  refuse(
+    `refused: ${shown} has ${links} hard links; read_file reads only files with one link, ` +
+      "since another link may be outside the working directory"
+  )
 
 /**
  * The `wait` tool: sleeps `ms` milliseconds (a number or a numeric string, at most
@@ -91,20 +201,21 @@ export const make = (
       })
 
     const readFile = Tool.make("read_file", {
-      description: "Reads a UTF-8 text file inside the working directory.",
+      description: `Reads a UTF-8 text file inside the working directory (at most the first ${MAX_FILE_BYTES} bytes). ` +
+        "Only regular files with a single hard link are read.",
       parameters: Schema.Struct({ path: Schema.String }),
       mode: "parallel",
       execute: ({ path: requested }) =>
         Effect.gen(function*() {
           const real = yield* confine(requested)
-          const info = yield* fs.stat(real).pipe(Effect.mapError((error) => refuse(`cannot stat ${requested}: ${describeFileError(error)}`)))
-          if (info.type === "Directory") return yield* Effect.fail(refuse(`${requested} is a directory; use list_dir`))
-          const text = yield* fs.readFileString(real).pipe(
-            Effect.mapError((error) => refuse(`cannot read ${requested}: ${describeFileError(error)}`))
-          )
-          return text.length > MAX_FILE_CHARS
-            ? `${text.slice(0, MAX_FILE_CHARS)}\n[cut: ${requested} has ${text.length} characters; the first ${MAX_FILE_CHARS} are shown]`
-            : text
+          // A FIFO, device or socket is refused before it is opened; the open descriptor is checked again.
+          const stats = yield* Effect.tryPromise({
+            try: () => NodeFs.stat(real),
+            catch: (error) => refuse(`cannot stat ${requested}: ${describeFileError(error)}`)
+          })
+          const kind = specialKind(stats)
+          if (kind !== undefined) return yield* Effect.fail(refuseSpecial(requested, kind))
+          return yield* readRegularFile(real, requested, MAX_FILE_BYTES)
         }).pipe(Effect.merge)
     })
 

@@ -6,9 +6,10 @@
  */
 import { Args, Command, Options } from "@effect/cli"
 import type { FileSystem, Path } from "@effect/platform"
-import { Config, Effect, Option } from "effect"
+import { Config, Effect, Either, Option } from "effect"
 import { checkLog } from "../domain/Check.js"
 import { SessionId } from "../domain/Ids.js"
+import { foldOptionsOf, validateLoaded } from "../internal/SessionOpen.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { Sessions } from "../services/Sessions.js"
 import * as BuiltinTools from "./BuiltinTools.js"
@@ -122,16 +123,32 @@ const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
   withSessions(() =>
     Effect.gen(function*() {
       const { events, header } = yield* Environment.loadSession(id)
-      const violations = checkLog(events, { seedLength: header.seedLength, closed: true })
-      if (violations.length === 0) {
+      const lines = checkLog(events, { seedLength: header.seedLength, closed: true })
+        .map((v) => ({ seq: v.seq, line: `seq ${v.seq}  ${v.rule}  ${v.message}` }))
+      // The log is also judged as opening it would judge it (SPEC 6.4 step 2, D6): the acceptance
+      // rules of every event, as the CLI's agents are configured. What a resume refuses fails here too.
+      const opened = validateLoaded(header, events, foldOptionsOf({}))
+      if (Either.isLeft(opened)) {
+        const refusal = opened.left
+        const seq = refusal._tag === "MalformedLog" ? refusal.seq : undefined
+        // A relational rule's refusal is already listed by the checker at the same event.
+        if (seq === undefined || !lines.some((l) => l.seq === seq)) {
+          const line = refusal._tag === "MalformedLog" && seq !== undefined
+            ? `seq ${seq}  malformed  ${refusal.reason}`
+            : refusal.message
+          const at = lines.findIndex((l) => seq === undefined || l.seq > seq)
+          lines.splice(at < 0 ? lines.length : at, 0, { seq: seq ?? -1, line })
+        }
+      }
+      if (lines.length === 0) {
         return yield* Output.lines([`session ${id}: ${events.length} events, no violations`])
       }
       yield* Output.lines([
-        ...violations.map((v) => `seq ${v.seq}  ${v.rule}  ${v.message}`),
-        `session ${id}: ${violations.length} violation${violations.length === 1 ? "" : "s"} in ${events.length} events`
+        ...lines.map((l) => l.line),
+        `session ${id}: ${lines.length} violation${lines.length === 1 ? "" : "s"} in ${events.length} events`
       ])
       return yield* new ExitWith({ code: 1 })
-    }), { agent: false })).pipe(Command.withDescription("Check a session's log against the log rules; exit code 1 on a violation"))
+    }), { agent: false })).pipe(Command.withDescription("Check a session's log against the log rules, as opening it would; exit code 1 on a violation"))
 
 const forkCommand = Command.make("fork", {
   id: sessionId,

@@ -274,4 +274,37 @@ describe("tiller CLI", () => {
       expect(check.code).toBe(1)
       expect(check.stdout).toMatch(/^seq \d+ {2}R19 {2}the log ends inside open turn 1\nsession broken: 1 violation in \d+ events\n$/)
     }), TIMEOUT)
+
+  it.scopedLive("check judges a log as resume does: an unknown event type without ignorable fails both, with ignorable passes both", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      expect((yield* tiller(dir, ["run", "hello", "--session", "whole"])).code).toBe(0)
+      // Two copies of the session with an extension event after the turn: one unmarked, one ignorable.
+      const seq = yield* Effect.gen(function*() {
+        const store = yield* SessionStore
+        const { events, header } = yield* store.load(SessionId.make("whole"))
+        const extra = { seq: events.length, time: events[events.length - 1]!.time, type: "acme/note", data: { note: 1 } }
+        yield* store.create({ ...header, sessionId: SessionId.make("unknown") }, [...events, extra])
+        yield* store.create({ ...header, sessionId: SessionId.make("marked") }, [...events, { ...extra, ignorable: true as const }])
+        return extra.seq
+      }).pipe(Effect.provide(SqliteSessionStore.layer({ filename: path.join(dir, ".tiller", "sessions.db") })))
+
+      const refused = yield* tiller(dir, ["run", "again", "--session", "unknown"])
+      expect(refused.code).toBe(1)
+      expect(refused.stderr).toContain(`malformed log of session unknown at seq ${seq}: event type acme/note is neither core nor declared and is not marked ignorable`)
+      const check = yield* tiller(dir, ["check", "unknown"])
+      expect(check).toEqual({
+        code: 1,
+        stdout: `seq ${seq}  malformed  event type acme/note is neither core nor declared and is not marked ignorable\n` +
+          `session unknown: 1 violation in ${seq + 1} events\n`,
+        stderr: ""
+      })
+
+      expect(yield* tiller(dir, ["check", "marked"])).toEqual({
+        code: 0,
+        stdout: `session marked: ${seq + 1} events, no violations\n`,
+        stderr: ""
+      })
+      expect((yield* tiller(dir, ["run", "again", "--session", "marked"])).code).toBe(0)
+    }), TIMEOUT)
 })

@@ -2,7 +2,9 @@
  * The open lease: at most one live agent per session id per store layer instance (SPEC 6.1). The
  * lease set travels with the store service object itself, so two store layers never share leases
  * and nothing lives at module level. A store whose file other processes may open (SQLite) adds a
- * lease across processes, taken after the in-process one.
+ * lease across processes, taken after the in-process one. The lease across processes is a row the
+ * store writes: a resume checks it (reading only) and takes it once the log was loaded and
+ * validated, so a refused resume leaves the file as it was.
  *
  * @since 0.1.0
  */
@@ -17,14 +19,17 @@ const leaseKey: unique symbol = Symbol("tiller/internal/Lease")
 const processLeaseKey: unique symbol = Symbol("tiller/internal/Lease/process")
 
 /**
- * A store's lease across processes (a database file shared by several processes): `acquire` fails
- * with `AgentBusy` while another live process holds the session; `release` gives it up.
+ * A store's lease across processes (a database file shared by several processes): `check` (which
+ * only reads) and `acquire` fail with `AgentBusy` while another live process holds the session;
+ * `acquire` given the session's loaded `length` answers whether the stored log still has that many
+ * events; `release` gives the lease up.
  *
  * @since 0.1.0
  * @category models
  */
 export interface ProcessLease {
-  readonly acquire: (sessionId: SessionId) => Effect.Effect<void, AgentBusy | PersistenceError>
+  readonly check: (sessionId: SessionId) => Effect.Effect<void, AgentBusy | PersistenceError>
+  readonly acquire: (sessionId: SessionId, length?: number) => Effect.Effect<boolean, AgentBusy | PersistenceError>
   readonly release: (sessionId: SessionId) => Effect.Effect<void>
 }
 
@@ -51,28 +56,56 @@ const leasesOf = (store: Context.Tag.Service<SessionStore>): Set<string> => {
 }
 
 /**
- * Holds the lease on `sessionId` for the current scope; `AgentBusy {operation: "open"}` if another
- * agent of this store layer holds it.
+ * Holds this store layer's in-process lease on `sessionId` for the current scope; `AgentBusy
+ * {operation: "open"}` if another agent of this store layer holds it. Writes nothing.
  *
  * @since 0.1.0
  * @category leases
  */
-export const acquireLease = (
+export const acquireLocalLease = (
   store: Context.Tag.Service<SessionStore>,
   sessionId: SessionId
-): Effect.Effect<void, AgentBusy | PersistenceError, Scope.Scope> =>
-  Effect.zipRight(
-    Effect.acquireRelease(
-      Effect.suspend(() => {
-        const leases = leasesOf(store)
-        if (leases.has(sessionId)) return Effect.fail(new AgentBusy({ sessionId, operation: "open", phase: "open" }))
-        leases.add(sessionId)
-        return Effect.void
-      }),
-      () => Effect.sync(() => void leasesOf(store).delete(sessionId))
-    ),
+): Effect.Effect<void, AgentBusy, Scope.Scope> =>
+  Effect.acquireRelease(
     Effect.suspend(() => {
-      const lease = processLeaseOf(store)
-      return lease === undefined ? Effect.void : Effect.acquireRelease(lease.acquire(sessionId), () => lease.release(sessionId))
-    })
+      const leases = leasesOf(store)
+      if (leases.has(sessionId)) return Effect.fail(new AgentBusy({ sessionId, operation: "open", phase: "open" }))
+      leases.add(sessionId)
+      return Effect.void
+    }),
+    () => Effect.sync(() => void leasesOf(store).delete(sessionId))
   )
+
+/**
+ * Fails with `AgentBusy` while another live process holds `sessionId` (for a store with a lease
+ * across processes); reads only.
+ *
+ * @since 0.1.0
+ * @category leases
+ */
+export const checkProcessLease = (
+  store: Context.Tag.Service<SessionStore>,
+  sessionId: SessionId
+): Effect.Effect<void, AgentBusy | PersistenceError> =>
+  Effect.suspend(() => processLeaseOf(store)?.check(sessionId) ?? Effect.void)
+
+/**
+ * Holds the lease across processes on `sessionId` for the current scope (for a store that has one);
+ * `AgentBusy` while another live process holds it. Given the `length` of the log loaded before,
+ * it answers whether the stored log still has that many events (always `true` without a lease
+ * across processes: the in-process lease already excludes every other writer).
+ *
+ * @since 0.1.0
+ * @category leases
+ */
+export const acquireProcessLease = (
+  store: Context.Tag.Service<SessionStore>,
+  sessionId: SessionId,
+  length?: number
+): Effect.Effect<boolean, AgentBusy | PersistenceError, Scope.Scope> =>
+  Effect.suspend(() => {
+    const lease = processLeaseOf(store)
+    return lease === undefined
+      ? Effect.succeed(true)
+      : Effect.acquireRelease(lease.acquire(sessionId, length), () => lease.release(sessionId))
+  })

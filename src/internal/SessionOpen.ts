@@ -10,7 +10,7 @@ import {
   type AgentBusy,
   MalformedLog,
   PersistenceError,
-  type SessionExists,
+  SessionExists,
   type SessionNotFound,
   UnsupportedLogVersion
 } from "../domain/Errors.js"
@@ -23,7 +23,7 @@ import { repairClosers } from "../domain/Repair.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "./GrowOnly.js"
-import { acquireLease } from "./Lease.js"
+import { acquireLocalLease, acquireProcessLease, checkProcessLease } from "./Lease.js"
 import * as Outbox from "./Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { decodeStored, isDecoded } from "./DecodedEvents.js"
@@ -123,7 +123,9 @@ export const validateLoaded = (
 
 /**
  * Opens a session and starts its writer in the current scope. Resume commits the repair closers
- * and `session/end-seed` durably before returning.
+ * and `session/end-seed` durably before returning. Everything that may refuse an open only reads
+ * the store (the lease across processes is checked, the log loaded and validated, a created id
+ * looked up) before anything is written: a refused open leaves the store as it was.
  *
  * @since 0.1.0
  * @category constructors
@@ -134,16 +136,25 @@ export const openSessionState = (
 ): Effect.Effect<SessionStateShape, OpenError, SessionStore | Scope.Scope> =>
   Effect.gen(function*() {
     const store = yield* SessionStore
-    yield* acquireLease(store, "resume" in target ? target.resume : target.sessionId)
+    yield* acquireLocalLease(store, "resume" in target ? target.resume : target.sessionId)
     const clock = yield* Effect.clock
     const foldOptions = foldOptionsOf(options)
     let header: SessionHeader
     let snapshot: LogSnapshot
     if ("resume" in target) {
-      const loaded = yield* store.load(target.resume)
-      header = loaded.header
+      yield* checkProcessLease(store, target.resume)
+      let loaded = yield* store.load(target.resume)
       snapshot = yield* validateLoaded(loaded.header, loaded.events, foldOptions)
+      if (!(yield* acquireProcessLease(store, target.resume, loaded.events.length))) {
+        // Another process appended between the load and the lease (and has let the session go
+        // since): read the log again, now that no other process can write it.
+        loaded = yield* store.load(target.resume)
+        snapshot = yield* validateLoaded(loaded.header, loaded.events, foldOptions)
+      }
+      header = loaded.header
     } else {
+      if (yield* store.exists(target.sessionId)) return yield* new SessionExists({ sessionId: target.sessionId })
+      yield* acquireProcessLease(store, target.sessionId)
       header = {
         formatVersion: LOG_FORMAT_VERSION,
         sessionId: target.sessionId,

@@ -13,11 +13,21 @@
  * while none of them is open, so the two connections never hold a write transaction together. A
  * file-backed store only: a second connection to `:memory:` would open another, empty database.
  *
+ * This module also holds what the store knows about the driver's failures: the SQLite result code
+ * of an error (`SQLITE_BUSY`, `SQLITE_FULL`, ...), put first in its message, and the wait for
+ * another process's lock. better-sqlite3 is synchronous: its own busy timeout would wait for a lock
+ * inside the call, blocking the event loop (every session and timer of the process). Every
+ * connection of the store runs with a busy timeout of 0, so a statement that needs a lock another
+ * connection holds fails at once with `SQLITE_BUSY`; {@link waitForLock} runs the operation again
+ * after a `Clock` sleep (exponential backoff from 2 ms, at most ~100 ms apart, jittered) until it
+ * gets the lock or the store's `busyTimeout` has passed.
+ *
  * @since 0.1.0
  */
+import { SqlError } from "@effect/sql/SqlError"
 import Database from "better-sqlite3"
 import type { Scope } from "effect"
-import { Effect } from "effect"
+import { Clock, Duration, Effect, Schedule } from "effect"
 
 /**
  * One session as stored: its header text, its recorded length and its event rows' text in seq order.
@@ -106,7 +116,8 @@ export const make = (
 ): Effect.Effect<SqliteDirect, unknown, Scope.Scope> =>
   Effect.acquireRelease(
     Effect.try(() => {
-      const db = new Database(filename, { fileMustExist: true })
+      // No busy wait: a call that meets another connection's lock throws SQLITE_BUSY at once.
+      const db = new Database(filename, { fileMustExist: true, timeout: 0 })
       try {
         db.pragma(`synchronous = ${synchronous}`)
         const selectSession = db.prepare<[string], { readonly header: unknown; readonly length: number }>(SELECT_SESSION)
@@ -145,3 +156,96 @@ export const make = (
     }),
     ({ db }) => Effect.sync(() => db.close())
   ).pipe(Effect.map(({ direct }) => direct))
+
+/**
+ * The SQLite result code (`SQLITE_BUSY`, `SQLITE_FULL`, `SQLITE_CONSTRAINT_PRIMARYKEY`, ...) of a
+ * driver error, looked up along its `cause` links (an `SqlError` wraps the driver's error); undefined
+ * for a failure that did not come from SQLite.
+ *
+ * @since 0.1.0
+ * @category failures
+ */
+export const sqliteCode = (error: unknown): string | undefined => driverError(error)?.code
+
+const driverError = (error: unknown): { readonly code: string; readonly message: string } | undefined => {
+  let current = error
+  for (let depth = 0; depth < 8 && typeof current === "object" && current !== null; depth++) {
+    const { cause, code, message } = current as { readonly cause?: unknown; readonly code?: unknown; readonly message?: unknown }
+    if (typeof code === "string" && code.startsWith("SQLITE_")) {
+      return { code, message: typeof message === "string" ? message : code }
+    }
+    current = cause
+  }
+  return undefined
+}
+
+/**
+ * Whether `error` is SQLite's answer that another connection holds a lock the operation needs
+ * (`SQLITE_BUSY` and its extended codes).
+ *
+ * @since 0.1.0
+ * @category failures
+ */
+export const isBusy = (error: unknown): boolean => driverError(error)?.code.startsWith("SQLITE_BUSY") === true
+
+/**
+ * `error` as a cause whose message starts with its SQLite code (`SQLITE_FULL: database or disk is
+ * full`) instead of the client's `Failed to execute statement`; the driver's error stays its cause.
+ * A failure without a SQLite code, or whose message already names it, is returned as it is.
+ *
+ * @since 0.1.0
+ * @category failures
+ */
+export const withSqliteCode = (error: unknown): unknown => {
+  const driver = driverError(error)
+  if (driver === undefined) return error
+  const message = (error as { readonly message?: unknown }).message
+  if (typeof message === "string" && message.includes(driver.code)) return error
+  return new SqlError({
+    cause: (error as { readonly cause?: unknown }).cause ?? error,
+    message: `${driver.code}: ${driver.message}`
+  })
+}
+
+/**
+ * The message of a lock wait that gave up.
+ *
+ * @since 0.1.0
+ * @category failures
+ */
+export const lockedMessage = (filename: string, code: string, waitedMs: number): string =>
+  `database is locked by another process (${code}): ${filename}; gave up after ${waitedMs} ms (the store's busyTimeout)`
+
+// Exponential from 2 ms, never more than ~100 ms apart (the smaller delay of the two), jittered
+// (x0.8-1.2) so that processes waiting for the same lock do not retry in step, for `timeout` at most.
+const lockBackoff = (timeout: Duration.Duration) =>
+  Schedule.exponential(Duration.millis(2)).pipe(
+    Schedule.union(Schedule.spaced(Duration.millis(100))),
+    Schedule.jittered,
+    Schedule.upTo(timeout)
+  )
+
+/**
+ * Runs `attempt`; while it fails with `SQLITE_BUSY` (see {@link isBusy}), sleeps (`Clock`) and runs
+ * it again, for `timeout` at most. A lock that outlasts it fails with an `SqlError` saying
+ * `database is locked by another process` and naming `filename` (still {@link isBusy}). `attempt`
+ * must be an operation that a busy failure left without effect (a statement, or a transaction that
+ * was rolled back), and must not hold anything the lock's holder could need while it sleeps.
+ *
+ * @since 0.1.0
+ * @category locks
+ */
+export const waitForLock = (filename: string, timeout: Duration.Duration) =>
+<A, E, R>(attempt: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+  Effect.catchIf(attempt, isBusy, () =>
+    Effect.flatMap(Clock.currentTimeMillis, (start) =>
+      Effect.retry(attempt, { schedule: lockBackoff(timeout), while: isBusy }).pipe(
+        Effect.catchIf(isBusy, (error) =>
+          Effect.flatMap(Clock.currentTimeMillis, (now) =>
+            Effect.fail(
+              new SqlError({
+                cause: (error as { readonly cause?: unknown }).cause ?? error,
+                message: lockedMessage(filename, sqliteCode(error) ?? "SQLITE_BUSY", now - start)
+              })
+            )))
+      )))

@@ -16,8 +16,16 @@
  * does not decode is `MalformedLog` with its seq); and a session that needs durability while no
  * transaction of the client's is open appends there at once, in one synchronous transaction
  * (internal/SyncAppend: the loop's checkpoints, opening and flush; acknowledgements keep group commit).
- * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`;
- * store-wide failures (opening, `list`) carry the session id `"*"`.
+ * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`, its
+ * message led by the SQLite code (`SQLITE_FULL: database or disk is full`); store-wide failures
+ * (opening, `list`) carry the session id `"*"`.
+ *
+ * Another process's lock never blocks the event loop: every connection runs with SQLite's busy
+ * timeout at 0, and an operation that meets a lock (opening a fresh file, a migration, a
+ * transaction, the lease) is run again after `Clock` sleeps until it gets it or `busyTimeout`
+ * (default 10 s) has passed; then it fails with `PersistenceError` saying `database is locked by
+ * another process` and naming the file (internal/SqliteDirect `waitForLock`). Reads never wait: in
+ * WAL mode a writer does not lock readers out.
  *
  * @since 0.1.0
  */
@@ -27,7 +35,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
-import { Context, Effect, Either, Exit, Layer } from "effect"
+import { Cause, Context, Duration, Effect, Either, Exit, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
@@ -55,7 +63,31 @@ export interface SqliteSessionStoreOptions {
   readonly filename: string
   /** `PRAGMA synchronous`; default `"NORMAL"` (durable across process crashes, not power loss, in WAL). */
   readonly synchronous?: "OFF" | "NORMAL" | "FULL"
+  /**
+   * How long an operation waits for a lock another process (or connection) holds on the file,
+   * without blocking the event loop; default 10 seconds. Past it the operation fails with
+   * `PersistenceError` (`database is locked by another process`). A session's writer retries a
+   * failed append per its `writeRetry`, each attempt waiting this long again.
+   */
+  readonly busyTimeout?: Duration.DurationInput
 }
+
+const DEFAULT_BUSY_TIMEOUT = Duration.seconds(10)
+
+// The option as a duration; one that is not a duration or negative waits not at all.
+const busyTimeoutOf = (options: SqliteSessionStoreOptions): Duration.Duration => {
+  if (options.busyTimeout === undefined) return DEFAULT_BUSY_TIMEOUT
+  const decoded = Duration.decodeUnknown(options.busyTimeout)
+  return decoded._tag === "Some" ? decoded.value : Duration.zero
+}
+
+/** A failure as `PersistenceError`, its SQLite code (if any) leading its message. */
+const persistenceError = (sessionId: string, operation: string) => (cause: unknown): PersistenceError =>
+  cause instanceof PersistenceError ? cause : new PersistenceError({ sessionId, operation, cause: SqliteDirect.withSqliteCode(cause) })
+
+/** `PersistenceError.refail` for SQLite: the SQLite code leads the message. */
+const refail = (sessionId: string, operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) =>
+  Effect.mapError(self, persistenceError(sessionId, operation))
 
 const ALL_SESSIONS = "*"
 
@@ -282,15 +314,21 @@ const createPrivateFile = (filename: string): Effect.Effect<void, PersistenceErr
 
 const isFile = (filename: string): boolean => filename !== "" && filename !== ":memory:"
 
-/** Opens the client in the current scope, sets the pragmas and runs the migrations. */
-const open = (options: SqliteSessionStoreOptions) =>
+/**
+ * Opens the client in the current scope, sets the pragmas and runs the migrations. Each step that
+ * may meet another process's lock (turning a fresh file to WAL, a migration) waits for it with
+ * `wait`, never inside the driver: the client opens without touching the file (WAL is set here)
+ * and its first statement sets SQLite's busy timeout to 0.
+ */
+const open = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof SqliteDirect.waitForLock>) =>
   Effect.gen(function*() {
     yield* createPrivateFile(options.filename)
-    const client = yield* Layer.build(SqliteClient.layer({ filename: options.filename }))
+    const client = yield* Layer.build(SqliteClient.layer({ filename: options.filename, disableWAL: true }))
     const sql = Context.get(client, SqlClient.SqlClient)
+    yield* sql.unsafe("PRAGMA busy_timeout = 0")
     yield* sql.unsafe(`PRAGMA synchronous = ${SYNCHRONOUS[options.synchronous ?? "NORMAL"]}`)
     if (isFile(options.filename)) {
-      const [mode] = yield* sql<{ readonly journal_mode: string }>`PRAGMA journal_mode`
+      const [mode] = yield* wait(sql<{ readonly journal_mode: string }>`PRAGMA journal_mode = WAL`)
       if (mode?.journal_mode !== "wal") {
         const cause = `could not enable WAL (journal_mode is ${mode?.journal_mode})`
         return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
@@ -298,8 +336,12 @@ const open = (options: SqliteSessionStoreOptions) =>
       // Checkpoints run on a worker thread instead (internal/Checkpointer).
       yield* sql.unsafe("PRAGMA wal_autocheckpoint = 0")
     }
-    const migrate = Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
-      Effect.provideService(SqlClient.SqlClient, sql)
+    // A migration that meets a lock dies inside the migrator: as a failure, it can wait and run again.
+    const migrate = wait(
+      Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
+        Effect.provideService(SqlClient.SqlClient, sql),
+        Effect.catchAllDefect(Effect.fail)
+      )
     )
     yield* migrate
     // The migrator stands aside ("already running") when another process migrates the same fresh
@@ -310,7 +352,7 @@ const open = (options: SqliteSessionStoreOptions) =>
         const cause = `the schema's migrations are still incomplete after ${MIGRATION_ATTEMPTS} attempts`
         return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
       }
-      yield* sql.unsafe("BEGIN IMMEDIATE")
+      yield* wait(sql.unsafe("BEGIN IMMEDIATE"))
       yield* sql.unsafe("ROLLBACK")
       yield* migrate
     }
@@ -319,7 +361,7 @@ const open = (options: SqliteSessionStoreOptions) =>
     // The driver throws from its constructor (a missing directory, a file that is not a database)
     // and the migrator dies when a migration fails: while opening, every defect is a storage failure.
     Effect.catchAllDefect(Effect.fail),
-    PersistenceError.refail(ALL_SESSIONS, "open")
+    refail(ALL_SESSIONS, "open")
   )
 
 /**
@@ -332,15 +374,18 @@ export const make = (
   options: SqliteSessionStoreOptions
 ): Effect.Effect<SessionStore["Type"], PersistenceError, Scope.Scope> =>
   Effect.gen(function*() {
-    const sql = yield* open(options)
+    // Waits for another process's lock between attempts, never inside the driver (internal/SqliteDirect).
+    const wait = SqliteDirect.waitForLock(options.filename, busyTimeoutOf(options))
+    const sql = yield* open(options, wait)
     // The client is private to this store and has one connection: reserve it for the store's
     // lifetime and serialise its use with `lock`, so a transaction is not a scope per call and
     // no statement can run between another transaction's BEGIN and COMMIT.
-    const conn = yield* sql.reserve.pipe(PersistenceError.refail(ALL_SESSIONS, "open"))
+    const conn = yield* sql.reserve.pipe(refail(ALL_SESSIONS, "open"))
     const lock = yield* Effect.makeSemaphore(1)
 
+    // A lock wait sleeps without holding `lock`: the store's other work goes on meanwhile.
     const query = (text: string, params: ReadonlyArray<unknown>) =>
-      lock.withPermits(1)(conn.execute(text, params, undefined))
+      wait(lock.withPermits(1)(conn.execute(text, params, undefined)))
 
     // Without a working checkpointer, SQLite's own automatic checkpoint (its default) comes back.
     const checkpointer = isFile(options.filename)
@@ -355,10 +400,12 @@ export const make = (
 
     /**
      * Runs `body` in one transaction. Unlike `sql.withTransaction`, a failed COMMIT is a typed
-     * failure (rolled back), not a defect. `body` uses `conn` directly (it holds the lock).
+     * failure (rolled back), not a defect. `body` uses `conn` directly (it holds the lock). A
+     * transaction that meets another process's lock (at BEGIN IMMEDIATE, or later) is rolled back
+     * and run again once it is gone, for `busyTimeout` at most (`body` must be safe to run again).
      */
     const transaction = <A, E>(begin: "BEGIN" | "BEGIN IMMEDIATE", body: Effect.Effect<A, E>) =>
-      lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
+      wait(lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
         Effect.suspend(() => {
           openTransactions++
           return Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body)))
@@ -370,7 +417,7 @@ export const make = (
           ),
           Effect.ensuring(Effect.sync(() => openTransactions--))
         )
-      ))
+      )))
 
     const create = Effect.fn("SessionStore.create")(function*(
       header: SessionHeader,
@@ -394,7 +441,7 @@ export const make = (
           if (inserted.length === 0) return yield* new SessionExists({ sessionId })
           yield* insertEvents(conn, sessionId, 0, rows.right)
         })).pipe(
-          Effect.catchTag("SqlError", (error) => Effect.fail(fail(error)))
+          Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError(sessionId, "create")(error)))
         )
       checkpointer?.wrote(rowBytes(rows.right) + headerJson.length)
     })
@@ -484,14 +531,15 @@ export const make = (
 
     // A group's appends in one transaction: together first; after a storage failure (a statement or
     // the COMMIT; everything was rolled back) a group of several is written again apart, so the
-    // failure reaches only the appends it concerns. One append alone gets its own outcome.
+    // failure reaches only the appends it concerns. One append alone gets its own outcome, and so
+    // does every append of a group that waited for another process's lock until `busyTimeout`.
     const appendGroup = (group: ReadonlyArray<AppendRequest>): Effect.Effect<void> =>
       Effect.flatMap(Effect.exit(transaction("BEGIN IMMEDIATE", appendTogether(group))), (exit) => {
         if (Exit.isSuccess(exit)) {
           for (let i = 0; i < group.length; i++) group[i]!.done(exit.value[i]!)
           return Effect.void
         }
-        if (group.length > 1) return appendApart(group)
+        if (group.length > 1 && !Option.exists(Cause.failureOption(exit.cause), SqliteDirect.isBusy)) return appendApart(group)
         group[0]!.done(exit)
         return Effect.void
       })
@@ -568,29 +616,33 @@ export const make = (
             resume = undefined
           })
         })
-        if (leading) return PersistenceError.refail(id, "append")(settled)
+        if (leading) return refail(id, "append")(settled)
         leading = true
-        return PersistenceError.refail(id, "append")(Effect.zipRight(lead(), settled))
+        return refail(id, "append")(Effect.zipRight(lead(), settled))
       })
 
     // A file's sessions are read, and appended at once, on a connection of their own (internal/SqliteDirect).
     const direct = isFile(options.filename)
-      ? yield* SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"]).pipe(PersistenceError.refail(ALL_SESSIONS, "open"))
+      ? yield* SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"]).pipe(refail(ALL_SESSIONS, "open"))
       : undefined
 
     // The session read as row text, when every check passes; undefined sends `load` to the checked
-    // read below, which names the exact problem (a gap, a stray seq, a bad header, a missing session).
+    // read below, which names the exact problem (a gap, a stray seq, a bad header, a missing session)
+    // and waits for a lock if the direct read met one.
     const loadText = (id: SessionId) =>
       Effect.try({
         try: () => direct?.read(id),
-        catch: (cause) => new PersistenceError({ sessionId: id, operation: "load", cause })
-      }).pipe(Effect.map((stored) => {
-        if (stored === undefined || stored.rows.length !== stored.length) return undefined
-        const header = headerOf(id, stored.header)
-        if (Either.isLeft(header)) return undefined
-        const events = eventsOfText(id, stored.rows)
-        return events === undefined ? undefined : { header: header.right, events }
-      }))
+        catch: persistenceError(id, "load")
+      }).pipe(
+        Effect.catchIf((error) => SqliteDirect.isBusy(error.cause), () => Effect.succeed(undefined)),
+        Effect.map((stored) => {
+          if (stored === undefined || stored.rows.length !== stored.length) return undefined
+          const header = headerOf(id, stored.header)
+          if (Either.isLeft(header)) return undefined
+          const events = eventsOfText(id, stored.rows)
+          return events === undefined ? undefined : { header: header.right, events }
+        })
+      )
 
     const load = Effect.fn("SessionStore.load")(function*(id: SessionId) {
       if (direct !== undefined) {
@@ -609,7 +661,7 @@ export const make = (
             length: (session as { readonly length: number }).length,
             rows: rows as ReadonlyArray<{ readonly seq: number; readonly row: unknown }>
           }
-        })).pipe(PersistenceError.refail(id, "load"))
+        })).pipe(refail(id, "load"))
       if (stored === undefined) return yield* new SessionNotFound({ sessionId: id })
       const header = yield* headerOf(id, stored.header)
       const events = yield* eventsOf(id, stored.rows)
@@ -624,7 +676,7 @@ export const make = (
     })
 
     const exists = Effect.fn("SessionStore.exists")(function*(id: SessionId) {
-      const rows = yield* query(SELECT_EXISTS, [id]).pipe(PersistenceError.refail(id, "exists"))
+      const rows = yield* query(SELECT_EXISTS, [id]).pipe(refail(id, "exists"))
       return rows.length > 0
     })
 
@@ -639,29 +691,36 @@ export const make = (
         headers[i] = decoded.right
       }
       return headers as ReadonlyArray<SessionHeader>
-    }).pipe(PersistenceError.refail(ALL_SESSIONS, "list"), Effect.withSpan("SessionStore.list"))
+    }).pipe(refail(ALL_SESSIONS, "list"), Effect.withSpan("SessionStore.list"))
 
     // Another process holding a session (a live pid on this host, or any pid on another host, which
     // cannot be checked) makes the open fail with AgentBusy; a lease left by a process that died is
     // taken over. This process's own leases are governed by the in-process lease.
     const host = os.hostname()
+    const heldElsewhere = (id: SessionId, rows: ReadonlyArray<unknown>): AgentBusy | undefined => {
+      const holder = rows[0] as { readonly pid: number; readonly host: string } | undefined
+      return holder !== undefined && holder.pid !== process.pid && (holder.host !== host || alive(holder.pid))
+        ? new AgentBusy({ sessionId: id, operation: "open", phase: "open" })
+        : undefined
+    }
     const processLease: ProcessLease = {
-      acquire: (id) =>
+      check: (id) =>
+        Effect.flatMap(query(SELECT_LEASE, [id]).pipe(refail(id, "open")), (rows) => {
+          const busy = heldElsewhere(id, rows)
+          return busy === undefined ? Effect.void : Effect.fail(busy)
+        }),
+      acquire: (id, length) =>
         transaction(
           "BEGIN IMMEDIATE",
           Effect.gen(function*() {
-            const rows: ReadonlyArray<{ readonly pid: number; readonly host: string }> = yield* conn.execute(
-              SELECT_LEASE,
-              [id],
-              undefined
-            )
-            const holder = rows[0]
-            if (holder !== undefined && holder.pid !== process.pid && (holder.host !== host || alive(holder.pid))) {
-              return yield* new AgentBusy({ sessionId: id, operation: "open", phase: "open" })
-            }
+            const busy = heldElsewhere(id, yield* conn.execute(SELECT_LEASE, [id], undefined))
+            if (busy !== undefined) return yield* busy
             yield* conn.execute(TAKE_LEASE, [id, process.pid, host], undefined)
+            if (length === undefined) return true
+            const [stored] = yield* conn.execute(SELECT_LENGTH, [id], undefined)
+            return (stored as { readonly length: number } | undefined)?.length === length
           })
-        ).pipe(Effect.catchTag("SqlError", (cause) => new PersistenceError({ sessionId: id, operation: "open", cause }))),
+        ).pipe(Effect.catchTag("SqlError", (cause) => Effect.fail(persistenceError(id, "open")(cause)))),
       release: (id) => Effect.ignore(query(DROP_LEASE, [id, process.pid, host]))
     }
 

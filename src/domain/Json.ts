@@ -15,9 +15,31 @@ import * as SafeDecode from "../internal/SafeDecode.js"
 export type Json = null | boolean | number | string | ReadonlyArray<Json> | { readonly [k: string]: Json }
 
 /**
- * Returns `undefined` when `value` is lossless JSON (2.1), otherwise a readable reason naming the
- * offending path. Rejects `undefined`, functions, symbols, BigInt, non-finite numbers, `-0`, sparse
- * arrays, class instances and cycles.
+ * The deepest nesting of arrays and objects a JSON value may have (the value itself is level 1):
+ * a message, the data of an appended event, a tool's meta or parameters, and every JSON field of a
+ * stored event. Deeper values are refused as invalid input (on load: as a malformed log).
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const MAX_JSON_DEPTH = 256
+
+// A whole stored event (checked at the root path "event") holds its JSON fields at most 5 levels
+// down (event, data, inserted list, message, source): its own limit leaves room for them, so that
+// every field within MAX_JSON_DEPTH fits and the field's rule is the one that decides.
+const EVENT_ROOT = "event"
+const EVENT_ENVELOPE_DEPTH = 8
+
+const limitAt = (path: string): number => path === EVENT_ROOT ? MAX_JSON_DEPTH + EVENT_ENVELOPE_DEPTH : MAX_JSON_DEPTH
+
+// What a problem says about a value nested too deeply.
+const TOO_DEEP = `nested deeper than ${MAX_JSON_DEPTH} levels`
+
+/**
+ * Returns `undefined` when `value` is lossless JSON (2.1) nested at most {@link MAX_JSON_DEPTH}
+ * levels, otherwise a readable reason naming the offending path. Rejects `undefined`, functions,
+ * symbols, BigInt, non-finite numbers, `-0`, sparse arrays, class instances, cycles, deeper nesting
+ * and values that cannot be read (a throwing getter or `Proxy` trap). Never throws.
  *
  * @since 0.1.0
  * @category validation
@@ -25,68 +47,141 @@ export type Json = null | boolean | number | string | ReadonlyArray<Json> | { re
 export const jsonProblem = (value: unknown, path = "$"): string | undefined => {
   // The path of the value being checked, as keys and indexes: turned into text only for a problem.
   const at: Array<string | number> = []
-  const problem = check(value, at, [])
-  return problem === undefined ? undefined : `${pathText(path, at)}: ${problem}`
+  try {
+    const problem = check(value, at, [], limitAt(path))
+    return problem === undefined ? undefined : `${pathText(path, at)}: ${problem}`
+  } catch (cause) {
+    return `${pathText(path, at)}: cannot be read (${describeThrown(cause)})`
+  }
 }
+
+/**
+ * A deep-frozen copy of `value` read once (every property read exactly one time), or the reason it
+ * is not lossless JSON (as {@link jsonProblem} words it). The copy, not the caller's object, is what
+ * later checks see: a getter or `Proxy` that answers differently the second time changes nothing.
+ * Never throws.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const snapshotJson = <A = Json>(value: unknown, path = "$"): Either.Either<A, string> => {
+  const at: Array<string | number> = []
+  const walk: Walk = { at, ancestors: [], limit: limitAt(path), problem: undefined }
+  try {
+    const copied = copy(value, walk)
+    return walk.problem === undefined ? Either.right(copied as A) : Either.left(`${pathText(path, at)}: ${walk.problem}`)
+  } catch (cause) {
+    return Either.left(`${pathText(path, at)}: cannot be read (${describeThrown(cause)})`)
+  }
+}
+
+// A thrown value, described without trusting it (its message or `toString` may throw as well).
+const describeThrown = (cause: unknown): string => {
+  try {
+    const text = cause instanceof Error ? cause.message : String(cause)
+    return typeof text === "string" ? (text.length > 200 ? `${text.slice(0, 200)}…` : text) : typeof cause
+  } catch {
+    return "an unreadable exception"
+  }
+}
+
+// Paths past this many segments are cut in the middle (a nesting problem's path is hundreds long).
+const PATH_HEAD = 8
+const PATH_TAIL = 2
+const KEY_TEXT = 64
+
+const segmentText = (key: string | number): string =>
+  typeof key === "number" ? `[${key}]` : `.${key.length > KEY_TEXT ? `${key.slice(0, KEY_TEXT)}…` : key}`
 
 const pathText = (root: string, at: ReadonlyArray<string | number>): string => {
   let text = root
-  for (const key of at) text += typeof key === "number" ? `[${key}]` : `.${key}`
+  if (at.length <= PATH_HEAD + PATH_TAIL + 1) {
+    for (const key of at) text += segmentText(key)
+    return text
+  }
+  for (let i = 0; i < PATH_HEAD; i++) text += segmentText(at[i]!)
+  text += "…"
+  for (let i = at.length - PATH_TAIL; i < at.length; i++) text += segmentText(at[i]!)
   return text
 }
 
 // The problem with `value` (its path left in `at`), or undefined. `ancestors` are the objects being
-// checked above it (a short list: JSON is shallow, and a list is cheaper than a Set here).
-const check = (value: unknown, at: Array<string | number>, ancestors: Array<object>): string | undefined => {
+// checked above it (at most `limit`: a list is cheaper than a Set here). Recursion stops at `limit`.
+const check = (
+  value: unknown,
+  at: Array<string | number>,
+  ancestors: Array<object>,
+  limit: number
+): string | undefined => {
   switch (typeof value) {
     case "string":
     case "boolean":
       return undefined
     case "number":
-      if (!Number.isFinite(value)) return `${String(value)} is not a finite number`
-      if (Object.is(value, -0)) return "-0 is not lossless JSON"
-      return undefined
+      return numberProblem(value)
     case "object": {
       if (value === null) return undefined
       if (ancestors.includes(value)) return "cyclic value"
+      if (ancestors.length >= limit) return TOO_DEEP
       if (Array.isArray(value)) {
         ancestors.push(value)
         for (let i = 0; i < value.length; i++) {
           at.push(i)
           if (!(i in value)) return "sparse array"
-          const problem = check(value[i], at, ancestors)
+          const problem = check(value[i], at, ancestors, limit)
           if (problem !== undefined) return problem
           at.pop()
         }
         ancestors.pop()
         return undefined
       }
-      const proto = Object.getPrototypeOf(value)
-      if (proto !== Object.prototype && proto !== null) {
-        return `${proto?.constructor?.name ?? "class"} instance is not a plain object`
-      }
-      if (Object.getOwnPropertySymbols(value).length > 0) return "symbol keys are not JSON"
+      const shape = objectProblem(value)
+      if (shape !== undefined) return shape
       const keys = Object.keys(value)
       ancestors.push(value)
       for (let i = 0; i < keys.length; i++) {
         const key = keys[i]!
         at.push(key)
-        const problem = check((value as Record<string, unknown>)[key], at, ancestors)
+        const problem = check((value as Record<string, unknown>)[key], at, ancestors, limit)
         if (problem !== undefined) return problem
         at.pop()
       }
       ancestors.pop()
-      // A property JSON.stringify would skip (and a copy would lose) is not JSON either.
-      const names = Object.getOwnPropertyNames(value)
-      if (names.length !== keys.length) {
-        const hidden = names.find((key) => !Object.prototype.propertyIsEnumerable.call(value, key))
-        if (hidden !== undefined) {
-          at.push(hidden)
-          return "a non-enumerable property is not JSON"
-        }
-      }
-      return undefined
+      return hiddenProblem(value, keys, at)
     }
+    default:
+      return primitiveProblem(value)
+  }
+}
+
+const numberProblem = (value: number): string | undefined => {
+  if (!Number.isFinite(value)) return `${String(value)} is not a finite number`
+  if (Object.is(value, -0)) return "-0 is not lossless JSON"
+  return undefined
+}
+
+// An object that is not a plain one: a class instance, or one with symbol keys.
+const objectProblem = (value: object): string | undefined => {
+  const proto = Object.getPrototypeOf(value)
+  if (proto !== Object.prototype && proto !== null) {
+    return `${proto?.constructor?.name ?? "class"} instance is not a plain object`
+  }
+  if (Object.getOwnPropertySymbols(value).length > 0) return "symbol keys are not JSON"
+  return undefined
+}
+
+// A property JSON.stringify would skip (and a copy would lose) is not JSON either.
+const hiddenProblem = (value: object, keys: ReadonlyArray<string>, at: Array<string | number>): string | undefined => {
+  const names = Object.getOwnPropertyNames(value)
+  if (names.length === keys.length) return undefined
+  const hidden = names.find((key) => !Object.prototype.propertyIsEnumerable.call(value, key))
+  if (hidden === undefined) return undefined
+  at.push(hidden)
+  return "a non-enumerable property is not JSON"
+}
+
+const primitiveProblem = (value: unknown): string | undefined => {
+  switch (typeof value) {
     case "undefined":
       return "undefined is not JSON"
     case "bigint":
@@ -95,11 +190,84 @@ const check = (value: unknown, at: Array<string | number>, ancestors: Array<obje
       return "a function is not JSON"
     case "symbol":
       return "a symbol is not JSON"
+    default:
+      return undefined
   }
 }
 
+// The state of one `snapshotJson` walk: the path, the containers above, the first problem found.
+interface Walk {
+  readonly at: Array<string | number>
+  readonly ancestors: Array<object>
+  readonly limit: number
+  problem: string | undefined
+}
+
+// `check` that also builds the frozen copy, reading each property once; on a problem it sets
+// `walk.problem` (the path left in `walk.at`) and the returned value means nothing.
+const copy = (value: unknown, walk: Walk): unknown => {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return value
+    case "number":
+      walk.problem = numberProblem(value)
+      return value
+    case "object": {
+      if (value === null) return null
+      const { ancestors, at } = walk
+      if (ancestors.includes(value)) return fail(walk, "cyclic value")
+      if (ancestors.length >= walk.limit) return fail(walk, TOO_DEEP)
+      if (Array.isArray(value)) {
+        const length = value.length
+        const out = new Array(length)
+        ancestors.push(value)
+        for (let i = 0; i < length; i++) {
+          at.push(i)
+          if (!(i in value)) return fail(walk, "sparse array")
+          out[i] = copy(value[i], walk)
+          if (walk.problem !== undefined) return undefined
+          at.pop()
+        }
+        ancestors.pop()
+        return Object.freeze(out)
+      }
+      const shape = objectProblem(value)
+      if (shape !== undefined) return fail(walk, shape)
+      const keys = Object.keys(value)
+      const out: Record<string, unknown> = {}
+      ancestors.push(value)
+      for (let i = 0; i < keys.length; i++) {
+        const key = keys[i]!
+        at.push(key)
+        const item = copy((value as Record<string, unknown>)[key], walk)
+        if (walk.problem !== undefined) return undefined
+        // Assigning `out["__proto__"]` would set the prototype instead of copying the own key.
+        if (key === "__proto__") {
+          Object.defineProperty(out, key, { value: item, enumerable: true, writable: true, configurable: true })
+        } else {
+          out[key] = item
+        }
+        at.pop()
+      }
+      ancestors.pop()
+      walk.problem = hiddenProblem(value, keys, at)
+      return Object.freeze(out)
+    }
+    default:
+      walk.problem = primitiveProblem(value)
+      return value
+  }
+}
+
+const fail = (walk: Walk, problem: string): undefined => {
+  walk.problem = problem
+  return undefined
+}
+
 /**
- * Deep-copies a lossless JSON value and freezes every level of the copy.
+ * Deep-copies a lossless JSON value and freezes every level of the copy (for a value already
+ * checked: its depth is bounded; an unchecked caller's value goes through {@link snapshotJson}).
  *
  * @since 0.1.0
  * @category constructors
@@ -127,6 +295,7 @@ export const freezeCopy = <A>(value: A): A => {
 
 /**
  * Freezes a freshly built value in place, every level (use only on values nobody else holds).
+ * Iterative: any depth is safe.
  *
  * @since 0.1.0
  * @category constructors
@@ -134,23 +303,30 @@ export const freezeCopy = <A>(value: A): A => {
 export const deepFreeze = <A>(value: A): A => {
   if (typeof value !== "object" || value === null || Object.isFrozen(value)) return value
   Object.freeze(value)
-  // Arrays by index; only objects recurse (the hot path freezes every appended and loaded event).
-  if (Array.isArray(value)) {
-    for (let i = 0; i < value.length; i++) {
-      const item: unknown = value[i]
-      if (typeof item === "object" && item !== null) deepFreeze(item)
+  // Frozen objects whose children are still to be visited; a frozen child's subtree is skipped.
+  const pending: Array<object> = [value]
+  let node = pending.pop()
+  while (node !== undefined) {
+    // Arrays by index (the hot path freezes every appended and loaded event).
+    if (Array.isArray(node)) {
+      for (let i = 0; i < node.length; i++) {
+        const item: unknown = node[i]
+        if (typeof item === "object" && item !== null && !Object.isFrozen(item)) pending.push(Object.freeze(item))
+      }
+    } else {
+      for (const key in node) {
+        const item: unknown = (node as Record<string, unknown>)[key]
+        if (typeof item === "object" && item !== null && !Object.isFrozen(item)) pending.push(Object.freeze(item))
+      }
     }
-  } else {
-    for (const key in value) {
-      const item: unknown = value[key]
-      if (typeof item === "object" && item !== null) deepFreeze(item)
-    }
+    node = pending.pop()
   }
   return value
 }
 
 /**
- * Schema of a lossless JSON value (validated with {@link jsonProblem}).
+ * Schema of a lossless JSON value (validated with {@link jsonProblem}, so nested at most
+ * {@link MAX_JSON_DEPTH} levels).
  *
  * @since 0.1.0
  * @category schemas
@@ -211,8 +387,8 @@ export const losslessProblem = <A, I>(schema: Schema.Schema<A, I>, path: string)
 }
 
 /**
- * A validator for untrusted input: {@link losslessProblem}'s checks; the result is a deep-frozen
- * copy, or a readable reason.
+ * A validator for untrusted input: {@link losslessProblem}'s checks, made on a deep-frozen copy read
+ * once ({@link snapshotJson}); the result is that copy, or a readable reason. Never throws.
  *
  * @since 0.1.0
  * @category validation
@@ -227,11 +403,20 @@ export const losslessDecoder = <A, I>(
   }
 ) => {
   const reason = schemaReason(schema)
-  // An input the caller owns (freshly parsed JSON) is frozen in place instead of copied.
-  const freeze = options?.owned === true ? (input: A) => deepFreeze(input) : (input: A) => freezeCopy(input)
   const accepts = options?.accepts
+  const decides = (json: unknown): string | undefined => accepts?.(json) === true ? undefined : reason(json)
+  // An input the caller owns (freshly parsed JSON: no getters, nobody else holds it) is checked and
+  // frozen in place instead of copied.
+  if (options?.owned === true) {
+    return (input: unknown): Either.Either<A, string> => {
+      const problem = jsonProblem(input, path) ?? decides(input)
+      return problem === undefined ? Either.right(deepFreeze(input as A)) : Either.left(problem)
+    }
+  }
   return (input: unknown): Either.Either<A, string> => {
-    const problem = jsonProblem(input, path) ?? (accepts?.(input) === true ? undefined : reason(input))
-    return problem === undefined ? Either.right(freeze(input as A)) : Either.left(problem)
+    const copied = snapshotJson<A>(input, path)
+    if (Either.isLeft(copied)) return copied
+    const problem = decides(copied.right)
+    return problem === undefined ? copied : Either.left(problem)
   }
 }

@@ -7,7 +7,7 @@ import { Effect, Either } from "effect"
 import { InvalidEvent } from "./Errors.js"
 import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "./Ids.js"
 import { acceptsUserMessageJson } from "../internal/EventDecoder.js"
-import { losslessDecoder } from "./Json.js"
+import { jsonProblem, losslessDecoder } from "./Json.js"
 import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
 import { UserMessage } from "./Values.js"
 
@@ -65,18 +65,31 @@ export interface UserMessageInput {
  * @category constructors
  */
 export const userMessage = (input: UserMessageInput): UserMessage => {
-  const hasText = input.text !== undefined
-  const hasContent = input.content !== undefined
+  const fields = readInput(input)
+  if (Either.isLeft(fields)) throw new InvalidEvent({ type: "user/message", reason: fields.left })
+  const { content, id, source, text } = fields.right
+  const hasText = text !== undefined
+  const hasContent = content !== undefined
   if (hasText === hasContent) {
     throw new InvalidEvent({ type: "user/message", reason: "exactly one of text and content must be given" })
   }
   const candidate = {
-    id: input.id,
+    id,
     role: "user",
-    content: hasText ? [{ type: "text", text: input.text }] : input.content,
-    source: input.source ?? { kind: "user" }
+    content: hasText ? [{ type: "text", text }] : content,
+    source: source ?? { kind: "user" }
   }
   return Either.getOrThrowWith(validateUserMessage(candidate), (reason) => new InvalidEvent({ type: "user/message", reason }))
+}
+
+// The input's fields, each read once (a getter or `Proxy` trap may throw: that is invalid input).
+const readInput = (input: UserMessageInput): Either.Either<Record<keyof UserMessageInput, unknown>, string> => {
+  try {
+    return Either.right({ id: input.id, text: input.text, content: input.content, source: input.source })
+  } catch {
+    const problem = jsonProblem(input, "input")
+    return Either.left(problem ?? "input: cannot be read")
+  }
 }
 
 /**

@@ -79,8 +79,45 @@ export class Inbox extends Context.Tag("tiller/Inbox")<Inbox, {
   )
 }
 
-const validateAll = (messages: ReadonlyArray<unknown>): Either.Either<ReadonlyArray<UserMessage>, InvalidEvent> =>
-  Either.all(messages.map(acceptCallerMessage))
+// The insertion of a splice, each message validated; an insertion that is not an array, or cannot be
+// read (a throwing `Proxy` or getter), makes the splice event invalid.
+const validateAll = (messages: unknown): Either.Either<ReadonlyArray<UserMessage>, InvalidEvent> => {
+  const items = readInsertion(messages)
+  if (Either.isLeft(items)) return Either.left(new InvalidEvent({ type: "agent/inbox/spliced", reason: items.left }))
+  const accepted: Array<UserMessage> = []
+  for (const item of items.right) {
+    const message = acceptCallerMessage(item)
+    if (Either.isLeft(message)) return Either.left(message.left)
+    accepted.push(message.right)
+  }
+  return Either.right(accepted)
+}
+
+// `normaliseSplice`, for coordinates of any value: one whose text cannot be made (a throwing
+// `toString` or `Proxy`) is named by its type.
+const coordinatesOf = (length: number, start: unknown, deleteCount: unknown) => {
+  try {
+    return normaliseSplice(length, start, deleteCount)
+  } catch {
+    const offender = typeof start === "number" ? ["deleteCount", deleteCount] as const : ["start", start] as const
+    return Either.left(`${offender[0]} (${typeof offender[1]}) is not a number`)
+  }
+}
+
+// The items of an insertion, each read once, or why it is not a readable array.
+const readInsertion = (messages: unknown): Either.Either<ReadonlyArray<unknown>, string> => {
+  try {
+    if (!Array.isArray(messages)) {
+      return Either.left(`inserted must be an array of messages, found ${messages === null ? "null" : typeof messages}`)
+    }
+    const length = messages.length
+    const items = new Array<unknown>(length)
+    for (let i = 0; i < length; i++) items[i] = messages[i]
+    return Either.right(items)
+  } catch {
+    return Either.left("inserted cannot be read")
+  }
+}
 
 // An InvalidEvent raised by the fold for a splice we built ourselves means a broken invariant.
 const orDieInternal = <A, E>(stm: STM.STM<A, E | InvalidEvent>): STM.STM<A, Exclude<E, InvalidEvent>> =>
@@ -118,7 +155,7 @@ export const makeInbox = (state: SessionStateShape): Context.Tag.Service<Inbox> 
           return yield* STM.fail(new InvalidSplice({ target: describeTarget(target), start, deleteCount, reason }))
         }
         const list = listOf(yield* lists, target)
-        const coordinates = normaliseSplice(list.length, start, deleteCount)
+        const coordinates = coordinatesOf(list.length, start, deleteCount)
         if (Either.isLeft(coordinates)) {
           return yield* STM.fail(new InvalidSplice({ target, start, deleteCount, reason: coordinates.left }))
         }

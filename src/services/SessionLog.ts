@@ -9,6 +9,7 @@ import { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader, SurfaceOp } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "../domain/Ids.js"
+import { jsonProblem, snapshotJson } from "../domain/Json.js"
 import { stateOf } from "../domain/KnownIds.js"
 import type { Message } from "../domain/Values.js"
 import * as GrowOnly from "../internal/GrowOnly.js"
@@ -71,24 +72,47 @@ export class SessionLog extends Context.Tag("tiller/SessionLog")<SessionLog, {
 // SPEC 8.5: the reason is exactly "reserved" (the core type is written by the loop only).
 const RESERVED = "reserved"
 
-// The draft of an input: its type, data and the optional fields it sets, nothing else.
-const draftOf = (input: AppendInput): Draft => {
-  const draft: { -readonly [K in keyof Draft]: Draft[K] } = { type: input.type, data: input.data }
-  if (input.surfaceOp !== undefined) draft.surfaceOp = input.surfaceOp
-  if (input.sourceEventSeqs !== undefined) draft.sourceEventSeqs = input.sourceEventSeqs
-  if (input.ignorable !== undefined) draft.ignorable = input.ignorable
-  return draft
+// The draft of an input: its type, data and the optional fields it sets, nothing else, each read
+// once into a frozen copy (SPEC 2.1: a snapshot). An input that cannot be read (a throwing getter or
+// `Proxy` trap), or whose values are not lossless JSON within MAX_JSON_DEPTH, is refused here,
+// before anything is written; the event's own checks run on the copy.
+const draftOf = (input: AppendInput): Either.Either<Draft, InvalidEvent> => {
+  let fields: readonly [unknown, unknown, unknown, unknown, unknown]
+  try {
+    fields = [input.type, input.data, input.surfaceOp, input.sourceEventSeqs, input.ignorable]
+  } catch {
+    return Either.left(new InvalidEvent({ type: "(unreadable)", reason: jsonProblem(input, "input") ?? "input: cannot be read" }))
+  }
+  const [type, data, surfaceOp, sourceEventSeqs, ignorable] = fields
+  if (typeof type !== "string") {
+    const found = type === null ? "null" : typeof type
+    return Either.left(new InvalidEvent({ type: `(${found})`, reason: `type must be a string, found ${found}` }))
+  }
+  // SPEC 8.5: a core type is refused as "reserved" whatever else the input holds.
+  if (!isAcceptedType(type, surfaceOp)) return Either.left(new InvalidEvent({ type, reason: RESERVED }))
+  const draft: { -readonly [K in keyof Draft]: Draft[K] } = { type, data: undefined }
+  const copied = snapshotJson(data, "event.data")
+  if (Either.isLeft(copied)) return Either.left(new InvalidEvent({ type, reason: copied.left }))
+  draft.data = copied.right
+  const optional = [["surfaceOp", surfaceOp], ["sourceEventSeqs", sourceEventSeqs], ["ignorable", ignorable]] as const
+  for (const [key, value] of optional) {
+    if (value === undefined) continue
+    const field = snapshotJson<never>(value, `event.${key}`)
+    if (Either.isLeft(field)) return Either.left(new InvalidEvent({ type, reason: field.left }))
+    draft[key] = field.right
+  }
+  return Either.right(draft)
 }
 
-const isAcceptedType = (input: AppendInput): boolean => {
-  switch (input.type) {
+const isAcceptedType = (type: string, surfaceOp: unknown): boolean => {
+  switch (type) {
     case "compaction/start":
     case "compaction/summary":
     case "compaction/end":
       return true
     case "user/message":
     case "tool/result":
-      return typeof input.surfaceOp === "object" && input.surfaceOp !== null
+      return typeof surfaceOp === "object" && surfaceOp !== null
     case "turn/start":
     case "turn/end":
     case "step/start":
@@ -129,20 +153,21 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
       ))
 
   const append = Effect.fnUntraced(function*(input: AppendInput) {
-    if (!isAcceptedType(input)) {
-      yield* STM.commit(guardWritable(state))
-      return yield* new InvalidEvent({ type: input.type, reason: RESERVED })
-    }
     // Only the input's own fields: seq and time are the log's (SPEC 2.1), whatever else it carries.
-    const draft: Draft = draftOf(input)
+    const read = draftOf(input)
+    if (Either.isLeft(read)) {
+      yield* STM.commit(guardWritable(state))
+      return yield* read.left
+    }
+    const draft = read.right
     const transaction = STM.gen(function*() {
       yield* guardWritable(state)
-      if (input.type === "user/message") {
-        const id = (input.data as { readonly id?: unknown } | null)?.id
+      if (draft.type === "user/message") {
+        const id = (draft.data as { readonly id?: unknown } | null)?.id
         const snapshot = yield* readLog
         // A replacement's id is a caller's id too (SPEC 3.9): the repair prefix is reserved (2.3).
         if (typeof id === "string" && id.startsWith(REPAIR_ID_PREFIX)) {
-          return yield* STM.fail(new InvalidEvent({ type: input.type, reason: RESERVED_ID_REASON }))
+          return yield* STM.fail(new InvalidEvent({ type: draft.type, reason: RESERVED_ID_REASON }))
         }
         if (typeof id === "string") {
           const known = stateOf(snapshot.fold.known, id)
@@ -155,13 +180,13 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
           }
         }
       }
-      if (input.type === "compaction/start" && (input.data as { readonly turn?: unknown } | null)?.turn === null) {
+      if (draft.type === "compaction/start" && (draft.data as { readonly turn?: unknown } | null)?.turn === null) {
         // The log's own rules first (inside a turn such a bracket is R6), tried on the snapshot.
         const tried = appendPure(state, yield* readLog, [draft], false)
         if (tried instanceof InvalidEvent) return yield* STM.fail(tried)
         if ((yield* state.owner.phase) !== "maintenance") {
           return yield* STM.fail(
-            new InvalidEvent({ type: input.type, reason: "a compaction bracket between turns needs the maintenance phase" })
+            new InvalidEvent({ type: draft.type, reason: "a compaction bracket between turns needs the maintenance phase" })
           )
         }
       }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
-import { freezeCopy, jsonEquals, jsonProblem, JsonValue } from "../../src/domain/Json.js"
+import { deepFreeze, freezeCopy, jsonEquals, jsonProblem, JsonValue, losslessDecoder, MAX_JSON_DEPTH, snapshotJson } from "../../src/domain/Json.js"
 
 class Point {
   constructor(readonly x: number, readonly y: number) {}
@@ -169,5 +169,125 @@ describe("jsonEquals", () => {
     expect(jsonEquals({ 0: 1 }, [1])).toBe(false)
     expect(jsonEquals(null, {})).toBe(false)
     expect(jsonEquals("1", 1)).toBe(false)
+  })
+})
+
+/** An object nested `levels` deep (the outermost object is level 1): `{a: {a: ... {a: 1}}}`. */
+const nested = (levels: number): unknown => {
+  let value: unknown = 1
+  for (let i = 0; i < levels; i++) value = { a: value }
+  return value
+}
+
+/** An array nested `levels` deep: `[[...[1]]]`. */
+const nestedArray = (levels: number): unknown => {
+  let value: unknown = 1
+  for (let i = 0; i < levels; i++) value = [value]
+  return value
+}
+
+describe("depth limit (MAX_JSON_DEPTH)", () => {
+  it("accepts a value nested exactly MAX_JSON_DEPTH levels and refuses one level more, naming the limit and the path", () => {
+    expect(MAX_JSON_DEPTH).toBe(256)
+    expect(jsonProblem(nested(MAX_JSON_DEPTH))).toBeUndefined()
+    expect(jsonProblem(nestedArray(MAX_JSON_DEPTH))).toBeUndefined()
+    expect(jsonProblem(nested(MAX_JSON_DEPTH + 1), "source")).toBe("source.a.a.a.a.a.a.a.a….a.a: nested deeper than 256 levels")
+    expect(jsonProblem(nestedArray(MAX_JSON_DEPTH + 1), "x")).toBe("x[0][0][0][0][0][0][0][0]…[0][0]: nested deeper than 256 levels")
+    expect(Either.isRight(Schema.decodeUnknownEither(JsonValue)(nested(MAX_JSON_DEPTH)))).toBe(true)
+    expect(Either.isLeft(Schema.decodeUnknownEither(JsonValue)(nested(MAX_JSON_DEPTH + 1)))).toBe(true)
+  })
+
+  it("refuses values nested 10,000 and 100,000 levels with a reason, never a stack overflow", () => {
+    for (const levels of [10_000, 100_000]) {
+      for (const value of [nested(levels), nestedArray(levels)]) {
+        expect(jsonProblem(value, "v")).toMatch(/^v(\.a|\[0\]){8}….*: nested deeper than 256 levels$/)
+        const copied = snapshotJson(value, "v")
+        expect(Either.isLeft(copied) && copied.left).toMatch(/nested deeper than 256 levels$/)
+        expect(Either.isLeft(Schema.decodeUnknownEither(JsonValue)(value))).toBe(true)
+      }
+    }
+  })
+
+  it("a whole stored event (path \"event\") may hold a field of MAX_JSON_DEPTH levels below its envelope", () => {
+    const event = { type: "x/y", seq: 0, time: 0, data: { inserted: [{ source: { a: nested(MAX_JSON_DEPTH) } }] } }
+    expect(jsonProblem(event, "event")).toBeUndefined()
+    expect(jsonProblem({ data: nested(100_000) }, "event")).toMatch(/^event\.data\.a.*: nested deeper than 256 levels$/)
+  })
+
+  it("deepFreeze freezes a value 100,000 levels deep without recursion", () => {
+    const value = nested(100_000) as { a: unknown }
+    expect(deepFreeze(value)).toBe(value)
+    let node: unknown = value
+    let frozen = 0
+    while (typeof node === "object" && node !== null) {
+      if (Object.isFrozen(node)) frozen++
+      node = (node as { a: unknown }).a
+    }
+    expect(frozen).toBe(100_000)
+  })
+})
+
+describe("hostile values", () => {
+  const throwingGetter = () => ({
+    kind: "user",
+    get bad(): unknown {
+      throw new Error("boom")
+    }
+  })
+  const hostileProxy = () =>
+    new Proxy({}, {
+      get: () => {
+        throw new Error("trap")
+      },
+      ownKeys: () => {
+        throw new Error("trap")
+      },
+      getPrototypeOf: () => {
+        throw new Error("trap")
+      }
+    })
+
+  it("a throwing getter or Proxy trap is a reason naming where it was read, never a throw", () => {
+    expect(jsonProblem({ source: throwingGetter() }, "message")).toBe("message.source.bad: cannot be read (boom)")
+    expect(jsonProblem({ list: [1, hostileProxy()] }, "message")).toBe("message.list[1]: cannot be read (trap)")
+    expect(jsonProblem(hostileProxy(), "message")).toBe("message: cannot be read (trap)")
+    const copied = snapshotJson({ source: throwingGetter() }, "message")
+    expect(copied).toStrictEqual(Either.left("message.source.bad: cannot be read (boom)"))
+    // A thrown value whose own message cannot be read is still described.
+    const nasty = new Proxy({ y: 1 }, {
+      get: () => {
+        throw hostileProxy()
+      }
+    })
+    expect(jsonProblem({ x: nasty }, "m")).toBe("m.x.y: cannot be read (an unreadable exception)")
+  })
+
+  it("cycles are refused by the copy as by the check", () => {
+    const cyclic: Record<string, unknown> = { kind: "user" }
+    cyclic.self = cyclic
+    expect(jsonProblem(cyclic, "s")).toBe("s.self: cyclic value")
+    expect(snapshotJson(cyclic, "s")).toStrictEqual(Either.left("s.self: cyclic value"))
+  })
+
+  it("snapshotJson reads each property once: a getter that answers differently later cannot change the copy", () => {
+    let reads = 0
+    const shifty = {
+      get value(): unknown {
+        reads++
+        return reads === 1 ? "fine" : () => "a function the second time"
+      }
+    }
+    const copied = snapshotJson(shifty, "x")
+    expect(reads).toBe(1)
+    expect(copied).toStrictEqual(Either.right({ value: "fine" }))
+    if (Either.isRight(copied)) {
+      expect(Object.isFrozen(copied.right)).toBe(true)
+      expect(Object.getOwnPropertyDescriptor(copied.right, "value")?.get).toBeUndefined()
+    }
+    // The decoder for untrusted input returns the same one-read copy.
+    reads = 0
+    const decode = losslessDecoder(Schema.Struct({ value: Schema.String }), "x")
+    expect(decode(shifty)).toStrictEqual(Either.right({ value: "fine" }))
+    expect(reads).toBe(1)
   })
 })

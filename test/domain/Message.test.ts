@@ -5,6 +5,7 @@ import { REPAIR_ID_PREFIX } from "../../src/domain/Ids.js"
 import type { UserMessageInput } from "../../src/domain/Message.js"
 import { acceptCallerMessage, newUserMessage, userMessage, validateUserMessage } from "../../src/domain/Message.js"
 import type { MessageSource, UserContent } from "../../src/domain/Values.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
@@ -222,5 +223,87 @@ describe("acceptCallerMessage", () => {
     expect(Either.isLeft(acceptCallerMessage(withoutSource))).toBe(true)
     expect(Either.isLeft(acceptCallerMessage({ ...valid, content: [{ type: "text", text: "x" }, undefined] }))).toBe(true)
     expect(Either.isLeft(acceptCallerMessage(null))).toBe(true)
+  })
+})
+
+/** An object nested `levels` deep (the outermost object is level 1). */
+const nested = (levels: number): unknown => {
+  let value: unknown = 1
+  for (let i = 0; i < levels; i++) value = { a: value }
+  return value
+}
+
+const reasonOf = (result: Either.Either<unknown, InvalidEvent>): string => {
+  if (Either.isRight(result)) throw new Error("expected a refusal")
+  expect(result.left).toBeInstanceOf(InvalidEvent)
+  expect(result.left.type).toBe("user/message")
+  return result.left.reason
+}
+
+describe("messages past the limits or unreadable", () => {
+  const base = { id: "m", role: "user", content: [{ type: "text", text: "hi" }] }
+
+  it("a message nested MAX_JSON_DEPTH levels is accepted; one level more is InvalidEvent naming the limit", () => {
+    // The message is level 1 and its source level 2: the source's field holds the other 254.
+    const atLimit = { ...base, source: { kind: "user", a: nested(MAX_JSON_DEPTH - 2) } }
+    expect(Either.isRight(acceptCallerMessage(atLimit))).toBe(true)
+    const past = { ...base, source: { kind: "user", a: nested(MAX_JSON_DEPTH - 1) } }
+    expect(reasonOf(acceptCallerMessage(past))).toBe("message.source.a.a.a.a.a.a.a….a.a: nested deeper than 256 levels")
+  })
+
+  it("a source or content nested 10,000 and 100,000 levels is InvalidEvent from every constructor, never a defect", () => {
+    for (const levels of [10_000, 100_000]) {
+      const source = { kind: "user", a: nested(levels) }
+      expect(reasonOf(acceptCallerMessage({ ...base, source }))).toMatch(/^message\.source\.a.*: nested deeper than 256 levels$/)
+      expect(Either.isLeft(validateUserMessage({ ...base, source }))).toBe(true)
+      expect(expectInvalid({ id: "m", text: "hi", source }).reason).toMatch(/nested deeper than 256 levels$/)
+      const content = [{ type: "text", text: "hi", extra: nested(levels) }]
+      expect(reasonOf(acceptCallerMessage({ ...base, content, source: { kind: "user" } }))).toMatch(
+        /^message\.content\[0\]\.extra\.a.*: nested deeper than 256 levels$/
+      )
+    }
+  })
+
+  it("a throwing getter, a hostile Proxy and a cycle are InvalidEvent, never a throw", () => {
+    const getter = {
+      ...base,
+      source: {
+        kind: "user",
+        get bad(): unknown {
+          throw new Error("boom")
+        }
+      }
+    }
+    expect(reasonOf(acceptCallerMessage(getter))).toBe("message.source.bad: cannot be read (boom)")
+    const trap = () => {
+      throw new Error("trap")
+    }
+    const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
+    expect(reasonOf(acceptCallerMessage(proxy))).toBe("message: cannot be read (trap)")
+    expect(reasonOf(acceptCallerMessage({ ...base, source: { kind: "user", p: proxy } }))).toBe("message.source.p: cannot be read (trap)")
+    expect(reasonOf(acceptCallerMessage({ ...base, content: proxy, source: { kind: "user" } }))).toBe(
+      "message.content: cannot be read (trap)"
+    )
+    const cyclic: Record<string, unknown> = { kind: "user" }
+    cyclic.self = cyclic
+    expect(reasonOf(acceptCallerMessage({ ...base, source: cyclic }))).toBe("message.source.self: cyclic value")
+    // userMessage's own input: read once, a throwing field is InvalidEvent too.
+    expect(expectInvalid(proxy).reason).toBe("input: cannot be read (trap)")
+    expect(expectInvalid({ id: "m", text: "hi", source: getter.source }).reason).toBe("message.source.bad: cannot be read (boom)")
+  })
+
+  it("a message is validated as the copy read once: a getter cannot answer differently after the check", () => {
+    let reads = 0
+    const source = {
+      kind: "user",
+      get tag(): unknown {
+        reads++
+        return reads === 1 ? "ok" : nested(100_000)
+      }
+    }
+    const accepted = acceptCallerMessage({ ...base, source })
+    expect(reads).toBe(1)
+    expect(accepted).toStrictEqual(Either.right({ ...base, source: { kind: "user", tag: "ok" } }))
+    if (Either.isRight(accepted)) expect(isDeepFrozen(accepted.right)).toBe(true)
   })
 })

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
-import { Context, Effect, Either, Exit, Layer, Scope } from "effect"
+import { Context, Effect, Either, Exit, Fiber, Layer, Option, Scope, TestClock } from "effect"
 import Database from "better-sqlite3"
 import { build } from "esbuild"
 import { spawn } from "node:child_process"
@@ -9,7 +9,7 @@ import { createRequire } from "node:module"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { AgentBusy, MalformedLog, PersistenceError, SessionExists, UnsupportedLogVersion } from "../../src/domain/Errors.js"
+import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../../src/domain/Errors.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
@@ -352,7 +352,10 @@ describe("SqliteSessionStore", () => {
             ], { concurrency: "unbounded" })
             expect(Exit.isSuccess(ok1)).toBe(true)
             expect(Exit.isSuccess(ok2)).toBe(true)
-            expect(yield* failureOf(conflicting)).toMatchObject({ _tag: "PersistenceError", sessionId: b, operation: "append" })
+            const conflict = yield* failureOf(conflicting)
+            expect(conflict).toMatchObject({ _tag: "PersistenceError", sessionId: b, operation: "append" })
+            // The message says what SQLite said, with its code (not the client's "Failed to execute statement").
+            expect(conflict.message).toContain("SQLITE_CONSTRAINT_PRIMARYKEY: UNIQUE constraint failed")
             expect((yield* store.load(a)).events).toStrictEqual(turns(0, 2))
             expect((yield* store.load(c)).events).toStrictEqual(turns(0, 2))
           }))
@@ -467,7 +470,127 @@ describe("SqliteSessionStore", () => {
       const notDatabase = yield* failureOf(Layer.build(SqliteSessionStore.layer({ filename: garbage })).pipe(Effect.scoped))
       expect(notDatabase).toBeInstanceOf(PersistenceError)
       expect(notDatabase).toMatchObject({ operation: "open" })
+      expect(notDatabase.message).toContain("SQLITE_NOTADB: file is not a database")
     }))
+
+  it.effect("a full database fails an append with PersistenceError naming SQLITE_FULL, and the store goes on once there is room", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      // The store's own connections, seen as they prepare statements.
+      const opened = new Set<Database.Database>()
+      const original = Database.prototype.prepare
+      Database.prototype.prepare = function(this: Database.Database, sql: string) {
+        opened.add(this)
+        return original.call(this, sql)
+      } as typeof original
+      yield* Effect.ensuring(
+        withStore(filename, (store) =>
+          Effect.gen(function*() {
+            yield* store.create(makeHeader(id), turns(0, 1))
+            Database.prototype.prepare = original
+            const mine = [...opened].filter((db) => db.name === filename && db.open)
+            // No page may be added: the disk is full as far as SQLite can tell.
+            for (const db of mine) db.pragma("max_page_count = 1")
+            const full = yield* failureOf(store.append(id, nonEmpty(turns(1, 40))))
+            expect(full).toBeInstanceOf(PersistenceError)
+            expect(full).toMatchObject({ sessionId: id, operation: "append" })
+            expect(full.message).toContain("SQLITE_FULL: database or disk is full")
+            expect(full.message).not.toContain("Failed to execute statement")
+            expect((yield* store.load(id)).events).toStrictEqual(turns(0, 1))
+            for (const db of mine) db.pragma("max_page_count = 1073741823")
+            yield* store.append(id, nonEmpty(turns(1, 40)))
+            expect((yield* store.load(id)).events).toStrictEqual(turns(0, 41))
+          })),
+        Effect.sync(() => {
+          Database.prototype.prepare = original
+        })
+      )
+    }))
+
+  describe("another connection's write lock", () => {
+    /** Holds `filename`'s write lock on a connection of its own (it never waits on the event loop) until `release`. */
+    const holdLock = (filename: string) => {
+      const db = new Database(filename)
+      db.exec("BEGIN IMMEDIATE")
+      return {
+        release: () => {
+          db.exec("ROLLBACK")
+          db.close()
+        }
+      }
+    }
+
+    it.effect("an append waits for it without blocking (Clock sleeps) and is written once it is released", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        yield* withStore(filename, (store) =>
+          Effect.gen(function*() {
+            yield* store.create(makeHeader(id), turns(0, 1))
+            const lock = holdLock(filename)
+            const append = yield* Effect.fork(store.append(id, nonEmpty(turns(1, 1))))
+            yield* TestClock.adjust("5 seconds")
+            // Still waiting, and the fiber runtime was free meanwhile (this fiber ran).
+            expect(Option.isNone(yield* Fiber.poll(append))).toBe(true)
+            lock.release()
+            yield* TestClock.adjust("200 millis")
+            yield* Fiber.join(append)
+            expect((yield* store.load(id)).events).toStrictEqual(turns(0, 2))
+          }))
+      }))
+
+    it.effect("held past busyTimeout (default 10 s), the append fails: 'database is locked by another process' with the file's name, nothing written", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        yield* withStore(filename, (store) =>
+          Effect.gen(function*() {
+            yield* store.create(makeHeader(id), turns(0, 1))
+            const lock = holdLock(filename)
+            const append = yield* Effect.fork(Effect.flip(store.append(id, nonEmpty(turns(1, 1)))))
+            yield* TestClock.adjust("9800 millis")
+            expect(Option.isNone(yield* Fiber.poll(append))).toBe(true)
+            yield* TestClock.adjust("500 millis")
+            const error = yield* Fiber.join(append)
+            lock.release()
+            expect(error).toBeInstanceOf(PersistenceError)
+            expect(error).toMatchObject({ sessionId: id, operation: "append" })
+            expect(error.message).toContain(`database is locked by another process (SQLITE_BUSY): ${filename}`)
+            expect((yield* store.load(id)).events).toStrictEqual(turns(0, 1))
+            // The lock gone, the store writes again.
+            yield* store.append(id, nonEmpty(turns(1, 1)))
+            expect((yield* store.load(id)).events).toStrictEqual(turns(0, 2))
+          }))
+      }))
+
+    it.effect("busyTimeout sets the bound: a create and a store opened on a fresh file give up after it", () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        yield* withStore(filename, () => Effect.void)
+        const lock = holdLock(filename)
+        const create = yield* Effect.fork(Effect.flip(
+          Effect.flatMap(SessionStore, (store) => store.create(makeHeader(id), [])).pipe(
+            Effect.provide(SqliteSessionStore.layer({ filename, busyTimeout: "2 seconds" }))
+          )
+        ))
+        yield* TestClock.adjust("1800 millis")
+        expect(Option.isNone(yield* Fiber.poll(create))).toBe(true)
+        yield* TestClock.adjust("500 millis")
+        const error = yield* Fiber.join(create)
+        expect(error).toMatchObject({ _tag: "PersistenceError", sessionId: id, operation: "create" })
+        expect(error.message).toContain(`database is locked by another process (SQLITE_BUSY): ${filename}`)
+        lock.release()
+
+        // A fresh file another connection locked before it was turned to WAL: opening waits too.
+        const fresh = freshFile()
+        const early = holdLock(fresh)
+        const open = yield* Effect.fork(Effect.flip(Layer.build(SqliteSessionStore.layer({ filename: fresh, busyTimeout: 0 })).pipe(Effect.scoped)))
+        yield* TestClock.adjust("1 millis")
+        const refused = yield* Fiber.join(open)
+        early.release()
+        expect(refused).toMatchObject({ _tag: "PersistenceError", operation: "open" })
+        expect(refused.message).toContain(`database is locked by another process (SQLITE_BUSY): ${fresh}`)
+        yield* withStore(fresh, (store) => store.create(makeHeader(id), []))
+      }))
+  })
 })
 
 /** Appends turns `from` .. `to - 1`, one transaction each. */
@@ -577,6 +700,36 @@ describe("an agent on SQLite", () => {
       }))
       expect(yield* leases()).toEqual([])
     }).pipe(Effect.scoped))
+
+  it.effect("a refused open leaves the file's bytes as they were: resume of a malformed or missing session, create of a stored one", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      yield* Effect.scoped(Effect.gen(function*() {
+        const driver = Context.get(yield* Layer.build(agentOn(filename, { sessionId: S }, "hi")), Driver)
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+      }))
+      yield* withRawSql(filename, (sql) => sql`UPDATE events SET row = 'not json' WHERE session_id = ${S} AND seq = 3`)
+      // Every connection closed: SQLite folded the WAL into the file and removed it.
+      const bytes = () => {
+        expect(fs.existsSync(`${filename}-wal`)).toBe(false)
+        return fs.readFileSync(filename)
+      }
+      const before = bytes()
+
+      const malformed = yield* failureOf(Effect.scoped(Layer.build(agentOn(filename, { resume: S }, "x"))))
+      expect(malformed).toBeInstanceOf(MalformedLog)
+      expect(malformed).toMatchObject({ sessionId: S, seq: 3 })
+      expect(bytes()).toEqual(before)
+
+      const missing = yield* failureOf(Effect.scoped(Layer.build(agentOn(filename, { resume: SessionId.make("missing") }, "x"))))
+      expect(missing).toBeInstanceOf(SessionNotFound)
+      expect(bytes()).toEqual(before)
+
+      const exists = yield* failureOf(Effect.scoped(Layer.build(agentOn(filename, { sessionId: S }, "x"))))
+      expect(exists).toBeInstanceOf(SessionExists)
+      expect(bytes()).toEqual(before)
+    }))
 
   it.effect("runs a turn, is disposed, resumes from the file on a fresh layer and runs turn 2", () =>
     Effect.gen(function*() {

@@ -3,6 +3,7 @@ import { Chunk, Effect, Fiber, Layer, Option, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
 import { userMessage } from "../../src/domain/Message.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
@@ -288,4 +289,81 @@ describe("SessionLog", () => {
       expect(yield* log.durableSeq).toBe(3)
       expect(Option.isSome(yield* inbox.idState(MessageId.make("f")))).toBe(true)
     }).pipe(Effect.provide(freshSession())))
+})
+
+/** An object nested `levels` deep (the outermost object is level 1). */
+const nested = (levels: number): unknown => {
+  let value: unknown = 1
+  for (let i = 0; i < levels; i++) value = { a: value }
+  return value
+}
+
+const trap = () => {
+  throw new Error("trap")
+}
+
+describe("SessionLog.append: input past the limits or unreadable", () => {
+  it.scoped("data nested 10,000 and 100,000 levels is InvalidEvent naming the limit; nothing is written, the log stays usable", () =>
+    Effect.gen(function*() {
+      const log = yield* SessionLog
+      for (const levels of [10_000, 100_000]) {
+        const error = yield* Effect.flip(log.append({ type: "ext/deep", data: nested(levels), ignorable: true }))
+        expect(error).toMatchObject({ _tag: "InvalidEvent", type: "ext/deep" })
+        expect(error.reason).toMatch(/^event\.data\.a\.a.*: nested deeper than 256 levels$/)
+        // The same for a replacement message whose source is that deep.
+        const message = { id: "S", role: "user", content: [{ type: "text", text: "s" }], source: { kind: "c", a: nested(levels) } }
+        const replacement = yield* Effect.flip(
+          log.append({ type: "user/message", data: message, surfaceOp: { op: "replace", start: 0, end: 0 }, sourceEventSeqs: [0] })
+        )
+        expect(replacement.reason).toMatch(/^event\.data\.source\.a.*: nested deeper than 256 levels$/)
+      }
+      expect(yield* log.events).toEqual([])
+      const after = yield* log.append({ type: "ext/ok", data: { fine: true }, ignorable: true })
+      expect(after).toMatchObject({ seq: 0, data: { fine: true } })
+    }).pipe(Effect.provide(freshSession())))
+
+  it.scoped("a throwing getter, a hostile Proxy, a cycle and a non-string type are InvalidEvent, never a defect", () =>
+    Effect.gen(function*() {
+      const log = yield* SessionLog
+      const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
+      const getter = {
+        get bad(): unknown {
+          throw new Error("boom")
+        }
+      }
+      const cyclic: Record<string, unknown> = {}
+      cyclic.self = cyclic
+      const cases: ReadonlyArray<readonly [unknown, string]> = [
+        [{ type: "ext/x", data: getter, ignorable: true }, "event.data.bad: cannot be read (boom)"],
+        [{ type: "ext/x", data: { p: proxy }, ignorable: true }, "event.data.p: cannot be read (trap)"],
+        [{ type: "ext/x", data: cyclic, ignorable: true }, "event.data.self: cyclic value"],
+        [{ type: "ext/x", data: {}, ignorable: true, sourceEventSeqs: proxy }, "event.sourceEventSeqs: cannot be read (trap)"],
+        [proxy, "input: cannot be read (trap)"],
+        [{ type: 7, data: {}, ignorable: true }, "type must be a string, found number"]
+      ]
+      for (const [input, reason] of cases) {
+        const error = yield* Effect.flip(log.append(input as Parameters<typeof log.append>[0]))
+        expect(error).toMatchObject({ _tag: "InvalidEvent", reason })
+      }
+      expect(yield* log.events).toEqual([])
+      expect(yield* log.append({ type: "ext/ok", data: 1, ignorable: true })).toMatchObject({ seq: 0 })
+    }).pipe(Effect.provide(freshSession())))
+
+  it.effect("data nested exactly MAX_JSON_DEPTH levels is accepted and loads again from the store (D6); one more is refused", () =>
+    Effect.gen(function*() {
+      const data = nested(MAX_JSON_DEPTH)
+      const written = yield* Effect.scoped(
+        Effect.gen(function*() {
+          const log = yield* SessionLog
+          const past = yield* Effect.flip(log.append({ type: "ext/deep", data: nested(MAX_JSON_DEPTH + 1), ignorable: true }))
+          expect(past.reason).toMatch(/nested deeper than 256 levels$/)
+          return yield* log.append({ type: "ext/deep", data, ignorable: true })
+        }).pipe(Effect.provide(sessionOn({ sessionId: sid("limit") })))
+      )
+      expect(written.data).toEqual(data)
+      const reloaded = yield* Effect.scoped(
+        Effect.flatMap(SessionLog, (log) => log.events).pipe(Effect.provide(sessionOn({ resume: sid("limit") })))
+      )
+      expect(reloaded[0]).toEqual(written)
+    }).pipe(Effect.provide(SessionStore.layerMemory)))
 })

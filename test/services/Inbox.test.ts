@@ -287,3 +287,86 @@ describe("Inbox", () => {
 
 // Keep the harness's layer type import used.
 export type _ = Layer.Layer<never>
+
+/** An object nested `levels` deep (the outermost object is level 1). */
+const nestedValue = (levels: number): unknown => {
+  let value: unknown = 1
+  for (let i = 0; i < levels; i++) value = { a: value }
+  return value
+}
+
+const trap = () => {
+  throw new Error("trap")
+}
+
+describe("Inbox: input past the limits or unreadable", () => {
+  const deepMessage = (name: string, levels: number) =>
+    ({ id: name, role: "user", content: [{ type: "text", text: name }], source: { kind: "user", a: nestedValue(levels) } }) as unknown as UserMessage
+
+  it.scoped("messages nested 10,000 and 100,000 levels are InvalidEvent from every operation; nothing changes, the inbox stays usable", () =>
+    Effect.gen(function*() {
+      const inbox = yield* Inbox
+      const log = yield* SessionLog
+      const kept = user("kept")
+      yield* inbox.append("next-turn", kept)
+      const before = yield* log.events
+      for (const levels of [10_000, 100_000]) {
+        const m = deepMessage(`deep${levels}`, levels)
+        const failures = [
+          yield* Effect.flip(inbox.append("next-turn", m)),
+          yield* Effect.flip(inbox.prepend("next-step", m)),
+          yield* Effect.flip(inbox.splice("next-turn", 0, 0, [m])),
+          yield* Effect.flip(inbox.replace(kept.id, m))
+        ]
+        for (const failure of failures) {
+          expect(failure).toMatchObject({ _tag: "InvalidEvent", type: "user/message" })
+          expect((failure as { readonly reason: string }).reason).toMatch(/^message\.source\.a.*: nested deeper than 256 levels$/)
+        }
+      }
+      expect(yield* log.events).toStrictEqual(before)
+      expect(yield* inbox.snapshot).toEqual({ nextTurn: [kept], nextStep: [] })
+      yield* inbox.splice("next-turn", 1, 0, [user("after")])
+      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["kept", "after"])
+    }).pipe(Effect.provide(freshSession())))
+
+  it.scoped("a non-array or unreadable insertion is InvalidEvent of the splice; hostile messages and coordinates are typed errors", () =>
+    Effect.gen(function*() {
+      const inbox = yield* Inbox
+      const log = yield* SessionLog
+      const splice = (inserted: unknown, start: unknown = 0) =>
+        Effect.flip(inbox.splice("next-turn", start as number, 0, inserted as ReadonlyArray<UserMessage>))
+      for (const [inserted, found] of [[5, "number"], ["ab", "string"], [null, "null"], [{ 0: user("x"), length: 1 }, "object"]] as const) {
+        expect(yield* splice(inserted)).toMatchObject({
+          _tag: "InvalidEvent",
+          type: "agent/inbox/spliced",
+          reason: `inserted must be an array of messages, found ${found}`
+        })
+      }
+      const unreadableArray = new Proxy([user("x")], { get: trap })
+      expect(yield* splice(unreadableArray)).toMatchObject({ _tag: "InvalidEvent", reason: "inserted cannot be read" })
+      const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
+      expect(yield* splice([proxy])).toMatchObject({ _tag: "InvalidEvent", type: "user/message", reason: "message: cannot be read (trap)" })
+      const getter = {
+        id: "g",
+        role: "user",
+        content: [{ type: "text", text: "g" }],
+        get source(): unknown {
+          throw new Error("boom")
+        }
+      }
+      expect(yield* Effect.flip(inbox.append("next-step", getter as unknown as UserMessage))).toMatchObject({
+        _tag: "InvalidEvent",
+        reason: "message.source: cannot be read (boom)"
+      })
+      const cyclic: Record<string, unknown> = { kind: "user" }
+      cyclic.self = cyclic
+      const withCycle = { id: "c", role: "user", content: [{ type: "text", text: "c" }], source: cyclic }
+      expect(yield* splice([withCycle])).toMatchObject({ _tag: "InvalidEvent", reason: "message.source.self: cyclic value" })
+      // A coordinate whose text cannot be made is an InvalidSplice, not a defect.
+      const hostileStart = { toString: trap, valueOf: trap }
+      expect(yield* splice([user("y")], hostileStart)).toMatchObject({ _tag: "InvalidSplice", reason: "start (object) is not a number" })
+      expect(yield* log.events).toEqual([])
+      expect(yield* inbox.splice("next-turn", 0, 0, [user("fine")])).toEqual([])
+      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["fine"])
+    }).pipe(Effect.provide(freshSession())))
+})

@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import type { Effect, Fiber, Runtime } from "effect"
+import type { Duration, Effect, Fiber, Runtime } from "effect"
 import type { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../domain/Values.js"
@@ -26,6 +26,8 @@ export interface RequestDefaults {
   readonly system?: string
   readonly maxTokens?: number
   readonly temperature?: number
+  /** The longest a `Retry` may sleep (default 60 s). */
+  readonly maxRetryDelay?: Duration.Duration
 }
 
 /**

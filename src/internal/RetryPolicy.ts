@@ -1,6 +1,6 @@
 /**
  * The default request-error policy (SPEC 4.5, D10): the innermost link of the `onRequestError`
- * waterfall.
+ * waterfall; and the cap on how long any `Retry` may sleep.
  *
  * @since 0.1.0
  */
@@ -67,3 +67,50 @@ export const defaultRetryPolicy = (
       return RequestErrorAction.retry(Duration.millis(Math.max(input.failure.retryAfterMs ?? 0, jittered)))
     })
     : Effect.succeed(RequestErrorAction.fail)
+
+/**
+ * The longest a `Retry` may sleep unless `AgentOptions.maxRetryDelay` says otherwise: 60 seconds.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const DEFAULT_MAX_RETRY_DELAY: Duration.Duration = Duration.seconds(60)
+
+/**
+ * The failure code of a turn whose `Retry` asked to sleep longer than the cap (or forever).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const RETRY_DELAY_TOO_LONG = "RETRY_DELAY_TOO_LONG"
+
+const spoken = (ms: number): string => Number.isFinite(ms) ? `${Number((ms / 1000).toFixed(3))} s` : "forever"
+
+/**
+ * Why a `Retry` of `delayMs` (already rounded to whole milliseconds) is not slept on: a
+ * `RETRY_DELAY_TOO_LONG` failure saying what was asked for, or `undefined` when the delay is finite
+ * and at most `cap`. The provider is named when its `retryAfterMs` is itself over the cap.
+ *
+ * @since 0.1.0
+ * @category policies
+ */
+export const refuseRetryDelay = (
+  delayMs: number,
+  failure: LlmFailure,
+  cap: Duration.Duration
+): LlmFailure | undefined => {
+  const capMs = Duration.toMillis(cap)
+  if (Number.isFinite(delayMs) && delayMs <= capMs) return undefined
+  const asked = failure.retryAfterMs
+  const byProvider = asked !== undefined && !(asked <= capMs)
+  const who = byProvider ? "the provider" : "the request-error recovery"
+  const limit = Number.isFinite(capMs) ? `the cap is ${spoken(capMs)}` : "a retry cannot wait forever"
+  return {
+    message: `${who} asked to wait ${spoken(byProvider ? asked : delayMs)} before retrying; ${limit}`,
+    code: RETRY_DELAY_TOO_LONG,
+    ...(failure.status !== undefined ? { status: failure.status } : {}),
+    ...(byProvider && Number.isFinite(asked) ? { retryAfterMs: asked } : {}),
+    ...(failure.requestId !== undefined ? { requestId: failure.requestId } : {}),
+    retryable: false
+  }
+}

@@ -23,6 +23,7 @@ import { hookDefaults } from "./HooksRunner.js"
 import { peek } from "./Peek.js"
 import * as Preloaded from "./Preloaded.js"
 import * as RequestView from "./RequestView.js"
+import { DEFAULT_MAX_RETRY_DELAY, refuseRetryDelay } from "./RetryPolicy.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf } from "./Phase.js"
@@ -230,8 +231,13 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           }
           const action = decision.exit.value
           if (action._tag === "Fail") return failed(outcome.failure, new ModelError({ failure: outcome.failure }))
-          // A whole number of milliseconds the log can hold (an infinite delay waits for a cancel).
-          const delayMs = Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, Math.round(Duration.toMillis(action.delay))))
+          // A whole number of milliseconds, at most the cap: a longer (or infinite) delay is not
+          // slept on and ends the turn with RETRY_DELAY_TOO_LONG (unless a cause was recorded).
+          const delayMs = Math.max(0, Math.round(Duration.toMillis(action.delay)))
+          const refused = refuseRetryDelay(delayMs, outcome.failure, ctx.defaults.maxRetryDelay ?? DEFAULT_MAX_RETRY_DELAY)
+          if (refused !== undefined) {
+            return Option.isSome(causeOf(peek(ds.phaseNow))) ? aborted() : failed(refused, new ModelError({ failure: refused }))
+          }
           const logged = yield* loopTx(
             ctx,
             dieOnFailure(appendDrafts(session, [{

@@ -4,8 +4,8 @@
  *
  * @since 0.1.0
  */
-import type { Duration, Schedule, Scope } from "effect"
-import { Context, Effect, Fiber, Layer, Option, STM, TRef } from "effect"
+import type { Schedule, Scope } from "effect"
+import { Context, Duration, Effect, Fiber, Layer, Option, STM, TRef } from "effect"
 import type {
   AgentBusy,
   MalformedLog,
@@ -50,6 +50,12 @@ export interface AgentOptions {
   readonly system?: string
   readonly maxTokens?: number
   readonly temperature?: number
+  /**
+   * The longest the loop sleeps before retrying a failed request (default 60 s). A `Retry` asking
+   * for longer, such as a provider's `retryAfterMs` of an hour, or for forever, is not slept on: the
+   * turn ends with the failure code `RETRY_DELAY_TOO_LONG`, whose message says what was asked for.
+   */
+  readonly maxRetryDelay?: Duration.DurationInput
   readonly invariants?: "check" | "off"
   readonly eventTypes?: ReadonlyArray<string>
   readonly durability?: {
@@ -94,6 +100,7 @@ const acquireDriver = (
     const registry = yield* ToolRegistry.fromToolsOrDie(tools)
     const { events, fold } = yield* STM.commit(TRef.get(session.log))
     const stopWatch = makeStopWatch()
+    const { maxRetryDelay, ...requestDefaults } = options
     const ds: DriverState = {
       session,
       phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
@@ -125,7 +132,7 @@ const acquireDriver = (
         modeOf: registry.modeOf,
         maxParallelToolCalls: tools.maxParallelToolCalls
       },
-      defaults: options,
+      defaults: maxRetryDelay === undefined ? requestDefaults : { ...requestDefaults, maxRetryDelay: Duration.decode(maxRetryDelay) },
       requests: { first: true, lastHeader: lastHeaderOf(events) },
       bodies: new Set(),
       runtime: undefined

@@ -1,7 +1,13 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Random } from "effect"
 import type { LlmFailure } from "../../src/domain/Values.js"
-import { defaultRetryPolicy, isRetryable } from "../../src/internal/RetryPolicy.js"
+import {
+  DEFAULT_MAX_RETRY_DELAY,
+  defaultRetryPolicy,
+  isRetryable,
+  refuseRetryDelay,
+  RETRY_DELAY_TOO_LONG
+} from "../../src/internal/RetryPolicy.js"
 import type { RequestErrorAction } from "../../src/services/Hooks.js"
 
 const failure = (fields: Partial<LlmFailure> = {}): LlmFailure => ({ message: "failed", code: "UNKNOWN", ...fields })
@@ -105,5 +111,51 @@ describe("defaultRetryPolicy", () => {
     Effect.gen(function*() {
       expect(yield* defaultRetryPolicy({ attempt: 1, failure: failure({ status: 400, retryAfterMs: 100 }) }))
         .toEqual({ _tag: "Fail" })
+    }))
+})
+
+describe("refuseRetryDelay", () => {
+  const cap = DEFAULT_MAX_RETRY_DELAY
+
+  it("the default cap is 60 s; delays up to it, 0 included, are not refused", () => {
+    expect(Duration.toMillis(cap)).toBe(60_000)
+    for (const delayMs of [0, 800, 30_000, 59_999, 60_000]) {
+      expect(refuseRetryDelay(delayMs, failure({ status: 429, retryAfterMs: delayMs }), cap)).toBeUndefined()
+    }
+  })
+
+  it("a provider's retryAfterMs over the cap is named with the cap", () => {
+    expect(refuseRetryDelay(3_600_000, failure({ status: 429, retryAfterMs: 3_600_000, requestId: "r1" }), cap)).toEqual({
+      message: "the provider asked to wait 3600 s before retrying; the cap is 60 s",
+      code: RETRY_DELAY_TOO_LONG,
+      status: 429,
+      retryAfterMs: 3_600_000,
+      requestId: "r1",
+      retryable: false
+    })
+    expect(refuseRetryDelay(60_001, failure({ retryAfterMs: 60_001 }), cap)?.message)
+      .toBe("the provider asked to wait 60.001 s before retrying; the cap is 60 s")
+  })
+
+  it("a delay over the cap that the provider did not ask for is the recovery's; forever is refused under any cap", () => {
+    expect(refuseRetryDelay(Infinity, failure(), cap)).toEqual({
+      message: "the request-error recovery asked to wait forever before retrying; the cap is 60 s",
+      code: RETRY_DELAY_TOO_LONG,
+      retryable: false
+    })
+    expect(refuseRetryDelay(NaN, failure(), cap)?.code).toBe(RETRY_DELAY_TOO_LONG)
+    expect(refuseRetryDelay(90_000, failure({ retryAfterMs: 5_000 }), cap)?.message)
+      .toBe("the request-error recovery asked to wait 90 s before retrying; the cap is 60 s")
+    expect(refuseRetryDelay(Infinity, failure(), Duration.infinity)?.message)
+      .toBe("the request-error recovery asked to wait forever before retrying; a retry cannot wait forever")
+    expect(refuseRetryDelay(Number.MAX_SAFE_INTEGER, failure(), Duration.infinity)).toBeUndefined()
+  })
+
+  it.effect("the default policy's own delays stay under the default cap; a negative retryAfterMs is no floor (SPEC's max)", () =>
+    Effect.gen(function*() {
+      const retry = yield* withDraw(0.999999, 2, failure({ status: 503, retryAfterMs: -1 }))
+      expect(delayMs(retry)).toBeCloseTo(2400, 2)
+      expect(refuseRetryDelay(Math.round(delayMs(retry)), failure({ status: 503, retryAfterMs: -1 }), cap)).toBeUndefined()
+      expect(delayMs(yield* withDraw(0.5, 1, failure({ status: 429, retryAfterMs: -5_000 })))).toBeCloseTo(1000)
     }))
 })

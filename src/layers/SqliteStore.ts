@@ -623,7 +623,7 @@ export const make = (
 
     // A file's sessions are read, and appended at once, on a connection of their own (internal/SqliteDirect).
     const direct = isFile(options.filename)
-      ? yield* SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"]).pipe(refail(ALL_SESSIONS, "open"))
+      ? yield* wait(SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"])).pipe(refail(ALL_SESSIONS, "open"))
       : undefined
 
     // The session read as row text, when every check passes; undefined sends `load` to the checked

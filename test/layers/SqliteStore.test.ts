@@ -19,6 +19,8 @@ import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
 import * as SyncAppend from "../../src/internal/SyncAppend.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
+import { Inbox } from "../../src/services/Inbox.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tools } from "../../src/services/Tools.js"
 import { user } from "../agent/harness.js"
@@ -764,5 +766,97 @@ describe("an agent on SQLite", () => {
       const final = yield* withStore(filename, (store) => store.load(S))
       expect(turnStarts(final.events)).toEqual([1, 2])
       expect(final.events.at(-1)?.type).toBe("turn/end")
+    }))
+})
+
+describe("SqliteSessionStore: JSON past the depth limit", () => {
+  const S = SessionId.make("deep")
+  const agentOn = (filename: string, target: { readonly sessionId: SessionId } | { readonly resume: SessionId }) =>
+    Agent.layer({ ...target, model: { provider: "p", model: "m" } }).pipe(
+      Layer.provideMerge(
+        Layer.mergeAll(
+          SqliteSessionStore.layer({ filename }),
+          ScriptedModel.layer([ScriptedModel.text("one"), ScriptedModel.text("two")]),
+          Tools.layer()
+        )
+      )
+    )
+  /** An object nested `levels` deep (the outermost object is level 1). */
+  const nestedValue = (levels: number): unknown => {
+    let value: unknown = 1
+    for (let i = 0; i < levels; i++) value = { a: value }
+    return value
+  }
+  const deepMessage = (name: string, levels: number) =>
+    ({ id: name, role: "user", content: [{ type: "text", text: name }], source: { kind: "user", a: nestedValue(levels) } }) as never
+
+  it.effect("followup, steer, inject, append and splice of values nested 10,000 and 100,000 levels are InvalidEvent; the session is not poisoned", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      const live = yield* Effect.scoped(Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        const inbox = yield* Inbox
+        for (const levels of [10_000, 100_000]) {
+          const m = deepMessage(`m${levels}`, levels)
+          const failures = [
+            yield* failureOf(driver.followup(m)),
+            yield* failureOf(driver.steer(m)),
+            yield* failureOf(driver.inject(m)),
+            yield* failureOf(inbox.splice("next-turn", 0, 0, [m])),
+            yield* failureOf(log.append({ type: "ext/deep", data: nestedValue(levels), ignorable: true }))
+          ]
+          for (const failure of failures) {
+            expect(failure).toMatchObject({ _tag: "InvalidEvent" })
+            expect((failure as { readonly reason: string }).reason).toMatch(/nested deeper than 256 levels$/)
+          }
+        }
+        expect(yield* log.events).toEqual([])
+        // The session goes on: a valid followup runs its turn and is durable.
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        yield* log.flush
+        const events = yield* log.events
+        expect(events.at(-1)?.type).toBe("turn/end")
+        return events
+      }).pipe(Effect.provide(agentOn(filename, { sessionId: S }))))
+      const stored = yield* withStore(filename, (store) => store.load(S))
+      expect(stored.events).toStrictEqual(live)
+    }))
+
+  it.effect("a message nested exactly MAX_JSON_DEPTH levels is stored and resumes from the file (D6)", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      // The message is level 1, its source level 2: the source's field holds the other 254 levels.
+      const m = deepMessage("edge", MAX_JSON_DEPTH - 2)
+      const live = yield* Effect.scoped(Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.followup(m)
+        yield* driver.whenIdle
+        return yield* Effect.flatMap(SessionLog, (log) => log.events)
+      }).pipe(Effect.provide(agentOn(filename, { sessionId: S }))))
+      const resumed = yield* Effect.scoped(
+        Effect.flatMap(SessionLog, (log) => log.events).pipe(Effect.provide(agentOn(filename, { resume: S })))
+      )
+      expect(resumed.slice(0, live.length)).toStrictEqual(live)
+      expect(yield* failureOf(Effect.scoped(Effect.flatMap(Driver, (driver) => driver.followup(deepMessage("past", MAX_JSON_DEPTH - 1))).pipe(
+        Effect.provide(agentOn(filename, { resume: S }))
+      )))).toMatchObject({ _tag: "InvalidEvent" })
+    }))
+
+  it.effect("a stored row nested past the limit loads as MalformedLog with its seq, never a defect", () =>
+    Effect.gen(function*() {
+      const A = makeUserMessage("a", "hello")
+      for (const levels of [MAX_JSON_DEPTH + 1, 10_000, 100_000]) {
+        const filename = freshFile()
+        yield* withStore(filename, (store) => store.create(makeHeader(id), turnEvents(0, 1, 1000, A, "hi")))
+        const deep = JSON.stringify({ type: "ext/deep", seq: 3, time: 1000, data: 0, ignorable: true })
+          .replace("\"data\":0", `"data":${"[".repeat(levels)}${"]".repeat(levels)}`)
+        yield* withRawSql(filename, (sql) => sql`UPDATE events SET row = ${deep} WHERE seq = 3`)
+        const error = yield* withStore(filename, (store) => failureOf(store.load(id)))
+        expect(error).toBeInstanceOf(MalformedLog)
+        expect(error).toMatchObject({ _tag: "MalformedLog", sessionId: id, seq: 3 })
+        expect((error as MalformedLog).reason).toContain("nested deeper than 256 levels")
+      }
     }))
 })

@@ -7,7 +7,7 @@
  */
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import type { Scope } from "effect"
-import { Context, Effect, Option, Stream, SubscriptionRef } from "effect"
+import { Context, Effect, FiberRef, Option, Stream, SubscriptionRef } from "effect"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
@@ -47,6 +47,20 @@ const HELP = [
 
 /** How long an interrupted command waits for the cancelled turn to end before it exits anyway. */
 const CANCEL_GRACE = "5 seconds"
+
+/**
+ * Whether the process is being terminated (SIGTERM) rather than interrupted by the user (Ctrl-C);
+ * the entry point sets it. A terminated command does not cancel the running turn as the user: it
+ * leaves the turn to the session's disposal, which ends it `aborted(disposed)` and keeps the
+ * pending input (SPEC 3.7, D9), as a clean shutdown should.
+ *
+ * @since 0.1.0
+ * @category references
+ */
+export const currentTerminating: FiberRef.FiberRef<() => boolean> = FiberRef.unsafeMake<() => boolean>(() => false)
+
+/** Whether this command was interrupted by a termination (SIGTERM), see {@link currentTerminating}. */
+const terminating: Effect.Effect<boolean> = Effect.map(FiberRef.get(currentTerminating), (isTerminating) => isTerminating())
 
 /**
  * Follows the log from `fromSeq`, handing each chunk of events to `print`; `caughtUp` waits until
@@ -256,8 +270,10 @@ export const chat = (
       yield* saved(log)
     }).pipe(
       // Ctrl-C: the running turn ends as cancelled by the user, and the chat says where it stopped.
+      // SIGTERM: nothing here; closing the session disposes of it (the turn ends aborted(disposed)).
       Effect.onInterrupt(() =>
         Effect.gen(function*() {
+          if (yield* terminating) return
           yield* cancelRunningTurn(driver)
           yield* withinGrace(caughtUp)
           yield* Effect.timeout(Effect.interruptible(saved(log)), CANCEL_GRACE).pipe(
@@ -273,7 +289,8 @@ export const chat = (
  * One headless turn: inject `contexts`, deliver `prompt`, wait until idle. Prints the final answer
  * (or, with `json`, every event this process appended as one JSON line each); fails with
  * `ExitWith(1)` unless the turn completed. Interrupted (Ctrl-C), it cancels the turn, reports how
- * it ended, and the interruption goes on (exit code 130).
+ * it ended, and the interruption goes on (exit code 130); terminated (SIGTERM), it leaves the turn
+ * to the session's disposal (exit code 143).
  *
  * @since 0.1.0
  * @category commands
@@ -321,6 +338,7 @@ export const runOnce = (
     }).pipe(
       Effect.onInterrupt(() =>
         Effect.gen(function*() {
+          if (yield* terminating) return
           yield* cancelRunningTurn(driver)
           if (printer !== undefined) yield* withinGrace(printer.caughtUp)
           const ended = yield* outcome

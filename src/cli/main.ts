@@ -1,13 +1,22 @@
 /**
  * The `tiller` executable: runs the command line and exits with the command's code (0 on success,
- * 1 on a refusal or an unsuccessful outcome, 130 when interrupted).
+ * 1 on a refusal or an unsuccessful outcome, 130 when interrupted by SIGINT, 143 when terminated by
+ * SIGTERM).
+ *
+ * SIGINT (Ctrl-C) cancels the running turn as the user. SIGTERM closes the open session instead:
+ * its disposal ends a running turn `aborted(disposed)` and keeps pending input (SPEC 3.7), the log
+ * is flushed and closed, and the process exits 143. If that has not happened within
+ * {@link TERMINATION_DEADLINE_MS}, or when a thread-pool request (a file or DNS call) is still
+ * pending, which would hold `process.exit` until it returns, the process ends by the signal itself
+ * (a shell sees 143 as well); a resume then closes the turn the log left open.
  *
  * @since 0.1.0
  */
 import { ValidationError } from "@effect/cli"
 import * as NodeContext from "@effect/platform-node/NodeContext"
-import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Runtime from "@effect/platform/Runtime"
 import { Cause, Effect, Exit } from "effect"
+import { currentTerminating } from "./Chat.js"
 import { CliError } from "./CliError.js"
 import { cli } from "./Commands.js"
 import * as Output from "./Output.js"
@@ -50,9 +59,64 @@ const main = Effect.suspend(commandLine).pipe(
   Effect.provide(NodeContext.layer)
 )
 
-NodeRuntime.runMain(main, {
+/** How long a terminated process (SIGTERM) has to close its session before it ends without it. */
+const TERMINATION_DEADLINE_MS = 1500
+
+/** The exit code of a process terminated by SIGTERM (128 + 15). */
+const TERMINATED = 143
+
+// Set once, by the first SIGTERM; the commands read it through currentTerminating.
+let terminating = false
+
+/** Ends the process by SIGTERM's default action: at once, without waiting for the thread pool. */
+const endBySignal = (): void => {
+  process.removeAllListeners("SIGTERM")
+  process.kill(process.pid, "SIGTERM")
+}
+
+// Requests running on libuv's thread pool (fs, DNS): process.exit waits for them to return.
+const threadPoolBusy = (): boolean => process.getActiveResourcesInfo().some((name) => name.includes("Req"))
+
+const runMain = Runtime.makeRunMain(({ fiber, teardown }) => {
+  const keepAlive = setInterval(() => {}, 2 ** 31 - 1)
+  let signalled = false
+  const onInterrupt = () => {
+    signalled = true
+    process.removeListener("SIGINT", onInterrupt)
+    fiber.unsafeInterruptAsFork(fiber.id())
+  }
+  // Also during a Ctrl-C's cancel grace: a SIGTERM then still ends the process within the deadline.
+  const onTerminate = () => {
+    signalled = true
+    terminating = true
+    process.removeListener("SIGINT", onInterrupt)
+    process.removeListener("SIGTERM", onTerminate)
+    setTimeout(endBySignal, TERMINATION_DEADLINE_MS)
+    fiber.unsafeInterruptAsFork(fiber.id())
+  }
+  process.on("SIGINT", onInterrupt)
+  process.on("SIGTERM", onTerminate)
+  fiber.addObserver((exit) => {
+    clearInterval(keepAlive)
+    process.removeListener("SIGINT", onInterrupt)
+    process.removeListener("SIGTERM", onTerminate)
+    teardown(exit, (code) => {
+      if (terminating && threadPoolBusy()) return endBySignal()
+      // A successful run without a signal ends when the event loop drains (stdout written out).
+      if (signalled || code !== 0) process.exit(code)
+    })
+  })
+})
+
+runMain(Effect.locally(main, currentTerminating, () => terminating), {
   teardown: (exit, onExit) =>
     onExit(
-      Exit.isSuccess(exit) ? (exit.value as number) : Cause.isInterruptedOnly(exit.cause) ? 130 : 1
+      terminating
+        ? TERMINATED
+        : Exit.isSuccess(exit)
+        ? (exit.value as number)
+        : Cause.isInterruptedOnly(exit.cause)
+        ? 130
+        : 1
     )
 })

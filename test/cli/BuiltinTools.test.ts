@@ -1,14 +1,13 @@
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber } from "effect"
-import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as path from "node:path"
 import { make, MAX_FILE_BYTES } from "../../src/cli/BuiltinTools.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import type { ToolOutput } from "../../src/services/Tools.js"
-import { tempDir } from "./harness.js"
+import { fifo, tempDir } from "./harness.js"
 
 const context = {
   sessionId: SessionId.make("b"),
@@ -23,24 +22,6 @@ const readFile = (root: string, file: string): Effect.Effect<ToolOutput | string
   make(root).pipe(
     Effect.flatMap((tools) => tools.find((tool) => tool.name === "read_file")!.execute({ path: file }, context)),
     Effect.provide(NodeContext.layer)
-  )
-
-/** A FIFO in `dir`; when the scope closes, a writer is opened once (unblocking a reader stuck in open) and closed. */
-const fifo = (dir: string, name: string) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const file = path.join(dir, name)
-      execFileSync("mkfifo", [file])
-      return file
-    }),
-    (file) =>
-      Effect.sync(() => {
-        try {
-          fs.closeSync(fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK))
-        } catch {
-          // no reader was waiting
-        }
-      })
   )
 
 /** The number of file descriptors this process has open. */

@@ -1,13 +1,17 @@
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Fiber, Schema, TestClock } from "effect"
+import type { Scope } from "effect"
+import { Deferred, Effect, Fiber, Schema, TestClock } from "effect"
 import * as fs from "node:fs"
+import * as http from "node:http"
+import type { AddressInfo } from "node:net"
 import * as path from "node:path"
 import { MAX_WAIT_MS, wait } from "../../src/cli/BuiltinTools.js"
 import { hoistGlobalOptions } from "../../src/cli/Commands.js"
 import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
-import { expectInOrder, jsonLines, tempDir, tiller } from "./harness.js"
+import type { Conversation } from "./harness.js"
+import { converse, expectInOrder, fifo, jsonLines, tempDir, tiller } from "./harness.js"
 
 const TIMEOUT = 180_000
 
@@ -240,6 +244,23 @@ describe("tiller CLI", () => {
       expect(noTools.stdout).toBe("Step 1 of turn 1 brought 1 message:\n1. [user] /read_file notes.txt\n")
     }), TIMEOUT)
 
+  it.scopedLive("read_file on a FIFO answers at once with a refusal and the turn completes", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      yield* fifo(dir, "pipe")
+      // Before, the open waited for a writer without bound (and the process could not exit).
+      const run = yield* Effect.timeoutFail(tiller(dir, ["run", "/read_file pipe", "--session", "f"]), {
+        duration: "60 seconds",
+        onTimeout: () => "read_file on a FIFO did not answer"
+      })
+      expect(run).toEqual({
+        code: 0,
+        stdout: "Step 2 of turn 1 brought 1 message:\n1. [tool] refused: pipe is a FIFO (named pipe), not a regular file; " +
+          "read_file reads only regular files\n",
+        stderr: "session f\n"
+      })
+    }), TIMEOUT)
+
   it.scopedLive("refusals: an unknown model, a missing session, a log that violates the rules", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
@@ -275,6 +296,31 @@ describe("tiller CLI", () => {
       expect(check.stdout).toMatch(/^seq \d+ {2}R19 {2}the log ends inside open turn 1\nsession broken: 1 violation in \d+ events\n$/)
     }), TIMEOUT)
 
+  it.scopedLive("a provider's retry-after over the cap ends the turn at once; TILLER_MAX_RETRY_DELAY sets the cap", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const limited = { ...ProviderServer.json(429, { error: { message: "slow down" } }) }
+      const server = yield* ProviderServer.listen([
+        { ...limited, headers: { ...limited.headers, "retry-after": "3600" } },
+        { ...limited, headers: { ...limited.headers, "retry-after": "2" } }
+      ])
+      const env = { TILLER_BASE_URL: server.url }
+      const args = ["--model", "openai-compatible:m", "run", "hi"]
+      const hour = yield* tiller(dir, args, { env })
+      expect(hour.code).toBe(1)
+      expect(hour.stdout + hour.stderr).toContain("the provider asked to wait 3600 s before retrying; the cap is 60 s")
+      const lowered = yield* tiller(dir, args, { env: { ...env, TILLER_MAX_RETRY_DELAY: "1500" } })
+      expect(lowered.code).toBe(1)
+      expect(lowered.stdout + lowered.stderr).toContain("the provider asked to wait 2 s before retrying; the cap is 1.5 s")
+      // One request each: neither was retried.
+      expect((yield* server.requests).length).toBe(2)
+      expect(yield* tiller(dir, args, { env: { ...env, TILLER_MAX_RETRY_DELAY: "soon" } })).toEqual({
+        code: 1,
+        stdout: "",
+        stderr: `tiller: invalid TILLER_MAX_RETRY_DELAY: not a duration: "soon" (write milliseconds or, e.g., "30 seconds")\n`
+      })
+    }), TIMEOUT)
+
   it.scopedLive("check judges a log as resume does: an unknown event type without ignorable fails both, with ignorable passes both", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
@@ -306,5 +352,110 @@ describe("tiller CLI", () => {
         stderr: ""
       })
       expect((yield* tiller(dir, ["run", "again", "--session", "marked"])).code).toBe(0)
+    }), TIMEOUT)
+})
+
+/** A provider server that takes requests and never answers them; `arrived` waits for the first. */
+const silentServer: Effect.Effect<{ readonly url: string; readonly arrived: Effect.Effect<void> }, never, Scope.Scope> = Effect.gen(
+  function*() {
+    const arrived = yield* Deferred.make<void>()
+    const server = http.createServer((request) => {
+      request.resume()
+      Deferred.unsafeDone(arrived, Effect.void)
+    })
+    const port = yield* Effect.acquireRelease(
+      Effect.async<number>((resume) => {
+        server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as AddressInfo).port)))
+      }),
+      () =>
+        Effect.async<void>((resume) => {
+          server.closeAllConnections()
+          server.close(() => resume(Effect.void))
+        })
+    )
+    return { url: `http://127.0.0.1:${port}/v1`, arrived: Deferred.await(arrived) }
+  }
+)
+
+/** Sends SIGTERM; the outcome and how many milliseconds the process took to exit. */
+const terminate = (conversation: Conversation) =>
+  Effect.gen(function*() {
+    const sent = Date.now()
+    yield* conversation.signal("SIGTERM")
+    const outcome = yield* conversation.exit
+    return { ...outcome, ms: Date.now() - sent }
+  })
+
+/** The types of a log's events, with a turn end's reason. */
+const typesOf = (events: ReadonlyArray<any>): Array<string> =>
+  events.map((e) => (e.type === "turn/end" ? `turn/end ${JSON.stringify(e.data.reason)}` : e.type))
+
+const DISPOSED = `turn/end ${JSON.stringify({ kind: "aborted", reason: { kind: "disposed" } })}`
+
+// SIGTERM ends the process within this in every state (exit code 143).
+const PROMPT_EXIT_MS = 2000
+
+describe("tiller CLI under SIGTERM", () => {
+  it.scopedLive("run waiting on a model that never answers: exit 143 at once, the turn ends aborted (disposed)", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const server = yield* silentServer
+      const run = yield* converse(dir, ["--model", "openai-compatible:m", "run", "hello", "--session", "t"], {
+        env: { TILLER_BASE_URL: server.url }
+      })
+      yield* Effect.timeout(server.arrived, "60 seconds")
+      const outcome = yield* terminate(run)
+      expect(outcome.code).toBe(143)
+      expect(outcome.ms).toBeLessThan(PROMPT_EXIT_MS)
+      expect(outcome.stderr).toBe("session t\n")
+
+      const events = jsonLines((yield* tiller(dir, ["log", "t", "--json"])).stdout)
+      expect(typesOf(events).slice(-3)).toEqual(["request/header", "step/end", DISPOSED])
+      expect(yield* tiller(dir, ["check", "t"])).toMatchObject({ code: 0, stderr: "" })
+    }), TIMEOUT)
+
+  it.scopedLive("chat with a tool running: exit 143 at once, the turn ends aborted (disposed), the queued prompt is kept", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const chat = yield* converse(dir, ["chat", "--session", "w"])
+      yield* chat.send("/wait 10000")
+      yield* chat.waitFor(`  → wait {"ms":"10000"}\n`)
+      yield* chat.send("/queue later")
+      yield* chat.waitFor("(queued for a later turn)")
+      const outcome = yield* terminate(chat)
+      expect(outcome.code).toBe(143)
+      expect(outcome.ms).toBeLessThan(PROMPT_EXIT_MS)
+
+      const events = jsonLines((yield* tiller(dir, ["log", "w", "--json"])).stdout)
+      expect(typesOf(events).slice(-5)).toEqual(["tool/call", "agent/inbox/spliced", "tool/result", "step/end", DISPOSED])
+      expect(events[events.length - 3].data.message.content[0].content[0].text).toBe("Error: tool call aborted")
+      // Disposal does not touch the inbox (SPEC 3.7): the queued prompt is still pending.
+      const splice = events[events.length - 4]
+      expect(splice.data.target).toBe("next-turn")
+      expect(splice.data.inserted[0].content[0].text).toBe("later")
+      expect(yield* tiller(dir, ["check", "w"])).toMatchObject({ code: 0, stderr: "" })
+      const resumed = yield* tiller(dir, ["resume", "w"], { input: "/status\n" })
+      expect(resumed.code).toBe(0)
+      expect(resumed.stdout).toContain("pending: 1 queued")
+    }), TIMEOUT)
+
+  it.scopedLive("idle chat: exit 143 at once; the log ends with the completed turn and the session opens again", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const chat = yield* converse(dir, ["chat", "--session", "i"])
+      yield* chat.send("hi")
+      yield* chat.waitFor("── turn 1 completed")
+      yield* chat.waitFor("[idle · 1 turn · pending: 0 queued, 0 next-step]\n")
+      const outcome = yield* terminate(chat)
+      expect(outcome.code).toBe(143)
+      expect(outcome.ms).toBeLessThan(PROMPT_EXIT_MS)
+
+      const events = jsonLines((yield* tiller(dir, ["log", "i", "--json"])).stdout)
+      expect(typesOf(events).slice(-1)).toEqual([`turn/end ${JSON.stringify({ kind: "completed" })}`])
+      expect(yield* tiller(dir, ["check", "i"])).toMatchObject({ code: 0, stderr: "" })
+      // The open lease was released: the session resumes at once.
+      const resumed = yield* tiller(dir, ["resume", "i"], { input: "again\n" })
+      expect(resumed.code).toBe(0)
+      expect(resumed.stdout).toContain("» [user] again\n")
     }), TIMEOUT)
 })

@@ -7,7 +7,7 @@ import { expect } from "@effect/vitest"
 import type { Scope } from "effect"
 import { Data, Deferred, Effect } from "effect"
 import type { ChildProcessWithoutNullStreams } from "node:child_process"
-import { spawn } from "node:child_process"
+import { execFileSync, spawn } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -148,6 +148,27 @@ export const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "tiller-cli-"))),
   (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
 )
+
+/**
+ * A FIFO (named pipe) `name` in `dir`. When the scope closes, a writer is opened once and closed, so
+ * that a reader stuck opening it (a process that would otherwise never end) gets end of file.
+ */
+export const fifo = (dir: string, name: string) =>
+  Effect.acquireRelease(
+    Effect.sync(() => {
+      const file = path.join(dir, name)
+      execFileSync("mkfifo", [file])
+      return file
+    }),
+    (file) =>
+      Effect.sync(() => {
+        try {
+          fs.closeSync(fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK))
+        } catch {
+          // no reader was waiting
+        }
+      })
+  )
 
 /** Parses JSON lines; throws (failing the test) on a line that is not JSON. */
 export const jsonLines = (text: string): Array<any> =>

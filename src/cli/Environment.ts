@@ -6,13 +6,13 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Config, ConfigError, Effect, Layer, Option } from "effect"
+import { Config, ConfigError, Effect, Either, Layer, Option } from "effect"
 import type { PersistenceError } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import * as DemoModel from "../layers/DemoModel.js"
 import * as OpenAiCompatibleModel from "../layers/OpenAiCompatibleModel.js"
 import * as ProviderModels from "../layers/ProviderModels.js"
-import { resolveTimeouts } from "../internal/ProviderTimeouts.js"
+import { parseDuration, resolveTimeouts } from "../internal/ProviderTimeouts.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -183,6 +183,27 @@ export const resolveModel = (name: string): Effect.Effect<ResolvedModel, CliErro
     return { layer: Layer.provide(layer, NodeHttpClient.layerUndici), header: { provider: prefix, model } }
   })
 
+/**
+ * The variable that sets the longest sleep before retrying a failed model request (a duration such
+ * as `5 minutes`, or milliseconds; default 60 s): a longer retry delay ends the turn instead.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const MAX_RETRY_DELAY_ENV = "TILLER_MAX_RETRY_DELAY"
+
+/** The retry delay cap from the environment, absent when unset or empty; anything else is refused up front. */
+const maxRetryDelay = Effect.gen(function*() {
+  const value = yield* Effect.orElseSucceed(
+    Effect.map(Config.option(Config.string(MAX_RETRY_DELAY_ENV)), Option.getOrUndefined),
+    () => undefined
+  )
+  if (value === undefined || value.trim() === "") return {}
+  const parsed = parseDuration(value)
+  if (Either.isLeft(parsed)) return yield* new CliError({ reason: `invalid ${MAX_RETRY_DELAY_ENV}: ${parsed.left}` })
+  return { maxRetryDelay: parsed.right }
+})
+
 /** Creates the directory of the database file (the store creates the file itself). */
 const ensureDirectory = (db: string) =>
   Effect.gen(function*() {
@@ -208,11 +229,12 @@ export const layer = (
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const model = yield* resolveModel(options.model)
+      const retry = yield* maxRetryDelay
       yield* ensureDirectory(options.db)
       const tools = options.noTools
         ? Tools.layer()
         : Tools.layer({ tools: yield* BuiltinTools.make(process.cwd()) })
-      return Sessions.layer({ idleTimeToLive: 0, model: model.header }).pipe(
+      return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry }).pipe(
         Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename: options.db }), model.layer, tools))
       )
     })

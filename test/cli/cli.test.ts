@@ -12,6 +12,7 @@ import { SessionId } from "../../src/domain/Ids.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import type { Conversation } from "./harness.js"
 import { converse, expectInOrder, fifo, jsonLines, tempDir, tiller } from "./harness.js"
+import * as ProviderServer from "./ProviderServer.js"
 
 const TIMEOUT = 180_000
 

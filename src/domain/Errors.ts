@@ -289,3 +289,35 @@ const describe = (cause: unknown): string =>
   typeof cause === "object" && cause !== null && "message" in cause && typeof cause.message === "string"
     ? cause.message
     : String(cause)
+
+/**
+ * The model's context window overflowed and compaction could not make the request fit: a second
+ * overflow in the same step after pruning, nothing left to prune, or automatic compaction stopped
+ * by its circuit breaker. Ends the turn `error` with code `CONTEXT_OVERFLOW` (issue 28).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class ContextOverflow extends Schema.TaggedError<ContextOverflow>("tiller/ContextOverflow")("ContextOverflow", {
+  turn: Schema.Number,
+  step: Schema.Number,
+  used: Schema.Number,
+  window: Schema.Number,
+  reason: Schema.Literal("repeated", "nothing-to-prune", "breaker-open"),
+  providerMessage: Schema.String
+}) {
+  /** The failure code the turn ends with. */
+  get code(): string {
+    return "CONTEXT_OVERFLOW"
+  }
+  override get message(): string {
+    const why = this.reason === "repeated"
+      ? "the request overflowed again after pruning old tool results"
+      : this.reason === "nothing-to-prune"
+      ? "there are no old tool results left to prune"
+      : "automatic compaction stopped after repeated failures"
+    return `the conversation no longer fits the model's context window (about ${this.used} of ${this.window} tokens in use): ${why}. ` +
+      `Start a new session or fork this one at an earlier point, or use a model with a larger window ` +
+      `(set the window with --context-window N if it is larger than assumed). Provider: ${this.providerMessage}`
+  }
+}

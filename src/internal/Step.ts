@@ -232,12 +232,13 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           const action = decision.exit.value
           if (action._tag === "Fail") return failed(outcome.failure, new ModelError({ failure: outcome.failure }))
           // A whole number of milliseconds, at most the cap: a longer (or infinite) delay is not
-          // slept on and ends the turn with RETRY_DELAY_TOO_LONG (unless a cause was recorded).
-          const delayMs = Math.max(0, Math.round(Duration.toMillis(action.delay)))
-          const refused = refuseRetryDelay(delayMs, outcome.failure, ctx.defaults.maxRetryDelay ?? DEFAULT_MAX_RETRY_DELAY)
-          if (refused !== undefined) {
-            return Option.isSome(causeOf(peek(ds.phaseNow))) ? aborted() : failed(refused, new ModelError({ failure: refused }))
-          }
+          // slept on and fails the turn with RETRY_DELAY_TOO_LONG (a cause recorded meanwhile still
+          // wins when the turn closes).
+          const asked = Math.max(0, Math.round(Duration.toMillis(action.delay)))
+          const refused = refuseRetryDelay(asked, outcome.failure, ctx.defaults.maxRetryDelay ?? DEFAULT_MAX_RETRY_DELAY)
+          if (refused !== undefined) return failed(refused, new ModelError({ failure: refused }))
+          // What the log can hold (only an infinite cap lets a delay this long through).
+          const delayMs = Math.min(Number.MAX_SAFE_INTEGER, asked)
           const logged = yield* loopTx(
             ctx,
             dieOnFailure(appendDrafts(session, [{

@@ -6,6 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, TestClock } from "effect"
 import type { EventOf } from "../../src/domain/Event.js"
 import type { LlmFailure } from "../../src/domain/Values.js"
+import { CancelCause } from "../../src/domain/Values.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import { Hooks, RequestErrorAction } from "../../src/services/Hooks.js"
@@ -71,6 +72,13 @@ describe("the retry delay cap", () => {
       const reason = yield* endReason
       expect(reason?.kind === "error" ? reason.error.message : undefined).toContain("retryAfterMs: Infinity")
     }).pipe(Effect.provide(scenario([ScriptedModel.fail(rateLimited(Infinity)), ScriptedModel.text("ok")]))))
+
+  it.scoped("a Retry over the cap after the listener recorded a cause: abort wins (SPEC 4.5), no RETRY_DELAY_TOO_LONG", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* (yield* Hooks).onRequestError(() => Effect.as(driver.cancel(CancelCause.user), RequestErrorAction.retry(Duration.infinity)))
+      expect(yield* followupWithoutTime).toEqual([...failedAtOnce, "TE(1,aborted(user))"])
+    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "x", code: "OVERLOADED" }), ScriptedModel.text("ok")]))))
 
   it.scoped("30 s, under the cap, is slept on and retried as SPEC's default policy says", () =>
     Effect.gen(function*() {

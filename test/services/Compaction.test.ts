@@ -12,6 +12,7 @@ import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import type { CompactionOptions } from "../../src/services/Compaction.js"
 import { Compaction } from "../../src/services/Compaction.js"
 import { Driver } from "../../src/services/Driver.js"
+import { Hooks } from "../../src/services/Hooks.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
@@ -78,4 +79,75 @@ describe("Compaction: the context budget", () => {
       // The request header names the scenario's model "m": not in the table, the default.
       expect((yield* compaction.contextUsage).window).toBe(32_768)
     }).pipe(Effect.provide(withCompaction([ScriptedModel.text("a")], { compaction: { model: "gpt-4o" } }))))
+})
+
+const resultOf = (events: ReadonlyArray<SessionEvent>, callId: string) =>
+  events.find((e): e is EventOf<"tool/result"> =>
+    e.type === "tool/result" && (e as EventOf<"tool/result">).data.message.content[0].toolCallId === callId)!
+
+const textOfResult = (event: EventOf<"tool/result">) => {
+  const block = event.data.message.content[0].content[0]
+  return block?.type === "text" ? block.text : ""
+}
+
+describe("Compaction: the tool-result cap", () => {
+  const full = "HEAD" + "x".repeat(10_000_000 - 8) + "TAIL"
+  const dump = Tool.make("dump", {
+    description: "",
+    parameters: Schema.Struct({}),
+    execute: () => Effect.succeed({ content: full, meta: { lines: 1 } })
+  })
+
+  it.scoped("a 10 MB result: the log keeps it whole (in meta), the next request carries head + tail and a note", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const tr = resultOf(yield* logEvents, "c1")
+      const shown = textOfResult(tr)
+      expect(shown.startsWith("HEAD")).toBe(true)
+      expect(shown.endsWith("TAIL")).toBe(true)
+      expect(shown).toContain("9,950,000 of 10,000,000 characters cut from the middle of this tool result")
+      expect(shown).toContain("tool result of call c1")
+      expect(shown.length).toBeLessThan(50_000 + 400)
+      const meta = tr.data.meta as { readonly lines: number; readonly "tiller/cut": { readonly text: string; readonly characters: number } }
+      expect(meta.lines).toBe(1)
+      expect(meta["tiller/cut"].characters).toBe(10_000_000)
+      expect(meta["tiller/cut"].text === full).toBe(true)
+      const requests = yield* (yield* ScriptedModel).requests
+      const last = requests[1]!.messages.at(-1)!
+      expect(last.content[0]!.type === "tool-result" && last.content[0].content[0]).toEqual({ type: "text", text: shown })
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction([toolCall("c1", "dump"), ScriptedModel.text("done")], {
+      tools: [dump],
+      compaction: { contextWindow: 200_000 }
+    }))))
+
+  it.scoped("per-tool limits override the default; a ToolPost listener's own output is capped too", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      // A listener registered after compaction (an MCP bridge, say) makes "other"'s output 200,000 characters.
+      yield* (yield* Hooks).onToolPost((input, next) =>
+        Effect.map(next(), (output) => input.name === "other" ? { ...output, content: [{ type: "text" as const, text: "y".repeat(200_000) }] } : output))
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const events = yield* logEvents
+      expect(textOfResult(resultOf(events, "c1")).length).toBeLessThan(100 + 400)
+      expect(textOfResult(resultOf(events, "c2"))).toBe("x".repeat(60_000))
+      const other = textOfResult(resultOf(events, "c3"))
+      expect(other.startsWith("y".repeat(30_000)) && other.length < 50_000 + 400).toBe(true)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction([
+      ScriptedModel.response({
+        toolCalls: [
+          { id: "c1", name: "small", arguments: {} },
+          { id: "c2", name: "free", arguments: {} },
+          { id: "c3", name: "other", arguments: {} }
+        ]
+      }),
+      ScriptedModel.text("done")
+    ], {
+      tools: [sized("small", 1_000), sized("free", 60_000), sized("other", 60_000)],
+      compaction: { contextWindow: 200_000, toolResultLimits: { small: 100, free: Infinity } }
+    }))))
 })

@@ -6,7 +6,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Schema } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
-import type { Usage } from "../../src/domain/Values.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import type { Message, Usage } from "../../src/domain/Values.js"
+import { Agent } from "../../src/layers/Agent.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import type { CompactionOptions } from "../../src/services/Compaction.js"
@@ -14,8 +16,9 @@ import { Compaction } from "../../src/services/Compaction.js"
 import { Driver } from "../../src/services/Driver.js"
 import { Hooks } from "../../src/services/Hooks.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
-import { Tool } from "../../src/services/Tools.js"
+import { Tool, Tools } from "../../src/services/Tools.js"
 import { scenario, user } from "../agent/harness.js"
 
 /** An agent with compaction composed over it (the public layer, over the agent's public services). */
@@ -150,4 +153,91 @@ describe("Compaction: the tool-result cap", () => {
       tools: [sized("small", 1_000), sized("free", 60_000), sized("other", 60_000)],
       compaction: { contextWindow: 200_000, toolResultLimits: { small: 100, free: Infinity } }
     }))))
+})
+
+const S = SessionId.make("s")
+
+/** An agent with compaction over the store of the environment (for lifecycles that outlive one agent). */
+const agentOn = (
+  target: { readonly sessionId: SessionId } | { readonly resume: SessionId },
+  script: ReadonlyArray<ScriptEntry>,
+  compaction: CompactionOptions,
+  tools: ReadonlyArray<ToolDefinition<any>> = []
+) =>
+  Compaction.layer(compaction).pipe(
+    Layer.provideMerge(Agent.layer({ ...target, model: { provider: "p", model: "m" } })),
+    Layer.provideMerge(Layer.mergeAll(ScriptedModel.layer(script), Tools.layer({ tools })))
+  )
+
+// Four results of 4,000 characters (1,004 tokens each), oldest first: r1 (read), r2 (keep), r3, r4 (read).
+const fourResults = [toolCall("r1", "read"), toolCall("r2", "keep"), toolCall("r3", "read"), toolCall("r4", "read"), ScriptedModel.text("done")]
+const readAndKeep = [sized("read", 4_000), sized("keep", 4_000)]
+const pruneOptions: CompactionOptions = { contextWindow: 100_000, protectRecentTokens: 1_500, protectedTools: ["keep"] }
+
+const resultTexts = (messages: ReadonlyArray<Message>) =>
+  messages.flatMap((m) => {
+    const block = m.content[0]
+    if (block?.type !== "tool-result") return []
+    const inner = block.content[0]
+    return [`${block.toolCallId}:${inner?.type === "text" ? inner.text.slice(0, 19) : ""}`]
+  })
+
+describe("Compaction: pruning", () => {
+  it.scoped("manual: a turn:null prune bracket around TR~ of the old results; the next request sees placeholders; resume keeps them", () =>
+    Effect.gen(function*() {
+      const before = yield* Effect.scoped(Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        const compaction = yield* Compaction
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        const used = (yield* compaction.contextUsage).used
+        const length = (yield* log.events).length
+        const report = yield* compaction.compact
+        const events = yield* log.events
+        const r1 = resultOf(events, "r1")
+        const added = events.slice(length)
+        expect(added.map((e) => [e.type, (e as { readonly surfaceOp?: unknown }).surfaceOp ?? null])).toEqual([
+          ["compaction/start", null],
+          ["tool/result", { op: "replace", start: r1.seq, end: r1.seq }],
+          ["compaction/end", null]
+        ])
+        expect(added[0]!.data).toEqual({ turn: null, kind: "prune", trigger: "manual", tokensBefore: used })
+        expect((added[1] as { readonly sourceEventSeqs?: unknown }).sourceEventSeqs).toEqual([r1.seq, added[0]!.seq])
+        const after = (yield* compaction.contextUsage).used
+        expect(added[2]!.data).toEqual({ turn: null, kind: "prune", trigger: "manual", pruned: [r1.seq], tokensBefore: used, tokensAfter: after })
+        expect(report).toEqual({ trigger: "manual", pruned: 1, tokensBefore: used, tokensAfter: after })
+        expect(used - after).toBeGreaterThan(900)
+        // The shadowed result stays in the log, whole.
+        expect(textOfResult(r1)).toBe("x".repeat(4_000))
+        yield* driver.followup(user("B"))
+        yield* driver.whenIdle
+        const requests = yield* (yield* ScriptedModel).requests
+        expect(resultTexts(requests.at(-1)!.messages)).toEqual([
+          "r1:[tool result pruned", "r2:xxxxxxxxxxxxxxxxxxx", "r3:xxxxxxxxxxxxxxxxxxx", "r4:xxxxxxxxxxxxxxxxxxx"
+        ])
+        expect(yield* clean).toEqual([])
+        return { messages: yield* log.messages, used: (yield* compaction.contextUsage).used }
+      }).pipe(Effect.provide(agentOn({ sessionId: S }, [...fourResults, ScriptedModel.text("b")], pruneOptions, readAndKeep))))
+      // Resume: the same derived history and use; opening compacts nothing (the log ends with the end-seed).
+      yield* Effect.scoped(Effect.gen(function*() {
+        const log = yield* SessionLog
+        const events = yield* log.events
+        expect(events.at(-1)!.type).toBe("session/end-seed")
+        expect(events.filter((e) => e.type === "compaction/start").length).toBe(1)
+        expect(yield* log.messages).toEqual(before.messages)
+        expect((yield* (yield* Compaction).contextUsage).used).toBe(before.used)
+        expect(checkLog(events, { closed: true })).toEqual([])
+      }).pipe(Effect.provide(agentOn({ resume: S }, [], { ...pruneOptions, threshold: 0.0001 }, readAndKeep))))
+    }).pipe(Effect.provide(SessionStore.layerMemory)))
+
+  it.scoped("manual with nothing worth pruning writes nothing", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const length = (yield* logEvents).length
+      expect((yield* (yield* Compaction).compact).pruned).toBe(0)
+      expect((yield* logEvents).length).toBe(length)
+    }).pipe(Effect.provide(withCompaction([ScriptedModel.text("a")], { compaction: pruneOptions }))))
 })

@@ -24,34 +24,65 @@ export type Json = null | boolean | number | string | ReadonlyArray<Json> | { re
  */
 export const MAX_JSON_DEPTH = 256
 
+/**
+ * The largest JSON value accepted, in characters of its JSON text as {@link jsonSize} counts them
+ * (64 MiB): a message (or all messages of one splice), the data of an appended event, a tool's
+ * output. Any event within it encodes to a row SQLite and the JavaScript engine can hold.
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const MAX_JSON_SIZE = 64 * 1024 * 1024
+
 // A whole stored event (checked at the root path "event") holds its JSON fields at most 5 levels
-// down (event, data, inserted list, message, source): its own limit leaves room for them, so that
-// every field within MAX_JSON_DEPTH fits and the field's rule is the one that decides.
+// down (event, data, inserted list, message, source): its own depth limit leaves room for them,
+// so that every field within MAX_JSON_DEPTH fits and the field's rule is the one that decides. Its
+// size is its fields' business (a tool's output, checked when it was produced, may be large).
 const EVENT_ROOT = "event"
 const EVENT_ENVELOPE_DEPTH = 8
 
-const limitAt = (path: string): number => path === EVENT_ROOT ? MAX_JSON_DEPTH + EVENT_ENVELOPE_DEPTH : MAX_JSON_DEPTH
-
-// What a problem says about a value nested too deeply.
+// What a problem says about a value nested too deeply, or too large.
 const TOO_DEEP = `nested deeper than ${MAX_JSON_DEPTH} levels`
+const TOO_LARGE = `larger than ${MAX_JSON_SIZE / 1024 / 1024} MiB of JSON text`
+
+// The state of one walk over a value: the path of the value being looked at (keys and indexes,
+// turned into text only for a problem), the containers above it, the JSON text counted so far and
+// the first problem found.
+interface Walk {
+  readonly at: Array<string | number>
+  readonly ancestors: Array<object>
+  readonly depthLimit: number
+  readonly sizeLimit: number
+  size: number
+  problem: string | undefined
+}
+
+const walkAt = (path: string): Walk =>
+  path === EVENT_ROOT
+    ? { at: [], ancestors: [], depthLimit: MAX_JSON_DEPTH + EVENT_ENVELOPE_DEPTH, sizeLimit: Infinity, size: 0, problem: undefined }
+    : { at: [], ancestors: [], depthLimit: MAX_JSON_DEPTH, sizeLimit: MAX_JSON_SIZE, size: 0, problem: undefined }
+
+// The reason for a walk's problem: a size is the whole value's, named at its root.
+const reasonOf = (path: string, walk: Walk, problem: string): string =>
+  problem === TOO_LARGE ? `${path}: ${TOO_LARGE}` : `${pathText(path, walk.at)}: ${problem}`
 
 /**
- * Returns `undefined` when `value` is lossless JSON (2.1) nested at most {@link MAX_JSON_DEPTH}
- * levels, otherwise a readable reason naming the offending path. Rejects `undefined`, functions,
- * symbols, BigInt, non-finite numbers, `-0`, sparse arrays, class instances, cycles, deeper nesting
- * and values that cannot be read (a throwing getter or `Proxy` trap). Never throws.
+ * Returns `undefined` when `value` is lossless JSON (2.1) within {@link MAX_JSON_DEPTH} and
+ * {@link MAX_JSON_SIZE}, otherwise a readable reason naming the offending path. Rejects `undefined`,
+ * functions, symbols, BigInt, non-finite numbers, `-0`, sparse arrays, class instances, cycles,
+ * deeper or larger values, and values that cannot be read (a throwing getter or `Proxy` trap).
+ * Never throws.
  *
  * @since 0.1.0
  * @category validation
  */
 export const jsonProblem = (value: unknown, path = "$"): string | undefined => {
-  // The path of the value being checked, as keys and indexes: turned into text only for a problem.
-  const at: Array<string | number> = []
+  const walk = walkAt(path)
   try {
-    const problem = check(value, at, [], limitAt(path))
-    return problem === undefined ? undefined : `${pathText(path, at)}: ${problem}`
+    const problem = check(value, walk)
+    return problem === undefined ? undefined : reasonOf(path, walk, problem)
   } catch (cause) {
-    return `${pathText(path, at)}: cannot be read (${describeThrown(cause)})`
+    return `${pathText(path, walk.at)}: cannot be read (${describeThrown(cause)})`
   }
 }
 
@@ -65,14 +96,31 @@ export const jsonProblem = (value: unknown, path = "$"): string | undefined => {
  * @category validation
  */
 export const snapshotJson = <A = Json>(value: unknown, path = "$"): Either.Either<A, string> => {
-  const at: Array<string | number> = []
-  const walk: Walk = { at, ancestors: [], limit: limitAt(path), problem: undefined }
+  const walk = walkAt(path)
   try {
     const copied = copy(value, walk)
-    return walk.problem === undefined ? Either.right(copied as A) : Either.left(`${pathText(path, at)}: ${walk.problem}`)
+    return walk.problem === undefined ? Either.right(copied as A) : Either.left(reasonOf(path, walk, walk.problem))
   } catch (cause) {
-    return Either.left(`${pathText(path, at)}: cannot be read (${describeThrown(cause)})`)
+    return Either.left(`${pathText(path, walk.at)}: cannot be read (${describeThrown(cause)})`)
   }
+}
+
+/**
+ * The size {@link MAX_JSON_SIZE} limits, of a lossless JSON value: each string and key at its
+ * length plus its quotes and separators, a number at 8, any other value at 5 (the JSON text is at
+ * most six times as long, every character escaped).
+ *
+ * @since 0.1.0
+ * @category validation
+ */
+export const jsonSize = (value: unknown): number => {
+  const walk: Walk = { at: [], ancestors: [], depthLimit: Infinity, sizeLimit: Infinity, size: 0, problem: undefined }
+  try {
+    check(value, walk)
+  } catch {
+    // An unreadable value has no size; counted so far.
+  }
+  return walk.size
 }
 
 // A thrown value, described without trusting it (its message or `toString` may throw as well).
@@ -105,30 +153,36 @@ const pathText = (root: string, at: ReadonlyArray<string | number>): string => {
   return text
 }
 
-// The problem with `value` (its path left in `at`), or undefined. `ancestors` are the objects being
-// checked above it (at most `limit`: a list is cheaper than a Set here). Recursion stops at `limit`.
-const check = (
-  value: unknown,
-  at: Array<string | number>,
-  ancestors: Array<object>,
-  limit: number
-): string | undefined => {
+// The JSON text of a number or another scalar, as counted.
+const NUMBER_SIZE = 8
+const SCALAR_SIZE = 5
+
+// Counts `n` characters; whether the walk is still within its size limit.
+const grow = (walk: Walk, n: number): boolean => (walk.size += n) <= walk.sizeLimit
+
+// The problem with `value` (its path left in `walk.at`), or undefined. `walk.ancestors` are the
+// objects being checked above it (at most the depth limit: a list is cheaper than a Set here), so
+// recursion stops at the depth limit.
+const check = (value: unknown, walk: Walk): string | undefined => {
   switch (typeof value) {
     case "string":
+      return grow(walk, value.length + 3) ? undefined : TOO_LARGE
     case "boolean":
-      return undefined
+      return grow(walk, SCALAR_SIZE) ? undefined : TOO_LARGE
     case "number":
-      return numberProblem(value)
+      return numberProblem(value) ?? (grow(walk, NUMBER_SIZE) ? undefined : TOO_LARGE)
     case "object": {
-      if (value === null) return undefined
+      if (value === null) return grow(walk, SCALAR_SIZE) ? undefined : TOO_LARGE
+      const { ancestors, at } = walk
       if (ancestors.includes(value)) return "cyclic value"
-      if (ancestors.length >= limit) return TOO_DEEP
+      if (ancestors.length >= walk.depthLimit) return TOO_DEEP
+      if (!grow(walk, 2)) return TOO_LARGE
       if (Array.isArray(value)) {
         ancestors.push(value)
         for (let i = 0; i < value.length; i++) {
           at.push(i)
           if (!(i in value)) return "sparse array"
-          const problem = check(value[i], at, ancestors, limit)
+          const problem = check(value[i], walk)
           if (problem !== undefined) return problem
           at.pop()
         }
@@ -142,7 +196,8 @@ const check = (
       for (let i = 0; i < keys.length; i++) {
         const key = keys[i]!
         at.push(key)
-        const problem = check((value as Record<string, unknown>)[key], at, ancestors, limit)
+        if (!grow(walk, key.length + 3)) return TOO_LARGE
+        const problem = check((value as Record<string, unknown>)[key], walk)
         if (problem !== undefined) return problem
         at.pop()
       }
@@ -195,29 +250,24 @@ const primitiveProblem = (value: unknown): string | undefined => {
   }
 }
 
-// The state of one `snapshotJson` walk: the path, the containers above, the first problem found.
-interface Walk {
-  readonly at: Array<string | number>
-  readonly ancestors: Array<object>
-  readonly limit: number
-  problem: string | undefined
-}
-
 // `check` that also builds the frozen copy, reading each property once; on a problem it sets
 // `walk.problem` (the path left in `walk.at`) and the returned value means nothing.
 const copy = (value: unknown, walk: Walk): unknown => {
   switch (typeof value) {
     case "string":
     case "boolean":
-      return value
     case "number":
-      walk.problem = numberProblem(value)
+      walk.problem = check(value, walk)
       return value
     case "object": {
-      if (value === null) return null
+      if (value === null) {
+        walk.problem = check(value, walk)
+        return null
+      }
       const { ancestors, at } = walk
       if (ancestors.includes(value)) return fail(walk, "cyclic value")
-      if (ancestors.length >= walk.limit) return fail(walk, TOO_DEEP)
+      if (ancestors.length >= walk.depthLimit) return fail(walk, TOO_DEEP)
+      if (!grow(walk, 2)) return fail(walk, TOO_LARGE)
       if (Array.isArray(value)) {
         const length = value.length
         const out = new Array(length)
@@ -240,6 +290,7 @@ const copy = (value: unknown, walk: Walk): unknown => {
       for (let i = 0; i < keys.length; i++) {
         const key = keys[i]!
         at.push(key)
+        if (!grow(walk, key.length + 3)) return fail(walk, TOO_LARGE)
         const item = copy((value as Record<string, unknown>)[key], walk)
         if (walk.problem !== undefined) return undefined
         // Assigning `out["__proto__"]` would set the prototype instead of copying the own key.

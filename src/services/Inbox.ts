@@ -8,6 +8,7 @@ import { Context, Effect, Either, Layer, Option, STM, TRef } from "effect"
 import type { AgentDisposed, DuplicateMessage, KnownIdState, PersistenceError } from "../domain/Errors.js"
 import { InvalidEvent, InvalidSplice } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
+import { jsonSize, MAX_JSON_SIZE } from "../domain/Json.js"
 import { idState } from "../domain/KnownIds.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import { listOf, normaliseSplice, pendingArrays } from "../domain/Splice.js"
@@ -89,6 +90,15 @@ const validateAll = (messages: unknown): Either.Either<ReadonlyArray<UserMessage
     const message = acceptCallerMessage(item)
     if (Either.isLeft(message)) return Either.left(message.left)
     accepted.push(message.right)
+  }
+  // One splice event holds them all: together they are one value as far as the size limit goes.
+  if (accepted.length > 1) {
+    let size = 0
+    for (const message of accepted) size += jsonSize(message)
+    if (size > MAX_JSON_SIZE) {
+      const reason = `inserted: larger than ${MAX_JSON_SIZE / 1024 / 1024} MiB of JSON text`
+      return Either.left(new InvalidEvent({ type: "agent/inbox/spliced", reason }))
+    }
   }
   return Either.right(accepted)
 }

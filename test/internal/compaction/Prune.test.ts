@@ -69,7 +69,7 @@ describe("planPrune", () => {
   it.scoped("a result already pruned is neither pruned again nor counted as recent", () =>
     Effect.gen(function*() {
       const events = yield* session
-      const r4 = events.findLast((e) => e.type === "tool/result")! as EventOf<"tool/result">
+      const r4 = events.filter((e) => e.type === "tool/result").at(-1)! as EventOf<"tool/result">
       const pruned = {
         ...r4,
         seq: events.length,

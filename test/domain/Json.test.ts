@@ -1,6 +1,17 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
-import { deepFreeze, freezeCopy, jsonEquals, jsonProblem, JsonValue, losslessDecoder, MAX_JSON_DEPTH, snapshotJson } from "../../src/domain/Json.js"
+import {
+  deepFreeze,
+  freezeCopy,
+  jsonEquals,
+  jsonProblem,
+  jsonSize,
+  JsonValue,
+  losslessDecoder,
+  MAX_JSON_DEPTH,
+  MAX_JSON_SIZE,
+  snapshotJson
+} from "../../src/domain/Json.js"
 
 class Point {
   constructor(readonly x: number, readonly y: number) {}
@@ -289,5 +300,33 @@ describe("hostile values", () => {
     const decode = losslessDecoder(Schema.Struct({ value: Schema.String }), "x")
     expect(decode(shifty)).toStrictEqual(Either.right({ value: "fine" }))
     expect(reads).toBe(1)
+  })
+})
+
+describe("size limit (MAX_JSON_SIZE)", () => {
+  it("jsonSize counts strings and keys at their length plus 3, numbers at 8, other scalars at 5, containers at 2", () => {
+    expect(jsonSize("abc")).toBe(6)
+    expect(jsonSize(12.5)).toBe(8)
+    expect(jsonSize(null)).toBe(5)
+    expect(jsonSize({ ab: [true, "x"] })).toBe(2 + 5 + 2 + 5 + 4)
+    // The JSON text is never more than six times the count, however its strings escape.
+    const worst = { k: "\u0001".repeat(1000), n: [-1.2345678901234567e-300, 1e21], b: [false, null] }
+    expect(JSON.stringify(worst).length).toBeLessThanOrEqual(6 * jsonSize(worst))
+  })
+
+  it("a value at the limit is accepted and one character more is refused, named at its root", () => {
+    expect(MAX_JSON_SIZE).toBe(64 * 1024 * 1024)
+    const atLimit = { text: "x".repeat(MAX_JSON_SIZE - jsonSize({ text: "" })) }
+    expect(jsonSize(atLimit)).toBe(MAX_JSON_SIZE)
+    expect(jsonProblem(atLimit, "message")).toBeUndefined()
+    expect(Either.isRight(snapshotJson(atLimit, "message"))).toBe(true)
+    const past = { text: `${atLimit.text}x` }
+    expect(jsonProblem(past, "message")).toBe("message: larger than 64 MiB of JSON text")
+    expect(snapshotJson(past, "message")).toStrictEqual(Either.left("message: larger than 64 MiB of JSON text"))
+    // Many small values add up.
+    const many = Array.from({ length: MAX_JSON_SIZE / 8 }, () => 0)
+    expect(jsonProblem(many, "data")).toBe("data: larger than 64 MiB of JSON text")
+    // A whole stored event (path "event") is not limited in size: its fields were, when written.
+    expect(jsonProblem({ type: "tool/result", data: past }, "event")).toBeUndefined()
   })
 })

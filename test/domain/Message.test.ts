@@ -5,7 +5,7 @@ import { REPAIR_ID_PREFIX } from "../../src/domain/Ids.js"
 import type { UserMessageInput } from "../../src/domain/Message.js"
 import { acceptCallerMessage, newUserMessage, userMessage, validateUserMessage } from "../../src/domain/Message.js"
 import type { MessageSource, UserContent } from "../../src/domain/Values.js"
-import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
+import { MAX_JSON_DEPTH, MAX_JSON_SIZE } from "../../src/domain/Json.js"
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
@@ -305,5 +305,16 @@ describe("messages past the limits or unreadable", () => {
     expect(reads).toBe(1)
     expect(accepted).toStrictEqual(Either.right({ ...base, source: { kind: "user", tag: "ok" } }))
     if (Either.isRight(accepted)) expect(isDeepFrozen(accepted.right)).toBe(true)
+  })
+})
+
+describe("messages past the size limit", () => {
+  it("a text whose JSON would pass what a row can hold is InvalidEvent naming the limit, from every constructor", () => {
+    // 100 million control characters: 600 million characters of JSON, past the engine's longest string.
+    const text = "\u0001".repeat(100_000_000)
+    expect(text.length).toBeGreaterThan(MAX_JSON_SIZE)
+    const candidate = { id: "big", role: "user", content: [{ type: "text", text }], source: { kind: "user" } }
+    expect(reasonOf(acceptCallerMessage(candidate))).toBe("message: larger than 64 MiB of JSON text")
+    expect(expectInvalid({ id: "big", text }).reason).toBe("message: larger than 64 MiB of JSON text")
   })
 })

@@ -860,3 +860,35 @@ describe("SqliteSessionStore: JSON past the depth limit", () => {
       }
     }))
 })
+
+describe("SqliteSessionStore: JSON past the size limit", () => {
+  const S = SessionId.make("large")
+
+  it.effect("a message whose row would pass what SQLite and the engine can hold is InvalidEvent; the session is not poisoned", () =>
+    Effect.gen(function*() {
+      const filename = freshFile()
+      const layer = Agent.layer({ sessionId: S, model: { provider: "p", model: "m" } }).pipe(
+        Layer.provideMerge(
+          Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([ScriptedModel.text("one")]), Tools.layer())
+        )
+      )
+      // 100 million control characters: 600 million characters of JSON, past the engine's longest string.
+      const text = "\u0001".repeat(100_000_000)
+      const large = { id: "large", role: "user", content: [{ type: "text", text }], source: { kind: "user" } } as never
+      const live = yield* Effect.scoped(Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        const refused = yield* failureOf(driver.inject(large))
+        expect(refused).toMatchObject({ _tag: "InvalidEvent", reason: "message: larger than 64 MiB of JSON text" })
+        const appended = yield* failureOf(log.append({ type: "ext/large", data: { text }, ignorable: true }))
+        expect(appended).toMatchObject({ _tag: "InvalidEvent", reason: "event.data: larger than 64 MiB of JSON text" })
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        yield* log.flush
+        return yield* log.events
+      }).pipe(Effect.provide(layer)))
+      expect(live.at(-1)?.type).toBe("turn/end")
+      const stored = yield* withStore(filename, (store) => store.load(S))
+      expect(stored.events).toStrictEqual(live)
+    }))
+})

@@ -1,12 +1,14 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Layer, Option, STM, TRef } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
+import { MAX_JSON_SIZE } from "../../src/domain/Json.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
 import type { UserMessage } from "../../src/domain/Values.js"
 import { SessionState } from "../../src/internal/SessionState.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
+import { userMessage } from "../../src/domain/Message.js"
 import { claimTurn, drain, freshSession, plugin, sessionOn, splices, subscribe, user } from "./harness.js"
 
 const id = (s: string) => MessageId.make(s)
@@ -368,5 +370,24 @@ describe("Inbox: input past the limits or unreadable", () => {
       expect(yield* log.events).toEqual([])
       expect(yield* inbox.splice("next-turn", 0, 0, [user("fine")])).toEqual([])
       expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["fine"])
+    }).pipe(Effect.provide(freshSession())))
+})
+
+describe("Inbox: the size limit", () => {
+  it.scoped("a splice whose messages together pass MAX_JSON_SIZE is InvalidEvent; each alone is accepted", () =>
+    Effect.gen(function*() {
+      const inbox = yield* Inbox
+      const log = yield* SessionLog
+      const half = "x".repeat(MAX_JSON_SIZE / 2)
+      const [a, b] = [userMessage({ id: "a", text: half }), userMessage({ id: "b", text: half })]
+      expect(yield* Effect.flip(inbox.splice("next-turn", 0, 0, [a, b]))).toMatchObject({
+        _tag: "InvalidEvent",
+        type: "agent/inbox/spliced",
+        reason: "inserted: larger than 64 MiB of JSON text"
+      })
+      expect(yield* log.events).toEqual([])
+      yield* inbox.splice("next-turn", 0, 0, [a])
+      yield* inbox.append("next-turn", b)
+      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["a", "b"])
     }).pipe(Effect.provide(freshSession())))
 })

@@ -180,10 +180,10 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
 
         const isPoisoned = (agent: LiveAgent) => Option.isSome(peek(agent.state.poisoned))
 
-        // One reference to the agent under `key` in a scope of its own (a child of the caller's),
-        // counted as a user; a poisoned agent is retired when its last user releases it. A failed
-        // open releases its reference at once and then leaves the map, so nothing of it stays behind
-        // to expire later, even under a long-lived caller scope.
+        // One reference to the agent under `key` in a scope of its own (a child of the caller's). A
+        // failed open releases its reference at once and then leaves the map, so nothing of it stays
+        // behind to expire later, even under a long-lived caller scope. `use` counts the reference
+        // as a user: a poisoned agent is retired when its last user releases it.
         const acquire = (key: string) =>
           Effect.flatMap(Scope.Scope, (scope) =>
             Effect.flatMap(Scope.fork(scope, ExecutionStrategy.sequential), (own) =>
@@ -191,15 +191,23 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                 Effect.flatMap(restore(Scope.extend(RcMap.get(map, key), own)), (exit) => {
                   if (Exit.isSuccess(exit)) {
                     const agent = exit.value
-                    agent.users += 1
+                    let user = false
                     // Runs before the map's own release (finalizers run in reverse order): a
                     // retired key makes that release close the agent instead of idling it.
                     return Effect.as(
                       Scope.addFinalizer(own, Effect.suspend(() => {
+                        if (!user) return Effect.void
                         agent.users -= 1
                         return agent.users === 0 && isPoisoned(agent) ? retire(agent) : Effect.void
                       })),
-                      { agent, own }
+                      {
+                        agent,
+                        own,
+                        use: () => {
+                          user = true
+                          agent.users += 1
+                        }
+                      }
                     )
                   }
                   return Scope.close(own, Exit.void).pipe(
@@ -213,13 +221,20 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                 })
               )))
 
-        // A poisoned agent that nobody else holds is retired and the session opened afresh; one
-        // that others still hold is shared (it is retired when the last of them releases it).
+        // A poisoned agent without users is retired and the session opened afresh (so concurrent
+        // opens of it agree on one retirement); one that users hold is shared until the last of
+        // them releases it. An agent retired meanwhile is let go and the next one opened.
         const open = (id: SessionId): Effect.Effect<LiveAgent, OpenError, Scope.Scope> =>
           Effect.gen(function*() {
             yield* awaitClosing(id)
-            const { agent, own } = yield* acquire(keyOf(id))
-            if (!isPoisoned(agent) || agent.users > 1) return agent
+            const { agent, own, use } = yield* acquire(keyOf(id))
+            // Decided and counted in one synchronous step.
+            const kept = yield* Effect.sync(() => {
+              if (agent.retired || (isPoisoned(agent) && agent.users === 0)) return false
+              use()
+              return true
+            })
+            if (kept) return agent
             yield* retire(agent)
             yield* Scope.close(own, Exit.void)
             return yield* open(id)

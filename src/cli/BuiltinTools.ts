@@ -15,6 +15,7 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import { DateTime, Duration, Effect, Exit, Schema } from "effect"
+import type { Stats } from "node:fs"
 import { constants as FsConstants } from "node:fs"
 import type { FileHandle } from "node:fs/promises"
 import * as NodeFs from "node:fs/promises"
@@ -54,7 +55,7 @@ const refuse = (content: string): ToolOutput => ({ content, isError: true })
 const OPEN_FLAGS = FsConstants.O_RDONLY | FsConstants.O_NONBLOCK | FsConstants.O_NOFOLLOW
 
 /** What a file that is not a regular file is, in words; `undefined` for a regular file. */
-const specialKind = (stats: { isFile(): boolean; isDirectory(): boolean; isFIFO(): boolean; isSocket(): boolean; isCharacterDevice(): boolean; isBlockDevice(): boolean }): string | undefined =>
+const specialKind = (stats: Stats): string | undefined =>
   stats.isFile()
     ? undefined
     : stats.isDirectory()
@@ -101,7 +102,8 @@ const readPrefix = (handle: FileHandle, limit: number, fail: (error: unknown) =>
 
 /**
  * Opens `file` (a real path) non-blocking, checks on the open descriptor that it is a regular file
- * with one link, and returns the text of at most `limit` bytes and its size; or the refusal.
+ * with one link, and returns the text of its first `limit` bytes (with a note when there are more),
+ * or the refusal.
  */
 const readRegularFile = (file: string, shown: string, limit: number): Effect.Effect<string, ToolOutput> =>
   Effect.acquireUseRelease(

@@ -19,7 +19,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { scenario, user } from "../agent/harness.js"
+import { notation, scenario, TEXT, user } from "../agent/harness.js"
 
 /** An agent with compaction composed over it (the public layer, over the agent's public services). */
 const withCompaction = (
@@ -240,4 +240,143 @@ describe("Compaction: pruning", () => {
       expect((yield* (yield* Compaction).compact).pruned).toBe(0)
       expect((yield* logEvents).length).toBe(length)
     }).pipe(Effect.provide(withCompaction([ScriptedModel.text("a")], { compaction: pruneOptions }))))
+})
+
+const overflowFailure = { message: "prompt is too long: 210000 tokens > 200000 maximum", code: "CONTEXT_OVERFLOW", status: 400 }
+
+const turnEnds = Effect.map(logEvents, (events) =>
+  events.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").map((e) => e.data.reason))
+
+/** The log from the first event of `type` on, in the notation of SPEC 4.1 (`TR~` for a replacement). */
+const tailFrom = (type: string) =>
+  Effect.map(logEvents, (events) => {
+    const shown = events.map((e) =>
+      e.type === "tool/result" && (e as EventOf<"tool/result">).surfaceOp !== "append"
+        ? `TR~(${(e as EventOf<"tool/result">).data.message.content[0].toolCallId})`
+        : notation(e)
+    )
+    return shown.slice(shown.indexOf(type))
+  })
+
+const requestResults = Effect.map(Effect.flatMap(ScriptedModel, (m) => m.requests), (requests) => resultTexts(requests.at(-1)!.messages))
+const P = "[tool result pruned"
+const X = "xxxxxxxxxxxxxxxxxxx"
+
+describe("Compaction: triggers", () => {
+  it.scoped("threshold: a pre-step prunes when use passes 0.8 of the window, with a numeric bracket before the step opens", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      // About 4,050 tokens after r4 (≥ 3,200): r4 and r3 are recent, r2 and r1 are pruned.
+      expect(yield* tailFrom("compaction/start")).toEqual([
+        "compaction/start", "TR~(r1)", "TR~(r2)", "compaction/end", "SS(1,5)", ...TEXT, "SE(1,5)", "TE(1,completed)"
+      ])
+      const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
+      expect(start.data).toMatchObject({ turn: 1, kind: "prune", trigger: "threshold" })
+      expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${X}`, `r4:${X}`])
+      expect((yield* (yield* Compaction).contextUsage).fraction).toBeLessThan(0.8)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [toolCall("r1", "read"), toolCall("r2", "read"), toolCall("r3", "read"), toolCall("r4", "read"), ScriptedModel.text("done")],
+      { tools: [sized("read", 4_000)], compaction: { contextWindow: 4_000, protectRecentTokens: 1_500, minimumPruneTokens: 500, maxToolResultChars: 100_000 } }
+    ))))
+
+  it.scoped("below the threshold nothing is pruned", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+    }).pipe(Effect.provide(withCompaction(
+      [toolCall("r1", "read"), toolCall("r2", "read"), toolCall("r3", "read"), toolCall("r4", "read"), ScriptedModel.text("done")],
+      { tools: [sized("read", 4_000)], compaction: { contextWindow: 6_000, protectRecentTokens: 1_500, minimumPruneTokens: 500 } }
+    ))))
+
+  const overflowOptions: CompactionOptions = { contextWindow: 100_000, protectRecentTokens: 1_500, threshold: 0.99 }
+
+  it.scoped("overflow: the request-error listener prunes, then the step retries once and succeeds", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      // Overflow keeps only a quarter of the recent protection (375 tokens): r4.
+      expect(yield* tailFrom("compaction/start")).toEqual([
+        "compaction/start", "TR~(r1)", "TR~(r2)", "TR~(r3)", "compaction/end", "RT(1)", ...TEXT, "SE(1,5)", "TE(1,completed)"
+      ])
+      const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
+      expect(start.data).toMatchObject({ turn: 1, kind: "prune", trigger: "overflow" })
+      expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${P}`, `r4:${X}`])
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [...fourResults.slice(0, 4), ScriptedModel.fail(overflowFailure), ScriptedModel.text("done")],
+      { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: overflowOptions }
+    ))))
+
+  it.scoped("overflow: an HTTP 413 is an overflow too", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect((yield* turnEnds)).toEqual([{ kind: "completed" }])
+      expect((yield* logEvents).find((e) => e.type === "compaction/start")!.data).toMatchObject({ trigger: "overflow" })
+    }).pipe(Effect.provide(withCompaction(
+      [...fourResults.slice(0, 4), ScriptedModel.fail({ message: "Request Entity Too Large", code: "INVALID_REQUEST", status: 413 }), ScriptedModel.text("done")],
+      { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: overflowOptions }
+    ))))
+
+  it.scoped("overflow: a second overflow in the step is a typed failure that ends the turn error(CONTEXT_OVERFLOW) saying what to do", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(yield* tailFrom("compaction/start")).toEqual([
+        "compaction/start", "TR~(r1)", "TR~(r2)", "TR~(r3)", "compaction/end", "RT(1)", "CH(finish error)", "SE(1,5)",
+        "TE(1,error(CONTEXT_OVERFLOW))"
+      ])
+      const [reason] = yield* turnEnds
+      const error = (reason as { readonly error: { readonly message: string; readonly code: string } }).error
+      expect(error.code).toBe("CONTEXT_OVERFLOW")
+      expect(error.message).toContain("the request overflowed again after pruning old tool results")
+      expect(error.message).toContain("Start a new session or fork this one at an earlier point")
+      expect(error.message).toContain("prompt is too long")
+      expect(yield* (yield* ScriptedModel).remaining).toBe(1)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [...fourResults.slice(0, 4), ScriptedModel.fail(overflowFailure), ScriptedModel.fail(overflowFailure), ScriptedModel.text("never")],
+      { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: overflowOptions }
+    ))))
+
+  it.scoped("overflow: the circuit breaker stops compaction after failures until a manual compaction closes it", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const compaction = yield* Compaction
+      // Turn 1: nothing to prune (a failure: the breaker opens at 1).
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      // Turn 2: results to prune, but the breaker is open: no compaction, the turn fails at once.
+      yield* driver.followup(user("B"))
+      yield* driver.whenIdle
+      const reasons = (yield* turnEnds).map((r) => (r as { readonly error: { readonly message: string } }).error.message)
+      expect(reasons[0]).toContain("there are no old tool results left to prune")
+      expect(reasons[1]).toContain("automatic compaction stopped after repeated failures")
+      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+      // A manual compaction closes it: turn 3's overflow is recovered.
+      expect((yield* compaction.compact).pruned).toBe(2)
+      yield* driver.followup(user("C"))
+      yield* driver.whenIdle
+      expect((yield* turnEnds).at(-1)).toEqual({ kind: "completed" })
+      const triggers = (yield* logEvents).filter((e) => e.type === "compaction/start").map((e) => (e.data as { readonly trigger: string }).trigger)
+      expect(triggers).toEqual(["manual", "overflow"])
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [
+        ScriptedModel.fail(overflowFailure),
+        ...fourResults.slice(0, 4),
+        ScriptedModel.fail(overflowFailure),
+        ScriptedModel.fail(overflowFailure),
+        ScriptedModel.text("c")
+      ],
+      { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: { ...overflowOptions, maxConsecutiveFailures: 1 } }
+    ))))
 })

@@ -162,21 +162,21 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
 
         // Takes the agent out of the map and disposes of it now (its users see a disposed agent).
         // The session's next open builds a new agent under the next key.
-        const retire = (agent: LiveAgent) =>
-          Effect.uninterruptible(Effect.suspend(() => {
-            if (agent.retired) return awaitClosing(agent.id)
-            agent.retired = true
-            if (keyOf(agent.id) === agent.key) generations.set(agent.id, (generations.get(agent.id) ?? 0) + 1)
-            const done = Deferred.unsafeMake<void>(undefined as never)
-            closing.set(agent.id, done)
-            return RcMap.invalidate(map, agent.key).pipe(
-              Effect.zipRight(Scope.close(agent.agentScope, Exit.void)),
-              Effect.ensuring(Effect.suspend(() => {
-                if (closing.get(agent.id) === done) closing.delete(agent.id)
-                return Deferred.succeed(done, undefined)
-              }))
-            )
-          }))
+        const retire = (agent: LiveAgent): Effect.Effect<void> =>
+          Effect.uninterruptible(Effect.flatMap(Deferred.make<void>(), (done) =>
+            Effect.suspend(() => {
+              if (agent.retired) return awaitClosing(agent.id)
+              agent.retired = true
+              if (keyOf(agent.id) === agent.key) generations.set(agent.id, (generations.get(agent.id) ?? 0) + 1)
+              closing.set(agent.id, done)
+              return RcMap.invalidate(map, agent.key).pipe(
+                Effect.zipRight(Scope.close(agent.agentScope, Exit.void)),
+                Effect.ensuring(Effect.suspend(() => {
+                  if (closing.get(agent.id) === done) closing.delete(agent.id)
+                  return Deferred.succeed(done, undefined)
+                }))
+              )
+            })))
 
         const isPoisoned = (agent: LiveAgent) => Option.isSome(peek(agent.state.poisoned))
 

@@ -141,7 +141,7 @@ const retryAfterMs = (headers: Readonly<Record<string, string>>): number | undef
   const ms = Number(headerOf(headers, "retry-after-ms"))
   if (Number.isFinite(ms) && ms >= 0) return ms
   const seconds = Number(headerOf(headers, "retry-after"))
-  return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : undefined
+  return Number.isFinite(seconds * 1000) && seconds >= 0 ? seconds * 1000 : undefined
 }
 
 const MAX_ERROR_BODY = 64 * 1024

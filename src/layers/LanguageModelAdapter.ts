@@ -191,7 +191,7 @@ const retryAfterMs = (headers: Readonly<Record<string, string>>): number | undef
   const ms = Number(header(headers, "retry-after-ms"))
   if (Number.isFinite(ms) && ms >= 0) return ms
   const seconds = Number(header(headers, "retry-after"))
-  return Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : undefined
+  return Number.isFinite(seconds * 1000) && seconds >= 0 ? seconds * 1000 : undefined
 }
 
 const statusOf = (error: unknown): number | undefined => {

@@ -103,6 +103,18 @@ describe("ProviderHttp.streamEvents", () => {
       })
     })))
 
+  it.live("a retry-after too large for a number of milliseconds is ignored, not Infinity", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const { url } = yield* serve((_request, response) => {
+        response.writeHead(429, { "retry-after": "1e306", "content-type": "application/json" })
+        response.end(JSON.stringify({ error: { type: "rate_limit_error", message: "slow down" } }))
+      })
+      const result = yield* run(url)
+      const failure = result._tag === "Left" ? result.left.failure : undefined
+      expect(failure?.code).toBe("RATE_LIMIT")
+      expect(failure !== undefined && "retryAfterMs" in failure).toBe(false)
+    })))
+
   it.live("a 401 with an HTML body is AUTH, not retryable, on one short line", () =>
     Effect.scoped(Effect.gen(function*() {
       const { url } = yield* serve((_request, response) => {

@@ -28,6 +28,9 @@ import type { DriverEvent } from "../domain/DriverEvent.js"
 import { ToolRegistry } from "../internal/ToolRegistry.js"
 import * as WakeMarks from "../internal/WakeMarks.js"
 import { runTurnClosing } from "../internal/Turn.js"
+import type { CompactionOptions } from "../services/Compaction.js"
+import * as CompactionModule from "../services/Compaction.js"
+import { Compaction } from "../services/Compaction.js"
 import { Driver, makeDriver } from "../services/Driver.js"
 import type { Hooks } from "../services/Hooks.js"
 import { Inbox, makeInbox } from "../services/Inbox.js"
@@ -63,6 +66,11 @@ export interface AgentOptions {
     readonly batchWindow?: Duration.DurationInput
     readonly writeRetry?: Schedule.Schedule<unknown, unknown>
   }
+  /**
+   * Context management (issue 28): with this option the agent also provides `Compaction` (its
+   * context budget, the tool-result cap, and pruning on the threshold, overflow and manual triggers).
+   */
+  readonly compaction?: CompactionOptions
 }
 
 /**
@@ -224,8 +232,28 @@ export const acquireAgent = (
     )
     const withState = Context.add(services, SessionState, state)
     const driver = yield* acquireDriver(options).pipe(Effect.provide(withState))
-    return Context.add(withState, Driver, driver)
+    const agent = Context.add(withState, Driver, driver)
+    if (options.compaction === undefined) return agent
+    const compaction = yield* CompactionModule.make({
+      ...(options.model === undefined ? {} : { model: options.model.model }),
+      ...options.compaction
+    }).pipe(Effect.provide(agent))
+    return Context.add(agent, Compaction, compaction) as typeof agent
   })
+
+/**
+ * The services an agent layer provides: `Compaction` too when its options hold `compaction`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type AgentServices<O> =
+  | Driver
+  | Inbox
+  | SessionLog
+  | PreStep
+  | Hooks
+  | (O extends { readonly compaction: CompactionOptions } ? Compaction : never)
 
 /**
  * Builds agents from layers.
@@ -239,8 +267,13 @@ export const Agent = {
    *
    * @since 0.1.0
    */
-  layer: (
-    options: AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })
-  ): Layer.Layer<Driver | Inbox | SessionLog | PreStep | Hooks, AgentOpenError, SessionStore | Model | Tools> =>
-    Layer.scopedContext(acquireAgent(options))
+  layer: <const O extends AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })>(
+    options: O
+  ): Layer.Layer<AgentServices<O>, AgentOpenError, SessionStore | Model | Tools> =>
+    // `Compaction` is in the context exactly when the option is given (see `acquireAgent`).
+    Layer.scopedContext(acquireAgent(options)) as Layer.Layer<never, AgentOpenError, SessionStore | Model | Tools> as Layer.Layer<
+      AgentServices<O>,
+      AgentOpenError,
+      SessionStore | Model | Tools
+    >
 }

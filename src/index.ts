@@ -13,7 +13,7 @@ export * from "./domain/index.js"
 export * as Domain from "./domain/index.js"
 
 export { Agent } from "./layers/Agent.js"
-export type { AgentOpenError, AgentOptions } from "./layers/Agent.js"
+export type { AgentOpenError, AgentOptions, AgentServices } from "./layers/Agent.js"
 export { ScriptedModel } from "./layers/ScriptedModel.js"
 /**
  * A `Model` layer for servers speaking the Chat Completions API with streaming (Ollama, vLLM, ...).
@@ -41,6 +41,8 @@ export * as AnthropicModel from "./layers/AnthropicModel.js"
  */
 export * as OpenAiModel from "./layers/OpenAiModel.js"
 export type { EntryOptions, PartialSpec, ResponseSpec, ScriptEntry } from "./layers/ScriptedModel.js"
+export { Compaction, isContextOverflow } from "./services/Compaction.js"
+export type { CompactError, CompactionOptions, CompactionReport, CompactionTrigger, ContextUsage } from "./services/Compaction.js"
 export { Driver } from "./services/Driver.js"
 export type { DeliveryError } from "./services/Driver.js"
 export { Hooks, RequestErrorAction, ToolPreDecision } from "./services/Hooks.js"

@@ -107,18 +107,19 @@ export const snapshotJson = <A = Json>(value: unknown, path = "$"): Either.Eithe
 
 /**
  * The size {@link MAX_JSON_SIZE} limits, of a lossless JSON value: each string and key at its
- * length plus its quotes and separators, a number at 8, any other value at 5 (the JSON text is at
- * most six times as long, every character escaped).
+ * length plus 3 (quotes and a separator), a number at 8, any other scalar at 5, an array or object
+ * at 2 (its JSON text is at most six times as long, every character escaped). Never throws.
  *
  * @since 0.1.0
  * @category validation
  */
 export const jsonSize = (value: unknown): number => {
-  const walk: Walk = { at: [], ancestors: [], depthLimit: Infinity, sizeLimit: Infinity, size: 0, problem: undefined }
+  // Bounded like an event's walk: of a value that is not lossless JSON, the part counted so far.
+  const walk: Walk = { ...walkAt(EVENT_ROOT), sizeLimit: Infinity }
   try {
     check(value, walk)
   } catch {
-    // An unreadable value has no size; counted so far.
+    // An unreadable value: the part counted before it.
   }
   return walk.size
 }

@@ -84,6 +84,9 @@ export const userMessage = (input: UserMessageInput): UserMessage => {
 
 // The input's fields, each read once (a getter or `Proxy` trap may throw: that is invalid input).
 const readInput = (input: UserMessageInput): Either.Either<Record<keyof UserMessageInput, unknown>, string> => {
+  if (typeof input !== "object" || input === null) {
+    return Either.left(`input: expected an object with id and text or content, found ${input === null ? "null" : typeof input}`)
+  }
   try {
     return Either.right({ id: input.id, text: input.text, content: input.content, source: input.source })
   } catch {

@@ -3,6 +3,7 @@ import { Chunk, Effect, Fiber, Layer, Option, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import type { InvalidEvent } from "../../src/domain/Errors.js"
 import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
 import { userMessage } from "../../src/domain/Message.js"
 import { Inbox } from "../../src/services/Inbox.js"
@@ -309,13 +310,13 @@ describe("SessionLog.append: input past the limits or unreadable", () => {
       for (const levels of [10_000, 100_000]) {
         const error = yield* Effect.flip(log.append({ type: "ext/deep", data: nested(levels), ignorable: true }))
         expect(error).toMatchObject({ _tag: "InvalidEvent", type: "ext/deep" })
-        expect(error.reason).toMatch(/^event\.data\.a\.a.*: nested deeper than 256 levels$/)
+        expect((error as InvalidEvent).reason).toMatch(/^event\.data\.a\.a.*: nested deeper than 256 levels$/)
         // The same for a replacement message whose source is that deep.
         const message = { id: "S", role: "user", content: [{ type: "text", text: "s" }], source: { kind: "c", a: nested(levels) } }
         const replacement = yield* Effect.flip(
           log.append({ type: "user/message", data: message, surfaceOp: { op: "replace", start: 0, end: 0 }, sourceEventSeqs: [0] })
         )
-        expect(replacement.reason).toMatch(/^event\.data\.source\.a.*: nested deeper than 256 levels$/)
+        expect((replacement as InvalidEvent).reason).toMatch(/^event\.data\.source\.a.*: nested deeper than 256 levels$/)
       }
       expect(yield* log.events).toEqual([])
       const after = yield* log.append({ type: "ext/ok", data: { fine: true }, ignorable: true })
@@ -356,7 +357,7 @@ describe("SessionLog.append: input past the limits or unreadable", () => {
         Effect.gen(function*() {
           const log = yield* SessionLog
           const past = yield* Effect.flip(log.append({ type: "ext/deep", data: nested(MAX_JSON_DEPTH + 1), ignorable: true }))
-          expect(past.reason).toMatch(/nested deeper than 256 levels$/)
+          expect((past as InvalidEvent).reason).toMatch(/nested deeper than 256 levels$/)
           return yield* log.append({ type: "ext/deep", data, ignorable: true })
         }).pipe(Effect.provide(sessionOn({ sessionId: sid("limit") })))
       )

@@ -1,12 +1,12 @@
 /**
  * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`
- * and `resume`, with the global options `--db`, `--model` and `--no-tools`.
+ * and `resume`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
  *
  * @since 0.1.0
  */
 import { Args, Command, Options } from "@effect/cli"
 import type { FileSystem, Path } from "@effect/platform"
-import { Config, Effect, Either, Option } from "effect"
+import { Config, Effect, Either, Option, Schema } from "effect"
 import { checkLog } from "../domain/Check.js"
 import { SessionId } from "../domain/Ids.js"
 import { foldOptionsOf, validateLoaded } from "../internal/SessionOpen.js"
@@ -34,7 +34,13 @@ const noTools = Options.boolean("no-tools").pipe(
   Options.withDescription("Offer the model no built-in tools (clock, list_dir, read_file, wait)")
 )
 
-const tiller = Command.make("tiller", { db, model, noTools }).pipe(
+const contextWindow = Options.integer("context-window").pipe(
+  Options.withDescription("The model's context window in tokens (default: known per model, else 32768); old tool results are pruned near it"),
+  Options.withSchema(Schema.Int.pipe(Schema.positive())),
+  Options.optional
+)
+
+const tiller = Command.make("tiller", { db, model, noTools, contextWindow }).pipe(
   Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
 )
 
@@ -206,7 +212,7 @@ export const command = tiller.pipe(
 
 const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume"])
 const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools"])
-const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model"]
+const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window"]
 
 /**
  * `argv` with the global options that follow the subcommand moved in front of it, so that

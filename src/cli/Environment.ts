@@ -35,6 +35,8 @@ export interface GlobalOptions {
   readonly model: string
   /** Offer no built-in tools to the model. */
   readonly noTools: boolean
+  /** The model's context window in tokens (`--context-window`; default: the table's figure for the model). */
+  readonly contextWindow?: Option.Option<number>
 }
 
 /**
@@ -234,7 +236,10 @@ export const layer = (
       const tools = options.noTools
         ? Tools.layer()
         : Tools.layer({ tools: yield* BuiltinTools.make(process.cwd()) })
-      return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry }).pipe(
+      // Context management is always on: the window from --context-window, else the table's.
+      const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
+      const compaction = contextWindow === undefined ? {} : { contextWindow }
+      return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry, compaction }).pipe(
         Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename: options.db }), model.layer, tools))
       )
     })

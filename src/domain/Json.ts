@@ -27,7 +27,8 @@ export const MAX_JSON_DEPTH = 256
 /**
  * The largest JSON value accepted, in characters of its JSON text as {@link jsonSize} counts them
  * (64 MiB): a message (or all messages of one splice), the data of an appended event, a tool's
- * output. Any event within it encodes to a row SQLite and the JavaScript engine can hold.
+ * content blocks or meta. An event made of such values encodes to a row SQLite and the JavaScript
+ * engine can hold.
  *
  * @since 0.1.0
  * @category validation

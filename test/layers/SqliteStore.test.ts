@@ -811,6 +811,31 @@ describe("SqliteSessionStore: JSON past the depth limit", () => {
             expect((failure as { readonly reason: string }).reason).toMatch(/nested deeper than 256 levels$/)
           }
         }
+        // A throwing getter, a hostile Proxy and a cycle: typed refusals too.
+        const trap = () => {
+          throw new Error("trap")
+        }
+        const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
+        const getter = {
+          id: "g",
+          role: "user",
+          content: [{ type: "text", text: "g" }],
+          get source(): unknown {
+            throw new Error("boom")
+          }
+        }
+        const cyclic: Record<string, unknown> = { kind: "user" }
+        cyclic.self = cyclic
+        const withCycle = { id: "c", role: "user", content: [{ type: "text", text: "c" }], source: cyclic }
+        for (const [m, reason] of [
+          [proxy, "message: cannot be read (trap)"],
+          [getter, "message.source: cannot be read (boom)"],
+          [withCycle, "message.source.self: cyclic value"]
+        ] as const) {
+          for (const send of [driver.followup, driver.steer, driver.inject]) {
+            expect(yield* failureOf(send(m as never))).toMatchObject({ _tag: "InvalidEvent", reason })
+          }
+        }
         expect(yield* log.events).toEqual([])
         // The session goes on: a valid followup runs its turn and is durable.
         yield* driver.followup(user("A"))

@@ -80,6 +80,10 @@ export class Inbox extends Context.Tag("tiller/Inbox")<Inbox, {
   )
 }
 
+const TOO_MANY = `inserted: larger than ${MAX_JSON_SIZE / 1024 / 1024} MiB of JSON text`
+// What `jsonSize` counts for the smallest message: {"id":"x","role":"user","content":[],"source":{"kind":"x"}}.
+const SMALLEST_MESSAGE_SIZE = 40
+
 // The insertion of a splice, each message validated; an insertion that is not an array, or cannot be
 // read (a throwing `Proxy` or getter), makes the splice event invalid.
 const validateAll = (messages: unknown): Either.Either<ReadonlyArray<UserMessage>, InvalidEvent> => {
@@ -95,10 +99,7 @@ const validateAll = (messages: unknown): Either.Either<ReadonlyArray<UserMessage
   if (accepted.length > 1) {
     let size = 0
     for (const message of accepted) size += jsonSize(message)
-    if (size > MAX_JSON_SIZE) {
-      const reason = `inserted: larger than ${MAX_JSON_SIZE / 1024 / 1024} MiB of JSON text`
-      return Either.left(new InvalidEvent({ type: "agent/inbox/spliced", reason }))
-    }
+    if (size > MAX_JSON_SIZE) return Either.left(new InvalidEvent({ type: "agent/inbox/spliced", reason: TOO_MANY }))
   }
   return Either.right(accepted)
 }
@@ -121,6 +122,8 @@ const readInsertion = (messages: unknown): Either.Either<ReadonlyArray<unknown>,
       return Either.left(`inserted must be an array of messages, found ${messages === null ? "null" : typeof messages}`)
     }
     const length = messages.length
+    // No message counts less than this, so a longer list is past the size limit before it is read.
+    if (length > MAX_JSON_SIZE / SMALLEST_MESSAGE_SIZE) return Either.left(TOO_MANY)
     const items = new Array<unknown>(length)
     for (let i = 0; i < length; i++) items[i] = messages[i]
     return Either.right(items)

@@ -344,6 +344,10 @@ describe("Inbox: input past the limits or unreadable", () => {
           reason: `inserted must be an array of messages, found ${found}`
         })
       }
+      // A list too long to hold messages within the size limit is refused before it is read.
+      const huge: Array<UserMessage> = []
+      huge.length = 1_000_000_000
+      expect(yield* splice(huge)).toMatchObject({ _tag: "InvalidEvent", reason: "inserted: larger than 64 MiB of JSON text" })
       const unreadableArray = new Proxy([user("x")], { get: trap })
       expect(yield* splice(unreadableArray)).toMatchObject({ _tag: "InvalidEvent", reason: "inserted cannot be read" })
       const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })

@@ -77,6 +77,10 @@ const RESERVED = "reserved"
 // `Proxy` trap), or whose values are not lossless JSON within MAX_JSON_DEPTH, is refused here,
 // before anything is written; the event's own checks run on the copy.
 const draftOf = (input: AppendInput): Either.Either<Draft, InvalidEvent> => {
+  if (typeof input !== "object" || input === null) {
+    const found = input === null ? "null" : typeof input
+    return Either.left(new InvalidEvent({ type: `(${found})`, reason: `input: expected an object with type and data, found ${found}` }))
+  }
   let fields: readonly [unknown, unknown, unknown, unknown, unknown]
   try {
     fields = [input.type, input.data, input.surfaceOp, input.sourceEventSeqs, input.ignorable]

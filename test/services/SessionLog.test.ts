@@ -340,7 +340,8 @@ describe("SessionLog.append: input past the limits or unreadable", () => {
         [{ type: "ext/x", data: cyclic, ignorable: true }, "event.data.self: cyclic value"],
         [{ type: "ext/x", data: {}, ignorable: true, sourceEventSeqs: proxy }, "event.sourceEventSeqs: cannot be read (trap)"],
         [proxy, "input: cannot be read (trap)"],
-        [{ type: 7, data: {}, ignorable: true }, "type must be a string, found number"]
+        [{ type: 7, data: {}, ignorable: true }, "type must be a string, found number"],
+        [null, "input: expected an object with type and data, found null"]
       ]
       for (const [input, reason] of cases) {
         const error = yield* Effect.flip(log.append(input as Parameters<typeof log.append>[0]))

@@ -235,17 +235,18 @@ const lockBackoff = (timeout: Duration.Duration) =>
  * @since 0.1.0
  * @category locks
  */
-export const waitForLock = (filename: string, timeout: Duration.Duration) =>
-<A, E, R>(attempt: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
-  Effect.catchIf(attempt, isBusy, () =>
-    Effect.flatMap(Clock.currentTimeMillis, (start) =>
-      Effect.retry(attempt, { schedule: lockBackoff(timeout), while: isBusy }).pipe(
-        Effect.catchIf(isBusy, (error) =>
-          Effect.flatMap(Clock.currentTimeMillis, (now) =>
-            Effect.fail(
-              new SqlError({
-                cause: (error as { readonly cause?: unknown }).cause ?? error,
-                message: lockedMessage(filename, sqliteCode(error) ?? "SQLITE_BUSY", now - start)
-              })
-            )))
-      )))
+export const waitForLock = (filename: string, timeout: Duration.Duration) => {
+  const gaveUp = (error: unknown, waitedMs: number) =>
+    new SqlError({
+      cause: (error as { readonly cause?: unknown }).cause ?? error,
+      message: lockedMessage(filename, sqliteCode(error) ?? "SQLITE_BUSY", Math.round(waitedMs))
+    })
+  return <A, E, R>(attempt: Effect.Effect<A, E, R>): Effect.Effect<A, E | SqlError, R> =>
+    Effect.catchIf(attempt, isBusy, (first) =>
+      Duration.isZero(timeout)
+        ? Effect.fail(gaveUp(first, 0))
+        : Effect.flatMap(Clock.currentTimeMillis, (start) =>
+          Effect.retry(attempt, { schedule: lockBackoff(timeout), while: isBusy }).pipe(
+            Effect.catchIf(isBusy, (error) => Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(gaveUp(error, now - start))))
+          )))
+}

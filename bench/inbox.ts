@@ -8,8 +8,8 @@
 import { Effect, STM } from "effect"
 import type { UserMessage } from "../src/index.js"
 import { Inbox, userMessage } from "../src/index.js"
-import { claimSTM } from "../src/internal/InboxOps.js"
-import { appendDrafts, awaitDurable, lastSeq, SessionState } from "../src/internal/SessionState.js"
+import { claimSTM } from "../src/internal/state/InboxOps.js"
+import { appendDrafts, awaitDurable, lastSeq, SessionState } from "../src/internal/state/SessionState.js"
 import type { Run } from "./util.js"
 import { sessionLayer, timed } from "./util.js"
 

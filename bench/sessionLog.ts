@@ -8,9 +8,9 @@
  */
 import { Effect, STM } from "effect"
 import { Inbox, SessionLog, userMessage } from "../src/index.js"
-import { claimSTM } from "../src/internal/InboxOps.js"
-import type { Draft } from "../src/internal/SessionState.js"
-import { appendDrafts, awaitDurable, SessionState } from "../src/internal/SessionState.js"
+import { claimSTM } from "../src/internal/state/InboxOps.js"
+import type { Draft } from "../src/internal/state/SessionState.js"
+import { appendDrafts, awaitDurable, SessionState } from "../src/internal/state/SessionState.js"
 import type { MemorySample, Run } from "./util.js"
 import { currentRss, memorySample, sessionLayer, timed } from "./util.js"
 

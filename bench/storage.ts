@@ -25,7 +25,7 @@ import {
   userMessage
 } from "../src/index.js"
 import * as SqliteStore from "../src/layers/SqliteStore.js"
-import { awaitDurable, SessionState } from "../src/internal/SessionState.js"
+import { awaitDurable, SessionState } from "../src/internal/state/SessionState.js"
 import { appendChunks, openStep } from "./sessionLog.js"
 import { alternating, sessionLayer, timed, withTempDir } from "./util.js"
 

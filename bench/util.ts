@@ -10,8 +10,8 @@ import * as path from "node:path"
 import { Clock, Effect, Layer } from "effect"
 import type { PersistenceError } from "../src/index.js"
 import { Inbox, Session, SessionId, SessionLog, SessionStore } from "../src/index.js"
-import type { OpenError, SessionOptions } from "../src/internal/SessionOpen.js"
-import { SessionState } from "../src/internal/SessionState.js"
+import type { OpenError, SessionOptions } from "../src/internal/durability/SessionOpen.js"
+import { SessionState } from "../src/internal/state/SessionState.js"
 
 /**
  * One timed run: how many operations it performed and how long they took.

@@ -4,7 +4,7 @@
  * @since 0.1.0
  */
 import { Effect, Schema } from "effect"
-import { optional } from "../internal/Exact.js"
+import { optional } from "./Exact.js"
 import { CancelCause, LlmFailure } from "./Values.js"
 import { MessageId, SessionId } from "./Ids.js"
 

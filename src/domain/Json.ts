@@ -4,7 +4,7 @@
  * @since 0.1.0
  */
 import { Either, ParseResult, Schema } from "effect"
-import * as SafeDecode from "../internal/SafeDecode.js"
+import * as SafeDecode from "./SafeDecode.js"
 
 /**
  * A lossless JSON value.

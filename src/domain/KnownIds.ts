@@ -4,7 +4,7 @@
  * @since 0.1.0
  */
 import { Option } from "effect"
-import * as VersionedMap from "../internal/VersionedMap.js"
+import * as VersionedMap from "./VersionedMap.js"
 import type { KnownIdState } from "./Errors.js"
 
 /**

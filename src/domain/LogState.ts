@@ -6,7 +6,7 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
-import * as GrowOnly from "../internal/GrowOnly.js"
+import * as GrowOnly from "./GrowOnly.js"
 import type { RuleId } from "./Errors.js"
 import type { SessionEvent, SpliceData, SurfaceOp } from "./Event.js"
 import { isCoreType } from "./Event.js"

@@ -6,7 +6,7 @@
 import { Effect, Either } from "effect"
 import { InvalidEvent } from "./Errors.js"
 import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "./Ids.js"
-import { acceptsUserMessageJson } from "../internal/EventDecoder.js"
+import { acceptsUserMessageJson } from "./EventDecoder.js"
 import { jsonProblem, losslessDecoder } from "./Json.js"
 import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
 import { UserMessage } from "./Values.js"

@@ -4,7 +4,7 @@
  *
  * @since 0.1.0
  */
-import * as GrowOnly from "../internal/GrowOnly.js"
+import * as GrowOnly from "./GrowOnly.js"
 import type { RuleId } from "./Errors.js"
 import type { CoreEvent, SessionEvent, SpliceData } from "./Event.js"
 import { isCoreEvent } from "./Event.js"

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
-import * as GrowOnly from "../internal/GrowOnly.js"
+import * as GrowOnly from "./GrowOnly.js"
 import type { SessionEvent, SpliceData } from "./Event.js"
 import { MalformedLog } from "./Errors.js"
 import type { InboxTarget, UserMessage } from "./Values.js"

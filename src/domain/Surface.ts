@@ -4,7 +4,7 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
-import * as GrowOnly from "../internal/GrowOnly.js"
+import * as GrowOnly from "./GrowOnly.js"
 import type { SessionEvent, SurfaceOp } from "./Event.js"
 import { freezeCopy } from "./Json.js"
 import type { Message } from "./Values.js"

@@ -4,7 +4,7 @@
  * @since 0.1.0
  */
 import { Schema } from "effect"
-import { optional } from "../internal/Exact.js"
+import { optional } from "./Exact.js"
 import { MessageId } from "./Ids.js"
 import { JsonValue } from "./Json.js"
 

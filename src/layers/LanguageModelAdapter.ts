@@ -23,10 +23,10 @@ import type * as Toolkit from "@effect/ai/Toolkit"
 import type { Context } from "effect"
 import { Effect, Either, Encoding, Predicate, Schema, Stream } from "effect"
 import { ModelError } from "../domain/Errors.js"
-import { usageOf } from "../internal/UsageCounts.js"
+import { usageOf } from "../internal/providers/UsageCounts.js"
 import type { LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../domain/Values.js"
 import type { Model, ModelRequest } from "../services/Model.js"
-import { providerParameters } from "../internal/ProviderParameters.js"
+import { providerParameters } from "../internal/providers/ProviderParameters.js"
 
 /**
  * The parameters of a schema-only tool: any JSON object, described to the provider by the tool's

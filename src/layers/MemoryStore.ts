@@ -7,12 +7,12 @@
  *
  * @since 0.1.0
  */
-import { seqProblem } from "../internal/Contiguity.js"
-import * as GrowOnly from "../internal/GrowOnly.js"
-import * as SyncAppend from "../internal/SyncAppend.js"
+import { seqProblem } from "../internal/durability/Contiguity.js"
+import * as GrowOnly from "../domain/GrowOnly.js"
+import * as SyncAppend from "../internal/durability/SyncAppend.js"
 import { Chunk, Deferred, Effect, Either, Exit, HashMap, Option, Ref } from "effect"
-import { decodeStoredValue } from "../internal/DecodedEvents.js"
-import { checkStoredHeader } from "../internal/StoredHeader.js"
+import { decodeStoredValue } from "../internal/durability/DecodedEvents.js"
+import { checkStoredHeader } from "../internal/durability/StoredHeader.js"
 import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"

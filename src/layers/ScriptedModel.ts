@@ -12,7 +12,7 @@ import type { Json } from "../domain/Json.js"
 import type { LlmFailure, StreamChunk, Usage } from "../domain/Values.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
-import * as Preloaded from "../internal/Preloaded.js"
+import * as Preloaded from "../internal/loop/Preloaded.js"
 
 /**
  * Effects an entry runs at fixed points of its stream.

@@ -9,11 +9,11 @@ import { Effect, Layer, STM, TRef } from "effect"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
 import type { SessionStore } from "../services/SessionStore.js"
-import type { OpenError, SessionOptions, SessionTarget } from "../internal/SessionOpen.js"
-import { openSessionState } from "../internal/SessionOpen.js"
-import * as Outbox from "../internal/Outbox.js"
-import type { SessionStateShape } from "../internal/SessionState.js"
-import { awaitDurable, lastSeq, SessionState } from "../internal/SessionState.js"
+import type { OpenError, SessionOptions, SessionTarget } from "../internal/durability/SessionOpen.js"
+import { openSessionState } from "../internal/durability/SessionOpen.js"
+import * as Outbox from "../internal/state/Outbox.js"
+import type { SessionStateShape } from "../internal/state/SessionState.js"
+import { awaitDurable, lastSeq, SessionState } from "../internal/state/SessionState.js"
 
 /**
  * Opens the session state in the current scope, with a finalizer that seals it: later writes fail

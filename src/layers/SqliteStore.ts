@@ -29,7 +29,7 @@
  *
  * @since 0.1.0
  */
-import { seqProblem } from "../internal/Contiguity.js"
+import { seqProblem } from "../internal/durability/Contiguity.js"
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
@@ -42,15 +42,15 @@ import * as os from "node:os"
 import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
 import { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
-import { decodeOwnedJson } from "../internal/DecodedEvents.js"
-import { checkStoredHeader, decodeHeader } from "../internal/StoredHeader.js"
-import type { ProcessLease } from "../internal/Lease.js"
-import { withProcessLease } from "../internal/Lease.js"
+import { decodeOwnedJson } from "../internal/durability/DecodedEvents.js"
+import { checkStoredHeader, decodeHeader } from "../internal/durability/StoredHeader.js"
+import type { ProcessLease } from "../internal/durability/Lease.js"
+import { withProcessLease } from "../internal/durability/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
-import * as Checkpointer from "../internal/Checkpointer.js"
-import * as SqliteDirect from "../internal/SqliteDirect.js"
-import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/SqliteDirect.js"
-import * as SyncAppend from "../internal/SyncAppend.js"
+import * as Checkpointer from "../internal/durability/Checkpointer.js"
+import * as SqliteDirect from "../internal/durability/SqliteDirect.js"
+import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/durability/SqliteDirect.js"
+import * as SyncAppend from "../internal/durability/SyncAppend.js"
 
 /**
  * Options of `SqliteSessionStore.layer`.

@@ -9,8 +9,8 @@ import type { NormalizedToolOutput } from "./Tools.js"
 import type { Scope } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import type { LlmFailure } from "../domain/Values.js"
-import { currentStopping } from "../internal/Activity.js"
-import * as WaterfallRegistry from "../internal/Waterfall.js"
+import { currentStopping } from "../internal/loop/Activity.js"
+import * as WaterfallRegistry from "../internal/loop/Waterfall.js"
 
 /**
  * The routing and limits of a model request, before tools are attached.

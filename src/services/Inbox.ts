@@ -22,9 +22,9 @@ import {
   isInboxTarget,
   locateSTM,
   spliceSTM
-} from "../internal/InboxOps.js"
-import type { SessionStateShape } from "../internal/SessionState.js"
-import { commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
+} from "../internal/state/InboxOps.js"
+import type { SessionStateShape } from "../internal/state/SessionState.js"
+import { commitAcknowledged, guardWritable, SessionState } from "../internal/state/SessionState.js"
 
 /**
  * Failures of a delivery: invalid or duplicate message, storage, disposal.

@@ -9,8 +9,8 @@ import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import { freezeCopy } from "../domain/Json.js"
 import type { UserMessage } from "../domain/Values.js"
-import { reportDefects } from "../internal/Activity.js"
-import * as Waterfall from "../internal/Waterfall.js"
+import { reportDefects } from "../internal/loop/Activity.js"
+import * as Waterfall from "../internal/loop/Waterfall.js"
 
 /**
  * The outcome of the pre-step waterfall: enter a complete batch, or reject the step.

@@ -12,9 +12,9 @@ import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "../domain/Ids.js"
 import { jsonProblem, snapshotJson } from "../domain/Json.js"
 import { stateOf } from "../domain/KnownIds.js"
 import type { Message } from "../domain/Values.js"
-import * as GrowOnly from "../internal/GrowOnly.js"
-import type { Draft } from "../internal/SessionState.js"
-import { appendDrafts, appendPure, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/SessionState.js"
+import * as GrowOnly from "../domain/GrowOnly.js"
+import type { Draft } from "../internal/state/SessionState.js"
+import { appendDrafts, appendPure, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/state/SessionState.js"
 
 /**
  * Input of `SessionLog.append`: an extension event or a surface replacement.

@@ -9,8 +9,8 @@ import type { SessionId } from "../domain/Ids.js"
 import type { Json } from "../domain/Json.js"
 import { freezeCopy, jsonProblem } from "../domain/Json.js"
 import type { ImageBlock, TextBlock, ToolSchema, UserMessage } from "../domain/Values.js"
-import type { ToolRegistryShape } from "../internal/ToolRegistry.js"
-import { attachRegistry, ToolRegistry } from "../internal/ToolRegistry.js"
+import type { ToolRegistryShape } from "../internal/loop/ToolRegistry.js"
+import { attachRegistry, ToolRegistry } from "../internal/loop/ToolRegistry.js"
 
 /**
  * What a tool body returns; a plain string `s` means `{content: s}`.

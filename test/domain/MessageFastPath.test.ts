@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
 import { losslessDecoder } from "../../src/domain/Json.js"
-import { acceptsUserMessageJson } from "../../src/internal/EventDecoder.js"
+import { acceptsUserMessageJson } from "../../src/domain/EventDecoder.js"
 import { validateUserMessage } from "../../src/domain/Message.js"
 import { UserMessage } from "../../src/domain/Values.js"
 

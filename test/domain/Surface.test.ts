@@ -1,5 +1,5 @@
 import { describe, expect, it } from "@effect/vitest"
-import * as GrowOnly from "../../src/internal/GrowOnly.js"
+import * as GrowOnly from "../../src/domain/GrowOnly.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import type { FoldOptions, LogState, Violation } from "../../src/domain/LogState.js"
 import { advance, initialLogState } from "../../src/domain/LogState.js"

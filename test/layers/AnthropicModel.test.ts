@@ -16,7 +16,7 @@ import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
 import type { Json } from "../../src/domain/Json.js"
 import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
-import { DEFAULT_TIMEOUTS } from "../../src/internal/ProviderTimeouts.js"
+import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
 import { Agent } from "../../src/layers/Agent.js"
 import * as AnthropicModel from "../../src/layers/AnthropicModel.js"
 import { Driver } from "../../src/services/Driver.js"

@@ -4,7 +4,7 @@ import { PreStepFailed, PreStepRejected } from "../../src/domain/Errors.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
 import type { UserMessage } from "../../src/domain/Values.js"
-import { NEXT_CALLED_TWICE } from "../../src/internal/Waterfall.js"
+import { NEXT_CALLED_TWICE } from "../../src/internal/loop/Waterfall.js"
 import type { PreStepInput } from "../../src/services/PreStep.js"
 import { PreStep, PreStepDecision } from "../../src/services/PreStep.js"
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Layer, Option, Schema, Scope } from "effect"
 import { jsonProblem } from "../../src/domain/Json.js"
-import { ToolRegistry } from "../../src/internal/ToolRegistry.js"
+import { ToolRegistry } from "../../src/internal/loop/ToolRegistry.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
 

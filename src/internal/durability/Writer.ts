@@ -1,0 +1,348 @@
+/**
+ * The per-session writer fiber: group commit of everything appended but not yet durable (SPEC 6.2),
+ * fail-stop on a store failure that outlives the retry policy (SPEC 6.3).
+ *
+ * The writer never waits inside an STM transaction: Effect's STM re-runs a waiting transaction
+ * whenever any committed transaction read a `TRef` it waits on, and every append reads the log.
+ * Instead it sleeps on a plain signal that appends and durability waiters raise (see
+ * {@link WriterSignal}); it re-reads the log after every wake, so a spurious wake costs one read.
+ *
+ * A fiber that needs durability while no append is in flight, in a session whose store can append
+ * synchronously (the memory store, the SQLite store on a file), writes the pending events itself
+ * ({@link writeNow}) instead of waking the writer and waiting for it: the same group append, without
+ * the two fiber hand-offs, so the caller goes on without suspending. Whether an operation's
+ * acknowledgement may do so is the store's choice ({@link acknowledgesNow}).
+ *
+ * @since 0.1.0
+ */
+import { Duration, Effect, Either, Option, Schedule, STM, TRef } from "effect"
+import { PersistenceError } from "../../domain/Errors.js"
+import type { SessionEvent } from "../../domain/Event.js"
+import * as DurableWaiters from "./DurableWaiters.js"
+import type * as GrowOnly from "../../domain/GrowOnly.js"
+import * as Outbox from "../state/Outbox.js"
+import * as SyncAppend from "./SyncAppend.js"
+import type { SessionStateShape } from "../state/SessionState.js"
+import { peek } from "../state/Peek.js"
+
+/**
+ * Durability options of a session.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface DurabilityOptions {
+  readonly batchSize?: number
+  readonly batchWindow?: Duration.DurationInput
+  readonly writeRetry?: Schedule.Schedule<unknown, unknown>
+}
+
+/**
+ * What wakes the writer: the highest seq someone awaits, and the resumption of a sleeping writer
+ * (or a flag that makes its next sleep return at once).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface WriterSignal {
+  readonly batchSize: number
+  /** The highest seq a durability waiter asked for (−1 when none). */
+  requested: number
+  /** Set by a wake that found the writer awake, so it looks again before sleeping. */
+  woken: boolean
+  wake: (() => void) | undefined
+  /** The window deadline (Clock millis) the timer sleeps towards, and its own wake-up. */
+  deadline: number
+  timerWake: (() => void) | undefined
+  /** The batch window in millis, once the timer runs (until then, the writer arms windows itself). */
+  windowMs: number | undefined
+  /**
+   * Set while the writer's store append is in flight, retries included (and for good once the writer
+   * is interrupted mid-append, when no synchronous write is left to exclude).
+   */
+  busy: boolean
+  /** For a store that appends synchronously, from `runWriter` until the session closes or is poisoned: see {@link writeNow}. */
+  appendNow: (() => void) | undefined
+  /** Whether the store lets acknowledgements write at once: see {@link acknowledgesNow}. */
+  acknowledgeNow: boolean
+}
+
+/**
+ * A signal for a writer whose batches hold at most `batchSize` pending events before writing.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeSignal = (batchSize = 256): WriterSignal => ({
+  batchSize: Math.max(1, batchSize),
+  requested: -1,
+  woken: false,
+  wake: undefined,
+  deadline: Number.NEGATIVE_INFINITY,
+  timerWake: undefined,
+  windowMs: undefined,
+  busy: false,
+  appendNow: undefined,
+  acknowledgeNow: false
+})
+
+/**
+ * Wakes the writer (it re-reads the log; a wake with nothing to do is harmless).
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const wake = (signal: WriterSignal): void => {
+  const resume = signal.wake
+  if (resume === undefined) {
+    signal.woken = true
+    return
+  }
+  signal.wake = undefined
+  resume()
+}
+
+/**
+ * Called by an append at Clock time `time` that grew the log from `lastSeq` to `newLastSeq` while
+ * `durable` was durable: wakes the writer when a full batch is pending, and when the first pending
+ * event appeared arms the batch window (through the writer, until the window timer runs). A writer
+ * busy writing re-reads the log when it is done.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const appended = (signal: WriterSignal, durable: number, lastSeq: number, newLastSeq: number, time: number): void => {
+  if (newLastSeq - durable >= signal.batchSize) wake(signal)
+  else if (lastSeq <= durable) {
+    if (signal.windowMs === undefined) wake(signal)
+    else arm(signal, time + signal.windowMs)
+  }
+}
+
+/**
+ * Asks for everything up to `seq` to be written now.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const request = (signal: WriterSignal, seq: number): void => {
+  if (seq <= signal.requested) return
+  signal.requested = seq
+  wake(signal)
+}
+
+/**
+ * Whether {@link writeNow} may write: the session's store appends synchronously, the writer runs
+ * and its own append is not in flight.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const canWriteNow = (signal: WriterSignal): boolean => !signal.busy && signal.appendNow !== undefined
+
+/**
+ * Whether an operation's acknowledgement may write at once ({@link canWriteNow}, and the store
+ * lets acknowledgements do so); otherwise it asks the writer and waits for its group commit.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const acknowledgesNow = (signal: WriterSignal): boolean => signal.acknowledgeNow && canWriteNow(signal)
+
+/**
+ * Writes every pending event at once, synchronously, as the writer would (one store append that
+ * releases every covered waiter), when the session's store appends synchronously, the writer runs
+ * and no append is in flight. Otherwise, or when the store declines, it writes nothing: ask with
+ * {@link request} and wait.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const writeNow = (signal: WriterSignal): void => {
+  if (canWriteNow(signal)) signal.appendNow!()
+}
+
+/**
+ * Ends synchronous writes; the session's scope calls it when it closes (its writer may be
+ * interrupted before it ever started).
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const stopWritingNow = (signal: WriterSignal): void => {
+  signal.appendNow = undefined
+}
+
+// Sleeps until `wake`; returns at once if a wake came while the caller was awake. No canceler: the
+// writer is interrupted only when its session closes, and a resumption after that is ignored by
+// Effect; an `async` with a canceler runs inside an `onInterrupt` (five more operations per sleep).
+const sleep = (signal: WriterSignal): Effect.Effect<void> =>
+  Effect.async<void>((resume) => {
+    if (signal.woken) {
+      signal.woken = false
+      resume(Effect.void)
+      return
+    }
+    signal.wake = () => resume(Effect.void)
+  })
+
+// The batch window runs on one timer fiber, started with the first window and kept for the writer's lifetime.
+// Deadlines only grow (each is the oldest pending event's time plus the window).
+const arm = (signal: WriterSignal, deadline: number): void => {
+  if (deadline <= signal.deadline) return
+  signal.deadline = deadline
+  const resume = signal.timerWake
+  if (resume !== undefined) {
+    signal.timerWake = undefined
+    resume()
+  }
+}
+
+const timer = (signal: WriterSignal): Effect.Effect<never> => {
+  let elapsed = Number.NEGATIVE_INFINITY
+  const armed = Effect.async<void>((resume) => {
+    if (signal.deadline > elapsed) {
+      resume(Effect.void)
+      return
+    }
+    signal.timerWake = () => resume(Effect.void)
+    return Effect.sync(() => {
+      signal.timerWake = undefined
+    })
+  })
+  return Effect.forever(Effect.gen(function*() {
+    yield* armed
+    const deadline = signal.deadline
+    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    if (deadline > now) yield* Effect.sleep(Duration.millis(deadline - now))
+    elapsed = deadline
+    wake(signal)
+  }))
+}
+
+const WRITTEN: Effect.Effect<Either.Either<void, unknown>> = Effect.succeed(Either.right(undefined))
+
+/**
+ * Runs the writer until interrupted. A store append covers every pending event; waiters are
+ * released together when it completes. Writes start at once when someone awaits durability, when
+ * `batchSize` events are pending, or `batchWindow` after the oldest pending event was appended.
+ * A synchronous store's write ({@link writeNow}) is usable from this call on, until the session is
+ * poisoned or {@link stopWritingNow} (the session's scope calls it when it closes).
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const runWriter = (state: SessionStateShape, options: DurabilityOptions = {}): Effect.Effect<void> => {
+  const signal = state.writer
+  const windowMs = Duration.toMillis(options.batchWindow ?? Duration.millis(200))
+  const retry = options.writeRetry ?? Schedule.recurs(2)
+  const append = (batch: readonly [SessionEvent, ...Array<SessionEvent>]) => state.store.append(state.sessionId, batch)
+  // `Effect.either(Effect.retry(append, retry))`, with the schedule started only after a first failure.
+  const appendRetried = (batch: readonly [SessionEvent, ...Array<SessionEvent>]) =>
+    Effect.matchEffect(append(batch), {
+      onFailure: (first) =>
+        Effect.either(Effect.flatMap(Schedule.driver(retry), (driver) => {
+          const again = (error: unknown): Effect.Effect<void, unknown> =>
+            Effect.matchEffect(driver.next(error), {
+              onFailure: () => Effect.fail(error),
+              onSuccess: () => Effect.catchAll(append(batch), again)
+            })
+          return again(first)
+        })),
+      onSuccess: () => WRITTEN
+    })
+
+  const poison = (cause: unknown) => {
+    signal.appendNow = undefined
+    const error = cause instanceof PersistenceError
+      ? cause
+      : new PersistenceError({ sessionId: state.sessionId, operation: "append", cause })
+    return Effect.gen(function*() {
+      yield* STM.commit(
+        STM.zipRight(
+          STM.zipRight(TRef.set(state.poisoned, Option.some(error)), TRef.set(state.poisonedWatch, true)),
+          state.owner.onPoison(error)
+        )
+      )
+      DurableWaiters.poison(state.waiters, error)
+      yield* Outbox.deliver(state.outbox)
+    })
+  }
+
+  // The timer fiber starts with the first window or the next pass after the second write (its own
+  // or a synchronous one), whichever comes first (an idle session, written once when opened, holds
+  // no timer fiber). From then on appends arm windows themselves instead of waking the writer.
+  let writes = 0
+  // The committed events after `durable`, up to `last`: one store append.
+  const pendingBatch = (events: GrowOnly.GrowOnly<SessionEvent>, durable: number, last: number) =>
+    events.buffer.slice(durable + 1, last + 1) as [SessionEvent, ...Array<SessionEvent>]
+  // A store append covered everything up to `last`: release its waiters.
+  const wrote = (last: number) => {
+    DurableWaiters.commit(state.waiters, last)
+    writes++
+  }
+  const startTimer = Effect.suspend(() => {
+    signal.windowMs = windowMs
+    return Effect.fork(timer(signal))
+  })
+
+  // One pass: write what is due, or sleep until something may be. `false` once poisoned.
+  const pass = Effect.gen(function*() {
+    if (writes >= 2 && signal.windowMs === undefined) yield* startTimer
+    // Committed values, read without a transaction: the log only grows and the poison is never lifted.
+    // From here to `busy = true` nothing may yield: a synchronous write in between would make the
+    // batch stale (events already stored).
+    const { events } = peek(state.log)
+    if (Option.isSome(peek(state.poisoned))) return false
+    const durable = state.waiters.durable
+    const last = events.length - 1
+    if (last <= durable) {
+      yield* sleep(signal)
+      return true
+    }
+    if (signal.requested <= durable && last - durable < signal.batchSize) {
+      const deadline = events.buffer[durable + 1]!.time + windowMs
+      if (deadline > state.clock.unsafeCurrentTimeMillis()) {
+        arm(signal, deadline)
+        if (signal.windowMs === undefined) yield* startTimer
+        yield* sleep(signal)
+        return true
+      }
+    }
+    signal.busy = true
+    const written = yield* appendRetried(pendingBatch(events, durable, last))
+    signal.busy = false
+    if (written._tag === "Left") {
+      yield* poison(written.left)
+      return false
+    }
+    wrote(last)
+    return true
+  })
+
+  // The synchronous write of `writeNow`: everything committed and not yet durable, in one append.
+  const registration = SyncAppend.of(state.store)
+  const appendNow = registration?.appendNow
+  const writeSync = appendNow === undefined ? undefined : () => {
+    const { events } = peek(state.log)
+    const durable = state.waiters.durable
+    const last = events.length - 1
+    if (last <= durable || Option.isSome(peek(state.poisoned))) return
+    if (!appendNow(state.sessionId, pendingBatch(events, durable, last))) return
+    wrote(last)
+    // The second write starts the timer, as in `pass` (which only the writer can fork): until it
+    // runs, the first event pending after each write wakes the writer to arm the window.
+    if (writes >= 2 && signal.windowMs === undefined) wake(signal)
+  }
+
+  // Installed at once, so that a durability wait before the writer's first pass can use it; the
+  // session's scope ends it (`stopWritingNow`), as does a poison.
+  signal.appendNow = writeSync
+  signal.acknowledgeNow = registration?.acknowledgements ?? false
+  return Effect.gen(function*() {
+    while (yield* pass) {
+      // Until the session is poisoned.
+    }
+    return yield* Effect.never
+  })
+}

@@ -1,0 +1,106 @@
+/**
+ * Everything one driver's loop needs, resolved once when the agent layer is built.
+ *
+ * @since 0.1.0
+ */
+import type { Duration, Effect, Fiber, Runtime } from "effect"
+import type { PreStepFailed, PreStepRejected } from "../../domain/Errors.js"
+import type { SessionId } from "../../domain/Ids.js"
+import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../../domain/Values.js"
+import type { RequestConfig, RequestErrorAction, ToolCallInfo, ToolPreDecision } from "../../services/Hooks.js"
+import type { ModelRequest } from "../../services/Model.js"
+import type { Model } from "../../services/Model.js"
+import type { PreStepInput } from "../../services/PreStep.js"
+import type { NormalizedToolOutput, ToolDefinition, ToolMode } from "../../services/Tools.js"
+import type { HookName } from "./HooksRunner.js"
+import type { DriverState } from "./Phase.js"
+
+/**
+ * Routing and limits from the agent options.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface RequestDefaults {
+  readonly model?: { readonly provider: string; readonly model: string }
+  readonly system?: string
+  readonly maxTokens?: number
+  readonly temperature?: number
+  /** The longest a `Retry` may sleep (default 60 s). */
+  readonly maxRetryDelay?: Duration.Duration
+}
+
+/**
+ * The loop's view of the hooks (the innermost defaults included).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LoopHooks {
+  readonly request: (
+    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number; readonly attempt: number; readonly config: RequestConfig },
+    seed: RequestConfig
+  ) => Effect.Effect<RequestConfig, unknown>
+  readonly requestError: (
+    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number; readonly attempt: number; readonly failure: LlmFailure }
+  ) => Effect.Effect<RequestErrorAction, unknown>
+  readonly turnStopping: (
+    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number }
+  ) => Effect.Effect<void, unknown>
+  readonly toolPre: (info: ToolCallInfo) => Effect.Effect<ToolPreDecision, unknown>
+  /** Whether a hook has no listener now: its run is then its default, run inline. */
+  readonly isQuiet: (hook: HookName) => boolean
+  readonly toolPost: (
+    input: ToolCallInfo & { readonly output: NormalizedToolOutput; readonly aborted: boolean }
+  ) => Effect.Effect<NormalizedToolOutput, unknown>
+}
+
+/**
+ * The loop's view of the tool registry.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LoopTools {
+  readonly list: () => ReadonlyArray<ToolSchema>
+  readonly lookup: (name: string) => ToolDefinition<any> | undefined
+  readonly modeOf: (name: string) => ToolMode | undefined
+  readonly maxParallelToolCalls: number
+}
+
+/**
+ * The resolved dependencies and per-driver request memory of a loop.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LoopContext {
+  readonly ds: DriverState
+  readonly sessionId: SessionId
+  readonly preStep: {
+    readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
+    /** Whether no listener is registered now: the run only enters the batch, run inline. */
+    readonly isQuiet: () => boolean
+  }
+  readonly hooks: LoopHooks
+  readonly model: { readonly stream: Model["Type"]["stream"] }
+  readonly tools: LoopTools
+  readonly defaults: RequestDefaults
+  /** Mutable: whether this driver instance made a request yet, and the last logged header. */
+  readonly requests: { first: boolean; lastHeader: RequestHeader | undefined }
+  /**
+   * The tool bodies running now. They are started at once, as no child of the loop's fiber (see
+   * `ToolBatch`), so the loop's fiber interrupts them when it is interrupted itself.
+   */
+  readonly bodies: Set<Fiber.RuntimeFiber<unknown, unknown>>
+  /** The loop fiber's runtime (context and fiber refs) that tool bodies run with; set when the loop starts. */
+  runtime: Runtime.Runtime<never> | undefined
+}
+
+/**
+ * A model request as the loop builds it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type LoopRequest = ModelRequest

@@ -1,0 +1,499 @@
+/**
+ * One step of a turn after its `step/start`: request configuration, header, checkpoint, the
+ * streamed attempt with its chunks and assistant message, request-error recovery with retries in
+ * the same step, and the tool batch (SPEC 4.5, 4.6, 7.4).
+ *
+ * @since 0.1.0
+ */
+import { Cause, Chunk, Duration, Effect, Either, Exit, identity, Option, ParseResult, Stream, STM, TRef } from "effect"
+import type { SessionEvent } from "../../domain/Event.js"
+import { InvalidEvent, ModelError } from "../../domain/Errors.js"
+import type { MessageId } from "../../domain/Ids.js"
+import { jsonEquals, jsonProblem } from "../../domain/Json.js"
+import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../../domain/Values.js"
+import { StreamChunk as StreamChunkSchema } from "../../domain/Values.js"
+import { acceptsStreamChunkJson } from "../../domain/EventDecoder.js"
+import * as SafeDecode from "../../domain/SafeDecode.js"
+import type { RequestConfig } from "../../services/Hooks.js"
+import type { ModelRequest } from "../../services/Model.js"
+import { abortable, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
+import * as Assembler from "./Assembler.js"
+import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
+import { hookDefaults } from "./HooksRunner.js"
+import { peek } from "../state/Peek.js"
+import * as Preloaded from "./Preloaded.js"
+import * as RequestView from "./RequestView.js"
+import { DEFAULT_MAX_RETRY_DELAY, refuseRetryDelay } from "./RetryPolicy.js"
+import * as StreamPull from "./StreamPull.js"
+import type { LoopContext } from "./LoopContext.js"
+import { causeOf } from "./Phase.js"
+import { appendDrafts, appendNow, commit, commitAppendNowOrDie, delivered, dieOnFailure } from "../state/SessionState.js"
+import type { Draft, LogSnapshot } from "../state/SessionState.js"
+import { runTools } from "./ToolBatch.js"
+
+/**
+ * How a step ended.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type StepResult =
+  | { readonly _tag: "Completed" }
+  | { readonly _tag: "MaxTokens" }
+  | { readonly _tag: "Continue" }
+  | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
+  | {
+    readonly _tag: "Failed"
+    readonly failure: LlmFailure
+    readonly error: unknown
+    /** Defects of the failed component, published if the turn ends aborted (SPEC 3.10 case 2). */
+    readonly defects?: ReadonlyArray<unknown>
+  }
+
+const aborted = (defects: ReadonlyArray<unknown> = []): StepResult => ({ _tag: "Aborted", defects })
+const failed = (failure: LlmFailure, error: unknown = failure, defects: ReadonlyArray<unknown> = []): StepResult => ({
+  _tag: "Failed",
+  failure,
+  error,
+  defects
+})
+
+/** Sentinel failure: stop pulling the model stream (its outcome is settled). */
+const STOP = Symbol.for("tiller/internal/Step/stop")
+
+/** Sentinel: a loop transaction found a cause recorded and wrote nothing. */
+const CAUSE = Symbol.for("tiller/internal/Step/cause")
+
+/**
+ * Commits a loop transaction that first reads the cause: with a cause recorded it writes nothing
+ * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value. The phase
+ * is peeked (see `Peek`): it is the transaction's first read, and a transaction runs in one
+ * synchronous step, so the value is the one `getPhase` would read, without a journal entry.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
+  commit(ctx.ds.session, 
+    STM.suspend((): STM.STM<A | typeof CAUSE, E> =>
+      Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? STM.succeed(CAUSE) : body
+    )
+  )
+
+/**
+ * A loop append of tiller's own drafts without a transaction (see `appendNow`): the cause read
+ * first (with one recorded, nothing is written and the sentinel is returned), then the append; an
+ * `InvalidEvent` is a defect. `drafts` receives the first new seq.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const loopAppendOrDie = (
+  ctx: LoopContext,
+  drafts: (length: number) => ReadonlyArray<Draft>
+): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE> =>
+  Effect.withFiberRuntime((fiber) =>
+    Option.isSome(causeOf(peek(ctx.ds.phaseNow)))
+      ? Effect.succeed(CAUSE)
+      : commitAppendNowOrDie(ctx.ds.session, drafts, fiber, identity)
+  )
+
+/**
+ * Whether a loop transaction was skipped because a cause is recorded.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const isCause = (value: unknown): value is typeof CAUSE => value === CAUSE
+
+const configOf = (header: RequestHeader | undefined): RequestConfig => {
+  if (header === undefined) return {}
+  const { tools: _tools, ...config } = header
+  return config
+}
+
+const seedConfig = (ctx: LoopContext): RequestConfig => {
+  const last = configOf(ctx.requests.lastHeader)
+  if (!ctx.requests.first) return last
+  const d = ctx.defaults
+  const pick = <K extends keyof RequestConfig>(key: K, value: RequestConfig[K] | undefined) =>
+    value !== undefined ? { [key]: value } : last[key] !== undefined ? { [key]: last[key] } : {}
+  return Object.freeze({
+    ...pick("provider", d.model?.provider),
+    ...pick("model", d.model?.model),
+    ...pick("system", d.system),
+    ...pick("maxTokens", d.maxTokens),
+    ...pick("temperature", d.temperature)
+  })
+}
+
+const headerOf = (config: RequestConfig, provider: string, model: string, tools: RequestHeader["tools"]): RequestHeader => ({
+  provider,
+  model,
+  ...(config.system !== undefined ? { system: config.system } : {}),
+  ...(config.maxTokens !== undefined ? { maxTokens: config.maxTokens } : {}),
+  ...(config.temperature !== undefined ? { temperature: config.temperature } : {}),
+  tools
+})
+
+/**
+ * Runs step `k` of turn `n` until it ends; the caller writes `step/end`.
+ *
+ * @since 0.1.0
+ * @category loop
+ */
+export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Effect<StepResult> =>
+  Effect.gen(function*() {
+    const { ds, sessionId } = ctx
+    const session = ds.session
+    let attempt = 1
+    while (true) {
+      const tools = ctx.tools.list()
+      const first = ctx.requests.first
+      const previous = ctx.requests.lastHeader
+      const quiet = ctx.hooks.isQuiet("request")
+      let header: RequestHeader
+      let reason: "initial" | "resume" | "change" | undefined
+      if (quiet && !first && previous !== undefined && previous.tools === tools) {
+        // Q1-Q2 without a request listener, after a header and with the same tools: the default
+        // configuration is the last header's, so the header is that one and nothing is logged.
+        header = previous
+        reason = undefined
+      } else {
+        // Q1: the request configuration.
+        const seed = seedConfig(ctx)
+        const configured = quiet
+          ? quietDone(hookDefaults.request(seed))
+          : yield* abortable(ds, ctx.hooks.request({ sessionId, turn, step, attempt, config: seed }, seed))
+        if (configured._tag === "Aborted") return aborted(defectsOf(configured.exit))
+        if (Exit.isFailure(configured.exit)) {
+          const error = originalError(configured.exit)
+          return failed(toLlmFailure(error), error, defectsOf(configured.exit))
+        }
+        const config = configured.exit.value
+        if (config.provider === undefined || config.model === undefined) {
+          return failed(ownFailure("NO_ROUTE", "no provider and model are configured for the request"))
+        }
+        // Q2: the header, logged when needed.
+        header = headerOf(config, config.provider, config.model, tools)
+        reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
+      }
+      // Q3: the messages, read with the header's append in one transaction.
+      const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: fold.messages, lastSeq: events.length - 1 })
+      // A header to log is checked like any caller's event (a request hook can put anything in the
+      // configuration): an invalid one is not written and fails the step (INVALID_EVENT).
+      const decided = reason === undefined
+        // Nothing to write: the committed log and phase, read together without a transaction (the
+        // generator runs in one synchronous step up to its next yield).
+        ? Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log))
+        : yield* Effect.catchTag(
+          loopTx(
+            ctx,
+            STM.zipRight(
+              appendDrafts(session, [{ type: "request/header", data: { header, reason } }], false),
+              STM.map(TRef.get(session.log), readMessages)
+            )
+          ),
+          "InvalidEvent",
+          (error) => Effect.succeed(error)
+        )
+      if (isCause(decided)) return aborted()
+      if (decided instanceof InvalidEvent) return failed(ownFailure("INVALID_EVENT", decided.message))
+      ctx.requests.first = false
+      ctx.requests.lastHeader = header
+      const request = RequestView.make({ sessionId, turn, step, attempt, ...header }, decided.messages)
+      // Q4: checkpoint before dispatch (D13).
+      const reached = checkpointNow(ds, decided.lastSeq) ?? (yield* checkpoint(ds, decided.lastSeq))
+      if (reached._tag === "Aborted") return aborted()
+      if (Exit.isFailure(reached.exit)) return yield* Effect.interrupt
+      // Q5, Q6: stream the attempt.
+      const outcome = yield* runAttempt(ctx, turn, step, attempt, request)
+      switch (outcome._tag) {
+        case "Aborted":
+          return aborted(outcome.defects)
+        case "Failed":
+          return failed(outcome.failure, outcome.error)
+        case "Stopped": {
+          if (outcome.finish === "max-tokens") return { _tag: "MaxTokens" }
+          if (outcome.calls.length === 0) return { _tag: "Completed" }
+          return yield* runTools(ctx, turn, step, outcome.calls)
+        }
+        case "ErrorFinish": {
+          // Q7: request-error recovery.
+          const decision = yield* abortable(
+            ds,
+            ctx.hooks.requestError({ sessionId, turn, step, attempt, failure: outcome.failure })
+          )
+          if (decision._tag === "Aborted") return aborted(defectsOf(decision.exit))
+          if (Exit.isFailure(decision.exit)) {
+            const error = originalError(decision.exit)
+            return failed(toLlmFailure(error), error, defectsOf(decision.exit))
+          }
+          const action = decision.exit.value
+          if (action._tag === "Fail") return failed(outcome.failure, new ModelError({ failure: outcome.failure }))
+          // A whole number of milliseconds, at most the cap: a longer (or infinite) delay is not
+          // slept on and fails the turn with RETRY_DELAY_TOO_LONG (a cause recorded meanwhile still
+          // wins when the turn closes).
+          const asked = Math.max(0, Math.round(Duration.toMillis(action.delay)))
+          const refused = refuseRetryDelay(asked, outcome.failure, ctx.defaults.maxRetryDelay ?? DEFAULT_MAX_RETRY_DELAY)
+          if (refused !== undefined) return failed(refused, new ModelError({ failure: refused }))
+          // What the log can hold (only an infinite cap lets a delay this long through).
+          const delayMs = Math.min(Number.MAX_SAFE_INTEGER, asked)
+          const logged = yield* loopTx(
+            ctx,
+            dieOnFailure(appendDrafts(session, [{
+              type: "llm/retry",
+              data: { turn, step, attempt, delayMs, failure: outcome.failure }
+            }], true))
+          )
+          if (isCause(logged)) return aborted()
+          const slept = yield* abortable(ds, Effect.sleep(Duration.millis(delayMs)))
+          if (slept._tag === "Aborted") return aborted()
+          attempt += 1
+          continue
+        }
+      }
+    }
+  })
+
+type AttemptOutcome =
+  | { readonly _tag: "Stopped"; readonly finish: "stop" | "max-tokens"; readonly calls: ReadonlyArray<ToolCallBlock> }
+  | { readonly _tag: "ErrorFinish"; readonly failure: LlmFailure }
+  | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
+  | { readonly _tag: "Failed"; readonly failure: LlmFailure; readonly error: unknown }
+
+const decodeChunk = SafeDecode.decodeUnknownEither(StreamChunkSchema, { onExcessProperty: "error" })
+
+// Why a model's chunk cannot be logged: not lossless JSON, or not a StreamChunk (SPEC 5.1: loop
+// appends are checked like any other). The hand-written check answers the usual case.
+const chunkProblem = (chunk: unknown): string | undefined => {
+  const problem = jsonProblem(chunk, "chunk")
+  if (problem !== undefined || acceptsStreamChunkJson(chunk)) return problem
+  const decoded = decodeChunk(chunk)
+  return Either.isLeft(decoded) ? `chunk: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}` : undefined
+}
+
+const chunkDraft = (turn: number, step: number, attempt: number, chunk: StreamChunk): Draft => ({
+  type: "assistant/chunk",
+  data: { turn, step, attempt, chunk }
+})
+
+const messageOf = (error: unknown): string =>
+  typeof error === "object" && error !== null && typeof (error as { message?: unknown }).message === "string"
+    ? (error as { message: string }).message
+    : String(error)
+
+const errorFinish = (failure: LlmFailure): StreamChunk => ({ type: "finish", finish: { kind: "error", failure } })
+
+/**
+ * One attempt: stream the request, log every chunk, assemble the message; on a cancel before the
+ * finish transaction, log the interrupted prefix.
+ */
+const runAttempt = (
+  ctx: LoopContext,
+  turn: number,
+  step: number,
+  attempt: number,
+  request: ModelRequest
+): Effect.Effect<AttemptOutcome> =>
+  Effect.gen(function*() {
+    const origin = {
+      id: crypto.randomUUID() as MessageId,
+      provider: request.provider,
+      model: request.model
+    }
+    let assembler = Assembler.empty()
+    const chunkSeqs: Array<number> = []
+    // Set once the attempt's outcome is fixed by a finish chunk (real or synthetic).
+    let settled: AttemptOutcome | undefined
+    let invalid: LlmFailure | undefined
+
+    // Appends the attempt's drafts in one step, then `then` of the events. A recorded cause (nothing
+    // is written, as for any loop append), a poisoned session or an invalid draft (`invalid` is
+    // set) stops the attempt by interruption.
+    const appendOrStop = <A>(drafts: (length: number) => ReadonlyArray<Draft>, then: (events: ReadonlyArray<SessionEvent>) => A) =>
+      Effect.withFiberRuntime<A>((fiber) => {
+        if (Option.isSome(causeOf(peek(ctx.ds.phaseNow)))) return Effect.interrupt
+        const written = appendNow(ctx.ds.session, drafts, fiber)
+        if (written === undefined) return Effect.interrupt
+        if (written instanceof InvalidEvent) {
+          invalid = ownFailure("INVALID_EVENT", written.message)
+          return Effect.interrupt
+        }
+        return delivered(ctx.ds.session, then(written))
+      })
+
+    // Chunks received but not yet logged, with the assembler state they lead to. They are logged
+    // together (one transaction per pulled batch of the stream), so `assembler` and `chunkSeqs`
+    // only ever describe logged chunks, which an interrupted prefix cites.
+    let pending: Array<Draft> = []
+    let pendingAssembler = assembler
+
+    const flush = (extra: ReadonlyArray<Draft> = []) => {
+      const drafts = extra.length === 0 ? pending : [...pending, ...extra]
+      pending = []
+      if (drafts.length === 0) return Effect.void
+      const next = pendingAssembler
+      return appendOrStop(() => drafts, (events) => {
+        for (const event of events) if (event.type === "assistant/chunk") chunkSeqs.push(event.seq)
+        assembler = next
+      })
+    }
+
+    const finishWith = (chunk: StreamChunk, failure: LlmFailure) =>
+      Effect.map(flush([chunkDraft(turn, step, attempt, chunk)]), () => {
+        settled = { _tag: "ErrorFinish", failure }
+      })
+
+    const finishMessage = (chunk: StreamChunk, kind: "stop" | "max-tokens") => {
+      const drafts = [...pending, chunkDraft(turn, step, attempt, chunk)]
+      pending = []
+      const assembled = Assembler.finishMessage(pendingAssembler, origin, kind)
+      // The last chunks and the message in one append; the message cites every chunk's seq.
+      return appendOrStop((length) => {
+        const seqs = [...chunkSeqs]
+        for (let i = 0; i < drafts.length; i++) seqs.push(length + i)
+        return [...drafts, {
+          type: "assistant/message",
+          data: {
+            turn,
+            step,
+            attempt,
+            message: assembled.message,
+            ...(assembled.usage !== undefined ? { usage: assembled.usage } : {})
+          },
+          surfaceOp: "append",
+          sourceEventSeqs: seqs
+        }]
+      }, () => {
+        settled = {
+          _tag: "Stopped",
+          finish: kind,
+          calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
+        }
+      })
+    }
+
+    // One pulled batch of chunks: fed to the assembler in order, logged in one transaction; a
+    // finish, an invalid or a malformed chunk ends the batch (later chunks are ignored).
+    const onChunks = (chunks: Chunk.Chunk<StreamChunk>): Effect.Effect<void, typeof STOP> =>
+      Effect.suspend(() => {
+        for (const chunk of chunks) {
+          if (settled !== undefined) break
+          const problem = chunkProblem(chunk)
+          if (problem !== undefined) {
+            return Effect.zipRight(flush(), Effect.suspend(() => {
+              invalid = ownFailure("INVALID_EVENT", `assistant/chunk: ${problem}`)
+              return Effect.interrupt
+            }))
+          }
+          if (chunk.type === "finish") {
+            const finish = chunk.finish
+            if (finish.kind === "stop" || finish.kind === "max-tokens") return finishMessage(chunk, finish.kind)
+            return finishWith(chunk, finish.failure)
+          }
+          const fed = Assembler.feed(pendingAssembler, chunk)
+          if (fed._tag === "Left") {
+            const failure = ownFailure("MALFORMED_STREAM", fed.left)
+            return Effect.zipRight(finishWith(errorFinish(failure), failure), Effect.fail(STOP))
+          }
+          pendingAssembler = fed.right
+          pending.push(chunkDraft(turn, step, attempt, chunk))
+        }
+        return flush()
+      })
+
+    const stream = streamOf(ctx, request)
+    const open = Preloaded.openOf(stream)
+    // Opening a preloaded stream never blocks; the response it yields is read inline.
+    const opened = open === undefined ? undefined : yield* Effect.exit(open)
+    const preloaded = opened !== undefined && Exit.isSuccess(opened) && Preloaded.isChunks(opened.value)
+      ? opened.value
+      : undefined
+    const pulled: Effect.Effect<void, ModelError | typeof STOP> = opened === undefined
+      ? StreamPull.forEachChunk(stream, onChunks)
+      : Exit.isFailure(opened)
+      ? Effect.failCause(opened.cause)
+      : preloaded !== undefined
+      ? onChunks(Chunk.unsafeFromArray(preloaded)) // suspended: it reads the chunks when run
+      : StreamPull.forEachChunk(opened.value as Stream.Stream<StreamChunk, ModelError>, onChunks)
+    // A stream that ended (or stopped being pulled) without a finish gets a synthetic one.
+    const noFinish = () => {
+      if (settled !== undefined || invalid !== undefined) return Effect.void
+      const failure = ownFailure("NO_FINISH", "the model stream ended without a finish chunk")
+      return finishWith(errorFinish(failure), failure)
+    }
+    const consume = Effect.matchCauseEffect(pulled, {
+      onFailure: (cause) => {
+        if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return noFinish() // stop pulling
+        // An interruption is a cancel only with a cause recorded; otherwise the stream interrupted
+        // itself, a failure of the stream like any other (4.5 Q5).
+        const canceled = Cause.isInterruptedOnly(cause) && Option.isSome(causeNow(ctx.ds))
+        if (canceled || invalid !== undefined) return Effect.failCause(cause)
+        if (settled !== undefined) return Effect.void // the finish chunk fixed the outcome
+        const error = Cause.isInterruptedOnly(cause) ? undefined : originalError(Exit.failCause(cause))
+        const failure = error instanceof ModelError
+          ? error.failure
+          : ownFailure("UNKNOWN", error === undefined ? "the model stream was interrupted" : messageOf(error))
+        return finishWith(errorFinish(failure), failure)
+      },
+      onSuccess: noFinish
+    })
+
+    // Reading a preloaded response cannot block: it runs inline, and its transactions stop it when a
+    // cause is recorded (as the race would). Anything else races the cause in a fiber of its own.
+    const run = preloaded !== undefined
+      ? { _tag: "Done" as const, exit: yield* Effect.exit(consume) }
+      : yield* abortable(ctx.ds, consume)
+    if (invalid !== undefined) return { _tag: "Failed", failure: invalid, error: invalid }
+    if (run._tag === "Aborted" || Exit.isInterrupted(run.exit)) {
+      const defects = defectsOf(run.exit)
+      // The assistant message stands when it was recorded before the cause (K7 follows).
+      if (settled !== undefined && settled._tag === "Stopped") return settled
+      if (settled === undefined) yield* writeInterruptedPrefix(ctx, turn, step, attempt, assembler, origin, chunkSeqs)
+      return { _tag: "Aborted", defects }
+    }
+    if (Exit.isFailure(run.exit)) {
+      const error = originalError(run.exit)
+      return { _tag: "Failed", failure: toLlmFailure(error), error }
+    }
+    return settled ?? { _tag: "Failed", failure: ownFailure("NO_FINISH", "no finish"), error: undefined }
+  })
+
+// The model's stream for `request`; a `stream` that throws instead of returning one is a defect of
+// that stream (4.5 Q5), logged as its synthetic error finish.
+const streamOf = (ctx: LoopContext, request: ModelRequest): Stream.Stream<StreamChunk, ModelError> => {
+  try {
+    return ctx.model.stream(request)
+  } catch (defect) {
+    return Stream.die(defect)
+  }
+}
+
+const writeInterruptedPrefix = (
+  ctx: LoopContext,
+  turn: number,
+  step: number,
+  attempt: number,
+  assembler: Assembler.AssemblerState,
+  origin: Assembler.MessageOrigin,
+  chunkSeqs: ReadonlyArray<number>
+): Effect.Effect<void> => {
+  const prefix = Assembler.interruptedPrefix(assembler, origin)
+  if (prefix === undefined) return Effect.void
+  return commit(ctx.ds.session, 
+    appendDrafts(ctx.ds.session, [{
+      type: "assistant/message",
+      data: {
+        turn,
+        step,
+        attempt,
+        message: prefix.message,
+        ...(prefix.usage !== undefined ? { usage: prefix.usage } : {}),
+        interrupted: true
+      },
+      surfaceOp: "append",
+      sourceEventSeqs: [...chunkSeqs]
+    }], true)
+  ).pipe(Effect.orDie, Effect.asVoid)
+}

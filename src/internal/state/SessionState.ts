@@ -1,0 +1,415 @@
+/**
+ * The shared transactional state of one open session: the in-memory log (the authority inside the
+ * process), its fold (inbox, known ids, surface, relations), wake marks, durability progress and
+ * the live notification outbox. Every public service of a session operates on this state, so one
+ * STM transaction can change the log, the inbox and the phase together (D1).
+ *
+ * @since 0.1.0
+ */
+import type { Clock, Fiber } from "effect"
+import { Context, Effect, Either, Option, STM, TRef } from "effect"
+import type { DriverEvent } from "../../domain/DriverEvent.js"
+import { AgentDisposed, InvalidEvent, PersistenceError } from "../../domain/Errors.js"
+import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
+import type { SessionId } from "../../domain/Ids.js"
+import { deepFreeze } from "../../domain/Json.js"
+import type { FoldOptions, LogState } from "../../domain/LogState.js"
+import { advance } from "../../domain/LogState.js"
+import type { SessionStore } from "../../services/SessionStore.js"
+import { decodeUntrusted } from "../durability/DecodedEvents.js"
+import * as DurableWaiters from "../durability/DurableWaiters.js"
+import * as GrowOnly from "../../domain/GrowOnly.js"
+import * as Outbox from "./Outbox.js"
+import { modifyNow, peek } from "./Peek.js"
+import type { WakeMarks } from "./WakeMarks.js"
+import * as Writer from "../durability/Writer.js"
+
+/**
+ * An event before the log gives it `seq` and `time`.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Draft {
+  readonly type: string
+  readonly data: unknown
+  readonly surfaceOp?: unknown
+  readonly sourceEventSeqs?: ReadonlyArray<number>
+  readonly ignorable?: true
+  /** Only for repair closers, which reuse the time of the last event before them (SPEC 6.5). */
+  readonly time?: number
+}
+
+/**
+ * The log and its fold, changed together.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LogSnapshot {
+  readonly events: GrowOnly.GrowOnly<SessionEvent>
+  readonly fold: LogState
+}
+
+/**
+ * The state of one open session.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionStateShape {
+  readonly sessionId: SessionId
+  readonly header: SessionHeader
+  readonly firstLiveSeq: number
+  readonly options: FoldOptions
+  readonly store: Context.Tag.Service<SessionStore>
+  readonly clock: Clock.Clock
+  readonly log: TRef.TRef<LogSnapshot>
+  readonly marks: TRef.TRef<WakeMarks>
+  /** Read by transactions that never wait (appends, guards); no transaction waits on it. */
+  readonly poisoned: TRef.TRef<Option.Option<PersistenceError>>
+  /**
+   * Set together with `poisoned`, for transactions that wait (`STM.retry`) on the poison. STM re-runs
+   * a waiting transaction whenever a committed transaction read a `TRef` it waits on, so waiters
+   * never read the `TRef` every append reads.
+   */
+  readonly poisonedWatch: TRef.TRef<boolean>
+  readonly disposed: TRef.TRef<boolean>
+  readonly closed: TRef.TRef<boolean>
+  readonly outbox: Outbox.Outbox
+  readonly waiters: DurableWaiters.DurableWaiters
+  readonly writer: Writer.WriterSignal
+  /** Set once by the driver that owns the session. */
+  readonly owner: SessionOwner
+}
+
+/**
+ * What the driver owning a session adds to session-level transactions: its part of the poison
+ * transaction (SPEC 6.3) and the phase that `SessionLog.append` consults (SPEC 6.7).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface SessionOwner {
+  onPoison: (error: PersistenceError) => STM.STM<void>
+  phase: STM.STM<"idle" | "running" | "maintenance">
+}
+
+/**
+ * The state of the session being served (internal; never exported from the package root).
+ *
+ * @since 0.1.0
+ * @category tags
+ */
+export class SessionState extends Context.Tag("tiller/internal/SessionState")<SessionState, SessionStateShape>() {}
+
+/**
+ * Fails when the session no longer accepts writes: disposed first, then poisoned (SPEC 3.1).
+ *
+ * Both flags are peeked (see `Peek`), which costs one interpreter step instead of four: a caller
+ * uses this guard before its transaction writes anything, no transaction that writes either flag
+ * guards afterwards, and no transaction that waits (`STM.retry`) guards. A transaction runs in one
+ * synchronous step, so the peeked values are the ones a `TRef.get` would read.
+ *
+ * @since 0.1.0
+ * @category guards
+ */
+export const guardWritable = (state: SessionStateShape): STM.STM<void, AgentDisposed | PersistenceError> =>
+  STM.suspend((): STM.STM<void, AgentDisposed | PersistenceError> => {
+    if (peek(state.disposed)) return STM.fail(new AgentDisposed({ sessionId: state.sessionId }))
+    const poisoned = peek(state.poisoned)
+    return Option.isSome(poisoned) ? STM.fail(poisoned.value) : STM.void
+  })
+
+/**
+ * Appends drafts to the in-memory log inside the caller's transaction. Each event gets the next
+ * seq and the Clock time read in the transaction; trusted drafts (built by tiller's own typed code)
+ * skip the Schema decode, untrusted ones are decoded and copied. Every event passes the same fold
+ * rules as on load; the first violation fails with `InvalidEvent` and nothing is appended.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const appendDrafts = (
+  state: SessionStateShape,
+  drafts: ReadonlyArray<Draft>,
+  trusted: boolean
+): STM.STM<ReadonlyArray<SessionEvent>, InvalidEvent> =>
+  // A poisoned session appends nothing more; the activity that tried is stopped (SPEC 6.3). The
+  // flag is peeked: the one transaction that sets it appends nothing, and no appending one waits.
+  STM.suspend(() =>
+    Option.isSome(peek(state.poisoned))
+      ? STM.interrupt
+      : drafts.length === 0
+      ? STM.succeed([])
+      : STM.flatMap(
+        // One interpreter step reads and writes the log (a read, a write and a notification would be five).
+        TRef.modify(state.log, (snapshot) => appendTo(state, snapshot, drafts, trusted)),
+        (result) => result instanceof InvalidEvent ? STM.fail(result) : STM.succeed(result)
+      )
+  )
+
+// The log step of an append: the events appended (or the violation, nothing written) and the log
+// it leaves, with the writer told of the new events.
+const appendTo = (
+  state: SessionStateShape,
+  snapshot: LogSnapshot,
+  drafts: ReadonlyArray<Draft>,
+  trusted: boolean
+): readonly [ReadonlyArray<SessionEvent> | InvalidEvent, LogSnapshot] => {
+  const result = appendPure(state, snapshot, drafts, trusted)
+  if (result instanceof InvalidEvent) return [result, snapshot]
+  announce(state, snapshot, result.events)
+  return [result.events, result.snapshot]
+}
+
+/**
+ * What {@link appendDrafts} commits for a transaction that changes nothing else, done without a
+ * transaction: the same checks, fold and writer signal, the log replaced as a commit would (see
+ * `poke`). `drafts` receives the log's length (the first new seq), so an event may cite the ones
+ * before it. `undefined` when the session is poisoned (nothing appended).
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const appendNow = (
+  state: SessionStateShape,
+  drafts: (length: number) => ReadonlyArray<Draft>,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>
+): ReadonlyArray<SessionEvent> | InvalidEvent | undefined =>
+  Option.isSome(peek(state.poisoned))
+    ? undefined
+    : modifyNow(state.log, (snapshot) => appendTo(state, snapshot, drafts(snapshot.events.length), true), fiber)
+
+/**
+ * A log with drafts appended, and the events appended.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Appended {
+  readonly snapshot: LogSnapshot
+  readonly events: ReadonlyArray<SessionEvent>
+}
+
+/**
+ * Appends drafts to a log snapshot without a transaction (see {@link appendDrafts}); the first
+ * violation instead. A transaction that writes the result to `log` also calls {@link announce}.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const appendPure = (
+  state: SessionStateShape,
+  snapshot: LogSnapshot,
+  drafts: ReadonlyArray<Draft>,
+  trusted: boolean
+): Appended | InvalidEvent => {
+  const time = state.clock.unsafeCurrentTimeMillis()
+  let events = snapshot.events
+  let fold = snapshot.fold
+  const eventAt = (seq: number) => GrowOnly.get(events, seq)
+  const appended: Array<SessionEvent> = []
+  for (const draft of drafts) {
+    const raw: Record<string, unknown> = {
+      type: draft.type,
+      seq: events.length,
+      time: draft.time ?? time,
+      data: draft.data
+    }
+    if (draft.surfaceOp !== undefined) raw.surfaceOp = draft.surfaceOp
+    if (draft.sourceEventSeqs !== undefined) raw.sourceEventSeqs = draft.sourceEventSeqs
+    if (draft.ignorable !== undefined) raw.ignorable = draft.ignorable
+    let event: SessionEvent
+    if (trusted) {
+      event = deepFreeze(raw as unknown as SessionEvent)
+    } else {
+      const decoded = decodeUntrusted(raw)
+      if (Either.isLeft(decoded)) return new InvalidEvent({ type: draft.type, reason: decoded.left })
+      event = decoded.right
+    }
+    const next = advance(fold, event, eventAt, state.options)
+    const first = next.violations[0]
+    if (first !== undefined) {
+      return first.rule === undefined
+        ? new InvalidEvent({ type: draft.type, reason: first.message })
+        : new InvalidEvent({ type: draft.type, reason: first.message, rule: first.rule })
+    }
+    fold = next.state
+    events = GrowOnly.push(events, event)
+    appended.push(event)
+  }
+  return { snapshot: appended.length === 0 ? snapshot : { events, fold }, events: appended }
+}
+
+/**
+ * Tells the writer about events a transaction appends to `before`, from inside that transaction:
+ * the writer runs after it commits (its resumption is scheduled), or re-reads the log.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const announce = (state: SessionStateShape, before: LogSnapshot, events: ReadonlyArray<SessionEvent>): void => {
+  if (events.length === 0) return
+  const last = before.events.length - 1
+  Writer.appended(state.writer, state.waiters.durable, last, last + events.length, events[0]!.time)
+}
+
+/**
+ * The seq of the last event in the log (−1 when empty), read in the caller's transaction.
+ *
+ * @since 0.1.0
+ * @category getters
+ */
+export const lastSeq = (state: SessionStateShape): STM.STM<number> =>
+  STM.map(TRef.get(state.log), (snapshot) => snapshot.events.length - 1)
+
+/**
+ * Publishes live notifications inside the caller's transaction (delivered after commit).
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const publish = (state: SessionStateShape, notifications: ReadonlyArray<DriverEvent>): STM.STM<void> =>
+  Outbox.publish(state.outbox, notifications)
+
+/**
+ * Commits a transaction of the session, then delivers the notifications it (or anyone) queued.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A, E> =>
+  Effect.flatMap(STM.commit(transaction), (value) =>
+    // Nothing queued (the common case): the value as it is, without a delivery step.
+    delivered(state, value))
+
+/**
+ * The Effect of {@link appendNow} of tiller's own drafts, run where the caller's transaction would
+ * commit: a poisoned session interrupts, an invalid draft is a defect, queued notifications are
+ * delivered, and the answer is `answer` of the events appended (one step, where `Effect.orDie` and
+ * a `map` would add three).
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commitAppendNowOrDie = <A>(
+  state: SessionStateShape,
+  drafts: (length: number) => ReadonlyArray<Draft>,
+  fiber: Fiber.RuntimeFiber<unknown, unknown>,
+  answer: (events: ReadonlyArray<SessionEvent>) => A
+): Effect.Effect<A> => {
+  const result = appendNow(state, drafts, fiber)
+  if (result === undefined) return Effect.interrupt
+  if (result instanceof InvalidEvent) return Effect.die(result)
+  return delivered(state, answer(result))
+}
+
+/**
+ * `value`, after the notifications anyone queued are delivered: how a change made without a
+ * transaction ends where {@link commit} would deliver.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const delivered = <A>(state: SessionStateShape, value: A): Effect.Effect<A> =>
+  state.outbox.dirty ? Effect.as(Outbox.deliver(state.outbox), value) : Effect.succeed(value)
+
+/**
+ * Commits a transaction whose only failures are defects of tiller's own drafts, as defects: the
+ * failure turns into a defect inside the transaction (one interpreter step), where `Effect.orDie`
+ * after the commit would cost two operations on every commit.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commitOrDie = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A> =>
+  commit(state, dieOnFailure(transaction))
+
+/**
+ * A transaction whose failure is a defect (`STM.orDie` in one interpreter step).
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const dieOnFailure = <A, E>(transaction: STM.STM<A, E>): STM.STM<A> =>
+  STM.catchAll(transaction, (error) => STM.die(error))
+
+/**
+ * Waits until every event up to `seq` is durably stored; fails if the session is poisoned first.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const awaitDurable = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
+  Effect.suspend(() => {
+    // A store that appends synchronously: written from this fiber (see `Writer.writeNow`).
+    if (seq > state.waiters.durable) Writer.writeNow(state.writer)
+    if (seq <= state.waiters.durable) return Effect.void
+    Writer.request(state.writer, seq)
+    return DurableWaiters.wait(state.waiters, seq)
+  })
+
+/**
+ * Commits a transaction, then acknowledges it: waits until everything in the log at its commit is
+ * durable (SPEC 3.1, D13). A failure value returned by the transaction (`Either.left`) is delivered
+ * after durability too, so a `DuplicateMessage` answer is never earlier than the state it reports.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const commitAcknowledged = <A, E, E2>(
+  state: SessionStateShape,
+  transaction: STM.STM<Either.Either<A, E2>, E>
+): Effect.Effect<A, E | E2 | PersistenceError> =>
+  commitAcknowledgedAt(
+    state,
+    STM.flatMap(transaction, (result) =>
+      // The last seq in one step (`lastSeq` takes four); the log is written back unchanged.
+      TRef.modify(state.log, (snapshot) => [[result, snapshot.events.length - 1] as const, snapshot]))
+  )
+
+/**
+ * {@link commitAcknowledged} of a transaction that returns its result with the log's last seq at
+ * its end (one that read the log anyway).
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const commitAcknowledgedAt = <A, E, E2>(
+  state: SessionStateShape,
+  transaction: STM.STM<readonly [Either.Either<A, E2>, number], E>
+): Effect.Effect<A, E | E2 | PersistenceError> => acknowledgeAt(state, STM.commit(transaction))
+
+/**
+ * {@link commitAcknowledgedAt} for a change already made by `committed` (a transaction's commit, or
+ * the same change made without one): its answer once the log up to the returned seq is durable.
+ *
+ * @since 0.1.0
+ * @category durability
+ */
+export const acknowledgeAt = <A, E, E2>(
+  state: SessionStateShape,
+  committed: Effect.Effect<readonly [Either.Either<A, E2>, number], E>
+): Effect.Effect<A, E | E2 | PersistenceError> =>
+  Effect.flatMap(
+    committed,
+    // The commit, then `awaitDurable`, in one continuation.
+    ([result, seq]) => {
+      const answer: Effect.Effect<A, E2 | PersistenceError> = Either.isRight(result)
+        ? Effect.succeed(result.right)
+        : Effect.fail(result.left)
+      let acknowledged = answer
+      if (seq > state.waiters.durable) {
+        // A store that acknowledges at once is written after the delivery (notifications come before
+        // durability, SPEC 3.10); any other writer is asked now, so a caller interrupted meanwhile
+        // changes nothing.
+        if (Writer.acknowledgesNow(state.writer)) acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
+        else {
+          Writer.request(state.writer, seq)
+          acknowledged = Effect.zipRight(DurableWaiters.wait(state.waiters, seq), answer)
+        }
+      }
+      return state.outbox.dirty ? Effect.zipRight(Outbox.deliver(state.outbox), acknowledged) : acknowledged
+    }
+  )

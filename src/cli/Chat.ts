@@ -152,7 +152,7 @@ export const chat = (
     const driver = Context.get(context, Driver)
     const inbox = Context.get(context, Inbox)
     const log = Context.get(context, SessionLog)
-    const view = chatView()
+    const view = chatView(log.header.seedLength)
     let lastStatus: "idle" | "running" = "idle"
 
     // The stored prefix only advances the view's fold; events from this process on are printed.
@@ -215,10 +215,19 @@ export const chat = (
       const rest = command === undefined ? trimmed : trimmed.slice(command.length).trim()
       const usage = (text: string) => Effect.as(Output.errorLine(`usage: ${text}`), true)
       const steer = wake(Effect.flatMap(deliver(trimmed), driver.steer), "steering: enters the next step")
+      // An idle agent with prompts parked in the queue (a cancel that kept them): the line goes
+      // first in the queue, so the turn it opens takes the line (and any pending next-step input)
+      // but not the oldest queued prompt, which stays a later turn of its own.
+      const lineOrSteer = Effect.gen(function*() {
+        const [status, queued] = yield* Effect.all([driver.status, inbox.nextTurn])
+        if (status !== "idle" || queued.length === 0) return yield* steer
+        yield* Effect.flatMap(deliver(trimmed), (m) => driver.send(m, "next-turn", true, { at: "start" }))
+        return true
+      })
       const action: Effect.Effect<boolean, unknown> = (() => {
         switch (command) {
           case undefined:
-            return steer
+            return lineOrSteer
           case "/quit":
           case "/exit":
             return Effect.succeed(false)
@@ -249,7 +258,7 @@ export const chat = (
               return true
             })
           default:
-            if (options.toolNames.includes(command.slice(1))) return steer
+            if (options.toolNames.includes(command.slice(1))) return lineOrSteer
             return Effect.as(Output.errorLine(`unknown command ${command}; /help lists the commands`), true)
         }
       })()

@@ -90,6 +90,8 @@ export interface Renderer {
 }
 
 interface Fold {
+  /** The seq where the session's own inbox starts (a fork's copied seed is before it: SPEC 6.6, D11). */
+  readonly seedLength: number
   lists: InboxLists
   turn: number
   step: number
@@ -99,6 +101,8 @@ interface Fold {
 
 /** Advances the fold by one event; returns the messages a splice removed. */
 const advance = (fold: Fold, event: SessionEvent) => {
+  // A fork child starts with an empty inbox: what its copied seed left pending is not its own.
+  if (fold.seedLength > 0 && event.seq === fold.seedLength) fold.lists = emptyInbox
   switch (event.type) {
     case "turn/start":
       fold.turn = (event as EventOf<"turn/start">).data.turn
@@ -147,7 +151,7 @@ const indent = (label: string, text: string, width: number): Array<string> => {
  * @category constructors
  */
 export const timeline = (header: SessionHeader): Renderer & { readonly heading: ReadonlyArray<string> } => {
-  const fold: Fold = { lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
+  const fold: Fold = { seedLength: header.seedLength, lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
   const heading = [
     `session ${header.sessionId} · created ${new Date(header.createdAt).toISOString()}`,
     ...(header.parent !== undefined
@@ -237,18 +241,19 @@ export const timeline = (header: SessionHeader): Renderer & { readonly heading: 
 /**
  * The live view of `tiller chat`: entered messages, assistant text as it streams, tool calls and
  * results, later steps and how each turn ended. Streamed text arrives without a newline; the view
- * returns fragments and tells whether the output ends mid-line.
+ * returns fragments and tells whether the output ends mid-line. `seedLength` (the header's) is where
+ * the session's own inbox starts: a fork's copied seed leaves nothing pending in it (SPEC 6.6).
  *
  * @since 0.1.0
  * @category constructors
  */
-export const chatView = (): {
+export const chatView = (seedLength = 0): {
   readonly render: (event: SessionEvent, print?: boolean) => string
   /** `text` as a line of its own (after a newline if the output is mid-line). */
   readonly line: (text: string) => string
   readonly position: Renderer["position"]
 } => {
-  const fold: Fold = { lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
+  const fold: Fold = { seedLength, lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
   const textBlocks = new Set<number>()
   let midLine = false
   const line = (text: string): string => {

@@ -38,8 +38,13 @@ export type DeliveryError = InvalidEvent | DuplicateMessage | PersistenceError |
  */
 export class Driver extends Context.Tag("tiller/Driver")<Driver, {
   readonly sessionId: SessionId
-  /** Inserts `m` into `target`; `wakeup` asks for model execution. */
-  readonly send: (m: UserMessage, target: InboxTarget, wakeup: boolean) => Effect.Effect<void, DeliveryError>
+  /** Inserts `m` into `target` (at its end, or with `at: "start"` at its front); `wakeup` asks for model execution. */
+  readonly send: (
+    m: UserMessage,
+    target: InboxTarget,
+    wakeup: boolean,
+    options?: { readonly at?: "start" | "end" }
+  ) => Effect.Effect<void, DeliveryError>
   /** A prompt for its own turn: `send(m, "next-turn", true)`. */
   readonly followup: (m: UserMessage) => Effect.Effect<void, DeliveryError>
   /** Steering for the nearest step boundary: `send(m, "next-step", true)`. */
@@ -84,12 +89,18 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
   const session = ds.session
   const sessionId = session.sessionId
 
-  const send = (m: UserMessage, target: InboxTarget, wakeup: boolean): Effect.Effect<void, DeliveryError> => {
+  const send = (
+    m: UserMessage,
+    target: InboxTarget,
+    wakeup: boolean,
+    options?: { readonly at?: "start" | "end" }
+  ): Effect.Effect<void, DeliveryError> => {
+    const at = options?.at === "start" ? "start" : "end"
     const accepted = acceptAt(target, acceptCallerMessage(m))
     // A delivery that wakes nothing changes only the log (the phase is not read).
-    if (!wakeup || Either.isLeft(accepted)) return insertAcknowledged(session, target, accepted, "end")
+    if (!wakeup || Either.isLeft(accepted)) return insertAcknowledged(session, target, accepted, at)
     // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
-    return commitAcknowledged(session, STM.suspend(() => wake(accepted.right, target, peek(ds.phaseNow), peek(ds.disposing))))
+    return commitAcknowledged(session, STM.suspend(() => wake(accepted.right, target, peek(ds.phaseNow), peek(ds.disposing), at)))
   }
 
   // A waking delivery's transaction, once the phase is read: the insertion, then the wake itself.
@@ -97,11 +108,12 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     message: UserMessage,
     target: InboxTarget,
     phase: Phase,
-    disposing: boolean
+    disposing: boolean,
+    at: "start" | "end" = "end"
   ): STM.STM<Either.Either<void, DuplicateMessage>, AgentDisposed | PersistenceError> => {
     const aborted = Option.isSome(causeOf(phase))
     const resolved: InboxTarget = aborted && !disposing ? "next-turn" : target
-    return STM.flatMap(deliverSTM(session, resolved, message, "end"), ([inserted]) => {
+    return STM.flatMap(deliverSTM(session, resolved, message, at), ([inserted]) => {
       if (Either.isLeft(inserted) || disposing) return STM.succeed(inserted)
       if (phase._tag === "Idle") return STM.as(orDie(openTurn(ds, phase.lastTurn + 1, true)), inserted)
       if (phase._tag === "Running" && !aborted) {

@@ -310,6 +310,60 @@ describe("tiller chat end to end", () => {
       expect(jsonLines((yield* tiller(dir, ["--db", DB, "log", "p", "--json"])).stdout)).toEqual(parent)
     }), TIMEOUT)
 
+  it.scopedLive("a prompt kept by /cancel --keep is a later turn of its own; a fork child's inbox starts empty", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const chat = yield* converse(dir, ["--db", DB, "chat", "--session", "src"])
+      yield* chat.send(`/wait ${WAIT_MS * 2}`)
+      yield* chat.waitFor(`  → wait {"ms":"${WAIT_MS * 2}"}\n`)
+      yield* chat.send("steer")
+      yield* chat.waitFor("(steering: enters the next step)")
+      yield* chat.send("/inject ctx")
+      yield* chat.waitFor("(context for the next step)")
+      yield* chat.send("/queue queued")
+      yield* chat.waitFor("(queued for a later turn)")
+      yield* chat.send("/cancel --keep")
+      yield* chat.waitFor("── turn 1 aborted (user)\n[idle · 1 turn · pending: 1 queued, 2 next-step]\n")
+      yield* chat.send("/quit")
+      expect((yield* chat.exit).code).toBe(0)
+      const source = jsonLines((yield* tiller(dir, ["--db", DB, "log", "src", "--json"])).stdout)
+      const end = source.find((e) => e.type === "turn/end").seq
+
+      // The fork at the turn's end: nothing the source left pending is the child's (SPEC D11).
+      expect((yield* tiller(dir, ["--db", DB, "fork", "src", "--at", String(end), "--as", "child"])).code).toBe(0)
+      const onChild = yield* tiller(dir, ["--db", DB, "chat", "--session", "child"], { input: "/status\n/queue new\n/quit\n" })
+      expect(onChild.code).toBe(0)
+      expectInOrder(onChild.stdout, [
+        "Type a message, or /help for the commands.\n[idle · 1 turn · pending: 0 queued, 0 next-step]\n",
+        "[idle · 1 turn · pending: 0 queued, 0 next-step]\n",
+        "» [user] new\n",
+        "── turn 2 completed\n[idle · 2 turns · pending: 0 queued, 0 next-step]\n"
+      ])
+      expect((yield* tiller(dir, ["--db", DB, "log", "child"])).stdout).toContain("claimed from next-turn: [user] new\n")
+
+      // On the source, a plain line takes the kept next-step input into its turn; the kept queued
+      // prompt runs after it, as a turn of its own.
+      const resumed = yield* tiller(dir, ["--db", DB, "resume", "src"], { input: "go on\n/quit\n" })
+      expect(resumed.code).toBe(0)
+      const events = jsonLines((yield* tiller(dir, ["--db", DB, "log", "src", "--json"])).stdout)
+      expect(outline(events.slice(source.length)).filter((line) => !line.startsWith("step"))).toEqual([
+        "end of seed",
+        "+ next-turn [user] go on",
+        "turn 2",
+        "claim next-step 2",
+        "claim next-turn 1",
+        "entered [user] steer",
+        "entered [cli:inject] ctx",
+        "entered [user] go on",
+        "end 2 completed",
+        "turn 3",
+        "claim next-turn 1",
+        "entered [user] queued",
+        "end 3 completed"
+      ])
+      expect(yield* tiller(dir, ["--db", DB, "check", "src"])).toMatchObject({ code: 0, stderr: "" })
+    }), TIMEOUT)
+
   it.scopedLive("check on a corrupted database: a rule violation and an unreadable row exit 1 with readable messages", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir

@@ -321,3 +321,56 @@ export class ContextOverflow extends Schema.TaggedError<ContextOverflow>("tiller
       `(set the window with --context-window N if it is larger than assumed). Provider: ${this.providerMessage}`
   }
 }
+
+/**
+ * A hook settings file could not be used: unreadable, not JSON, or not in the Claude Code shape.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class HookConfigError extends Schema.TaggedError<HookConfigError>("tiller/HookConfigError")("HookConfigError", {
+  path: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `hook settings ${this.path}: ${this.reason}`
+  }
+}
+
+/**
+ * A hook command did not give a usable answer: it could not start, timed out, wrote too much, exited
+ * with a code other than 0 or 2, or wrote output that is not the protocol's JSON. Non-blocking: it
+ * is reported on the session and the action goes on.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class HookCommandError extends Schema.TaggedError<HookCommandError>("tiller/HookCommandError")("HookCommandError", {
+  event: Schema.String,
+  command: Schema.String,
+  code: Schema.Literal("SPAWN_FAILED", "TIMEOUT", "OUTPUT_TOO_LARGE", "EXIT_CODE", "MALFORMED_OUTPUT"),
+  detail: Schema.String
+}) {
+  override get message(): string {
+    return `${this.event} hook ${JSON.stringify(this.command)}: ${this.detail}`
+  }
+}
+
+/**
+ * A cross-session reference could not be made: the source session is missing, the boundary is not
+ * a seq of its log, or the target is the source itself.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class SessionReferenceError extends Schema.TaggedError<SessionReferenceError>("tiller/SessionReferenceError")(
+  "SessionReferenceError",
+  {
+    source: Schema.String,
+    reason: Schema.String
+  }
+) {
+  override get message(): string {
+    return `cannot reference session ${this.source}: ${this.reason}`
+  }
+}

@@ -51,12 +51,15 @@ export const RequestErrorAction: {
 }
 
 /**
- * Whether a tool call may run.
+ * Whether a tool call may run; an `Allow` with `params` runs it with those arguments instead (decoded
+ * with the tool's parameter Schema; invalid ones make the result `INVALID_ARGUMENTS`).
  *
  * @since 0.1.0
  * @category models
  */
-export type ToolPreDecision = { readonly _tag: "Allow" } | { readonly _tag: "Deny"; readonly reason: string }
+export type ToolPreDecision =
+  | { readonly _tag: "Allow"; readonly params?: unknown }
+  | { readonly _tag: "Deny"; readonly reason: string }
 
 /**
  * Constructors of {@link ToolPreDecision}.
@@ -66,9 +69,11 @@ export type ToolPreDecision = { readonly _tag: "Allow" } | { readonly _tag: "Den
  */
 export const ToolPreDecision: {
   readonly allow: ToolPreDecision
+  readonly allowWith: (params: unknown) => ToolPreDecision
   readonly deny: (reason: string) => ToolPreDecision
 } = {
   allow: Object.freeze({ _tag: "Allow" }),
+  allowWith: (params) => Object.freeze({ _tag: "Allow", params }),
   deny: (reason) => Object.freeze({ _tag: "Deny", reason })
 }
 

@@ -184,6 +184,21 @@ export const runTools = (
           call.outcome = ToolOutcome.Denied({ reason: pre.exit.value.reason })
           return true
         }
+        if (pre.exit.value.params !== undefined) {
+          // Arguments replaced by a listener are decoded as the model's were.
+          let raw: string | undefined
+          try {
+            raw = JSON.stringify(pre.exit.value.params)
+          } catch {
+            raw = undefined
+          }
+          const replaced = raw === undefined ? Either.left("not JSON") : decodeArguments(tool, raw)
+          if (Either.isLeft(replaced)) {
+            call.outcome = ToolOutcome.InvalidArguments({ detail: `arguments replaced by a ToolPre listener: ${replaced.left}` })
+            return true
+          }
+          call.params = replaced.right
+        }
         if (Option.isSome(causeNow(ds))) {
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
           return true

@@ -26,6 +26,7 @@ import { causeOf, getPhase, setPhase } from "../internal/loop/Phase.js"
 import { publish, SessionState } from "../internal/state/SessionState.js"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import { ToolRegistry } from "../internal/loop/ToolRegistry.js"
+import type { ToolRegistryShape } from "../internal/loop/ToolRegistry.js"
 import * as WakeMarks from "../internal/state/WakeMarks.js"
 import { runTurnClosing } from "../internal/loop/Turn.js"
 import type { CompactionOptions } from "../services/Compaction.js"
@@ -39,7 +40,12 @@ import * as PreStepModule from "../services/PreStep.js"
 import { PreStep } from "../services/PreStep.js"
 import { makeSessionLog, SessionLog } from "../services/SessionLog.js"
 import type { SessionStore } from "../services/SessionStore.js"
+import type { ReadHistoryOptions } from "../services/ReadHistory.js"
+import { makeTool as makeReadHistoryTool, ReadHistory } from "../services/ReadHistory.js"
 import { Tools } from "../services/Tools.js"
+import { withAgentTool } from "../internal/loop/AgentTool.js"
+import { contextWindowOf } from "../internal/compaction/Budget.js"
+import { DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
 import { acquireState } from "./Session.js"
 
 /**
@@ -71,6 +77,12 @@ export interface AgentOptions {
    * context budget, the tool-result cap, and pruning on the threshold, overflow and manual triggers).
    */
   readonly compaction?: CompactionOptions
+  /**
+   * Recall (issue 28): offer the model the built-in `read_history` tool over this agent's own log
+   * (a tool of that name in `Tools` takes precedence). With `compaction`, its pages stay under the
+   * tool-result cap, and pruned placeholders and cut notes say how to call it.
+   */
+  readonly readHistory?: boolean | ReadHistoryOptions
 }
 
 /**
@@ -95,6 +107,27 @@ const lastHeaderOf = (events: GrowOnly.GrowOnly<SessionEvent>): RequestHeader | 
   return undefined
 }
 
+/** The page limit of `read_history`: its option, under the tool-result cap when compaction is on. */
+const readHistoryOptions = (options: AgentOptions): ReadHistoryOptions => {
+  const own = typeof options.readHistory === "object" ? options.readHistory : {}
+  const compaction = options.compaction
+  if (compaction === undefined) return own
+  const cap = compaction.toolResultLimits?.[ReadHistory.name] ?? compaction.maxToolResultChars ??
+    Math.min(DEFAULT_MAX_TOOL_RESULT_CHARS, compaction.contextWindow ?? contextWindowOf(compaction.model ?? options.model?.model))
+  return { ...own, maxChars: Math.min(own.maxChars ?? 10_000, cap) }
+}
+
+/** The registry the loop reads: with `read_history` over this session's log when the option is on. */
+const withReadHistory = (registry: ToolRegistryShape, session: SessionState["Type"], options: AgentOptions): ToolRegistryShape => {
+  if (options.readHistory === undefined || options.readHistory === false) return registry
+  const view = Effect.map(STM.commit(TRef.get(session.log)), ({ events, fold }) => ({
+    length: events.length,
+    eventAt: (seq: number) => GrowOnly.get(events, seq),
+    surface: fold.surface
+  }))
+  return withAgentTool(registry, makeReadHistoryTool(view, readHistoryOptions(options)))
+}
+
 // The driver of the session in the context, its fibers and disposal finalizer in the current scope.
 const acquireDriver = (
   options: AgentOptions
@@ -105,7 +138,7 @@ const acquireDriver = (
     const hooks = yield* HooksRunner
     const model = yield* Model
     const tools = yield* Tools
-    const registry = yield* ToolRegistry.fromToolsOrDie(tools)
+    const registry = withReadHistory(yield* ToolRegistry.fromToolsOrDie(tools), session, options)
     const { events, fold } = yield* STM.commit(TRef.get(session.log))
     const stopWatch = makeStopWatch()
     const { maxRetryDelay, ...requestDefaults } = options
@@ -236,6 +269,7 @@ export const acquireAgent = (
     if (options.compaction === undefined) return agent
     const compaction = yield* CompactionModule.make({
       ...(options.model === undefined ? {} : { model: options.model.model }),
+      ...(options.readHistory === undefined || options.readHistory === false ? {} : { readHistory: true }),
       ...options.compaction
     }).pipe(Effect.provide(agent))
     return Context.add(agent, Compaction, compaction) as typeof agent

@@ -62,6 +62,8 @@ export interface CompactionOptions {
   readonly protectedTools?: ReadonlyArray<string>
   /** Consecutive failed automatic compactions after which automatic compaction stops (default 3). */
   readonly maxConsecutiveFailures?: number
+  /** Whether the model has `read_history`: placeholders and cut notes then say how to read back (set by `Agent.layer`'s `readHistory`). */
+  readonly readHistory?: boolean
 }
 
 /**
@@ -170,17 +172,18 @@ export const make = (
 
     const threshold = options.threshold ?? 0.8
     const protectedTools = new Set(options.protectedTools ?? [])
+    const recall = options.readHistory === true
     const rules = (window: number, trigger: CompactionTrigger): PruneRules => {
       const protect = options.protectRecentTokens ?? Math.min(40_000, Math.floor(window / 4))
       const minimum = options.minimumPruneTokens ?? Math.min(20_000, Math.floor(window / 20))
       switch (trigger) {
         case "threshold":
-          return { protectRecentTokens: protect, minimumTokens: minimum, protectedTools }
+          return { protectRecentTokens: protect, minimumTokens: minimum, protectedTools, recall }
         case "overflow":
           // The request does not fit: free what can be freed, keeping only the newest results.
-          return { protectRecentTokens: Math.floor(protect / 4), minimumTokens: 1, protectedTools }
+          return { protectRecentTokens: Math.floor(protect / 4), minimumTokens: 1, protectedTools, recall }
         case "manual":
-          return { protectRecentTokens: protect, minimumTokens: 1, protectedTools }
+          return { protectRecentTokens: protect, minimumTokens: 1, protectedTools, recall }
       }
     }
 
@@ -243,7 +246,7 @@ export const make = (
       Effect.map(next(), (output) => {
         const own = options.toolResultLimits?.[input.name]
         const limit = own ?? options.maxToolResultChars ?? Math.min(DEFAULT_MAX_TOOL_RESULT_CHARS, windowNow())
-        return Number.isFinite(limit) ? capToolOutput(output, Math.max(0, Math.floor(limit)), input.callId) : output
+        return Number.isFinite(limit) ? capToolOutput(output, Math.max(0, Math.floor(limit)), input.callId, recall) : output
       }), { prepend: true })
 
     // Trigger `threshold`: before the step opens (no tool call is open), when use passes the threshold.

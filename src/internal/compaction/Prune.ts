@@ -12,6 +12,7 @@
 import type { EventOf, SessionEvent } from "../../domain/Event.js"
 import type { ToolResultMessage } from "../../domain/Values.js"
 import { tokensOfMessage } from "./Budget.js"
+import { rangeCall } from "./RecallCall.js"
 
 /**
  * The start of every placeholder text (how an already pruned result is recognised).
@@ -43,6 +44,8 @@ export interface PruneRules {
   readonly protectRecentTokens: number
   readonly minimumTokens: number
   readonly protectedTools: ReadonlySet<string>
+  /** Whether the model has `read_history`: the placeholder then says how to read the result back. */
+  readonly recall?: boolean
 }
 
 /**
@@ -76,14 +79,16 @@ const textOf = (message: ToolResultMessage): string => {
 }
 
 /**
- * The placeholder that replaces a result's content.
+ * The placeholder that replaces a result's content: with `recall`, the exact `read_history` call
+ * that reads the result back; without, advice to call the tool again.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const placeholderOf = (tool: string, characters: number, seq: number): string =>
+export const placeholderOf = (tool: string, characters: number, seq: number, recall = false): string =>
   `${PRUNED_PREFIX} to save context: ${characters.toLocaleString("en-US")} characters of ${tool} output; ` +
-  `the full result is kept in the session log at seq ${seq}. Call the tool again if you need it.]`
+  `the full result is kept in the session log at seq ${seq}. ` +
+  (recall ? `Read it back with ${rangeCall(seq, seq)}.]` : "Call the tool again if you need it.]")
 
 /**
  * The plan for a log view under the given rules.
@@ -120,7 +125,7 @@ export const planPrune = (view: LogView, rules: PruneRules): PrunePlan => {
     const block = data.message.content[0]
     const tool = names.get(block.toolCallId) ?? "tool"
     if (rules.protectedTools.has(tool)) continue
-    const placeholder = placeholderOf(tool, text.length, seq)
+    const placeholder = placeholderOf(tool, text.length, seq, rules.recall === true)
     const message: ToolResultMessage = {
       ...data.message,
       content: [{ ...block, content: [{ type: "text", text: placeholder }] }]

@@ -11,6 +11,7 @@
 import type { Json } from "../../domain/Json.js"
 import type { ImageBlock, TextBlock } from "../../domain/Values.js"
 import type { NormalizedToolOutput } from "../../services/Tools.js"
+import { toolCallCall } from "./RecallCall.js"
 
 /**
  * The default cap on a tool result's text, in characters.
@@ -47,24 +48,32 @@ export interface CutRecord {
 const format = (n: number): string => n.toLocaleString("en-US")
 
 /**
- * The note placed between the head and the tail.
+ * The note placed between the head and the tail: with `recall`, the exact `read_history` call that
+ * reads the missing part (from `head`); without, advice to ask the tool for less.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const cutNote = (omitted: number, total: number, callId: string): string =>
+export const cutNote = (omitted: number, total: number, callId: string, head = 0, recall = false): string =>
   `\n\n[… ${format(omitted)} of ${format(total)} characters cut from the middle of this tool result. ` +
   `The full output is kept in the session log (tool result of call ${callId}). ` +
-  `To see the missing part, call the tool again with a narrower request (a line range, a filter or a smaller page).]\n\n`
+  (recall
+    ? `To see the missing part, read it with ${toolCallCall(callId, head)}.]\n\n`
+    : `To see the missing part, call the tool again with a narrower request (a line range, a filter or a smaller page).]\n\n`)
 
 /**
  * The output capped to `limit` characters of text (head and tail, 60/40, plus the note), with the
- * full text in `meta`; the same object when its text fits.
+ * full text in `meta`; the same object when its text fits. `recall`: the note names `read_history`.
  *
  * @since 0.1.0
  * @category combinators
  */
-export const capToolOutput = (output: NormalizedToolOutput, limit: number, callId: string): NormalizedToolOutput => {
+export const capToolOutput = (
+  output: NormalizedToolOutput,
+  limit: number,
+  callId: string,
+  recall = false
+): NormalizedToolOutput => {
   const texts: Array<string> = []
   for (const block of output.content) if (block.type === "text") texts.push(block.text)
   let total = texts.length === 0 ? 0 : texts.length - 1
@@ -73,7 +82,7 @@ export const capToolOutput = (output: NormalizedToolOutput, limit: number, callI
   const text = texts.join("\n")
   const head = Math.ceil(limit * 0.6)
   const tail = Math.max(0, limit - head)
-  const shown = text.slice(0, head) + cutNote(total - head - tail, total, callId) + (tail > 0 ? text.slice(total - tail) : "")
+  const shown = text.slice(0, head) + cutNote(total - head - tail, total, callId, head, recall) + (tail > 0 ? text.slice(total - tail) : "")
   // The text blocks become one block where the first one was; images keep their places.
   const content: Array<TextBlock | ImageBlock> = []
   let placed = false

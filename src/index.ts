@@ -41,8 +41,20 @@ export * as AnthropicModel from "./layers/AnthropicModel.js"
  */
 export * as OpenAiModel from "./layers/OpenAiModel.js"
 export type { EntryOptions, PartialSpec, ResponseSpec, ScriptEntry } from "./layers/ScriptedModel.js"
-export { Compaction, isContextOverflow } from "./services/Compaction.js"
-export type { CompactError, CompactionOptions, CompactionReport, CompactionTrigger, ContextUsage } from "./services/Compaction.js"
+export { COMPACTION_CONTEXT_SOURCE_KIND, Compaction, isContextOverflow, PreCompactDecision } from "./services/Compaction.js"
+export type {
+  CompactError,
+  CompactionKind,
+  CompactionOptions,
+  CompactionReport,
+  CompactionTrigger,
+  CompactOptions,
+  ContextUsage,
+  PostCompactContext,
+  PostCompactInput,
+  PreCompactInput,
+  SummaryOptions
+} from "./services/Compaction.js"
 export { Driver } from "./services/Driver.js"
 export type { DeliveryError } from "./services/Driver.js"
 export { Hooks, RequestErrorAction, ToolPreDecision } from "./services/Hooks.js"
@@ -73,3 +85,11 @@ export { SqliteSessionStore } from "./layers/SqliteStore.js"
  * @since 0.1.0
  */
 export * as Session from "./layers/Session.js"
+
+/**
+ * OpenTelemetry spans of a session (GenAI conventions): live layers and the replay of a stored log.
+ *
+ * @since 0.1.0
+ */
+export * as Telemetry from "./layers/Telemetry.js"
+export type { OtlpOptions, TelemetryOptions } from "./layers/Telemetry.js"

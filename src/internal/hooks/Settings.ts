@@ -107,7 +107,7 @@ export const parseSettings = (document: unknown, origin: string): HookSettings =
       if (!isRecord(group)) return fail(`${at} must be an object with matcher and hooks`)
       const matcher = group["matcher"]
       if (matcher !== undefined && typeof matcher !== "string") return fail(`${at}.matcher must be a string`)
-      if (typeof matcher === "string") compileMatcher(matcher, `${origin}: ${at}.matcher`)
+      if (typeof matcher === "string" && matcher !== "" && matcher !== "*") compileMatcher(matcher, `${origin}: ${at}.matcher`)
       const entries = group["hooks"]
       if (!Array.isArray(entries)) return fail(`${at}.hooks must be an array`)
       const commands: Array<HookCommand> = []

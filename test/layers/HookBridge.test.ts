@@ -1,0 +1,528 @@
+/**
+ * The hook bridge with real subprocess hooks: scripts written by each test into a temporary project
+ * directory, and a fixture of hook scripts written the way published Claude Code examples are.
+ */
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either, Layer, Schema } from "effect"
+import { checkLog } from "../../src/domain/Check.js"
+import { userMessage } from "../../src/domain/Message.js"
+import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
+import { HookCommandError, HookConfigError } from "../../src/domain/Errors.js"
+import { runCommand, scrubbedEnvironment } from "../../src/internal/hooks/Command.js"
+import { readAnswer } from "../../src/internal/hooks/Protocol.js"
+import { commandsFor, parseSettings } from "../../src/internal/hooks/Settings.js"
+import type { HookBridgeOptions } from "../../src/layers/HookBridge.js"
+import { HookBridge } from "../../src/layers/HookBridge.js"
+import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
+import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
+import { Driver } from "../../src/services/Driver.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
+import type { ToolDefinition } from "../../src/services/Tools.js"
+import { Tool } from "../../src/services/Tools.js"
+import { Duration } from "effect"
+import { notation, scenario, user } from "../agent/harness.js"
+
+/** A temporary project directory holding `files` (scripts are made executable). */
+const project = (files: Readonly<Record<string, string>>): string => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-hooks-"))
+  for (const [name, text] of Object.entries(files)) {
+    const file = path.join(dir, name)
+    fs.mkdirSync(path.dirname(file), { recursive: true })
+    fs.writeFileSync(file, text, { mode: name.endsWith(".sh") || name.endsWith(".py") ? 0o755 : 0o644 })
+  }
+  return dir
+}
+
+/** `.tiller/settings.json` with one matcher group per entry. */
+const settings = (hooks: Record<string, ReadonlyArray<{ readonly matcher?: string; readonly command: string; readonly timeout?: number }>>) =>
+  JSON.stringify({
+    hooks: Object.fromEntries(
+      Object.entries(hooks).map(([event, entries]) => [
+        event,
+        entries.map((e) => ({
+          ...(e.matcher === undefined ? {} : { matcher: e.matcher }),
+          hooks: [{ type: "command", command: e.command, ...(e.timeout === undefined ? {} : { timeout: e.timeout }) }]
+        }))
+      ])
+    )
+  })
+
+const calls: Array<{ readonly tool: string; readonly params: unknown }> = []
+
+const bash = Tool.make("Bash", {
+  description: "Runs a command (a test double: it only records the call)",
+  parameters: Schema.Struct({ command: Schema.String, description: Schema.optional(Schema.String) }),
+  execute: (params) => Effect.sync(() => {
+    calls.push({ tool: "Bash", params })
+    return `ran: ${params.command}`
+  })
+})
+const read = Tool.make("Read", {
+  description: "Reads a file (a test double)",
+  parameters: Schema.Struct({ file_path: Schema.String }),
+  execute: (params) => Effect.sync(() => {
+    calls.push({ tool: "Read", params })
+    return `contents of ${params.file_path}`
+  })
+})
+const tools: ReadonlyArray<ToolDefinition<any>> = [bash, read]
+
+/** Runs `body` on agent "s" with the bridge over `dir`. */
+const withBridge = <A, E>(
+  dir: string,
+  script: ReadonlyArray<ScriptEntry>,
+  body: Effect.Effect<A, E, Driver | SessionLog | ScriptedModel>,
+  bridge: HookBridgeOptions = {}
+) =>
+  Effect.scoped(
+    Effect.provide(
+      body,
+      HookBridge.layer({ cwd: dir, ...bridge }).pipe(Layer.provideMerge(scenario(script, { tools })))
+    )
+  )
+
+/** Delivers a prompt as a follow-up and waits until the agent is idle; returns the log. */
+const prompt = (id: string, text: string) =>
+  Effect.gen(function*() {
+    const driver = yield* Driver
+    yield* driver.followup(user(id, text))
+    yield* driver.whenIdle
+    return yield* Effect.flatMap(SessionLog, (log) => log.events)
+  })
+
+const shapeOf = (events: ReadonlyArray<SessionEvent>) => events.map(notation)
+const hookRuns = (events: ReadonlyArray<SessionEvent>) =>
+  events.filter((e) => e.type === "hook/run").map((e) => e.data as Record<string, any>)
+const userMessages = (events: ReadonlyArray<SessionEvent>) =>
+  events.filter((e) => e.type === "user/message").map((e) => (e as EventOf<"user/message">).data)
+const results = (events: ReadonlyArray<SessionEvent>) =>
+  events.filter((e) => e.type === "tool/result").map((e) => (e as EventOf<"tool/result">).data)
+const textOf = (content: ReadonlyArray<{ readonly type: string; readonly text?: string }>) =>
+  content.map((b) => b.text ?? "").join("\n")
+const clean = (events: ReadonlyArray<SessionEvent>) => expect(checkLog(events, { closed: true })).toEqual([])
+
+describe("HookBridge", () => {
+  describe("UserPromptSubmit (the pre-step of a boundary that claimed a prompt)", () => {
+    it.live("additionalContext enters as a hook message right after the prompt, in the same step", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./ctx.sh" }] }),
+        "ctx.sh": `#!/bin/sh\nP=$(jq -r .prompt)\njq -n --arg c "the prompt was: $P" '{hookSpecificOutput: {hookEventName: "UserPromptSubmit", additionalContext: $c}}'\n`
+      })
+      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
+        const events = yield* prompt("p1", "hello")
+        const messages = userMessages(events)
+        expect(messages.map((m) => m.id)[0]).toBe("p1")
+        expect(messages[1]!.source).toEqual({ kind: "hook", hook: "./ctx.sh", event: "UserPromptSubmit" })
+        expect(textOf(messages[1]!.content)).toBe("the prompt was: hello")
+        const shape = shapeOf(events).filter((s) => s !== "hook/run")
+        expect(shape.slice(0, 6)).toEqual(["INS(nt,0,[p1])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(p1)", `UM(${messages[1]!.id})`])
+        const requests = yield* Effect.flatMap(ScriptedModel, (s) => s.requests)
+        expect(requests[0]!.messages.map((m) => textOf(m.content as any))).toEqual(["hello", "the prompt was: hello"])
+        expect(hookRuns(events)).toEqual([
+          expect.objectContaining({ event: "UserPromptSubmit", hook: "./ctx.sh", exitCode: 0, messageId: "p1", additionalContext: "the prompt was: hello" })
+        ])
+        clean(events)
+      }))
+    })
+
+    it.live("exit code 2 rejects the step: the turn ends blocked with stderr as the reason, and no model call", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./deny.sh" }] }),
+        "deny.sh": "#!/bin/sh\ncat > /dev/null\necho 'prompts about rm -rf are refused' >&2\nexit 2\n"
+      })
+      return withBridge(dir, [], Effect.gen(function*() {
+        const events = yield* prompt("p1", "rm -rf /")
+        expect(shapeOf(events)).toEqual(["INS(nt,0,[p1])", "TS(1)", "CLM(nt,0,1)", "hook/run", "TE(1,blocked)"])
+        const end = events.find((e) => e.type === "turn/end") as EventOf<"turn/end">
+        expect(end.data.reason).toEqual({ kind: "blocked", message: "prompts about rm -rf are refused" })
+        expect(yield* Effect.flatMap(ScriptedModel, (s) => s.requests)).toEqual([])
+        clean(events)
+      }))
+    })
+
+    it.live("decision block (JSON) rejects with its reason; continue false rejects with stopReason", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./policy.sh" }] }),
+        "policy.sh": `#!/bin/sh\nP=$(jq -r .prompt)\ncase "$P" in\n  *secret*) echo '{"decision":"block","reason":"no secrets"}' ;;\n  *stop*) echo '{"continue":false,"stopReason":"stopped here"}' ;;\nesac\n`
+      })
+      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
+        yield* prompt("p1", "a secret")
+        yield* prompt("p2", "please stop")
+        const events = yield* prompt("p3", "fine")
+        const reasons = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+        expect(reasons).toEqual([
+          { kind: "blocked", message: "no secrets" },
+          { kind: "blocked", message: "stopped here" },
+          { kind: "completed" }
+        ])
+        clean(events)
+      }))
+    })
+
+    it.live("a message that is not a user prompt (injected context) runs no UserPromptSubmit hook", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./count.sh" }] }),
+        "count.sh": "#!/bin/sh\njq -r .prompt >> prompts.txt\n"
+      })
+      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
+        const driver = yield* Driver
+        yield* driver.inject(userMessage({ id: "c1", text: "context", source: { kind: "plugin", plugin: "test" } }))
+        const events = yield* prompt("p1", "hello")
+        expect(fs.readFileSync(path.join(dir, "prompts.txt"), "utf8")).toBe("hello\n")
+        expect(userMessages(events).map((m) => m.id)).toEqual(["c1", "p1"])
+      }))
+    })
+  })
+
+  describe("PreToolUse (tool pre-execute)", () => {
+    const callBash = (command: string, id = "c1") =>
+      ScriptedModel.response({ toolCalls: [{ id, name: "Bash", arguments: { command } }] })
+
+    it.live("permissionDecision deny makes the result DENIED with the reason; the body never runs", () => {
+      calls.length = 0
+      const dir = project({
+        ".tiller/settings.json": settings({ PreToolUse: [{ matcher: "Bash", command: "./guard.sh" }] }),
+        "guard.sh":
+          `#!/bin/sh\nC=$(jq -r .tool_input.command)\ncase "$C" in\n  rm*) echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"rm is not allowed"}}' ;;\nesac\n`
+      })
+      return withBridge(dir, [callBash("rm -rf x"), ScriptedModel.text("done")], Effect.gen(function*() {
+        const events = yield* prompt("p1", "clean up")
+        const [result] = results(events)
+        expect(result!.error).toEqual({ name: "ToolDeniedError", code: "DENIED" })
+        expect(textOf(result!.message.content[0].content)).toBe("Error: tool call denied: rm is not allowed")
+        expect(calls).toEqual([])
+        expect(hookRuns(events)).toEqual([
+          expect.objectContaining({ event: "PreToolUse", callId: "c1", tool: "Bash", permissionDecision: "deny", permissionDecisionReason: "rm is not allowed" })
+        ])
+        clean(events)
+      }))
+    })
+
+    it.live("exit code 2 denies with stderr; a matcher that does not match runs nothing", () => {
+      calls.length = 0
+      const dir = project({
+        ".tiller/settings.json": settings({
+          PreToolUse: [{ matcher: "Bash", command: "./block.sh" }, { matcher: "Write|Edit", command: "./never.sh" }]
+        }),
+        "block.sh": "#!/bin/sh\necho 'use rg instead of grep' >&2\nexit 2\n",
+        "never.sh": "#!/bin/sh\ntouch ran-never\n"
+      })
+      return withBridge(dir, [callBash("grep x"), ScriptedModel.text("done")], Effect.gen(function*() {
+        const events = yield* prompt("p1", "search")
+        expect(textOf(results(events)[0]!.message.content[0].content)).toBe("Error: tool call denied: use rg instead of grep")
+        expect(fs.existsSync(path.join(dir, "ran-never"))).toBe(false)
+        expect(calls).toEqual([])
+        clean(events)
+      }))
+    })
+
+    it.live("updatedInput replaces the arguments (the next hook sees them too); an invalid one is INVALID_ARGUMENTS", () => {
+      calls.length = 0
+      const dir = project({
+        ".tiller/settings.json": settings({ PreToolUse: [{ matcher: "Bash", command: "./rewrite.sh" }, { matcher: "Bash", command: "./see.sh" }] }),
+        "rewrite.sh": `#!/bin/sh\nC=$(jq -r .tool_input.command)\ncase "$C" in\n  bad*) echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{"command":42}}}' ;;\n  *) jq -n --arg c "$C --dry-run" '{hookSpecificOutput:{hookEventName:"PreToolUse",permissionDecision:"allow",updatedInput:{command:$c}}}' ;;\nesac\n`,
+        "see.sh": "#!/bin/sh\njq -r .tool_input.command >> seen.txt\n"
+      })
+      return withBridge(dir, [callBash("make", "c1"), callBash("bad", "c2"), ScriptedModel.text("done")], Effect.gen(function*() {
+        const events = yield* prompt("p1", "build")
+        expect(calls).toEqual([{ tool: "Bash", params: { command: "make --dry-run" } }])
+        const [first, second] = results(events)
+        expect(textOf(first!.message.content[0].content)).toBe("ran: make --dry-run")
+        expect(second!.error).toEqual({ name: "ToolArgumentsError", code: "INVALID_ARGUMENTS" })
+        expect(textOf(second!.message.content[0].content)).toContain("arguments replaced by a ToolPre listener")
+        expect(fs.readFileSync(path.join(dir, "seen.txt"), "utf8")).toBe("make --dry-run\n42\n")
+        expect(hookRuns(events).filter((r) => r.hook === "./rewrite.sh").map((r) => r.updatedInput)).toEqual([
+          { command: "make --dry-run" },
+          { command: 42 }
+        ])
+        clean(events)
+      }))
+    })
+
+    it.live("ask is a deny in a headless run, and the answer of `ask` when one is given", () => {
+      calls.length = 0
+      const dir = project({
+        ".tiller/settings.json": settings({ PreToolUse: [{ matcher: "Bash", command: "./ask.sh" }] }),
+        "ask.sh": `#!/bin/sh\necho '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"deploys need a human"}}'\n`
+      })
+      const script = [callBash("deploy"), ScriptedModel.text("done")]
+      return Effect.gen(function*() {
+        const headless = yield* withBridge(dir, script, prompt("p1", "ship"))
+        expect(textOf(results(headless)[0]!.message.content[0].content)).toBe(
+          "Error: tool call denied: deploys need a human (needs confirmation; denied in a headless run)"
+        )
+        expect(calls).toEqual([])
+        const questions: Array<unknown> = []
+        const asked = yield* withBridge(dir, script, prompt("p1", "ship"), {
+          ask: (q) => Effect.sync(() => (questions.push(q), true))
+        })
+        expect(questions).toEqual([{ hook: "./ask.sh", tool: "Bash", input: { command: "deploy" }, reason: "deploys need a human" }])
+        expect(textOf(results(asked)[0]!.message.content[0].content)).toBe("ran: deploy")
+        expect(hookRuns(asked).map((r) => r.ask).filter(Boolean)).toEqual(["allowed"])
+        clean(asked)
+      })
+    })
+  })
+
+  describe("PostToolUse (tool post-execute)", () => {
+    it.live("additionalContext enters after all results of the batch; a block's reason reaches the model with the result", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ PostToolUse: [{ matcher: "Bash", command: "./post.sh" }] }),
+        "post.sh": `#!/bin/sh\nI=$(cat)\nC=$(echo "$I" | jq -r .tool_input.command)\nR=$(echo "$I" | jq -r .tool_response.content)\ncase "$C" in\n  lint) echo '{"decision":"block","reason":"lint found 3 problems"}' ;;\n  *) jq -n --arg c "after $C: $R" '{hookSpecificOutput:{hookEventName:"PostToolUse",additionalContext:$c}}' ;;\nesac\n`
+      })
+      const script = [
+        ScriptedModel.response({
+          toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "build" } }, { id: "c2", name: "Bash", arguments: { command: "lint" } }]
+        }),
+        ScriptedModel.text("done")
+      ]
+      return withBridge(dir, script, Effect.gen(function*() {
+        const events = yield* prompt("p1", "check")
+        const shape = shapeOf(events).filter((s) => s !== "hook/run")
+        const context = userMessages(events)[1]!
+        expect(context.source).toEqual({ kind: "hook", hook: "./post.sh", event: "PostToolUse" })
+        expect(textOf(context.content)).toBe("after build: ran: build")
+        const at = shape.indexOf("TR(c2)")
+        expect(shape.slice(at, at + 5)).toEqual(["TR(c2)", "SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", `UM(${context.id})`])
+        expect(textOf(results(events)[1]!.message.content[0].content)).toBe("ran: lint\nPostToolUse hook feedback: lint found 3 problems")
+        clean(events)
+      }))
+    })
+  })
+
+  describe("Stop (turn-stopping)", () => {
+    it.live("a block continues the turn with the reason as a steer; stop_hook_active lets the next stop through", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ Stop: [{ command: "./stop.sh" }] }),
+        "stop.sh": `#!/bin/sh\nI=$(cat)\necho "$I" | jq -c '{stop_hook_active}' >> stops.txt\nif [ "$(echo "$I" | jq -r .stop_hook_active)" = "true" ]; then exit 0; fi\necho '{"decision":"block","reason":"run the tests first"}'\n`
+      })
+      return withBridge(dir, [ScriptedModel.text("first"), ScriptedModel.text("tests pass")], Effect.gen(function*() {
+        const events = yield* prompt("p1", "fix it")
+        const shape = shapeOf(events).filter((s) => s !== "hook/run")
+        const steer = userMessages(events)[1]!
+        expect(steer.source).toEqual({ kind: "hook", hook: "./stop.sh", event: "Stop" })
+        expect(textOf(steer.content)).toBe("run the tests first")
+        const at = shape.indexOf(`UM(${steer.id})`)
+        expect(shape.slice(at - 4, at + 1)).toEqual(["SE(1,1)", `INS(ns,0,[${steer.id}])`, "CLM(ns,0,1)", "SS(1,2)", `UM(${steer.id})`])
+        expect(shape[shape.length - 1]).toBe("TE(1,completed)")
+        expect(fs.readFileSync(path.join(dir, "stops.txt"), "utf8")).toBe("{\"stop_hook_active\":false}\n{\"stop_hook_active\":true}\n")
+        clean(events)
+      }))
+    })
+  })
+
+  describe("SessionStart", () => {
+    it.live("startup context is injected and waits for the next waking input; a resume runs with source resume", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ SessionStart: [{ command: "./start.sh" }] }),
+        "start.sh": "#!/bin/sh\njq -r '\"source: \" + .source'\n"
+      })
+      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
+        const log = yield* SessionLog
+        const before = yield* log.events
+        expect(shapeOf(before).slice(-1)[0]).toMatch(/^INS\(ns,0,\[/)
+        expect(before.some((e) => e.type === "turn/start")).toBe(false)
+        const events = yield* prompt("p1", "hi")
+        const messages = userMessages(events)
+        expect(messages.map((m) => textOf(m.content))).toEqual(["source: startup", "hi"])
+        expect(messages[0]!.source).toEqual({ kind: "hook", hook: "./start.sh", event: "SessionStart" })
+        clean(events)
+      }))
+    })
+  })
+
+  describe("errors are reported and never block", () => {
+    it.live("exit code 1, malformed JSON and a timeout are recorded as HookCommandError; the action goes on; the timed-out process is killed", () => {
+      calls.length = 0
+      const dir = project({
+        ".tiller/settings.json": settings({
+          PreToolUse: [
+            { matcher: "Bash", command: "./fail.sh" },
+            { matcher: "Bash", command: "./garbled.sh" },
+            { matcher: "Bash", command: "./slow.sh", timeout: 0.5 }
+          ]
+        }),
+        "fail.sh": "#!/bin/sh\necho 'something broke' >&2\nexit 1\n",
+        "garbled.sh": "#!/bin/sh\necho '{\"decision\": '\n",
+        "slow.sh": "#!/bin/sh\nsleep 30 &\necho $! > child.pid\nwait\n"
+      })
+      return withBridge(dir, [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }), ScriptedModel.text("ok")], Effect.gen(function*() {
+        const events = yield* prompt("p1", "list")
+        expect(calls).toEqual([{ tool: "Bash", params: { command: "ls" } }])
+        const errors = hookRuns(events).map((r) => r.error)
+        expect(errors.map((e) => e.code)).toEqual(["EXIT_CODE", "MALFORMED_OUTPUT", "TIMEOUT"])
+        expect(errors[0].message).toBe("PreToolUse hook \"./fail.sh\": exited with code 1: something broke")
+        const pid = Number(fs.readFileSync(path.join(dir, "child.pid"), "utf8"))
+        // Gone, or a zombie left for init to reap: either way no longer running.
+        const state = () => {
+          try {
+            return fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]![0]
+          } catch {
+            return "gone"
+          }
+        }
+        yield* Effect.sleep("100 millis")
+        expect(["gone", "Z"]).toContain(state())
+        clean(events)
+      }))
+    })
+
+    it.live("output beyond the limit fails the run (OUTPUT_TOO_LARGE), the process killed", () =>
+      Effect.gen(function*() {
+        const result = yield* Effect.either(runCommand({
+          command: "yes hello",
+          cwd: os.tmpdir(),
+          env: scrubbedEnvironment(process.env, {}),
+          stdin: "{}",
+          timeout: Duration.seconds(10),
+          maxOutputBytes: 64 * 1024
+        }))
+        expect(Either.isLeft(result) && result.left.code).toBe("OUTPUT_TOO_LARGE")
+      }))
+
+    it("the environment of a hook has no provider keys or credentials, and names the project", () => {
+      const env = scrubbedEnvironment(
+        { PATH: "/bin", ANTHROPIC_API_KEY: "k", OPENAI_API_KEY: "k", TILLER_API_KEY: "k", GITHUB_TOKEN: "t", DB_PASSWORD: "p", HOME: "/h" },
+        { CLAUDE_PROJECT_DIR: "/p" }
+      )
+      expect(env).toEqual({ PATH: "/bin", HOME: "/h", CLAUDE_PROJECT_DIR: "/p" })
+    })
+
+    it("protocol: exit 0 JSON fields, exit 2, other codes, plain stdout as context only where Claude Code reads it", () => {
+      const result = (exitCode: number, stdout: string, stderr = "") => ({ exitCode, stdout, stderr, durationMs: 1 })
+      expect(readAnswer("PreToolUse", result(0, `{"decision":"approve","reason":"docs"}`))).toEqual(
+        Either.right({ permission: "allow", permissionReason: "docs" })
+      )
+      expect(readAnswer("Stop", result(2, "", "not yet\n"))).toEqual(Either.right({ block: "not yet" }))
+      expect(readAnswer("Stop", result(3, "", "oops"))).toEqual(Either.left({ code: "EXIT_CODE", detail: "exited with code 3: oops" }))
+      expect(readAnswer("UserPromptSubmit", result(0, "plain text\n"))).toEqual(Either.right({ additionalContext: "plain text" }))
+      expect(readAnswer("PostToolUse", result(0, "plain text\n"))).toEqual(Either.right({}))
+      expect(readAnswer("PostToolUse", result(0, `{"continue":false,"stopReason":"halt","systemMessage":"hi"}`))).toEqual(
+        Either.right({ stop: "halt", systemMessage: "hi" })
+      )
+      expect(Either.isLeft(readAnswer("PreToolUse", result(0, `{"hookSpecificOutput":{"permissionDecision":"maybe"}}`)))).toBe(true)
+    })
+  })
+
+  describe("settings", () => {
+    it("the Claude Code shape: matchers as anchored expressions, * and empty match all, other hook types skipped", () => {
+      const parsed = parseSettings({
+        hooks: {
+          PreToolUse: [
+            { matcher: "Edit|Write", hooks: [{ type: "command", command: "a", timeout: 5 }, { type: "prompt", prompt: "x" }] },
+            { matcher: "*", hooks: [{ type: "command", command: "b" }] },
+            { hooks: [{ type: "command", command: "a" }] }
+          ],
+          Notification: [{ hooks: [{ type: "command", command: "n" }] }]
+        }
+      }, "s.json")
+      expect(commandsFor(parsed, "PreToolUse", "Write").map((h) => h.command)).toEqual(["a", "b"])
+      expect(commandsFor(parsed, "PreToolUse", "MultiEdit").map((h) => h.command)).toEqual(["b", "a"])
+      expect(commandsFor(parsed, "PreToolUse", "Write")[0]!.timeout).toBe(5)
+    })
+
+    it.effect("a malformed settings file is a HookConfigError naming the file; a missing one has no hooks", () =>
+      Effect.gen(function*() {
+        const dir = project({ ".claude/settings.json": "{ hooks: " })
+        const error = yield* Effect.flip(HookBridge.load({ cwd: dir, claudeSettings: true, home: dir }))
+        expect(error).toBeInstanceOf(HookConfigError)
+        expect(error.message).toContain(path.join(dir, ".claude", "settings.json"))
+        expect(error.message).toContain("is not valid JSON")
+        const none = yield* HookBridge.load({ cwd: project({}) })
+        expect(none.PreToolUse).toEqual([])
+        const badMatcher = yield* Effect.flip(HookBridge.load({ noFiles: true, settings: [{ hooks: { PreToolUse: [{ matcher: "(", hooks: [] }] } }] }))
+        expect(badMatcher.reason).toContain("is not a regular expression")
+        expect(new HookCommandError({ event: "Stop", command: "x", code: "TIMEOUT", detail: "d" }).message).toBe("Stop hook \"x\": d")
+      }))
+  })
+
+  describe("the transcript", () => {
+    it.live("transcript_path names a Claude-Code-shaped JSONL transcript of the session, current when the hook runs", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ Stop: [{ command: "./read.sh" }] }),
+        "read.sh": "#!/bin/sh\nT=$(jq -r .transcript_path)\ncp \"$T\" transcript-copy.jsonl\n"
+      })
+      return withBridge(dir, [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }), ScriptedModel.text("all done")], Effect.gen(function*() {
+        yield* prompt("p1", "list files")
+        const lines = fs.readFileSync(path.join(dir, "transcript-copy.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l))
+        expect(lines.map((l) => [l.type, l.message.role])).toEqual([["user", "user"], ["assistant", "assistant"], ["user", "user"], ["assistant", "assistant"]])
+        expect(lines[0].message.content).toBe("list files")
+        expect(lines[0].sessionId).toBe("s")
+        expect(lines[1].message.content).toEqual([{ type: "tool_use", id: "c1", name: "Bash", input: { command: "ls" } }])
+        expect(lines[2].message.content).toEqual([{ type: "tool_result", tool_use_id: "c1", is_error: false, content: "ran: ls" }])
+        expect(lines[3].message.content).toEqual([{ type: "text", text: "all done" }])
+        expect(lines[1].parentUuid).toBe(lines[0].uuid)
+        expect(fs.existsSync(path.join(dir, ".tiller", "transcripts", "s.jsonl"))).toBe(true)
+      }))
+    })
+  })
+
+  describe("published-style Claude Code hook scripts, run unchanged from .claude/settings.json", () => {
+    const fixtures = path.join(__dirname, "fixtures", "claude-hooks")
+    const claudeProject = () => {
+      const files: Record<string, string> = { ".claude/settings.json": fs.readFileSync(path.join(fixtures, "settings.json"), "utf8") }
+      for (const name of fs.readdirSync(fixtures)) {
+        if (name !== "settings.json") files[`.claude/hooks/${name}`] = fs.readFileSync(path.join(fixtures, name), "utf8")
+      }
+      return project(files)
+    }
+
+    it.live("each decision of the fixture's scripts is found in the log", () => {
+      calls.length = 0
+      const dir = claudeProject()
+      const script = [
+        ScriptedModel.response({
+          toolCalls: [
+            { id: "c1", name: "Bash", arguments: { command: "grep -r TODO src" } },
+            { id: "c2", name: "Read", arguments: { file_path: ".env" } },
+            { id: "c3", name: "Read", arguments: { file_path: "README.md" } },
+            { id: "c4", name: "Bash", arguments: { command: "rg TODO src", description: "search" } }
+          ]
+        }),
+        ScriptedModel.text("first answer"),
+        ScriptedModel.text("tests ran")
+      ]
+      return withBridge(dir, script, Effect.gen(function*() {
+        yield* prompt("p1", "find the TODOs")
+        const events = yield* prompt("p2", "my password: hunter2")
+        const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+        expect(ends[0]).toEqual({ kind: "completed" })
+        expect(ends[1]).toEqual({
+          kind: "blocked",
+          message: "Security policy violation: Prompt contains potential secrets. Please rephrase your request without sensitive information."
+        })
+        const messages = userMessages(events)
+        // SessionStart context (pending since startup), the prompt, UserPromptSubmit's plain stdout.
+        expect(messages.slice(0, 3).map((m) => [m.source.kind, (m.source as any).event ?? ""])).toEqual([
+          ["hook", "SessionStart"],
+          ["user", ""],
+          ["hook", "UserPromptSubmit"]
+        ])
+        expect(textOf(messages[0]!.content)).toBe("Project notes: the main branch is protected; open a pull request.")
+        expect(textOf(messages[2]!.content)).toMatch(/^Current time: \d{4}-/)
+        const texts = results(events).map((r) => textOf(r.message.content[0].content))
+        expect(texts).toEqual([
+          "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
+          "Error: tool call denied: Access to .env is not allowed: it may hold secrets",
+          "contents of README.md",
+          "ran: rg TODO src"
+        ])
+        expect(calls.map((c) => c.params)).toEqual([{ file_path: "README.md" }, { command: "rg TODO src", description: "search" }])
+        expect(hookRuns(events).filter((r) => r.permissionDecision === "allow")).toEqual([
+          expect.objectContaining({ callId: "c3", permissionDecisionReason: "Documentation file auto-approved" })
+        ])
+        expect(fs.readFileSync(path.join(dir, ".claude", "bash-command-log.txt"), "utf8")).toBe("rg TODO src - search\n")
+        // PostToolUse context after the batch, then the Stop hook's steer continues the turn once.
+        const later = messages.slice(3)
+        expect(later.map((m) => [(m.source as any).event, textOf(m.content)])).toEqual([
+          ["PostToolUse", "Check the command output for errors before going on."],
+          ["Stop", "Run the tests before you stop."]
+        ])
+        clean(events)
+      }), { claudeSettings: true, home: dir })
+    })
+  })
+})

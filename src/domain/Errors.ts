@@ -292,8 +292,9 @@ const describe = (cause: unknown): string =>
 
 /**
  * The model's context window overflowed and compaction could not make the request fit: a second
- * overflow in the same step after pruning, nothing left to prune, or automatic compaction stopped
- * by its circuit breaker. Ends the turn `error` with code `CONTEXT_OVERFLOW` (issue 28).
+ * overflow in the same step after compacting, nothing left to compact, automatic compaction stopped
+ * by its circuit breaker, or a pre-compaction hook vetoed it (`veto`: its reason). Ends the turn
+ * `error` with code `CONTEXT_OVERFLOW` (issue 28).
  *
  * @since 0.1.0
  * @category errors
@@ -303,8 +304,9 @@ export class ContextOverflow extends Schema.TaggedError<ContextOverflow>("tiller
   step: Schema.Number,
   used: Schema.Number,
   window: Schema.Number,
-  reason: Schema.Literal("repeated", "nothing-to-prune", "breaker-open"),
-  providerMessage: Schema.String
+  reason: Schema.Literal("repeated", "nothing-to-compact", "breaker-open", "vetoed"),
+  providerMessage: Schema.String,
+  veto: Schema.optional(Schema.String)
 }) {
   /** The failure code the turn ends with. */
   get code(): string {
@@ -312,9 +314,11 @@ export class ContextOverflow extends Schema.TaggedError<ContextOverflow>("tiller
   }
   override get message(): string {
     const why = this.reason === "repeated"
-      ? "the request overflowed again after pruning old tool results"
-      : this.reason === "nothing-to-prune"
-      ? "there are no old tool results left to prune"
+      ? "the request overflowed again after compacting the conversation"
+      : this.reason === "nothing-to-compact"
+      ? "there is nothing left to compact (no old tool results to prune, nothing to summarise)"
+      : this.reason === "vetoed"
+      ? `a pre-compaction hook vetoed compaction (${this.veto ?? "no reason given"})`
       : "automatic compaction stopped after repeated failures"
     return `the conversation no longer fits the model's context window (about ${this.used} of ${this.window} tokens in use): ${why}. ` +
       `Start a new session or fork this one at an earlier point, or use a model with a larger window ` +

@@ -8,6 +8,7 @@
  */
 import { Layer, Stream } from "effect"
 import type { Message, StreamChunk, ToolSchema } from "../domain/Values.js"
+import { SUMMARY_REQUEST_SOURCE_KIND } from "../internal/compaction/Summary.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
 
@@ -48,6 +49,28 @@ const toolRequest = (
   return { name, arguments: first === undefined || rest === "" ? "{}" : JSON.stringify({ [first]: rest }) }
 }
 
+// A compaction's summary request: a short structured summary of the transcript's user lines and tools.
+const summaryOf = (request: string): string => {
+  const users = Array.from(request.matchAll(/^\[user\] (.*)$/gm), (m) => m[1]!.slice(0, 80))
+  const tools = Array.from(new Set(Array.from(request.matchAll(/^\[calls ([\w.-]+)/gm), (m) => m[1]!)))
+  const focus = /^Focus on: (.*)$/m.exec(request)?.[1]
+  return [
+    `Goal: ${users[0] ?? "not stated"}`,
+    `Decisions: none recorded (the demo model writes no real summary)`,
+    `State of the work: ${users.length} user message${users.length === 1 ? "" : "s"} summarised${request.includes("<previous-summary>") ? ", previous summary updated" : ""}`,
+    `Files and tools touched: ${tools.length === 0 ? "none" : tools.join(", ")}`,
+    `Open questions: none${focus === undefined ? "" : ` (focus: ${focus})`}`
+  ].join("\n")
+}
+
+const answer = (text: string): ReadonlyArray<StreamChunk> => [
+  { type: "block-start", index: 0, block: "text" },
+  { type: "text-delta", index: 0, text },
+  { type: "block-end", index: 0 },
+  { type: "usage", usage: { inputTokens: 0, outputTokens: Math.ceil(text.length / 4) } },
+  { type: "finish", finish: { kind: "stop" } }
+]
+
 /**
  * The demo model's chunks for one request.
  *
@@ -55,6 +78,8 @@ const toolRequest = (
  * @category constructors
  */
 export const respond = (request: ModelRequest): ReadonlyArray<StreamChunk> => {
+  const last = request.messages[request.messages.length - 1]
+  if (last?.source.kind === SUMMARY_REQUEST_SOURCE_KIND) return answer(summaryOf(textOf(last)))
   const entered = enteredThisStep(request.messages)
   const newest = entered[entered.length - 1]
   if (newest !== undefined && newest.role === "user" && newest.source.kind !== "tool") {

@@ -1,41 +1,104 @@
 /**
  * Compaction: context management for long sessions (issue 28). It knows the model's context
  * window and how much of it the session uses (`contextUsage`), caps oversized tool results at the
- * loop boundary, and prunes old tool results from the surface without a model call when a trigger
- * fires: `threshold` (a pre-step listener), `overflow` (a request-error listener that prunes and
- * retries once) or `manual` (a maintenance task). Every prune is a `compaction/*` bracket with
- * `kind: "prune"` and its `trigger` around single-node `tool/result` replacements (SPEC 6.7):
- * lossless, since the shadowed results stay in the log.
+ * loop boundary, and compacts the surface when a trigger fires: `threshold` (a pre-step listener),
+ * `overflow` (a request-error listener that compacts and retries once) or `manual` (a maintenance
+ * task, optionally with a focus for the summary).
+ *
+ * Two kinds, each a `compaction/*` bracket recording its `kind` and `trigger` (SPEC 6.7), lossless
+ * since the shadowed events stay in the log:
+ * - `prune`: old tool results replaced by a placeholder (single-node `tool/result` replacements),
+ *   without a model call;
+ * - `summary`: a range of the surface replaced by one `user/message` with source
+ *   `{kind: "compaction", ...}` holding a structured summary written by the session's model (or a
+ *   configured one); a later summary updates the previous one. A recent tail is kept by tokens, a
+ *   tool call is never separated from its result, pinned instructions are never replaced.
+ *
+ * Choice: an automatic trigger prunes first and summarises only when pruning did not bring the
+ * context under the threshold (overflow: also when there was nothing to prune); a manual compaction
+ * summarises, and prunes only when there is nothing to summarise (or summaries are off).
  *
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer, Option, STM, TRef } from "effect"
 import type { Scope } from "effect"
-import type { AgentBusy, AgentDisposed, DuplicateMessage, InvalidEvent, MaintenanceAborted, PersistenceError } from "../domain/Errors.js"
-import { ContextOverflow } from "../domain/Errors.js"
+import type {
+  AgentBusy,
+  AgentDisposed,
+  DuplicateMessage,
+  InvalidEvent,
+  MaintenanceAborted,
+  PersistenceError
+} from "../domain/Errors.js"
+import { ContextOverflow, ModelError } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
+import { newUserMessage } from "../domain/Message.js"
 import type { LlmFailure, UserMessage } from "../domain/Values.js"
 import type { ContextUsage } from "../internal/compaction/Budget.js"
 import { advance, contextWindowOf, emptyBudget, tokensOfMessage, usageOf } from "../internal/compaction/Budget.js"
 import type { LogView, PruneRules } from "../internal/compaction/Prune.js"
 import { planPrune } from "../internal/compaction/Prune.js"
+import type { SummaryRange } from "../internal/compaction/Summary.js"
+import {
+  collectSummary,
+  DEFAULT_PINNED_SOURCES,
+  openStepStartOf,
+  planSummary,
+  SUMMARY_REQUEST_SOURCE_KIND,
+  SUMMARY_SOURCE_KIND,
+  SUMMARY_SYSTEM,
+  summaryInstruction,
+  summaryText,
+  transcriptOf
+} from "../internal/compaction/Summary.js"
 import { capToolOutput, DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
 import * as GrowOnly from "../domain/GrowOnly.js"
+import * as WaterfallRegistry from "../internal/loop/Waterfall.js"
 import { SessionState } from "../internal/state/SessionState.js"
+import type {
+  CompactionReport,
+  CompactionTrigger,
+  PostCompactContext,
+  PostCompactInput,
+  PreCompactInput
+} from "./CompactionHooks.js"
+import { COMPACTION_CONTEXT_SOURCE_KIND, PreCompactDecision } from "./CompactionHooks.js"
 import { Driver } from "./Driver.js"
+import type { Waterfall } from "./Hooks.js"
 import { Hooks, RequestErrorAction } from "./Hooks.js"
+import { Model } from "./Model.js"
 import { PreStep } from "./PreStep.js"
 import { SessionLog } from "./SessionLog.js"
 
 export type { ContextUsage } from "../internal/compaction/Budget.js"
+export type {
+  CompactionKind,
+  CompactionReport,
+  CompactionTrigger,
+  PostCompactContext,
+  PostCompactInput,
+  PreCompactInput
+} from "./CompactionHooks.js"
+export { COMPACTION_CONTEXT_SOURCE_KIND, PreCompactDecision } from "./CompactionHooks.js"
 
 /**
- * What started a compaction; recorded in its bracket.
+ * Options of summarising compaction.
  *
  * @since 0.1.0
  * @category models
  */
-export type CompactionTrigger = "threshold" | "overflow" | "manual"
+export interface SummaryOptions {
+  /** A model for summaries instead of the session's (e.g. a cheaper one): its service and the names its requests carry. */
+  readonly model?: { readonly service: Context.Tag.Service<Model>; readonly provider: string; readonly model: string }
+  /** Tokens of the newest history that a summary never replaces (default min(20,000, window / 4)). */
+  readonly keepRecentTokens?: number
+  /** `user/message` source kinds never replaced by a summary (default `["system", "instructions"]`). */
+  readonly pinnedSources?: ReadonlyArray<string>
+  /** The most tokens a summary may take (default min(8,000, window / 8)). */
+  readonly maxTokens?: number
+  /** How long a summary request may take (default 5 minutes). */
+  readonly timeout?: Duration.DurationInput
+}
 
 /**
  * Options of compaction. Token figures default to fractions of the window, capped.
@@ -52,7 +115,7 @@ export interface CompactionOptions {
   readonly maxToolResultChars?: number
   /** Per-tool caps by tool name, overriding `maxToolResultChars` (`Infinity`: no cap). */
   readonly toolResultLimits?: Readonly<Record<string, number>>
-  /** The fraction of the window at which a pre-step prunes (default 0.8). */
+  /** The fraction of the window at which a pre-step compacts (default 0.8). */
   readonly threshold?: number
   /** Tokens of the most recent tool results that are never pruned (default min(40,000, window / 4)). */
   readonly protectRecentTokens?: number
@@ -64,24 +127,23 @@ export interface CompactionOptions {
   readonly maxConsecutiveFailures?: number
   /** Whether the model has `read_history`: placeholders and cut notes then say how to read back (set by `Agent.layer`'s `readHistory`). */
   readonly readHistory?: boolean
+  /** Summarising compaction (on by default, with the session's model); `false`: prune only. */
+  readonly summary?: false | SummaryOptions
 }
 
 /**
- * What one compaction did.
+ * Options of a manual compaction.
  *
  * @since 0.1.0
  * @category models
  */
-export interface CompactionReport {
-  readonly trigger: CompactionTrigger
-  /** The tool results replaced by a placeholder (0: nothing worth pruning, nothing written). */
-  readonly pruned: number
-  readonly tokensBefore: number
-  readonly tokensAfter: number
+export interface CompactOptions {
+  /** What the summary should keep in view (e.g. "the failing migration test"). */
+  readonly focus?: string
 }
 
 /**
- * Failures of a manual compaction.
+ * Failures of a manual compaction (`ModelError`: the summary request failed or timed out).
  *
  * @since 0.1.0
  * @category models
@@ -93,9 +155,10 @@ export type CompactError =
   | AgentDisposed
   | InvalidEvent
   | DuplicateMessage
+  | ModelError
 
 /**
- * Context management of one agent: its budget, and manual compaction.
+ * Context management of one agent: its budget, manual compaction and the compaction hooks.
  *
  * @since 0.1.0
  * @category tags
@@ -103,8 +166,16 @@ export type CompactError =
 export class Compaction extends Context.Tag("tiller/Compaction")<Compaction, {
   /** The context in use now: tokens used, the window, and their fraction. */
   readonly contextUsage: Effect.Effect<ContextUsage>
-  /** Prunes old tool results now, as a maintenance task between turns (trigger `manual`). */
+  /** Compacts now, as a maintenance task between turns (trigger `manual`): `compactWith({})`. */
   readonly compact: Effect.Effect<CompactionReport, CompactError>
+  /** Compacts now as a maintenance task between turns (trigger `manual`); the focus steers the summary. */
+  readonly compactWith: (options: CompactOptions) => Effect.Effect<CompactionReport, CompactError>
+  /** The manual compaction itself, for a caller's own `Driver.runMaintenance` (it needs the maintenance phase). */
+  readonly task: (options?: CompactOptions) => Effect.Effect<CompactionReport, Exclude<CompactError, AgentBusy | MaintenanceAborted>>
+  /** Registers a pre-compaction listener: it may veto the compaction or add instructions for the summary. */
+  readonly onPreCompact: Waterfall<PreCompactInput, PreCompactDecision>
+  /** Registers a post-compaction listener: it may add context for the model (texts of one message). */
+  readonly onPostCompact: Waterfall<PostCompactInput, PostCompactContext>
 }>() {
   /**
    * Compaction over an agent's services: registers its tool-result cap, its threshold pre-step
@@ -114,7 +185,7 @@ export class Compaction extends Context.Tag("tiller/Compaction")<Compaction, {
    */
   static readonly layer = (
     options: CompactionOptions = {}
-  ): Layer.Layer<Compaction, never, SessionLog | PreStep | Hooks | Driver> => Layer.scoped(Compaction, make(options))
+  ): Layer.Layer<Compaction, never, SessionLog | PreStep | Hooks | Driver | Model> => Layer.scoped(Compaction, make(options))
 }
 
 /**
@@ -131,6 +202,16 @@ interface Snapshot extends LogView {
   readonly length: number
 }
 
+// What one compaction did, and the context its post-compaction hooks added.
+interface Outcome {
+  readonly report: CompactionReport
+  readonly wrote: boolean
+  readonly failed: boolean
+  readonly context: ReadonlyArray<string>
+}
+
+const sortedUnique = (seqs: ReadonlyArray<number>) => Array.from(new Set(seqs)).sort((a, b) => a - b)
+
 /**
  * Builds the service and registers its listeners in the current scope.
  *
@@ -139,15 +220,18 @@ interface Snapshot extends LogView {
  */
 export const make = (
   options: CompactionOptions = {}
-): Effect.Effect<Context.Tag.Service<Compaction>, never, SessionLog | PreStep | Hooks | Driver | Scope.Scope> =>
+): Effect.Effect<Context.Tag.Service<Compaction>, never, SessionLog | PreStep | Hooks | Driver | Model | Scope.Scope> =>
   Effect.gen(function*() {
     const log = yield* SessionLog
     const preStep = yield* PreStep
     const hooks = yield* Hooks
     const driver = yield* Driver
+    const sessionModel = yield* Model
     const state = yield* Effect.serviceOption(SessionState)
+    const preCompact = yield* WaterfallRegistry.make<PreCompactInput, PreCompactDecision, unknown>()
+    const postCompact = yield* WaterfallRegistry.make<PostCompactInput, PostCompactContext, unknown>()
 
-    // The log as the plan reads it: the session state's own vectors when this runs inside an agent
+    // The log as the plans read it: the session state's own vectors when this runs inside an agent
     // (no copy), else the public snapshots.
     const snapshot: Effect.Effect<Snapshot> = Option.isSome(state)
       ? Effect.map(STM.commit(TRef.get(state.value.log)), ({ events, fold }) => ({
@@ -187,50 +271,208 @@ export const make = (
       }
     }
 
+    const summary = options.summary === false ? undefined : options.summary ?? {}
+    const pinnedSources = new Set(summary?.pinnedSources ?? DEFAULT_PINNED_SOURCES)
+    const planSummaryOf = (view: Snapshot, window: number): SummaryRange | undefined =>
+      summary === undefined ? undefined : planSummary(view, {
+        keepRecentTokens: summary.keepRecentTokens ?? Math.min(20_000, Math.floor(window / 4)),
+        pinnedSources,
+        openStepStart: openStepStartOf(view.length, view.eventAt)
+      })
+
+    // An interrupted or failed bracket is closed with an error (SPEC 6.7).
+    const closeOnFailure = <A, E, R>(body: Effect.Effect<A, E, R>, bracket: object) =>
+      Effect.onExit(body, (exit) =>
+        exit._tag === "Success"
+          ? Effect.void
+          : Effect.ignore(log.append({ type: "compaction/end", data: { ...bracket, error: { message: "compaction did not complete" } } })))
+
     // One prune: plan, then ⟨compaction/start⟩ TR~… ⟨compaction/end⟩, each through SessionLog.append.
-    // An interrupted or failed prune closes its bracket with an error (SPEC 6.7).
     const prune = (trigger: CompactionTrigger, turn: number | null) =>
       Effect.gen(function*() {
         const view = yield* snapshot
         const before = refresh(view)
         const plan = planPrune(view, rules(before.window, trigger))
-        const report = (pruned: number, tokensAfter: number): CompactionReport => ({
-          trigger,
-          pruned,
-          tokensBefore: before.used,
-          tokensAfter
-        })
-        if (plan.results.length === 0) return report(0, before.used)
+        if (plan.results.length === 0) return 0
         const bracket = { turn, kind: "prune", trigger }
         const start = yield* log.append({ type: "compaction/start", data: { ...bracket, tokensBefore: before.used } })
-        const body = Effect.gen(function*() {
-          const seqs: Array<number> = []
-          for (const result of plan.results) {
-            const replaced = yield* log.append({
-              type: "tool/result",
-              data: result.data,
-              surfaceOp: { op: "replace", start: result.seq, end: result.seq },
-              sourceEventSeqs: [result.seq, start.seq]
+        return yield* closeOnFailure(
+          Effect.gen(function*() {
+            for (const result of plan.results) {
+              yield* log.append({
+                type: "tool/result",
+                data: result.data,
+                surfaceOp: { op: "replace", start: result.seq, end: result.seq },
+                sourceEventSeqs: [result.seq, start.seq]
+              })
+            }
+            const after = yield* contextUsage
+            yield* log.append({
+              type: "compaction/end",
+              data: { ...bracket, pruned: plan.results.map((r) => r.seq), tokensBefore: before.used, tokensAfter: after.used }
             })
-            seqs.push(replaced.seq)
-          }
-          const after = yield* contextUsage
-          yield* log.append({
-            type: "compaction/end",
-            data: { ...bracket, pruned: plan.results.map((r) => r.seq), tokensBefore: before.used, tokensAfter: after.used }
-          })
-          return report(plan.results.length, after.used)
-        })
-        return yield* Effect.onExit(body, (exit) =>
-          exit._tag === "Success"
-            ? Effect.void
-            : Effect.ignore(log.append({ type: "compaction/end", data: { ...bracket, error: { message: "compaction did not complete" } } })))
+            return plan.results.length
+          }),
+          bracket
+        )
       })
+
+    // One summary: ⟨compaction/start⟩ (the model writes the summary) ⟨compaction/summary⟩ UM~(S) ⟨compaction/end⟩.
+    const summarise = (
+      trigger: CompactionTrigger,
+      position: { readonly turn: number | null; readonly step: number },
+      focus: string | undefined,
+      instructions: ReadonlyArray<string>
+    ) =>
+      Effect.gen(function*() {
+        const view = yield* snapshot
+        const before = refresh(view)
+        const range = planSummaryOf(view, before.window)
+        if (range === undefined || summary === undefined) return undefined
+        const { turn } = position
+        const bracket = { turn, kind: "summary", trigger }
+        const replaced = { start: range.start, end: range.end, nodes: range.seqs.length }
+        const start = yield* log.append({
+          type: "compaction/start",
+          data: { ...bracket, tokensBefore: before.used, range: replaced, ...(focus === undefined ? {} : { focus }) }
+        })
+        return yield* closeOnFailure(
+          Effect.gen(function*() {
+            const maxTokens = summary.maxTokens ?? Math.max(256, Math.min(8_000, Math.floor(before.window / 8)))
+            const names = summary.model ?? {
+              provider: budget.header?.provider ?? "unknown",
+              model: budget.header?.model ?? options.model ?? "unknown"
+            }
+            const transcript = transcriptOf(view, range, Math.max(4_000, Math.floor((before.window - maxTokens) * 4 * 0.8)))
+            const request = yield* newUserMessage({
+              content: [
+                { type: "text", text: transcript },
+                { type: "text", text: summaryInstruction(range.previous !== undefined, focus, instructions) }
+              ],
+              source: { kind: SUMMARY_REQUEST_SOURCE_KIND, trigger }
+            })
+            const timeout = Duration.decode(summary.timeout ?? "5 minutes")
+            const text = yield* collectSummary((summary.model?.service ?? sessionModel).stream({
+              sessionId: log.sessionId,
+              turn: turn ?? 0,
+              step: position.step,
+              attempt: 1,
+              provider: names.provider,
+              model: names.model,
+              system: SUMMARY_SYSTEM,
+              maxTokens,
+              tools: [],
+              messages: [request]
+            })).pipe(Effect.timeoutFail({
+              duration: timeout,
+              onTimeout: () =>
+                new ModelError({
+                  failure: { message: `the summary request took longer than ${Duration.format(timeout)}`, code: "TIMEOUT" }
+                })
+            }))
+            const written = yield* log.append({
+              type: "compaction/summary",
+              data: {
+                ...bracket,
+                provider: names.provider,
+                model: names.model,
+                characters: text.length,
+                updates: range.previous?.seq ?? null
+              }
+            })
+            const message = yield* newUserMessage({
+              text: summaryText(range, text, recall),
+              source: { kind: SUMMARY_SOURCE_KIND, trigger, start: range.start, end: range.end }
+            })
+            yield* log.append({
+              type: "user/message",
+              data: message,
+              surfaceOp: { op: "replace", start: range.start, end: range.end },
+              sourceEventSeqs: sortedUnique([...range.seqs, start.seq, written.seq])
+            })
+            const after = yield* contextUsage
+            yield* log.append({
+              type: "compaction/end",
+              data: { ...bracket, replaced, tokensBefore: before.used, tokensAfter: after.used }
+            })
+            return replaced
+          }),
+          bracket
+        )
+      })
+
+    // The pre-compaction hooks' decision; a listener's failure is a defect.
+    const askPre = (input: PreCompactInput) =>
+      Effect.orDie(preCompact.run(input, () => Effect.succeed(PreCompactDecision.proceed())))
+    // The post-compaction hooks' context; a listener's failure is a defect.
+    const askPost = (input: PostCompactInput) =>
+      Effect.orDie(postCompact.run(input, () => Effect.succeed<PostCompactContext>([])))
+
+    // One compaction of any trigger: ask the pre-compaction hooks, prune and/or summarise, ask the
+    // post-compaction hooks. `extra`: tokens about to enter (the proposed step's batch).
+    const compactOnce = (
+      trigger: CompactionTrigger,
+      position: { readonly turn: number | null; readonly step: number },
+      extra: number,
+      focus: string | undefined
+    ) =>
+      Effect.gen(function*() {
+        const view = yield* snapshot
+        const before = refresh(view)
+        const nothing = (vetoed?: string): Outcome => ({
+          report: { trigger, pruned: 0, tokensBefore: before.used, tokensAfter: before.used, ...(vetoed === undefined ? {} : { vetoed }) },
+          wrote: false,
+          failed: false,
+          context: []
+        })
+        const canPrune = planPrune(view, rules(before.window, trigger)).results.length > 0
+        const canSummarise = planSummaryOf(view, before.window) !== undefined
+        if (!canPrune && !canSummarise) return nothing()
+        const decision = yield* askPre({ sessionId: log.sessionId, turn: position.turn, trigger, usage: before, focus })
+        if (decision._tag === "Veto") return nothing(decision.reason)
+        const over = (used: number) => used + extra >= threshold * before.window
+        let pruned = 0
+        if (canPrune && (trigger !== "manual" || !canSummarise)) pruned = yield* prune(trigger, position.turn)
+        const afterPrune = yield* contextUsage
+        const wanted = trigger === "manual" || over(afterPrune.used) || (trigger === "overflow" && pruned === 0)
+        let summarised: { readonly start: number; readonly end: number; readonly nodes: number } | undefined
+        let failed = false
+        if (canSummarise && wanted) {
+          // A manual summary's failure is the caller's; an automatic one keeps what pruning achieved.
+          const attempt = summarise(trigger, position, focus, decision.instructions)
+          if (trigger === "manual") summarised = yield* attempt
+          else {
+            const result = yield* Effect.either(attempt)
+            if (result._tag === "Left") failed = true
+            else summarised = result.right
+          }
+        }
+        const after = yield* contextUsage
+        const report: CompactionReport = {
+          trigger,
+          pruned,
+          ...(summarised === undefined ? {} : { summarised }),
+          tokensBefore: before.used,
+          tokensAfter: after.used
+        }
+        const wrote = pruned > 0 || summarised !== undefined
+        const context = wrote ? yield* askPost({ sessionId: log.sessionId, turn: position.turn, trigger, report }) : []
+        return { report, wrote, failed, context }
+      })
+
+    const contextMessage = (trigger: CompactionTrigger, context: ReadonlyArray<string>) =>
+      newUserMessage({
+        content: context.map((text) => ({ type: "text" as const, text })),
+        source: { kind: COMPACTION_CONTEXT_SOURCE_KIND, trigger }
+      })
+    // Context for overflow and manual compactions: injected for the next step.
+    const injectContext = (trigger: CompactionTrigger, context: ReadonlyArray<string>) =>
+      context.length === 0 ? Effect.void : Effect.flatMap(contextMessage(trigger, context), driver.inject)
 
     // The circuit breaker: consecutive automatic compactions that did not achieve their aim.
     const maxFailures = options.maxConsecutiveFailures ?? 3
     let failures = 0
-    // The step whose overflow was answered by a prune and a retry, until we know how it went.
+    // The step whose overflow was answered by a compaction and a retry, until we know how it went.
     let recovering: string | undefined
     const settleRecovery = (key: string | undefined) => {
       if (recovering !== undefined && recovering !== key) {
@@ -250,58 +492,86 @@ export const make = (
       }), { prepend: true })
 
     // Trigger `threshold`: before the step opens (no tool call is open), when use passes the threshold.
+    // The post-compaction context enters the proposed step.
     const batchTokens = (messages: ReadonlyArray<UserMessage>) => messages.reduce((n, m) => n + tokensOfMessage(m), 0)
     yield* preStep.register((input, next) =>
       Effect.gen(function*() {
         settleRecovery(undefined)
+        let context: ReadonlyArray<string> = []
         if (!breakerOpen()) {
           const usage = yield* contextUsage
-          if (usage.used + batchTokens(input.messages) >= threshold * usage.window) {
-            const outcome = yield* Effect.either(prune("threshold", input.turn))
+          const extra = batchTokens(input.messages)
+          if (usage.used + extra >= threshold * usage.window) {
+            const outcome = yield* Effect.either(compactOnce("threshold", { turn: input.turn, step: input.step }, extra, undefined))
             if (outcome._tag === "Left") failures += 1
-            else if (outcome.right.pruned > 0) {
-              if (outcome.right.tokensAfter + batchTokens(input.messages) >= threshold * usage.window) failures += 1
+            else if (outcome.right.wrote) {
+              context = outcome.right.context
+              if (outcome.right.failed || outcome.right.report.tokensAfter + extra >= threshold * usage.window) failures += 1
               else failures = 0
             }
           }
         }
-        return yield* next()
+        const decision = yield* next()
+        if (context.length === 0 || decision._tag !== "Enter") return decision
+        const added = yield* contextMessage("threshold", context)
+        return { ...decision, messages: [...decision.messages, added] }
       }), { prepend: true })
 
-    // Trigger `overflow`: prune, then retry once; a second overflow in the step is a typed failure.
+    // Trigger `overflow`: compact, then retry once; a second overflow in the step is a typed failure.
     yield* hooks.onRequestError((input, next) => {
       if (!isContextOverflow(input.failure)) return next()
       return Effect.gen(function*() {
         const key = `${input.turn}/${input.step}`
         settleRecovery(key)
-        const overflow = (reason: ContextOverflow["reason"], used: number, window: number) =>
-          new ContextOverflow({ turn: input.turn, step: input.step, used, window, reason, providerMessage: input.failure.message })
+        const overflow = (reason: ContextOverflow["reason"], veto?: string) =>
+          Effect.flatMap(contextUsage, (usage) =>
+            new ContextOverflow({
+              turn: input.turn,
+              step: input.step,
+              used: usage.used,
+              window: usage.window,
+              reason,
+              providerMessage: input.failure.message,
+              ...(veto === undefined ? {} : { veto })
+            }))
         if (recovering === key) {
           failures += 1
           recovering = undefined
-          const usage = yield* contextUsage
-          return yield* overflow("repeated", usage.used, usage.window)
+          return yield* overflow("repeated")
         }
-        if (breakerOpen()) {
-          const usage = yield* contextUsage
-          return yield* overflow("breaker-open", usage.used, usage.window)
+        if (breakerOpen()) return yield* overflow("breaker-open")
+        const outcome = yield* Effect.either(compactOnce("overflow", { turn: input.turn, step: input.step }, 0, undefined))
+        if (outcome._tag === "Right" && outcome.right.report.vetoed !== undefined) {
+          return yield* overflow("vetoed", outcome.right.report.vetoed)
         }
-        const outcome = yield* Effect.either(prune("overflow", input.turn))
-        const usage = yield* contextUsage
-        if (outcome._tag === "Left" || outcome.right.pruned === 0) {
+        if (outcome._tag === "Left" || !outcome.right.wrote) {
           failures += 1
-          return yield* overflow("nothing-to-prune", usage.used, usage.window)
+          return yield* overflow("nothing-to-compact")
         }
+        if (outcome.right.failed) failures += 1
+        yield* injectContext("overflow", outcome.right.context)
         recovering = key
         return RequestErrorAction.retry(Duration.zero)
       })
     }, { prepend: true })
 
-    // Trigger `manual`: a maintenance task between turns; it also closes the circuit breaker.
-    const compact = Effect.tap(driver.runMaintenance(prune("manual", null)), () =>
-      Effect.sync(() => {
-        failures = 0
-      }))
+    // Trigger `manual`: a maintenance task between turns; a successful one closes the circuit breaker.
+    const task = (compactOptions: CompactOptions = {}) =>
+      Effect.gen(function*() {
+        const focus = compactOptions.focus?.trim() === "" ? undefined : compactOptions.focus?.trim()
+        const outcome = yield* compactOnce("manual", { turn: null, step: 0 }, 0, focus)
+        yield* injectContext("manual", outcome.context)
+        if (outcome.report.vetoed === undefined) failures = 0
+        return outcome.report
+      })
+    const compactWith = (compactOptions: CompactOptions) => driver.runMaintenance(task(compactOptions))
 
-    return { contextUsage, compact }
+    return {
+      contextUsage,
+      compact: compactWith({}),
+      compactWith,
+      task,
+      onPreCompact: (listener, registerOptions) => preCompact.register(listener, registerOptions),
+      onPostCompact: (listener, registerOptions) => postCompact.register(listener, registerOptions)
+    }
   })

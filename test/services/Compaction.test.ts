@@ -337,7 +337,7 @@ describe("Compaction: triggers", () => {
       const [reason] = yield* turnEnds
       const error = (reason as { readonly error: { readonly message: string; readonly code: string } }).error
       expect(error.code).toBe("CONTEXT_OVERFLOW")
-      expect(error.message).toContain("the request overflowed again after pruning old tool results")
+      expect(error.message).toContain("the request overflowed again after compacting the conversation")
       expect(error.message).toContain("Start a new session or fork this one at an earlier point")
       expect(error.message).toContain("prompt is too long")
       expect(yield* (yield* ScriptedModel).remaining).toBe(1)
@@ -358,7 +358,7 @@ describe("Compaction: triggers", () => {
       yield* driver.followup(user("B"))
       yield* driver.whenIdle
       const reasons = (yield* turnEnds).map((r) => (r as { readonly error: { readonly message: string } }).error.message)
-      expect(reasons[0]).toContain("there are no old tool results left to prune")
+      expect(reasons[0]).toContain("there is nothing left to compact")
       expect(reasons[1]).toContain("automatic compaction stopped after repeated failures")
       expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
       // A manual compaction closes it: turn 3's overflow is recovered.

@@ -146,6 +146,7 @@ export interface BudgetState {
   reported: boolean
   headerTokens: number
   model: string | undefined
+  header: RequestHeader | undefined
   readonly surface: Array<number>
   readonly estimates: Map<number, number>
 }
@@ -162,6 +163,7 @@ export const emptyBudget = (): BudgetState => ({
   reported: false,
   headerTokens: 0,
   model: undefined,
+  header: undefined,
   surface: [],
   estimates: new Map()
 })
@@ -177,6 +179,7 @@ export const advance = (state: BudgetState, event: SessionEvent): void => {
   if (event.type === "request/header") {
     const header = (event.data as { readonly header: RequestHeader }).header
     state.model = header.model
+    state.header = header
     const tokens = tokensOfHeader(header)
     if (!state.reported) state.used += tokens - state.headerTokens
     state.headerTokens = tokens

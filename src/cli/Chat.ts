@@ -13,6 +13,7 @@ import type { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
 import { CancelCause } from "../domain/Values.js"
 import type { MessageSource } from "../domain/Values.js"
+import { Compaction } from "../services/Compaction.js"
 import { Driver } from "../services/Driver.js"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
@@ -152,6 +153,11 @@ export const chat = (
     const driver = Context.get(context, Driver)
     const inbox = Context.get(context, Inbox)
     const log = Context.get(context, SessionLog)
+    // The share of the context window in use, for the status line (the CLI's agents manage their context).
+    const compaction = Context.getOption(context as Context.Context<unknown>, Compaction)
+    const usage = Option.isSome(compaction) ? Effect.map(compaction.value.contextUsage, (u) => u) : Effect.succeed(undefined)
+    const status = (s: "idle" | "running", position: Parameters<typeof statusLine>[1]) =>
+      Effect.map(usage, (u) => statusLine(s, position, u))
     const view = chatView(log.header.seedLength)
     let lastStatus: "idle" | "running" = "idle"
 
@@ -167,7 +173,7 @@ export const chat = (
     ])
     yield* Output.write(out)
     lastStatus = yield* driver.status
-    yield* Output.lines([statusLine(lastStatus, view.position())])
+    yield* Output.lines([yield* status(lastStatus, view.position())])
 
     const { caughtUp } = yield* follow(log, stored.length, (events) =>
       Effect.gen(function*() {
@@ -180,7 +186,7 @@ export const chat = (
         }
         // A turn ended and no next turn started in this chunk: say so if the agent is idle now.
         if (ended && !view.position().inTurn && (yield* driver.status) === "idle") {
-          text += view.line(statusLine("idle", view.position()))
+          text += view.line(yield* status("idle", view.position()))
           lastStatus = "idle"
         }
         yield* Output.write(text)
@@ -188,8 +194,8 @@ export const chat = (
 
     // The driver's status, the latest turn and step and the pending lists now (the view may lag).
     const currentStatus = Effect.map(
-      Effect.all([driver.status, log.events, inbox.snapshot]),
-      ([status, events, pending]) => statusLine(status, { ...latestPosition(events), pending })
+      Effect.all([driver.status, log.events, inbox.snapshot, usage]),
+      ([status, events, pending, used]) => statusLine(status, { ...latestPosition(events), pending }, used)
     )
     // A note on a line of its own (also when streamed text is mid-line), then the status line.
     const acknowledge = (note: string) =>
@@ -268,7 +274,7 @@ export const chat = (
     }
 
     const goodbye = Effect.gen(function*() {
-      if (lastStatus !== "idle") yield* Output.write(view.line(statusLine("idle", view.position())))
+      if (lastStatus !== "idle") yield* Output.write(view.line(yield* status("idle", view.position())))
       yield* Output.lines([`session ${sessionId} is saved; continue it with: tiller resume ${sessionId}`])
     })
 

@@ -239,7 +239,8 @@ export const layer = (
       // Context management is always on: the window from --context-window, else the table's.
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
       const compaction = contextWindow === undefined ? {} : { contextWindow }
-      return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry, compaction }).pipe(
+      // The model may read back what compaction took out of its context (read_history).
+      return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry, compaction, readHistory: true }).pipe(
         Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename: options.db }), model.layer, tools))
       )
     })

@@ -71,6 +71,74 @@ const preview = (text: string, maxLines: number, maxChars: number): string => {
   return shown.length < text.length ? `${shown} … [${text.length} chars]` : shown
 }
 
+const tokens = (n: unknown): string => (typeof n === "number" ? n.toLocaleString("en-US") : "?")
+
+/** Seqs as a short list: `5, 9, 12` or, past six, the first three, a count and the last. */
+const seqList = (seqs: ReadonlyArray<number>): string =>
+  seqs.length <= 6 ? seqs.join(", ") : `${seqs.slice(0, 3).join(", ")}, … (${seqs.length - 4} more), ${seqs.at(-1)}`
+
+/**
+ * A compaction bracket's event in words: its kind and trigger, the range it replaced, the tokens
+ * in use before and after (the `compaction/*` data is open: fields a producer did not write are left out).
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const describeCompaction = (event: SessionEvent): string => {
+  const data = (typeof event.data === "object" && event.data !== null ? event.data : {}) as {
+    readonly kind?: unknown
+    readonly trigger?: unknown
+    readonly focus?: unknown
+    readonly tokensBefore?: unknown
+    readonly tokensAfter?: unknown
+    readonly pruned?: unknown
+    readonly replaced?: { readonly start?: unknown; readonly end?: unknown; readonly nodes?: unknown }
+    readonly range?: { readonly start?: unknown; readonly end?: unknown; readonly nodes?: unknown }
+    readonly provider?: unknown
+    readonly model?: unknown
+    readonly characters?: unknown
+    readonly updates?: unknown
+    readonly error?: { readonly message?: unknown }
+  }
+  const what = `${typeof data.kind === "string" ? data.kind : "compaction"}${typeof data.trigger === "string" ? ` (${data.trigger})` : ""}`
+  const range = (r: typeof data.range) =>
+    r !== undefined && typeof r.start === "number" && typeof r.end === "number"
+      ? `history ${r.start}-${r.end}${typeof r.nodes === "number" ? ` (${r.nodes} node${r.nodes === 1 ? "" : "s"})` : ""}`
+      : undefined
+  switch (event.type) {
+    case "compaction/start": {
+      const parts = [
+        `${what} start`,
+        range(data.range) === undefined ? undefined : `replacing ${range(data.range)}`,
+        data.tokensBefore === undefined ? undefined : `${tokens(data.tokensBefore)} tokens in use`,
+        typeof data.focus === "string" ? `focus: ${preview(data.focus, 1, 200)}` : undefined
+      ]
+      return parts.filter((p) => p !== undefined).join(" · ")
+    }
+    case "compaction/summary": {
+      const by = typeof data.model === "string" ? ` by ${typeof data.provider === "string" ? `${data.provider}:` : ""}${data.model}` : ""
+      const size = typeof data.characters === "number" ? ` (${tokens(data.characters)} characters)` : ""
+      const updates = typeof data.updates === "number" ? `, updating the summary at seq ${data.updates}` : ""
+      return `${what} summary written${by}${size}${updates}`
+    }
+    default: {
+      if (data.error !== undefined) {
+        return `${what} end: failed (${typeof data.error.message === "string" ? data.error.message : "no message"}); the history is unchanged by what did not complete`
+      }
+      const pruned = Array.isArray(data.pruned) ? data.pruned.filter((n): n is number => typeof n === "number") : undefined
+      const replaced = pruned !== undefined
+        ? `replaced ${pruned.length} tool result${pruned.length === 1 ? "" : "s"} (seqs ${seqList(pruned)})`
+        : range(data.replaced) === undefined
+        ? undefined
+        : `replaced ${range(data.replaced)}`
+      const change = data.tokensBefore === undefined && data.tokensAfter === undefined
+        ? undefined
+        : `tokens ${tokens(data.tokensBefore)} → ${tokens(data.tokensAfter)}`
+      return [`${what} end`, replaced, change].filter((p) => p !== undefined).join(" · ")
+    }
+  }
+}
+
 const clockOf = (time: number): string => new Date(time).toISOString().slice(11, 23)
 
 const quoteList = (messages: ReadonlyArray<{ readonly source: MessageSource; readonly content: ReadonlyArray<Block> }>) =>
@@ -196,12 +264,19 @@ export const timeline = (header: SessionHeader): Renderer & { readonly heading: 
         return entry("tool call", `${data.name} ${data.arguments} (${data.callId})`)
       }
       case "tool/result": {
-        const data = (event as EventOf<"tool/result">).data
-        const block = data.message.content[0]
+        const e = event as EventOf<"tool/result">
+        const block = e.data.message.content[0]
         const name = fold.toolNames.get(block.toolCallId) ?? block.toolCallId
+        if (typeof e.surfaceOp === "object") {
+          return entry("pruned", `${name} result at seq ${e.surfaceOp.start} → ${preview(textOf(block.content), 1, 200)}`)
+        }
         const status = block.isError ? "error" : "ok"
         return entry("tool done", `${name} ${status}: ${preview(textOf(block.content), 10, 1000)}`)
       }
+      case "compaction/start":
+      case "compaction/summary":
+      case "compaction/end":
+        return entry("compact", describeCompaction(event))
       case "request/header": {
         const data = (event as EventOf<"request/header">).data
         const tools = data.header.tools.map((t) => t.name).join(", ")
@@ -305,7 +380,13 @@ export const chatView = (seedLength = 0): {
         const data = (event as EventOf<"tool/call">).data
         return line(`  → ${data.name} ${data.arguments}`)
       }
+      case "compaction/start":
+        return line(`  ⋯ compacting: ${describeCompaction(event)}`)
+      case "compaction/end":
+        return line(`  ⋯ compacted: ${describeCompaction(event)}`)
       case "tool/result": {
+        // A pruned result's placeholder: the compaction lines say what happened.
+        if (typeof (event as EventOf<"tool/result">).surfaceOp === "object") return ""
         const block = (event as EventOf<"tool/result">).data.message.content[0]
         const name = fold.toolNames.get(block.toolCallId) ?? block.toolCallId
         return line(`  ← ${name}${block.isError ? " (error)" : ""}: ${preview(textOf(block.content), 12, 1500)}`)
@@ -322,17 +403,19 @@ export const chatView = (seedLength = 0): {
 }
 
 /**
- * The chat's status line.
+ * The chat's status line; with `usage`, the share of the context window in use (`ctx 63%`).
  *
  * @since 0.1.0
  * @category formatting
  */
 export const statusLine = (
   status: "idle" | "running",
-  position: ReturnType<Renderer["position"]>
+  position: ReturnType<Renderer["position"]>,
+  usage?: { readonly fraction: number }
 ): string => {
   const where = status === "running"
     ? `turn ${position.turn}${position.step > 0 ? ` step ${position.step}` : ""}`
     : `${position.turn} turn${position.turn === 1 ? "" : "s"}`
-  return `[${status} · ${where} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step]`
+  const ctx = usage === undefined ? "" : ` · ctx ${Math.round(usage.fraction * 100)}%`
+  return `[${status} · ${where} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step${ctx}]`
 }

@@ -31,7 +31,7 @@ const logEvents = Effect.flatMap(SessionLog, (log) => log.events)
 
 const resultOf = (events: ReadonlyArray<SessionEvent>, callId: string) =>
   events.find((e): e is EventOf<"tool/result"> =>
-    e.type === "tool/result" && e.surfaceOp === "append" &&
+    e.type === "tool/result" && (e as EventOf<"tool/result">).surfaceOp === "append" &&
     (e as EventOf<"tool/result">).data.message.content[0].toolCallId === callId)!
 
 const textOf = (event: EventOf<"tool/result">) => {
@@ -60,8 +60,10 @@ describe("read_history: the agent's option", () => {
       expect((yield* (yield* Tools).list).map((t) => t.name)).toEqual(["page"])
       // Threshold pruned the oldest results before step 5; c1's placeholder names its seq.
       const r1 = resultOf(events, "c1")
-      const pruned = events.find((e): e is EventOf<"tool/result"> =>
-        e.type === "tool/result" && typeof e.surfaceOp === "object" && e.surfaceOp.start === r1.seq)!
+      const pruned = events.find((e): e is EventOf<"tool/result"> => {
+        const op = (e as EventOf<"tool/result">).surfaceOp
+        return e.type === "tool/result" && typeof op === "object" && op.start === r1.seq
+      })!
       expect(textOf(pruned)).toContain(`Read it back with read_history {"from":${r1.seq},"to":${r1.seq}}.]`)
       // The model's search (step 5) found the shadowed result.
       const found = textOf(resultOf(events, "h1"))

@@ -18,6 +18,7 @@ import { CliError, ExitWith } from "./CliError.js"
 import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
 import * as Output from "./Output.js"
+import * as ReadOnlyStore from "./ReadOnlyStore.js"
 import { timeline } from "./Timeline.js"
 
 const db = Options.text("db").pipe(
@@ -97,10 +98,21 @@ const runCommand = Command.make("run", {
       yield* runOnce(id, prompt, { contexts: inject, json })
     }))).pipe(Command.withDescription("One headless turn; exit code 0 when it completed, 1 otherwise"))
 
+/**
+ * Runs `body` over the database opened read-only: nothing is created, migrated or written (the
+ * commands that only read: `sessions`, `log`, `check`).
+ */
+const withReader = <A, E>(body: (reader: ReadOnlyStore.Reader, globals: GlobalOptions) => Effect.Effect<A, E>) =>
+  Effect.flatMap(tiller, (globals) => Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => body(reader, globals))))
+
+/** A damaged session's note in `sessions`. */
+const damageNote = (damage: ReadOnlyStore.Listed["damage"]) =>
+  damage === undefined ? "" : `  (unreadable${damage._tag === "MalformedLog" && damage.seq !== undefined ? ` from seq ${damage.seq}` : ""}: see tiller check)`
+
 const sessionsCommand = Command.make("sessions", {}, () =>
-  withSessions((globals) =>
+  withReader((reader, globals) =>
     Effect.gen(function*() {
-      const list = yield* Effect.flatMap(Sessions, (sessions) => sessions.list)
+      const list = yield* reader.list
       if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}`])
       const width = Math.max(2, ...list.map((s) => s.sessionId.length))
       yield* Output.lines([
@@ -108,27 +120,33 @@ const sessionsCommand = Command.make("sessions", {}, () =>
         ...list.map((s) =>
           `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ` +
           `${new Date(s.updatedAt).toISOString()}  ${(s.title ?? "").split("\n")[0]!.slice(0, 60)}` +
-          (s.parent !== undefined ? `  (fork of ${s.parent.sessionId} at seq ${s.parent.boundary})` : "")
+          (s.header?.parent !== undefined ? `  (fork of ${s.header.parent.sessionId} at seq ${s.header.parent.boundary})` : "") +
+          damageNote(s.damage)
         )
       ])
-    }), { agent: false })).pipe(Command.withDescription("List the stored sessions"))
+    }))).pipe(Command.withDescription("List the stored sessions"))
 
 const logCommand = Command.make("log", {
   id: sessionId,
   json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines"))
 }, ({ id, json }) =>
-  withSessions(() =>
+  withReader((reader) =>
     Effect.gen(function*() {
-      const { events, header } = yield* Environment.loadSession(id)
-      if (json) return yield* Output.lines(events.map((event) => JSON.stringify(event)))
-      const renderer = timeline(header)
-      yield* Output.lines([...renderer.heading, ...events.flatMap((event) => renderer.render(event))])
-    }), { agent: false })).pipe(Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended"))
+      const { damage, events, header } = yield* reader.load(id)
+      // The events before a damaged row are printed; then the damage is the command's failure.
+      if (json) yield* Output.lines(events.map((event) => JSON.stringify(event)))
+      else {
+        const renderer = timeline(header)
+        yield* Output.lines([...renderer.heading, ...events.flatMap((event) => renderer.render(event))])
+      }
+      if (damage !== undefined) return yield* new CliError({ reason: damage.message })
+    }))).pipe(Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended"))
 
 const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
-  withSessions(() =>
+  withReader((reader) =>
     Effect.gen(function*() {
-      const { events, header } = yield* Environment.loadSession(id)
+      const { damage, events, header } = yield* reader.load(id)
+      if (damage !== undefined) return yield* new CliError({ reason: damage.message })
       const lines = checkLog(events, { seedLength: header.seedLength, closed: true })
         .map((v) => ({ seq: v.seq, line: `seq ${v.seq}  ${v.rule}  ${v.message}` }))
       // The log is also judged as opening it would judge it (SPEC 6.4 step 2, D6): the acceptance
@@ -154,7 +172,7 @@ const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
         `session ${id}: ${lines.length} violation${lines.length === 1 ? "" : "s"} in ${events.length} events`
       ])
       return yield* new ExitWith({ code: 1 })
-    }), { agent: false })).pipe(Command.withDescription("Check a session's log against the log rules, as opening it would; exit code 1 on a violation"))
+    }))).pipe(Command.withDescription("Check a session's log against the log rules, as opening it would; exit code 1 on a violation"))
 
 const forkCommand = Command.make("fork", {
   id: sessionId,

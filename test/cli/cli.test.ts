@@ -274,9 +274,10 @@ describe("tiller CLI", () => {
       expect(envModel.code).toBe(1)
       expect(envModel.stderr).toContain(`unknown model "nope"`)
 
-      // --db under a regular file: the directory cannot exist; the failure is named in words.
+      // --db under a regular file: the directory cannot exist; the failure is named in words. (A
+      // command that writes: the read-only ones never create anything.)
       fs.writeFileSync(path.join(dir, "plain"), "")
-      expect(yield* tiller(dir, ["sessions", "--db", "plain/x.db"])).toMatchObject({
+      expect(yield* tiller(dir, ["run", "hi", "--db", "plain/x.db"])).toMatchObject({
         code: 1,
         stderr: `tiller: cannot create the directory ${path.join(fs.realpathSync(dir), "plain")} for --db plain/x.db: a file of that name already exists\n`
       })

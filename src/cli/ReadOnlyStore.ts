@@ -1,0 +1,210 @@
+/**
+ * The database as the read-only commands (`sessions`, `log`, `check`) see it: opened read-only,
+ * never created, never migrated, and read row by row, so that one damaged row costs only what
+ * follows it (the events before it are still shown, the other sessions still listed).
+ *
+ * @since 0.1.0
+ */
+import Database from "better-sqlite3"
+import type { Scope } from "effect"
+import { Effect, Either } from "effect"
+import * as fs from "node:fs"
+import { MalformedLog } from "../domain/Errors.js"
+import type { UnsupportedLogVersion } from "../domain/Errors.js"
+import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
+import { SessionId } from "../domain/Ids.js"
+import { decodeOwnedJson } from "../internal/durability/DecodedEvents.js"
+import { checkStoredHeader } from "../internal/durability/StoredHeader.js"
+import { CliError } from "./CliError.js"
+
+/**
+ * A stored session read as far as it decodes: `events` is the prefix before `damage`, if any.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ReadSession {
+  readonly header: SessionHeader
+  readonly events: ReadonlyArray<SessionEvent>
+  /** Why reading stopped before the end of the log (a bad row, a gap, a length mismatch). */
+  readonly damage?: MalformedLog | UnsupportedLogVersion
+}
+
+/**
+ * One line of `tiller sessions`: what the log says, or why it cannot be read.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Listed {
+  readonly sessionId: SessionId
+  readonly header?: SessionHeader
+  readonly title: string | undefined
+  readonly updatedAt: number
+  readonly turns: number
+  readonly events: number
+  /** idle, pending input (the inbox holds items), interrupted (the last turn was cancelled or left open). */
+  readonly status: "idle" | "pending input" | "interrupted"
+  readonly damage?: MalformedLog | UnsupportedLogVersion
+}
+
+/**
+ * A read-only view of one database file.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Reader {
+  /** Whether the file exists (a missing file reads as an empty database and is not created). */
+  readonly exists: boolean
+  /** Every stored session, each summarised on its own: a damaged one is listed with its damage. */
+  readonly list: Effect.Effect<ReadonlyArray<Listed>, CliError>
+  /** The session's header and the events that decode; fails with `CliError` when it is not stored. */
+  readonly load: (id: SessionId) => Effect.Effect<ReadSession, CliError>
+}
+
+interface Row {
+  readonly seq: number
+  readonly row: unknown
+}
+
+const decodeRows = (id: SessionId, rows: ReadonlyArray<Row>, length: number): Pick<ReadSession, "events" | "damage"> => {
+  const events: Array<SessionEvent> = []
+  for (let seq = 0; seq < rows.length; seq++) {
+    const { row, seq: stored } = rows[seq]!
+    const fail = (reason: string) => ({ events, damage: new MalformedLog({ sessionId: id, seq, reason }) })
+    if (stored !== seq) return fail(`no row is stored for seq ${seq} (next: ${stored})`)
+    if (typeof row !== "string") return fail(`row is expected JSON text, found ${typeof row}`)
+    const event = decodeOwnedJson(row)
+    if (Either.isLeft(event)) {
+      return fail(event.left._tag === "NotJson" ? `row is not JSON: ${event.left.message}` : event.left.reason)
+    }
+    if (event.right.seq !== seq) return fail(`the row stored at seq ${seq} has seq ${event.right.seq}`)
+    events.push(event.right)
+  }
+  if (events.length !== length) {
+    return {
+      events,
+      damage: new MalformedLog({
+        sessionId: id,
+        seq: events.length,
+        reason: `the session records ${length} events but ${events.length} rows are stored`
+      })
+    }
+  }
+  return { events }
+}
+
+const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, MalformedLog | UnsupportedLogVersion> => {
+  let parsed: unknown
+  try {
+    parsed = JSON.parse(String(text))
+  } catch (cause) {
+    return Either.left(new MalformedLog({ sessionId: id, reason: `header is not JSON: ${cause instanceof Error ? cause.message : String(cause)}` }))
+  }
+  return checkStoredHeader(id, parsed)
+}
+
+/** The pending counts after the log's own part (from `seedLength`) and how the last turn stands. */
+const statusOf = (header: SessionHeader, events: ReadonlyArray<SessionEvent>): Listed["status"] => {
+  let pending = 0
+  let open = false
+  let aborted = false
+  for (const event of events) {
+    if (event.seq === header.seedLength && header.seedLength > 0) pending = 0
+    if (event.type === "turn/start") open = true
+    if (event.type === "turn/end") {
+      open = false
+      aborted = (event as EventOf<"turn/end">).data.reason.kind === "aborted"
+    }
+    if (event.type === "agent/inbox/spliced") {
+      const data = (event as EventOf<"agent/inbox/spliced">).data
+      pending += data.inserted.length - (data.removedCount ?? 0)
+    }
+  }
+  return pending > 0 ? "pending input" : open || aborted ? "interrupted" : "idle"
+}
+
+const summary = (id: SessionId, read: ReadSession): Listed => {
+  let turns = 0
+  let title: string | undefined
+  for (const event of read.events) {
+    if (event.type === "turn/start") turns = (event as EventOf<"turn/start">).data.turn
+    if (title === undefined && event.type === "user/message") {
+      const block = (event as EventOf<"user/message">).data.content[0]
+      if (block?.type === "text") title = block.text
+    }
+  }
+  const last = read.events[read.events.length - 1]
+  return {
+    sessionId: id,
+    header: read.header,
+    title,
+    updatedAt: last?.time ?? read.header.createdAt,
+    turns,
+    events: read.events.length,
+    status: statusOf(read.header, read.events),
+    ...(read.damage !== undefined ? { damage: read.damage } : {})
+  }
+}
+
+const sqliteFailure = (db: string) => (cause: unknown) =>
+  new CliError({ reason: `cannot read ${db}: ${cause instanceof Error ? cause.message : String(cause)}` })
+
+/**
+ * Opens `db` read-only for the current scope. A missing file is not created: it reads as a
+ * database without sessions. A file that is not a tiller database is refused and left unchanged.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =>
+  Effect.gen(function*() {
+    if (db !== ":memory:" && !fs.existsSync(db)) {
+      return {
+        exists: false,
+        list: Effect.succeed([]),
+        load: (id) => Effect.fail(new CliError({ reason: `no session ${id} in this database` }))
+      }
+    }
+    const connection = yield* Effect.acquireRelease(
+      Effect.try({ try: () => new Database(db, { readonly: true, fileMustExist: true, timeout: 5000 }), catch: sqliteFailure(db) }),
+      (connection) => Effect.sync(() => connection.close())
+    )
+    const query = <A>(sql: string, ...params: ReadonlyArray<unknown>) =>
+      Effect.try({ try: () => connection.prepare(sql).all(...params) as Array<A>, catch: sqliteFailure(db) })
+    const tables = yield* query<{ readonly name: string }>(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('sessions', 'events')"
+    )
+    if (tables.length < 2) {
+      return yield* new CliError({ reason: `${db} is not a tiller database (it has no sessions and events tables)` })
+    }
+    const readSession = (id: SessionId, header: unknown, length: number) =>
+      Effect.map(query<Row>("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq", id), (rows): ReadSession => {
+        const decoded = headerOf(id, header)
+        if (Either.isLeft(decoded)) {
+          const placeholder: SessionHeader = { formatVersion: 1, sessionId: id, createdAt: 0, seedLength: 0 } as SessionHeader
+          return { header: placeholder, events: [], damage: decoded.left }
+        }
+        return { header: decoded.right, ...decodeRows(id, rows, length) }
+      })
+    const load = (id: SessionId) =>
+      Effect.gen(function*() {
+        const [session] = yield* query<{ readonly header: unknown; readonly length: number }>(
+          "SELECT header, length FROM sessions WHERE id = ?",
+          id
+        )
+        if (session === undefined) return yield* new CliError({ reason: `no session ${id} in this database` })
+        return yield* readSession(id, session.header, session.length)
+      })
+    const list = Effect.gen(function*() {
+      const rows = yield* query<{ readonly id: string; readonly header: unknown; readonly length: number }>(
+        "SELECT id, header, length FROM sessions ORDER BY rowid"
+      )
+      return yield* Effect.forEach(rows, (row) => {
+        const id = SessionId.make(row.id)
+        return Effect.map(readSession(id, row.header, row.length), (read) => summary(id, read))
+      })
+    })
+    return { exists: true, list, load }
+  })

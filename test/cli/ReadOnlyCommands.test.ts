@@ -1,0 +1,98 @@
+import { describe, expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+import * as crypto from "node:crypto"
+import * as fs from "node:fs"
+import { createRequire } from "node:module"
+import * as path from "node:path"
+import { jsonLines, tempDir, tiller } from "./harness.js"
+
+const TIMEOUT = 180_000
+
+interface Database {
+  readonly prepare: (sql: string) => {
+    readonly run: (...params: ReadonlyArray<unknown>) => { readonly changes: number }
+    readonly all: (...params: ReadonlyArray<unknown>) => Array<any>
+  }
+  readonly exec: (sql: string) => void
+  readonly close: () => void
+}
+const openDatabase = createRequire(import.meta.url)("better-sqlite3") as new(filename: string) => Database
+
+const withDatabase = <A>(file: string, use: (db: Database) => A) =>
+  Effect.sync(() => {
+    const db = new openDatabase(file)
+    try {
+      return use(db)
+    } finally {
+      db.close()
+    }
+  })
+
+/**
+ * The hash of every database file of `dir`, to see that nothing was written. A reader of a WAL
+ * database keeps SQLite's shared-memory index (-shm) and may leave an empty -wal file: those are
+ * the reader's bookkeeping, not writes, and are left out.
+ */
+const snapshot = (dir: string) =>
+  Object.fromEntries(
+    fs.readdirSync(dir).filter((name) => !name.endsWith("-shm") && (!name.endsWith("-wal") || fs.statSync(path.join(dir, name)).size > 0)).sort()
+      .map((name) => [name, crypto.createHash("sha256").update(fs.readFileSync(path.join(dir, name))).digest("hex")])
+  )
+
+describe("read-only commands", () => {
+  it.scopedLive("sessions, log and check never create the database or its directory", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const db = path.join("new", "dir", "s.db")
+      expect(yield* tiller(dir, ["--db", db, "sessions"])).toEqual({ code: 0, stdout: `no sessions in ${db}\n`, stderr: "" })
+      const log = yield* tiller(dir, ["--db", db, "log", "x"])
+      expect(log.code).toBe(1)
+      expect(log.stderr).toContain("no session x")
+      expect((yield* tiller(dir, ["--db", db, "check", "x"])).code).toBe(1)
+      expect(fs.existsSync(path.join(dir, "new"))).toBe(false)
+    }), TIMEOUT)
+
+  it.scopedLive("another application's SQLite file is refused and left as it was", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const file = path.join(dir, "other.db")
+      yield* withDatabase(file, (db) => db.exec("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT); INSERT INTO notes (text) VALUES ('hi')"))
+      const before = snapshot(dir)
+      const listed = yield* tiller(dir, ["--db", "other.db", "sessions"])
+      expect(listed.code).toBe(1)
+      expect(listed.stderr).toBe("tiller: other.db is not a tiller database (it has no sessions and events tables)\n")
+      expect((yield* tiller(dir, ["--db", "other.db", "log", "x"])).code).toBe(1)
+      expect(snapshot(dir)).toEqual(before)
+      const tables = yield* withDatabase(file, (db) => db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all())
+      expect(tables.map((t) => t.name)).toEqual(["notes"])
+    }), TIMEOUT)
+
+  it.scopedLive("a corrupted row: sessions lists every session, log prints the events before it, nothing is written", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const db = path.join(dir, "t.db")
+      expect((yield* tiller(dir, ["--db", "t.db", "run", "first", "--session", "a"])).code).toBe(0)
+      expect((yield* tiller(dir, ["--db", "t.db", "run", "second", "--session", "b"])).code).toBe(0)
+      const events = jsonLines((yield* tiller(dir, ["--db", "t.db", "log", "a", "--json"])).stdout)
+      expect(events.length).toBeGreaterThan(5)
+      expect(yield* withDatabase(db, (d) => d.prepare("UPDATE events SET row = ? WHERE session_id = ? AND seq = ?").run("{not json", "a", 4).changes))
+        .toBe(1)
+      const before = snapshot(dir)
+
+      const listed = yield* tiller(dir, ["--db", "t.db", "sessions"])
+      expect(listed.code).toBe(0)
+      expect(listed.stdout).toMatch(/\na +\d+ +4 .*\(unreadable from seq 4: see tiller check\)\n/)
+      expect(listed.stdout).toMatch(/\nb +1 +\d+ .*second\n/)
+
+      const log = yield* tiller(dir, ["--db", "t.db", "log", "a", "--json"])
+      expect(log.code).toBe(1)
+      expect(jsonLines(log.stdout)).toEqual(events.slice(0, 4))
+      expect(log.stderr).toMatch(/^tiller: malformed log of session a at seq 4: row is not JSON: .+\n$/)
+      const timeline = yield* tiller(dir, ["--db", "t.db", "log", "a"])
+      expect(timeline.stdout.split("\n").filter((line) => /^ +\d+ /.test(line)).length).toBe(4)
+      expect(timeline.stderr).toBe(log.stderr)
+      expect((yield* tiller(dir, ["--db", "t.db", "check", "a"])).code).toBe(1)
+      expect(yield* tiller(dir, ["--db", "t.db", "check", "b"])).toMatchObject({ code: 0 })
+      expect(snapshot(dir)).toEqual(before)
+    }), TIMEOUT)
+})

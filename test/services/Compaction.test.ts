@@ -7,13 +7,15 @@ import { Effect, Layer, Schema } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
+import { userMessage } from "../../src/domain/Message.js"
 import type { Message, Usage } from "../../src/domain/Values.js"
 import { Agent } from "../../src/layers/Agent.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
-import type { CompactionOptions } from "../../src/services/Compaction.js"
-import { Compaction } from "../../src/services/Compaction.js"
+import type { CompactionOptions, PostCompactInput, PreCompactInput } from "../../src/services/Compaction.js"
+import { Compaction, PreCompactDecision } from "../../src/services/Compaction.js"
 import { Driver } from "../../src/services/Driver.js"
+import { forkSession } from "../../src/services/Fork.js"
 import { Hooks } from "../../src/services/Hooks.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
@@ -379,4 +381,284 @@ describe("Compaction: triggers", () => {
       ],
       { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: { ...overflowOptions, maxConsecutiveFailures: 1 } }
     ))))
+})
+
+const big = (id: string) => user(id, `${id} ${"x".repeat(2_000)}`)
+const textOfMessage = (message: Message) => message.content.map((b) => (b.type === "text" ? b.text : "")).join("")
+const sourceOf = (message: Message) => message.source as { readonly kind: string } & Record<string, unknown>
+/** The log from the first event of `type` on, in notation, a replacement user/message as `UM~`. */
+const shapeFrom = (type: string) => Effect.map(tailFrom(type), (shown) => shown.map((s) => (s.startsWith("UM~(") ? "UM~" : s)))
+const requests = Effect.flatMap(ScriptedModel, (m) => m.requests)
+
+// Turns 1-3 (A and B of 504 tokens each, then C); turn 3 reports 3,310 tokens of a 4,000 window, so
+// turn 4's pre-step passes the threshold with nothing to prune: it summarises A, a, B, b and keeps C, c.
+const summaryScript = [
+  ScriptedModel.text("a"),
+  ScriptedModel.text("b"),
+  ScriptedModel.text("c", { usage: usage(3_300, 10) }),
+  ScriptedModel.text("SUMMARY-1"),
+  ScriptedModel.text("d")
+]
+const summaryOptions: CompactionOptions = { contextWindow: 4_000, summary: { keepRecentTokens: 10 } }
+const fourTurns = Effect.gen(function*() {
+  const driver = yield* Driver
+  for (const message of [big("A"), big("B"), user("C"), user("D")]) {
+    yield* driver.followup(message)
+    yield* driver.whenIdle
+  }
+})
+
+describe("Compaction: summaries", () => {
+  it.scoped("threshold with nothing to prune: a summary bracket before the step; the summary replaces the old range, the tail stays", () =>
+    Effect.gen(function*() {
+      yield* fourTurns
+      const events = yield* logEvents
+      expect(yield* shapeFrom("compaction/start")).toEqual([
+        "compaction/start", "compaction/summary", "UM~", "compaction/end", "SS(4,1)", "UM(D)", ...TEXT, "SE(4,1)", "TE(4,completed)"
+      ])
+      const seqOf = (id: string) => events.find((e) => e.type === "user/message" && (e.data as Message).id === id)!.seq
+      const ams = events.filter((e) => e.type === "assistant/message").map((e) => e.seq)
+      const [start, written, replacement, end] = events.slice(events.findIndex((e) => e.type === "compaction/start"))
+      const range = { start: seqOf("A"), end: ams[1]!, nodes: 4 }
+      expect(start!.data).toMatchObject({ turn: 4, kind: "summary", trigger: "threshold", range })
+      expect(written!.data).toMatchObject({ turn: 4, kind: "summary", trigger: "threshold", model: "m", characters: 9, updates: null })
+      expect((replacement as EventOf<"user/message">).surfaceOp).toEqual({ op: "replace", start: range.start, end: range.end })
+      expect((replacement as EventOf<"user/message">).sourceEventSeqs).toEqual([seqOf("A"), ams[0], seqOf("B"), ams[1], start!.seq, written!.seq])
+      expect(end!.data).toMatchObject({ turn: 4, kind: "summary", trigger: "threshold", replaced: range })
+      // The summary request: the structured prompt over a transcript of A, a, B, b (not the tail).
+      const all = yield* requests
+      const ask = all[3]!
+      expect(ask.system).toContain("Goal; Decisions; State of the work; Files and tools touched; Open questions")
+      expect(ask.tools).toEqual([])
+      expect(ask.messages.length).toBe(1)
+      expect(sourceOf(ask.messages[0]!).kind).toBe("compaction-request")
+      const asked = textOfMessage(ask.messages[0]!)
+      expect(asked).toContain("<conversation>\n[user] A xxx")
+      expect(asked).toContain("\n[assistant] a\n[user] B xxx")
+      expect(asked).toContain("[assistant] b\n</conversation>")
+      expect(asked).toContain("Summarise the conversation above.")
+      expect(asked).toContain("Use the sections Goal, Decisions, State of the work, Files and tools touched, Open questions.")
+      expect(asked).not.toContain("[user] C")
+      // The step's request: [S, C, c, D], as the derived history says.
+      const messages = all[4]!.messages
+      expect(messages.map((m) => `${m.role}:${textOfMessage(m).slice(0, 9)}`).slice(1)).toEqual(["user:C", "assistant:c", "user:D"])
+      expect(sourceOf(messages[0]!)).toEqual({ kind: "compaction", trigger: "threshold", start: range.start, end: range.end })
+      expect(textOfMessage(messages[0]!)).toBe(
+        `[Summary of the earlier conversation: log seqs ${range.start}–${range.end} are compacted into it; the originals stay in the session log]\n\nSUMMARY-1`
+      )
+      expect((yield* (yield* SessionLog).messages).slice(0, 4)).toEqual(messages)
+      expect((yield* (yield* Compaction).contextUsage).fraction).toBeLessThan(0.8)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(summaryScript, { compaction: summaryOptions }))))
+
+  it.scoped("a later compaction updates the previous summary (manual, with a focus): one summary, never a summary of a summary", () =>
+    Effect.gen(function*() {
+      yield* fourTurns
+      const compaction = yield* Compaction
+      const log = yield* SessionLog
+      const first = (yield* log.messages)[0]!
+      const firstSeq = (yield* logEvents).find((e) => e.type === "user/message" && (e.data as Message).id === first.id)!.seq
+      const length = (yield* logEvents).length
+      const report = yield* compaction.compactWith({ focus: "  the D work " })
+      const added = (yield* logEvents).slice(length)
+      expect(added.map(notation).map((s) => (s.startsWith("UM~(") ? "UM~" : s))).toEqual([
+        "compaction/start", "compaction/summary", "UM~", "compaction/end"
+      ])
+      const cSeq = (yield* logEvents).filter((e) => e.type === "assistant/message")[2]!.seq
+      expect(added[0]!.data).toMatchObject({ turn: null, kind: "summary", trigger: "manual", focus: "the D work", range: { start: firstSeq, end: cSeq, nodes: 3 } })
+      expect(added[1]!.data).toMatchObject({ updates: firstSeq })
+      expect(report).toMatchObject({ trigger: "manual", pruned: 0, summarised: { start: firstSeq, nodes: 3 } })
+      const asked = textOfMessage((yield* requests).at(-1)!.messages[0]!)
+      expect(asked.startsWith("<previous-summary>\nSUMMARY-1\n</previous-summary>\n\n<conversation>\n[user] C\n[assistant] c\n</conversation>")).toBe(true)
+      expect(asked).toContain("Update the previous summary above")
+      expect(asked).toContain("Focus on: the D work")
+      expect(asked).not.toContain("(compaction)")
+      const messages = yield* log.messages
+      expect(messages.map((m) => sourceOf(m).kind)).toEqual(["compaction", "user", "model"])
+      expect(textOfMessage(messages[0]!).endsWith("\n\nSUMMARY-2")).toBe(true)
+      expect(messages[0]!.id).not.toBe(first.id)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction([...summaryScript, ScriptedModel.text("SUMMARY-2")], { compaction: summaryOptions }))))
+
+  it.scoped("pinned instructions are never replaced, and the range never separates a tool call from its result", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const log = yield* SessionLog
+      const rules = userMessage({ id: "I", text: "RULES", source: { kind: "instructions" } })
+      yield* driver.followup(rules)
+      yield* driver.whenIdle
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const before = yield* log.messages
+      const report = yield* (yield* Compaction).compact
+      const events = yield* logEvents
+      const replacement = events.find((e): e is EventOf<"user/message"> => e.type === "user/message" && e.surfaceOp !== "append")!
+      // The tail reaches 1,005 tokens at r2's result: the cut goes back to r2's call; I stays before the range.
+      const ok = events.find((e) => e.type === "assistant/message")!
+      expect(replacement.surfaceOp).toEqual({ op: "replace", start: ok.seq, end: resultOf(events, "r1").seq })
+      expect(report.summarised).toEqual({ start: ok.seq, end: resultOf(events, "r1").seq, nodes: 4 })
+      const after = yield* log.messages
+      expect(after[0]).toEqual(rules)
+      expect(sourceOf(after[1]!).kind).toBe("compaction")
+      expect(after.slice(2)).toEqual(before.slice(5))
+      expect(after[2]!.content.some((b) => b.type === "tool-call" && b.id === "r2")).toBe(true)
+      expect(after[3]!.content[0]).toMatchObject({ type: "tool-result", toolCallId: "r2" })
+      const asked = textOfMessage((yield* requests).at(-1)!.messages[0]!)
+      expect(asked).toContain("[calls read (r1) with {}]\n[result of r1] xxx")
+      expect(asked).not.toContain("RULES")
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [ScriptedModel.text("ok"), toolCall("r1", "read"), toolCall("r2", "read"), ScriptedModel.text("done"), ScriptedModel.text("SUMMARY")],
+      { tools: [sized("read", 4_000)], compaction: { contextWindow: 100_000, summary: { keepRecentTokens: 1_005 } } }
+    ))))
+
+  it.scoped("overflow with nothing to prune: a summary (the open step's message stays), then the retry succeeds", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      for (const message of [big("A"), big("B"), user("C")]) {
+        yield* driver.followup(message)
+        yield* driver.whenIdle
+      }
+      expect(yield* shapeFrom("compaction/start")).toEqual([
+        "compaction/start", "compaction/summary", "UM~", "compaction/end", "RT(1)", ...TEXT, "SE(3,1)", "TE(3,completed)"
+      ])
+      const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
+      expect(start.data).toMatchObject({ turn: 3, kind: "summary", trigger: "overflow", range: { nodes: 3 } })
+      const retried = (yield* requests).at(-1)!.messages
+      expect(retried.map((m) => sourceOf(m).kind === "compaction" ? "S" : textOfMessage(m).slice(0, 1))).toEqual(["S", "b", "C"])
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.fail(overflowFailure), ScriptedModel.text("SUMMARY"), ScriptedModel.text("c")],
+      { compaction: { contextWindow: 100_000, threshold: 0.99, summary: { keepRecentTokens: 10 } } }
+    ))))
+
+  it.scoped("summaries off: pruning only; an overflow with nothing to prune is nothing-to-compact", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      for (const message of [big("A"), big("B")]) {
+        yield* driver.followup(message)
+        yield* driver.whenIdle
+      }
+      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+      const [, reason] = yield* turnEnds
+      expect((reason as { readonly error: { readonly message: string } }).error.message).toContain("there is nothing left to compact")
+    }).pipe(Effect.provide(withCompaction(
+      [ScriptedModel.text("a"), ScriptedModel.fail(overflowFailure)],
+      { compaction: { contextWindow: 100_000, threshold: 0.99, summary: false } }
+    ))))
+})
+
+describe("Compaction: hooks", () => {
+  it.scoped("manual: a pre-compaction veto writes nothing; instructions reach the summary request; post-compaction context enters the next step", () =>
+    Effect.gen(function*() {
+      yield* fourTurns
+      const compaction = yield* Compaction
+      const driver = yield* Driver
+      const pre: Array<PreCompactInput> = []
+      const post: Array<PostCompactInput> = []
+      yield* compaction.onPreCompact((input, next) =>
+        Effect.gen(function*() {
+          pre.push(input)
+          if (pre.length === 1) return PreCompactDecision.veto("not now")
+          const decision = yield* next()
+          return decision._tag === "Proceed" ? PreCompactDecision.proceed([...decision.instructions, "Keep the test names."]) : decision
+        }))
+      yield* compaction.onPostCompact((input, next) =>
+        Effect.map(next(), (context) => {
+          post.push(input)
+          return [...context, "Re-read AGENTS.md"]
+        }))
+      const length = (yield* logEvents).length
+      const vetoed = yield* compaction.compactWith({ focus: "f" })
+      expect(vetoed).toEqual({ trigger: "manual", pruned: 0, tokensBefore: vetoed.tokensBefore, tokensAfter: vetoed.tokensBefore, vetoed: "not now" })
+      expect((yield* logEvents).length).toBe(length)
+      expect(yield* (yield* ScriptedModel).remaining).toBe(2)
+      expect(pre[0]).toMatchObject({ turn: null, trigger: "manual", focus: "f", usage: { window: 4_000 } })
+      const report = yield* compaction.compactWith({ focus: "f" })
+      expect(report.summarised?.nodes).toBe(3)
+      expect(textOfMessage((yield* requests).at(-1)!.messages[0]!)).toContain("Focus on: f\nKeep the test names.")
+      expect(post).toEqual([{ sessionId: post[0]!.sessionId, turn: null, trigger: "manual", report }])
+      // The context is injected: it enters turn 5's first step, before the follow-up.
+      yield* driver.followup(user("E"))
+      yield* driver.whenIdle
+      const entered = (yield* requests).at(-1)!.messages.slice(-2)
+      expect(entered.map(sourceOf)).toEqual([{ kind: "compaction-context", trigger: "manual" }, { kind: "user" }])
+      expect(textOfMessage(entered[0]!)).toBe("Re-read AGENTS.md")
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction([...summaryScript, ScriptedModel.text("SUMMARY-2"), ScriptedModel.text("e")], { compaction: summaryOptions }))))
+
+  it.scoped("threshold: the post-compaction context enters the step being proposed", () =>
+    Effect.gen(function*() {
+      const compaction = yield* Compaction
+      const pre: Array<PreCompactInput> = []
+      yield* compaction.onPreCompact((input, next) => Effect.zipRight(Effect.sync(() => pre.push(input)), next()))
+      yield* compaction.onPostCompact(() => Effect.succeed(["CONTEXT"]))
+      yield* fourTurns
+      expect(pre.map((p) => [p.turn, p.trigger, p.focus])).toEqual([[4, "threshold", undefined]])
+      const shown = yield* shapeFrom("compaction/start")
+      expect(shown.slice(0, 6)).toEqual(["compaction/start", "compaction/summary", "UM~", "compaction/end", "SS(4,1)", "UM(D)"])
+      expect(shown[6]!.startsWith("UM(")).toBe(true)
+      const entered = (yield* requests).at(-1)!.messages.slice(-2)
+      expect(entered.map((m) => [sourceOf(m).kind, textOfMessage(m)])).toEqual([["user", "D"], ["compaction-context", "CONTEXT"]])
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(summaryScript, { compaction: summaryOptions }))))
+
+  it.scoped("threshold and overflow: a veto compacts nothing; the overflow then ends the turn error(CONTEXT_OVERFLOW) naming the veto", () =>
+    Effect.gen(function*() {
+      yield* (yield* Compaction).onPreCompact(() => Effect.succeed(PreCompactDecision.veto("keep everything")))
+      yield* fourTurns
+      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+      const reasons = yield* turnEnds
+      expect(reasons.slice(0, 4).map((r) => r.kind)).toEqual(["completed", "completed", "completed", "completed"])
+      yield* (yield* Driver).followup(user("E"))
+      yield* (yield* Driver).whenIdle
+      const last = (yield* turnEnds).at(-1) as { readonly error: { readonly message: string; readonly code: string } }
+      expect(last.error.code).toBe("CONTEXT_OVERFLOW")
+      expect(last.error.message).toContain("a pre-compaction hook vetoed compaction (keep everything)")
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.text("c", { usage: usage(3_300, 10) }), ScriptedModel.text("d"), ScriptedModel.fail(overflowFailure)],
+      { compaction: summaryOptions }
+    ))))
+})
+
+const F = SessionId.make("f")
+
+describe("Compaction: summaries in the session's lifecycle", () => {
+  it.scoped("fork at a boundary before a compaction restores full detail; resume derives the same history and compacts nothing at open", () =>
+    Effect.gen(function*() {
+      const { after, boundary, full } = yield* Effect.scoped(Effect.gen(function*() {
+        const driver = yield* Driver
+        const log = yield* SessionLog
+        for (const message of [big("A"), big("B"), user("C")]) {
+          yield* driver.followup(message)
+          yield* driver.whenIdle
+        }
+        const full = yield* log.messages
+        const boundary = (yield* log.events).length - 1
+        yield* driver.followup(user("D"))
+        yield* driver.whenIdle
+        expect((yield* log.events).filter((e) => e.type === "compaction/start").length).toBe(1)
+        expect(yield* clean).toEqual([])
+        return { after: yield* log.messages, boundary, full }
+      }).pipe(Effect.provide(agentOn({ sessionId: F }, summaryScript, summaryOptions))))
+      expect(after.length).toBe(full.length - 4 + 1 + 2)
+      // The fork at turn 3's end: every original message, in full.
+      const child = yield* forkSession({ source: F, boundary, childId: SessionId.make("f-child") })
+      yield* Effect.scoped(Effect.gen(function*() {
+        const log = yield* SessionLog
+        expect(yield* log.messages).toEqual(full)
+        expect((yield* log.events).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+        expect(checkLog(yield* log.events, { closed: true, seedLength: log.header.seedLength })).toEqual([])
+      }).pipe(Effect.provide(agentOn({ resume: child }, [], summaryOptions))))
+      // Resume: the same derived history; opening compacts nothing, although use is past the threshold.
+      yield* Effect.scoped(Effect.gen(function*() {
+        const log = yield* SessionLog
+        const events = yield* log.events
+        expect(events.at(-1)!.type).toBe("session/end-seed")
+        expect(events.filter((e) => e.type === "compaction/start").length).toBe(1)
+        expect(yield* log.messages).toEqual(after)
+        expect(checkLog(events, { closed: true })).toEqual([])
+      }).pipe(Effect.provide(agentOn({ resume: F }, [], { ...summaryOptions, threshold: 0.0001 }))))
+    }).pipe(Effect.provide(SessionStore.layerMemory)))
 })

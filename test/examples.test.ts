@@ -1,6 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { AgentLive, program } from "../examples/agent.js"
+import { FILES, LongSessionLive, program as longSession, WINDOW } from "../examples/long-session.js"
 
 describe("examples/agent.ts", () => {
   it.scoped("one tool, an injected context and a steer", () =>
@@ -14,4 +15,24 @@ describe("examples/agent.ts", () => {
       expect(types.filter((t) => t === "turn/start").length).toBe(1)
       expect(types.at(-1)).toBe("turn/end")
     }).pipe(Effect.provide(AgentLive)))
+})
+
+describe("examples/long-session.ts", () => {
+  it.scoped("a session crossing its window many times keeps going; every trigger and kind compacts; nothing is lost to read_history", () =>
+    Effect.gen(function*() {
+      const r = yield* longSession
+      // The tool output alone is many windows (characters / 4 tokens).
+      expect(FILES.reduce((n, [, size]) => n + size, 0) / 4).toBeGreaterThan(8 * WINDOW)
+      expect(r.turnEnds).toEqual(Array.from({ length: FILES.length + 1 }, () => "completed"))
+      const kinds = new Set(r.brackets.map((b) => `${b.kind}/${b.trigger}`))
+      expect(kinds).toEqual(new Set(["prune/threshold", "summary/threshold", "prune/overflow", "summary/manual"]))
+      for (const b of r.brackets) expect(b.tokensAfter!).toBeLessThan(b.tokensBefore!)
+      // After every turn the session is back within its window.
+      expect(Math.max(...r.fractions)).toBeLessThanOrEqual(1)
+      expect(r.shadowed).toBeGreaterThan(100)
+      expect(r.unreadable).toBe(0)
+      expect(r.recalled).toContain("tool result of read (call call-1-1) [shadowed]:")
+      expect(r.recalled).toContain("file-0: lorem ipsum")
+      expect(r.problems).toEqual([])
+    }).pipe(Effect.provide(LongSessionLive)), { timeout: 30_000 })
 })

@@ -19,6 +19,7 @@ import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
 import { Sessions } from "../services/Sessions.js"
 import { CliError, ExitWith } from "./CliError.js"
+import { compactOpen } from "./Compact.js"
 import * as Output from "./Output.js"
 import { chatView, describeReason, statusLine, textOf, timeline } from "./Timeline.js"
 
@@ -39,6 +40,7 @@ const HELP = [
   "  /cancel --keep  cancel the running turn and keep pending input",
   "  /status         print the status line: idle or running, turn and step, pending input",
   "  /log            print this session's timeline",
+  "  /compact [FOCUS] compact the context now (between turns): summarise older history, FOCUS steering it",
   "  /help           this help",
   "  /quit           wait until the agent is idle, then exit (end of input does the same;",
   "                  Ctrl-C cancels the running turn and exits)",
@@ -256,6 +258,8 @@ export const chat = (
               Effect.zipRight(acknowledge(`cancel requested; pending input ${rest === "--keep" ? "kept" : "discarded"}`)),
               Effect.as(true)
             )
+          case "/compact":
+            return Effect.as(Effect.flatMap(compactOpen(context, rest === "" ? undefined : rest), (line) => Output.lines([line])), true)
           case "/log":
             return Effect.gen(function*() {
               const renderer = timeline(log.header)

@@ -1,6 +1,6 @@
 /**
- * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`
- * and `resume`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
+ * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`,
+ * `resume` and `compact`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
  *
  * @since 0.1.0
  */
@@ -15,6 +15,7 @@ import { Sessions } from "../services/Sessions.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { chat, runOnce } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
+import { compactSession } from "./Compact.js"
 import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
 import * as Output from "./Output.js"
@@ -210,6 +211,14 @@ const forkCommand = Command.make("fork", {
       yield* Output.lines([`forked ${id} at seq ${header.parent?.boundary ?? "?"} as ${childId}`])
     }), { agent: false })).pipe(Command.withDescription("Copy a session up to a closed turn into a new session"))
 
+const compactCommand = Command.make("compact", {
+  id: sessionId,
+  focus: Options.text("focus").pipe(Options.withDescription("What the summary should keep in view"), Options.optional)
+}, ({ focus, id }) =>
+  withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), globals.db))).pipe(
+    Command.withDescription("Compact a stored session's context now: summarise its older history (or prune old tool results), losslessly")
+  )
+
 /**
  * The whole command tree.
  *
@@ -224,11 +233,12 @@ export const command = tiller.pipe(
     logCommand,
     checkCommand,
     forkCommand,
-    resumeCommand
+    resumeCommand,
+    compactCommand
   ])
 )
 
-const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume"])
+const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume", "compact"])
 const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools"])
 const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window"]
 

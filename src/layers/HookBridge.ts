@@ -11,6 +11,8 @@
  * - `PostToolUse` in the tool post-execute waterfall: context after the batch's results, a block's
  *   reason with the result;
  * - `Stop` among the turn-stopping listeners: a block continues the turn with the reason as a steer;
+ * - `PreCompact` / `PostCompact` on the agent's `Compaction`, when it has one: a block vetoes the
+ *   compaction, context becomes summary instructions (Pre) or compaction context (Post);
  * - `SessionEnd` when the bridge's scope closes.
  *
  * Every command run is recorded as an ignorable `hook/run` event; injected context is a
@@ -20,7 +22,7 @@
  */
 import * as path from "node:path"
 import type { Scope } from "effect"
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, Option } from "effect"
 import { HookConfigError } from "../domain/Errors.js"
 import type { Json } from "../domain/Json.js"
 import { newUserMessage } from "../domain/Message.js"
@@ -31,6 +33,7 @@ import { HOOK_RUN_EVENT, runEvent } from "../internal/hooks/Runner.js"
 import type { HookEvent, HookSettings } from "../internal/hooks/Settings.js"
 import { loadSettings, mergeSettings, parseSettings, settingsFiles } from "../internal/hooks/Settings.js"
 import { makeTranscript } from "../internal/hooks/Transcript.js"
+import { Compaction, PreCompactDecision } from "../services/Compaction.js"
 import { Driver } from "../services/Driver.js"
 import { Hooks, ToolPreDecision } from "../services/Hooks.js"
 import { PreStep, PreStepDecision } from "../services/PreStep.js"
@@ -291,6 +294,47 @@ export const register = (
           }
           continued.set(input.turn, count + 1)
           yield* Effect.ignore(driver.steer(yield* contextMessage(block.hook.command, "Stop", block.answer.block!)))
+        })
+      )
+    }
+
+    // The compaction hooks, when the agent has compaction: PreCompact may veto (a block) or add
+    // instructions for the summary (its context); PostCompact's context enters as compaction context.
+    const compaction = yield* Effect.serviceOption(Compaction)
+    if (Option.isSome(compaction) && has("PreCompact")) {
+      yield* compaction.value.onPreCompact((input, next) =>
+        Effect.gen(function*() {
+          const trigger = input.trigger === "manual" ? "manual" : "auto"
+          const runs = yield* runEvent(ctx, "PreCompact", {
+            subject: trigger,
+            fields: () => ({ trigger, custom_instructions: input.focus ?? "" }),
+            stopWhen: (a) => a.block !== undefined,
+            recordExtra: { turn: input.turn, trigger: input.trigger }
+          })
+          const block = blockOf(runs)
+          if (block !== undefined) return PreCompactDecision.veto(block)
+          const decision = yield* next()
+          const instructions = runs.flatMap((r) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))
+          return decision._tag === "Proceed" && instructions.length > 0
+            ? PreCompactDecision.proceed([...instructions, ...decision.instructions])
+            : decision
+        })
+      )
+    }
+    // After a compaction, Claude Code runs the SessionStart hooks with source `compact`: so does the bridge.
+    if (Option.isSome(compaction) && (has("PostCompact") || has("SessionStart"))) {
+      yield* compaction.value.onPostCompact((input, next) =>
+        Effect.gen(function*() {
+          const downstream = yield* next()
+          const trigger = input.trigger === "manual" ? "manual" : "auto"
+          const recordExtra = { turn: input.turn, trigger: input.trigger }
+          const post = yield* runEvent(ctx, "PostCompact", {
+            subject: trigger,
+            fields: () => ({ trigger, pruned: input.report.pruned, summarised: input.report.summarised !== undefined }),
+            recordExtra
+          })
+          const start = yield* runEvent(ctx, "SessionStart", { subject: "compact", fields: () => ({ source: "compact" }), recordExtra })
+          return [...downstream, ...[...post, ...start].flatMap((r) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))]
         })
       )
     }

@@ -18,6 +18,11 @@ import type { HookBridgeOptions } from "../../src/layers/HookBridge.js"
 import { HookBridge } from "../../src/layers/HookBridge.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import { Agent } from "../../src/layers/Agent.js"
+import { Compaction } from "../../src/services/Compaction.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { Tools } from "../../src/services/Tools.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
@@ -437,6 +442,54 @@ describe("HookBridge", () => {
         expect(badMatcher.reason).toContain("is not a regular expression")
         expect(new HookCommandError({ event: "Stop", command: "x", code: "TIMEOUT", detail: "d" }).message).toBe("Stop hook \"x\": d")
       }))
+  })
+
+  describe("PreCompact / PostCompact (the compaction hooks)", () => {
+    it.live("a PreCompact block vetoes a manual compaction with its reason; otherwise PostCompact's context enters the next step", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ PreCompact: [{ matcher: "manual", command: "./pre.sh" }], PostCompact: [{ command: "./post.sh" }] }),
+        "pre.sh": "#!/bin/sh\nI=$(cat)\necho \"$I\" | jq -c '{trigger, custom_instructions}' >> pre.jsonl\nif [ \"$(echo \"$I\" | jq -r .custom_instructions)\" = veto ]; then echo 'keep everything for now' >&2; exit 2; fi\n",
+        "post.sh": "#!/bin/sh\njq -r '\"Compacted (\" + .trigger + \"): re-read AGENTS.md\"'\n"
+      })
+      const script = [
+        ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: `cat ${"x".repeat(4000)}` } }] }),
+        ScriptedModel.text("ok"),
+        ScriptedModel.text("after")
+      ]
+      const layer = HookBridge.layer({ cwd: dir }).pipe(
+        Layer.provideMerge(
+          Agent.layer({
+            sessionId: SessionId.make("s"),
+            model: { provider: "p", model: "m" },
+            compaction: { contextWindow: 100_000, summary: false, protectRecentTokens: 0, minimumPruneTokens: 1 }
+          }).pipe(Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer(script), Tools.layer({ tools }))))
+        )
+      )
+      return Effect.scoped(Effect.provide(
+        Effect.gen(function*() {
+          yield* prompt("p1", "read the log")
+          const compaction = yield* Compaction
+          const vetoed = yield* compaction.compactWith({ focus: "veto" })
+          expect(vetoed.vetoed).toBe("keep everything for now")
+          const done = yield* compaction.compactWith({ focus: "go" })
+          expect(done.pruned).toBe(1)
+          expect(fs.readFileSync(path.join(dir, "pre.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l))).toEqual([
+            { trigger: "manual", custom_instructions: "veto" },
+            { trigger: "manual", custom_instructions: "go" }
+          ])
+          const events = yield* prompt("p2", "next")
+          const context = userMessages(events).find((m) => m.source.kind === "compaction-context")!
+          expect(textOf(context.content)).toBe("Compacted (manual): re-read AGENTS.md")
+          expect(hookRuns(events).map((r) => [r.event, r.block ?? r.additionalContext ?? ""])).toEqual([
+            ["PreCompact", "keep everything for now"],
+            ["PreCompact", ""],
+            ["PostCompact", "Compacted (manual): re-read AGENTS.md"]
+          ])
+          clean(events)
+        }),
+        layer
+      ))
+    })
   })
 
   describe("the transcript", () => {

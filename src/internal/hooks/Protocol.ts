@@ -44,8 +44,8 @@ export interface AnswerProblem {
 const isRecord = (value: unknown): value is Record<string, unknown> =>
   typeof value === "object" && value !== null && !Array.isArray(value)
 
-/** Events whose plain (non-JSON) stdout on exit 0 is context for the model, as in Claude Code. */
-const PLAIN_STDOUT_IS_CONTEXT: ReadonlySet<HookEvent> = new Set(["UserPromptSubmit", "SessionStart"])
+/** Events whose plain (non-JSON) stdout on exit 0 is context for the model, as in Claude Code (and PostCompact, which runs where its SessionStart `compact` does). */
+const PLAIN_STDOUT_IS_CONTEXT: ReadonlySet<HookEvent> = new Set(["UserPromptSubmit", "SessionStart", "PostCompact"])
 
 /**
  * Reads a finished command's answer for `event`.

@@ -39,6 +39,8 @@ import { Hooks, ToolPreDecision } from "../services/Hooks.js"
 import { PreStep, PreStepDecision } from "../services/PreStep.js"
 import { SessionLog } from "../services/SessionLog.js"
 
+export type { HookCommand, HookEvent, HookGroup, HookSettings } from "../internal/hooks/Settings.js"
+
 /**
  * A `PreToolUse` hook's request for confirmation, as the bridge's `ask` sees it.
  *

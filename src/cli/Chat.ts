@@ -5,9 +5,8 @@
  *
  * @since 0.1.0
  */
-import * as NodeStream from "@effect/platform-node/NodeStream"
 import type { Scope } from "effect"
-import { Context, Effect, FiberRef, Option, Stream, SubscriptionRef } from "effect"
+import { Clock, Context, Effect, Either, FiberRef, Option, Stream, SubscriptionRef } from "effect"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
@@ -18,9 +17,12 @@ import { Driver } from "../services/Driver.js"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
 import { Sessions } from "../services/Sessions.js"
+import * as ChatInput from "./ChatInput.js"
 import { CliError, ExitWith } from "./CliError.js"
 import { compactOpen } from "./Compact.js"
 import * as Output from "./Output.js"
+import * as PendingInput from "./PendingInput.js"
+import type { InputEvent } from "./Terminal.js"
 import { chatView, describeReason, statusLine, textOf, timeline } from "./Timeline.js"
 
 /**
@@ -33,20 +35,30 @@ export const INJECT_SOURCE: MessageSource = { kind: "cli", command: "inject" }
 
 const HELP = [
   "A plain line steers the running turn: it enters the turn's next step (when the agent is idle, it",
-  "starts a turn).",
+  "starts a turn; prompts a cancel kept in the queue still run after it, each as a turn of its own).",
   "  /queue TEXT     queue TEXT as the prompt of a later turn of its own",
   "  /inject TEXT    add TEXT as context for the next step, without waking the agent",
+  "  /pending        list the pending input, numbered: next-step items, then the queued prompts",
+  "  /drop N         remove pending item N",
+  "  /edit N TEXT    rewrite pending item N (on a terminal, /edit N puts its text into the input line)",
   "  /cancel         cancel the running turn and discard pending input",
   "  /cancel --keep  cancel the running turn and keep pending input",
   "  /status         print the status line: idle or running, turn and step, pending input",
   "  /log            print this session's timeline",
   "  /compact [FOCUS] compact the context now (between turns): summarise older history, FOCUS steering it",
   "  /help           this help",
-  "  /quit           wait until the agent is idle, then exit (end of input does the same;",
-  "                  Ctrl-C cancels the running turn and exits)",
+  "  /quit           wait until the agent is idle, then exit (end of input does the same)",
   "  /TOOL ARG       a line naming a tool is sent as a message (the demo model calls the tool,",
-  "                  e.g. /wait 3000 keeps the turn running for 3 s so that it can be steered)"
+  "                  e.g. /wait 3000 keeps the turn running for 3 s so that it can be steered)",
+  "Keys on a terminal: Enter sends; Alt-Enter, Ctrl-J or a line ending in \\ continues the message on a",
+  "new line (a paste is taken whole); ↑ ↓ history; ← → Home End Ctrl-A Ctrl-E move; Ctrl-U Ctrl-K Ctrl-W",
+  "delete; Ctrl-L clears the screen. Esc, or Ctrl-C while a turn runs, interrupts the turn and keeps the",
+  "chat open and the pending input; Ctrl-C twice at the idle prompt, or Ctrl-D, exits. An interrupt never",
+  "discards pending input (only /cancel does); it stays in the session for the next turn or a resume."
 ]
+
+/** Two Ctrl-C presses at the idle prompt within this many milliseconds exit the chat. */
+const EXIT_PRESS_WINDOW_MS = 2000
 
 /** How long an interrupted command waits for the cancelled turn to end before it exits anyway. */
 const CANCEL_GRACE = "5 seconds"
@@ -91,12 +103,6 @@ const follow = (
     return { caughtUp }
   })
 
-/** The lines of standard input, as they arrive. */
-const stdinLines: Stream.Stream<string, CliError> = NodeStream.fromReadable(
-  () => process.stdin,
-  (cause) => new CliError({ reason: `cannot read standard input: ${String(cause)}` })
-).pipe(Stream.decodeText(), Stream.splitLines)
-
 /** The latest turn of `events` and, while it is open, its latest step. */
 const latestPosition = (events: ReadonlyArray<SessionEvent>): { readonly turn: number; readonly step: number; readonly inTurn: boolean } => {
   let step = 0
@@ -110,14 +116,15 @@ const latestPosition = (events: ReadonlyArray<SessionEvent>): { readonly turn: n
 }
 
 /**
- * Cancels the running turn (a user cancel: pending input is discarded) and waits up to
- * {@link CANCEL_GRACE} for the agent to become idle. Run by an interrupted command (Ctrl-C), so the
- * log records why the turn ended instead of leaving it to the session's disposal.
+ * Cancels the running turn as the user, keeping pending input (an interrupt never discards it: only
+ * `/cancel` does), and waits up to {@link CANCEL_GRACE} for the agent to become idle. Run by an
+ * interrupted command (SIGINT), so the log records why the turn ended instead of leaving it to the
+ * session's disposal.
  */
 const cancelRunningTurn = (driver: Driver["Type"]): Effect.Effect<void> =>
   Effect.gen(function*() {
     if ((yield* driver.status) === "idle") return
-    yield* Effect.ignore(driver.cancel(CancelCause.user))
+    yield* Effect.ignore(driver.cancel(CancelCause.user, { keepInbox: true }))
     yield* Effect.ignore(Effect.timeout(Effect.interruptible(driver.whenIdle), CANCEL_GRACE))
   })
 
@@ -161,6 +168,8 @@ export const chat = (
     const status = (s: "idle" | "running", position: Parameters<typeof statusLine>[1]) =>
       Effect.map(usage, (u) => statusLine(s, position, u))
     const view = chatView(log.header.seedLength)
+    // On a terminal, the line editor owns the screen from here on (all output goes through it).
+    const input = yield* ChatInput.open
     let lastStatus: "idle" | "running" = "idle"
 
     // The stored prefix only advances the view's fold; events from this process on are printed.
@@ -182,6 +191,7 @@ export const chat = (
         let text = ""
         let ended = false
         for (const event of events) {
+          input.progress.observe(event)
           text += view.render(event)
           if (event.type === "turn/start") lastStatus = "running"
           if (event.type === "turn/end") ended = true
@@ -222,6 +232,9 @@ export const chat = (
       const command = trimmed.startsWith("/") ? (space === -1 ? trimmed : trimmed.slice(0, space)) : undefined
       const rest = command === undefined ? trimmed : trimmed.slice(command.length).trim()
       const usage = (text: string) => Effect.as(Output.errorLine(`usage: ${text}`), true)
+      // A change of the inbox is acknowledged with the status line; a refusal is an error line.
+      const answer = (outcome: Either.Either<string, string>) =>
+        Effect.as(Either.isRight(outcome) ? acknowledge(outcome.right) : Output.errorLine(outcome.left), true)
       const steer = wake(Effect.flatMap(deliver(trimmed), driver.steer), "steering: enters the next step")
       // An idle agent with prompts parked in the queue (a cancel that kept them): the line goes
       // first in the queue, so the turn it opens takes the line (and any pending next-step input)
@@ -258,6 +271,25 @@ export const chat = (
               Effect.zipRight(acknowledge(`cancel requested; pending input ${rest === "--keep" ? "kept" : "discarded"}`)),
               Effect.as(true)
             )
+          case "/pending":
+            if (rest !== "") return usage("/pending")
+            return Effect.as(Effect.flatMap(inbox.snapshot, (snapshot) => Output.lines(PendingInput.describe(PendingInput.numbered(snapshot)))), true)
+          case "/drop":
+            if (rest === "") return usage("/drop N (/pending lists the numbers)")
+            return Effect.flatMap(PendingInput.drop(inbox, rest), answer)
+          case "/edit": {
+            const [argument = "", ...words] = rest.split(/(?<=^\S+)\s/)
+            const text = words.join(" ").trim()
+            if (argument === "") return usage("/edit N TEXT (/pending lists the numbers)")
+            if (text !== "") return Effect.flatMap(PendingInput.edit(inbox, argument, text), answer)
+            // On a terminal, the item's text goes into the input line to be edited and sent.
+            if (input.terminal === undefined) return usage("/edit N TEXT")
+            const terminal = input.terminal
+            return Effect.flatMap(PendingInput.lookup(inbox, argument), (item) =>
+              typeof item === "string"
+                ? Effect.as(Output.errorLine(item), true)
+                : Effect.as(Effect.sync(() => terminal.prefill(`/edit ${item.number} ${PendingInput.textOfItem(item)}`)), true))
+          }
           case "/compact":
             return Effect.as(Effect.flatMap(compactOpen(context, rest === "" ? undefined : rest), (line) => Output.lines([line])), true)
           case "/log":
@@ -277,18 +309,53 @@ export const chat = (
         Effect.as(Output.errorLine(`tiller: ${error instanceof Error ? error.message : String(error)}`), true))
     }
 
+    // Esc, or Ctrl-C while a turn runs: the turn ends cancelled by the user; pending input stays.
+    const interrupt = Effect.gen(function*() {
+      if ((yield* driver.status) === "idle") return false
+      yield* driver.cancel(CancelCause.user, { keepInbox: true })
+      yield* acknowledge("interrupted; pending input kept")
+      return true
+    })
+    let lastCtrlC = Number.NEGATIVE_INFINITY
+    const onInput = (event: InputEvent): Effect.Effect<boolean, CliError> => {
+      switch (event._tag) {
+        case "line":
+          return handle(event.text)
+        case "eof":
+          return Effect.succeed(false)
+        case "interrupt":
+          return Effect.as(Effect.ignore(interrupt), true)
+        case "ctrl-c":
+          return Effect.gen(function*() {
+            if (yield* Effect.orElseSucceed(interrupt, () => false)) return true
+            const now = yield* Clock.currentTimeMillis
+            if (now - lastCtrlC < EXIT_PRESS_WINDOW_MS) return false
+            lastCtrlC = now
+            yield* Output.lines(["(Ctrl-C again to exit, or Ctrl-D; pending input is kept)"])
+            return true
+          })
+      }
+    }
+
     const goodbye = Effect.gen(function*() {
       if (lastStatus !== "idle") yield* Output.write(view.line(yield* status("idle", view.position())))
+      const pending = yield* inbox.snapshot
+      if (pending.nextTurn.length + pending.nextStep.length > 0) {
+        yield* Output.lines([
+          `pending input kept: ${pending.nextTurn.length} queued, ${pending.nextStep.length} next-step (it runs with the next turn)`
+        ])
+      }
       yield* Output.lines([`session ${sessionId} is saved; continue it with: tiller resume ${sessionId}`])
     })
 
     yield* Effect.gen(function*() {
-      yield* Stream.runForEachWhile(stdinLines, handle)
+      yield* Stream.runForEachWhile(input.events, onInput)
       yield* driver.whenIdle
       yield* caughtUp
       yield* saved(log)
     }).pipe(
-      // Ctrl-C: the running turn ends as cancelled by the user, and the chat says where it stopped.
+      // SIGINT: the running turn ends as cancelled by the user (pending input kept), and the chat
+      // says where it stopped.
       // SIGTERM: nothing here; closing the session disposes of it (the turn ends aborted(disposed)).
       Effect.onInterrupt(() =>
         Effect.gen(function*() {

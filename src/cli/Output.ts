@@ -7,6 +7,29 @@
 import { Effect } from "effect"
 
 /**
+ * Where output goes instead of the streams while the chat owns the terminal: the terminal's live
+ * area is erased before the text and drawn again after it.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Sink {
+  readonly print: (text: string) => void
+}
+
+let sink: Sink | undefined
+
+/**
+ * Routes stdout and stderr output through `next` (or back to the streams with `undefined`).
+ *
+ * @since 0.1.0
+ * @category output
+ */
+export const setSink = (next: Sink | undefined): void => {
+  sink = next
+}
+
+/**
  * Writes `text` to stdout as is.
  *
  * @since 0.1.0
@@ -14,7 +37,8 @@ import { Effect } from "effect"
  */
 export const write = (text: string): Effect.Effect<void> =>
   Effect.sync(() => {
-    process.stdout.write(text)
+    if (sink !== undefined) sink.print(text)
+    else process.stdout.write(text)
   })
 
 /**
@@ -34,5 +58,6 @@ export const lines = (output: ReadonlyArray<string>): Effect.Effect<void> =>
  */
 export const errorLine = (line: string): Effect.Effect<void> =>
   Effect.sync(() => {
-    process.stderr.write(`${line}\n`)
+    if (sink !== undefined) sink.print(`${line}\n`)
+    else process.stderr.write(`${line}\n`)
   })

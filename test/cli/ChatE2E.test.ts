@@ -12,6 +12,13 @@ const WAIT_MS = 4000
 
 const DB = path.join("data", "tiller.db")
 
+/** The output without the status line's context share (` · ctx 12%`), which ContextWindow.test.ts checks. */
+const withoutShare = (stdout: string) => stdout.replace(/ · ctx \d+%/g, "")
+const view = { view: withoutShare }
+/** `tiller ...args` with the output {@link withoutShare}. */
+const chatRun = (dir: string, args: ReadonlyArray<string>, options: { readonly input: string }) =>
+  Effect.map(tiller(dir, args, options), (outcome) => ({ ...outcome, stdout: withoutShare(outcome.stdout) }))
+
 /** A tiny view of better-sqlite3, enough to corrupt a stored row the way a faulty writer would. */
 interface Database {
   readonly prepare: (sql: string) => { readonly run: (...params: ReadonlyArray<unknown>) => { readonly changes: number } }
@@ -68,7 +75,7 @@ describe("tiller chat end to end", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir
       // The global --db after the subcommand, before one of its own options.
-      const chat = yield* converse(dir, ["chat", "--db", DB, "--session", "talk"])
+      const chat = yield* converse(dir, ["chat", "--db", DB, "--session", "talk"], view)
       yield* chat.waitFor("Type a message, or /help for the commands.\n[idle · 0 turns · pending: 0 queued, 0 next-step]\n")
 
       // Context waits in next-step without starting a turn.
@@ -220,7 +227,7 @@ describe("tiller chat end to end", () => {
   it.scopedLive("chat: /cancel --keep ends the running turn and keeps the queue; Ctrl-C cancels the running turn and exits", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
-      const chat = yield* converse(dir, ["--db", DB, "chat", "--session", "k"])
+      const chat = yield* converse(dir, ["--db", DB, "chat", "--session", "k"], view)
       yield* chat.send(`/wait ${WAIT_MS * 2}`)
       yield* chat.waitFor(`  → wait {"ms":"${WAIT_MS * 2}"}\n`)
       yield* chat.send("/queue later")
@@ -282,7 +289,7 @@ describe("tiller chat end to end", () => {
       expect(sessions.stdout).toMatch(new RegExp(`\\nbranch +1 +${firstEnd + 2} .*\\(fork of p at seq ${firstEnd}\\)\\n`))
 
       // The fork has turn 1 only; its next turn is turn 2, not the parent's turn 3.
-      const resume = yield* tiller(dir, ["--db", DB, "resume", "branch"], { input: "again\n/quit\n" })
+      const resume = yield* chatRun(dir, ["--db", DB, "resume", "branch"], { input: "again\n/quit\n" })
       expect(resume.code).toBe(0)
       expectInOrder(resume.stdout, [
         "tiller chat · session branch (resumed: 1 turn,",
@@ -313,7 +320,7 @@ describe("tiller chat end to end", () => {
   it.scopedLive("a prompt kept by /cancel --keep is a later turn of its own; a fork child's inbox starts empty", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
-      const chat = yield* converse(dir, ["--db", DB, "chat", "--session", "src"])
+      const chat = yield* converse(dir, ["--db", DB, "chat", "--session", "src"], view)
       yield* chat.send(`/wait ${WAIT_MS * 2}`)
       yield* chat.waitFor(`  → wait {"ms":"${WAIT_MS * 2}"}\n`)
       yield* chat.send("steer")
@@ -331,7 +338,7 @@ describe("tiller chat end to end", () => {
 
       // The fork at the turn's end: nothing the source left pending is the child's (SPEC D11).
       expect((yield* tiller(dir, ["--db", DB, "fork", "src", "--at", String(end), "--as", "child"])).code).toBe(0)
-      const onChild = yield* tiller(dir, ["--db", DB, "chat", "--session", "child"], { input: "/status\n/queue new\n/quit\n" })
+      const onChild = yield* chatRun(dir, ["--db", DB, "chat", "--session", "child"], { input: "/status\n/queue new\n/quit\n" })
       expect(onChild.code).toBe(0)
       expectInOrder(onChild.stdout, [
         "Type a message, or /help for the commands.\n[idle · 1 turn · pending: 0 queued, 0 next-step]\n",
@@ -343,7 +350,7 @@ describe("tiller chat end to end", () => {
 
       // On the source, a plain line takes the kept next-step input into its turn; the kept queued
       // prompt runs after it, as a turn of its own.
-      const resumed = yield* tiller(dir, ["--db", DB, "resume", "src"], { input: "go on\n/quit\n" })
+      const resumed = yield* chatRun(dir, ["--db", DB, "resume", "src"], { input: "go on\n/quit\n" })
       expect(resumed.code).toBe(0)
       const events = jsonLines((yield* tiller(dir, ["--db", DB, "log", "src", "--json"])).stdout)
       expect(outline(events.slice(source.length)).filter((line) => !line.startsWith("step"))).toEqual([
@@ -362,6 +369,54 @@ describe("tiller chat end to end", () => {
         "end 3 completed"
       ])
       expect(yield* tiller(dir, ["--db", DB, "check", "src"])).toMatchObject({ code: 0, stderr: "" })
+    }), TIMEOUT)
+
+  it.scopedLive("/pending lists the inbox, /drop and /edit change one item each; an interrupt (SIGINT) keeps pending input", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const chat = yield* converse(dir, ["--db", DB, "chat", "--session", "i"], view)
+      yield* chat.send(`/wait ${WAIT_MS * 2}`)
+      yield* chat.waitFor(`  → wait {"ms":"${WAIT_MS * 2}"}\n`)
+      yield* chat.send("steer")
+      yield* chat.send("/inject ctx")
+      yield* chat.send("/queue first")
+      yield* chat.send("/queue second")
+      yield* chat.waitFor("pending: 2 queued, 2 next-step]\n")
+      yield* chat.send("/pending")
+      yield* chat.waitFor([
+        "pending input (next-step enters the next step; queued prompts run as turns of their own, in order):",
+        "   1. next-step [user] steer",
+        "   2. next-step [cli:inject] ctx",
+        "   3. queued    [user] first",
+        "   4. queued    [user] second",
+        ""
+      ].join("\n"))
+      yield* chat.send("/drop 2")
+      yield* chat.waitFor("(dropped next-step item 2: ctx) [running · turn 1 step 1 · pending: 2 queued, 1 next-step]\n")
+      yield* chat.send("/edit 3 second, edited")
+      yield* chat.waitFor("(edited queued item 3: second, edited) [running · turn 1 step 1 · pending: 2 queued, 1 next-step]\n")
+      yield* chat.send("/drop 9")
+      yield* chat.send("/status")
+      yield* chat.waitFor("[running · turn 1 step 1 · pending: 2 queued, 1 next-step]\n")
+      // Ctrl-C from outside (SIGINT): the turn ends cancelled; the pending input is kept, not discarded.
+      yield* chat.signal("SIGINT")
+      const outcome = yield* chat.exit
+      expect(outcome.code).toBe(130)
+      expect(outcome.stderr).toBe("no pending item 9 (3 pending; /pending lists them)\n")
+      expectInOrder(outcome.stdout, [
+        "── turn 1 aborted (user)\n",
+        "pending input kept: 2 queued, 1 next-step (it runs with the next turn)\n",
+        "session i is saved; continue it with: tiller resume i\n"
+      ])
+      const events = jsonLines((yield* tiller(dir, ["--db", DB, "log", "i", "--json"])).stdout)
+      expect(outline(events).filter((line) => line.startsWith("discard"))).toEqual(["discard next-step 1"])
+      const resumed = yield* chatRun(dir, ["--db", DB, "resume", "i"], { input: "/pending\n/quit\n" })
+      expectInOrder(resumed.stdout, [
+        "[idle · 1 turn · pending: 2 queued, 1 next-step]\n",
+        "   1. next-step [user] steer\n",
+        "   2. queued    [user] first\n",
+        "   3. queued    [user] second, edited\n"
+      ])
     }), TIMEOUT)
 
   it.scopedLive("check on a corrupted database: a rule violation and an unreadable row exit 1 with readable messages", () =>

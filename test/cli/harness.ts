@@ -75,11 +75,14 @@ export interface Conversation {
   readonly end: Effect.Effect<Outcome>
 }
 
-/** Starts `tiller ...args` in `cwd` for a conversation; the process is killed when the scope closes. */
+/**
+ * Starts `tiller ...args` in `cwd` for a conversation; the process is killed when the scope closes.
+ * `view` rewrites the output before it is matched and returned (the whole output so far, each time).
+ */
 export const converse = (
   cwd: string,
   args: ReadonlyArray<string>,
-  options?: { readonly env?: Record<string, string> }
+  options?: { readonly env?: Record<string, string>; readonly view?: (stdout: string) => string }
 ): Effect.Effect<Conversation, never, Scope.Scope> =>
   Effect.gen(function*() {
     const exited = yield* Deferred.make<Outcome>()
@@ -87,6 +90,7 @@ export const converse = (
       Effect.sync(() => start(cwd, args, options?.env)),
       (child) => Effect.sync(() => child.exitCode === null && child.signalCode === null && child.kill("SIGKILL"))
     )
+    let raw = ""
     let stdout = ""
     let stderr = ""
     let matchedUpTo = 0
@@ -95,7 +99,8 @@ export const converse = (
       for (const listener of listeners) listener()
     }
     child.stdout.setEncoding("utf8").on("data", (text: string) => {
-      stdout += text
+      raw += text
+      stdout = options?.view === undefined ? raw : options.view(raw)
       changed()
     })
     child.stderr.setEncoding("utf8").on("data", (text: string) => (stderr += text))

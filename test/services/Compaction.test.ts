@@ -3,7 +3,7 @@
  * its triggers, over an agent with a scripted model.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Schema } from "effect"
+import { Deferred, Effect, Fiber, Layer, Schema, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
@@ -492,7 +492,7 @@ describe("Compaction: summaries", () => {
       const before = yield* log.messages
       const report = yield* (yield* Compaction).compact
       const events = yield* logEvents
-      const replacement = events.find((e): e is EventOf<"user/message"> => e.type === "user/message" && e.surfaceOp !== "append")!
+      const replacement = events.find((e): e is EventOf<"user/message"> => e.type === "user/message" && (e as { readonly surfaceOp?: unknown }).surfaceOp !== "append")!
       // The tail reaches 1,005 tokens at r2's result: the cut goes back to r2's call; I stays before the range.
       const ok = events.find((e) => e.type === "assistant/message")!
       expect(replacement.surfaceOp).toEqual({ op: "replace", start: ok.seq, end: resultOf(events, "r1").seq })
@@ -546,6 +546,68 @@ describe("Compaction: summaries", () => {
       [ScriptedModel.text("a"), ScriptedModel.fail(overflowFailure)],
       { compaction: { contextWindow: 100_000, threshold: 0.99, summary: false } }
     ))))
+})
+
+describe("Compaction: manual failures", () => {
+  it.scoped("a summary request that fails, or outlasts its timeout, is a ModelError: the bracket closes with an error and nothing is replaced", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const log = yield* SessionLog
+      for (const message of [big("A"), big("B"), user("C")]) {
+        yield* driver.followup(message)
+        yield* driver.whenIdle
+      }
+      const messages = yield* log.messages
+      const compaction = yield* Compaction
+      const failed = yield* Effect.flip(compaction.compact)
+      expect(failed._tag).toBe("ModelError")
+      expect((failed as { readonly failure: { readonly code: string } }).failure.code).toBe("OVERLOADED")
+      const hanging = yield* Effect.fork(compaction.compactWith({ focus: "x" }))
+      yield* TestClock.adjust("1 minute")
+      const timedOut = yield* Effect.flip(Fiber.join(hanging))
+      expect((timedOut as { readonly failure: { readonly code: string; readonly message: string } }).failure).toEqual({
+        code: "TIMEOUT",
+        message: "the summary request took longer than 1m"
+      })
+      const brackets = (yield* logEvents).filter((e) => e.type.startsWith("compaction/"))
+      expect(brackets.map((e) => [e.type, (e.data as { readonly error?: unknown }).error ?? null])).toEqual([
+        ["compaction/start", null],
+        ["compaction/end", { message: "compaction did not complete" }],
+        ["compaction/start", null],
+        ["compaction/end", { message: "compaction did not complete" }]
+      ])
+      expect(yield* log.messages).toEqual(messages)
+      // The agent goes on.
+      expect(yield* driver.status).toBe("idle")
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [
+        ScriptedModel.text("a"),
+        ScriptedModel.text("b"),
+        ScriptedModel.text("c"),
+        ScriptedModel.fail({ message: "overloaded", code: "OVERLOADED" }),
+        ScriptedModel.hang()
+      ],
+      { compaction: { contextWindow: 100_000, summary: { keepRecentTokens: 10, timeout: "1 minute" } } }
+    ))))
+
+  it.scoped("never during a turn: a manual compaction while a tool call is open is AgentBusy and writes nothing", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const started = yield* Deferred.make<void>()
+      yield* (yield* Hooks).onToolPre((_, next) => Effect.zipRight(Deferred.succeed(started, undefined), next()))
+      yield* driver.followup(user("A"))
+      yield* Deferred.await(started)
+      const busy = yield* Effect.flip((yield* Compaction).compactWith({ focus: "x" }))
+      expect(busy).toMatchObject({ _tag: "AgentBusy", operation: "runMaintenance", phase: "running" })
+      yield* TestClock.adjust("1 second")
+      yield* driver.whenIdle
+      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction([toolCall("c1", "block"), ScriptedModel.text("done")], {
+      tools: [Tool.make("block", { description: "", parameters: Schema.Struct({}), execute: () => Effect.sleep("1 second") })],
+      compaction: { contextWindow: 100_000 }
+    }))))
 })
 
 describe("Compaction: hooks", () => {

@@ -605,7 +605,7 @@ describe("Compaction: manual failures", () => {
       expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
       expect(yield* clean).toEqual([])
     }).pipe(Effect.provide(withCompaction([toolCall("c1", "block"), ScriptedModel.text("done")], {
-      tools: [Tool.make("block", { description: "", parameters: Schema.Struct({}), execute: () => Effect.sleep("1 second") })],
+      tools: [Tool.make("block", { description: "", parameters: Schema.Struct({}), execute: () => Effect.as(Effect.sleep("1 second"), "done") })],
       compaction: { contextWindow: 100_000 }
     }))))
 })

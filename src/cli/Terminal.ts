@@ -76,24 +76,31 @@ export class Terminal {
   private drawnRows = 0
   private cursorRow = 0
   private closed = false
-  /** Set while one chunk of input that holds a newline before more text is decoded: a paste. */
-  private chunkIsPaste = false
+  /**
+   * Newlines of the chunk being decoded that more text follows in the same chunk: typed keys come
+   * one chunk each, so those are a paste (without bracketed paste) and do not send the input.
+   */
+  private pastedNewlines = 0
   /** Set while one chunk of input is decoded: its keys change the input, drawn once after the chunk. */
   private inChunk = false
   private dirty = false
   private readonly onData = (chunk: Buffer | string) => {
     const text = typeof chunk === "string" ? chunk : chunk.toString("utf8")
-    this.chunkIsPaste = /[\r\n][^]/.test(text) && !text.startsWith(ESC)
+    this.pastedNewlines = (text.replace(/[\r\n]+$/, "").match(/\r\n?|\n/g) ?? []).length
     this.inChunk = true
   }
   private readonly afterData = () => {
-    this.chunkIsPaste = false
+    this.pastedNewlines = 0
     this.inChunk = false
     if (this.dirty) this.redraw()
   }
   private readonly onKeypress = (_: string | undefined, key: Key | undefined) => {
     if (key === undefined) return
-    this.key(this.chunkIsPaste && (key.name === "return" || key.name === "enter") ? { name: "enter" } : key)
+    if ((key.name === "return" || key.name === "enter") && this.pastedNewlines > 0) {
+      this.pastedNewlines--
+      return this.key({ name: "enter" })
+    }
+    this.key(key)
   }
   private readonly onResize = () => this.redraw()
 

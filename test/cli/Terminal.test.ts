@@ -121,6 +121,10 @@ describe("Terminal", () => {
       expect(events).toEqual([{ _tag: "line", text: long }])
       yield* type("\r")
       expect(events).toEqual([{ _tag: "line", text: long }, { _tag: "line", text: "one\ntwo\nthree" }])
+      // An Enter in the same chunk right after a bracketed paste still sends; the next line is its own.
+      yield* type("\u001b[200~a\rb\u001b[201~\r")
+      yield* type("c\r")
+      expect(events.slice(2)).toEqual([{ _tag: "line", text: "a\nb" }, { _tag: "line", text: "c" }])
       terminal.close()
     }))
 

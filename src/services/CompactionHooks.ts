@@ -3,7 +3,8 @@
  * agent's other hooks (first registered outermost, `next` at most once, SPEC 8.7). A pre-compaction
  * listener may veto the compaction or add instructions for its summary; a post-compaction listener
  * may add context, which enters the model's history as one `user/message` with source
- * `{kind: "compaction-context", trigger}`.
+ * `{kind: "compaction-context", trigger}`. A listener's failure is a defect (in a trigger's
+ * listener it ends the turn `error`).
  *
  * @since 0.1.0
  */

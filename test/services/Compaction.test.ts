@@ -3,12 +3,13 @@
  * its triggers, over an agent with a scripted model.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, Layer, Schema, TestClock } from "effect"
+import { Deferred, Effect, Fiber, FiberId, Layer, Schema, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
 import type { Message, Usage } from "../../src/domain/Values.js"
+import { CancelCause } from "../../src/domain/Values.js"
 import { Agent } from "../../src/layers/Agent.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
@@ -548,7 +549,9 @@ describe("Compaction: summaries", () => {
     ))))
 })
 
-describe("Compaction: manual failures", () => {
+const asking = Deferred.unsafeMake<void>(FiberId.none)
+
+describe("Compaction: failures and cancellation", () => {
   it.scoped("a summary request that fails, or outlasts its timeout, is a ModelError: the bracket closes with an error and nothing is replaced", () =>
     Effect.gen(function*() {
       const driver = yield* Driver
@@ -589,6 +592,28 @@ describe("Compaction: manual failures", () => {
         ScriptedModel.hang()
       ],
       { compaction: { contextWindow: 100_000, summary: { keepRecentTokens: 10, timeout: "1 minute" } } }
+    ))))
+
+  it.scoped("a cancel during a threshold summary closes its bracket with an error; the turn ends aborted and nothing is replaced", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const log = yield* SessionLog
+      for (const message of [big("A"), big("B"), user("C")]) {
+        yield* driver.followup(message)
+        yield* driver.whenIdle
+      }
+      const messages = yield* log.messages
+      yield* driver.followup(user("D"))
+      yield* Deferred.await(asking)
+      yield* driver.cancel(CancelCause.user)
+      yield* driver.whenIdle
+      expect(yield* shapeFrom("compaction/start")).toEqual(["compaction/start", "compaction/end", "TE(4,aborted(user))"])
+      expect((yield* logEvents).find((e) => e.type === "compaction/end")!.data).toMatchObject({ turn: 4, error: { message: "compaction did not complete" } })
+      expect(yield* log.messages).toEqual(messages)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [...summaryScript.slice(0, 3), ScriptedModel.hang(undefined, { awaitBefore: Deferred.succeed(asking, undefined) })],
+      { compaction: summaryOptions }
     ))))
 
   it.scoped("never during a turn: a manual compaction while a tool call is open is AgentBusy and writes nothing", () =>

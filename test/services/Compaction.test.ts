@@ -3,12 +3,13 @@
  * its triggers, over an agent with a scripted model.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber, FiberId, Layer, Schema, TestClock } from "effect"
+import type { Context } from "effect"
+import { Deferred, Effect, Fiber, FiberId, Layer, Schema, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
-import type { Message, Usage } from "../../src/domain/Values.js"
+import type { Message, StreamChunk, Usage } from "../../src/domain/Values.js"
 import { CancelCause } from "../../src/domain/Values.js"
 import { Agent } from "../../src/layers/Agent.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
@@ -18,6 +19,7 @@ import { Compaction, PreCompactDecision } from "../../src/services/Compaction.js
 import { Driver } from "../../src/services/Driver.js"
 import { forkSession } from "../../src/services/Fork.js"
 import { Hooks } from "../../src/services/Hooks.js"
+import type { Model, ModelRequest } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
@@ -409,6 +411,15 @@ const fourTurns = Effect.gen(function*() {
   }
 })
 
+const cheapRequests: Array<ModelRequest> = []
+const cheap: Context.Tag.Service<Model> = {
+  stream: (request) =>
+    Stream.suspend(() => {
+      cheapRequests.push(request)
+      return Stream.fromIterable<StreamChunk>([{ type: "text-delta", index: 0, text: "CHEAP" }, { type: "finish", finish: { kind: "stop" } }])
+    })
+}
+
 describe("Compaction: summaries", () => {
   it.scoped("threshold with nothing to prune: a summary bracket before the step; the summary replaces the old range, the tail stays", () =>
     Effect.gen(function*() {
@@ -480,6 +491,24 @@ describe("Compaction: summaries", () => {
       expect(messages[0]!.id).not.toBe(first.id)
       expect(yield* clean).toEqual([])
     }).pipe(Effect.provide(withCompaction([...summaryScript, ScriptedModel.text("SUMMARY-2")], { compaction: summaryOptions }))))
+
+  it.scoped("a configured summary model writes the summary instead of the session's, under its own names", () =>
+    Effect.gen(function*() {
+      yield* fourTurns
+      const written = (yield* logEvents).find((e) => e.type === "compaction/summary")!
+      expect(written.data).toMatchObject({ provider: "cheap", model: "small", characters: 5 })
+      expect(cheapRequests.map((r) => [r.provider, r.model, r.system === undefined ? "" : r.system.slice(0, 26)])).toEqual([
+        ["cheap", "small", "You write the working memo"]
+      ])
+      const messages = yield* (yield* SessionLog).messages
+      expect(textOfMessage(messages[0]!).endsWith("\n\nCHEAP")).toBe(true)
+      // The session's model answered the four turns only.
+      expect((yield* requests).length).toBe(4)
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.text("c", { usage: usage(3_300, 10) }), ScriptedModel.text("d")],
+      { compaction: { ...summaryOptions, summary: { keepRecentTokens: 10, model: { service: cheap, provider: "cheap", model: "small" } } } }
+    ))))
 
   it.scoped("pinned instructions are never replaced, and the range never separates a tool call from its result", () =>
     Effect.gen(function*() {

@@ -74,7 +74,8 @@ export interface AgentOptions {
   }
   /**
    * Context management (issue 28): with this option the agent also provides `Compaction` (its
-   * context budget, the tool-result cap, and pruning on the threshold, overflow and manual triggers).
+   * context budget, the tool-result cap, pruning and summarising compaction on the threshold,
+   * overflow and manual triggers, and the compaction hooks).
    */
   readonly compaction?: CompactionOptions
   /**

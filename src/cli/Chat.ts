@@ -11,14 +11,16 @@ import type { EventOf, SessionEvent } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
 import { CancelCause } from "../domain/Values.js"
-import type { MessageSource } from "../domain/Values.js"
+import type { MessageSource, UserMessage } from "../domain/Values.js"
 import { Compaction } from "../services/Compaction.js"
+import { SessionReference } from "../layers/SessionReference.js"
 import { Driver } from "../services/Driver.js"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
 import { Sessions } from "../services/Sessions.js"
 import * as ChatInput from "./ChatInput.js"
 import { CliError, ExitWith } from "./CliError.js"
+import * as Compositions from "./Compositions.js"
 import { compactOpen } from "./Compact.js"
 import * as Output from "./Output.js"
 import * as PendingInput from "./PendingInput.js"
@@ -38,6 +40,8 @@ const HELP = [
   "starts a turn; prompts a cancel kept in the queue still run after it, each as a turn of its own).",
   "  /queue TEXT     queue TEXT as the prompt of a later turn of its own",
   "  /inject TEXT    add TEXT as context for the next step, without waking the agent",
+  "  /ref ID [--upto SEQ]  add a quoted snapshot of session ID (up to SEQ) as context for the next step;",
+  "                  @ID or @ID@SEQ inside a line attaches the snapshot beside that line",
   "  /pending        list the pending input, numbered: next-step items, then the queued prompts",
   "  /drop N         remove pending item N",
   "  /edit N TEXT    rewrite pending item N (on a terminal, /edit N puts its text into the input line)",
@@ -154,11 +158,20 @@ const saved = (log: SessionLog["Type"]): Effect.Effect<void, CliError> =>
  */
 export const chat = (
   sessionId: SessionId,
-  options: { readonly toolNames: ReadonlyArray<string>; readonly db: string; readonly model: string }
+  options: {
+    readonly toolNames: ReadonlyArray<string>
+    readonly db: string
+    readonly model: string
+    readonly compositions?: Compositions.CompositionOptions
+  }
 ) =>
   Effect.scoped(Effect.gen(function*() {
     const sessions = yield* Sessions
     const context = yield* sessions.open(sessionId)
+    const compositions = yield* Compositions.setup(context, {
+      ...(options.compositions ?? { claudeHooks: false, db: options.db }),
+      interactive: true
+    })
     const driver = Context.get(context, Driver)
     const inbox = Context.get(context, Inbox)
     const log = Context.get(context, SessionLog)
@@ -226,6 +239,8 @@ export const chat = (
       })
 
     const handle = (line: string): Effect.Effect<boolean, CliError> => {
+      // A hook waiting for a yes or no (a PreToolUse `ask`) takes this line as its answer.
+      if (compositions.answer(line)) return Effect.succeed(true)
       const trimmed = line.trim()
       if (trimmed === "") return Effect.succeed(true)
       const space = trimmed.search(/\s/)
@@ -245,10 +260,18 @@ export const chat = (
         yield* Effect.flatMap(deliver(trimmed), (m) => driver.send(m, "next-turn", true, { at: "start" }))
         return true
       })
+      // A line that mentions stored sessions (@ID, @ID@SEQ) carries their snapshots beside it.
+      const referencing = Effect.flatMap(compositions.mentioned(trimmed), (references) =>
+        references.length === 0
+          ? lineOrSteer
+          : wake(Effect.flatMap(deliver(trimmed), (m) => compositions.deliver(m, references, "steer")), "steering with references: enters the next step"))
       const action: Effect.Effect<boolean, unknown> = (() => {
         switch (command) {
           case undefined:
-            return lineOrSteer
+            return referencing
+          case "/ref":
+            if (rest === "") return usage("/ref ID [--upto SEQ]")
+            return Effect.flatMap(compositions.ref(rest), (note) => Effect.as(acknowledge(note), true))
           case "/quit":
           case "/exit":
             return Effect.succeed(false)
@@ -384,11 +407,20 @@ export const chat = (
 export const runOnce = (
   sessionId: SessionId,
   prompt: string,
-  options: { readonly contexts: ReadonlyArray<string>; readonly json: boolean }
+  options: {
+    readonly contexts: ReadonlyArray<string>
+    readonly json: boolean
+    readonly compositions?: Compositions.CompositionOptions
+    /** Snapshots of other sessions delivered beside the prompt (a handoff's). */
+    readonly references?: ReadonlyArray<UserMessage>
+  }
 ) =>
   Effect.scoped(Effect.gen(function*() {
     const sessions = yield* Sessions
     const context = yield* sessions.open(sessionId)
+    const compositions = options.compositions === undefined
+      ? undefined
+      : yield* Compositions.setup(context, { ...options.compositions, interactive: false })
     const driver = Context.get(context, Driver)
     const log = Context.get(context, SessionLog)
     const from = log.firstLiveSeq
@@ -419,7 +451,11 @@ export const runOnce = (
       for (const text of options.contexts) {
         yield* Effect.flatMap(newUserMessage({ text, source: INJECT_SOURCE }), driver.inject)
       }
-      yield* Effect.flatMap(newUserMessage({ text: prompt }), driver.followup)
+      const message = yield* newUserMessage({ text: prompt })
+      const references = [...(options.references ?? []), ...(compositions === undefined ? [] : yield* compositions.mentioned(prompt))]
+      yield* references.length === 0
+        ? driver.followup(message)
+        : Effect.provide(SessionReference.deliver(message, references), context)
       yield* driver.whenIdle
     }).pipe(
       Effect.onInterrupt(() =>

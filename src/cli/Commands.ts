@@ -11,6 +11,7 @@ import { checkLog } from "../domain/Check.js"
 import { SessionId } from "../domain/Ids.js"
 import { foldOptionsOf, validateLoaded } from "../internal/durability/SessionOpen.js"
 import { SessionStore } from "../services/SessionStore.js"
+import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../services/Sessions.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { chat, runOnce } from "./Chat.js"
@@ -42,7 +43,14 @@ const contextWindow = Options.integer("context-window").pipe(
   Options.optional
 )
 
-const tiller = Command.make("tiller", { db, model, noTools, contextWindow }).pipe(
+const claudeHooks = Options.boolean("claude-hooks").pipe(
+  Options.withDescription("Also run the hooks of .claude/settings.json, .claude/settings.local.json and ~/.claude/settings.json (those of .tiller/settings.json always run)")
+)
+const readSession = Options.boolean("read-session").pipe(
+  Options.withDescription("Offer the model the read-only read_session tool: it reads other sessions of this database")
+)
+
+const tiller = Command.make("tiller", { db, model, noTools, contextWindow, claudeHooks, readSession }).pipe(
   Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
 )
 
@@ -66,13 +74,19 @@ const withSessions = <A, E>(
 
 const newSessionId = Effect.sync(() => SessionId.make(`s-${crypto.randomUUID().replace(/-/g, "").slice(0, 12)}`))
 
-const toolNames = (globals: GlobalOptions) => (globals.noTools ? [] : BuiltinTools.NAMES)
+const toolNames = (globals: GlobalOptions) => [
+  ...(globals.noTools ? [] : BuiltinTools.NAMES),
+  ...(globals.readSession === true ? ["read_session"] : [])
+]
+
+/** The hook bridge and references of a session command, as the global options say. */
+const compositionsOf = (globals: GlobalOptions) => ({ claudeHooks: globals.claudeHooks === true, db: globals.db })
 
 const chatCommand = Command.make("chat", { session: sessionOption }, ({ session }) =>
   withSessions((globals) =>
     Effect.flatMap(
       Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
-      (id) => chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model })
+      (id) => chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) })
     ))).pipe(Command.withDescription("Chat with the agent; reads lines from stdin while the agent runs (/help lists the commands)"))
 
 const resumeCommand = Command.make("resume", { id: sessionId }, ({ id }) =>
@@ -80,7 +94,7 @@ const resumeCommand = Command.make("resume", { id: sessionId }, ({ id }) =>
     Effect.gen(function*() {
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
-      yield* chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model })
+      yield* chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) })
     }))).pipe(Command.withDescription("Continue a stored session in the chat"))
 
 const runCommand = Command.make("run", {
@@ -92,12 +106,29 @@ const runCommand = Command.make("run", {
   json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
   session: sessionOption
 }, ({ inject, json, prompt, session }) =>
-  withSessions(() =>
+  withSessions((globals) =>
     Effect.gen(function*() {
       const id = Option.isSome(session) ? session.value : yield* newSessionId
       yield* Output.errorLine(`session ${id}`)
-      yield* runOnce(id, prompt, { contexts: inject, json })
-    }))).pipe(Command.withDescription("One headless turn; exit code 0 when it completed, 1 otherwise"))
+      yield* runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) })
+    }))).pipe(Command.withDescription("One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"))
+
+const handoffCommand = Command.make("handoff", {
+  id: sessionId,
+  goal: Args.text({ name: "GOAL" }).pipe(Args.withDescription("What the new session is to do")),
+  as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional),
+  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer"))
+}, ({ as, goal, id, json }) =>
+  withSessions((globals) =>
+    Effect.gen(function*() {
+      const store = yield* SessionStore
+      if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
+      const child = Option.isSome(as) ? as.value : yield* newSessionId
+      if (yield* store.exists(child)) return yield* new CliError({ reason: `a session ${child} already exists in ${globals.db}` })
+      const snapshot = yield* SessionReference.snapshot(id).pipe(Effect.mapError((error) => new CliError({ reason: error.message })))
+      yield* Output.errorLine(`session ${child} (handoff from ${id} up to seq ${String(snapshot.source["upTo"])})`)
+      yield* runOnce(child, goal, { contexts: [], json, compositions: compositionsOf(globals), references: [snapshot] })
+    }))).pipe(Command.withDescription("Start a new session whose first prompt is GOAL with a quoted snapshot of session ID beside it; runs that turn as run does"))
 
 /**
  * Runs `body` over the database opened read-only: nothing is created, migrated or written (the
@@ -234,12 +265,13 @@ export const command = tiller.pipe(
     checkCommand,
     forkCommand,
     resumeCommand,
-    compactCommand
+    compactCommand,
+    handoffCommand
   ])
 )
 
-const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume", "compact"])
-const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools"])
+const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume", "compact", "handoff"])
+const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools", "--claude-hooks", "--read-session"])
 const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window"]
 
 /**

@@ -13,6 +13,7 @@ import * as DemoModel from "../layers/DemoModel.js"
 import * as OpenAiCompatibleModel from "../layers/OpenAiCompatibleModel.js"
 import * as ProviderModels from "../layers/ProviderModels.js"
 import { parseDuration, resolveTimeouts } from "../internal/providers/ProviderTimeouts.js"
+import { SessionReference } from "../layers/SessionReference.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -37,6 +38,10 @@ export interface GlobalOptions {
   readonly noTools: boolean
   /** The model's context window in tokens (`--context-window`; default: the table's figure for the model). */
   readonly contextWindow?: Option.Option<number>
+  /** `--claude-hooks`: also run the hooks of the Claude Code settings files. */
+  readonly claudeHooks?: boolean
+  /** `--read-session`: offer the model the read-only `read_session` tool over this database. */
+  readonly readSession?: boolean
 }
 
 /**
@@ -233,15 +238,18 @@ export const layer = (
       const model = yield* resolveModel(options.model)
       const retry = yield* maxRetryDelay
       yield* ensureDirectory(options.db)
-      const tools = options.noTools
-        ? Tools.layer()
-        : Tools.layer({ tools: yield* BuiltinTools.make(process.cwd()) })
+      const builtin = options.noTools ? [] : yield* BuiltinTools.make(process.cwd())
+      // read_session reads the same store the sessions live in.
+      const tools = options.readSession === true
+        ? Layer.unwrapEffect(Effect.map(SessionReference.readSessionTool(), (tool) => Tools.layer({ tools: [...builtin, tool] })))
+        : Tools.layer({ tools: builtin })
       // Context management is always on: the window from --context-window, else the table's.
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
       const compaction = contextWindow === undefined ? {} : { contextWindow }
       // The model may read back what compaction took out of its context (read_history).
       return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry, compaction, readHistory: true }).pipe(
-        Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename: options.db }), model.layer, tools))
+        Layer.provideMerge(Layer.merge(model.layer, tools)),
+        Layer.provideMerge(SqliteSessionStore.layer({ filename: options.db }))
       )
     })
   )

@@ -1,0 +1,156 @@
+/**
+ * The compositions the CLI's session commands add to an open session: the hook bridge (settings
+ * from `.tiller/settings.json`, with `--claude-hooks` also from `.claude/` and `~/.claude/`; a
+ * `PreToolUse` `ask` is a question in the chat and a deny in `run`) and cross-session references
+ * (`@ID` or `@ID@SEQ` in a line attaches a snapshot of that session; `/ref ID [--upto SEQ]`).
+ *
+ * @since 0.1.0
+ */
+import * as path from "node:path"
+import { Context, Deferred, Effect, Exit, Scope } from "effect"
+import type { SessionId } from "../domain/Ids.js"
+import type { UserMessage } from "../domain/Values.js"
+import { HookBridge } from "../layers/HookBridge.js"
+import type { HookQuestion } from "../layers/HookBridge.js"
+import { SessionReference } from "../layers/SessionReference.js"
+import type { DeliveryError } from "../services/Driver.js"
+import { Driver } from "../services/Driver.js"
+import type { SessionServices } from "../services/Sessions.js"
+import { SessionStore } from "../services/SessionStore.js"
+import { CliError } from "./CliError.js"
+import * as Output from "./Output.js"
+
+/**
+ * What the global options say about the compositions.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface CompositionOptions {
+  /** `--claude-hooks`: also read the Claude Code settings files. */
+  readonly claudeHooks: boolean
+  /** The database file: transcripts for hooks are written next to it. */
+  readonly db: string
+}
+
+/**
+ * The compositions of one open session, for a command.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Compositions {
+  /** Takes `line` as the answer to a hook's pending question, if one is waiting: `true` then. */
+  readonly answer: (line: string) => boolean
+  /** Snapshots of the stored sessions that `text` mentions (`@ID`, `@ID@SEQ`), each announced. */
+  readonly mentioned: (text: string) => Effect.Effect<ReadonlyArray<UserMessage>, CliError>
+  /** Delivers `message` with `references` beside it (see `SessionReference.deliver`). */
+  readonly deliver: (message: UserMessage, references: ReadonlyArray<UserMessage>, wake: "followup" | "steer") => Effect.Effect<void, DeliveryError>
+  /** `/ref ID [--upto SEQ]`: injects a snapshot of ID for the next step; returns the acknowledgement. */
+  readonly ref: (args: string) => Effect.Effect<string, CliError | DeliveryError>
+}
+
+/** `@ID` or `@ID@SEQ`, not inside a word or an e-mail address. */
+const MENTION = /(?<![\w@.])@([A-Za-z0-9][A-Za-z0-9_-]*)(?:@(\d+))?/g
+
+/**
+ * The sessions `text` mentions, in order, each once.
+ *
+ * @since 0.1.0
+ * @category parsing
+ */
+export const mentionsIn = (text: string): ReadonlyArray<{ readonly id: string; readonly upTo?: number }> => {
+  const seen = new Set<string>()
+  const out: Array<{ readonly id: string; readonly upTo?: number }> = []
+  for (const match of text.matchAll(MENTION)) {
+    const id = match[1]!
+    if (seen.has(id)) continue
+    seen.add(id)
+    out.push(match[2] === undefined ? { id } : { id, upTo: Number(match[2]) })
+  }
+  return out
+}
+
+/** A snapshot as the CLI reports it: a refusal is a `CliError`. */
+const snapshotOf = (id: string, upTo: number | undefined) =>
+  SessionReference.snapshot(id as SessionId, upTo === undefined ? {} : { upTo }).pipe(
+    Effect.mapError((error) => new CliError({ reason: error._tag === "SessionNotFound" ? `no session ${id} in this database` : error.message }))
+  )
+
+/** The note printed for an attached snapshot. */
+const noteOf = (snapshot: UserMessage): string => {
+  const source = snapshot.source as { readonly session?: string; readonly upTo?: number }
+  return `(reference: session ${source.session} up to seq ${source.upTo}, quoted for the model)`
+}
+
+/**
+ * Registers the hook bridge on the open session `context` in the current scope and returns its
+ * reference helpers. `interactive`: a hook's `ask` becomes a question answered by the next line.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const setup = (
+  context: Context.Context<SessionServices>,
+  options: CompositionOptions & { readonly interactive: boolean }
+): Effect.Effect<Compositions, CliError, SessionStore | Scope.Scope> =>
+  Effect.gen(function*() {
+    const store = yield* SessionStore
+    const driver = Context.get(context, Driver)
+    const own = driver.sessionId
+    let pending: Deferred.Deferred<boolean> | undefined
+    const ask = (question: HookQuestion) =>
+      Effect.gen(function*() {
+        const answer = yield* Deferred.make<boolean>()
+        pending = answer
+        yield* Output.errorLine(`hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
+        return yield* Effect.ensuring(Deferred.await(answer), Effect.sync(() => {
+          if (pending === answer) pending = undefined
+        }))
+      })
+    const transcriptDir = options.db === ":memory:"
+      ? path.join(process.cwd(), ".tiller", "transcripts")
+      : path.join(path.dirname(path.resolve(options.db)), "transcripts")
+    yield* HookBridge.register({
+      cwd: process.cwd(),
+      claudeSettings: options.claudeHooks,
+      transcriptDir,
+      ...(options.interactive ? { ask } : {})
+    }).pipe(
+      Effect.provide(context),
+      Effect.mapError((error) => new CliError({ reason: error.message }))
+    )
+    const answer = (line: string): boolean => {
+      const waiting = pending
+      if (waiting === undefined) return false
+      pending = undefined
+      Deferred.unsafeDone(waiting, Exit.succeed(/^\s*y(es)?\s*$/i.test(line)))
+      return true
+    }
+    const mentioned = (text: string) =>
+      Effect.gen(function*() {
+        const snapshots: Array<UserMessage> = []
+        for (const mention of mentionsIn(text)) {
+          if (mention.id === own) continue
+          const exists = yield* Effect.orElseSucceed(store.exists(mention.id as SessionId), () => false)
+          if (!exists) continue
+          const snapshot = yield* Effect.provideService(snapshotOf(mention.id, mention.upTo), SessionStore, store)
+          yield* Output.errorLine(noteOf(snapshot))
+          snapshots.push(snapshot)
+        }
+        return snapshots
+      })
+    // The listener that places references beside their message lives as long as the command.
+    const scope = yield* Effect.scope
+    const deliver = (message: UserMessage, references: ReadonlyArray<UserMessage>, wake: "followup" | "steer") =>
+      Scope.extend(Effect.provide(SessionReference.deliver(message, references, { wake }), context), scope)
+    const ref = (args: string) =>
+      Effect.gen(function*() {
+        const match = /^(\S+)(?:\s+--upto\s+(\d+))?$/.exec(args.trim())
+        if (match === null) return yield* new CliError({ reason: "usage: /ref ID [--upto SEQ]" })
+        const snapshot = yield* Effect.provideService(snapshotOf(match[1]!, match[2] === undefined ? undefined : Number(match[2])), SessionStore, store)
+        yield* driver.inject(snapshot)
+        return `${noteOf(snapshot).slice(1, -1)}; enters with the next step`
+      })
+    return { answer, mentioned, deliver, ref }
+  })

@@ -1,7 +1,8 @@
 /**
- * `tiller compact ID [--focus TEXT]` (issue 28 item 5): a manual compaction of a stored demo
- * session summarises its older history between turns, the focus steering the summary; a second
- * one updates the first summary; the log stays valid and the session goes on.
+ * `tiller compact ID [--focus TEXT]` and the chat's `/compact [FOCUS]` (issue 28 item 5): a manual
+ * compaction of a stored demo session summarises its older history between turns, the focus
+ * steering the summary; a later one updates the first summary; the log stays valid and the session
+ * goes on.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -9,7 +10,7 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { jsonLines, tempDir, tiller } from "./harness.js"
 
-describe("tiller compact", () => {
+describe("tiller compact and /compact", () => {
   it.scopedLive("summarises a stored session's older history with the focus; a second compaction updates the summary", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
@@ -31,14 +32,17 @@ describe("tiller compact", () => {
       expect(summary.data.content[0].text).toContain("(focus: the four files)")
       // Nothing before the kept tail but the summary: nothing to do.
       expect((yield* tiller(dir, [...window, "compact", "d"])).stdout).toMatch(/^session d: nothing to compact \(context [\d,]+ of 8,000 tokens\)\n$/)
-      // After another turn, the second compaction updates the first summary.
+      // After another turn, the second compaction (/compact in the chat, between turns) updates the first summary.
       expect((yield* tiller(dir, [...window, "run", "/read_file f1.txt", "--session", "d"])).code).toBe(0)
-      expect((yield* tiller(dir, [...window, "compact", "d"])).code).toBe(0)
+      const chat = yield* tiller(dir, [...window, "chat", "--session", "d"], { input: "/compact what is left\n" })
+      expect(chat.code).toBe(0)
+      expect(chat.stdout).toMatch(/\ncompacted: summarised seqs \d+–\d+ \(\d+ messages\) into one summary; context [\d,]+ → [\d,]+ of 8,000 tokens\n/)
       const again = jsonLines((yield* tiller(dir, ["log", "d", "--json"])).stdout)
       const written = again.filter((e) => e.type === "compaction/summary")
       expect(written.map((e) => e.data.updates)).toEqual([null, summary.seq])
-      expect(again.filter((e) => e.type === "user/message" && e.surfaceOp !== "append").at(-1).data.content[0].text)
-        .toContain("previous summary updated")
+      const updated = again.filter((e) => e.type === "user/message" && e.surfaceOp !== "append").at(-1).data.content[0].text
+      expect(updated).toContain("previous summary updated")
+      expect(updated).toContain("(focus: what is left)")
       // The session goes on and checks clean.
       expect((yield* tiller(dir, [...window, "run", "hello", "--session", "d"])).code).toBe(0)
       expect((yield* tiller(dir, ["check", "d"])).code).toBe(0)

@@ -292,7 +292,8 @@ const describe = (cause: unknown): string =>
 
 /**
  * The model's context window overflowed and compaction could not make the request fit: a second
- * overflow in the same step after compacting, nothing left to compact, automatic compaction stopped
+ * overflow in the same step after compacting, nothing left to compact (or only a summary whose
+ * request failed), automatic compaction stopped
  * by its circuit breaker, or a pre-compaction hook vetoed it (`veto`: its reason). Ends the turn
  * `error` with code `CONTEXT_OVERFLOW` (issue 28).
  *
@@ -304,7 +305,7 @@ export class ContextOverflow extends Schema.TaggedError<ContextOverflow>("tiller
   step: Schema.Number,
   used: Schema.Number,
   window: Schema.Number,
-  reason: Schema.Literal("repeated", "nothing-to-compact", "breaker-open", "vetoed"),
+  reason: Schema.Literal("repeated", "nothing-to-compact", "summary-failed", "breaker-open", "vetoed"),
   providerMessage: Schema.String,
   veto: Schema.optional(Schema.String)
 }) {
@@ -317,6 +318,8 @@ export class ContextOverflow extends Schema.TaggedError<ContextOverflow>("tiller
       ? "the request overflowed again after compacting the conversation"
       : this.reason === "nothing-to-compact"
       ? "there is nothing left to compact (no old tool results to prune, nothing to summarise)"
+      : this.reason === "summary-failed"
+      ? "there was nothing to prune and the summary request failed"
       : this.reason === "vetoed"
       ? `a pre-compaction hook vetoed compaction (${this.veto ?? "no reason given"})`
       : "automatic compaction stopped after repeated failures"

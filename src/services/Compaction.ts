@@ -325,7 +325,10 @@ export const make = (
       Effect.orDie(preCompact.run(input, () => Effect.succeed(PreCompactDecision.proceed())))
     // The post-compaction hooks' context; a listener's failure is a defect.
     const askPost = (input: PostCompactInput) =>
-      Effect.orDie(postCompact.run(input, () => Effect.succeed<PostCompactContext>([])))
+      Effect.map(
+        Effect.orDie(postCompact.run(input, () => Effect.succeed<PostCompactContext>([]))),
+        (context) => context.filter((text) => text.trim() !== "")
+      )
 
     // One compaction of any trigger: ask the pre-compaction hooks, prune and/or summarise, ask the
     // post-compaction hooks. `extra`: tokens about to enter (the proposed step's batch).
@@ -465,7 +468,7 @@ export const make = (
         }
         if (outcome._tag === "Left" || !outcome.right.wrote) {
           failures += 1
-          return yield* overflow("nothing-to-compact")
+          return yield* overflow(outcome._tag === "Right" && outcome.right.failed ? "summary-failed" : "nothing-to-compact")
         }
         if (outcome.right.failed) failures += 1
         yield* injectContext("overflow", outcome.right.context)

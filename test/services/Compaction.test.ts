@@ -562,6 +562,24 @@ describe("Compaction: summaries", () => {
       { compaction: { contextWindow: 100_000, threshold: 0.99, summary: { keepRecentTokens: 10 } } }
     ))))
 
+  it.scoped("overflow whose summary request fails: the bracket closes with an error and the turn ends error(CONTEXT_OVERFLOW) saying so", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      for (const message of [big("A"), big("B"), user("C")]) {
+        yield* driver.followup(message)
+        yield* driver.whenIdle
+      }
+      expect(yield* shapeFrom("compaction/start")).toEqual([
+        "compaction/start", "compaction/end", "SE(3,1)", "TE(3,error(CONTEXT_OVERFLOW))"
+      ])
+      const last = (yield* turnEnds).at(-1) as { readonly error: { readonly message: string } }
+      expect(last.error.message).toContain("there was nothing to prune and the summary request failed")
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.fail(overflowFailure), ScriptedModel.fail({ message: "overloaded", code: "OVERLOADED" })],
+      { compaction: { contextWindow: 100_000, threshold: 0.99, summary: { keepRecentTokens: 10 } } }
+    ))))
+
   it.scoped("summaries off: pruning only; an overflow with nothing to prune is nothing-to-compact", () =>
     Effect.gen(function*() {
       const driver = yield* Driver

@@ -87,7 +87,7 @@ const chatCommand = Command.make("chat", { session: sessionOption }, ({ session 
     Effect.flatMap(
       Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
       (id) => chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) })
-    ))).pipe(Command.withDescription("Chat with the agent; reads lines from stdin while the agent runs (/help lists the commands)"))
+    ))).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
 
 const resumeCommand = Command.make("resume", { id: sessionId }, ({ id }) =>
   withSessions((globals) =>

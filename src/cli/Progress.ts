@@ -135,4 +135,4 @@ export const make = (): Progress => {
  * @category predicates
  */
 export const enabled = (env: NodeJS.ProcessEnv, isTTY: boolean): boolean =>
-  isTTY && (env.CI ?? "") === "" && env.NO_COLOR === undefined && env.TERM !== "dumb"
+  isTTY && (env.CI ?? "") === "" && (env.NO_COLOR ?? "") === "" && env.TERM !== "dumb"

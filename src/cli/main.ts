@@ -17,8 +17,9 @@ import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as Runtime from "@effect/platform/Runtime"
 import { Cause, Effect, Exit } from "effect"
 import { currentTerminating } from "./Chat.js"
-import { CliError } from "./CliError.js"
+import { CliError, ExitWith } from "./CliError.js"
 import { cli } from "./Commands.js"
+import * as Help from "./Help.js"
 import * as Output from "./Output.js"
 
 // Options that take a value. @effect/cli drops a repeated option left without one (`run hi --inject`)
@@ -40,10 +41,57 @@ const missingValue = (args: ReadonlyArray<string>): string | undefined => {
 
 type Cli = ReturnType<typeof cli>
 
+/** Whether output to stdout / stderr may be coloured. */
+const color = Help.useColor(process.env, process.stdout.isTTY === true)
+
+/** A usage error: said on stderr with where to look, exit code 2. */
+const usageError = (line: string, hint = "tiller --help lists the commands and options") =>
+  Effect.zipRight(Output.errorLine(`tiller: ${line} (${hint})`), Effect.fail(new ExitWith({ code: Help.USAGE_EXIT_CODE })))
+
+/** The first argument that is neither an option nor a global option's value: the command typed. */
+const typedCommand = (args: ReadonlyArray<string>): string | undefined => {
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!
+    if (arg === "--db" || arg === "--model" || arg === "--context-window") i++
+    else if (!arg.startsWith("-")) return arg
+  }
+  return undefined
+}
+
+/** The help asked for, made readable (Help.clean), on stdout. */
+const help = Effect.gen(function*() {
+  const asked = yield* Help.capture(Effect.ignore(cli(process.argv)))
+  const top = yield* Help.capture(Effect.ignore(cli([process.argv[0]!, process.argv[1]!, "--help"])))
+  yield* Output.write(Help.clean(asked, top, color))
+})
+
 // The command line, refused before parsing when a value option has no value.
-const commandLine = (): Effect.Effect<void, CliError | Effect.Effect.Error<Cli>, Effect.Effect.Context<Cli>> => {
-  const missing = missingValue(process.argv.slice(2))
-  return missing === undefined ? cli(process.argv) : Effect.fail(new CliError({ reason: `option ${missing} needs a value` }))
+const commandLine = (): Effect.Effect<void, CliError | ExitWith | Effect.Effect.Error<Cli>, Effect.Effect.Context<Cli>> => {
+  const args = process.argv.slice(2)
+  const end = args.indexOf("--")
+  if ((end === -1 ? args : args.slice(0, end)).includes("--wizard")) return usageError("unknown option --wizard")
+  if (Help.asksForHelp(args)) return help
+  // No command: the help, as a usage error.
+  if (args.length === 0) return Effect.zipRight(help, Effect.fail(new ExitWith({ code: Help.USAGE_EXIT_CODE })))
+  const missing = missingValue(args)
+  if (missing !== undefined) return usageError(`option ${missing} needs a value`)
+  return Help.plainErrors(cli(process.argv), color, (text) => process.stderr.write(text)).pipe(
+    Effect.catchIf(ValidationError.isValidationError, (error) =>
+      Effect.gen(function*() {
+        // @effect/cli has already said what was wrong; a close command is suggested.
+        const typed = typedCommand(args)
+        const top = yield* Help.capture(Effect.ignore(cli([process.argv[0]!, process.argv[1]!, "--help"])))
+        const commands = Help.commandsOf(top)
+        if (typed !== undefined && !commands.includes(typed)) {
+          const near = Help.closest(typed, commands)
+          return yield* usageError(`unknown command "${typed}"${near === undefined ? "" : `; did you mean "${near}"?`}`)
+        }
+        return yield* usageError(
+          "the command line does not parse",
+          typed === undefined ? "tiller --help lists the commands and options" : `tiller ${typed} --help shows its usage`
+        )
+      }))
+  )
 }
 
 const main = Effect.suspend(commandLine).pipe(
@@ -53,7 +101,7 @@ const main = Effect.suspend(commandLine).pipe(
       return Effect.succeed((error as { readonly code: number }).code)
     }
     // @effect/cli has already printed what was wrong with the command line.
-    if (ValidationError.isValidationError(error)) return Effect.succeed(1)
+    if (ValidationError.isValidationError(error)) return Effect.succeed(Help.USAGE_EXIT_CODE)
     return Effect.as(Output.errorLine(`tiller: ${error instanceof Error ? error.message : String(error)}`), 1)
   }),
   Effect.provide(NodeContext.layer)

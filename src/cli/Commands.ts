@@ -19,9 +19,11 @@ import { CliError, ExitWith } from "./CliError.js"
 import { compactSession } from "./Compact.js"
 import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
+import { exportHtml } from "./HtmlExport.js"
 import * as Output from "./Output.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
 import { timeline } from "./Timeline.js"
+import { traceSession, withLiveTelemetry } from "./Trace.js"
 
 const db = Options.text("db").pipe(
   Options.withDescription(`The SQLite file that holds the sessions (env TILLER_DB; default ${Environment.DEFAULT_DB})`),
@@ -86,7 +88,7 @@ const chatCommand = Command.make("chat", { session: sessionOption }, ({ session 
   withSessions((globals) =>
     Effect.flatMap(
       Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
-      (id) => chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) })
+      (id) => withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
     ))).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
 
 const resumeCommand = Command.make("resume", { id: sessionId }, ({ id }) =>
@@ -110,7 +112,7 @@ const runCommand = Command.make("run", {
     Effect.gen(function*() {
       const id = Option.isSome(session) ? session.value : yield* newSessionId
       yield* Output.errorLine(`session ${id}`)
-      yield* runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) })
+      yield* withLiveTelemetry(id, runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) }))
     }))).pipe(Command.withDescription("One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"))
 
 const handoffCommand = Command.make("handoff", {
@@ -179,7 +181,14 @@ const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
-      const lines = checkLog(events, { seedLength: header.seedLength, closed: true })
+      // A session another process has open may end inside its running turn: that is not judged.
+      const holder = yield* reader.holder(id)
+      if (holder !== undefined) {
+        yield* Output.lines([
+          `session ${id} is open in ${ReadOnlyStore.describeHolder(holder)}: its running turn is not judged (R19); check again once it is closed`
+        ])
+      }
+      const lines = checkLog(events, { seedLength: header.seedLength, closed: holder === undefined })
         .map((v) => ({ seq: v.seq, line: `seq ${v.seq}  ${v.rule}  ${v.message}` }))
       // The log is also judged as opening it would judge it (SPEC 6.4 step 2, D6): the acceptance
       // rules of every event, as the CLI's agents are configured. What a resume refuses fails here too.
@@ -214,8 +223,13 @@ const forkCommand = Command.make("fork", {
   ),
   as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional)
 }, ({ as, at, id }) =>
-  withSessions(() =>
+  withSessions((globals) =>
     Effect.gen(function*() {
+      // Another process with the session open may be inside a turn: the refusal names it.
+      const openIn = Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => reader.holder(id))).pipe(
+        Effect.map((holder) => holder === undefined ? "" : ` (session ${id} is open in ${ReadOnlyStore.describeHolder(holder)}, which may be running a turn)`),
+        Effect.orElseSucceed(() => "")
+      )
       const sessions = yield* Sessions
       const childId = yield* sessions.fork({
         source: id,
@@ -225,17 +239,18 @@ const forkCommand = Command.make("fork", {
         Effect.catchTags({
           SessionNotFound: () => Effect.fail(new CliError({ reason: `no session ${id} in this database` })),
           ForkError: (error) =>
-            Effect.fail(
-              new CliError({
-                reason: `cannot fork ${id}: ${
-                  error.reason === "child-exists"
-                    ? `a session ${error.childId ?? ""} already exists`
-                    : error.reason === "open-turn"
-                    ? `seq ${error.boundary} is inside a turn; --at must name the turn/end of a turn or a seq between turns (see tiller log ${id})`
-                    : `--at ${error.boundary} is not a seq of the log (see tiller log ${id})`
-                }`
-              })
-            )
+            Effect.flatMap(openIn, (note) =>
+              Effect.fail(
+                new CliError({
+                  reason: `cannot fork ${id}: ${
+                    error.reason === "child-exists"
+                      ? `a session ${error.childId ?? ""} already exists`
+                      : error.reason === "open-turn"
+                      ? `${error.boundary === undefined ? "its log ends inside a turn" : `seq ${error.boundary} is inside a turn`}${note}; --at must name the turn/end of a turn or a seq between turns (see tiller log ${id})`
+                      : `--at ${error.boundary} is not a seq of the log (see tiller log ${id})`
+                  }`
+                })
+              ))
         })
       )
       const { header } = yield* Environment.loadSession(childId)
@@ -249,6 +264,32 @@ const compactCommand = Command.make("compact", {
   withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), globals.db))).pipe(
     Command.withDescription("Compact a stored session's context now: summarise its older history (or prune old tool results), losslessly")
   )
+
+const traceCommand = Command.make("trace", {
+  id: sessionId,
+  endpoint: Options.text("endpoint").pipe(
+    Options.withDescription("The OTLP/HTTP base URL (default: OTEL_EXPORTER_OTLP_ENDPOINT; /v1/traces is appended)"),
+    Options.optional
+  ),
+  content: Options.boolean("content").pipe(Options.withDescription("Include message content (text, tool arguments and results)"))
+}, ({ content, endpoint, id }) =>
+  withReader((reader) =>
+    Effect.gen(function*() {
+      const { damage, events, header } = yield* reader.load(id)
+      if (damage !== undefined) return yield* new CliError({ reason: damage.message })
+      yield* traceSession(header, events, { content, ...(Option.isSome(endpoint) ? { endpoint: endpoint.value } : {}) })
+    }))).pipe(Command.withDescription("Send a stored session's spans (OpenTelemetry GenAI conventions, original timestamps) to an OTLP/HTTP endpoint"))
+
+const exportCommand = Command.make("export", {
+  id: sessionId,
+  html: Options.file("html").pipe(Options.withDescription("The HTML file to write: one self-contained page with the session's timeline"))
+}, ({ html, id }) =>
+  withReader((reader) =>
+    Effect.gen(function*() {
+      const { damage, events, header } = yield* reader.load(id)
+      if (damage !== undefined) return yield* new CliError({ reason: damage.message })
+      yield* exportHtml(header, events, html)
+    }))).pipe(Command.withDescription("Export a session as one self-contained HTML page (timeline, inbox lane, search, filters, links to a seq)"))
 
 /**
  * The whole command tree.
@@ -266,11 +307,13 @@ export const command = tiller.pipe(
     forkCommand,
     resumeCommand,
     compactCommand,
-    handoffCommand
+    handoffCommand,
+    traceCommand,
+    exportCommand
   ])
 )
 
-const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume", "compact", "handoff"])
+const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume", "compact", "handoff", "trace", "export"])
 const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools", "--claude-hooks", "--read-session"])
 const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window"]
 

@@ -9,6 +9,7 @@ import Database from "better-sqlite3"
 import type { Scope } from "effect"
 import { Effect, Either } from "effect"
 import * as fs from "node:fs"
+import * as os from "node:os"
 import { MalformedLog } from "../domain/Errors.js"
 import type { UnsupportedLogVersion } from "../domain/Errors.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
@@ -61,7 +62,39 @@ export interface Reader {
   readonly list: Effect.Effect<ReadonlyArray<Listed>, CliError>
   /** The session's header and the events that decode; fails with `CliError` when it is not stored. */
   readonly load: (id: SessionId) => Effect.Effect<ReadSession, CliError>
+  /** The other process that has the session open (its lease), if one does. */
+  readonly holder: (id: SessionId) => Effect.Effect<Holder | undefined, CliError>
 }
+
+/**
+ * A process that has a session open.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface Holder {
+  readonly pid: number
+  readonly host: string
+}
+
+/** Whether process `pid` of this host is alive (a process of another user counts as alive). */
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as { readonly code?: unknown }).code === "EPERM"
+  }
+}
+
+/**
+ * How a holder is named in messages: `pid N` (and the host when it is another).
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const describeHolder = (holder: Holder): string =>
+  holder.host === os.hostname() ? `pid ${holder.pid}` : `pid ${holder.pid} on ${holder.host}`
 
 interface Row {
   readonly seq: number
@@ -164,7 +197,8 @@ export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =
       return {
         exists: false,
         list: Effect.succeed([]),
-        load: (id) => Effect.fail(new CliError({ reason: `no session ${id} in this database` }))
+        load: (id) => Effect.fail(new CliError({ reason: `no session ${id} in this database` })),
+        holder: () => Effect.succeed(undefined)
       }
     }
     const connection = yield* Effect.acquireRelease(
@@ -206,5 +240,13 @@ export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =
         return Effect.map(readSession(id, row.header, row.length), (read) => summary(id, read))
       })
     })
-    return { exists: true, list, load }
+    const holder = (id: SessionId) =>
+      Effect.gen(function*() {
+        const hasLeases = yield* query<{ readonly name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'leases'")
+        if (hasLeases.length === 0) return undefined
+        const [lease] = yield* query<Holder>("SELECT pid, host FROM leases WHERE session_id = ?", id)
+        if (lease === undefined || (lease.host === os.hostname() && (lease.pid === process.pid || !alive(lease.pid)))) return undefined
+        return lease
+      })
+    return { exists: true, list, load, holder }
   })

@@ -4,7 +4,7 @@ import * as crypto from "node:crypto"
 import * as fs from "node:fs"
 import { createRequire } from "node:module"
 import * as path from "node:path"
-import { jsonLines, tempDir, tiller } from "./harness.js"
+import { converse, jsonLines, tempDir, tiller } from "./harness.js"
 
 const TIMEOUT = 180_000
 
@@ -94,5 +94,24 @@ describe("read-only commands", () => {
       expect((yield* tiller(dir, ["--db", "t.db", "check", "a"])).code).toBe(1)
       expect(yield* tiller(dir, ["--db", "t.db", "check", "b"])).toMatchObject({ code: 0 })
       expect(snapshot(dir)).toEqual(before)
+    }), TIMEOUT)
+
+  it.scopedLive("check and fork of a session another process has open name that process instead of a false violation", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const chat = yield* converse(dir, ["--db", "t.db", "chat", "--session", "busy"])
+      yield* chat.send("/wait 8000")
+      yield* chat.waitFor(`  → wait {"ms":"8000"}\n`)
+      const check = yield* tiller(dir, ["--db", "t.db", "check", "busy"])
+      expect(check.stdout).toMatch(/^session busy is open in pid \d+: its running turn is not judged \(R19\)/)
+      expect(check.stdout).not.toMatch(/R19 {2}the log ends inside open turn/)
+      expect(check.code).toBe(0)
+      const fork = yield* tiller(dir, ["--db", "t.db", "fork", "busy"])
+      expect(fork.code).toBe(1)
+      expect(fork.stderr).toMatch(/^tiller: cannot fork busy: its log ends inside a turn \(session busy is open in pid \d+, which may be running a turn\); --at must name/)
+      expect(fork.stderr).not.toContain("undefined")
+      yield* chat.send("/quit")
+      expect((yield* chat.exit).code).toBe(0)
+      expect(yield* tiller(dir, ["--db", "t.db", "check", "busy"])).toMatchObject({ code: 0, stdout: expect.stringMatching(/^session busy: \d+ events, no violations\n$/) })
     }), TIMEOUT)
 })

@@ -144,7 +144,10 @@ const receiver = Effect.acquireRelease(
       resume(Effect.succeed(Object.assign({ url: `http://127.0.0.1:${port}`, bodies }, { server })))
     })
   }),
-  (r) => Effect.async<void>((resume) => (r as unknown as { server: http.Server }).server.close(() => resume(Effect.void)))
+  (r) =>
+    Effect.async<void>((resume) => {
+      ;(r as unknown as { server: http.Server }).server.close(() => resume(Effect.void))
+    })
 )
 
 describe("Telemetry.layerOtlp", () => {

@@ -467,6 +467,19 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
       case "session/end-seed":
         turnEvent(out, "tiller.session.opened", e.time, { "tiller.seq": e.seq })
         break
+      case "hook/run": {
+        // A command hook's run (the hook bridge's ignorable record): its decision fields only.
+        const data = (e.data ?? {}) as Record<string, unknown>
+        const attributes: Record<string, AttributeValue> = { "tiller.seq": e.seq }
+        for (const key of ["event", "hook", "exitCode", "durationMs", "block", "stop", "permissionDecision", "permissionDecisionReason"]) {
+          const v = data[key]
+          if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") attributes[`tiller.hook.${key}`] = v
+        }
+        const error = data.error as { readonly code?: unknown } | undefined
+        if (typeof error?.code === "string") attributes["error.type"] = error.code
+        turnEvent(out, "tiller.hook.run", e.time, attributes)
+        break
+      }
       default:
         break
     }

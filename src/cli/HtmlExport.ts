@@ -1,0 +1,93 @@
+/**
+ * `tiller export ID --html FILE`: one self-contained HTML file with a session's timeline. The page
+ * embeds the session's header and events as JSON and renders them on the client with the inline
+ * script of `HtmlPage` (no network, no external file): turns and steps as a collapsible tree, the
+ * sources of entered messages, text and reasoning, tool calls and results, retries, hook decisions,
+ * why each turn ended, the inbox lane, compaction markers, tokens and duration per turn, search,
+ * filters and links to a seq (`FILE#seq-42`).
+ *
+ * @since 0.1.0
+ */
+import { FileSystem } from "@effect/platform"
+import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
+import { Effect } from "effect"
+import type { SessionEvent, SessionHeader } from "../domain/Event.js"
+import { CliError } from "./CliError.js"
+import { describeFileError } from "./FileErrors.js"
+import { PAGE_SCRIPT, PAGE_STYLE } from "./HtmlPage.js"
+import * as Output from "./Output.js"
+
+/** Text safe inside an HTML element (`&`, `<`, `>`, quotes escaped). */
+const escapeHtml = (text: string): string =>
+  text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", "\"": "&quot;", "'": "&#39;" })[c]!)
+
+/**
+ * JSON safe inside a `<script>` element: `<` (so no `</script>` or `<!--`) and the line separators
+ * JavaScript once refused are written as escapes; `JSON.parse` reads them back unchanged.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const scriptJson = (value: unknown): string =>
+  JSON.stringify(value).replace(/</g, "\\u003c").replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029")
+
+/**
+ * The whole page for a session.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const renderHtml = (header: SessionHeader, events: ReadonlyArray<SessionEvent>): string => {
+  const title = `tiller session ${header.sessionId}`
+  const first = events[0]
+  const last = events[events.length - 1]
+  const span = first !== undefined && last !== undefined
+    ? `${new Date(first.time).toISOString()} – ${new Date(last.time).toISOString()}`
+    : "no events"
+  return [
+    "<!DOCTYPE html>",
+    "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+    "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
+    `<title>${escapeHtml(title)}</title>`,
+    `<style>${PAGE_STYLE}</style>`,
+    "</head><body>",
+    "<header>",
+    `<h1>${escapeHtml(title)}</h1>`,
+    `<div class="meta">${events.length} events · created ${escapeHtml(new Date(header.createdAt).toISOString())} · ${escapeHtml(span)}${
+      header.parent === undefined ? "" : ` · fork of ${escapeHtml(header.parent.sessionId)} at seq ${header.parent.boundary}`
+    }</div>`,
+    "<div class=\"controls\">",
+    "<input id=\"search\" type=\"search\" placeholder=\"search text, tools, sources…\" aria-label=\"search\">",
+    "<label>source <select id=\"source\" aria-label=\"source\"><option value=\"\">all sources</option></select></label>",
+    "<span id=\"kinds\" aria-label=\"kinds\"></span>",
+    "<button id=\"collapse\" type=\"button\">collapse turns</button><button id=\"expand\" type=\"button\">expand all</button>",
+    "<span id=\"count\"></span>",
+    "</div></header>",
+    "<main id=\"timeline\"><div class=\"lanes\"><span>seq</span><span>conversation</span><span>inbox</span></div><div id=\"rows\"></div></main>",
+    `<script type="application/json" id="tiller-data">${scriptJson({ header, events })}</script>`,
+    `<script>${PAGE_SCRIPT}</script>`,
+    "</body></html>",
+    ""
+  ].join("\n")
+}
+
+/**
+ * Writes the page of a session to `file`; prints the file, its size and the number of events.
+ *
+ * @since 0.1.0
+ * @category commands
+ */
+export const exportHtml = (
+  header: SessionHeader,
+  events: ReadonlyArray<SessionEvent>,
+  file: string
+): Effect.Effect<void, CliError> =>
+  Effect.gen(function*() {
+    const page = renderHtml(header, events)
+    const fs = yield* FileSystem.FileSystem
+    yield* fs.writeFileString(file, page).pipe(
+      Effect.mapError((error) => new CliError({ reason: `cannot write ${file}: ${describeFileError(error)}` }))
+    )
+    const bytes = Buffer.byteLength(page)
+    yield* Output.lines([`wrote ${file}: ${events.length} events, ${(bytes / 1024 / 1024).toFixed(1)} MiB`])
+  }).pipe(Effect.provide(NodeFileSystem.layer))

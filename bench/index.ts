@@ -5,8 +5,8 @@
  * storage on SQLite beside raw better-sqlite3 (W2 ingest, W3 acknowledged injects, W4 resume) and
  * the footprint of many sessions (W5), then W1 side by side with peer agent loops (`bench/w1/`,
  * one child process per run; the peers install into `bench/node_modules` on first use).
- * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint` or `--only=peers`
- * runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
+ * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint`, `--only=compaction`
+ * or `--only=peers` runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
  * workload alone, for a `node --cpu-prof` run of the bundle (`node bench/cpuprofile.mjs` summarises
  * the profile). `--write` also writes the report to
  * `bench/RESULTS.md` and the charts to `bench/w4.svg` and `bench/w1.svg`; nothing else in the
@@ -27,6 +27,8 @@ import * as path from "node:path"
 import { DateTime, Effect } from "effect"
 import type { IdleFigures, RunningFigures } from "./footprint.js"
 import { idle, running } from "./footprint.js"
+import type { CompactionRun, StepCost } from "./compaction.js"
+import { compactionRun, stepCost, stepRatio } from "./compaction.js"
 import { injectClaimRun } from "./inbox.js"
 import type { LoopThroughput, TurnLatency } from "./loop.js"
 import { floor, percentile, turnLatency, w1 } from "./loop.js"
@@ -48,6 +50,7 @@ import {
   loadAverage,
   logLogChartSvg,
   machineLine,
+  median,
   repeat,
   spreadOf,
   table
@@ -93,6 +96,12 @@ interface Sizes {
   readonly idleSessions: number
   readonly runningSessions: number
   readonly runningTurns: number
+  /** Compaction: events of the session compacted once (prune, then summary). */
+  readonly compactionEvents: number
+  /** Compaction: events of the compacted long session, timed turns of `compactedSteps` steps on it and on a fresh one. */
+  readonly compactedEvents: number
+  readonly compactedSteps: number
+  readonly compactedRuns: number
 }
 
 const full: Sizes = {
@@ -122,7 +131,11 @@ const full: Sizes = {
   resumeWarmRuns: 4,
   idleSessions: 10_000,
   runningSessions: 1_000,
-  runningTurns: 3
+  runningTurns: 3,
+  compactionEvents: 100_000,
+  compactedEvents: 1_000_000,
+  compactedSteps: 1_000,
+  compactedRuns: 3
 }
 
 const quick: Sizes = {
@@ -152,7 +165,11 @@ const quick: Sizes = {
   resumeWarmRuns: 1,
   idleSessions: 200,
   runningSessions: 50,
-  runningTurns: 2
+  runningTurns: 2,
+  compactionEvents: 10_000,
+  compactedEvents: 100_000,
+  compactedSteps: 200,
+  compactedRuns: 2
 }
 
 const CHUNK_TARGET = 250_000
@@ -167,6 +184,8 @@ const INJECT_P99_TARGET_MS = 10
 const RESUME_RATIO_TARGET = 2
 /** W4 linearity: the largest size's time per 10^4 events within this factor of the smallest size's. */
 const RESUME_LINEARITY_TARGET = 1.5
+/** Compaction: a step on a compacted long session within this factor of a step on a fresh one. */
+const COMPACTED_STEP_RATIO_TARGET = 2
 
 const args = new Set(process.argv.slice(2))
 const sizes = args.has("--quick") ? quick : full
@@ -176,8 +195,8 @@ const resumeRunsOf = (s: Sizes) => (events: number): number =>
   s.resumeRuns[s.resumeSizes.indexOf(events)] ?? s.storageRuns
 const writeResults = args.has("--write")
 
-type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "peers"
-const groups: ReadonlyArray<Group> = ["log", "loop", "w1", "storage", "w2", "w3", "w4", "footprint", "peers"]
+type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "compaction" | "peers"
+const groups: ReadonlyArray<Group> = ["log", "loop", "w1", "storage", "w2", "w3", "w4", "footprint", "compaction", "peers"]
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="))?.slice("--only=".length)
 const only = groups.find((g) => g === onlyArg)
 if (onlyArg !== undefined && only === undefined) {
@@ -191,6 +210,7 @@ const runsIngest = only === undefined || only === "storage" || only === "w2"
 const runsInjects = only === undefined || only === "storage" || only === "w3"
 const runsResume = only === undefined || only === "storage" || only === "w4"
 const runsFootprint = only === undefined || only === "footprint"
+const runsCompaction = only === undefined || only === "compaction"
 const runsPeers = only === undefined || only === "peers"
 
 const log = (line: string) => Effect.sync(() => console.error(line))
@@ -336,11 +356,12 @@ const benchmarks = (s: Sizes): Effect.Effect<Figures, unknown> =>
     const latency = runsLatency ? yield* latencyOf(s) : undefined
     const storageFigures = runsIngest || runsInjects || runsResume ? yield* storage(s) : undefined
     const footprintFigures = runsFootprint ? yield* footprint(s) : undefined
+    const compactionFigures = runsCompaction ? yield* compaction(s) : undefined
     // W1 side by side with the peers: one child process per run, after tiller's own groups.
     const peers = runsPeers
       ? yield* Effect.promise(() => runW1Compare({ quick: s.label === "quick", log: (line) => console.error(line) }))
       : undefined
-    return { primitives: log, loop, latency, storage: storageFigures, footprint: footprintFigures, peers }
+    return { primitives: log, loop, latency, storage: storageFigures, footprint: footprintFigures, compaction: compactionFigures, peers }
   })
 
 const throughputTable = (results: ReadonlyArray<Throughput>): string =>
@@ -477,7 +498,79 @@ interface Figures {
   readonly latency: TurnLatency | undefined
   readonly storage: StorageFigures | undefined
   readonly footprint: FootprintFigures | undefined
+  readonly compaction: CompactionFigures | undefined
   readonly peers: W1Compare | undefined
+}
+
+interface CompactionFigures {
+  readonly prune: CompactionRun
+  readonly summary: CompactionRun
+  readonly steps: StepCost
+}
+
+const compaction = (s: Sizes): Effect.Effect<CompactionFigures, unknown> =>
+  Effect.gen(function*() {
+    yield* log(`compaction: prune a session of ${formatCount(s.compactionEvents)} events ...`)
+    const prune = yield* compactionRun(s.compactionEvents, "prune")
+    yield* log(`compaction: summarise a session of ${formatCount(s.compactionEvents)} events ...`)
+    const summary = yield* compactionRun(s.compactionEvents, "summary")
+    yield* log(`compaction: steps on a compacted session of ${formatCount(s.compactedEvents)} events and on fresh ones ...`)
+    const steps = yield* stepCost(s.compactedEvents, { window: 50_000, steps: s.compactedSteps, runs: s.compactedRuns, deltas: 50 })
+    return { prune, summary, steps }
+  })
+
+const compactionReport = (f: CompactionFigures): ReadonlyArray<string> => {
+  const size = (h: CompactionRun["before"]) =>
+    `${formatCount(h.messages)} messages, ${formatCount(h.characters)} chars, ${formatCount(h.tokens)} tokens`
+  const ratio = stepRatio(f.steps)
+  const perStep = (runs: ReadonlyArray<number>) => `${formatCount((median(runs) * 1000) / f.steps.steps)} µs`
+  return [
+    "## Compaction",
+    "",
+    "Memory store. One manual compaction (`Compaction.compact`, then `SessionLog.flush`) of a session built by one",
+    "turn of read steps (each an instant model response calling a `read` tool that returns 400 characters), far",
+    "from its window so nothing was compacted before. Prune: summaries off, old tool results become placeholders.",
+    "Summary: the range before the recent tail becomes one summary, written by a model that answers at once (the",
+    "time is tiller's: choosing the range, writing the transcript, the bracket). One run each (building the",
+    "session is the cost; it is untimed). History: the derived history (`SessionLog.messages`) and the budget.",
+    "",
+    table(
+      ["compaction", "session", "time", "events appended", "history before", "history after"],
+      [f.prune, f.summary].map((r, i) => [
+        i === 0 ? "prune" : "summary (instant model)",
+        `${formatCount(r.events)} events`,
+        formatMillis(r.millis),
+        formatCount(r.appended),
+        size(r.before),
+        size(r.after)
+      ]),
+      [false, true, true, true, false, false]
+    ),
+    "",
+    `Time per step of the loop on a long compacted session beside a fresh one: a session of ${formatCount(f.steps.bigEvents)} events`,
+    `(built in ${formatMillis(f.steps.buildMillis)} by read steps that also stream 50 text deltas each, on a 50,000-token window,`,
+    `compacting as it went: ${formatCount(f.steps.compactions)} compactions, ${formatCount(f.steps.surface)} nodes on its surface), then`,
+    `${f.steps.fresh.length} timed turns of ${formatCount(f.steps.steps)} steps on it, each beside the same turn on a fresh session with the same`,
+    "options (both compact as their windows fill). The time covers the whole loop: building each request, the model's",
+    "stream, the tool, compaction and durability.",
+    "",
+    table(
+      ["session", "median per step", "runs (ms)", "x fresh", "target", "result"],
+      [
+        ["fresh", perStep(f.steps.fresh), f.steps.fresh.map((ms) => formatCount(ms)).join(", "), "1.0x", "-", "-"],
+        [
+          `compacted, ${formatCount(f.steps.bigEvents)} events`,
+          perStep(f.steps.compacted),
+          f.steps.compacted.map((ms) => formatCount(ms)).join(", "),
+          `${ratio.toFixed(2)}x`,
+          `<= ${COMPACTED_STEP_RATIO_TARGET}x`,
+          ratio <= COMPACTED_STEP_RATIO_TARGET ? "met" : "MISSED"
+        ]
+      ],
+      [false, true, true, true, true, false]
+    ),
+    ""
+  ]
 }
 
 const primitivesReport = (s: Sizes, memory: ChunkMemory, results: ReadonlyArray<Throughput>): ReadonlyArray<string> => [
@@ -905,6 +998,7 @@ const report = (s: Sizes, when: string, figures: Figures): string =>
     ...(figures.latency === undefined ? [] : latencyReport(figures.latency)),
     ...(figures.storage === undefined ? [] : storageReport(s, figures.storage)),
     ...(figures.footprint === undefined ? [] : footprintReport(figures.footprint)),
+    ...(figures.compaction === undefined ? [] : compactionReport(figures.compaction)),
     ...(figures.peers === undefined ? [] : [renderW1Compare(figures.peers)])
   ].join("\n")
 
@@ -936,7 +1030,8 @@ const main = Effect.gen(function*() {
   const primitivesMet = (figures.primitives?.results ?? []).every((r) => r.target === undefined || r.perSecond >= r.target)
   const allMet = primitivesMet &&
     (figures.loop === undefined || figures.loop.agents.every((r) => r.stepsPerSecond >= STEP_TARGET)) &&
-    (figures.storage === undefined || storageMet(figures.storage))
+    (figures.storage === undefined || storageMet(figures.storage)) &&
+    (figures.compaction === undefined || stepRatio(figures.compaction.steps) <= COMPACTED_STEP_RATIO_TARGET)
   // A peer that cannot run is reported in the table; tiller failing to run W1 is a defect.
   const tillerFailures = (figures.peers?.outcomes ?? []).flatMap((o) =>
     o.status === "failed" && o.system.tiller ? [`${o.system.label}: ${o.reason}`] : []

@@ -395,6 +395,12 @@ export const chatView = (seedLength = 0): {
         const data = (event as EventOf<"llm/retry">).data
         return line(`  (retrying in ${data.delayMs} ms: ${data.failure.message})`)
       }
+      case "hook/run": {
+        // A hook's error or its message for the user (its decisions show as their effects).
+        const data = event.data as { readonly event?: string; readonly error?: { readonly message?: string }; readonly systemMessage?: string }
+        if (data.error?.message !== undefined) return line(`  (hook error, ignored: ${data.error.message})`)
+        return data.systemMessage === undefined ? "" : line(`  (${data.event ?? "hook"} hook: ${data.systemMessage})`)
+      }
       default:
         return ""
     }

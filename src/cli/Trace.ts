@@ -13,7 +13,7 @@ import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import * as Telemetry from "../layers/Telemetry.js"
 import { SessionLog } from "../services/SessionLog.js"
-import { Sessions } from "../services/Sessions.js"
+import { Sessions } from "../layers/Sessions.js"
 import { CliError, ExitWith } from "./CliError.js"
 import * as Output from "./Output.js"
 

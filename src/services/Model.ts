@@ -7,29 +7,17 @@ import type { LanguageModel } from "@effect/ai/LanguageModel"
 import type { Stream } from "effect"
 import { Context, Layer } from "effect"
 import type { ModelError } from "../domain/Errors.js"
-import type { SessionId } from "../domain/Ids.js"
-import type { Message, StreamChunk, ToolSchema } from "../domain/Values.js"
-import * as LanguageModelAdapter from "../layers/LanguageModelAdapter.js"
+import type { ModelRequest } from "../domain/ModelRequest.js"
+import type { StreamChunk } from "../domain/Values.js"
+import * as LanguageModelAdapter from "../internal/providers/LanguageModelAdapter.js"
 
 /**
- * One model request: its position in the session, the logged header and the derived messages.
+ * One model request (defined beside the domain values, which the loop and the adapters share).
  *
  * @since 0.1.0
  * @category models
  */
-export interface ModelRequest {
-  readonly sessionId: SessionId
-  readonly turn: number
-  readonly step: number
-  readonly attempt: number
-  readonly provider: string
-  readonly model: string
-  readonly system?: string
-  readonly maxTokens?: number
-  readonly temperature?: number
-  readonly tools: ReadonlyArray<ToolSchema>
-  readonly messages: ReadonlyArray<Message>
-}
+export type { ModelRequest } from "../domain/ModelRequest.js"
 
 /**
  * Streams the chunks of one model response; a failed request fails the stream with `ModelError`.
@@ -41,7 +29,7 @@ export class Model extends Context.Tag("tiller/Model")<Model, {
   readonly stream: (request: ModelRequest) => Stream.Stream<StreamChunk, ModelError>
 }>() {
   /**
-   * Adapts the provided `@effect/ai` `LanguageModel` (see `layers/LanguageModelAdapter`).
+   * Adapts the provided `@effect/ai` `LanguageModel` (see `internal/providers/LanguageModelAdapter`).
    *
    * @since 0.1.0
    * @category layers

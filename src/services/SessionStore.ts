@@ -13,8 +13,8 @@ import type {
 } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
-import type { StoreSnapshot } from "../layers/MemoryStore.js"
-import { emptySnapshot, makeMemoryStore } from "../layers/MemoryStore.js"
+import type { StoreSnapshot } from "../internal/durability/MemoryStore.js"
+import { emptySnapshot, makeMemoryStore } from "../internal/durability/MemoryStore.js"
 
 /**
  * The committed contents of a memory store at one instant: a crash image (opaque).
@@ -22,7 +22,7 @@ import { emptySnapshot, makeMemoryStore } from "../layers/MemoryStore.js"
  * @since 0.1.0
  * @category models
  */
-export type { StoreSnapshot } from "../layers/MemoryStore.js"
+export type { StoreSnapshot } from "../internal/durability/MemoryStore.js"
 
 /**
  * Test controls of the memory store: injected failures, holding appends back, and crash images.

@@ -5,76 +5,20 @@
  */
 import { Context, Effect, Either, JSONSchema, Layer } from "effect"
 import type { Schema, Scope } from "effect"
-import type { SessionId } from "../domain/Ids.js"
 import type { Json } from "../domain/Json.js"
 import { freezeCopy, jsonProblem } from "../domain/Json.js"
-import type { ImageBlock, TextBlock, ToolSchema, UserMessage } from "../domain/Values.js"
+import type { ToolDefinition, ToolMode } from "../domain/Tool.js"
+import type { ToolSchema } from "../domain/Values.js"
 import type { ToolRegistryShape } from "../internal/loop/ToolRegistry.js"
 import { attachRegistry, ToolRegistry } from "../internal/loop/ToolRegistry.js"
 
 /**
- * What a tool body returns; a plain string `s` means `{content: s}`.
+ * The shapes of a tool (defined beside the domain values, which the loop and the adapters share).
  *
  * @since 0.1.0
  * @category models
  */
-export interface ToolOutput {
-  readonly content: string | ReadonlyArray<TextBlock | ImageBlock>
-  readonly isError?: boolean
-  readonly additionalContexts?: ReadonlyArray<UserMessage>
-  readonly concludesTurn?: boolean
-  readonly meta?: Json
-}
-
-/**
- * A tool output with every default filled in, as `ToolPost` listeners see and return it.
- *
- * @since 0.1.0
- * @category models
- */
-export interface NormalizedToolOutput {
-  readonly content: ReadonlyArray<TextBlock | ImageBlock>
-  readonly isError: boolean
-  readonly additionalContexts: ReadonlyArray<UserMessage>
-  readonly concludesTurn: boolean
-  readonly meta?: Json
-}
-
-/**
- * What a tool body knows about its call; `deferContext` queues a context message for `next-step`.
- *
- * @since 0.1.0
- * @category models
- */
-export interface ToolContext {
-  readonly sessionId: SessionId
-  readonly turn: number
-  readonly step: number
-  readonly callId: string
-  readonly deferContext: (m: UserMessage) => Effect.Effect<void>
-}
-
-/**
- * How a call is scheduled: `parallel` calls share a pool, an `exclusive` call runs alone.
- *
- * @since 0.1.0
- * @category models
- */
-export type ToolMode = "parallel" | "exclusive"
-
-/**
- * A tool: its name, description, parameter Schema, mode and body.
- *
- * @since 0.1.0
- * @category models
- */
-export interface ToolDefinition<P extends Schema.Schema.AnyNoContext> {
-  readonly name: string
-  readonly description: string
-  readonly parameters: P
-  readonly mode: ToolMode
-  readonly execute: (params: Schema.Schema.Type<P>, ctx: ToolContext) => Effect.Effect<ToolOutput | string, unknown>
-}
+export type { NormalizedToolOutput, ToolContext, ToolDefinition, ToolMode, ToolOutput } from "../domain/Tool.js"
 
 /**
  * Constructors of tool definitions.

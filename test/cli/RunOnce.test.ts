@@ -6,7 +6,7 @@ import { SessionId } from "../../src/domain/Ids.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import { Sessions } from "../../src/services/Sessions.js"
+import { Sessions } from "../../src/layers/Sessions.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tools } from "../../src/services/Tools.js"
 

@@ -10,7 +10,7 @@ import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
-import { Sessions } from "../../src/services/Sessions.js"
+import { Sessions } from "../../src/layers/Sessions.js"
 import { Tools } from "../../src/services/Tools.js"
 import { plugin, user } from "./harness.js"
 

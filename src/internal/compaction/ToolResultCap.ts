@@ -10,7 +10,7 @@
  */
 import type { Json } from "../../domain/Json.js"
 import type { ImageBlock, TextBlock } from "../../domain/Values.js"
-import type { NormalizedToolOutput } from "../../services/Tools.js"
+import type { NormalizedToolOutput } from "../../domain/Tool.js"
 import { toolCallCall } from "./RecallCall.js"
 
 /**

@@ -2,22 +2,21 @@
  * The in-memory session store and its test controls (SPEC 6.1, 8.10).
  *
  * The layers are `SessionStore.layerMemory` and `SessionStore.layerMemoryFrom`; this module builds
- * the two service values they provide. It imports the service tags as types only, so the service
- * module can reference it without an import cycle.
+ * the two service values they provide. It knows the services only by their shapes (the service
+ * module checks them when it builds the layers), so the service module can import it.
  *
  * @since 0.1.0
  */
-import { seqProblem } from "../internal/durability/Contiguity.js"
-import * as GrowOnly from "../domain/GrowOnly.js"
-import * as SyncAppend from "../internal/durability/SyncAppend.js"
+import { seqProblem } from "./Contiguity.js"
+import * as GrowOnly from "../../domain/GrowOnly.js"
+import * as SyncAppend from "./SyncAppend.js"
 import { Chunk, Deferred, Effect, Either, Exit, HashMap, Option, Ref } from "effect"
-import { decodeStoredValue } from "../internal/durability/DecodedEvents.js"
-import { checkStoredHeader } from "../internal/durability/StoredHeader.js"
-import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
-import type { SessionEvent, SessionHeader } from "../domain/Event.js"
-import type { SessionId } from "../domain/Ids.js"
-import { freezeCopy } from "../domain/Json.js"
-import type { MemoryStoreControl, SessionStore } from "../services/SessionStore.js"
+import { decodeStoredValue } from "./DecodedEvents.js"
+import { checkStoredHeader } from "./StoredHeader.js"
+import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../../domain/Errors.js"
+import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
+import type { SessionId } from "../../domain/Ids.js"
+import { freezeCopy } from "../../domain/Json.js"
 
 /** One stored session: its header and committed events, all deep-frozen. */
 interface StoredSession {
@@ -67,7 +66,7 @@ const isolate = <A>(value: A): A => (Object.isFrozen(value) ? value : freezeCopy
  */
 export const makeMemoryStore = (
   snapshot: StoreSnapshot
-): Effect.Effect<{ readonly store: SessionStore["Type"]; readonly control: MemoryStoreControl["Type"] }> =>
+) =>
   Effect.gen(function*() {
     // Plain variables: every access below is one synchronous step, so none can interleave.
     let state: StoreState = snapshot[StoreSnapshotTypeId]
@@ -206,7 +205,7 @@ export const makeMemoryStore = (
       Effect.withSpan("SessionStore.list")
     )
 
-    const store: SessionStore["Type"] = { create, load, append, exists, list }
+    const store = { create, load, append, exists, list }
     // The same commit, synchronously, when nothing holds or precedes it and no failure is injected;
     // anything else is left to `append`, which waits for what holds it or reports the failure.
     SyncAppend.register(store, (id, events) => {
@@ -216,7 +215,7 @@ export const makeMemoryStore = (
       return true
     })
 
-    const control: MemoryStoreControl["Type"] = {
+    const control = {
       failAppends: Effect.fn("MemoryStoreControl.failAppends")(function*(n: number) {
         yield* Effect.sync(() => {
           failuresLeft = Math.max(0, Math.trunc(n))

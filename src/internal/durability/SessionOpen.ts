@@ -29,7 +29,8 @@ import type { Draft, LogSnapshot, SessionStateShape } from "../state/SessionStat
 import { decodeStored, isDecoded } from "./DecodedEvents.js"
 import { appendDrafts, awaitDurable } from "../state/SessionState.js"
 import type { DurabilityOptions } from "./Writer.js"
-import { makeSignal, runWriter, stopWritingNow } from "./Writer.js"
+import { runWriter } from "./Writer.js"
+import { makeSignal, stopWritingNow } from "./WriterSignal.js"
 import * as WakeMarks from "../state/WakeMarks.js"
 
 /**

@@ -1,7 +1,7 @@
 /**
  * Stores that can also append synchronously (the memory store; the SQLite store on a file). A
  * session that needs durability while no append is in flight writes its pending events through it
- * at once (see `Writer.writeNow`), without waking its writer fiber and waiting for it. A store
+ * at once (see `WriterSignal.writeNow`), without waking its writer fiber and waiting for it. A store
  * whose every append costs a transaction writes at once only for the loop's own waits (checkpoints,
  * opening, flush), never for an operation's acknowledgement: concurrent callers share the writer's
  * group commit instead of each paying for a transaction.

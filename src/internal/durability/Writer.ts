@@ -9,9 +9,9 @@
  *
  * A fiber that needs durability while no append is in flight, in a session whose store can append
  * synchronously (the memory store, the SQLite store on a file), writes the pending events itself
- * ({@link writeNow}) instead of waking the writer and waiting for it: the same group append, without
+ * (`WriterSignal.writeNow`) instead of waking the writer and waiting for it: the same group append, without
  * the two fiber hand-offs, so the caller goes on without suspending. Whether an operation's
- * acknowledgement may do so is the store's choice ({@link acknowledgesNow}).
+ * acknowledgement may do so is the store's choice (`WriterSignal.acknowledgesNow`).
  *
  * @since 0.1.0
  */
@@ -24,6 +24,8 @@ import * as Outbox from "../state/Outbox.js"
 import * as SyncAppend from "./SyncAppend.js"
 import type { SessionStateShape } from "../state/SessionState.js"
 import { peek } from "../state/Peek.js"
+import type { WriterSignal } from "./WriterSignal.js"
+import { arm, wake } from "./WriterSignal.js"
 
 /**
  * Durability options of a session.
@@ -35,142 +37,6 @@ export interface DurabilityOptions {
   readonly batchSize?: number
   readonly batchWindow?: Duration.DurationInput
   readonly writeRetry?: Schedule.Schedule<unknown, unknown>
-}
-
-/**
- * What wakes the writer: the highest seq someone awaits, and the resumption of a sleeping writer
- * (or a flag that makes its next sleep return at once).
- *
- * @since 0.1.0
- * @category models
- */
-export interface WriterSignal {
-  readonly batchSize: number
-  /** The highest seq a durability waiter asked for (−1 when none). */
-  requested: number
-  /** Set by a wake that found the writer awake, so it looks again before sleeping. */
-  woken: boolean
-  wake: (() => void) | undefined
-  /** The window deadline (Clock millis) the timer sleeps towards, and its own wake-up. */
-  deadline: number
-  timerWake: (() => void) | undefined
-  /** The batch window in millis, once the timer runs (until then, the writer arms windows itself). */
-  windowMs: number | undefined
-  /**
-   * Set while the writer's store append is in flight, retries included (and for good once the writer
-   * is interrupted mid-append, when no synchronous write is left to exclude).
-   */
-  busy: boolean
-  /** For a store that appends synchronously, from `runWriter` until the session closes or is poisoned: see {@link writeNow}. */
-  appendNow: (() => void) | undefined
-  /** Whether the store lets acknowledgements write at once: see {@link acknowledgesNow}. */
-  acknowledgeNow: boolean
-}
-
-/**
- * A signal for a writer whose batches hold at most `batchSize` pending events before writing.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const makeSignal = (batchSize = 256): WriterSignal => ({
-  batchSize: Math.max(1, batchSize),
-  requested: -1,
-  woken: false,
-  wake: undefined,
-  deadline: Number.NEGATIVE_INFINITY,
-  timerWake: undefined,
-  windowMs: undefined,
-  busy: false,
-  appendNow: undefined,
-  acknowledgeNow: false
-})
-
-/**
- * Wakes the writer (it re-reads the log; a wake with nothing to do is harmless).
- *
- * @since 0.1.0
- * @category signals
- */
-export const wake = (signal: WriterSignal): void => {
-  const resume = signal.wake
-  if (resume === undefined) {
-    signal.woken = true
-    return
-  }
-  signal.wake = undefined
-  resume()
-}
-
-/**
- * Called by an append at Clock time `time` that grew the log from `lastSeq` to `newLastSeq` while
- * `durable` was durable: wakes the writer when a full batch is pending, and when the first pending
- * event appeared arms the batch window (through the writer, until the window timer runs). A writer
- * busy writing re-reads the log when it is done.
- *
- * @since 0.1.0
- * @category signals
- */
-export const appended = (signal: WriterSignal, durable: number, lastSeq: number, newLastSeq: number, time: number): void => {
-  if (newLastSeq - durable >= signal.batchSize) wake(signal)
-  else if (lastSeq <= durable) {
-    if (signal.windowMs === undefined) wake(signal)
-    else arm(signal, time + signal.windowMs)
-  }
-}
-
-/**
- * Asks for everything up to `seq` to be written now.
- *
- * @since 0.1.0
- * @category signals
- */
-export const request = (signal: WriterSignal, seq: number): void => {
-  if (seq <= signal.requested) return
-  signal.requested = seq
-  wake(signal)
-}
-
-/**
- * Whether {@link writeNow} may write: the session's store appends synchronously, the writer runs
- * and its own append is not in flight.
- *
- * @since 0.1.0
- * @category signals
- */
-export const canWriteNow = (signal: WriterSignal): boolean => !signal.busy && signal.appendNow !== undefined
-
-/**
- * Whether an operation's acknowledgement may write at once ({@link canWriteNow}, and the store
- * lets acknowledgements do so); otherwise it asks the writer and waits for its group commit.
- *
- * @since 0.1.0
- * @category signals
- */
-export const acknowledgesNow = (signal: WriterSignal): boolean => signal.acknowledgeNow && canWriteNow(signal)
-
-/**
- * Writes every pending event at once, synchronously, as the writer would (one store append that
- * releases every covered waiter), when the session's store appends synchronously, the writer runs
- * and no append is in flight. Otherwise, or when the store declines, it writes nothing: ask with
- * {@link request} and wait.
- *
- * @since 0.1.0
- * @category signals
- */
-export const writeNow = (signal: WriterSignal): void => {
-  if (canWriteNow(signal)) signal.appendNow!()
-}
-
-/**
- * Ends synchronous writes; the session's scope calls it when it closes (its writer may be
- * interrupted before it ever started).
- *
- * @since 0.1.0
- * @category signals
- */
-export const stopWritingNow = (signal: WriterSignal): void => {
-  signal.appendNow = undefined
 }
 
 // Sleeps until `wake`; returns at once if a wake came while the caller was awake. No canceler: the
@@ -185,18 +51,6 @@ const sleep = (signal: WriterSignal): Effect.Effect<void> =>
     }
     signal.wake = () => resume(Effect.void)
   })
-
-// The batch window runs on one timer fiber, started with the first window and kept for the writer's lifetime.
-// Deadlines only grow (each is the oldest pending event's time plus the window).
-const arm = (signal: WriterSignal, deadline: number): void => {
-  if (deadline <= signal.deadline) return
-  signal.deadline = deadline
-  const resume = signal.timerWake
-  if (resume !== undefined) {
-    signal.timerWake = undefined
-    resume()
-  }
-}
 
 const timer = (signal: WriterSignal): Effect.Effect<never> => {
   let elapsed = Number.NEGATIVE_INFINITY
@@ -226,8 +80,8 @@ const WRITTEN: Effect.Effect<Either.Either<void, unknown>> = Effect.succeed(Eith
  * Runs the writer until interrupted. A store append covers every pending event; waiters are
  * released together when it completes. Writes start at once when someone awaits durability, when
  * `batchSize` events are pending, or `batchWindow` after the oldest pending event was appended.
- * A synchronous store's write ({@link writeNow}) is usable from this call on, until the session is
- * poisoned or {@link stopWritingNow} (the session's scope calls it when it closes).
+ * A synchronous store's write (`WriterSignal.writeNow`) is usable from this call on, until the session is
+ * poisoned or `WriterSignal.stopWritingNow` (the session's scope calls it when it closes).
  *
  * @since 0.1.0
  * @category durability

@@ -12,9 +12,11 @@ import type { CancelCause } from "../../domain/Values.js"
 import type { DriverState } from "./Phase.js"
 import * as DurableWaiters from "../durability/DurableWaiters.js"
 import { causeOf } from "./Phase.js"
+import type { StopWatch } from "./StopWatch.js"
+import { untilStopOr } from "./StopWatch.js"
 import { peek } from "../state/Peek.js"
 import { awaitDurable } from "../state/SessionState.js"
-import * as Writer from "../durability/Writer.js"
+import * as WriterSignal from "../durability/WriterSignal.js"
 
 /**
  * Marks the fibers of a driver's activity (turns, hooks, tool bodies, maintenance tasks) with the
@@ -82,28 +84,6 @@ const awaitStop = (ds: DriverState): Effect.Effect<void> =>
   )
 
 /**
- * One watcher fiber per driver that turns "a cause is recorded or the session is poisoned" into
- * plain callbacks, so abortable work forks only itself and never waits on the phase `TRef` (which
- * every loop transaction reads, so every commit would re-run each waiting transaction).
- *
- * @since 0.1.0
- * @category models
- */
-export interface StopWatch {
-  /** Set by the watcher while a stop condition holds (it may lag the commit that changed it). */
-  stopped: boolean
-  readonly listeners: Set<() => void>
-}
-
-/**
- * An idle stop watch; {@link watchStops} must run for it to fire.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const makeStopWatch = (): StopWatch => ({ stopped: false, listeners: new Set() })
-
-/**
  * Runs until interrupted: fires every registered listener when a cause is recorded or the session
  * is poisoned, then waits for the condition to clear.
  *
@@ -133,49 +113,6 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
       )
     )
   )
-
-/**
- * Waits, on callbacks alone, for whichever comes first: the stop watch firing (`onStop` gives the
- * result) or `listen`'s own event (`listen` registers it, may report it at once, and returns how to
- * unregister). The loser is unregistered. A caller that stops waiting unregisters both and runs
- * `onCancel` when one is given; without it nothing runs then (an `async` with a canceler runs inside
- * an `onInterrupt`, five more operations per wait): both stay registered until either fires, and
- * Effect ignores that late resumption. Callers without `onCancel` must tolerate it: their `listen`
- * and `onStop` do nothing but report.
- *
- * @since 0.1.0
- * @category cancellation
- */
-export const untilStopOr = <A>(
-  watch: StopWatch,
-  listen: (done: (result: Effect.Effect<A>) => void) => () => void,
-  onStop: () => Effect.Effect<A>,
-  onCancel?: Effect.Effect<void>
-): Effect.Effect<A> =>
-  Effect.async<A>((resume) => {
-    let settled = false
-    let unlisten: (() => void) | undefined
-    const stop = () => {
-      if (settled) return
-      settled = true
-      unlisten?.()
-      resume(onStop())
-    }
-    watch.listeners.add(stop)
-    unlisten = listen((result) => {
-      if (settled) return
-      settled = true
-      watch.listeners.delete(stop)
-      resume(result)
-    })
-    if (onCancel === undefined) return
-    return Effect.suspend(() => {
-      settled = true
-      watch.listeners.delete(stop)
-      unlisten?.()
-      return onCancel
-    })
-  })
 
 /**
  * The cause recorded for the current activity, if any: the last committed phase's, read without a
@@ -266,8 +203,8 @@ export const checkpoint = (ds: DriverState, seq: number): Effect.Effect<Abortabl
     const session = ds.session
     const watch = ds.stopWatch
     if (watch === undefined || watch.stopped) return abortable(ds, awaitDurable(session, seq))
-    // A store that appends synchronously: written from this fiber (see `Writer.writeNow`).
-    if (seq > session.waiters.durable) Writer.writeNow(session.writer)
+    // A store that appends synchronously: written from this fiber (see `WriterSignal.writeNow`).
+    if (seq > session.waiters.durable) WriterSignal.writeNow(session.writer)
     if (seq <= session.waiters.durable) return Effect.succeed(DURABLE)
     return untilStopOr<Abortable<void, PersistenceError>>(
       watch,
@@ -275,7 +212,7 @@ export const checkpoint = (ds: DriverState, seq: number): Effect.Effect<Abortabl
         const waiter = DurableWaiters.register(session.waiters, seq, (failure) =>
           done(Effect.succeed(failure === undefined ? DURABLE : { _tag: "Done", exit: Exit.fail(failure) })))
         // Registered (not answered at once): ask the writer for it.
-        if (waiter !== undefined) Writer.request(session.writer, seq)
+        if (waiter !== undefined) WriterSignal.request(session.writer, seq)
         return () => DurableWaiters.remove(session.waiters, waiter)
       },
       () => Effect.succeed(STOPPED)
@@ -294,7 +231,7 @@ export const checkpointNow = (ds: DriverState, seq: number): Abortable<void, Per
   const session = ds.session
   const watch = ds.stopWatch
   if (watch === undefined || watch.stopped) return undefined
-  if (seq > session.waiters.durable) Writer.writeNow(session.writer)
+  if (seq > session.waiters.durable) WriterSignal.writeNow(session.writer)
   return seq <= session.waiters.durable ? DURABLE : undefined
 }
 

@@ -4,7 +4,7 @@
  * @since 0.1.0
  */
 import type { Message } from "../../domain/Values.js"
-import type { ModelRequest } from "../../services/Model.js"
+import type { ModelRequest } from "../../domain/ModelRequest.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
 
 /**

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Chunk, Duration, Effect, Either, Exit, identity, Option, ParseResult, Stream, STM, TRef } from "effect"
+import { Cause, Chunk, Duration, Effect, Either, Exit, Option, ParseResult, Stream, STM, TRef } from "effect"
 import type { SessionEvent } from "../../domain/Event.js"
 import { InvalidEvent, ModelError } from "../../domain/Errors.js"
 import type { MessageId } from "../../domain/Ids.js"
@@ -15,7 +15,7 @@ import { StreamChunk as StreamChunkSchema } from "../../domain/Values.js"
 import { acceptsStreamChunkJson } from "../../domain/EventDecoder.js"
 import * as SafeDecode from "../../domain/SafeDecode.js"
 import type { RequestConfig } from "../../services/Hooks.js"
-import type { ModelRequest } from "../../services/Model.js"
+import type { ModelRequest } from "../../domain/ModelRequest.js"
 import { abortable, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
@@ -27,84 +27,16 @@ import { DEFAULT_MAX_RETRY_DELAY, refuseRetryDelay } from "./RetryPolicy.js"
 import * as StreamPull from "./StreamPull.js"
 import type { LoopContext } from "./LoopContext.js"
 import { causeOf } from "./Phase.js"
-import { appendDrafts, appendNow, commit, commitAppendNowOrDie, delivered, dieOnFailure } from "../state/SessionState.js"
+import { appendDrafts, appendNow, commit, delivered, dieOnFailure } from "../state/SessionState.js"
 import type { Draft, LogSnapshot } from "../state/SessionState.js"
 import { runTools } from "./ToolBatch.js"
-
-/**
- * How a step ended.
- *
- * @since 0.1.0
- * @category models
- */
-export type StepResult =
-  | { readonly _tag: "Completed" }
-  | { readonly _tag: "MaxTokens" }
-  | { readonly _tag: "Continue" }
-  | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
-  | {
-    readonly _tag: "Failed"
-    readonly failure: LlmFailure
-    readonly error: unknown
-    /** Defects of the failed component, published if the turn ends aborted (SPEC 3.10 case 2). */
-    readonly defects?: ReadonlyArray<unknown>
-  }
-
-const aborted = (defects: ReadonlyArray<unknown> = []): StepResult => ({ _tag: "Aborted", defects })
-const failed = (failure: LlmFailure, error: unknown = failure, defects: ReadonlyArray<unknown> = []): StepResult => ({
-  _tag: "Failed",
-  failure,
-  error,
-  defects
-})
+import { CAUSE, isCause, loopTx } from "./LoopTransaction.js"
+import type { StepResult } from "./StepResult.js"
+import { aborted, failed } from "./StepResult.js"
 
 /** Sentinel failure: stop pulling the model stream (its outcome is settled). */
 const STOP = Symbol.for("tiller/internal/Step/stop")
 
-/** Sentinel: a loop transaction found a cause recorded and wrote nothing. */
-const CAUSE = Symbol.for("tiller/internal/Step/cause")
-
-/**
- * Commits a loop transaction that first reads the cause: with a cause recorded it writes nothing
- * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value. The phase
- * is peeked (see `Peek`): it is the transaction's first read, and a transaction runs in one
- * synchronous step, so the value is the one `getPhase` would read, without a journal entry.
- *
- * @since 0.1.0
- * @category transactions
- */
-export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
-  commit(ctx.ds.session, 
-    STM.suspend((): STM.STM<A | typeof CAUSE, E> =>
-      Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? STM.succeed(CAUSE) : body
-    )
-  )
-
-/**
- * A loop append of tiller's own drafts without a transaction (see `appendNow`): the cause read
- * first (with one recorded, nothing is written and the sentinel is returned), then the append; an
- * `InvalidEvent` is a defect. `drafts` receives the first new seq.
- *
- * @since 0.1.0
- * @category transactions
- */
-export const loopAppendOrDie = (
-  ctx: LoopContext,
-  drafts: (length: number) => ReadonlyArray<Draft>
-): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE> =>
-  Effect.withFiberRuntime((fiber) =>
-    Option.isSome(causeOf(peek(ctx.ds.phaseNow)))
-      ? Effect.succeed(CAUSE)
-      : commitAppendNowOrDie(ctx.ds.session, drafts, fiber, identity)
-  )
-
-/**
- * Whether a loop transaction was skipped because a cause is recorded.
- *
- * @since 0.1.0
- * @category transactions
- */
-export const isCause = (value: unknown): value is typeof CAUSE => value === CAUSE
 
 const configOf = (header: RequestHeader | undefined): RequestConfig => {
   if (header === undefined) return {}

@@ -15,7 +15,7 @@ import type { Json } from "../../domain/Json.js"
 import { deepFreeze, jsonProblem } from "../../domain/Json.js"
 import type { ImageBlock, TextBlock, ToolResultBlock, ToolResultMessage } from "../../domain/Values.js"
 import { UserContent } from "../../domain/Values.js"
-import type { NormalizedToolOutput, ToolDefinition, ToolOutput } from "../../services/Tools.js"
+import type { NormalizedToolOutput, ToolDefinition, ToolOutput } from "../../domain/Tool.js"
 import * as SafeDecode from "../../domain/SafeDecode.js"
 
 /**

@@ -14,7 +14,7 @@
  */
 import { Context, Effect, Option } from "effect"
 import type { ToolSchema } from "../../domain/Values.js"
-import type { ToolDefinition, ToolMode, Tools } from "../../services/Tools.js"
+import type { ToolDefinition, ToolMode } from "../../domain/Tool.js"
 
 /**
  * Lookups the loop needs: the visible definition of a name and its mode, both read at call time.
@@ -43,11 +43,12 @@ const registryKey: unique symbol = Symbol("tiller/internal/ToolRegistry")
  */
 export class ToolRegistry extends Context.Tag("tiller/internal/ToolRegistry")<ToolRegistry, ToolRegistryShape>() {
   /**
-   * The registry attached to a `Tools` service by `Tools.layer`, or `None` for any other implementation.
+   * The registry attached to a `Tools` service by `Tools.layer`, or `None` for any other implementation
+   * (the service is taken as any object, so this module needs nothing from the service module).
    *
    * @since 0.1.0
    */
-  static readonly fromTools = (tools: Context.Tag.Service<Tools>): Option.Option<ToolRegistryShape> =>
+  static readonly fromTools = (tools: object): Option.Option<ToolRegistryShape> =>
     Option.fromNullable((tools as { readonly [registryKey]?: ToolRegistryShape })[registryKey])
 
   /**
@@ -55,7 +56,7 @@ export class ToolRegistry extends Context.Tag("tiller/internal/ToolRegistry")<To
    *
    * @since 0.1.0
    */
-  static readonly fromToolsOrDie = (tools: Context.Tag.Service<Tools>): Effect.Effect<ToolRegistryShape> =>
+  static readonly fromToolsOrDie = (tools: object): Effect.Effect<ToolRegistryShape> =>
     Option.match(ToolRegistry.fromTools(tools), {
       onNone: () => Effect.dieMessage("the Tools service was not built by Tools.layer, so the agent cannot look tools up"),
       onSome: Effect.succeed

@@ -10,7 +10,8 @@
  * `OpenAiLanguageModel.withConfigOverride`). Likewise the model actually used is the one bound by
  * the provided `LanguageModel` layer, whatever `request.provider` and `request.model` say.
  *
- * `Model.layerLanguageModel` is built from `make`; this module imports `Model` only as a type.
+ * `Model.layerLanguageModel` is built from `make`; this module knows the `Model` service only by
+ * its shape, so the service module can import it.
  *
  * @since 0.1.0
  */
@@ -20,13 +21,12 @@ import * as Prompt from "@effect/ai/Prompt"
 import type * as Response from "@effect/ai/Response"
 import * as Tool from "@effect/ai/Tool"
 import type * as Toolkit from "@effect/ai/Toolkit"
-import type { Context } from "effect"
 import { Effect, Either, Encoding, Predicate, Schema, Stream } from "effect"
-import { ModelError } from "../domain/Errors.js"
-import { usageOf } from "../internal/providers/UsageCounts.js"
-import type { LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../domain/Values.js"
-import type { Model, ModelRequest } from "../services/Model.js"
-import { providerParameters } from "../internal/providers/ProviderParameters.js"
+import { ModelError } from "../../domain/Errors.js"
+import { usageOf } from "./UsageCounts.js"
+import type { LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../../domain/Values.js"
+import type { ModelRequest } from "../../domain/ModelRequest.js"
+import { providerParameters } from "./ProviderParameters.js"
 
 /**
  * The parameters of a schema-only tool: any JSON object, described to the provider by the tool's
@@ -384,7 +384,11 @@ const makeTranslator = () => {
  * @since 0.1.0
  * @category constructors
  */
-export const make: Effect.Effect<Context.Tag.Service<typeof Model>, never, LanguageModel.LanguageModel> = Effect
+export const make: Effect.Effect<
+  { readonly stream: (request: ModelRequest) => Stream.Stream<StreamChunk, ModelError> },
+  never,
+  LanguageModel.LanguageModel
+> = Effect
   .gen(function*() {
     const languageModel = yield* LanguageModel.LanguageModel
     const declared = new WeakMap<ToolSchema, SchemaOnlyTool>()

@@ -22,7 +22,7 @@ import * as GrowOnly from "../../domain/GrowOnly.js"
 import * as Outbox from "./Outbox.js"
 import { modifyNow, peek } from "./Peek.js"
 import type { WakeMarks } from "./WakeMarks.js"
-import * as Writer from "../durability/Writer.js"
+import * as WriterSignal from "../durability/WriterSignal.js"
 
 /**
  * An event before the log gives it `seq` and `time`.
@@ -78,7 +78,7 @@ export interface SessionStateShape {
   readonly closed: TRef.TRef<boolean>
   readonly outbox: Outbox.Outbox
   readonly waiters: DurableWaiters.DurableWaiters
-  readonly writer: Writer.WriterSignal
+  readonly writer: WriterSignal.WriterSignal
   /** Set once by the driver that owns the session. */
   readonly owner: SessionOwner
 }
@@ -252,7 +252,7 @@ export const appendPure = (
 export const announce = (state: SessionStateShape, before: LogSnapshot, events: ReadonlyArray<SessionEvent>): void => {
   if (events.length === 0) return
   const last = before.events.length - 1
-  Writer.appended(state.writer, state.waiters.durable, last, last + events.length, events[0]!.time)
+  WriterSignal.appended(state.writer, state.waiters.durable, last, last + events.length, events[0]!.time)
 }
 
 /**
@@ -343,10 +343,10 @@ export const dieOnFailure = <A, E>(transaction: STM.STM<A, E>): STM.STM<A> =>
  */
 export const awaitDurable = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
   Effect.suspend(() => {
-    // A store that appends synchronously: written from this fiber (see `Writer.writeNow`).
-    if (seq > state.waiters.durable) Writer.writeNow(state.writer)
+    // A store that appends synchronously: written from this fiber (see `WriterSignal.writeNow`).
+    if (seq > state.waiters.durable) WriterSignal.writeNow(state.writer)
     if (seq <= state.waiters.durable) return Effect.void
-    Writer.request(state.writer, seq)
+    WriterSignal.request(state.writer, seq)
     return DurableWaiters.wait(state.waiters, seq)
   })
 
@@ -404,9 +404,9 @@ export const acknowledgeAt = <A, E, E2>(
         // A store that acknowledges at once is written after the delivery (notifications come before
         // durability, SPEC 3.10); any other writer is asked now, so a caller interrupted meanwhile
         // changes nothing.
-        if (Writer.acknowledgesNow(state.writer)) acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
+        if (WriterSignal.acknowledgesNow(state.writer)) acknowledged = Effect.zipRight(awaitDurable(state, seq), answer)
         else {
-          Writer.request(state.writer, seq)
+          WriterSignal.request(state.writer, seq)
           acknowledged = Effect.zipRight(DurableWaiters.wait(state.waiters, seq), answer)
         }
       }

@@ -8,7 +8,7 @@ import { SessionId } from "../../../src/domain/Ids.js"
 import { peek } from "../../../src/internal/state/Peek.js"
 import { openSessionState } from "../../../src/internal/durability/SessionOpen.js"
 import { awaitDurable, SessionState } from "../../../src/internal/state/SessionState.js"
-import * as Writer from "../../../src/internal/durability/Writer.js"
+import * as WriterSignal from "../../../src/internal/durability/WriterSignal.js"
 import { SqliteSessionStore } from "../../../src/layers/SqliteStore.js"
 import { Inbox } from "../../../src/services/Inbox.js"
 import { SessionLog } from "../../../src/services/SessionLog.js"
@@ -77,7 +77,7 @@ describe("Writer: synchronous writes on the memory store", () => {
 
   it.scoped("a writer that yields while starting its timer reads the log only afterwards: no stale batch, no poison", () =>
     Effect.gen(function*() {
-      let writer: Writer.WriterSignal | undefined
+      let writer: WriterSignal.WriterSignal | undefined
       const result = yield* Effect.gen(function*() {
         const state = yield* SessionState
         writer = state.writer
@@ -107,9 +107,9 @@ describe("Writer: synchronous writes on the memory store", () => {
     Effect.gen(function*() {
       const scope = yield* Scope.make()
       const state = yield* openSessionState({ sessionId: SessionId.make("closed") }).pipe(Scope.extend(scope))
-      expect(Writer.canWriteNow(state.writer)).toBe(true)
+      expect(WriterSignal.canWriteNow(state.writer)).toBe(true)
       yield* Scope.close(scope, Exit.void)
-      expect(Writer.canWriteNow(state.writer)).toBe(false)
+      expect(WriterSignal.canWriteNow(state.writer)).toBe(false)
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 })
 
@@ -125,8 +125,8 @@ describe("Writer: synchronous writes on the SQLite store", () => {
       const inbox = yield* Inbox
       const log = yield* SessionLog
       const state = yield* SessionState
-      expect(Writer.canWriteNow(state.writer)).toBe(true)
-      expect(Writer.acknowledgesNow(state.writer)).toBe(false)
+      expect(WriterSignal.canWriteNow(state.writer)).toBe(true)
+      expect(WriterSignal.acknowledgesNow(state.writer)).toBe(false)
       const durable = yield* log.durableSeq
       // The acknowledgement suspends (runSyncExit reports it), and nothing was written meanwhile.
       const acknowledged = Effect.runSyncExit(inbox.append("next-step", plugin("C")))
@@ -167,7 +167,7 @@ describe("Writer: synchronous writes on the SQLite store", () => {
     Effect.gen(function*() {
       const log = yield* SessionLog
       const state = yield* SessionState
-      expect(Writer.canWriteNow(state.writer)).toBe(false)
+      expect(WriterSignal.canWriteNow(state.writer)).toBe(false)
       yield* Effect.flatMap(Inbox, (inbox) => inbox.append("next-step", plugin("C")))
       expect(yield* log.durableSeq).toBe(yield* lastSeq)
     }).pipe(Effect.provide(onSqlite(":memory:"))))

@@ -1,0 +1,63 @@
+/**
+ * The loop's writes: each first reads the cancel cause and, with one recorded, writes nothing and
+ * yields a sentinel, so no record of a window is written after its cause (SPEC 7.2).
+ *
+ * @since 0.1.0
+ */
+import { Effect, identity, Option, STM } from "effect"
+import type { SessionEvent } from "../../domain/Event.js"
+import type { LoopContext } from "./LoopContext.js"
+import { causeOf } from "./Phase.js"
+import { peek } from "../state/Peek.js"
+import { commit, commitAppendNowOrDie } from "../state/SessionState.js"
+import type { Draft } from "../state/SessionState.js"
+
+/**
+ * Sentinel: a loop transaction found a cause recorded and wrote nothing.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const CAUSE: unique symbol = Symbol.for("tiller/internal/LoopTransaction/cause")
+
+/**
+ * Commits a loop transaction that first reads the cause: with a cause recorded it writes nothing
+ * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value. The phase
+ * is peeked (see `Peek`): it is the transaction's first read, and a transaction runs in one
+ * synchronous step, so the value is the one `getPhase` would read, without a journal entry.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
+  commit(ctx.ds.session, 
+    STM.suspend((): STM.STM<A | typeof CAUSE, E> =>
+      Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? STM.succeed(CAUSE) : body
+    )
+  )
+
+/**
+ * A loop append of tiller's own drafts without a transaction (see `appendNow`): the cause read
+ * first (with one recorded, nothing is written and the sentinel is returned), then the append; an
+ * `InvalidEvent` is a defect. `drafts` receives the first new seq.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const loopAppendOrDie = (
+  ctx: LoopContext,
+  drafts: (length: number) => ReadonlyArray<Draft>
+): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE> =>
+  Effect.withFiberRuntime((fiber) =>
+    Option.isSome(causeOf(peek(ctx.ds.phaseNow)))
+      ? Effect.succeed(CAUSE)
+      : commitAppendNowOrDie(ctx.ds.session, drafts, fiber, identity)
+  )
+
+/**
+ * Whether a loop transaction was skipped because a cause is recorded.
+ *
+ * @since 0.1.0
+ * @category transactions
+ */
+export const isCause = (value: unknown): value is typeof CAUSE => value === CAUSE

@@ -339,6 +339,26 @@ describe("HookBridge", () => {
     })
   })
 
+  describe("continue: false and SessionEnd", () => {
+    it.live("continue false from PreToolUse denies the call and stops the turn: aborted with the hook cause; SessionEnd runs when the bridge closes", () => {
+      calls.length = 0
+      const dir = project({
+        ".tiller/settings.json": settings({ PreToolUse: [{ command: "./halt.sh" }], SessionEnd: [{ command: "./end.sh" }] }),
+        "halt.sh": `#!/bin/sh\necho '{"continue":false,"stopReason":"budget exhausted"}'\n`,
+        "end.sh": "#!/bin/sh\njq -r .reason > ended.txt\n"
+      })
+      return Effect.gen(function*() {
+        const events = yield* withBridge(dir, [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] })], prompt("p1", "go"))
+        expect(calls).toEqual([])
+        expect(textOf(results(events)[0]!.message.content[0].content)).toBe("Error: tool call denied: budget exhausted")
+        const end = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+        expect(end).toEqual([{ kind: "aborted", reason: { kind: "hook", reason: "budget exhausted" } }])
+        expect(fs.readFileSync(path.join(dir, "ended.txt"), "utf8")).toBe("other\n")
+        clean(events)
+      })
+    })
+  })
+
   describe("errors are reported and never block", () => {
     it.live("exit code 1, malformed JSON and a timeout are recorded as HookCommandError; the action goes on; the timed-out process is killed", () => {
       calls.length = 0
@@ -428,6 +448,26 @@ describe("HookBridge", () => {
       expect(commandsFor(parsed, "PreToolUse", "MultiEdit").map((h) => h.command)).toEqual(["b", "a"])
       expect(commandsFor(parsed, "PreToolUse", "Write")[0]!.timeout).toBe(5)
     })
+
+    it.effect("with claudeSettings: ~/.claude/settings.json, .claude/settings.json, .claude/settings.local.json, then .tiller/settings.json", () =>
+      Effect.gen(function*() {
+        const one = (command: string) => settings({ Stop: [{ command }] })
+        const home = project({ ".claude/settings.json": one("home") })
+        const dir = project({
+          ".claude/settings.json": one("project"),
+          ".claude/settings.local.json": one("local"),
+          ".tiller/settings.json": one("tiller")
+        })
+        const all = yield* HookBridge.load({ cwd: dir, claudeSettings: true, home })
+        expect(commandsFor(all, "Stop").map((h) => [h.command, path.relative(os.tmpdir(), h.origin).split(path.sep).slice(1).join("/")])).toEqual([
+          ["home", ".claude/settings.json"],
+          ["project", ".claude/settings.json"],
+          ["local", ".claude/settings.local.json"],
+          ["tiller", ".tiller/settings.json"]
+        ])
+        const own = yield* HookBridge.load({ cwd: dir, home })
+        expect(commandsFor(own, "Stop").map((h) => h.command)).toEqual(["tiller"])
+      }))
 
     it.effect("a malformed settings file is a HookConfigError naming the file; a missing one has no hooks", () =>
       Effect.gen(function*() {

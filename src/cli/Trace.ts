@@ -8,7 +8,7 @@
  */
 import { HttpClient, HttpClientError } from "@effect/platform"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Config, Context, Effect, Exit, Option, Scope } from "effect"
+import { Config, Context, Effect, Exit, Layer, Option, Scope } from "effect"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import * as Telemetry from "../layers/Telemetry.js"
@@ -56,6 +56,13 @@ export const otlpSettings = (endpoint?: string): Effect.Effect<OtlpSettings | un
     }
   })
 
+/** An HTTP failure in one line: the client's message and, for a transport error, its cause. */
+const describeHttpError = (error: HttpClientError.HttpClientError): string => {
+  const cause = error.cause as { readonly message?: unknown; readonly code?: unknown } | undefined
+  if (error._tag === "ResponseError") return `the endpoint answered ${error.response.status}`
+  return typeof cause?.message === "string" && cause.message !== "" ? `${error.message}: ${cause.message}` : error.message
+}
+
 /** The HTTP client of the exporter: a timeout per request, failures and accepted requests counted. */
 const reportingClient = (report: { failures: Array<string>; accepted: number }) =>
   Effect.map(HttpClient.HttpClient, (client) =>
@@ -68,7 +75,7 @@ const reportingClient = (report: { failures: Array<string>; accepted: number }) 
             onTimeout: () => new HttpClientError.RequestError({ request, reason: "Transport", description: "no answer within 10 s" })
           }),
           Effect.tap(() => Effect.sync(() => void report.accepted++)),
-          Effect.tapError((error) => Effect.sync(() => void report.failures.push(error.message)))
+          Effect.tapError((error) => Effect.sync(() => void report.failures.push(describeHttpError(error))))
         )
       )
     ))
@@ -105,7 +112,9 @@ export const withLiveTelemetry = <A, E, R>(
           )
         )
       const start = Effect.gen(function*() {
-        const client = yield* reportingClient(report).pipe(Effect.provide(NodeHttpClient.layerUndici))
+        // The HTTP client lives as long as the exporter (its last export runs when the exporter closes).
+        const http = yield* Layer.buildWithScope(NodeHttpClient.layerUndici, exporterScope)
+        const client = yield* reportingClient(report).pipe(Effect.provide(http))
         const tracer = yield* Telemetry.makeOtlpTracer({ ...settings, shutdownTimeout: "1 second" }).pipe(
           Effect.provideService(HttpClient.HttpClient, client),
           Scope.extend(exporterScope)
@@ -143,7 +152,7 @@ export const traceSession = (
     const id = header.sessionId
     const report = { failures: [] as Array<string>, accepted: 0 }
     const spans = yield* Effect.scoped(Effect.gen(function*() {
-      const client = yield* reportingClient(report).pipe(Effect.provide(NodeHttpClient.layerUndici))
+      const client = yield* reportingClient(report)
       const tracer = yield* Telemetry.makeOtlpTracer({
         ...settings,
         // Every span goes in the one request sent when the scope closes.
@@ -152,7 +161,7 @@ export const traceSession = (
         shutdownTimeout: "60 seconds"
       }).pipe(Effect.provideService(HttpClient.HttpClient, client))
       return Telemetry.replayTo(tracer, events, { sessionId: header.sessionId, content: options.content || settings.content })
-    }))
+    })).pipe(Effect.provide(NodeHttpClient.layerUndici))
     if (spans > 0 && report.accepted === 0) {
       yield* Output.errorLine(`could not send the spans of ${id} to ${settings.url}: ${report.failures[report.failures.length - 1] ?? "no answer"}`)
       return yield* new ExitWith({ code: 1 })

@@ -368,7 +368,7 @@ export const chat = (
           `pending input kept: ${pending.nextTurn.length} queued, ${pending.nextStep.length} next-step (it runs with the next turn)`
         ])
       }
-      yield* Output.lines([`session ${sessionId} is saved; continue it with: tiller resume ${sessionId}`])
+      yield* Output.lines([`session ${sessionId} is saved; continue it with: tiller resume ${Output.shellWord(sessionId)}`])
     })
 
     yield* Effect.gen(function*() {

@@ -91,13 +91,25 @@ const chatCommand = Command.make("chat", { session: sessionOption }, ({ session 
       (id) => withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
     ))).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
 
-const resumeCommand = Command.make("resume", { id: sessionId }, ({ id }) =>
+const resumeCommand = Command.make("resume", {
+  given: Args.optional(sessionId),
+  last: Options.boolean("last").pipe(Options.withDescription("Continue the most recently used session (empty ones left out)"))
+}, ({ given, last }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
+      if (Option.isSome(given) === last) {
+        return yield* new CliError({ reason: "resume takes a session id or --last (tiller sessions lists them)" })
+      }
+      const id = Option.isSome(given) ? given.value : yield* Effect.scoped(Effect.gen(function*() {
+        const reader = yield* ReadOnlyStore.open(globals.db)
+        const list = (yield* reader.list).filter((s) => !isEmpty(s) && s.damage === undefined).sort((a, b) => b.updatedAt - a.updatedAt)
+        if (list.length === 0) return yield* new CliError({ reason: `no session to resume in ${globals.db}` })
+        return list[0]!.sessionId
+      }))
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
       yield* chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) })
-    }))).pipe(Command.withDescription("Continue a stored session in the chat"))
+    }))).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
 
 const runCommand = Command.make("run", {
   prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
@@ -143,20 +155,30 @@ const withReader = <A, E>(body: (reader: ReadOnlyStore.Reader, globals: GlobalOp
 const damageNote = (damage: ReadOnlyStore.Listed["damage"]) =>
   damage === undefined ? "" : `  (unreadable${damage._tag === "MalformedLog" && damage.seq !== undefined ? ` from seq ${damage.seq}` : ""}: see tiller check)`
 
-const sessionsCommand = Command.make("sessions", {}, () =>
+/** A session with nothing in it: no turn, no pending input, nothing damaged (a chat that got no input). */
+const isEmpty = (s: ReadOnlyStore.Listed) => s.turns === 0 && s.status === "idle" && s.damage === undefined
+
+const sessionsCommand = Command.make("sessions", {
+  all: Options.boolean("all").pipe(Options.withDescription("Also list empty sessions (no turn, nothing pending)"))
+}, ({ all }) =>
   withReader((reader, globals) =>
     Effect.gen(function*() {
-      const list = yield* reader.list
-      if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}`])
+      const stored = yield* reader.list
+      // Most recently used first; empty sessions only with --all.
+      const list = stored.filter((s) => all || !isEmpty(s)).sort((a, b) => b.updatedAt - a.updatedAt)
+      const hidden = stored.length - list.length
+      const note = hidden === 0 ? "" : ` (${hidden} empty session${hidden === 1 ? "" : "s"} left out; --all lists them)`
+      if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}${note}`])
       const width = Math.max(2, ...list.map((s) => s.sessionId.length))
       yield* Output.lines([
-        `${"ID".padEnd(width)}  TURNS  EVENTS  UPDATED                   TITLE`,
+        `${"ID".padEnd(width)}  TURNS  EVENTS  STATUS         UPDATED                   TITLE`,
         ...list.map((s) =>
-          `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ` +
+          `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ${s.status.padEnd(13)}  ` +
           `${new Date(s.updatedAt).toISOString()}  ${(s.title ?? "").split("\n")[0]!.slice(0, 60)}` +
           (s.header?.parent !== undefined ? `  (fork of ${s.header.parent.sessionId} at seq ${s.header.parent.boundary})` : "") +
           damageNote(s.damage)
-        )
+        ),
+        ...(note === "" ? [] : [note.trim().slice(1, -1)])
       ])
     }))).pipe(Command.withDescription("List the stored sessions"))
 

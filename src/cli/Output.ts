@@ -61,3 +61,13 @@ export const errorLine = (line: string): Effect.Effect<void> =>
     if (sink !== undefined) sink.print(`${line}\n`)
     else process.stderr.write(`${line}\n`)
   })
+
+/**
+ * `word` as one word of a shell command line: as is when it holds only safe characters, else in
+ * single quotes (so a printed hint such as `tiller resume ID` can be pasted back as it is).
+ *
+ * @since 0.1.0
+ * @category output
+ */
+export const shellWord = (word: string): string =>
+  /^[A-Za-z0-9._@%+=:,/-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`

@@ -34,6 +34,8 @@ const missingValue = (args: ReadonlyArray<string>): string | undefined => {
     if (!VALUE_OPTIONS.has(arg)) continue
     const value = args[i + 1]
     if (value === undefined || (value.startsWith("--") && value.length > 2)) return arg
+    // A session id, like a file or model name, is never empty.
+    if (value === "") return arg
     i++
   }
   return undefined

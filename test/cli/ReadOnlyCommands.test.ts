@@ -114,4 +114,33 @@ describe("read-only commands", () => {
       expect((yield* chat.exit).code).toBe(0)
       expect(yield* tiller(dir, ["--db", "t.db", "check", "busy"])).toMatchObject({ code: 0, stdout: expect.stringMatching(/^session busy: \d+ events, no violations\n$/) })
     }), TIMEOUT)
+
+  it.scopedLive("sessions: most recently used first, with a status; empty sessions only with --all; resume --last; quoted hints", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      expect((yield* tiller(dir, ["--db", "t.db", "run", "older", "--session", "old"])).code).toBe(0)
+      // A chat that got no input leaves an empty session behind.
+      expect((yield* tiller(dir, ["--db", "t.db", "chat", "--session", "empty"])).code).toBe(0)
+      const kept = yield* tiller(dir, ["--db", "t.db", "chat", "--session", "it's"], { input: "/queue later\n/cancel --keep\n/quit\n" })
+      expect(kept.stdout).toContain("continue it with: tiller resume 'it'\\''s'\n")
+      expect((yield* tiller(dir, ["--db", "t.db", "run", "newer", "--session", "new"])).code).toBe(0)
+
+      const listed = yield* tiller(dir, ["--db", "t.db", "sessions"])
+      expect(listed.code).toBe(0)
+      const rows = listed.stdout.trimEnd().split("\n")
+      expect(rows[0]).toMatch(/^ID +TURNS +EVENTS +STATUS +UPDATED +TITLE$/)
+      expect(rows.slice(1, -1).map((row) => row.split(/ +/).slice(0, 1)[0])).toEqual(["new", "it's", "old"])
+      expect(rows[1]).toMatch(/^new +1 +\d+ +idle +/)
+      expect(listed.stdout).toMatch(/\nit's +\d+ +\d+ +(pending input|interrupted) +/)
+      expect(rows[rows.length - 1]).toBe("1 empty session left out; --all lists them")
+      expect((yield* tiller(dir, ["--db", "t.db", "sessions", "--all"])).stdout).toMatch(/\nempty +0 +\d+ +idle +/)
+
+      const last = yield* tiller(dir, ["--db", "t.db", "resume", "--last"], { input: "/quit\n" })
+      expect(last.code).toBe(0)
+      expect(last.stdout).toContain("tiller chat · session new (resumed: 1 turn,")
+      expect((yield* tiller(dir, ["--db", "t.db", "resume"])).code).toBe(1)
+      const blank = yield* tiller(dir, ["--db", "t.db", "chat", "--session", ""])
+      expect(blank).toMatchObject({ code: 2, stdout: "" })
+      expect(blank.stderr).toContain("option --session needs a value")
+    }), TIMEOUT)
 })

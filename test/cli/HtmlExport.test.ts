@@ -1,0 +1,92 @@
+/**
+ * `tiller export ID --html FILE`: the page of a scripted session is self-contained (no network
+ * address anywhere it could load from), embeds the session's events, and its script folds them into
+ * the timeline a reader sees: turns with tokens and duration, sources told apart, tool calls with
+ * results, retries, a hook's denial, why each turn ended, the inbox lane and the compaction marker.
+ */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Layer } from "effect"
+import type { SessionEvent } from "../../src/domain/Event.js"
+import { renderHtml } from "../../src/cli/HtmlExport.js"
+import { PAGE_SCRIPT } from "../../src/cli/HtmlPage.js"
+import { runSeenSession, seenAgent } from "../fixtures/scriptedSession.js"
+
+const seen = Effect.scoped(Effect.flatMap(Layer.build(seenAgent()), (context) => Effect.provide(runSeenSession, context)))
+
+const embedded = (page: string) => {
+  const match = /<script type="application\/json" id="tiller-data">([\s\S]*?)<\/script>/.exec(page)
+  return JSON.parse(match![1]!)
+}
+
+interface Row {
+  readonly kind: string
+  readonly label: string
+  readonly text?: string
+  readonly cls?: string
+  readonly lane: string
+  readonly stats?: string
+  readonly result?: string
+  readonly shadowed?: ReadonlyArray<number>
+  readonly seqs: ReadonlyArray<number>
+}
+
+const pageModel = (data: unknown): { rows: ReadonlyArray<Row>; bySeq: Record<number, number>; sources: ReadonlyArray<string> } =>
+  // eslint-disable-next-line @typescript-eslint/no-implied-eval
+  (new Function(`${PAGE_SCRIPT}\nreturn tillerModel`)() as (d: unknown) => any)(data)
+
+describe("the HTML export", () => {
+  it.effect("is one self-contained file: inline style and script, nothing loaded from a network address", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* seen
+      const page = renderHtml(header, events)
+      expect(page.startsWith("<!DOCTYPE html>")).toBe(true)
+      expect(page).not.toMatch(/(src|href|action)\s*=\s*["']?\s*(https?:)?\/\//i)
+      expect(page).not.toMatch(/<link\b|<script[^>]*\bsrc=|@import|url\(/i)
+      expect(embedded(page)).toEqual({ header, events })
+    }))
+
+  it.effect("text that closes a script element stays data", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* seen
+      const hostile = { ...events[0]!, data: { note: "</script><script>alert(1)</script>\u2028" } } as SessionEvent
+      const page = renderHtml(header, [hostile])
+      expect(page.match(/<\/script>/g)!.length).toBe(2)
+      expect(embedded(page).events[0].data.note).toBe("</script><script>alert(1)</script>\u2028")
+    }))
+
+  it.effect("its script folds the events into the timeline: turns, sources, tools, retries, hooks, reasons, inbox, compaction", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* seen
+      const { bySeq, rows, sources } = pageModel(embedded(renderHtml(header, events)))
+      const turns = rows.filter((r) => r.kind === "turn")
+      expect(turns.map((r) => r.label)).toEqual(["Turn 1", "Turn 2"])
+      const duration = events.find((e) => e.type === "turn/end")!.time - events.find((e) => e.type === "turn/start")!.time
+      expect(turns[0]!.stats).toBe(`completed · 2 steps · ${(duration / 1000).toFixed(1)} s · 280 in / 35 out tokens`)
+      expect(turns[1]!.stats).toMatch(/^aborted \(user\) · 1 step · /)
+      const entered = rows.filter((r) => r.kind === "message").map((r) => [r.label, r.cls, r.text])
+      expect(entered).toEqual([
+        ["context · plugin:geo", "src-context", "The user is in Paris."],
+        ["prompt", "src-prompt", "What time is it?"],
+        ["prompt", "src-prompt", "Count to ten."]
+      ])
+      expect(sources).toEqual(["plugin:geo", "user"])
+      expect(rows.filter((r) => r.kind === "retry").map((r) => r.label)).toEqual(["request failed", "retry"])
+      expect(rows.find((r) => r.kind === "reasoning")!.text).toBe("the user wants the time")
+      const clock = rows.find((r) => r.label === "tool clock")!
+      expect([clock.text, clock.result]).toEqual(["{}", "now: 12:00"])
+      expect(rows.find((r) => r.kind === "hook")!.text).toMatch(/^tool pre-hook denied shell/)
+      expect(rows.filter((r) => r.kind === "turn-end").map((r) => r.text)).toEqual(["completed", "aborted (user)"])
+      const inbox = rows.filter((r) => r.lane === "inbox").map((r) => r.label)
+      expect(inbox).toEqual([
+        "inserted · next-step", "inserted · next-turn", "claimed · next-step", "claimed · next-turn", "inserted · next-turn", "claimed · next-turn"
+      ])
+      expect(rows.find((r) => r.kind === "compaction")!.text).toBe("prune · manual · 900 tokens before · 900 tokens after · 0 events shadowed")
+      // A deep link to any seq finds its row: a chunk's seq finds the answer it became.
+      const chunk = events.find((e) => e.type === "assistant/chunk" && (e.data as { attempt: number }).attempt === 2)!
+      expect(rows[bySeq[chunk.seq]!]!.kind).toBe("reasoning")
+      for (const e of events) {
+        if (e.type === "step/end") continue
+        expect(bySeq[e.seq], `seq ${e.seq} ${e.type}`).toBeDefined()
+      }
+    }))
+})

@@ -8,7 +8,7 @@
 import type { Scope } from "effect"
 import { Clock, Context, Effect, Either, FiberRef, Option, Stream, SubscriptionRef } from "effect"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
-import type { SessionId } from "../domain/Ids.js"
+import { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
 import { CancelCause } from "../domain/Values.js"
 import type { MessageSource, UserMessage } from "../domain/Values.js"
@@ -49,6 +49,9 @@ const HELP = [
   "  /cancel --keep  cancel the running turn and keep pending input",
   "  /status         print the status line: idle or running, turn and step, pending input",
   "  /log            print this session's timeline",
+  "  /fork [--at N] [--as ID]",
+  "                  copy this session up to the end of turn N (default: the last ended turn) into a",
+  "                  new session, to try another way from there (tiller resume ID continues it)",
   "  /compact [FOCUS] compact the context now (between turns): summarise older history, FOCUS steering it",
   "  /help           this help",
   "  /quit           wait until the agent is idle, then exit (end of input does the same)",
@@ -315,6 +318,8 @@ export const chat = (
           }
           case "/compact":
             return Effect.as(Effect.flatMap(compactOpen(context, rest === "" ? undefined : rest), (line) => Output.lines([line])), true)
+          case "/fork":
+            return forkHere(rest)
           case "/log":
             return Effect.gen(function*() {
               const renderer = timeline(log.header)
@@ -331,6 +336,33 @@ export const chat = (
       return Effect.catchAll(action, (error) =>
         Effect.as(Output.errorLine(`tiller: ${error instanceof Error ? error.message : String(error)}`), true))
     }
+
+    // `/fork [--at N] [--as ID]`: a new session holding this one up to the end of turn N.
+    const forkHere = (rest: string): Effect.Effect<boolean, unknown> =>
+      Effect.gen(function*() {
+        const words = rest.split(/\s+/).filter((w) => w !== "")
+        let turn: number | undefined
+        let childId: string | undefined
+        for (let i = 0; i < words.length; i++) {
+          const value = words[i + 1]
+          if (words[i] === "--at" && value !== undefined && /^\d+$/.test(value)) turn = Number(words[++i])
+          else if (words[i] === "--as" && value !== undefined) childId = words[++i]
+          else return yield* Effect.as(Output.errorLine("usage: /fork [--at N] [--as ID] (N: a turn number)"), true)
+        }
+        const events = yield* log.events
+        const ends = events.filter((e) => e.type === "turn/end") as ReadonlyArray<EventOf<"turn/end">>
+        const end = turn === undefined ? ends[ends.length - 1] : ends.find((e) => e.data.turn === turn)
+        if (end === undefined) {
+          return yield* Effect.as(Output.errorLine(turn === undefined ? "no turn has ended yet: nothing to fork" : `turn ${turn} has not ended (or does not exist)`), true)
+        }
+        const forked = yield* sessions.fork({
+          source: sessionId,
+          boundary: end.seq,
+          ...(childId !== undefined ? { childId: SessionId.make(childId) } : {})
+        })
+        yield* Output.lines([`(forked at the end of turn ${end.data.turn}, seq ${end.seq}, as ${forked}; continue it with: tiller resume ${Output.shellWord(forked)})`])
+        return true
+      })
 
     // Esc, or Ctrl-C while a turn runs: the turn ends cancelled by the user; pending input stays.
     const interrupt = Effect.gen(function*() {
@@ -373,6 +405,8 @@ export const chat = (
 
     yield* Effect.gen(function*() {
       yield* Stream.runForEachWhile(input.events, onInput)
+      // No line can answer a hook's question any more.
+      compositions.endOfInput()
       yield* driver.whenIdle
       yield* caughtUp
       yield* saved(log)

@@ -419,6 +419,23 @@ describe("tiller chat end to end", () => {
       ])
     }), TIMEOUT)
 
+  it.scopedLive("/fork in the chat copies the session up to an ended turn into a new session", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      expect((yield* tiller(dir, ["--db", DB, "run", "first", "--session", "f"])).code).toBe(0)
+      expect((yield* tiller(dir, ["--db", DB, "run", "second", "--session", "f"])).code).toBe(0)
+      const source = jsonLines((yield* tiller(dir, ["--db", DB, "log", "f", "--json"])).stdout)
+      const ends = source.filter((e) => e.type === "turn/end").map((e) => e.seq)
+      const chat = yield* chatRun(dir, ["--db", DB, "chat", "--session", "f"], { input: "/fork --at 1 --as side\n/fork --at 9\n/fork --as tip\n/quit\n" })
+      expect(chat.code).toBe(0)
+      expect(chat.stdout).toContain(`(forked at the end of turn 1, seq ${ends[0]}, as side; continue it with: tiller resume side)\n`)
+      expect(chat.stdout).toContain(`(forked at the end of turn 2, seq ${ends[1]}, as tip; continue it with: tiller resume tip)\n`)
+      expect(chat.stderr).toBe("turn 9 has not ended (or does not exist)\n")
+      const side = jsonLines((yield* tiller(dir, ["--db", DB, "log", "side", "--json"])).stdout)
+      expect(side.slice(0, ends[0] + 1)).toEqual(source.slice(0, ends[0] + 1))
+      expect(yield* tiller(dir, ["--db", DB, "check", "side"])).toMatchObject({ code: 0 })
+    }), TIMEOUT)
+
   it.scopedLive("check on a corrupted database: a rule violation and an unreadable row exit 1 with readable messages", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir

@@ -4,10 +4,13 @@
  * notes quote the call that reads them back.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Schema } from "effect"
+import { Effect, Layer, Schema } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ReadHistoryOptions } from "../../src/services/ReadHistory.js"
 import { ReadHistory } from "../../src/services/ReadHistory.js"
 import { Driver } from "../../src/services/Driver.js"
@@ -141,6 +144,32 @@ describe("read_history: the agent's option", () => {
       call("h1", "read_history", { from: 0 }),
       ScriptedModel.text("done")
     ], { tools: [page(5_000)], agent: { compaction: { contextWindow: 100_000, maxToolResultChars: 1_000 } } }))))
+
+  it.scoped("agents sharing one Tools layer each read their own log", () =>
+    Effect.gen(function*() {
+      const shared = yield* Layer.build(Layer.mergeAll(SessionStore.layerMemory, Tools.layer({ tools: [page(100)] })))
+      const agent = (name: string) =>
+        Layer.build(
+          Agent.layer({ sessionId: SessionId.make(name), model: { provider: "p", model: "m" }, readHistory: true }).pipe(
+            Layer.provide(ScriptedModel.layer([call("h", "read_history", { query: "secret" }), ScriptedModel.text("done")]))
+          )
+        ).pipe(Effect.provide(shared))
+      const a = yield* agent("a")
+      const b = yield* agent("b")
+      const ask = (text: string) =>
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.followup(user("q", text))
+          yield* driver.whenIdle
+          return textOf(resultOf(yield* logEvents, "h"))
+        })
+      const inA = yield* ask("the secret of a").pipe(Effect.provide(a))
+      const inB = yield* ask("the secret of b").pipe(Effect.provide(b))
+      expect(inA).toContain("the secret of a")
+      expect(inA).not.toContain("the secret of b")
+      expect(inB).toContain("the secret of b")
+      expect(inB).not.toContain("the secret of a")
+    }))
 
   it.scoped("a bad request through the loop is an error result and the turn goes on", () =>
     Effect.gen(function*() {

@@ -8,8 +8,8 @@
  * results) become one user turn, tool results first as the API requires; assistant messages are
  * rebuilt from their replay state (signed thinking, redacted thinking and server-tool blocks, in
  * their original order), else from their text and tool calls. The events of the response are
- * decoded by `internal/AnthropicEvents`; HTTP, timeouts and failure classification are
- * `internal/ProviderHttp`'s.
+ * decoded by `internal/providers/AnthropicEvents`; HTTP, timeouts and failure classification are
+ * `internal/providers/ProviderHttp`'s.
  *
  * The model sent is `options.model`, whatever `request.model` says; `max_tokens` is
  * `request.maxTokens`, else `options.maxTokens`, else 4096 (the API requires it).

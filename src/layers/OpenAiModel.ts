@@ -9,8 +9,8 @@
  * separate, tool results become `function_call_output` items carrying the result's text (their
  * images follow in one user item), and assistant messages are rebuilt from their replay state
  * (encrypted reasoning items in their original place before text and calls), else from their text
- * and tool calls. The events of the response are decoded by `internal/ResponsesEvents`; HTTP,
- * timeouts and failure classification are `internal/ProviderHttp`'s.
+ * and tool calls. The events of the response are decoded by `internal/providers/ResponsesEvents`; HTTP,
+ * timeouts and failure classification are `internal/providers/ProviderHttp`'s.
  *
  * Models without reasoning refuse `include: ["reasoning.encrypted_content"]` with a 400
  * ("Encrypted content is not supported with this model."): the request is then sent again at once

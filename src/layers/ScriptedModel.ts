@@ -2,7 +2,7 @@
  * ScriptedModel: a `Model` that answers each request with the next entry of a script, one chunk
  * per pull, with effects at chosen points of the stream (SPEC 8.8). The test seam of the loop.
  * The loop reads an entry with no effects, failure or hang in one batch, without running the
- * Stream (see `internal/Preloaded`); anyone else consuming the stream gets one chunk per pull.
+ * Stream (see `internal/loop/Preloaded`); anyone else consuming the stream gets one chunk per pull.
  *
  * @since 0.1.0
  */

@@ -10,12 +10,12 @@
  * transaction that appends of other sessions arriving at the same time share (group commit: their
  * rows share the INSERTs; after a storage failure the group is written again with each append in a
  * savepoint of its own, so the failure reaches only the appends it concerns). A file store also
- * keeps a second connection that better-sqlite3 serves directly (internal/SqliteDirect): `load`
+ * keeps a second connection that better-sqlite3 serves directly (internal/durability/SqliteDirect): `load`
  * reads a session there as row text and decodes every row with the `SessionEvent` schema (when
  * anything is wrong it reads again on the client's connection with each row's seq, and a row that
  * does not decode is `MalformedLog` with its seq); and a session that needs durability while no
  * transaction of the client's is open appends there at once, in one synchronous transaction
- * (internal/SyncAppend: the loop's checkpoints, opening and flush; acknowledgements keep group commit).
+ * (internal/durability/SyncAppend: the loop's checkpoints, opening and flush; acknowledgements keep group commit).
  * Every `SqlError` (and every driver defect while opening) surfaces as `PersistenceError`, its
  * message led by the SQLite code (`SQLITE_FULL: database or disk is full`); store-wide failures
  * (opening, `list`) carry the session id `"*"`.
@@ -24,7 +24,7 @@
  * timeout at 0, and an operation that meets a lock (opening a fresh file, a migration, a
  * transaction, the lease) is run again after `Clock` sleeps until it gets it or `busyTimeout`
  * (default 10 s) has passed; then it fails with `PersistenceError` saying `database is locked by
- * another process` and naming the file (internal/SqliteDirect `waitForLock`). Reads never wait: in
+ * another process` and naming the file (internal/durability/SqliteDirect `waitForLock`). Reads never wait: in
  * WAL mode a writer does not lock readers out.
  *
  * @since 0.1.0
@@ -166,7 +166,7 @@ const SELECT_EXISTS = "SELECT 1 AS found FROM sessions WHERE id = ?"
 // rowid order is insertion order: sessions are never deleted.
 const SELECT_HEADERS = "SELECT id, header FROM sessions ORDER BY rowid"
 
-// The nine INSERT texts (internal/SqliteDirect), few enough to stay in the client's prepared-statement cache.
+// The nine INSERT texts (internal/durability/SqliteDirect), few enough to stay in the client's prepared-statement cache.
 const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
   Array.from({ length: Math.log2(MAX_ROWS_PER_INSERT) + 1 }, (_, k) => [1 << k, insertEventsSql(1 << k)] as const)
 )
@@ -333,7 +333,7 @@ const open = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof Sqlite
         const cause = `could not enable WAL (journal_mode is ${mode?.journal_mode})`
         return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
       }
-      // Checkpoints run on a worker thread instead (internal/Checkpointer).
+      // Checkpoints run on a worker thread instead (internal/durability/Checkpointer).
       yield* sql.unsafe("PRAGMA wal_autocheckpoint = 0")
     }
     // A migration that meets a lock dies inside the migrator: as a failure, it can wait and run again.
@@ -374,7 +374,7 @@ export const make = (
   options: SqliteSessionStoreOptions
 ): Effect.Effect<SessionStore["Type"], PersistenceError, Scope.Scope> =>
   Effect.gen(function*() {
-    // Waits for another process's lock between attempts, never inside the driver (internal/SqliteDirect).
+    // Waits for another process's lock between attempts, never inside the driver (internal/durability/SqliteDirect).
     const wait = SqliteDirect.waitForLock(options.filename, busyTimeoutOf(options))
     const sql = yield* open(options, wait)
     // The client is private to this store and has one connection: reserve it for the store's
@@ -621,7 +621,7 @@ export const make = (
         return refail(id, "append")(Effect.zipRight(lead(), settled))
       })
 
-    // A file's sessions are read, and appended at once, on a connection of their own (internal/SqliteDirect).
+    // A file's sessions are read, and appended at once, on a connection of their own (internal/durability/SqliteDirect).
     const direct = isFile(options.filename)
       ? yield* wait(SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"])).pipe(refail(ALL_SESSIONS, "open"))
       : undefined

@@ -8,6 +8,11 @@
  * takes away the estimates of the nodes it shadows. Before any usage is reported, the whole surface
  * and the last request header (system prompt and tool schemas) are estimated.
  *
+ * The `compaction/` room: what keeps a long session inside its model's window. The budget (this
+ * module) measures use; pruning (`Prune`) and summaries (`Summary`) shrink the derived history; the
+ * tool-result cap (`ToolResultCap`) bounds one result; `Recall` and `RecallCall` bring pruned
+ * content back on request.
+ *
  * @since 0.1.0
  */
 import type { SessionEvent, SurfaceOp } from "../../domain/Event.js"

@@ -2,6 +2,12 @@
  * Opening a session: create a fresh one, or resume a stored one (load, validate with the append
  * rules, repair an open final turn, mark the end of the seed), then start its writer fiber.
  *
+ * The `durability/` room: how a session's log reaches its store and comes back. Opening and
+ * resuming (this module, `Lease`, `StoredHeader`, `DecodedEvents`), the group-commit writer fiber
+ * (`Writer`, `WriterSignal`, `SyncAppend`, `DurableWaiters`, `Checkpointer`), the seq rules every
+ * store applies (`Contiguity`), the in-memory store behind `SessionStore.layerMemory`
+ * (`MemoryStore`) and the SQLite connection's own calls (`SqliteDirect`).
+ *
  * @since 0.1.0
  */
 import type { Scope } from "effect"

@@ -8,6 +8,12 @@
  * `TIMEOUT` (connect: the response headers; first byte: the first body bytes, counted from the
  * request's start; idle: between two body chunks). The key is scrubbed from every message.
  *
+ * The `providers/` room: what the model adapters share. HTTP streaming (this module), the failure
+ * table (`ProviderFailure`), timeouts (`ProviderTimeouts`), request parameters and usage
+ * (`ProviderParameters`, `UsageCounts`), each provider's events turned into stream chunks
+ * (`ChatCompletionsEvents`, `ResponsesEvents`, `AnthropicEvents`) and the `@effect/ai` adapter
+ * behind `Model.layerLanguageModel` (`LanguageModelAdapter`).
+ *
  * @since 0.1.0
  */
 import * as Sse from "@effect/experimental/Sse"

@@ -4,6 +4,11 @@
  * the live notification outbox. Every public service of a session operates on this state, so one
  * STM transaction can change the log, the inbox and the phase together (D1).
  *
+ * The `state/` room: the STM state of an open session and the operations every transaction
+ * composes: this module (log, fold, appends, commits), the inbox operations (`InboxOps`), the
+ * notification outbox (`Outbox`), wake marks (`WakeMarks`) and the plain reads of committed
+ * `TRef` values (`Peek`).
+ *
  * @since 0.1.0
  */
 import type { Clock, Fiber } from "effect"

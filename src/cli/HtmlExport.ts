@@ -32,6 +32,22 @@ export const scriptJson = (value: unknown): string =>
   JSON.stringify(value).replace(/</g, "\\u003c").replace(/\u2028/g, "\\u2028").replace(/\u2029/g, "\\u2029")
 
 /**
+ * The events the page embeds: every event except the chunks of a completed answer (its
+ * `assistant/message` holds their content and cites their seqs); the chunks of a failed or cut
+ * attempt stay, they are all that is left of it.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const embeddedEvents = (events: ReadonlyArray<SessionEvent>): ReadonlyArray<SessionEvent> => {
+  const answered = new Set<number>()
+  for (const event of events) {
+    if (event.type === "assistant/message") for (const seq of (event as { readonly sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs ?? []) answered.add(seq)
+  }
+  return answered.size === 0 ? events : events.filter((event) => !answered.has(event.seq))
+}
+
+/**
  * The whole page for a session.
  *
  * @since 0.1.0
@@ -64,7 +80,7 @@ export const renderHtml = (header: SessionHeader, events: ReadonlyArray<SessionE
     "<span id=\"count\"></span>",
     "</div></header>",
     "<main id=\"timeline\"><div class=\"lanes\"><span>seq</span><span>conversation</span><span>inbox</span></div><div id=\"rows\"></div></main>",
-    `<script type="application/json" id="tiller-data">${scriptJson({ header, events })}</script>`,
+    `<script type="application/json" id="tiller-data">${scriptJson({ header, events: embeddedEvents(events) })}</script>`,
     `<script>${PAGE_SCRIPT}</script>`,
     "</body></html>",
     ""

@@ -109,9 +109,16 @@ function tillerDescribe(e) {
     default: return e.type + " " + JSON.stringify(d).slice(0, 300);
   }
 }
-/** Folds the events into timeline rows; needs no DOM. */
+/** The lower-case text a search looks in (computed on the first search). */
+function tillerSearchText(row) {
+  if (row.search === undefined) row.search = [row.label, row.text, row.result, row.note, row.source].join(" ").toLowerCase();
+  return row.search;
+}
+/** Folds the events into timeline rows; needs no DOM. The chunks of a completed answer may be left
+ * out of the events (the answer holds their content): links to their seqs find the answer. */
 function tillerModel(data) {
-  var events = data.events, header = data.header, rows = [], bySeq = {};
+  var events = data.events, header = data.header, rows = [], bySeq = {}, eventAt = {};
+  for (var z = 0; z < events.length; z++) eventAt[events[z].seq] = events[z];
   var lists = { "next-turn": [], "next-step": [] };
   var targetOf = {}, toolRows = {}, attempts = {}, sources = {};
   var turnRow = null, stepRow = null, turn = 0, step = 0, inStep = false, prev = null, compaction = null;
@@ -122,7 +129,6 @@ function tillerModel(data) {
     row.step = inStep ? step : 0;
     if (row.depth === undefined) row.depth = 2;
     if (row.lane === undefined) row.lane = "main";
-    row.search = ((row.label || "") + " " + (row.text || "") + " " + (row.detail || "") + " " + (row.source || "")).toLowerCase();
     rows.push(row);
     for (var i = 0; i < row.seqs.length; i++) if (bySeq[row.seqs[i]] === undefined) bySeq[row.seqs[i]] = row.i;
     if (compaction !== null) compaction.inside.push(row.i);
@@ -215,7 +221,6 @@ function tillerModel(data) {
         var resultText = tillerText(block.content);
         if (row) {
           row.result = resultText; row.isError = block.isError; row.seqs.push(e.seq); bySeq[e.seq] = row.i;
-          row.search += " " + resultText.toLowerCase();
           if (d.error) row.note += " · " + d.error.code;
           if (block.isError) row.cls = "err";
         } else {
@@ -256,9 +261,9 @@ function tillerModel(data) {
           bySeq[e.seq] = marker.i;
           var shadow = {};
           (d.pruned || []).forEach(function (s) { shadow[s] = true; });
-          for (var q = marker.seqs[0]; q <= e.seq && q < events.length; q++) {
-            var inner = events[q];
-            if (inner && typeof inner.surfaceOp === "object") (inner.sourceEventSeqs || []).forEach(function (s) { if (events[s] && events[s].type.indexOf("compaction/") !== 0) shadow[s] = true; });
+          for (var q = marker.seqs[0]; q <= e.seq; q++) {
+            var inner = eventAt[q];
+            if (inner && typeof inner.surfaceOp === "object") (inner.sourceEventSeqs || []).forEach(function (s) { if (!eventAt[s] || eventAt[s].type.indexOf("compaction/") !== 0) shadow[s] = true; });
           }
           marker.shadowed = Object.keys(shadow).map(Number).sort(function (x, y) { return x - y; });
           marker.text += (d.error ? " · failed: " + d.error.message : "") + (d.tokensAfter !== undefined ? " · " + d.tokensAfter + " tokens after" : "") + " · " + marker.shadowed.length + " event" + (marker.shadowed.length === 1 ? "" : "s") + " shadowed";
@@ -275,7 +280,7 @@ function tillerModel(data) {
     }
     prev = e;
   }
-  return { rows: rows, bySeq: bySeq, sources: Object.keys(sources).sort(), totals: totals };
+  return { rows: rows, bySeq: bySeq, eventAt: eventAt, sources: Object.keys(sources).sort(), totals: totals };
 }
 var TILLER_KINDS = ["turn", "step", "message", "assistant", "reasoning", "tool", "retry", "hook", "inbox", "compaction", "request", "turn-end", "other"];
 function tillerStart(doc, data) {
@@ -300,7 +305,7 @@ function tillerStart(doc, data) {
       if (row.kind === "message" && row.source !== state.source) return true;
       if (row.kind === "inbox" && row.sources.indexOf(state.source) < 0) return true;
     }
-    if (state.query && row.search.indexOf(state.query) < 0) return true;
+    if (state.query && tillerSearchText(row).indexOf(state.query) < 0) return true;
     return false;
   }
   function renderRow(row) {
@@ -336,7 +341,7 @@ function tillerStart(doc, data) {
           row.shadowed.forEach(function (s) {
             var line = el("div", "");
             var link = el("a", "seq", "#" + s); link.href = "#seq-" + s;
-            line.appendChild(link); line.appendChild(doc.createTextNode(" " + tillerDescribe(data.events[s]).slice(0, 1000)));
+            line.appendChild(link); line.appendChild(doc.createTextNode(" " + (model.eventAt[s] ? tillerDescribe(model.eventAt[s]).slice(0, 1000) : "(a streamed chunk of an answer)")));
             det.appendChild(line);
           });
         });

@@ -7,7 +7,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import type { SessionEvent } from "../../src/domain/Event.js"
-import { renderHtml } from "../../src/cli/HtmlExport.js"
+import { embeddedEvents, renderHtml } from "../../src/cli/HtmlExport.js"
 import { PAGE_SCRIPT } from "../../src/cli/HtmlPage.js"
 import { runSeenSession, seenAgent } from "../fixtures/scriptedSession.js"
 
@@ -42,7 +42,14 @@ describe("the HTML export", () => {
       expect(page.startsWith("<!DOCTYPE html>")).toBe(true)
       expect(page).not.toMatch(/(src|href|action)\s*=\s*["']?\s*(https?:)?\/\//i)
       expect(page).not.toMatch(/<link\b|<script[^>]*\bsrc=|@import|url\(/i)
-      expect(embedded(page)).toEqual({ header, events })
+      // Every event but the chunks of completed answers (their assistant/message holds them).
+      const kept = embeddedEvents(events)
+      expect(embedded(page)).toEqual({ header, events: kept })
+      const answers = events.filter((e) => e.type === "assistant/message")
+      const cited = new Set(answers.flatMap((e) => (e as { sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs ?? []))
+      expect(events.filter((e) => !kept.includes(e)).every((e) => e.type === "assistant/chunk" && cited.has(e.seq))).toBe(true)
+      // The failed attempt's finish chunk cites no answer and stays.
+      expect(kept.filter((e) => e.type === "assistant/chunk").length).toBeGreaterThan(0)
     }))
 
   it.effect("text that closes a script element stays data", () =>

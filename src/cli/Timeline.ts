@@ -123,7 +123,7 @@ export const describeCompaction = (event: SessionEvent): string => {
     }
     default: {
       if (data.error !== undefined) {
-        return `${what} end: failed (${typeof data.error.message === "string" ? data.error.message : "no message"}); the history is unchanged by what did not complete`
+        return `${what} end: failed (${typeof data.error.message === "string" ? data.error.message : "no message"})`
       }
       const pruned = Array.isArray(data.pruned) ? data.pruned.filter((n): n is number => typeof n === "number") : undefined
       const replaced = pruned !== undefined

@@ -206,6 +206,7 @@ export const chat = (
       Effect.gen(function*() {
         let text = ""
         let ended = false
+        if (input.terminal !== undefined) input.progress.contextShare((yield* usage)?.fraction)
         for (const event of events) {
           input.progress.observe(event)
           text += view.render(event)

@@ -1,6 +1,7 @@
 /**
  * The chat's progress line while a turn runs: what the agent is doing and for how long (waiting for
- * the model, streaming, running a tool, retrying), the turn and step, and the tokens the turn used.
+ * the model, streaming, running a tool, retrying), the turn and step, the tokens the turn used and
+ * the share of the context window in use.
  * A fold over the session's events; the chat redraws its line a few times a second.
  *
  * @since 0.1.0
@@ -30,6 +31,8 @@ type Activity =
  */
 export interface Progress {
   readonly observe: (event: SessionEvent) => void
+  /** The share of the context window in use (0 … 1), shown as `ctx N%`; undefined hides it. */
+  readonly contextShare: (fraction: number | undefined) => void
   /** The line at `now` (milliseconds), with spinner frame `frame`; undefined while no turn runs. */
   readonly line: (now: number, frame: number) => string | undefined
 }
@@ -50,6 +53,7 @@ export const make = (): Progress => {
   let step = 0
   let tokensIn = 0
   let tokensOut = 0
+  let share: number | undefined
   const running = new Map<string, string>()
   const observe = (event: SessionEvent) => {
     switch (event.type) {
@@ -122,9 +126,13 @@ export const make = (): Progress => {
     if (what === undefined) return undefined
     const where = `turn ${turn}${step > 0 ? ` step ${step}` : ""}`
     const tokens = tokensIn + tokensOut > 0 ? ` · ${count(tokensIn)} in / ${count(tokensOut)} out tokens` : ""
-    return `${FRAMES[frame % FRAMES.length]} ${what} · ${where}${tokens} · Esc interrupts`
+    const ctx = share === undefined ? "" : ` · ctx ${Math.round(share * 100)}%`
+    return `${FRAMES[frame % FRAMES.length]} ${what} · ${where}${tokens}${ctx} · Esc interrupts`
   }
-  return { observe, line }
+  const contextShare = (fraction: number | undefined) => {
+    share = fraction
+  }
+  return { observe, contextShare, line }
 }
 
 /**

@@ -42,6 +42,8 @@ export interface CompositionOptions {
 export interface Compositions {
   /** Takes `line` as the answer to a hook's pending question, if one is waiting: `true` then. */
   readonly answer: (line: string) => boolean
+  /** The input ended: a pending question and every later one are answered no. */
+  readonly endOfInput: () => void
   /** Snapshots of the stored sessions that `text` mentions (`@ID`, `@ID@SEQ`), each announced. */
   readonly mentioned: (text: string) => Effect.Effect<ReadonlyArray<UserMessage>, CliError>
   /** Delivers `message` with `references` beside it (see `SessionReference.deliver`). */
@@ -99,11 +101,13 @@ export const setup = (
     const driver = Context.get(context, Driver)
     const own = driver.sessionId
     let pending: Deferred.Deferred<boolean> | undefined
+    let ended = false
     const ask = (question: HookQuestion) =>
       Effect.gen(function*() {
+        if (ended) return false
         const answer = yield* Deferred.make<boolean>()
         pending = answer
-        yield* Output.errorLine(`hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
+        yield* Output.lines([`hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`])
         return yield* Effect.ensuring(Deferred.await(answer), Effect.sync(() => {
           if (pending === answer) pending = undefined
         }))
@@ -152,5 +156,9 @@ export const setup = (
         yield* driver.inject(snapshot)
         return `${noteOf(snapshot).slice(1, -1)}; enters with the next step`
       })
-    return { answer, mentioned, deliver, ref }
+    const endOfInput = () => {
+      ended = true
+      answer("no")
+    }
+    return { answer, endOfInput, mentioned, deliver, ref }
   })

@@ -9,7 +9,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { mentionsIn } from "../../src/cli/Compositions.js"
-import { tiller } from "./harness.js"
+import { converse, tiller } from "./harness.js"
 
 /** A temporary working directory holding `files`. */
 const project = (files: Readonly<Record<string, string>>): string => {
@@ -58,6 +58,35 @@ describe("CLI compositions", () => {
       ])
       expect(fs.existsSync(path.join(dir, ".tiller", "transcripts", "a.jsonl"))).toBe(true)
       expect((yield* tiller(dir, ["check", "a"])).stdout).toContain("no violations")
+    }))
+
+  it.scopedLive("a PreToolUse ask is a question in the chat: y runs the call; at the end of input it is a no", () =>
+    Effect.gen(function*() {
+      const dir = project({
+        ".tiller/settings.json": JSON.stringify({
+          hooks: {
+            PreToolUse: [{
+              matcher: "wait",
+              hooks: [{
+                type: "command",
+                command: `echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"waiting needs a human"}}'`
+              }]
+            }]
+          }
+        })
+      })
+      const chat = yield* converse(dir, ["chat", "--session", "q"])
+      yield* chat.send("/wait 10")
+      yield* chat.waitFor("asks: waiting needs a human. Run wait {\"ms\":\"10\"}? [y/N]")
+      yield* chat.send("y")
+      yield* chat.waitFor("── turn 1 completed")
+      expect((yield* chat.end).code).toBe(0)
+      const piped = yield* tiller(dir, ["chat", "--session", "r"], { input: "/wait 10\n" })
+      expect(piped.code).toBe(0)
+      const results = (id: string) =>
+        Effect.map(eventsOf(dir, id), (events) => events.filter((e) => e.type === "tool/result").map((e) => e.data.error?.code ?? "ok"))
+      expect(yield* results("q")).toEqual(["ok"])
+      expect(yield* results("r")).toEqual(["DENIED"])
     }))
 
   it.live("--claude-hooks also reads .claude/settings.json; without it those hooks do not run", () =>

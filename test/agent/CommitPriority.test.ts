@@ -8,7 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Schema } from "effect"
 import { Driver, Hooks, ScriptedModel, Tool } from "../../src/index.js"
 import type { ToolCallInfo } from "../../src/index.js"
-import { closeOut, gate, open, scenario, shape, user } from "../acceptance/AuditHarness.js"
+import { closeOut, gate, open, scenario, shape, user } from "./harness.js"
 
 const empty = Schema.Struct({})
 

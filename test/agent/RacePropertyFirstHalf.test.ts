@@ -1,6 +1,6 @@
 /**
- * Races across agent lifetimes (part 1 of 2; RaceProperty2.test.ts runs the other half so the two files can
- * use separate workers): random follow-ups, steers, injections, quiet queueing, inbox removals,
+ * Races across agent lifetimes, first half of the programs (RacePropertySecondHalf.test.ts runs the
+ * other half so the two files can use separate workers): random follow-ups, steers, injections, quiet queueing, inbox removals,
  * replacements and splices, cancels in both modes aimed at every phase, and dispose/resume, against
  * an agent whose every slow point waits a random virtual time.
  *

@@ -1,7 +1,7 @@
 /**
- * Races across agent lifetimes, part 2 of 2: the second half of the programs, in a file of its own
+ * Races across agent lifetimes: the second half of the programs, in a file of its own
  * so that vitest can run it on another worker. What the programs do and which invariants hold is
- * described in RaceProperty.test.ts.
+ * described in RacePropertyFirstHalf.test.ts.
  */
 import { raceSuite } from "./raceHarness.js"
 

@@ -1,17 +1,21 @@
 /**
  * Scenario harness (SPEC 9): an agent over a memory store, a scripted model and tools, with
- * helpers to describe the durable log in the notation of SPEC 4.1.
+ * helpers to describe the durable log and the live notifications in the notation of SPEC 4.1, and
+ * to wait for and record what an agent does.
  */
-import { Chunk, Effect, Layer, Stream } from "effect"
+import { Chunk, Deferred, Effect, FiberId, Layer, Queue, Ref, Stream } from "effect"
+import type { Scope } from "effect"
+import { checkLog } from "../../src/domain/Check.js"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
-import type { UserMessage } from "../../src/domain/Values.js"
+import type { AgentStatus, Message, UserMessage } from "../../src/domain/Values.js"
 import type { AgentOptions } from "../../src/layers/Agent.js"
 import { Agent } from "../../src/layers/Agent.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
+import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
@@ -24,19 +28,27 @@ export const user = (id: string, text = id): UserMessage => userMessage({ id, te
 export const plugin = (id: string, text = id): UserMessage =>
   userMessage({ id, text, source: { kind: "plugin", plugin: "test" } })
 
-/** The scenario harness layers: memory store, scripted model, tools, agent "s" with model p/m. */
-export const scenario = (
+/** The agent layer of the scenario harness, without its store: scripted model, tools, agent "s" (or `sessionId`, or resuming it) with model p/m. */
+export const agentOver = (
   script: ReadonlyArray<ScriptEntry>,
   options: {
     readonly tools?: ReadonlyArray<ToolDefinition<any>>
     readonly maxParallelToolCalls?: number
     readonly agent?: AgentOptions
+    readonly sessionId?: string
+    readonly resume?: boolean
   } = {}
-) =>
-  Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" }, ...options.agent }).pipe(
+) => {
+  const id = SessionId.make(options.sessionId ?? "s")
+  const agent = Agent.layer({
+    model: { provider: "p", model: "m" },
+    invariants: "check",
+    ...options.agent,
+    ...(options.resume === true ? { resume: id } : { sessionId: id })
+  })
+  return agent.pipe(
     Layer.provideMerge(
-      Layer.mergeAll(
-        SessionStore.layerMemory,
+      Layer.merge(
         ScriptedModel.layer(script),
         Tools.layer({
           ...(options.tools !== undefined ? { tools: options.tools } : {}),
@@ -45,6 +57,13 @@ export const scenario = (
       )
     )
   )
+}
+
+/** The scenario harness layers (SPEC 9): {@link agentOver} over a memory store. */
+export const scenario = (
+  script: ReadonlyArray<ScriptEntry>,
+  options: Parameters<typeof agentOver>[1] = {}
+) => agentOver(script, options).pipe(Layer.provideMerge(SessionStore.layerMemory))
 
 const target = (t: string) => (t === "next-turn" ? "nt" : "ns")
 
@@ -103,12 +122,37 @@ export const notation = (event: SessionEvent): string => {
   }
 }
 
+/** The in-memory log. */
+export const events = Effect.flatMap(SessionLog, (log) => log.events)
+
 /** The whole log in notation. */
-export const shape = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) => events.map(notation))
+export const shape = Effect.map(events, (es) => es.map(notation))
+
+// Event data is read loosely where a test needs only a few fields of an event type.
+const dataOf = (event: SessionEvent): { readonly [k: string]: any } => event.data as { readonly [k: string]: any }
+
+/** Data of every event of one type, in log order. */
+export const dataOfType = (type: string) => Effect.map(events, (es) => es.filter((e) => e.type === type).map(dataOf))
+
+/** The `turn/end` reasons, in order. */
+export const reasons = Effect.map(dataOfType("turn/end"), (ds) => ds.map((d) => d.reason))
+
+/** Requests received by the scripted model. */
+export const requests = Effect.flatMap(ScriptedModel, (s) => s.requests)
+
+/** A message reduced to a readable token: text, `tool-call id`, `tool-result id`. */
+export const token = (m: Message): string => {
+  const block = m.content[0]
+  if (block === undefined) return "(empty)"
+  if (block.type === "text") return block.text
+  if (block.type === "tool-result") return `tool-result ${block.toolCallId}`
+  if (block.type === "tool-call") return `tool-call ${block.id}`
+  return block.type
+}
 
 /** The texts of the log's user messages, in order. */
-export const texts = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) =>
-  events.filter((e) => e.type === "user/message").map((e) => {
+export const texts = Effect.map(events, (es) =>
+  es.filter((e) => e.type === "user/message").map((e) => {
     const block = (e as EventOf<"user/message">).data.content[0]
     return block?.type === "text" ? block.text : ""
   }))
@@ -134,6 +178,53 @@ export const liveNotation = (e: DriverEvent): string => {
 
 /** Lets every other ready fiber run for a while. */
 export const settle = Effect.forEach(Array.from({ length: 200 }, (_, i) => i), () => Effect.yieldNow(), { discard: true })
+
+/** Subscribes to live notifications; the returned effect drains what arrived so far. */
+export const recordLive: Effect.Effect<Effect.Effect<ReadonlyArray<DriverEvent>>, never, Driver | Scope.Scope> = Effect.map(
+  Effect.flatMap(Driver, (driver) => driver.subscribe),
+  (queue) => Effect.map(Effect.zipRight(settle, Queue.takeAll(queue)), Chunk.toReadonlyArray)
+)
+
+/** Starts collecting `statusChanges`; the returned effect reads the trace so far. */
+export const recordStatus: Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Driver | Scope.Scope> = Effect.gen(
+  function*() {
+    const driver = yield* Driver
+    const ref = yield* Ref.make<ReadonlyArray<AgentStatus>>([])
+    yield* Effect.forkScoped(Stream.runForEach(driver.statusChanges, (s) => Ref.update(ref, (a) => [...a, s])))
+    while ((yield* Ref.get(ref)).length === 0) yield* Effect.yieldNow()
+    return ref
+  }
+).pipe(Effect.map((ref) => Effect.zipRight(settle, Ref.get(ref))))
+
+/** Polls until `condition` holds (yielding between polls; no clock involved). */
+export const until = <E, R>(condition: Effect.Effect<boolean, E, R>): Effect.Effect<void, E, R> =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 10_000; i++) {
+      if (yield* condition) return
+      yield* Effect.yieldNow()
+    }
+    return yield* Effect.dieMessage("condition never held")
+  })
+
+/** Waits until the log holds an event matching `predicate`. */
+export const untilEvent = (predicate: (e: SessionEvent) => boolean) => until(Effect.map(events, (es) => es.some(predicate)))
+
+/** `whenIdle`, then the closing check of every SPEC 9 scenario: `checkLog(events, {closed: true})` is `[]`. */
+export const closeOut = Effect.gen(function*() {
+  const driver = yield* Driver
+  yield* driver.whenIdle
+  yield* settle
+  return checkLog(yield* events, { closed: true })
+})
+
+/** A gate a test opens itself (a `Deferred` outside any fiber). */
+export const gate = () => Deferred.unsafeMake<void>(FiberId.none)
+
+/** Opens a gate. */
+export const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefined)
+
+/** A string as a message id (test fixtures name their ids). */
+export const asId = (s: string): UserMessage["id"] => s as UserMessage["id"]
 
 /** Yields until `check` holds (every fiber involved runs without sleeping); dies if it never does. */
 export const waitUntil = <R>(check: Effect.Effect<boolean, never, R>, what = "condition"): Effect.Effect<void, never, R> =>

@@ -39,11 +39,10 @@ import { Cause, Context, Duration, Effect, Either, Exit, Layer, Option } from "e
 import type { Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
-import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../domain/Errors.js"
+import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
 import { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
-import { decodeOwnedJson } from "../internal/durability/DecodedEvents.js"
-import { checkStoredHeader, decodeHeader } from "../internal/durability/StoredHeader.js"
+import { decodeHeader } from "../internal/durability/StoredHeader.js"
 import type { ProcessLease } from "../internal/durability/Lease.js"
 import { withProcessLease } from "../internal/durability/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -51,6 +50,7 @@ import * as Checkpointer from "../internal/durability/Checkpointer.js"
 import * as SqliteDirect from "../internal/durability/SqliteDirect.js"
 import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/durability/SqliteDirect.js"
 import * as SyncAppend from "../internal/durability/SyncAppend.js"
+import { encodeRows, eventsOf, eventsOfText, headerOf, parseJson, rowBytes } from "../internal/durability/SqliteRows.js"
 
 /**
  * Options of `SqliteSessionStore.layer`.
@@ -174,16 +174,6 @@ const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
 // How many times a group-commit leader yields, at most, to let other sessions' appends join its group.
 const MAX_GATHER_YIELDS = 4
 
-const parseJson = (text: unknown): Either.Either<unknown, string> => {
-  if (typeof text !== "string") return Either.left(`expected JSON text, found ${typeof text}`)
-  try {
-    return Either.right(JSON.parse(text))
-  } catch (cause) {
-    return Either.left(`not JSON: ${cause instanceof Error ? cause.message : String(cause)}`)
-  }
-}
-
-
 /** One queued append: a session's events, their row JSON, and where its outcome goes. */
 interface AppendRequest {
   readonly id: SessionId
@@ -191,22 +181,6 @@ interface AppendRequest {
   readonly events: ReadonlyArray<SessionEvent>
   readonly rows: ReadonlyArray<string>
   readonly done: (exit: Exit.Exit<void, PersistenceError | SqlError>) => void
-}
-
-/** Each event's row JSON, encoded before any transaction starts. */
-const encodeRows = (events: ReadonlyArray<SessionEvent>): Either.Either<Array<string>, string> => {
-  try {
-    return Either.right(events.map((event) => JSON.stringify(event)))
-  } catch (cause) {
-    return Either.left(`an event is not JSON: ${cause instanceof Error ? cause.message : String(cause)}`)
-  }
-}
-
-// The size of encoded rows (UTF-16 code units; close enough to the bytes SQLite writes).
-const rowBytes = (rows: ReadonlyArray<string>): number => {
-  let bytes = 0
-  for (const row of rows) bytes += row.length
-  return bytes
 }
 
 /** Inserts rows given as flat `(session_id, seq, row)` parameter triples with as few multi-row INSERTs as the chunk sizes allow. */
@@ -233,62 +207,6 @@ const insertEvents = (conn: Connection, id: SessionId, firstSeq: number, rows: R
     pushTriples(triples, id, firstSeq, rows)
     return insertTriples(conn, triples)
   })
-
-/** Decodes the stored header text; its version is checked before its shape (a newer format may differ). */
-const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, MalformedLog | UnsupportedLogVersion> => {
-  const parsed = parseJson(text)
-  if (Either.isLeft(parsed)) return Either.left(new MalformedLog({ sessionId: id, reason: `header is ${parsed.left}` }))
-  return checkStoredHeader(id, parsed.right)
-}
-
-/** Decodes the row stored for seq `seq`. */
-const eventOf = (id: SessionId, seq: number, text: unknown): Either.Either<SessionEvent, MalformedLog> => {
-  if (typeof text !== "string") {
-    return Either.left(new MalformedLog({ sessionId: id, seq, reason: `row is expected JSON text, found ${typeof text}` }))
-  }
-  const event = decodeOwnedJson(text)
-  if (Either.isLeft(event)) {
-    const problem = event.left
-    const reason = problem._tag === "NotJson" ? `row is not JSON: ${problem.message}` : problem.reason
-    return Either.left(new MalformedLog({ sessionId: id, seq, reason }))
-  }
-  if (event.right.seq !== seq) {
-    return Either.left(new MalformedLog({ sessionId: id, seq, reason: `the row stored at seq ${seq} has seq ${event.right.seq}` }))
-  }
-  return Either.right(event.right)
-}
-
-/**
- * Decodes a session's rows in seq order (a plain loop: one effect step per row would cost more than
- * decoding it); the first gap or undecodable row is the failure.
- */
-const eventsOf = (
-  id: SessionId,
-  rows: ReadonlyArray<{ readonly seq: number; readonly row: unknown }>
-): Either.Either<Array<SessionEvent>, MalformedLog> => {
-  const events = new Array<SessionEvent>(rows.length)
-  for (let seq = 0; seq < rows.length; seq++) {
-    const row = rows[seq]!
-    if (row.seq !== seq) {
-      return Either.left(new MalformedLog({ sessionId: id, seq, reason: `no row is stored for seq ${seq} (next: ${row.seq})` }))
-    }
-    const event = eventOf(id, seq, row.row)
-    if (Either.isLeft(event)) return Either.left(event.left)
-    events[seq] = event.right
-  }
-  return Either.right(events)
-}
-
-/** Decodes a session's row texts (in seq order); undefined at the first row that is not the event of its seq. */
-const eventsOfText = (id: SessionId, rows: ReadonlyArray<unknown>): Array<SessionEvent> | undefined => {
-  const events = new Array<SessionEvent>(rows.length)
-  for (let seq = 0; seq < rows.length; seq++) {
-    const event = eventOf(id, seq, rows[seq])
-    if (Either.isLeft(event)) return undefined
-    events[seq] = event.right
-  }
-  return events
-}
 
 // Creates the database file with mode 0600 (the client would create it with the umask's mode); an
 // existing file keeps its mode. SQLite gives the -wal and -shm files the database file's mode.

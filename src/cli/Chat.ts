@@ -180,7 +180,7 @@ export const chat = (
     const log = Context.get(context, SessionLog)
     // The share of the context window in use, for the status line (the CLI's agents manage their context).
     const compaction = Context.getOption(context as Context.Context<unknown>, Compaction)
-    const usage = Option.isSome(compaction) ? Effect.map(compaction.value.contextUsage, (u) => u) : Effect.succeed(undefined)
+    const usage = Effect.map(Effect.transposeOption(Option.map(compaction, (c) => c.contextUsage)), Option.getOrUndefined)
     const status = (s: "idle" | "running", position: Parameters<typeof statusLine>[1]) =>
       Effect.map(usage, (u) => statusLine(s, position, u))
     const view = chatView(log.header.seedLength)

@@ -50,6 +50,7 @@ import * as Checkpointer from "../internal/durability/Checkpointer.js"
 import * as SqliteDirect from "../internal/durability/SqliteDirect.js"
 import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/durability/SqliteDirect.js"
 import * as SyncAppend from "../internal/durability/SyncAppend.js"
+import { MIGRATION_COUNT, migrations, migrationsApplied } from "../internal/durability/SqliteSchema.js"
 import { encodeRows, eventsOf, eventsOfText, headerOf, parseJson, rowBytes } from "../internal/durability/SqliteRows.js"
 
 /**
@@ -91,49 +92,8 @@ const refail = (sessionId: string, operation: string) => <A, E, R>(self: Effect.
 
 const ALL_SESSIONS = "*"
 
-// Run by `@effect/sql`'s Migrator, which records applied ids in `tiller_migrations` (its own
-// `created_at` column defaults to SQLite's clock: bookkeeping only, never read by tiller).
-const MIGRATIONS = {
-  "1_sessions_and_events": Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    yield* sql`
-      CREATE TABLE sessions (
-        id TEXT PRIMARY KEY NOT NULL,
-        header TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        length INTEGER NOT NULL
-      ) STRICT`
-    yield* sql`
-      CREATE TABLE events (
-        session_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        row TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq)
-      ) STRICT`
-  }),
-  // Which process has a session open (the lease across processes; see `processLease`).
-  "2_leases": Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    yield* sql`
-      CREATE TABLE leases (
-        session_id TEXT PRIMARY KEY NOT NULL,
-        pid INTEGER NOT NULL,
-        host TEXT NOT NULL
-      ) STRICT`
-  })
-}
-const migrations = Migrator.fromRecord(MIGRATIONS)
-
-const MIGRATION_COUNT = Object.keys(MIGRATIONS).length
 // How many times `open` waits for another process's migration and migrates again.
 const MIGRATION_ATTEMPTS = 5
-
-// How many migrations `tiller_migrations` records.
-const migrationsApplied = (sql: SqlClient.SqlClient) =>
-  Effect.map(
-    sql<{ readonly n: number }>`SELECT count(*) AS n FROM tiller_migrations`,
-    (rows) => rows[0]?.n ?? 0
-  )
 
 const SELECT_LEASE = "SELECT pid, host FROM leases WHERE session_id = ?"
 const TAKE_LEASE = "INSERT OR REPLACE INTO leases (session_id, pid, host) VALUES (?, ?, ?)"

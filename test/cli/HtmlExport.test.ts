@@ -9,6 +9,7 @@ import { Effect, Layer } from "effect"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import { embeddedEvents, renderHtml } from "../../src/cli/HtmlExport.js"
 import { PAGE_SCRIPT } from "../../src/cli/HtmlPage.js"
+import { miniDocument } from "../fixtures/miniDom.js"
 import { runSeenSession, seenAgent } from "../fixtures/scriptedSession.js"
 
 const seen = Effect.scoped(Effect.flatMap(Layer.build(seenAgent()), (context) => Effect.provide(runSeenSession, context)))
@@ -68,7 +69,8 @@ describe("the HTML export", () => {
       const turns = rows.filter((r) => r.kind === "turn")
       expect(turns.map((r) => r.label)).toEqual(["Turn 1", "Turn 2"])
       const duration = events.find((e) => e.type === "turn/end")!.time - events.find((e) => e.type === "turn/start")!.time
-      expect(turns[0]!.stats).toBe(`completed · 2 steps · ${(duration / 1000).toFixed(1)} s · 280 in / 35 out tokens`)
+      const shown = duration < 1000 ? `${duration} ms` : `${(duration / 1000).toFixed(1)} s`
+      expect(turns[0]!.stats).toBe(`completed · 2 steps · ${shown} · 280 in / 35 out tokens`)
       expect(turns[1]!.stats).toMatch(/^aborted \(user\) · 1 step · /)
       const entered = rows.filter((r) => r.kind === "message").map((r) => [r.label, r.cls, r.text])
       expect(entered).toEqual([
@@ -95,5 +97,77 @@ describe("the HTML export", () => {
         if (e.type === "step/end") continue
         expect(bySeq[e.seq], `seq ${e.seq} ${e.type}`).toBeDefined()
       }
+    }))
+})
+
+describe("the HTML export's page", () => {
+  const start = (data: unknown, hash = "") => {
+    const doc = miniDocument([["div", "rows"], ["span", "count"], ["input", "search"], ["select", "source"], ["span", "kinds"], ["button", "collapse"], ["button", "expand"]], hash)
+    // eslint-disable-next-line @typescript-eslint/no-implied-eval
+    const page = (new Function(`${PAGE_SCRIPT}\nreturn tillerStart`)() as (d: unknown, data: unknown) => any)(doc, data)
+    const rows = () => doc.getElementById("rows")!.querySelectorAll("div").filter((d) => d.getAttribute("data-row") !== null)
+    return { doc, page, rows }
+  }
+
+  it.effect("renders the turn tree, source labels, tool results, filters, collapsing and deep links", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* seen
+      const data = embedded(renderHtml(header, events))
+      const { doc, page, rows } = start(data)
+      const texts = () => rows().map((r) => r.textContent)
+      expect(texts().filter((t) => t.includes("Turn "))[0]).toContain("completed · 2 steps")
+      const ctx = rows().find((r) => r.classList.contains("k-message") && r.textContent.includes("The user is in Paris."))!
+      expect(ctx.classList.contains("src-context")).toBe(true)
+      expect(ctx.textContent).toContain("context · plugin:geo")
+      expect(rows().find((r) => r.classList.contains("k-message") && r.textContent.includes("What time is it?"))!.classList.contains("src-prompt")).toBe(true)
+      const clock = rows().find((r) => r.textContent.includes("tool clock"))!
+      expect(clock.textContent).toContain("now: 12:00")
+      expect(rows().filter((r) => r.classList.contains("inbox")).length).toBe(6)
+      expect(doc.getElementById("count")!.textContent).toMatch(/^\d+ of \d+ rows$/)
+      // Filter by kind: unticking "tool" hides the tool rows.
+      const toolBox = doc.getElementById("kinds")!.querySelectorAll("input").find((b) => b.getAttribute("data-kind") === "tool")!
+      toolBox.checked = false
+      toolBox.dispatch("change")
+      expect(texts().some((t) => t.includes("tool clock"))).toBe(false)
+      // A source filter keeps only that source's messages.
+      const source = doc.getElementById("source")!
+      source.value = "plugin:geo"
+      source.dispatch("change")
+      expect(rows().filter((r) => r.classList.contains("k-message")).map((r) => r.textContent)).toEqual([expect.stringContaining("Paris")])
+      // Collapsing turn 1 hides its rows but keeps its heading.
+      source.value = ""
+      source.dispatch("change")
+      const before = rows().length
+      const toggle = doc.getElementById("rows")!.querySelector("[data-toggle=\"t1\"]")!
+      doc.getElementById("rows")!.dispatch("click", toggle)
+      expect(rows().length).toBeLessThan(before)
+      expect(texts().some((t) => t.includes("Turn 1"))).toBe(true)
+      expect(rows().some((r) => r.classList.contains("k-message") && r.textContent.includes("What time is it?"))).toBe(false)
+      // A deep link to the clock's result opens the collapsed turn, the hidden kind, and marks the row.
+      const result = events.find((e) => e.type === "tool/result")!
+      expect(page.goTo(result.seq)).toBe(true)
+      const target = doc.getElementById("rows")!.querySelector(".row.target")!
+      expect(target.textContent).toContain("tool clock")
+      expect(target.textContent).toContain("now: 12:00")
+    }))
+
+  it.effect("a page opened at #seq-N marks that row; a large tool result is collapsed until opened", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* seen
+      const big = "x".repeat(5_000)
+      const grown = events.map((e) =>
+        e.type === "tool/result"
+          ? { ...e, data: { ...e.data as object, message: { ...(e.data as any).message, content: [{ ...(e.data as any).message.content[0], content: [{ type: "text", text: big }] }] } } }
+          : e
+      ) as ReadonlyArray<SessionEvent>
+      const entered = events.find((e) => e.type === "user/message" && (e.data as { id: string }).id === "q2")!
+      const { doc, rows } = start(embedded(renderHtml(header, grown)), `#seq-${entered.seq}`)
+      expect(doc.getElementById("rows")!.querySelector(".row.target")!.textContent).toContain("Count to ten.")
+      const clock = rows().find((r) => r.textContent.includes("tool clock"))!
+      const details = clock.querySelectorAll("details")[0]!
+      expect(clock.textContent).not.toContain(big)
+      details.open = true
+      details.dispatch("toggle")
+      expect(clock.textContent).toContain(big)
     }))
 })

@@ -390,7 +390,7 @@ describe("SPEC 8 public API", () => {
 
 // 8.1 / 8.2 API -------------------------------------------------------------------------------
 
-describe("SPEC 8.1 / 8.2 API (fresh 4)", () => {
+describe("SPEC 8.1 / 8.2 API", () => {
   it("8.1: userMessage is pure: it neither freezes nor aliases the caller's input, and later mutation has no effect", () => {
     const content: Array<{ type: "text"; text: string }> = [{ type: "text", text: "hi" }]
     const source = { kind: "plugin", plugin: "x", extra: [1] }

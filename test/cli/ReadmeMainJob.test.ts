@@ -10,10 +10,10 @@ import { fileURLToPath } from "node:url"
 import { tiller } from "./harness.js"
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url))
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-audit8-"))
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-readme-"))
 // Child scripts live inside the project, where their imports ("effect", "tsx") resolve.
 fs.mkdirSync(path.join(ROOT, "node_modules", ".cache"), { recursive: true })
-const scripts = fs.mkdtempSync(path.join(ROOT, "node_modules", ".cache", "tiller-audit8-"))
+const scripts = fs.mkdtempSync(path.join(ROOT, "node_modules", ".cache", "tiller-readme-"))
 afterAll(() => {
   fs.rmSync(dir, { recursive: true, force: true })
   fs.rmSync(scripts, { recursive: true, force: true })

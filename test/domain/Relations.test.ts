@@ -237,7 +237,7 @@ const twoTurns = () => {
   return b
 }
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-audit9-"))
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-relations-"))
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
 
 const sid = (s: string) => SessionId.make(s)
@@ -346,7 +346,7 @@ const mutate = (es: ReadonlyArray<SessionEvent>, seq: number, f: Mut): ReadonlyA
 
 // 5.2 checkLog --------------------------------------------------------------------------------
 
-describe("SPEC 5.2 checkLog (fresh 4)", () => {
+describe("SPEC 5.2 checkLog rule by rule", () => {
   it("5.2 R7: a turn/start followed only by CLM(ns) (no CLM(nt)) is valid ('or only one of them')", () => {
     const b = new L().ins("next-step", 0, [C]).ts(1).clm("next-step", 1).ss(1, 1).um(C).rh().answer(1, 1, "x").se(1, 1).te(1)
     expect(found(b.events)).toStrictEqual([])

@@ -27,10 +27,10 @@ import type { SessionEvent } from "../../src/domain/Event.js"
 import type { SessionHeader } from "../../src/index.js"
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url))
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-audit8-"))
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-sqlite-file-"))
 // Child scripts live inside the project, where their imports ("effect", "tsx") resolve.
 fs.mkdirSync(path.join(ROOT, "node_modules", ".cache"), { recursive: true })
-const scripts = fs.mkdtempSync(path.join(ROOT, "node_modules", ".cache", "tiller-audit8-"))
+const scripts = fs.mkdtempSync(path.join(ROOT, "node_modules", ".cache", "tiller-sqlite-file-"))
 afterAll(() => {
   fs.rmSync(dir, { recursive: true, force: true })
   fs.rmSync(scripts, { recursive: true, force: true })
@@ -72,7 +72,7 @@ const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
 const nonEmpty = (events: ReadonlyArray<SessionEvent>) => events as readonly [SessionEvent, ...Array<SessionEvent>]
 const S = SessionId.make("s8")
 
-const dirFormat = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-audit9-"))
+const dirFormat = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-sqlite-format-"))
 afterAll(() => fs.rmSync(dirFormat, { recursive: true, force: true }))
 
 const sid = (s: string) => SessionId.make(s)

@@ -523,7 +523,7 @@ describe("8.10 SqliteSessionStore", () => {
 
 describe("§8.10 SqliteSessionStore: fork and resume through the file", () => {
   const tempFile = Effect.acquireRelease(
-    Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "tiller-audit2-"))),
+    Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "tiller-sessions-"))),
     (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
   ).pipe(Effect.map((dir) => path.join(dir, "sessions.db")))
 

@@ -13,7 +13,7 @@ import { CancelCause, checkLog, CORE_EVENT_TYPES, deriveMessages, Driver, foldIn
 import { agentOver, asId, events, notation, plugin, recordLive, requests, scenario, settle, shape, until, user } from "../agent/harness.js"
 import type { SessionEvent } from "../../src/index.js"
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-audit9-"))
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-log-validation-"))
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
 
 const sid = (s: string) => SessionId.make(s)

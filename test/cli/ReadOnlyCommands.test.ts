@@ -100,8 +100,13 @@ describe("read-only commands", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir
       const chat = yield* converse(dir, ["--db", "t.db", "chat", "--session", "busy"])
-      yield* chat.send("/wait 8000")
-      yield* chat.waitFor(`  → wait {"ms":"8000"}\n`)
+      // Three waits in a row keep a turn running for half a minute, however slow the machine is.
+      yield* chat.send("/wait 10000")
+      yield* chat.waitFor(`  → wait {"ms":"10000"}\n`)
+      yield* chat.send("/queue /wait 10000")
+      yield* chat.send("/queue /wait 10000")
+      yield* chat.waitFor("(queued for a later turn)")
+      yield* chat.waitFor("(queued for a later turn)")
       const check = yield* tiller(dir, ["--db", "t.db", "check", "busy"])
       expect(check.stdout).toMatch(/^session busy is open in pid \d+: its running turn is not judged \(R19\)/)
       expect(check.stdout).not.toMatch(/R19 {2}the log ends inside open turn/)

@@ -82,13 +82,13 @@ describe("tiller CLI", () => {
 
       const sessions = yield* tiller(dir, ["sessions"])
       expect(sessions.code).toBe(0)
-      expect(sessions.stdout.split("\n")[0]).toMatch(/^ID\s+TURNS\s+EVENTS\s+UPDATED\s+TITLE$/)
-      expect(sessions.stdout.split("\n")[1]).toMatch(/^r1\s+1\s+\d+\s+\S+Z\s+ctx$/)
+      expect(sessions.stdout.split("\n")[0]).toMatch(/^ID\s+TURNS\s+EVENTS\s+STATUS\s+UPDATED\s+TITLE$/)
+      expect(sessions.stdout.split("\n")[1]).toMatch(/^r1\s+1\s+\d+\s+idle\s+\S+Z\s+ctx$/)
 
-      // --db and TILLER_DB select another file.
+      // --db and TILLER_DB select another file (sessions only reads: a missing one is not created).
       const other = yield* tiller(dir, ["sessions"], { env: { TILLER_DB: "other/x.db" } })
       expect(other).toMatchObject({ code: 0, stdout: "no sessions in other/x.db\n" })
-      expect(fs.existsSync(path.join(dir, "other", "x.db"))).toBe(true)
+      expect(fs.existsSync(path.join(dir, "other", "x.db"))).toBe(false)
       const flag = yield* tiller(dir, ["--db", "other/x.db", "sessions"])
       expect(flag.stdout).toBe("no sessions in other/x.db\n")
     }), TIMEOUT)

@@ -34,7 +34,7 @@ describe("README main job and CLI errors", () => {
       expect(out.stdout).toContain("» [cli:inject] note")
       expect(out.stdout).toContain("» [user] hello")
       expect(out.stdout).toContain("── turn 1 completed")
-      expect(out.stdout).toMatch(/\[idle · 1 turn · pending: 0 queued, 0 next-step\]/)
+      expect(out.stdout).toMatch(/\[idle · 1 turn · pending: 0 queued, 0 next-step( · ctx \d+%)?\]/)
       expect(modeOf(path.join(cwd, ".tiller", "sessions.db"))).toBe(0o600)
     }), TIMEOUT)
 

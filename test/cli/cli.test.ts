@@ -16,6 +16,9 @@ import * as ProviderServer from "./ProviderServer.js"
 
 const TIMEOUT = 180_000
 
+/** Chat output without the status line's context share (` · ctx 12%`), which ContextWindow.test.ts checks. */
+const withoutShare = (stdout: string) => stdout.replace(/ · ctx \d+%/g, "")
+
 describe("hoistGlobalOptions", () => {
   const argv = (...args: ReadonlyArray<string>) => ["node", "tiller", ...args]
 
@@ -99,7 +102,7 @@ describe("tiller CLI", () => {
       const chat = yield* tiller(dir, ["chat", "--session", "c1"], { input: "/inject note\nhello\n/queue second\n/quit\n" })
       expect(chat.code).toBe(0)
       expect(chat.stderr).toBe("")
-      expectInOrder(chat.stdout, [
+      expectInOrder(withoutShare(chat.stdout), [
         "tiller chat · session c1 (new)",
         "[idle · 0 turns · pending: 0 queued, 0 next-step]",
         // /inject does not wake the idle agent; it says where the context waits.
@@ -164,7 +167,7 @@ describe("tiller CLI", () => {
       const chat = yield* tiller(dir, ["chat", "--session", "e1"], { input: "/bogus\n/queue\n/help\nhi" })
       expect(chat.code).toBe(0)
       expect(chat.stderr).toBe("unknown command /bogus; /help lists the commands\nusage: /queue TEXT\n")
-      expectInOrder(chat.stdout, [
+      expectInOrder(withoutShare(chat.stdout), [
         "/queue TEXT     queue TEXT as the prompt of a later turn",
         "» [user] hi\n",
         "assistant: Step 1 of turn 1 brought 1 message:\n1. [user] hi\n",
@@ -444,7 +447,7 @@ describe("tiller CLI under SIGTERM", () => {
   it.scopedLive("idle chat: exit 143 at once; the log ends with the completed turn and the session opens again", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
-      const chat = yield* converse(dir, ["chat", "--session", "i"])
+      const chat = yield* converse(dir, ["chat", "--session", "i"], { view: withoutShare })
       yield* chat.send("hi")
       yield* chat.waitFor("── turn 1 completed")
       yield* chat.waitFor("[idle · 1 turn · pending: 0 queued, 0 next-step]\n")

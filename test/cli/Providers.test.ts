@@ -210,7 +210,7 @@ for (const provider of PROVIDERS) {
         expect(requests.map(provider.keyHeader).map(String)).toEqual([expect.stringContaining(KEY), expect.stringContaining(KEY)])
         // A tool without parameters is declared as an object with no properties.
         const declared = provider.declared(requests[0]!.body)
-        expect(declared.map((t) => t.name)).toEqual(["clock", "list_dir", "read_file", "wait"])
+        expect(declared.map((t) => t.name)).toEqual(["clock", "list_dir", "read_file", "read_history", "wait"])
         const clock = declared.find((t) => t.name === "clock")!.parameters
         expect(clock).toMatchObject({ type: "object", properties: {} })
         expect(Object.keys(clock).filter((key) => key === "anyOf" || key === "$id")).toEqual([])

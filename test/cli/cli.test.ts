@@ -149,7 +149,7 @@ describe("tiller CLI", () => {
         "step 1.1   start",
         "entered    [cli:inject] note",
         "entered    [user] hello",
-        "model      demo:demo (initial) · tools: clock, list_dir, read_file, wait",
+        "model      demo:demo (initial) · tools: clock, list_dir, read_file, read_history, wait",
         "assistant  Step 1 of turn 1 brought 2 messages:",
         "turn 1     end: completed",
         "turn 2     start",

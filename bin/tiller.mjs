@@ -1,43 +1,42 @@
 #!/usr/bin/env node
 // The tiller executable. It runs src/cli/main.ts bundled by esbuild into one file under
-// node_modules/.cache/tiller-cli/, rebuilt when anything under src/ (or the lockfile) is newer than
-// the bundle. Loading one bundled file starts the CLI in about a tenth of the time that loading
-// the TypeScript sources module by module through tsx takes.
-import { mkdirSync, readdirSync, renameSync, statSync, utimesSync } from "node:fs"
-import { dirname, join } from "node:path"
+// node_modules/.cache/tiller-cli/, named for a hash of everything the bundle is built from (every
+// file under src/, the lockfile and this launcher): a changed, added, removed or renamed source
+// names another bundle, which is built once; times on files play no part. Loading one bundled file
+// starts the CLI in about a tenth of the time that loading the TypeScript sources module by module
+// through tsx takes.
+import { createHash } from "node:crypto"
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync } from "node:fs"
+import { dirname, join, relative } from "node:path"
 import { fileURLToPath, pathToFileURL } from "node:url"
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..")
-const bundle = join(root, "node_modules", ".cache", "tiller-cli", "main.mjs")
+const cache = join(root, "node_modules", ".cache", "tiller-cli")
 
-const mtimeOf = (path) => {
+const filesUnder = (directory) =>
+  readdirSync(directory, { withFileTypes: true })
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+    .flatMap((entry) => {
+      const path = join(directory, entry.name)
+      return entry.isDirectory() ? filesUnder(path) : [path]
+    })
+
+const hash = createHash("sha256")
+for (const file of [...filesUnder(join(root, "src")), join(root, "package-lock.json"), fileURLToPath(import.meta.url)]) {
+  hash.update(relative(root, file)).update("\0")
   try {
-    return statSync(path).mtimeMs
+    hash.update(readFileSync(file))
   } catch {
-    return -1
+    hash.update("(absent)")
   }
+  hash.update("\0")
 }
+const name = `main-${hash.digest("hex").slice(0, 16)}.mjs`
+const bundle = join(cache, name)
 
-// Directories count too: deleting or renaming a file changes its directory's mtime.
-const newestUnder = (directory) => {
-  let newest = mtimeOf(directory)
-  for (const entry of readdirSync(directory, { withFileTypes: true })) {
-    const path = join(directory, entry.name)
-    newest = Math.max(newest, entry.isDirectory() ? newestUnder(path) : mtimeOf(path))
-  }
-  return newest
-}
-
-const sourcesTime = Math.max(
-  newestUnder(join(root, "src")),
-  mtimeOf(join(root, "package-lock.json")),
-  mtimeOf(fileURLToPath(import.meta.url))
-)
-
-// The stamp below keeps whole milliseconds only; a newer source is at least a millisecond newer.
-if (mtimeOf(bundle) + 1 < sourcesTime) {
+if (!existsSync(bundle)) {
   const { build } = await import("esbuild")
-  mkdirSync(dirname(bundle), { recursive: true })
+  mkdirSync(cache, { recursive: true })
   // Concurrent first runs each build their own file; the rename makes each replacement atomic.
   const temporary = `${bundle}.${process.pid}.tmp`
   await build({
@@ -51,9 +50,18 @@ if (mtimeOf(bundle) + 1 < sourcesTime) {
     outfile: temporary,
     logLevel: "warning"
   })
-  // Stamped with the sources' time: a source edited during the build is newer, so it rebuilds next time.
-  utimesSync(temporary, new Date(), new Date(sourcesTime))
   renameSync(temporary, bundle)
+  // Bundles of earlier sources are left over; those built more than a minute ago go (a run that
+  // found or built one imports it at once, so none is still about to be loaded).
+  for (const entry of readdirSync(cache)) {
+    const path = join(cache, entry)
+    if (entry === name || !/^main(-[0-9a-f]+)?\.mjs$/.test(entry)) continue
+    try {
+      if (statSync(path).mtimeMs < Date.now() - 60_000) rmSync(path, { force: true })
+    } catch {
+      // Removed by another run meanwhile.
+    }
+  }
 }
 
 await import(pathToFileURL(bundle).href)

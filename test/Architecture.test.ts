@@ -75,7 +75,7 @@ const floor = (file: string): string => (file.includes("/") ? file.slice(0, file
 /** For each floor, the floors its modules must not import. */
 const FORBIDDEN: Record<string, ReadonlyArray<string>> = {
   domain: ["internal", "services", "layers", "cli", ""],
-  internal: ["layers", "cli", ""],
+  internal: ["services", "layers", "cli", ""],
   services: ["layers", "cli", ""],
   layers: ["cli", ""],
   cli: [""]

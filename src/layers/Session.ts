@@ -8,7 +8,7 @@ import type { Scope } from "effect"
 import { Effect, Layer, STM, TRef } from "effect"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
-import type { SessionStore } from "../services/SessionStore.js"
+import { SessionStore } from "../services/SessionStore.js"
 import type { OpenError, SessionOptions, SessionTarget } from "../internal/durability/SessionOpen.js"
 import { openSessionState } from "../internal/durability/SessionOpen.js"
 import * as Outbox from "../internal/state/Outbox.js"
@@ -26,7 +26,7 @@ export const acquireState = (
   options: SessionOptions & SessionTarget
 ): Effect.Effect<SessionStateShape, OpenError, SessionStore | Scope.Scope> =>
   Effect.gen(function*() {
-    const state = yield* openSessionState(options, options)
+    const state = yield* openSessionState(yield* SessionStore, options, options)
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         const seq = yield* STM.commit(STM.zipLeft(lastSeq(state), TRef.set(state.disposed, true)))

@@ -4,144 +4,36 @@
  *
  * @since 0.1.0
  */
-import { Context, Duration, Effect, FiberRef, Layer } from "effect"
+import { Context, Effect, FiberRef, Layer } from "effect"
 import type { NormalizedToolOutput } from "./Tools.js"
 import type { Scope } from "effect"
-import type { SessionId } from "../domain/Ids.js"
-import type { LlmFailure } from "../domain/Values.js"
+import type {
+  RequestConfig,
+  RequestErrorAction,
+  RequestErrorInput,
+  RequestInput,
+  ToolCallInfo,
+  ToolPostInput,
+  ToolPreDecision,
+  TurnStoppingInput
+} from "../domain/Seams.js"
 import { currentStopping } from "../internal/loop/Activity.js"
-import * as WaterfallRegistry from "../internal/loop/Waterfall.js"
-
-/**
- * The routing and limits of a model request, before tools are attached.
- *
- * @since 0.1.0
- * @category models
- */
-export interface RequestConfig {
-  readonly provider?: string
-  readonly model?: string
-  readonly system?: string
-  readonly maxTokens?: number
-  readonly temperature?: number
-}
-
-/**
- * What to do after a failed model request: retry after a delay, or fail the turn.
- *
- * @since 0.1.0
- * @category models
- */
-export type RequestErrorAction =
-  | { readonly _tag: "Retry"; readonly delay: Duration.Duration }
-  | { readonly _tag: "Fail" }
-
-/**
- * Constructors of {@link RequestErrorAction}.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const RequestErrorAction: {
-  readonly retry: (delay: Duration.DurationInput) => RequestErrorAction
-  readonly fail: RequestErrorAction
-} = {
-  retry: (delay) => Object.freeze({ _tag: "Retry", delay: Duration.decode(delay) }),
-  fail: Object.freeze({ _tag: "Fail" })
-}
-
-/**
- * Whether a tool call may run; an `Allow` with `params` runs it with those arguments instead (decoded
- * with the tool's parameter Schema; invalid ones make the result `INVALID_ARGUMENTS`).
- *
- * @since 0.1.0
- * @category models
- */
-export type ToolPreDecision =
-  | { readonly _tag: "Allow"; readonly params?: unknown }
-  | { readonly _tag: "Deny"; readonly reason: string }
-
-/**
- * Constructors of {@link ToolPreDecision}.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const ToolPreDecision: {
-  readonly allow: ToolPreDecision
-  readonly allowWith: (params: unknown) => ToolPreDecision
-  readonly deny: (reason: string) => ToolPreDecision
-} = {
-  allow: Object.freeze({ _tag: "Allow" }),
-  allowWith: (params) => Object.freeze({ _tag: "Allow", params }),
-  deny: (reason) => Object.freeze({ _tag: "Deny", reason })
-}
-
-/**
- * A tool call as the tool hooks see it; `params` are the decoded arguments.
- *
- * @since 0.1.0
- * @category models
- */
-export interface ToolCallInfo {
-  readonly sessionId: SessionId
-  readonly turn: number
-  readonly step: number
-  readonly callId: string
-  readonly name: string
-  readonly arguments: string
-  readonly params: unknown
-}
+import type { HookRegistries } from "../internal/loop/HookRegistries.js"
+import { makeRegistries } from "../internal/loop/HookRegistries.js"
+import { HooksRunner, runnerFromRegistries } from "../internal/loop/HooksRunner.js"
 
 export type { NormalizedToolOutput } from "./Tools.js"
-
-/**
- * Input of the `onRequest` waterfall; `config` is the frozen seed.
- *
- * @since 0.1.0
- * @category models
- */
-export interface RequestInput {
-  readonly sessionId: SessionId
-  readonly turn: number
-  readonly step: number
-  readonly attempt: number
-  readonly config: RequestConfig
-}
-
-/**
- * Input of the `onRequestError` waterfall.
- *
- * @since 0.1.0
- * @category models
- */
-export interface RequestErrorInput {
-  readonly sessionId: SessionId
-  readonly turn: number
-  readonly step: number
-  readonly attempt: number
-  readonly failure: LlmFailure
-}
-
-/**
- * Input of the turn-stopping listeners.
- *
- * @since 0.1.0
- * @category models
- */
-export interface TurnStoppingInput {
-  readonly sessionId: SessionId
-  readonly turn: number
-  readonly step: number
-}
-
-/**
- * Input of the `onToolPost` waterfall: the call, its output so far and whether the turn is aborting.
- *
- * @since 0.1.0
- * @category models
- */
-export type ToolPostInput = ToolCallInfo & { readonly output: NormalizedToolOutput; readonly aborted: boolean }
+export type {
+  RequestConfig,
+  RequestErrorInput,
+  RequestInput,
+  ToolCallInfo,
+  ToolPostInput,
+  TurnStoppingInput
+} from "../domain/Seams.js"
+export { RequestErrorAction, ToolPreDecision } from "../domain/Seams.js"
+export type { HookRegistries } from "../internal/loop/HookRegistries.js"
+export { makeRegistries } from "../internal/loop/HookRegistries.js"
 
 /**
  * Registers a waterfall listener for the lifetime of the current scope.
@@ -153,34 +45,6 @@ export type Waterfall<I, O> = <E>(
   listener: (input: I, next: () => Effect.Effect<O, unknown>) => Effect.Effect<O, E>,
   options?: { readonly prepend?: boolean }
 ) => Effect.Effect<void, never, Scope.Scope>
-
-/**
- * The listener registries behind one `Hooks` service; internal, shared with the loop's runner.
- *
- * @since 0.1.0
- * @category internal
- */
-export interface HookRegistries {
-  readonly request: WaterfallRegistry.Waterfall<RequestInput, RequestConfig, unknown>
-  readonly requestError: WaterfallRegistry.Waterfall<RequestErrorInput, RequestErrorAction, unknown>
-  readonly turnStopping: WaterfallRegistry.Waterfall<TurnStoppingInput, void, unknown>
-  readonly toolPre: WaterfallRegistry.Waterfall<ToolCallInfo, ToolPreDecision, unknown>
-  readonly toolPost: WaterfallRegistry.Waterfall<ToolPostInput, NormalizedToolOutput, unknown>
-}
-
-/**
- * Creates empty registries; internal.
- *
- * @since 0.1.0
- * @category internal
- */
-export const makeRegistries: Effect.Effect<HookRegistries> = Effect.all({
-  request: WaterfallRegistry.make<RequestInput, RequestConfig, unknown>(),
-  requestError: WaterfallRegistry.make<RequestErrorInput, RequestErrorAction, unknown>(),
-  turnStopping: WaterfallRegistry.make<TurnStoppingInput, void, unknown>(),
-  toolPre: WaterfallRegistry.make<ToolCallInfo, ToolPreDecision, unknown>(),
-  toolPost: WaterfallRegistry.make<ToolPostInput, NormalizedToolOutput, unknown>()
-})
 
 /**
  * The public registration service over the given registries; internal.
@@ -231,3 +95,23 @@ export class Hooks extends Context.Tag("tiller/Hooks")<Hooks, {
    */
   static readonly layer: Layer.Layer<Hooks> = Layer.effect(Hooks, make)
 }
+
+/**
+ * `Hooks` and the loop's runner over one set of fresh registries.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const makeWithRunner: Effect.Effect<Context.Context<Hooks | HooksRunner>> = Effect.map(
+  makeRegistries,
+  (registries) =>
+    Context.make(Hooks, fromRegistries(registries)).pipe(Context.add(HooksRunner, runnerFromRegistries(registries)))
+)
+
+/**
+ * `Hooks` and the loop's runner over one set of fresh registries, as a layer.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const layerWithRunner: Layer.Layer<Hooks | HooksRunner> = Layer.effectContext(makeWithRunner)

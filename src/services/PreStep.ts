@@ -6,49 +6,14 @@
 import { Cause, Context, Effect, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
-import type { SessionId } from "../domain/Ids.js"
-import { freezeCopy } from "../domain/Json.js"
 import type { UserMessage } from "../domain/Values.js"
 import { reportDefects } from "../internal/loop/Activity.js"
 import * as Waterfall from "../internal/loop/Waterfall.js"
+import type { PreStepInput } from "../domain/Seams.js"
+import { enteredByDefault, PreStepDecision } from "../domain/Seams.js"
 
-/**
- * The outcome of the pre-step waterfall: enter a complete batch, or reject the step.
- *
- * @since 0.1.0
- * @category models
- */
-export type PreStepDecision =
-  | { readonly _tag: "Enter"; readonly messages: ReadonlyArray<UserMessage> }
-  | { readonly _tag: "Reject"; readonly reason?: string }
-
-/**
- * Constructors of {@link PreStepDecision}.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const PreStepDecision: {
-  readonly enter: (messages: ReadonlyArray<UserMessage>) => PreStepDecision
-  readonly reject: (reason?: string) => PreStepDecision
-} = {
-  enter: (messages) => Object.freeze({ _tag: "Enter", messages }),
-  reject: (reason) => Object.freeze(reason === undefined ? { _tag: "Reject" } : { _tag: "Reject", reason })
-}
-
-/**
- * What a pre-step listener sees: the step's coordinates and the proposed batch.
- *
- * @since 0.1.0
- * @category models
- */
-export interface PreStepInput {
-  readonly sessionId: SessionId
-  readonly turn: number
-  readonly step: number
-  readonly boundary: "initial" | "later"
-  readonly messages: ReadonlyArray<UserMessage>
-}
+export type { PreStepInput } from "../domain/Seams.js"
+export { enteredByDefault, PreStepDecision } from "../domain/Seams.js"
 
 /**
  * A pre-step listener; `next` yields the downstream decision and may be called at most once.
@@ -122,16 +87,6 @@ export class PreStep extends Context.Tag("tiller/PreStep")<PreStep, {
    */
   static readonly layer: Layer.Layer<PreStep> = Layer.effect(PreStep, make)
 }
-
-/**
- * What the default decision enters for a claimed batch: a frozen array of deep-frozen copies (also
- * what listeners are shown). The loop uses it directly when no listener is registered. Internal.
- *
- * @since 0.1.0
- * @category defaults
- */
-export const enteredByDefault = (messages: ReadonlyArray<UserMessage>): ReadonlyArray<UserMessage> =>
-  Object.freeze(messages.map(freezeCopy))
 
 const runRegistry = (
   registry: Registry,

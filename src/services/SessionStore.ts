@@ -4,17 +4,9 @@
  * @since 0.1.0
  */
 import { Context, Effect, Layer } from "effect"
-import type {
-  MalformedLog,
-  PersistenceError,
-  SessionExists,
-  SessionNotFound,
-  UnsupportedLogVersion
-} from "../domain/Errors.js"
-import type { SessionEvent, SessionHeader } from "../domain/Event.js"
-import type { SessionId } from "../domain/Ids.js"
 import type { StoreSnapshot } from "../internal/durability/MemoryStore.js"
 import { emptySnapshot, makeMemoryStore } from "../internal/durability/MemoryStore.js"
+import type { StoreShape } from "../internal/durability/Store.js"
 
 /**
  * The committed contents of a memory store at one instant: a crash image (opaque).
@@ -55,27 +47,7 @@ const layerMemoryFrom = (snapshot: StoreSnapshot): Layer.Layer<SessionStore | Me
  * @since 0.1.0
  * @category tags
  */
-export class SessionStore extends Context.Tag("tiller/SessionStore")<SessionStore, {
-  /** Stores a new session atomically; `SessionExists` if the id is stored. */
-  readonly create: (
-    header: SessionHeader,
-    events: ReadonlyArray<SessionEvent>
-  ) => Effect.Effect<void, SessionExists | PersistenceError>
-  /** The header and every logical event of a session. */
-  readonly load: (id: SessionId) => Effect.Effect<
-    { readonly header: SessionHeader; readonly events: ReadonlyArray<SessionEvent> },
-    SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError
-  >
-  /** Appends atomically; fails unless `events[0].seq` is the stored length and seqs are contiguous. */
-  readonly append: (
-    id: SessionId,
-    events: readonly [SessionEvent, ...Array<SessionEvent>]
-  ) => Effect.Effect<void, PersistenceError>
-  /** Whether a session is stored under `id`. */
-  readonly exists: (id: SessionId) => Effect.Effect<boolean, PersistenceError>
-  /** The headers of every stored session, in creation order. */
-  readonly list: Effect.Effect<ReadonlyArray<SessionHeader>, PersistenceError>
-}>() {
+export class SessionStore extends Context.Tag("tiller/SessionStore")<SessionStore, StoreShape>() {
   /**
    * A fresh, empty in-memory store with its controls.
    *

@@ -2,10 +2,10 @@ import { describe, expect, it } from "@effect/vitest"
 import { Cause, Chunk, Duration, Effect, Exit, Option, Random } from "effect"
 import { SessionId } from "../../src/domain/Ids.js"
 import type { LlmFailure } from "../../src/domain/Values.js"
-import { HooksRunner, layerWithRunner } from "../../src/internal/loop/HooksRunner.js"
+import { HooksRunner } from "../../src/internal/loop/HooksRunner.js"
 import { NEXT_CALLED_TWICE } from "../../src/internal/loop/Waterfall.js"
 import type { NormalizedToolOutput, RequestConfig, ToolCallInfo, ToolPostInput } from "../../src/services/Hooks.js"
-import { Hooks, RequestErrorAction, ToolPreDecision } from "../../src/services/Hooks.js"
+import { Hooks, layerWithRunner, RequestErrorAction, ToolPreDecision } from "../../src/services/Hooks.js"
 
 const sessionId = SessionId.make("s1")
 const at = { sessionId, turn: 1, step: 1 }

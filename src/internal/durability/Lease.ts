@@ -8,12 +8,12 @@
  *
  * @since 0.1.0
  */
-import type { Context, Scope } from "effect"
+import type { Scope } from "effect"
 import { Effect } from "effect"
 import type { PersistenceError } from "../../domain/Errors.js"
 import { AgentBusy } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
-import type { SessionStore } from "../../services/SessionStore.js"
+import type { StoreShape } from "./Store.js"
 
 const leaseKey: unique symbol = Symbol("tiller/internal/Lease")
 const processLeaseKey: unique symbol = Symbol("tiller/internal/Lease/process")
@@ -42,10 +42,10 @@ export interface ProcessLease {
 export const withProcessLease = <S extends object>(store: S, lease: ProcessLease): S =>
   Object.defineProperty(store, processLeaseKey, { value: lease, enumerable: false, writable: false })
 
-const processLeaseOf = (store: Context.Tag.Service<SessionStore>): ProcessLease | undefined =>
+const processLeaseOf = (store: StoreShape): ProcessLease | undefined =>
   (store as { readonly [processLeaseKey]?: ProcessLease })[processLeaseKey]
 
-const leasesOf = (store: Context.Tag.Service<SessionStore>): Set<string> => {
+const leasesOf = (store: StoreShape): Set<string> => {
   const holder = store as { [leaseKey]?: Set<string> }
   let leases = holder[leaseKey]
   if (leases === undefined) {
@@ -63,7 +63,7 @@ const leasesOf = (store: Context.Tag.Service<SessionStore>): Set<string> => {
  * @category leases
  */
 export const acquireLocalLease = (
-  store: Context.Tag.Service<SessionStore>,
+  store: StoreShape,
   sessionId: SessionId
 ): Effect.Effect<void, AgentBusy, Scope.Scope> =>
   Effect.acquireRelease(
@@ -84,7 +84,7 @@ export const acquireLocalLease = (
  * @category leases
  */
 export const checkProcessLease = (
-  store: Context.Tag.Service<SessionStore>,
+  store: StoreShape,
   sessionId: SessionId
 ): Effect.Effect<void, AgentBusy | PersistenceError> =>
   Effect.suspend(() => processLeaseOf(store)?.check(sessionId) ?? Effect.void)
@@ -99,7 +99,7 @@ export const checkProcessLease = (
  * @category leases
  */
 export const acquireProcessLease = (
-  store: Context.Tag.Service<SessionStore>,
+  store: StoreShape,
   sessionId: SessionId,
   length?: number
 ): Effect.Effect<boolean, AgentBusy | PersistenceError, Scope.Scope> =>

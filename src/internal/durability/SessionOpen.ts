@@ -26,7 +26,7 @@ import { SessionId } from "../../domain/Ids.js"
 import type { FoldOptions, LogState } from "../../domain/LogState.js"
 import { advance, initialLogState } from "../../domain/LogState.js"
 import { repairClosers } from "../../domain/Repair.js"
-import { SessionStore } from "../../services/SessionStore.js"
+import type { StoreShape } from "./Store.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
 import { acquireLocalLease, acquireProcessLease, checkProcessLease } from "./Lease.js"
@@ -138,11 +138,11 @@ export const validateLoaded = (
  * @category constructors
  */
 export const openSessionState = (
+  store: StoreShape,
   target: SessionTarget,
   options: SessionOptions = {}
-): Effect.Effect<SessionStateShape, OpenError, SessionStore | Scope.Scope> =>
+): Effect.Effect<SessionStateShape, OpenError, Scope.Scope> =>
   Effect.gen(function*() {
-    const store = yield* SessionStore
     yield* acquireLocalLease(store, "resume" in target ? target.resume : target.sessionId)
     const clock = yield* Effect.clock
     const foldOptions = foldOptionsOf(options)

@@ -4,10 +4,8 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Layer } from "effect"
+import { Context, Effect } from "effect"
 import type {
-  HookRegistries,
-  NormalizedToolOutput,
   RequestConfig,
   RequestErrorAction,
   RequestErrorInput,
@@ -15,8 +13,10 @@ import type {
   ToolCallInfo,
   ToolPostInput,
   TurnStoppingInput
-} from "../../services/Hooks.js"
-import { fromRegistries, Hooks, makeRegistries, ToolPreDecision } from "../../services/Hooks.js"
+} from "../../domain/Seams.js"
+import { ToolPreDecision } from "../../domain/Seams.js"
+import type { NormalizedToolOutput } from "../../domain/Tool.js"
+import type { HookRegistries } from "./HookRegistries.js"
 import { defaultRetryPolicy } from "./RetryPolicy.js"
 
 /**
@@ -89,23 +89,3 @@ export const runnerFromRegistries = (registries: HookRegistries): Context.Tag.Se
   }),
   isQuiet: (hook) => registries[hook].isEmpty()
 })
-
-/**
- * `Hooks` and its runner over one set of fresh registries.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const makeWithRunner: Effect.Effect<Context.Context<Hooks | HooksRunner>> = Effect.map(
-  makeRegistries,
-  (registries) =>
-    Context.make(Hooks, fromRegistries(registries)).pipe(Context.add(HooksRunner, runnerFromRegistries(registries)))
-)
-
-/**
- * `Hooks` and its runner over one set of fresh registries, as a layer.
- *
- * @since 0.1.0
- * @category layers
- */
-export const layerWithRunner: Layer.Layer<Hooks | HooksRunner> = Layer.effectContext(makeWithRunner)

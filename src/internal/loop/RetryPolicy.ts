@@ -6,7 +6,7 @@
  */
 import { Duration, Effect, Random } from "effect"
 import type { LlmFailure } from "../../domain/Values.js"
-import { RequestErrorAction } from "../../services/Hooks.js"
+import { RequestErrorAction } from "../../domain/Seams.js"
 
 /**
  * Failure codes that are retryable by default.

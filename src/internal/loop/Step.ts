@@ -14,7 +14,7 @@ import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../.
 import { StreamChunk as StreamChunkSchema } from "../../domain/Values.js"
 import { acceptsStreamChunkJson } from "../../domain/EventDecoder.js"
 import * as SafeDecode from "../../domain/SafeDecode.js"
-import type { RequestConfig } from "../../services/Hooks.js"
+import type { RequestConfig } from "../../domain/Seams.js"
 import type { ModelRequest } from "../../domain/ModelRequest.js"
 import { abortable, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"

@@ -29,7 +29,7 @@ import { peek, poke } from "../state/Peek.js"
 import { repairClosers } from "../../domain/Repair.js"
 import { claimSTM } from "../state/InboxOps.js"
 import { runStep } from "./Step.js"
-import { enteredByDefault } from "../../services/PreStep.js"
+import { enteredByDefault } from "../../domain/Seams.js"
 
 const completed: TurnEndReason = { kind: "completed" }
 

@@ -20,7 +20,7 @@ import type { SessionId } from "../../domain/Ids.js"
 import { deepFreeze } from "../../domain/Json.js"
 import type { FoldOptions, LogState } from "../../domain/LogState.js"
 import { advance } from "../../domain/LogState.js"
-import type { SessionStore } from "../../services/SessionStore.js"
+import type { StoreShape } from "../durability/Store.js"
 import { decodeUntrusted } from "../durability/DecodedEvents.js"
 import * as DurableWaiters from "../durability/DurableWaiters.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
@@ -67,7 +67,7 @@ export interface SessionStateShape {
   readonly header: SessionHeader
   readonly firstLiveSeq: number
   readonly options: FoldOptions
-  readonly store: Context.Tag.Service<SessionStore>
+  readonly store: StoreShape
   readonly clock: Clock.Clock
   readonly log: TRef.TRef<LogSnapshot>
   readonly marks: TRef.TRef<WakeMarks>

@@ -106,7 +106,7 @@ describe("Writer: synchronous writes on the memory store", () => {
   it.effect("once the session's scope is closed, nothing is written synchronously any more", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
-      const state = yield* openSessionState({ sessionId: SessionId.make("closed") }).pipe(Scope.extend(scope))
+      const state = yield* openSessionState(yield* SessionStore, { sessionId: SessionId.make("closed") }).pipe(Scope.extend(scope))
       expect(WriterSignal.canWriteNow(state.writer)).toBe(true)
       yield* Scope.close(scope, Exit.void)
       expect(WriterSignal.canWriteNow(state.writer)).toBe(false)

@@ -1,0 +1,44 @@
+/**
+ * What a session store does: the operations behind the `SessionStore` service, named here so that the
+ * machinery that persists a session can take a store without reaching up to the service.
+ *
+ * @since 0.1.0
+ */
+import type { Effect } from "effect"
+import type {
+  MalformedLog,
+  PersistenceError,
+  SessionExists,
+  SessionNotFound,
+  UnsupportedLogVersion
+} from "../../domain/Errors.js"
+import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
+import type { SessionId } from "../../domain/Ids.js"
+
+/**
+ * The operations of a session store (SPEC 6.1, 8.10); every backend implements them.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface StoreShape {
+  /** Stores a new session atomically; `SessionExists` if the id is stored. */
+  readonly create: (
+    header: SessionHeader,
+    events: ReadonlyArray<SessionEvent>
+  ) => Effect.Effect<void, SessionExists | PersistenceError>
+  /** The header and every logical event of a session. */
+  readonly load: (id: SessionId) => Effect.Effect<
+    { readonly header: SessionHeader; readonly events: ReadonlyArray<SessionEvent> },
+    SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError
+  >
+  /** Appends atomically; fails unless `events[0].seq` is the stored length and seqs are contiguous. */
+  readonly append: (
+    id: SessionId,
+    events: readonly [SessionEvent, ...Array<SessionEvent>]
+  ) => Effect.Effect<void, PersistenceError>
+  /** Whether a session is stored under `id`. */
+  readonly exists: (id: SessionId) => Effect.Effect<boolean, PersistenceError>
+  /** The headers of every stored session, in creation order. */
+  readonly list: Effect.Effect<ReadonlyArray<SessionHeader>, PersistenceError>
+}

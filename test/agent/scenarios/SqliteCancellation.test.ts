@@ -1,196 +1,13 @@
 /**
  * SPEC 9 scenarios on SQLite: P31-P41 cancellation in the loop, disposal, maintenance.
  */
-import { afterAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Random, Schema, Scope, Stream } from "effect"
-import { AgentBusy, AgentDisposed, CancelCause, checkLog, Driver, DuplicateMessage, Hooks, Inbox, InvalidSplice, MaintenanceAborted, MalformedLog, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore, Tool } from "../../../src/index.js"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
-import { agentOver, asId, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, recordStatus, requests, settle, shape, texts, token, until, untilEvent, user } from "../harness.js"
-import type { DriverEvent, ScriptEntry, SessionEvent, UserMessage } from "../../../src/index.js"
-
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-loop-"))
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
-let files = 0
-const freshFile = () => path.join(dir, `loop-${++files}.db`)
-
-/** The committed events of session "s", read from the file on a connection of its own. */
-const fileEvents = (file: string): Array<unknown> => {
-  const db = new Database(file, { readonly: true })
-  try {
-    const rows = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all("s") as Array<
-      { readonly seq: number; readonly row: string }
-    >
-    return rows.map((r) => JSON.parse(r.row))
-  } finally {
-    db.close()
-  }
-}
-
-type Services = Layer.Layer.Success<ReturnType<typeof agentOver>> | Scope.Scope
-type Options = Parameters<typeof agentOver>[1]
-
-/** One scenario: built afresh for each store so gates and counters are its own. */
-interface Case<X> {
-  readonly script: ReadonlyArray<ScriptEntry>
-  readonly options?: Options
-  readonly body: Effect.Effect<X, unknown, Services>
-  /** Events whose position races with the loop (concurrent callers): left out of the store comparison. */
-  readonly racing?: ReadonlyArray<string>
-}
-
-interface Run<X> {
-  readonly shape: ReadonlyArray<string>
-  readonly events: ReadonlyArray<SessionEvent>
-  readonly live: ReadonlyArray<string>
-  readonly trace: ReadonlyArray<string>
-  readonly requests: ReadonlyArray<{ readonly turn: number; readonly step: number; readonly attempt: number; readonly messages: ReadonlyArray<string> }>
-  readonly violations: ReadonlyArray<unknown>
-  readonly inbox: { readonly nextTurn: ReadonlyArray<string>; readonly nextStep: ReadonlyArray<string> }
-  readonly file?: ReadonlyArray<unknown>
-  readonly extra: X
-}
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
-
-/** The log as JSON with minted UUIDs numbered in order of appearance and times made relative to event 0. */
-const normalise = (es: ReadonlyArray<SessionEvent>) => {
-  const ids = new Map<string, string>()
-  const t0 = es[0]?.time ?? 0
-  const walk = (v: unknown): unknown => {
-    if (typeof v === "string" && UUID.test(v)) {
-      if (!ids.has(v)) ids.set(v, `uuid-${ids.size}`)
-      return ids.get(v)
-    }
-    if (Array.isArray(v)) return v.map(walk)
-    if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]))
-    return v
-  }
-  return es.map((e) => walk({ ...JSON.parse(JSON.stringify(e)), time: e.time - t0 }))
-}
-
-/** Runs a case over one store (a SQLite file, or memory when `file` is undefined) and gathers its outcome. */
-const runOn = <X>(c: Case<X>, file: string | undefined): Effect.Effect<Run<X>, unknown> => {
-  const store = file === undefined ? SessionStore.layerMemory : SqliteSessionStore.layer({ filename: file })
-  const layer = agentOver(c.script, c.options ?? {}).pipe(Layer.provideMerge(store))
-  return Effect.gen(function*() {
-    const driver = yield* Driver
-    const log = yield* SessionLog
-    const inbox = yield* Inbox
-    const live = yield* recordLive
-    const trace = yield* recordStatus
-    const extra = yield* c.body
-    yield* driver.whenIdle
-    yield* settle
-    yield* log.flush
-    const es = yield* events
-    const snapshot = yield* inbox.snapshot
-    return {
-      shape: yield* shape,
-      events: es,
-      live: (yield* live).map(liveNotation),
-      trace: yield* trace,
-      requests: (yield* requests).map((r) => ({ turn: r.turn, step: r.step, attempt: r.attempt, messages: r.messages.map(token) })),
-      violations: checkLog(es, { closed: true }),
-      inbox: { nextTurn: snapshot.nextTurn.map((m) => m.id), nextStep: snapshot.nextStep.map((m) => m.id) },
-      ...(file === undefined ? {} : { file: fileEvents(file) }),
-      extra
-    }
-  }).pipe(Effect.provide(layer), Effect.scoped, Effect.withRandom(Random.make("tiller-loop")))
-}
-
-/**
- * Runs `make()` over memory and over a fresh SQLite file. Checks on SQLite: checkLog clean, the
- * file equals the live log; and that both runs agree on everything observable. Returns the SQLite run.
- */
-const onBoth = <X>(make: (file: string | undefined) => Case<X>) =>
-  Effect.gen(function*() {
-    const first = make(undefined)
-    const mem = yield* runOn(first, undefined)
-    const file = freshFile()
-    const sql = yield* runOn(make(file), file)
-    // after disposal, a fresh store on the same file loads exactly the live log
-    const loaded = yield* Effect.provide(
-      Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s"))),
-      SqliteSessionStore.layer({ filename: file })
-    )
-    expect(loaded.events).toEqual(sql.events)
-    expect(loaded.header).toMatchObject({ formatVersion: 1, sessionId: "s", seedLength: 0 })
-    const racing = first.racing ?? []
-    const steady = (s: ReadonlyArray<string>) => s.filter((x) => !racing.includes(x))
-    expect(sql.violations).toEqual([])
-    expect(mem.violations).toEqual([])
-    expect(sql.file).toEqual(JSON.parse(JSON.stringify(sql.events)))
-    expect(steady(sql.shape)).toEqual(steady(mem.shape))
-    expect(sql.live).toEqual(mem.live)
-    expect(sql.trace).toEqual(mem.trace)
-    expect(sql.requests).toEqual(mem.requests)
-    expect(sql.inbox).toEqual(mem.inbox)
-    if (racing.length === 0) expect(normalise(sql.events)).toEqual(normalise(mem.events))
-    return sql
-  })
-
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-const empty = Schema.Struct({})
-const calls = (name: string, ids: ReadonlyArray<string>) =>
-  ScriptedModel.response({ toolCalls: ids.map((id) => ({ id, name, arguments: {} })) })
-/** The Driver of the current run, for tool bodies defined before the agent exists. */
-const captured = () => {
-  let current: Driver["Type"] | undefined
-  return {
-    get get(): Driver["Type"] {
-      return current!
-    },
-    capture: Effect.map(Driver, (d) => (current = d))
-  }
-}
-
-const dirSqlite = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-p37-45-"))
-afterAll(() => fs.rmSync(dirSqlite, { recursive: true, force: true }))
-const freshFileSqlite = () => path.join(dirSqlite, `scenario-${++files}.db`)
-
-const sid = (s: string) => SessionId.make(s)
-const header = (id: string) => ({ formatVersion: 1 as const, sessionId: sid(id), createdAt: 0, seedLength: 0 })
-const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)
-const sqlite = (file: string) => SqliteSessionStore.layer({ filename: file })
-
-/** The committed events of a session, read from the file on a connection of its own. */
-const fileRows = (file: string, session = "s"): Array<SessionEvent> => {
-  const db = new Database(file, { readonly: true })
-  try {
-    const rows = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all(session) as Array<
-      { readonly seq: number; readonly row: string }
-    >
-    return rows.map((r) => JSON.parse(r.row))
-  } finally {
-    db.close()
-  }
-}
-const json = (x: unknown) => JSON.parse(JSON.stringify(x))
-
-/** The agent of the SPEC 9 harness over a SQLite file (the store is closed with the layer). */
-const onFile = (file: string, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
-  agentOver(script, options).pipe(Layer.provideMerge(sqlite(file)))
-
-/** Flushes, then checks the closing conditions: `checkLog` clean and the file equal to the live log. */
-const closeOnFile = (file: string, session = "s") =>
-  Effect.gen(function*() {
-    const driver = yield* Driver
-    const log = yield* SessionLog
-    yield* driver.whenIdle
-    yield* settle
-    yield* log.flush
-    const es = yield* log.events
-    expect(checkLog(es, { closed: true })).toEqual([])
-    expect(fileRows(file, session)).toEqual(json(es))
-    return es
-  })
-
-/** Runs `program` against a SQLite store alone, opened on `file` and closed afterwards. */
-const withStore = <A, E>(file: string, program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
-  Effect.scoped(Effect.flatMap(Effect.map(Layer.build(sqlite(file)), (ctx) => Context.get(ctx, SessionStore)), program))
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
+import { AgentBusy, AgentDisposed, CancelCause, checkLog, Driver, DuplicateMessage, Hooks, Inbox, InvalidSplice, MaintenanceAborted, MalformedLog, PreStep, ScriptedModel, Tool } from "../../../src/index.js"
+import { asId, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, recordStatus, requests, settle, shape, TEXT, texts, token, until, untilEvent, user } from "../harness.js"
+import { calls, captured, closeOnFile, empty, fileRows, freshFile, header, ids, json, onBoth, onFile, withStore } from "./sqliteHarness.js"
+import type { DriverEvent } from "../../../src/index.js"
 
 // ---------------------------------------------------------------------------------------------------
 describe("§7 / §9 P31-P36 on SQLite: cancellation in the loop", () => {
@@ -398,7 +215,7 @@ describe("§7 / §9 P31-P36 on SQLite: cancellation in the loop", () => {
 describe("P37-P38 on SQLite", () => {
   it.scoped("P37: first cause wins (TE(1,aborted(parent))) on SQLite", () =>
     Effect.gen(function*() {
-      const file = freshFileSqlite()
+      const file = freshFile()
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         yield* driver.followup(user("A"))
@@ -415,7 +232,7 @@ describe("P37-P38 on SQLite", () => {
 
   it.scoped("P38: disposal keeps the queued tail in the file; a new store on the file resumes and runs T then W", () =>
     Effect.gen(function*() {
-      const file = freshFileSqlite()
+      const file = freshFile()
       const scope = yield* Scope.make()
       const ctx = yield* Layer.buildWithScope(onFile(file, [ScriptedModel.hang({ text: "partial" })]), scope)
       const driver = Context.get(ctx, Driver)
@@ -462,7 +279,7 @@ describe("P37-P38 on SQLite", () => {
 describe("P39 on SQLite", () => {
   it.scoped("P39 (a, b, c, e): inbox mutations are written to the file exactly", () =>
     Effect.gen(function*() {
-      const file = freshFileSqlite()
+      const file = freshFile()
       yield* Effect.gen(function*() {
         const inbox = yield* Inbox
         const driver = yield* Driver
@@ -524,7 +341,7 @@ describe("P39 on SQLite", () => {
 
   it.scoped("P39 (d): resuming from the file a log whose event 0 is an out-of-range splice fails MalformedLog {seq: 0}", () =>
     Effect.gen(function*() {
-      const file = freshFileSqlite()
+      const file = freshFile()
       yield* withStore(file, (store) =>
         store.create(header("s"), [
           { type: "agent/inbox/spliced", seq: 0, time: 0, data: { target: "next-turn", start: 1, inserted: [user("X")] } } as any
@@ -540,7 +357,7 @@ describe("P39 on SQLite", () => {
 describe("P40 on SQLite", () => {
   it.scoped("P40 (a, d): a wake during maintenance is latched; the task exit opens the turn; AgentBusy during the task", () =>
     Effect.gen(function*() {
-      const file = freshFileSqlite()
+      const file = freshFile()
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const live = yield* recordLive
@@ -566,7 +383,7 @@ describe("P40 on SQLite", () => {
 
   it.scoped("P40 (b, c, d): a removed latch opens no turn; a broad cancel fails MaintenanceAborted; AgentBusy while running", () =>
     Effect.gen(function*() {
-      const file = freshFileSqlite()
+      const file = freshFile()
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const inbox = yield* Inbox
@@ -609,8 +426,8 @@ describe("P40 on SQLite", () => {
 describe("P41 on SQLite", () => {
   it.scoped("P41: a pending injection survives a real close and reopen; a copy of the file taken after inject holds it", () =>
     Effect.gen(function*() {
-      const file = freshFileSqlite()
-      const crashCopy = freshFileSqlite()
+      const file = freshFile()
+      const crashCopy = freshFile()
       const scope = yield* Scope.make()
       const ctx = yield* Layer.buildWithScope(onFile(file, [ScriptedModel.text("a")]), scope)
       const driver = Context.get(ctx, Driver)

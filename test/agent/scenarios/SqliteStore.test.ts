@@ -1,62 +1,13 @@
 /**
  * SPEC 9 scenarios on SQLite: P42-P45 crash repair, fork, surface replacement, the checker.
  */
-import { afterAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
-import { Cause, Context, Effect, Exit, Layer, Option, Schema } from "effect"
-import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, ForkError, forkSession, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, repairClosers, ScriptedModel, SessionId, SessionLog, SessionNotFound, SessionStore, SqliteSessionStore, Tool } from "../../../src/index.js"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
-import { agentOver, dataOfType, events, notation, plugin, requests, settle, shape, token, untilEvent, user } from "../harness.js"
-import type { SessionEvent, UserMessage } from "../../../src/index.js"
-
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-p37-45-"))
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
-let files = 0
-const freshFile = () => path.join(dir, `scenario-${++files}.db`)
-
-const sid = (s: string) => SessionId.make(s)
-const header = (id: string) => ({ formatVersion: 1 as const, sessionId: sid(id), createdAt: 0, seedLength: 0 })
-const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)
-const empty = Schema.Struct({})
-const sqlite = (file: string) => SqliteSessionStore.layer({ filename: file })
-
-/** The committed events of a session, read from the file on a connection of its own. */
-const fileRows = (file: string, session = "s"): Array<SessionEvent> => {
-  const db = new Database(file, { readonly: true })
-  try {
-    const rows = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all(session) as Array<
-      { readonly seq: number; readonly row: string }
-    >
-    return rows.map((r) => JSON.parse(r.row))
-  } finally {
-    db.close()
-  }
-}
-const json = (x: unknown) => JSON.parse(JSON.stringify(x))
-
-/** The agent of the SPEC 9 harness over a SQLite file (the store is closed with the layer). */
-const onFile = (file: string, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
-  agentOver(script, options).pipe(Layer.provideMerge(sqlite(file)))
-
-/** Flushes, then checks the closing conditions: `checkLog` clean and the file equal to the live log. */
-const closeOnFile = (file: string, session = "s") =>
-  Effect.gen(function*() {
-    const driver = yield* Driver
-    const log = yield* SessionLog
-    yield* driver.whenIdle
-    yield* settle
-    yield* log.flush
-    const es = yield* log.events
-    expect(checkLog(es, { closed: true })).toEqual([])
-    expect(fileRows(file, session)).toEqual(json(es))
-    return es
-  })
-
-/** Runs `program` against a SQLite store alone, opened on `file` and closed afterwards. */
-const withStore = <A, E>(file: string, program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
-  Effect.scoped(Effect.flatMap(Effect.map(Layer.build(sqlite(file)), (ctx) => Context.get(ctx, SessionStore)), program))
+import { Cause, Effect, Exit, Layer, Option } from "effect"
+import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, ForkError, forkSession, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, repairClosers, ScriptedModel, SessionLog, SessionNotFound, SessionStore, Tool } from "../../../src/index.js"
+import { agentOver, dataOfType, events, notation, plugin, requests, shape, token, untilEvent, user } from "../harness.js"
+import { closeOnFile, empty, fileRows, freshFile, header, ids, json, onFile, sid, withStore } from "./sqliteHarness.js"
+import type { SessionEvent } from "../../../src/index.js"
 
 const hangingTool = Tool.make("slow", { description: "never ends", parameters: empty, execute: () => Effect.never })
 

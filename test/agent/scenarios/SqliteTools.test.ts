@@ -2,155 +2,15 @@
  * SPEC 9 scenarios on SQLite: P20-P30 tools, max-tokens, provider errors and retries, checkpoints
  * as rows of the file, failure paths and resume.
  */
-import { afterAll, describe, expect, it } from "@effect/vitest"
-import Database from "better-sqlite3"
-import { Deferred, Duration, Effect, Layer, Random, Schema, TestClock } from "effect"
-import { CancelCause, checkLog, Driver, Hooks, Inbox, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore, Tool, ToolPreDecision } from "../../../src/index.js"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
-import { agentOver, dataOfType, events, gate, liveNotation, open, plugin, recordLive, recordStatus, requests, settle, shape, token, until, untilEvent, user } from "../harness.js"
-import type { Scope } from "effect"
-import type { ScriptEntry, SessionEvent } from "../../../src/index.js"
+import { describe, expect, it } from "@effect/vitest"
+import { Deferred, Duration, Effect, Schema, TestClock } from "effect"
+import { CancelCause, Driver, Hooks, Inbox, RequestErrorAction, ScriptedModel, SessionLog, Tool, ToolPreDecision } from "../../../src/index.js"
+import { dataOfType, gate, open, plugin, requests, settle, shape, TEXT, token, until, untilEvent, user } from "../harness.js"
+import { calls, captured, empty, fileRows, freshFile, from, onBoth, runOn } from "./sqliteHarness.js"
+import type { ScriptEntry } from "../../../src/index.js"
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-loop-"))
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
-let files = 0
-const freshFile = () => path.join(dir, `loop-${++files}.db`)
-
-/** The committed events of session "s", read from the file on a connection of its own. */
-const fileEvents = (file: string): Array<unknown> => {
-  const db = new Database(file, { readonly: true })
-  try {
-    const rows = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all("s") as Array<
-      { readonly seq: number; readonly row: string }
-    >
-    return rows.map((r) => JSON.parse(r.row))
-  } finally {
-    db.close()
-  }
-}
-
-type Services = Layer.Layer.Success<ReturnType<typeof agentOver>> | Scope.Scope
-type Options = Parameters<typeof agentOver>[1]
-
-/** One scenario: built afresh for each store so gates and counters are its own. */
-interface Case<X> {
-  readonly script: ReadonlyArray<ScriptEntry>
-  readonly options?: Options
-  readonly body: Effect.Effect<X, unknown, Services>
-  /** Events whose position races with the loop (concurrent callers): left out of the store comparison. */
-  readonly racing?: ReadonlyArray<string>
-}
-
-interface Run<X> {
-  readonly shape: ReadonlyArray<string>
-  readonly events: ReadonlyArray<SessionEvent>
-  readonly live: ReadonlyArray<string>
-  readonly trace: ReadonlyArray<string>
-  readonly requests: ReadonlyArray<{ readonly turn: number; readonly step: number; readonly attempt: number; readonly messages: ReadonlyArray<string> }>
-  readonly violations: ReadonlyArray<unknown>
-  readonly inbox: { readonly nextTurn: ReadonlyArray<string>; readonly nextStep: ReadonlyArray<string> }
-  readonly file?: ReadonlyArray<unknown>
-  readonly extra: X
-}
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
-
-/** The log as JSON with minted UUIDs numbered in order of appearance and times made relative to event 0. */
-const normalise = (es: ReadonlyArray<SessionEvent>) => {
-  const ids = new Map<string, string>()
-  const t0 = es[0]?.time ?? 0
-  const walk = (v: unknown): unknown => {
-    if (typeof v === "string" && UUID.test(v)) {
-      if (!ids.has(v)) ids.set(v, `uuid-${ids.size}`)
-      return ids.get(v)
-    }
-    if (Array.isArray(v)) return v.map(walk)
-    if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]))
-    return v
-  }
-  return es.map((e) => walk({ ...JSON.parse(JSON.stringify(e)), time: e.time - t0 }))
-}
-
-/** Runs a case over one store (a SQLite file, or memory when `file` is undefined) and gathers its outcome. */
-const runOn = <X>(c: Case<X>, file: string | undefined): Effect.Effect<Run<X>, unknown> => {
-  const store = file === undefined ? SessionStore.layerMemory : SqliteSessionStore.layer({ filename: file })
-  const layer = agentOver(c.script, c.options ?? {}).pipe(Layer.provideMerge(store))
-  return Effect.gen(function*() {
-    const driver = yield* Driver
-    const log = yield* SessionLog
-    const inbox = yield* Inbox
-    const live = yield* recordLive
-    const trace = yield* recordStatus
-    const extra = yield* c.body
-    yield* driver.whenIdle
-    yield* settle
-    yield* log.flush
-    const es = yield* events
-    const snapshot = yield* inbox.snapshot
-    return {
-      shape: yield* shape,
-      events: es,
-      live: (yield* live).map(liveNotation),
-      trace: yield* trace,
-      requests: (yield* requests).map((r) => ({ turn: r.turn, step: r.step, attempt: r.attempt, messages: r.messages.map(token) })),
-      violations: checkLog(es, { closed: true }),
-      inbox: { nextTurn: snapshot.nextTurn.map((m) => m.id), nextStep: snapshot.nextStep.map((m) => m.id) },
-      ...(file === undefined ? {} : { file: fileEvents(file) }),
-      extra
-    }
-  }).pipe(Effect.provide(layer), Effect.scoped, Effect.withRandom(Random.make("tiller-loop")))
-}
-
-/**
- * Runs `make()` over memory and over a fresh SQLite file. Checks on SQLite: checkLog clean, the
- * file equals the live log; and that both runs agree on everything observable. Returns the SQLite run.
- */
-const onBoth = <X>(make: (file: string | undefined) => Case<X>) =>
-  Effect.gen(function*() {
-    const first = make(undefined)
-    const mem = yield* runOn(first, undefined)
-    const file = freshFile()
-    const sql = yield* runOn(make(file), file)
-    // after disposal, a fresh store on the same file loads exactly the live log
-    const loaded = yield* Effect.provide(
-      Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s"))),
-      SqliteSessionStore.layer({ filename: file })
-    )
-    expect(loaded.events).toEqual(sql.events)
-    expect(loaded.header).toMatchObject({ formatVersion: 1, sessionId: "s", seedLength: 0 })
-    const racing = first.racing ?? []
-    const steady = (s: ReadonlyArray<string>) => s.filter((x) => !racing.includes(x))
-    expect(sql.violations).toEqual([])
-    expect(mem.violations).toEqual([])
-    expect(sql.file).toEqual(JSON.parse(JSON.stringify(sql.events)))
-    expect(steady(sql.shape)).toEqual(steady(mem.shape))
-    expect(sql.live).toEqual(mem.live)
-    expect(sql.trace).toEqual(mem.trace)
-    expect(sql.requests).toEqual(mem.requests)
-    expect(sql.inbox).toEqual(mem.inbox)
-    if (racing.length === 0) expect(normalise(sql.events)).toEqual(normalise(mem.events))
-    return sql
-  })
-
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]
-const empty = Schema.Struct({})
-const calls = (name: string, ids: ReadonlyArray<string>) =>
-  ScriptedModel.response({ toolCalls: ids.map((id) => ({ id, name, arguments: {} })) })
-/** The Driver of the current run, for tool bodies defined before the agent exists. */
-const captured = () => {
-  let current: Driver["Type"] | undefined
-  return {
-    get get(): Driver["Type"] {
-      return current!
-    },
-    capture: Effect.map(Driver, (d) => (current = d))
-  }
-}
 const toolShape = (s: ReadonlyArray<string>) => s.filter((x) => x.startsWith("TC") || x.startsWith("TR"))
-const from = (s: ReadonlyArray<string>, first: string) => s.slice(s.indexOf(first))
 
 // ---------------------------------------------------------------------------------------------------
 describe("§4.6 / §9 P20-P28 on SQLite: tools and max-tokens", () => {
@@ -694,7 +554,7 @@ describe("§4.5 Q4 / §4.6 START 2 on SQLite: checkpoints are rows of the file",
   const probeAt = (file: string | undefined, holder: { log?: SessionLog["Type"] }, label: string, into: Array<unknown>) =>
     Effect.suspend(() =>
       Effect.zipWith(holder.log!.events, holder.log!.durableSeq, (es, durable) => {
-        into.push({ label, live: es.length, durable, file: file === undefined ? es.length : fileEvents(file).length })
+        into.push({ label, live: es.length, durable, file: file === undefined ? es.length : fileRows(file).length })
       })
     )
 
@@ -737,7 +597,7 @@ describe("§4.5 Q4 / §4.6 START 2 on SQLite: checkpoints are rows of the file",
           execute: (_params, ctx) =>
             Effect.zipWith(holder.log!.events, holder.log!.durableSeq, (es, durable) => {
               const tc = es.find((e) => e.type === "tool/call" && (e.data as any).callId === ctx.callId)!
-              const rows = file === undefined ? es.length : fileEvents(file).length
+              const rows = file === undefined ? es.length : fileRows(file).length
               seen.push([ctx.callId, tc.seq < rows, tc.seq <= durable])
               return "ok"
             })

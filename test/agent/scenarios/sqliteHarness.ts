@@ -1,0 +1,196 @@
+/**
+ * The SPEC 9 scenarios on SQLite: runs one scenario over memory and over a fresh SQLite file and
+ * checks that both agree, and helpers to open, close and read a session's file directly.
+ */
+import { afterAll, expect } from "@effect/vitest"
+import Database from "better-sqlite3"
+import { Context, Effect, Layer, Random, Schema } from "effect"
+import type { Scope } from "effect"
+import { checkLog, Driver, Inbox, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore } from "../../../src/index.js"
+import type { ScriptEntry, SessionEvent, UserMessage } from "../../../src/index.js"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { agentOver, events, liveNotation, recordLive, recordStatus, requests, settle, shape, token } from "../harness.js"
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-scenario-"))
+afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
+let files = 0
+
+/** A path for a new SQLite file in this test file's temporary directory. */
+export const freshFile = (): string => path.join(dir, `scenario-${++files}.db`)
+
+/** The id of a session. */
+export const sid = (s: string) => SessionId.make(s)
+
+/** The header of a fresh session `id` with no seed, created at time 0. */
+export const header = (id: string) => ({ formatVersion: 1 as const, sessionId: sid(id), createdAt: 0, seedLength: 0 })
+
+/** The ids of some messages, in order. */
+export const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)
+
+/** The SQLite store over `file`. */
+export const sqlite = (file: string) => SqliteSessionStore.layer({ filename: file })
+
+/** A value as it reads back from JSON. */
+export const json = (x: unknown) => JSON.parse(JSON.stringify(x))
+
+/** Tool parameters with no fields. */
+export const empty = Schema.Struct({})
+
+/** A scripted response that calls tool `name` once per id. */
+export const calls = (name: string, ids: ReadonlyArray<string>) =>
+  ScriptedModel.response({ toolCalls: ids.map((id) => ({ id, name, arguments: {} })) })
+
+/** The Driver of the current run, for tool bodies defined before the agent exists. */
+export const captured = () => {
+  let current: Driver["Type"] | undefined
+  return {
+    get get(): Driver["Type"] {
+      return current!
+    },
+    capture: Effect.map(Driver, (d) => (current = d))
+  }
+}
+
+/** The part of a list of notations from the first `first` on. */
+export const from = (s: ReadonlyArray<string>, first: string) => s.slice(s.indexOf(first))
+
+/** The committed events of a session, read from the file on a connection of its own. */
+export const fileRows = (file: string, session = "s"): Array<SessionEvent> => {
+  const db = new Database(file, { readonly: true })
+  try {
+    const rows = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all(session) as Array<
+      { readonly seq: number; readonly row: string }
+    >
+    return rows.map((r) => JSON.parse(r.row))
+  } finally {
+    db.close()
+  }
+}
+
+/** The agent of the SPEC 9 harness over a SQLite file (the store is closed with the layer). */
+export const onFile = (file: string, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
+  agentOver(script, options).pipe(Layer.provideMerge(sqlite(file)))
+
+/** Flushes, then checks the closing conditions: `checkLog` clean and the file equal to the live log. */
+export const closeOnFile = (file: string, session = "s") =>
+  Effect.gen(function*() {
+    const driver = yield* Driver
+    const log = yield* SessionLog
+    yield* driver.whenIdle
+    yield* settle
+    yield* log.flush
+    const es = yield* log.events
+    expect(checkLog(es, { closed: true })).toEqual([])
+    expect(fileRows(file, session)).toEqual(json(es))
+    return es
+  })
+
+/** Runs `program` against a SQLite store alone, opened on `file` and closed afterwards. */
+export const withStore = <A, E>(file: string, program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
+  Effect.scoped(Effect.flatMap(Effect.map(Layer.build(sqlite(file)), (ctx) => Context.get(ctx, SessionStore)), program))
+
+/** What a scenario body may use: the agent's services and a scope. */
+export type Services = Layer.Layer.Success<ReturnType<typeof agentOver>> | Scope.Scope
+
+/** One scenario: built afresh for each store so gates and counters are its own. */
+export interface Case<X> {
+  readonly script: ReadonlyArray<ScriptEntry>
+  readonly options?: Parameters<typeof agentOver>[1]
+  readonly body: Effect.Effect<X, unknown, Services>
+  /** Events whose position races with the loop (concurrent callers): left out of the store comparison. */
+  readonly racing?: ReadonlyArray<string>
+}
+
+/** What one run of a scenario left: its log, notifications, requests and what the body returned. */
+export interface Run<X> {
+  readonly shape: ReadonlyArray<string>
+  readonly events: ReadonlyArray<SessionEvent>
+  readonly live: ReadonlyArray<string>
+  readonly trace: ReadonlyArray<string>
+  readonly requests: ReadonlyArray<{ readonly turn: number; readonly step: number; readonly attempt: number; readonly messages: ReadonlyArray<string> }>
+  readonly violations: ReadonlyArray<unknown>
+  readonly inbox: { readonly nextTurn: ReadonlyArray<string>; readonly nextStep: ReadonlyArray<string> }
+  readonly file?: ReadonlyArray<unknown>
+  readonly extra: X
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+
+/** The log as JSON with minted UUIDs numbered in order of appearance and times made relative to event 0. */
+const normalise = (es: ReadonlyArray<SessionEvent>) => {
+  const ids = new Map<string, string>()
+  const t0 = es[0]?.time ?? 0
+  const walk = (v: unknown): unknown => {
+    if (typeof v === "string" && UUID.test(v)) {
+      if (!ids.has(v)) ids.set(v, `uuid-${ids.size}`)
+      return ids.get(v)
+    }
+    if (Array.isArray(v)) return v.map(walk)
+    if (v !== null && typeof v === "object") return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, walk(x)]))
+    return v
+  }
+  return es.map((e) => walk({ ...JSON.parse(JSON.stringify(e)), time: e.time - t0 }))
+}
+
+/** Runs a case over one store (a SQLite file, or memory when `file` is undefined) and gathers its outcome. */
+export const runOn = <X>(c: Case<X>, file: string | undefined): Effect.Effect<Run<X>, unknown> => {
+  const store = file === undefined ? SessionStore.layerMemory : sqlite(file)
+  const layer = agentOver(c.script, c.options ?? {}).pipe(Layer.provideMerge(store))
+  return Effect.gen(function*() {
+    const driver = yield* Driver
+    const log = yield* SessionLog
+    const inbox = yield* Inbox
+    const live = yield* recordLive
+    const trace = yield* recordStatus
+    const extra = yield* c.body
+    yield* driver.whenIdle
+    yield* settle
+    yield* log.flush
+    const es = yield* events
+    const snapshot = yield* inbox.snapshot
+    return {
+      shape: yield* shape,
+      events: es,
+      live: (yield* live).map(liveNotation),
+      trace: yield* trace,
+      requests: (yield* requests).map((r) => ({ turn: r.turn, step: r.step, attempt: r.attempt, messages: r.messages.map(token) })),
+      violations: checkLog(es, { closed: true }),
+      inbox: { nextTurn: snapshot.nextTurn.map((m) => m.id), nextStep: snapshot.nextStep.map((m) => m.id) },
+      ...(file === undefined ? {} : { file: fileRows(file) }),
+      extra
+    }
+  }).pipe(Effect.provide(layer), Effect.scoped, Effect.withRandom(Random.make("tiller-loop")))
+}
+
+/**
+ * Runs `make()` over memory and over a fresh SQLite file. Checks on SQLite: checkLog clean, the
+ * file equals the live log; and that both runs agree on everything observable. Returns the SQLite run.
+ */
+export const onBoth = <X>(make: (file: string | undefined) => Case<X>) =>
+  Effect.gen(function*() {
+    const first = make(undefined)
+    const mem = yield* runOn(first, undefined)
+    const file = freshFile()
+    const sql = yield* runOn(make(file), file)
+    // after disposal, a fresh store on the same file loads exactly the live log
+    const loaded = yield* Effect.provide(
+      Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s"))),
+      sqlite(file)
+    )
+    expect(loaded.events).toEqual(sql.events)
+    expect(loaded.header).toMatchObject({ formatVersion: 1, sessionId: "s", seedLength: 0 })
+    const racing = first.racing ?? []
+    const steady = (s: ReadonlyArray<string>) => s.filter((x) => !racing.includes(x))
+    expect(sql.violations).toEqual([])
+    expect(mem.violations).toEqual([])
+    expect(sql.file).toEqual(JSON.parse(JSON.stringify(sql.events)))
+    expect(steady(sql.shape)).toEqual(steady(mem.shape))
+    expect(sql.live).toEqual(mem.live)
+    expect(sql.trace).toEqual(mem.trace)
+    expect(sql.requests).toEqual(mem.requests)
+    expect(sql.inbox).toEqual(mem.inbox)
+    if (racing.length === 0) expect(normalise(sql.events)).toEqual(normalise(mem.events))
+    return sql
+  })

@@ -5,11 +5,11 @@ import type * as Response from "@effect/ai/Response"
 import * as Tool from "@effect/ai/Tool"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Either, Option, Ref, Schema, Stream } from "effect"
-import { ModelError } from "../../src/domain/Errors.js"
-import { MessageId, SessionId } from "../../src/domain/Ids.js"
-import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
-import type { ModelRequest } from "../../src/services/Model.js"
-import { Model } from "../../src/services/Model.js"
+import { ModelError } from "../../../src/domain/Errors.js"
+import { MessageId, SessionId } from "../../../src/domain/Ids.js"
+import type { Message, StreamChunk, ToolSchema } from "../../../src/domain/Values.js"
+import type { ModelRequest } from "../../../src/services/Model.js"
+import { Model } from "../../../src/services/Model.js"
 
 const modelSource = { kind: "model" as const, provider: "p", model: "m" }
 

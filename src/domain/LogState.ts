@@ -18,7 +18,8 @@ import { initialRelations, relate } from "./Relations.js"
 import type { PendingLists, SpliceShape } from "./Splice.js"
 import { applyPending, emptyPending, spliceShape } from "./Splice.js"
 import type { Surface } from "./Surface.js"
-import { applySurfaceOp, emptySurface, messageOf, messagesOf, replaceRange } from "./Surface.js"
+import { messageOf, rangeOfPositions } from "./Surface.js"
+import { SurfaceHistory } from "./SurfaceHistory.js"
 import type { Message, ToolResultMessage, UserMessage } from "./Values.js"
 
 /**
@@ -62,6 +63,8 @@ export interface LogState {
    */
   readonly seedInbox: PendingLists
   readonly known: KnownIds
+  /** The surface and its messages: what `surface` and `messages` read. */
+  readonly history: SurfaceHistory
   readonly surface: Surface
   /** The messages of the surface, in order (what a model request sends), kept in step with it. */
   readonly messages: GrowOnly.GrowOnly<Message>
@@ -70,24 +73,36 @@ export interface LogState {
   readonly lastTurn: number
 }
 
+// A fold state: `surface` and `messages` are read from `history`, which builds them on first read
+// after single-node replacements (a prune's run of them costs the fold one build, not one each).
+class FoldState implements LogState {
+  constructor(
+    readonly length: number,
+    readonly seedLength: number,
+    readonly inbox: PendingLists,
+    readonly seedInbox: PendingLists,
+    readonly known: KnownIds,
+    readonly history: SurfaceHistory,
+    readonly relations: Relations,
+    readonly openStepStart: number,
+    readonly lastTurn: number
+  ) {}
+  get surface(): Surface {
+    return this.history.surface
+  }
+  get messages(): GrowOnly.GrowOnly<Message> {
+    return this.history.messages
+  }
+}
+
 /**
  * The state of an empty log with the given seed length.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const initialLogState = (seedLength = 0): LogState => ({
-  length: 0,
-  seedLength,
-  inbox: emptyPending,
-  seedInbox: emptyPending,
-  known: emptyKnownIds(),
-  surface: emptySurface(),
-  messages: GrowOnly.empty(),
-  relations: initialRelations,
-  openStepStart: -1,
-  lastTurn: 0
-})
+export const initialLogState = (seedLength = 0): LogState =>
+  new FoldState(0, seedLength, emptyPending, emptyPending, emptyKnownIds(), SurfaceHistory.empty(), initialRelations, -1, 0)
 
 /**
  * Advances the fold by one event. Always returns a best-effort next state; the event is acceptable
@@ -108,7 +123,17 @@ export const advance = (
 // still pending there were never removed, so they are known as discarded.
 const endSeed = (state: LogState): LogState => {
   const left = [...GrowOnly.toArray(state.seedInbox.nextTurn), ...GrowOnly.toArray(state.seedInbox.nextStep)]
-  return { ...state, seedInbox: emptyPending, known: markRemoved(state.known, left.map((m) => m.id), "cancel") }
+  return new FoldState(
+    state.length,
+    state.seedLength,
+    state.inbox,
+    emptyPending,
+    markRemoved(state.known, left.map((m) => m.id), "cancel"),
+    state.history,
+    state.relations,
+    state.openStepStart,
+    state.lastTurn
+  )
 }
 
 // The result of an acceptable event: one shared empty list.
@@ -139,8 +164,7 @@ const advanceFrom = (
   // Known-id changes apply after the relation checks, which read `state.known`: the table is then
   // still owned by that version, so each lookup is direct.
   let mark: ((known: KnownIds) => KnownIds) | undefined
-  let surface = state.surface
-  let messages = state.messages
+  let history = state.history
   let openStepStart = state.openStepStart
   let lastTurn = state.lastTurn
   let shape: SpliceShape | undefined
@@ -188,16 +212,8 @@ const advanceFrom = (
         const problem = checkReplacement(state, e, e.surfaceOp, eventAt)
         if (problem !== undefined) acceptance(violations, problem)
       }
-      if (violations.length === 0 || e.surfaceOp === "append") {
-        surface = applySurfaceOp(surface, e.seq, e.surfaceOp)
-        if (e.surfaceOp === "append") {
-          const message = messageOf(e)
-          if (message !== undefined) messages = GrowOnly.push(messages, message)
-        } else if (surface !== state.surface) {
-          // A replacement: rebuild from the new surface (the event itself is not in the log yet).
-          messages = GrowOnly.fromArray(messagesOf(surface, (seq) => seq === e.seq ? e : eventAt(seq)))
-        }
-      }
+      if (e.surfaceOp === "append") history = history.append(e.seq, messageOf(e))
+      else if (violations.length === 0) history = replaceOn(history, e, e.surfaceOp, eventAt)
       const id = e.type === "user/message"
         ? (e.data as UserMessage).id
         : (e.data as { readonly message: { readonly id: string } }).message.id
@@ -227,18 +243,17 @@ const advanceFrom = (
     }, violations as Array<RuleViolation>)
     : state.relations
   return {
-    state: {
-      length: state.length + 1,
-      seedLength: state.seedLength,
+    state: new FoldState(
+      state.length + 1,
+      state.seedLength,
       inbox,
       seedInbox,
-      known: mark === undefined ? state.known : mark(state.known),
-      surface,
-      messages,
+      mark === undefined ? state.known : mark(state.known),
+      history,
       relations,
       openStepStart,
       lastTurn
-    },
+    ),
     violations: violations.length === 0 ? noViolations : violations.splice(0)
   }
 }
@@ -259,16 +274,37 @@ const checkCitations = (type: string, seq: number, cites: ReadonlyArray<number> 
   return undefined
 }
 
+// A valid replacement applied: a single node with a message replaced by one with a message is a
+// patch (O(1)); any other range rebuilds the surface and its messages (the event itself is not in
+// the log yet).
+const replaceOn = (
+  history: SurfaceHistory,
+  event: SessionEvent,
+  op: { readonly start: number; readonly end: number },
+  eventAt: (seq: number) => SessionEvent | undefined
+): SurfaceHistory => {
+  const from = history.positionOf(op.start)
+  const to = history.positionOf(op.end)
+  if (from < 0 || to < from) return history
+  const message = messageOf(event)
+  if (from === to && message !== undefined && history.hasMessageAt(from)) return history.patch(from, event.seq, message)
+  const seqs = GrowOnly.toArray(history.surface)
+  seqs.splice(from, to - from + 1, event.seq)
+  return SurfaceHistory.rebuilt(seqs, (seq) => messageOf(seq === event.seq ? event : eventAt(seq)))
+}
+
 const checkReplacement = (
   state: LogState,
   event: SessionEvent & { readonly sourceEventSeqs?: ReadonlyArray<number> },
   op: { readonly start: number; readonly end: number },
   eventAt: (seq: number) => SessionEvent | undefined
 ): string | undefined => {
-  const range = replaceRange(state.surface, op.start, op.end)
+  const history = state.history
+  const range = rangeOfPositions(history.positionOf(op.start), history.positionOf(op.end), op.start, op.end)
   if (Either.isLeft(range)) return range.left
   const { from, to } = range.right
-  const shadowed = state.surface.buffer.slice(from, to + 1)
+  // A single node is its own seq: the surface is not built for it (a prune's run of replacements).
+  const shadowed = from === to ? [op.start] : history.surface.buffer.slice(from, to + 1)
   const cites = new Set(event.sourceEventSeqs ?? [])
   for (const seq of shadowed) {
     if (!cites.has(seq)) return `replacement must cite every shadowed seq (missing ${seq})`
@@ -287,8 +323,9 @@ const checkReplacement = (
   // assistant/message before it on the surface that has the call id (ids may repeat across steps).
   const inRange = new Set(shadowed)
   const callOwner = new Map<string, number>()
-  for (let i = 0; i < state.surface.length; i++) {
-    const seq = state.surface.buffer[i]!
+  const surface = history.surface
+  for (let i = 0; i < surface.length; i++) {
+    const seq = surface.buffer[i]!
     const e = eventAt(seq)
     if (e?.type === "assistant/message") {
       for (const block of (e.data as { readonly message: { readonly content: ReadonlyArray<{ readonly type: string; readonly id?: string }> } }).message.content) {

@@ -1,9 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
+import { FastCheck } from "effect"
 import * as GrowOnly from "../../src/domain/GrowOnly.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import type { FoldOptions, LogState, Violation } from "../../src/domain/LogState.js"
 import { advance, initialLogState } from "../../src/domain/LogState.js"
-import { deriveMessages } from "../../src/domain/Surface.js"
+import { applySurfaceOp, deriveMessages, emptySurface, messagesOf } from "../../src/domain/Surface.js"
+import type { SurfaceOp } from "../../src/domain/Event.js"
 import type { LogBuilder } from "../fixtures/events.js"
 import { assistantMessage, call, event, log, text, toolResultMessage, user } from "../fixtures/events.js"
 
@@ -227,5 +229,111 @@ describe("surface replacement via advance (P44)", () => {
     const { violations } = offerLast(toolTurn().replaceWithUser(user("A", "rewritten"), UM_A, UM_A, [UM_A]))
     expect(violations.map((v) => v.rule)).toStrictEqual(["R9"])
     accepted(toolTurn().replaceWithUser(C, UM_A, UM_A, [UM_A]))
+  })
+})
+
+/** One turn of `steps` steps, each calling a tool whose result is `c<i>`'s, then an answer. */
+const longTurn = (steps: number) => {
+  const b = log().insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).stepStart().enter(A).header()
+  for (let i = 1; i <= steps; i++) {
+    if (i > 1) b.stepStart()
+    b.respondWithCalls([call(`c${i}`)]).toolCall(`c${i}`).toolResult(`c${i}`).stepEnd()
+  }
+  return b.stepStart().respond("done").stepEnd().turnEnd()
+}
+
+/** The surface and history of a log by the plain definition: each op applied to a copy, the history walked again. */
+const reference = (events: ReadonlyArray<SessionEvent>) => {
+  let surface = emptySurface()
+  for (const e of events) {
+    const op = (e as { readonly surfaceOp?: SurfaceOp }).surfaceOp
+    if (op !== undefined) surface = applySurfaceOp(surface, e.seq, op)
+  }
+  return { surface: GrowOnly.toArray(surface), messages: messagesOf(surface, (seq) => events[seq]) }
+}
+
+describe("surface replacement cost", () => {
+  it("a prune's run of single-node tool/result replacements reads each replaced event once, not the whole surface per replacement", () => {
+    const steps = 300
+    const b = longTurn(steps).compaction("start", null)
+    const start = b.lastSeq
+    for (let i = 1; i <= steps; i++) {
+      const target = b.resultSeq(`c${i}`)
+      b.replaceToolResult(target, toolResultMessage(`c${i}`, { text: `[pruned ${i}]` }), [target, start], { turn: 1, step: i })
+    }
+    const events = b.compaction("end", null).events
+    let state = initialLogState()
+    let reads = 0
+    for (const e of events) {
+      const replacing = (e as { readonly surfaceOp?: SurfaceOp }).surfaceOp !== "append" && e.type === "tool/result"
+      const next = advance(state, e, (seq) => {
+        if (replacing) reads++
+        return events[seq]
+      }, options)
+      expect(next.violations).toStrictEqual([])
+      state = next.state
+    }
+    // The old fold walked the 2 + 2 × 300 nodes after each of the 300 replacements (180,600 reads).
+    expect(reads).toBeLessThanOrEqual(2 * steps)
+    const expected = reference(events)
+    expect(GrowOnly.toArray(state.surface)).toStrictEqual(expected.surface)
+    expect(GrowOnly.toArray(state.messages)).toStrictEqual(expected.messages)
+    expect(deriveMessages(events)).toStrictEqual(expected.messages)
+  })
+
+  it("replaying any mix of prunes, summaries and reads gives the surface and history of the plain definition at every read", () => {
+    const op = FastCheck.oneof(
+      FastCheck.record({ kind: FastCheck.constant("prune" as const), at: FastCheck.nat() }),
+      FastCheck.record({ kind: FastCheck.constant("summary" as const), at: FastCheck.nat(), width: FastCheck.nat({ max: 6 }) }),
+      FastCheck.record({ kind: FastCheck.constant("read" as const) })
+    )
+    FastCheck.assert(
+      FastCheck.property(FastCheck.integer({ min: 1, max: 12 }), FastCheck.array(op, { maxLength: 25 }), (steps, ops) => {
+        const b = longTurn(steps)
+        let state = fold(b.events)
+        let folded = b.events.length
+        let summaries = 0
+        const catchUp = () => {
+          const events = b.events
+          for (; folded < events.length; folded++) {
+            const next = advance(state, events[folded]!, (seq) => events[seq], options)
+            expect(next.violations).toStrictEqual([])
+            state = next.state
+          }
+        }
+        for (const o of ops) {
+          const events = b.events
+          const surface = reference(events).surface
+          if (o.kind === "read") {
+            catchUp()
+            expect(GrowOnly.toArray(state.surface)).toStrictEqual(surface)
+            expect(GrowOnly.toArray(state.messages)).toStrictEqual(reference(events).messages)
+            continue
+          }
+          if (o.kind === "prune") {
+            const results = surface.filter((seq) => events[seq]!.type === "tool/result")
+            if (results.length === 0) continue
+            const target = results[o.at % results.length]!
+            const callId = (events[target]!.data as { readonly message: { readonly content: readonly [{ readonly toolCallId: string }] } })
+              .message.content[0].toolCallId
+            b.replaceToolResult(target, toolResultMessage(callId, { text: `[pruned at ${events.length}]` }), [target])
+            continue
+          }
+          // A summary from a node that is not a result to one that no result follows: no call is cut off.
+          const starts = surface.map((seq, i) => [seq, i] as const).filter(([seq]) => events[seq]!.type !== "tool/result")
+          const [, from] = starts[o.at % starts.length]!
+          let to = Math.min(surface.length - 1, from + o.width)
+          while (to + 1 < surface.length && events[surface[to + 1]!]!.type === "tool/result") to++
+          const shadowed = surface.slice(from, to + 1)
+          b.replaceWithUser(user(`S${++summaries}`), shadowed[0]!, shadowed[shadowed.length - 1]!, [...shadowed].sort((x, y) => x - y))
+        }
+        catchUp()
+        const expected = reference(b.events)
+        expect(GrowOnly.toArray(state.surface)).toStrictEqual(expected.surface)
+        expect(GrowOnly.toArray(state.messages)).toStrictEqual(expected.messages)
+        expect(deriveMessages(b.events)).toStrictEqual(expected.messages)
+      }),
+      { numRuns: 200 }
+    )
   })
 })

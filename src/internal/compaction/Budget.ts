@@ -153,6 +153,8 @@ export interface BudgetState {
   model: string | undefined
   header: RequestHeader | undefined
   readonly surface: Array<number>
+  /** The positions of `surface`'s seqs, built when a replacement first needs them, dropped after a range. */
+  positions: Map<number, number> | undefined
   readonly estimates: Map<number, number>
 }
 
@@ -170,6 +172,7 @@ export const emptyBudget = (): BudgetState => ({
   model: undefined,
   header: undefined,
   surface: [],
+  positions: undefined,
   estimates: new Map()
 })
 
@@ -196,6 +199,7 @@ export const advance = (state: BudgetState, event: SessionEvent): void => {
   const estimate = message === undefined ? 0 : tokensOfMessage(message)
   if (op === "append") {
     state.surface.push(event.seq)
+    state.positions?.set(event.seq, state.surface.length - 1)
     state.estimates.set(event.seq, estimate)
     const data = event.data as { readonly usage?: Usage; readonly message?: { readonly source?: { readonly provider?: unknown } } }
     if (event.type === "assistant/message" && data.usage !== undefined) {
@@ -207,11 +211,19 @@ export const advance = (state: BudgetState, event: SessionEvent): void => {
     }
     return
   }
-  const from = state.surface.indexOf(op.start)
-  const to = state.surface.indexOf(op.end)
+  // Positions found in O(1): a prune's run of single-node replacements is linear, not O(k·n).
+  const positions = state.positions ??= new Map(state.surface.map((seq, i) => [seq, i]))
+  const from = positions.get(op.start) ?? -1
+  const to = positions.get(op.end) ?? -1
   // The log accepted the event, so the range is valid; a mirror out of step changes nothing.
   if (from < 0 || to < from) return
   const shadowed = state.surface.splice(from, to - from + 1, event.seq)
+  if (from === to) {
+    positions.delete(op.start)
+    positions.set(event.seq, from)
+  } else {
+    state.positions = undefined
+  }
   let removed = 0
   for (const seq of shadowed) {
     removed += state.estimates.get(seq) ?? 0

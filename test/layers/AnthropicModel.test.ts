@@ -29,6 +29,7 @@ import { notation, user } from "../agent/harness.js"
 import * as AnthropicServer from "./fake/AnthropicServer.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as ResponsesServer from "./fake/ResponsesServer.js"
+import * as Chunks from "../fixtures/streamChunks.js"
 
 const KEY = "sk-ant-test-5e4d3c2b1a"
 const apiKey = Redacted.make(KEY)
@@ -378,15 +379,9 @@ describe("AnthropicModel over HTTP", () => {
       })
       expect(out).toStrictEqual({
         chunks: [
-          { type: "block-start", index: 0, block: "text" },
-          { type: "text-delta", index: 0, text: "Hi" },
-          { type: "text-delta", index: 0, text: " there." },
-          { type: "block-end", index: 0 },
-          {
-            type: "usage",
-            usage: { inputTokens: 7, outputTokens: 3, totalTokens: 10, cacheReadTokens: 0, cacheWriteTokens: 0 }
-          },
-          { type: "finish", finish: { kind: "stop" } }
+          ...Chunks.textBlock(0, "Hi", " there."),
+          Chunks.usage({ inputTokens: 7, outputTokens: 3, totalTokens: 10, cacheReadTokens: 0, cacheWriteTokens: 0 }),
+          Chunks.stop
         ],
         error: Option.none()
       })
@@ -502,11 +497,9 @@ describe("AnthropicModel over HTTP", () => {
     )
 
   const textTurn: StreamChunk[] = [
-    { type: "block-start", index: 0, block: "text" },
-    { type: "text-delta", index: 0, text: "ü 🙂" },
-    { type: "block-end", index: 0 },
-    { type: "usage", usage: { inputTokens: 2, outputTokens: 1, totalTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0 } },
-    { type: "finish", finish: { kind: "stop" } }
+    ...Chunks.textBlock(0, "ü 🙂"),
+    Chunks.usage({ inputTokens: 2, outputTokens: 1, totalTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0 }),
+    Chunks.stop
   ]
 
   it.effect("a body that arrives one byte at a time, inside multi-byte characters, decodes the same", () =>

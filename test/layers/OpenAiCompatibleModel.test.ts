@@ -41,6 +41,7 @@ import { Tool, Tools } from "../../src/services/Tools.js"
 import { notation, plugin, user } from "../agent/harness.js"
 import type { ChatCompletionsServer, Reply } from "./fake/ChatCompletionsServer.js"
 import * as Fake from "./fake/ChatCompletionsServer.js"
+import * as Chunks from "../fixtures/streamChunks.js"
 
 const KEY = "sk-test-9f8e7d6c5b4a"
 const apiKey = Redacted.make(KEY)
@@ -303,17 +304,11 @@ describe("OpenAiCompatibleModel chunks", () => {
       ])])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "hm" },
-        { type: "reasoning-delta", index: 0, text: "m" },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "Hel" },
-        { type: "text-delta", index: 1, text: "lo" },
-        { type: "block-end", index: 1 },
-        { type: "usage", usage: { ...tillerUsage, reasoningTokens: 2, cacheReadTokens: 4 } },
+        ...Chunks.reasoningBlock(0, "hm", "m"),
+        ...Chunks.textBlock(1, "Hel", "lo"),
+        Chunks.usage({ ...tillerUsage, reasoningTokens: 2, cacheReadTokens: 4 }),
         { type: "replay-state", state: { "openai-compatible": { reasoningField: "reasoning_content" } } },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -329,9 +324,7 @@ describe("OpenAiCompatibleModel chunks", () => {
       ])])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "two calls" },
-        { type: "block-end", index: 0 },
+        ...Chunks.textBlock(0, "two calls"),
         { type: "block-start", index: 1, block: "tool-call", id: "call_a", name: "lookup" },
         { type: "tool-call-delta", index: 1, arguments: "{\"q\":" },
         { type: "block-start", index: 2, block: "tool-call", id: "call_b", name: "now" },
@@ -340,7 +333,7 @@ describe("OpenAiCompatibleModel chunks", () => {
         { type: "tool-call-delta", index: 2, arguments: "{}" },
         { type: "block-end", index: 2 },
         { type: "usage", usage: tillerUsage },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -366,7 +359,7 @@ describe("OpenAiCompatibleModel chunks", () => {
         { type: "block-end", index: 0 },
         { type: "block-end", index: 1 },
         { type: "block-end", index: 2 },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -383,11 +376,8 @@ describe("OpenAiCompatibleModel chunks", () => {
       const { run: out } = yield* run([Fake.raw(body, 40)])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "héllo 🙂" },
-        { type: "text-delta", index: 0, text: " wörld" },
-        { type: "block-end", index: 0 },
-        { type: "finish", finish: { kind: "stop" } }
+        ...Chunks.textBlock(0, "héllo 🙂", " wörld"),
+        Chunks.stop
       ])
     }))
 
@@ -418,18 +408,12 @@ describe("OpenAiCompatibleModel chunks", () => {
         Effect.provideService(HttpClient.HttpClient, client)
       )
       expect(Chunk.toReadonlyArray(chunks)).toStrictEqual([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "ü" },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "🙂 ok" },
-        { type: "block-end", index: 1 },
-        { type: "block-start", index: 2, block: "tool-call", id: "c1", name: "f" },
-        { type: "tool-call-delta", index: 2, arguments: "{\"a\":\"ß\"}" },
-        { type: "block-end", index: 2 },
+        ...Chunks.reasoningBlock(0, "ü"),
+        ...Chunks.textBlock(1, "🙂 ok"),
+        ...Chunks.toolCallBlock(2, "c1", "f", "{\"a\":\"ß\"}"),
         { type: "usage", usage: tillerUsage },
         { type: "replay-state", state: { "openai-compatible": { reasoningField: "reasoning_content" } } },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -457,7 +441,7 @@ describe("OpenAiCompatibleModel chunks", () => {
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks.slice(-2)).toStrictEqual([
         { type: "usage", usage: tillerUsage },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
   it.scoped("delta.refusal is streamed as text and finishes as a non-retryable REFUSAL error", () =>
@@ -471,10 +455,7 @@ describe("OpenAiCompatibleModel chunks", () => {
       ])])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "I'm sorry, I can't" },
-        { type: "text-delta", index: 0, text: " assist with that request." },
-        { type: "block-end", index: 0 },
+        ...Chunks.textBlock(0, "I'm sorry, I can't", " assist with that request."),
         { type: "usage", usage: tillerUsage },
         {
           type: "finish",
@@ -500,15 +481,11 @@ describe("OpenAiCompatibleModel chunks", () => {
       ])])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "Okay" },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "4" },
-        { type: "block-end", index: 1 },
+        ...Chunks.reasoningBlock(0, "Okay"),
+        ...Chunks.textBlock(1, "4"),
         { type: "usage", usage: tillerUsage },
         { type: "replay-state", state: { "openai-compatible": { reasoningField: "reasoning" } } },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -523,11 +500,9 @@ describe("OpenAiCompatibleModel chunks", () => {
       ])])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "Capital" },
-        { type: "block-end", index: 0 },
+        ...Chunks.textBlock(0, "Capital"),
         { type: "usage", usage: tillerUsage },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -536,10 +511,8 @@ describe("OpenAiCompatibleModel chunks", () => {
       const { run: out } = yield* run([Fake.raw(Fake.event(Fake.chunk({ content: "ok" })) + Fake.DONE)])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "ok" },
-        { type: "block-end", index: 0 },
-        { type: "finish", finish: { kind: "stop" } }
+        ...Chunks.textBlock(0, "ok"),
+        Chunks.stop
       ])
     }))
 })

@@ -23,6 +23,7 @@ import { Tool, Tools } from "../../src/services/Tools.js"
 import { notation, user } from "../agent/harness.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as Fake from "./fake/ResponsesServer.js"
+import * as Chunks from "../fixtures/streamChunks.js"
 
 const KEY = "sk-test-5e4d3c2b1a-never-printed"
 const apiKey = Redacted.make(KEY)
@@ -275,15 +276,9 @@ describe("OpenAiModel over HTTP", () => {
       ])
       expect(error).toStrictEqual(Option.none())
       expect(chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "Add" },
-        { type: "reasoning-delta", index: 0, text: " them." },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "tool-call", id: "call_1", name: "add" },
-        { type: "tool-call-delta", index: 1, arguments: "{\"a\":12," },
-        { type: "tool-call-delta", index: 1, arguments: "\"b\":7}" },
-        { type: "block-end", index: 1 },
-        { type: "usage", usage: { inputTokens: 20, outputTokens: 8, totalTokens: 28, reasoningTokens: 4, cacheReadTokens: 2 } },
+        ...Chunks.reasoningBlock(0, "Add", " them."),
+        ...Chunks.toolCallBlock(1, "call_1", "add", "{\"a\":12,", "\"b\":7}"),
+        Chunks.usage({ inputTokens: 20, outputTokens: 8, totalTokens: 28, reasoningTokens: 4, cacheReadTokens: 2 }),
         {
           type: "replay-state",
           state: {
@@ -295,7 +290,7 @@ describe("OpenAiModel over HTTP", () => {
             }
           }
         },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
       expect(received).toHaveLength(1)
       expect(received[0]!.method).toBe("POST")
@@ -379,8 +374,8 @@ describe("OpenAiModel over HTTP", () => {
       const { received, runs } = yield* runAll([refused, hello, hello], [request(), request()])
       expect(runs.map((r) => r.error)).toStrictEqual([Option.none(), Option.none()])
       expect(runs.map((r) => r.chunks.at(-1))).toStrictEqual([
-        { type: "finish", finish: { kind: "stop" } },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop,
+        Chunks.stop
       ])
       expect(received.map((r) => r.body.include)).toStrictEqual([["reasoning.encrypted_content"], undefined, undefined])
     }))

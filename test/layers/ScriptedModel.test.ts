@@ -7,6 +7,7 @@ import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import type { ModelRequest } from "../../src/services/Model.js"
 import { Model } from "../../src/services/Model.js"
+import * as Chunks from "../fixtures/streamChunks.js"
 
 const request = (attempt: number): ModelRequest => ({
   sessionId: SessionId.make("s"),
@@ -55,9 +56,7 @@ describe("ScriptedModel chunk sequences", () => {
   it.effect("text: one block, one delta, block-end, finish stop", () =>
     Effect.gen(function*() {
       expect(yield* collect(ScriptedModel.text("hello"))).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "hello" },
-        { type: "block-end", index: 0 },
+        ...Chunks.textBlock(0, "hello"),
         stop
       ])
     }))
@@ -65,10 +64,7 @@ describe("ScriptedModel chunk sequences", () => {
   it.effect("text with deltas and usage: one delta per element, usage before the finish", () =>
     Effect.gen(function*() {
       expect(yield* collect(ScriptedModel.text("hello", { deltas: ["hel", "lo"], usage }))).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "hel" },
-        { type: "text-delta", index: 0, text: "lo" },
-        { type: "block-end", index: 0 },
+        ...Chunks.textBlock(0, "hel", "lo"),
         { type: "usage", usage },
         stop
       ])
@@ -89,21 +85,12 @@ describe("ScriptedModel chunk sequences", () => {
         finish: "max-tokens"
       }))
       expect(chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "thin" },
-        { type: "reasoning-delta", index: 0, text: "king" },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "calling" },
-        { type: "block-end", index: 1 },
-        { type: "block-start", index: 2, block: "tool-call", id: "c1", name: "echo" },
-        { type: "tool-call-delta", index: 2, arguments: "{\"text\":\"hi\"}" },
-        { type: "block-end", index: 2 },
+        ...Chunks.reasoningBlock(0, "thin", "king"),
+        ...Chunks.textBlock(1, "calling"),
+        ...Chunks.toolCallBlock(2, "c1", "echo", "{\"text\":\"hi\"}"),
         { type: "block-start", index: 3, block: "tool-call", id: "c2", name: "raw" },
         { type: "tool-call-delta", index: 3, arguments: "{\"te" },
-        { type: "block-start", index: 4, block: "tool-call", id: "c3", name: "list" },
-        { type: "tool-call-delta", index: 4, arguments: "[1,2]" },
-        { type: "block-end", index: 4 },
+        ...Chunks.toolCallBlock(4, "c3", "list", "[1,2]"),
         { type: "usage", usage },
         { type: "replay-state", state: { opaque: ["x", 1] } },
         { type: "finish", finish: { kind: "max-tokens" } }
@@ -114,9 +101,7 @@ describe("ScriptedModel chunk sequences", () => {
     Effect.gen(function*() {
       expect(yield* collect(ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }] })))
         .toStrictEqual([
-          { type: "block-start", index: 0, block: "tool-call", id: "c1", name: "t" },
-          { type: "tool-call-delta", index: 0, arguments: "{}" },
-          { type: "block-end", index: 0 },
+          ...Chunks.toolCallBlock(0, "c1", "t", "{}"),
           stop
         ])
       expect(yield* collect(ScriptedModel.response({}))).toStrictEqual([stop])
@@ -144,9 +129,7 @@ describe("ScriptedModel chunk sequences", () => {
       const failure = { message: "cut", code: "ABORTED" }
       expect(yield* collect(ScriptedModel.fail(failure, { partial: { text: "t", closed: true }, finish: "aborted" })))
         .toStrictEqual([
-          { type: "block-start", index: 0, block: "text" },
-          { type: "text-delta", index: 0, text: "t" },
-          { type: "block-end", index: 0 },
+          ...Chunks.textBlock(0, "t"),
           { type: "finish", finish: { kind: "aborted", failure } }
         ])
       expect(yield* collect(ScriptedModel.fail(failure))).toStrictEqual([
@@ -186,9 +169,7 @@ describe("ScriptedModel chunk sequences", () => {
     Effect.gen(function*() {
       const chunks = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.take(model.stream(request(1)), 4)))
       expect(Array.from(chunks)).toStrictEqual([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "r" },
-        { type: "block-end", index: 0 },
+        ...Chunks.reasoningBlock(0, "r"),
         { type: "usage", usage }
       ])
     }).pipe(Effect.provide(ScriptedModel.layer([ScriptedModel.hang({ reasoning: "r", closed: true, usage })]))))

@@ -8,6 +8,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Either } from "effect"
 import type { LlmFailure, StreamChunk } from "../../../src/domain/Values.js"
 import * as AnthropicEvents from "../../../src/internal/providers/AnthropicEvents.js"
+import * as Chunks from "../../fixtures/streamChunks.js"
 
 type Payload = { readonly type: string } & Record<string, unknown>
 
@@ -87,15 +88,9 @@ describe("AnthropicEvents", () => {
       messageStop
     ])).toEqual({
       chunks: [
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "Hello" },
-        { type: "text-delta", index: 0, text: "! I'm fine." },
-        { type: "block-end", index: 0 },
-        {
-          type: "usage",
-          usage: { inputTokens: 12, outputTokens: 30, totalTokens: 42, cacheReadTokens: 0, cacheWriteTokens: 0 }
-        },
-        { type: "finish", finish: { kind: "stop" } }
+        ...Chunks.textBlock(0, "Hello", "! I'm fine."),
+        Chunks.usage({ inputTokens: 12, outputTokens: 30, totalTokens: 42, cacheReadTokens: 0, cacheWriteTokens: 0 }),
+        Chunks.stop
       ]
     })
   })
@@ -111,7 +106,7 @@ describe("AnthropicEvents", () => {
       messageDelta("end_turn", { input_tokens: 61, output_tokens: 2, cache_read_input_tokens: 7, cache_creation_input_tokens: 3 }),
       messageStop
     ]).chunks.filter((chunk) => chunk.type === "usage")).toEqual([
-      { type: "usage", usage: { inputTokens: 61, outputTokens: 2, totalTokens: 63, cacheReadTokens: 7, cacheWriteTokens: 3 } }
+      Chunks.usage({ inputTokens: 61, outputTokens: 2, totalTokens: 63, cacheReadTokens: 7, cacheWriteTokens: 3 })
     ])
   })
 
@@ -132,18 +127,10 @@ describe("AnthropicEvents", () => {
       messageStop
     ])).toEqual({
       chunks: [
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "I'll update the issue list for" },
-        { type: "text-delta", index: 0, text: " you." },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "tool-call", id: "toolu_01QE", name: "updateIssueList" },
-        { type: "tool-call-delta", index: 1, arguments: "{}" },
-        { type: "block-end", index: 1 },
-        {
-          type: "usage",
-          usage: { inputTokens: 12, outputTokens: 48, totalTokens: 60, cacheReadTokens: 0, cacheWriteTokens: 0 }
-        },
-        { type: "finish", finish: { kind: "stop" } }
+        ...Chunks.textBlock(0, "I'll update the issue list for", " you."),
+        ...Chunks.toolCallBlock(1, "toolu_01QE", "updateIssueList", "{}"),
+        Chunks.usage({ inputTokens: 12, outputTokens: 48, totalTokens: 60, cacheReadTokens: 0, cacheWriteTokens: 0 }),
+        Chunks.stop
       ]
     })
   })
@@ -161,10 +148,7 @@ describe("AnthropicEvents", () => {
       messageStop
     ])
     expect(chunks.slice(0, 4)).toEqual([
-      { type: "block-start", index: 0, block: "tool-call", id: "toolu_1", name: "json" },
-      { type: "tool-call-delta", index: 0, arguments: "{\"elements\": [1]" },
-      { type: "tool-call-delta", index: 0, arguments: "}" },
-      { type: "block-end", index: 0 }
+      ...Chunks.toolCallBlock(0, "toolu_1", "json", "{\"elements\": [1]", "}")
     ])
   })
 
@@ -188,20 +172,10 @@ describe("AnthropicEvents", () => {
       messageStop
     ])).toEqual({
       chunks: [
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "The previous result" },
-        { type: "reasoning-delta", index: 0, text: " was 925." },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "Dividing." },
-        { type: "block-end", index: 1 },
-        { type: "block-start", index: 2, block: "tool-call", id: "toolu_9", name: "divide" },
-        { type: "tool-call-delta", index: 2, arguments: "{\"a\":925,\"b\":5}" },
-        { type: "block-end", index: 2 },
-        {
-          type: "usage",
-          usage: { inputTokens: 12, outputTokens: 53, totalTokens: 65, cacheReadTokens: 0, cacheWriteTokens: 0 }
-        },
+        ...Chunks.reasoningBlock(0, "The previous result", " was 925."),
+        ...Chunks.textBlock(1, "Dividing."),
+        ...Chunks.toolCallBlock(2, "toolu_9", "divide", "{\"a\":925,\"b\":5}"),
+        Chunks.usage({ inputTokens: 12, outputTokens: 53, totalTokens: 65, cacheReadTokens: 0, cacheWriteTokens: 0 }),
         {
           type: "replay-state",
           state: {
@@ -214,7 +188,7 @@ describe("AnthropicEvents", () => {
             }
           }
         },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ]
     })
   })
@@ -229,10 +203,8 @@ describe("AnthropicEvents", () => {
       messageStop
     ])
     expect(chunks).toEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "step by step" },
-      { type: "block-end", index: 0 },
-      { type: "finish", finish: { kind: "stop" } }
+      ...Chunks.reasoningBlock(0, "step by step"),
+      Chunks.stop
     ])
   })
 
@@ -248,18 +220,13 @@ describe("AnthropicEvents", () => {
       messageStop
     ])
     expect(chunks).toEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "Done." },
-      { type: "block-end", index: 0 },
-      {
-        type: "usage",
-        usage: { inputTokens: 12, outputTokens: 9, totalTokens: 21, cacheReadTokens: 0, cacheWriteTokens: 0 }
-      },
+      ...Chunks.textBlock(0, "Done."),
+      Chunks.usage({ inputTokens: 12, outputTokens: 9, totalTokens: 21, cacheReadTokens: 0, cacheWriteTokens: 0 }),
       {
         type: "replay-state",
         state: { anthropic: { content: [{ type: "redacted_thinking", data: "EmwKAhgBEgy3va3pzix" }, { type: "text" }] } }
       },
-      { type: "finish", finish: { kind: "stop" } }
+      Chunks.stop
     ])
   })
 
@@ -299,16 +266,9 @@ describe("AnthropicEvents", () => {
     ])
     expect(decoded).toEqual({
       chunks: [
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "Based on my search results:\n" },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "Apple reopened Ginza." },
-        { type: "block-end", index: 1 },
-        {
-          type: "usage",
-          usage: { inputTokens: 15665, outputTokens: 795, totalTokens: 16460, cacheReadTokens: 0, cacheWriteTokens: 0 }
-        },
+        ...Chunks.textBlock(0, "Based on my search results:\n"),
+        ...Chunks.textBlock(1, "Apple reopened Ginza."),
+        Chunks.usage({ inputTokens: 15665, outputTokens: 795, totalTokens: 16460, cacheReadTokens: 0, cacheWriteTokens: 0 }),
         {
           type: "replay-state",
           state: {
@@ -322,7 +282,7 @@ describe("AnthropicEvents", () => {
             }
           }
         },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ]
     })
   })
@@ -339,10 +299,7 @@ describe("AnthropicEvents", () => {
       messageStop
     ])).toEqual({
       chunks: [
-        {
-          type: "usage",
-          usage: { inputTokens: 18, outputTokens: 5, totalTokens: 23, cacheReadTokens: 0, cacheWriteTokens: 0 }
-        },
+        Chunks.usage({ inputTokens: 18, outputTokens: 5, totalTokens: 23, cacheReadTokens: 0, cacheWriteTokens: 0 }),
         {
           type: "finish",
           finish: {
@@ -434,9 +391,7 @@ describe("AnthropicEvents", () => {
       messageDelta("end_turn", { output_tokens: 3 })
     ])).toEqual({
       chunks: [
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "par" },
-        { type: "block-end", index: 0 }
+        ...Chunks.textBlock(0, "par")
       ],
       failure: { code: "NETWORK", retryable: true, message: "Anthropic: the response ended before it was complete" }
     })
@@ -462,10 +417,8 @@ describe("AnthropicEvents", () => {
       messageStop,
       textDelta(0, "late")
     ]).chunks).toEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "ok" },
-      { type: "block-end", index: 0 },
-      { type: "finish", finish: { kind: "stop" } }
+      ...Chunks.textBlock(0, "ok"),
+      Chunks.stop
     ])
   })
 

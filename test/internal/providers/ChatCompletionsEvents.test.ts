@@ -11,6 +11,7 @@ import { Either } from "effect"
 import type { LlmFailure, StreamChunk } from "../../../src/domain/Values.js"
 import * as ChatCompletionsEvents from "../../../src/internal/providers/ChatCompletionsEvents.js"
 import type { SseEvent } from "../../../src/internal/providers/ProviderHttp.js"
+import * as Chunks from "../../fixtures/streamChunks.js"
 
 const HOST = "api.example.test"
 
@@ -101,11 +102,8 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "Capital" },
-      { type: "text-delta", index: 0, text: " of Denmark." },
-      { type: "block-end", index: 0 },
-      { type: "usage", usage: { inputTokens: 15, outputTokens: 78, totalTokens: 93, reasoningTokens: 64, cacheReadTokens: 0 } },
+      ...Chunks.textBlock(0, "Capital", " of Denmark."),
+      Chunks.usage({ inputTokens: 15, outputTokens: 78, totalTokens: 93, reasoningTokens: 64, cacheReadTokens: 0 }),
       stop
     ])
   })
@@ -128,7 +126,7 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
     ])
     expect(deepseek.failure).toBeUndefined()
     expect(deepseek.chunks.slice(-2)).toStrictEqual([
-      { type: "usage", usage: { inputTokens: 18, outputTokens: 219, totalTokens: 237, reasoningTokens: 205, cacheReadTokens: 0 } },
+      Chunks.usage({ inputTokens: 18, outputTokens: 219, totalTokens: 237, reasoningTokens: 205, cacheReadTokens: 0 }),
       stop
     ])
     const groqUsage = { queue_time: 0.04, prompt_tokens: 210, prompt_time: 0.01, completion_tokens: 15, total_tokens: 225 }
@@ -139,7 +137,7 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
       DONE
     ])
     expect(groq.chunks.slice(-2)).toStrictEqual([
-      { type: "usage", usage: { inputTokens: 210, outputTokens: 15, totalTokens: 225 } },
+      Chunks.usage({ inputTokens: 210, outputTokens: 15, totalTokens: 225 }),
       stop
     ])
     const later = decode([
@@ -154,9 +152,7 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
     const out = decode([data(chunk({ content: "a" }, "stop")), DONE, { event: "message", data: "not read" }])
     expect(out.read).toBe(2)
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "a" },
-      { type: "block-end", index: 0 },
+      ...Chunks.textBlock(0, "a"),
       stop
     ])
     expect(decode([data(chunk({ content: "a" }, "stop"))]).chunks).toStrictEqual(out.chunks)
@@ -170,12 +166,8 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "a" },
-      { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "tool-call", id: "c1", name: "now" },
-      { type: "tool-call-delta", index: 1, arguments: "{}" },
-      { type: "block-end", index: 1 },
+      ...Chunks.textBlock(0, "a"),
+      ...Chunks.toolCallBlock(1, "c1", "now", "{}"),
       stop
     ])
   })
@@ -226,11 +218,8 @@ describe("ChatCompletionsEvents refusals", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "I'm sorry," },
-      { type: "text-delta", index: 0, text: " I can't assist with that request." },
-      { type: "block-end", index: 0 },
-      { type: "usage", usage: { inputTokens: 79, outputTokens: 11, totalTokens: 90, reasoningTokens: 0 } },
+      ...Chunks.textBlock(0, "I'm sorry,", " I can't assist with that request."),
+      Chunks.usage({ inputTokens: 79, outputTokens: 11, totalTokens: 90, reasoningTokens: 0 }),
       {
         type: "finish",
         finish: {
@@ -265,14 +254,9 @@ describe("ChatCompletionsEvents reasoning", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "We need" },
-      { type: "reasoning-delta", index: 0, text: " to count." },
-      { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "text" },
-      { type: "text-delta", index: 1, text: "Three" },
-      { type: "block-end", index: 1 },
-      { type: "usage", usage: { inputTokens: 18, outputTokens: 9 } },
+      ...Chunks.reasoningBlock(0, "We need", " to count."),
+      ...Chunks.textBlock(1, "Three"),
+      Chunks.usage({ inputTokens: 18, outputTokens: 9 }),
       replay("reasoning_content"),
       stop
     ])
@@ -288,21 +272,14 @@ describe("ChatCompletionsEvents reasoning", () => {
       DONE
     ])
     expect(groq.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "Okay" },
-      { type: "reasoning-delta", index: 0, text: ", let me" },
-      { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "text" },
-      { type: "text-delta", index: 1, text: "4" },
-      { type: "block-end", index: 1 },
+      ...Chunks.reasoningBlock(0, "Okay", ", let me"),
+      ...Chunks.textBlock(1, "4"),
       replay("reasoning"),
       stop
     ])
     const both = decode([data(chunk({ reasoning_content: "hm", reasoning: "hm" })), data(chunk({}, "stop")), DONE])
     expect(both.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "hm" },
-      { type: "block-end", index: 0 },
+      ...Chunks.reasoningBlock(0, "hm"),
       replay("reasoning_content"),
       stop
     ])
@@ -336,9 +313,7 @@ describe("ChatCompletionsEvents tool calls", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "The user asks." },
-      { type: "block-end", index: 0 },
+      ...Chunks.reasoningBlock(0, "The user asks."),
       { type: "block-start", index: 1, block: "tool-call", id: "call_00_io", name: "weather" },
       ...["{", "\"", "location", "\":\"", "San", " Francisco", "\"", "}"].map((piece) => ({
         type: "tool-call-delta" as const,
@@ -346,7 +321,7 @@ describe("ChatCompletionsEvents tool calls", () => {
         arguments: piece
       })),
       { type: "block-end", index: 1 },
-      { type: "usage", usage: { inputTokens: 339, outputTokens: 83, totalTokens: 422, cacheReadTokens: 320 } },
+      Chunks.usage({ inputTokens: 339, outputTokens: 83, totalTokens: 422, cacheReadTokens: 320 }),
       replay("reasoning_content"),
       stop
     ])
@@ -364,11 +339,8 @@ describe("ChatCompletionsEvents tool calls", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "tool-call", id: "call_eee", name: "weather" },
-      { type: "tool-call-delta", index: 0, arguments: "{\"location\": \"San Francisco" },
-      { type: "tool-call-delta", index: 0, arguments: "\"}" },
-      { type: "block-end", index: 0 },
-      { type: "usage", usage: { inputTokens: 295, outputTokens: 22, totalTokens: 317, cacheReadTokens: 0 } },
+      ...Chunks.toolCallBlock(0, "call_eee", "weather", "{\"location\": \"San Francisco", "\"}"),
+      Chunks.usage({ inputTokens: 295, outputTokens: 22, totalTokens: 317, cacheReadTokens: 0 }),
       stop
     ])
   })
@@ -389,13 +361,9 @@ describe("ChatCompletionsEvents tool calls", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "First" },
-      { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "tool-call", id: "call_7938", name: "weather" },
-      { type: "tool-call-delta", index: 1, arguments: "{\"location\":\"SF\"}" },
-      { type: "block-end", index: 1 },
-      { type: "usage", usage: { inputTokens: 307, outputTokens: 26, totalTokens: 560, cacheReadTokens: 306 } },
+      ...Chunks.reasoningBlock(0, "First"),
+      ...Chunks.toolCallBlock(1, "call_7938", "weather", "{\"location\":\"SF\"}"),
+      Chunks.usage({ inputTokens: 307, outputTokens: 26, totalTokens: 560, cacheReadTokens: 306 }),
       replay("reasoning_content"),
       stop
     ])
@@ -431,9 +399,7 @@ describe("ChatCompletionsEvents tool calls", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "tool-call", id: "c9", name: "lookup" },
-      { type: "tool-call-delta", index: 0, arguments: "{\"q\":1}" },
-      { type: "block-end", index: 0 },
+      ...Chunks.toolCallBlock(0, "c9", "lookup", "{\"q\":1}"),
       stop
     ])
   })
@@ -521,10 +487,7 @@ describe("ChatCompletionsEvents errors in the stream", () => {
   it("an empty finish reason on every delta is no finish reason", () => {
     const out = decode([data(chunk({ content: "a" }, "")), data(chunk({ content: "b" }, "")), data(chunk({}, "stop")), DONE])
     expect(out.chunks).toStrictEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "a" },
-      { type: "text-delta", index: 0, text: "b" },
-      { type: "block-end", index: 0 },
+      ...Chunks.textBlock(0, "a", "b"),
       stop
     ])
   })

@@ -10,6 +10,7 @@ import { MessageId, SessionId } from "../../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../../src/domain/Values.js"
 import type { ModelRequest } from "../../../src/services/Model.js"
 import { Model } from "../../../src/services/Model.js"
+import * as Chunks from "../../fixtures/streamChunks.js"
 
 const modelSource = { kind: "model" as const, provider: "p", model: "m" }
 
@@ -270,7 +271,7 @@ describe("LanguageModelAdapter chunks", () => {
         { type: "text-delta", index: 1, text: "lo" },
         { type: "block-end", index: 1 },
         { type: "usage", usage },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -294,18 +295,11 @@ describe("LanguageModelAdapter chunks", () => {
       ])
       expect(Option.isNone(error)).toBe(true)
       expect(chunks).toStrictEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "ok" },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "tool-call", id: "c1", name: "lookup" },
-        { type: "tool-call-delta", index: 1, arguments: "{\"q\":" },
-        { type: "tool-call-delta", index: 1, arguments: "\"x\"}" },
-        { type: "block-end", index: 1 },
-        { type: "block-start", index: 2, block: "tool-call", id: "c2", name: "now" },
-        { type: "tool-call-delta", index: 2, arguments: "{}" },
-        { type: "block-end", index: 2 },
+        ...Chunks.textBlock(0, "ok"),
+        ...Chunks.toolCallBlock(1, "c1", "lookup", "{\"q\":", "\"x\"}"),
+        ...Chunks.toolCallBlock(2, "c2", "now", "{}"),
         { type: "usage", usage },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.stop
       ])
     }))
 
@@ -317,9 +311,7 @@ describe("LanguageModelAdapter chunks", () => {
         { type: "finish", reason: "tool-calls", usage }
       ])
       expect(chunks.slice(0, 3)).toStrictEqual([
-        { type: "block-start", index: 0, block: "tool-call", id: "c1", name: "lookup" },
-        { type: "tool-call-delta", index: 0, arguments: "{\"q\":\"x\",\"n\":[1,2]}" },
-        { type: "block-end", index: 0 }
+        ...Chunks.toolCallBlock(0, "c1", "lookup", "{\"q\":\"x\",\"n\":[1,2]}")
       ])
     }))
 
@@ -335,10 +327,7 @@ describe("LanguageModelAdapter chunks", () => {
         }
       ])
       expect(chunks.slice(2)).toStrictEqual([
-        {
-          type: "usage",
-          usage: { inputTokens: 7, outputTokens: 9, totalTokens: 16, reasoningTokens: 3, cacheReadTokens: 5 }
-        },
+        Chunks.usage({ inputTokens: 7, outputTokens: 9, totalTokens: 16, reasoningTokens: 3, cacheReadTokens: 5 }),
         { type: "finish", finish: { kind: "max-tokens" } }
       ])
     }))

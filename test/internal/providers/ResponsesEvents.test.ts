@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Either } from "effect"
 import type { LlmFailure, StreamChunk } from "../../../src/domain/Values.js"
 import * as ResponsesEvents from "../../../src/internal/providers/ResponsesEvents.js"
+import * as Chunks from "../../fixtures/streamChunks.js"
 
 // Event sequences shaped after real Responses API streams (reasoning with encrypted content and
 // function calls, web search, a quota error, a refusal), written out here in short.
@@ -126,21 +127,10 @@ describe("ResponsesEvents", () => {
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "**Calculating step-by-step**" },
-      { type: "reasoning-delta", index: 0, text: "\n\nI'll compute 12 plus 7." },
-      { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "reasoning" },
-      { type: "reasoning-delta", index: 1, text: SUMMARY_2 },
-      { type: "block-end", index: 1 },
-      { type: "block-start", index: 2, block: "tool-call", id: "call_AB6", name: "calculator" },
-      { type: "tool-call-delta", index: 2, arguments: "{\"" },
-      { type: "tool-call-delta", index: 2, arguments: "a\":12,\"b\":7,\"op\":\"add\"}" },
-      { type: "block-end", index: 2 },
-      {
-        type: "usage",
-        usage: { inputTokens: 134, outputTokens: 28, totalTokens: 162, reasoningTokens: 0, cacheReadTokens: 0 }
-      },
+      ...Chunks.reasoningBlock(0, "**Calculating step-by-step**", "\n\nI'll compute 12 plus 7."),
+      ...Chunks.reasoningBlock(1, SUMMARY_2),
+      ...Chunks.toolCallBlock(2, "call_AB6", "calculator", "{\"", "a\":12,\"b\":7,\"op\":\"add\"}"),
+      Chunks.usage({ inputTokens: 134, outputTokens: 28, totalTokens: 162, reasoningTokens: 0, cacheReadTokens: 0 }),
       {
         type: "replay-state",
         state: {
@@ -156,7 +146,7 @@ describe("ResponsesEvents", () => {
           }
         }
       },
-      { type: "finish", finish: { kind: "stop" } }
+      Chunks.stop
     ])
   })
 
@@ -209,15 +199,9 @@ describe("ResponsesEvents", () => {
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "I checked today’s" },
-      { type: "text-delta", index: 0, text: " tech headlines." },
-      { type: "block-end", index: 0 },
-      {
-        type: "usage",
-        usage: { inputTokens: 31073, outputTokens: 4416, totalTokens: 35489, reasoningTokens: 3712, cacheReadTokens: 3712 }
-      },
-      { type: "finish", finish: { kind: "stop" } }
+      ...Chunks.textBlock(0, "I checked today’s", " tech headlines."),
+      Chunks.usage({ inputTokens: 31073, outputTokens: 4416, totalTokens: 35489, reasoningTokens: 3712, cacheReadTokens: 3712 }),
+      Chunks.stop
     ])
   })
 
@@ -290,11 +274,8 @@ describe("ResponsesEvents", () => {
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "I'm sorry, " },
-      { type: "text-delta", index: 0, text: "I can't help with that." },
-      { type: "block-end", index: 0 },
-      { type: "usage", usage: { inputTokens: 10, outputTokens: 9, totalTokens: 19, reasoningTokens: 0, cacheReadTokens: 0 } },
+      ...Chunks.textBlock(0, "I'm sorry, ", "I can't help with that."),
+      Chunks.usage({ inputTokens: 10, outputTokens: 9, totalTokens: 19, reasoningTokens: 0, cacheReadTokens: 0 }),
       {
         type: "finish",
         finish: {
@@ -320,13 +301,9 @@ describe("ResponsesEvents", () => {
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "Checking the time." },
-      { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "tool-call", id: "call_clock", name: "clock" },
-      { type: "tool-call-delta", index: 1, arguments: "{}" },
-      { type: "block-end", index: 1 },
-      { type: "usage", usage: { inputTokens: 5, outputTokens: 3, totalTokens: 8, reasoningTokens: 0, cacheReadTokens: 0 } },
+      ...Chunks.textBlock(0, "Checking the time."),
+      ...Chunks.toolCallBlock(1, "call_clock", "clock", "{}"),
+      Chunks.usage({ inputTokens: 5, outputTokens: 3, totalTokens: 8, reasoningTokens: 0, cacheReadTokens: 0 }),
       {
         type: "replay-state",
         state: {
@@ -339,7 +316,7 @@ describe("ResponsesEvents", () => {
           }
         }
       },
-      { type: "finish", finish: { kind: "stop" } }
+      Chunks.stop
     ])
   })
 
@@ -356,19 +333,11 @@ describe("ResponsesEvents", () => {
       completed(usage(1, 1))
     ])
     expect(chunks.filter((chunk) => chunk.type !== "usage")).toEqual([
-      { type: "block-start", index: 0, block: "reasoning" },
-      { type: "reasoning-delta", index: 0, text: "One." },
-      { type: "block-end", index: 0 },
-      { type: "block-start", index: 1, block: "reasoning" },
-      { type: "reasoning-delta", index: 1, text: "Two." },
-      { type: "block-end", index: 1 },
-      { type: "block-start", index: 2, block: "text" },
-      { type: "text-delta", index: 2, text: "Hello." },
-      { type: "block-end", index: 2 },
-      { type: "block-start", index: 3, block: "tool-call", id: "call_1", name: "echo" },
-      { type: "tool-call-delta", index: 3, arguments: "{\"text\":\"hi\"}" },
-      { type: "block-end", index: 3 },
-      { type: "finish", finish: { kind: "stop" } }
+      ...Chunks.reasoningBlock(0, "One."),
+      ...Chunks.reasoningBlock(1, "Two."),
+      ...Chunks.textBlock(2, "Hello."),
+      ...Chunks.toolCallBlock(3, "call_1", "echo", "{\"text\":\"hi\"}"),
+      Chunks.stop
     ])
   })
 
@@ -383,11 +352,8 @@ describe("ResponsesEvents", () => {
     ])
     expect(failure).toBeUndefined()
     expect(chunks.filter((chunk) => chunk.type !== "usage")).toEqual([
-      { type: "block-start", index: 0, block: "tool-call", id: "call_9", name: "echo" },
-      { type: "tool-call-delta", index: 0, arguments: "{\"text\":" },
-      { type: "tool-call-delta", index: 0, arguments: "\"hi\"}" },
-      { type: "block-end", index: 0 },
-      { type: "finish", finish: { kind: "stop" } }
+      ...Chunks.toolCallBlock(0, "call_9", "echo", "{\"text\":", "\"hi\"}"),
+      Chunks.stop
     ])
   })
 
@@ -412,7 +378,7 @@ describe("ResponsesEvents", () => {
     ])
     expect(cut.failure).toBeUndefined()
     expect(cut.chunks.slice(-2)).toEqual([
-      { type: "usage", usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2, reasoningTokens: 0, cacheReadTokens: 0 } },
+      Chunks.usage({ inputTokens: 1, outputTokens: 1, totalTokens: 2, reasoningTokens: 0, cacheReadTokens: 0 }),
       { type: "finish", finish: { kind: "max-tokens" } }
     ])
   })
@@ -426,9 +392,7 @@ describe("ResponsesEvents", () => {
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
-      { type: "block-start", index: 0, block: "text" },
-      { type: "text-delta", index: 0, text: "Once upon" },
-      { type: "block-end", index: 0 },
+      ...Chunks.textBlock(0, "Once upon"),
       {
         type: "finish",
         finish: {
@@ -465,8 +429,8 @@ describe("ResponsesEvents", () => {
   it("unknown events are ignored; a data line that is not JSON fails with MALFORMED_STREAM; nothing after the end counts", () => {
     expect(decode([created, { type: "response.some_future_event", payload: 1 }, completed(usage(1, 1)), textDelta("m", 0, "late")]).chunks)
       .toEqual([
-        { type: "usage", usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2, reasoningTokens: 0, cacheReadTokens: 0 } },
-        { type: "finish", finish: { kind: "stop" } }
+        Chunks.usage({ inputTokens: 1, outputTokens: 1, totalTokens: 2, reasoningTokens: 0, cacheReadTokens: 0 }),
+        Chunks.stop
       ])
     expect(decode([created, "{\"type\":"]).failure).toMatchObject({ code: "MALFORMED_STREAM", retryable: false })
     expect(decode([created, completed(usage(1, 1)), "[DONE]"]).failure).toBeUndefined()

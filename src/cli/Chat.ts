@@ -22,6 +22,7 @@ import * as ChatInput from "./ChatInput.js"
 import { CliError, ExitWith } from "./CliError.js"
 import * as Compositions from "./Compositions.js"
 import { compactOpen } from "./Compact.js"
+import * as InputHistory from "./InputHistory.js"
 import * as Output from "./Output.js"
 import * as PendingInput from "./PendingInput.js"
 import type { InputEvent } from "./Terminal.js"
@@ -185,7 +186,7 @@ export const chat = (
       Effect.map(usage, (u) => statusLine(s, position, u))
     const view = chatView(log.header.seedLength)
     // On a terminal, the line editor owns the screen from here on (all output goes through it).
-    const input = yield* ChatInput.open
+    const input = yield* ChatInput.open(InputHistory.fileOf(options.db))
     let lastStatus: "idle" | "running" = "idle"
 
     // The stored prefix only advances the view's fold; events from this process on are printed.

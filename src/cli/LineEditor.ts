@@ -135,12 +135,19 @@ const wordStart = (text: string, cursor: number): number => {
   return at
 }
 
+/**
+ * `history` with `text` sent: a blank input and a repeat of the last entry leave it as it is (the
+ * same array); the oldest entries go past {@link HISTORY_LIMIT}.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const remember = (history: ReadonlyArray<string>, text: string): ReadonlyArray<string> =>
+  text.trim() === "" || history[history.length - 1] === text ? history : [...history, text].slice(-HISTORY_LIMIT)
+
 const submit = (state: EditorState): [EditorState, EditorAction] => {
   const text = state.text
-  const history = text.trim() === "" || state.history[state.history.length - 1] === text
-    ? state.history
-    : [...state.history, text].slice(-HISTORY_LIMIT)
-  return [empty(history), { _tag: "submit", text }]
+  return [empty(remember(state.history, text)), { _tag: "submit", text }]
 }
 
 /** Printable text of a key: what it inserts, with carriage returns made newlines. */

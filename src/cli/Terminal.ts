@@ -68,7 +68,7 @@ const rowsOf = (line: string, columns: number) => Math.max(1, Math.ceil(visibleL
  * @category models
  */
 export class Terminal {
-  private state: EditorState = LineEditor.empty()
+  private state: EditorState
   /** Output after its last newline: shown in the live area until its line is complete. */
   private held = ""
   private status: string | undefined
@@ -104,12 +104,16 @@ export class Terminal {
   }
   private readonly onResize = () => this.redraw()
 
+  /** `history`: the inputs that ↑ recalls, oldest first (those of earlier chats). */
   constructor(
     private readonly input: TerminalInput,
     private readonly output: TerminalOutput,
     private readonly onEvent: (event: InputEvent) => void,
-    private readonly prompt = "› "
-  ) {}
+    private readonly prompt = "› ",
+    history: ReadonlyArray<string> = []
+  ) {
+    this.state = LineEditor.empty(history)
+  }
 
   /** Takes the terminal: raw mode, bracketed paste, the input line drawn. */
   start(): void {

@@ -7,7 +7,9 @@ import { Chunk, Context, Deferred, Effect, Either, Exit, Fiber, JSONSchema, Laye
 import * as Tiller from "../src/index.js"
 import { Agent, AgentBusy, AgentDisposed, CancelCause, checkLog, CORE_EVENT_TYPES, Domain, Driver, DuplicateMessage, foldInbox, ForkError, forkSession, Hooks, Inbox, InvalidEvent, InvalidSplice, LOG_FORMAT_VERSION, MaintenanceAborted, MalformedLog, MemoryStoreControl, MessageId, Model, ModelError, newUserMessage, PersistenceError, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, RequestErrorAction, ScriptedModel, SessionExists, SessionId, SessionLog, SessionNotFound, Sessions, SessionStore, Tool, ToolPreDecision, Tools, UnsupportedLogVersion, userMessage } from "../src/index.js"
 import { events, gate, liveNotation, notation, open, plugin, scenario, settle, shape, until, user } from "./agent/harness.js"
-import type { AgentStatus, InboxTarget, KnownIdState, ModelRequest, RuleId, SessionEvent, UserMessage } from "../src/index.js"
+import { HandLog } from "./fixtures/handLog.js"
+import { u } from "./fixtures/surfaceLog.js"
+import type { AgentStatus, InboxTarget, KnownIdState, ModelRequest, RuleId, SessionEvent } from "../src/index.js"
 
 const errorClasses = {
   PreStepRejected,
@@ -45,88 +47,6 @@ const sample = {
   ModelError: { failure: { message: "m", code: "C" } }
 }
 
-// A tiny log builder: seq = index, time = 0. -----------------------------------------------------
-
-type Extra = { readonly surfaceOp?: unknown; readonly sourceEventSeqs?: ReadonlyArray<number>; readonly ignorable?: true }
-
-class L {
-  readonly events: Array<SessionEvent> = []
-  get last(): number {
-    return this.events.length - 1
-  }
-  push(type: string, data: unknown, extra: Extra = {}): this {
-    this.events.push({ type, seq: this.events.length, time: 0, data, ...extra } as unknown as SessionEvent)
-    return this
-  }
-  ins(target: InboxTarget, start: number, inserted: ReadonlyArray<UserMessage>) {
-    return this.push("agent/inbox/spliced", { target, start, inserted })
-  }
-  clm(target: InboxTarget, n: number) {
-    return this.push("agent/inbox/spliced", { target, start: 0, removedCount: n, inserted: [] })
-  }
-  ts(turn: number) {
-    return this.push("turn/start", { turn })
-  }
-  te(turn: number, reason: unknown = { kind: "completed" }) {
-    return this.push("turn/end", { turn, reason })
-  }
-  ss(turn: number, step: number) {
-    return this.push("step/start", { turn, step })
-  }
-  se(turn: number, step: number) {
-    return this.push("step/end", { turn, step })
-  }
-  um(m: UserMessage) {
-    return this.push("user/message", m, { surfaceOp: "append" })
-  }
-  rh() {
-    return this.push("request/header", { header: { provider: "p", model: "m", tools: [] }, reason: "initial" })
-  }
-  chunk(turn: number, step: number, attempt: number, chunk: unknown) {
-    return this.push("assistant/chunk", { turn, step, attempt, chunk })
-  }
-  /** block-start, text-delta, block-end, finish(kind), assistant/message citing exactly those chunks. */
-  answer(turn: number, step: number, text: string, calls: ReadonlyArray<{ id: string; name: string; arguments: string }> = [], finish = "stop", attempt = 1) {
-    const first = this.events.length
-    this.chunk(turn, step, attempt, { type: "block-start", index: 0, block: "text" })
-    this.chunk(turn, step, attempt, { type: "text-delta", index: 0, text })
-    this.chunk(turn, step, attempt, { type: "block-end", index: 0 })
-    this.chunk(turn, step, attempt, { type: "finish", finish: { kind: finish } })
-    const cites = [first, first + 1, first + 2, first + 3]
-    return this.push("assistant/message", {
-      turn,
-      step,
-      attempt,
-      message: {
-        id: `am-${turn}-${step}`,
-        role: "assistant",
-        content: [{ type: "text", text }, ...calls.map((c) => ({ type: "tool-call", ...c }))],
-        source: { kind: "model", provider: "p", model: "m" }
-      }
-    }, { surfaceOp: "append", sourceEventSeqs: cites })
-  }
-  tc(turn: number, step: number, callId: string, name = "t", args = "{}") {
-    return this.push("tool/call", { turn, step, callId, name, arguments: args })
-  }
-  tr(turn: number, step: number, callId: string, cites: ReadonlyArray<number> | undefined, error?: { name: string; code: string }) {
-    return this.push("tool/result", {
-      turn,
-      step,
-      message: {
-        id: `tr-${callId}`,
-        role: "user",
-        content: [{ type: "tool-result", toolCallId: callId, isError: error !== undefined, content: [{ type: "text", text: "r" }] }],
-        source: { kind: "tool", callId }
-      },
-      ...(error !== undefined ? { error } : {})
-    }, { surfaceOp: "append", ...(cites !== undefined ? { sourceEventSeqs: cites } : {}) })
-  }
-  es() {
-    return this.push("session/end-seed", {})
-  }
-}
-
-const u = (id: string) => userMessage({ id, text: id })
 const A = u("A")
 const B = u("B")
 const C = u("C")
@@ -460,7 +380,7 @@ describe("SPEC 8.1 / 8.2 API", () => {
   })
 
   it("8.1: foldInbox(events, seedLength) ignores the seed's splices and folds the rest from empty lists", () => {
-    const b = new L().ins("next-turn", 0, [A]).ins("next-step", 0, [C]).es().ins("next-turn", 0, [B])
+    const b = new HandLog().ins("next-turn", 0, [A]).ins("next-step", 0, [C]).es().ins("next-turn", 0, [B])
     const all = foldInbox(b.events)
     expect(Either.isRight(all) && all.right).toStrictEqual({ nextTurn: [B, A], nextStep: [C] })
     const seeded = foldInbox(b.events, 3)
@@ -468,7 +388,7 @@ describe("SPEC 8.1 / 8.2 API", () => {
   })
 
   it("8.1: foldInbox reports duplicate pending ids across both lists as MalformedLog at the offending seq", () => {
-    const b = new L().ins("next-turn", 0, [A]).ins("next-step", 0, [A])
+    const b = new HandLog().ins("next-turn", 0, [A]).ins("next-step", 0, [A])
     const r = foldInbox(b.events)
     expect(Either.isLeft(r)).toBe(true)
     if (Either.isLeft(r)) {

@@ -6,144 +6,14 @@ import { describe, expect, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Layer, Option, Schema } from "effect"
 import { checkLog, deriveMessages, Driver, DuplicateMessage, forkSession, Hooks, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
 import { agentOver, asId, closeOut, dataOfType, events, plugin, requests, scenario, token, user } from "./harness.js"
-import type { InboxTarget, ScriptEntry, SessionEvent, UserMessage } from "../../src/index.js"
-
-// A log builder: seq = index, time = 0. ------------------------------------------------------------
-
-type Extra = { readonly surfaceOp?: unknown; readonly sourceEventSeqs?: ReadonlyArray<number>; readonly ignorable?: true }
-type Call = { readonly id: string; readonly name: string; readonly arguments: string }
-
-class L {
-  readonly events: Array<SessionEvent> = []
-  get last(): number {
-    return this.events.length - 1
-  }
-  push(type: string, data: unknown, extra: Extra = {}): this {
-    this.events.push({ type, seq: this.events.length, time: 0, data, ...extra } as unknown as SessionEvent)
-    return this
-  }
-  ins(target: InboxTarget, inserted: ReadonlyArray<UserMessage>, start = 0) {
-    return this.push("agent/inbox/spliced", { target, start, inserted })
-  }
-  clm(target: InboxTarget, n: number) {
-    return this.push("agent/inbox/spliced", { target, start: 0, removedCount: n, inserted: [] })
-  }
-  can(target: InboxTarget, start: number, n: number) {
-    return this.push("agent/inbox/spliced", { target, start, removedCount: n, inserted: [], outcome: "canceled" })
-  }
-  ts(turn: number) {
-    return this.push("turn/start", { turn })
-  }
-  te(turn: number, reason: unknown = { kind: "completed" }) {
-    return this.push("turn/end", { turn, reason })
-  }
-  ss(turn: number, step: number) {
-    return this.push("step/start", { turn, step })
-  }
-  se(turn: number, step: number) {
-    return this.push("step/end", { turn, step })
-  }
-  um(m: UserMessage) {
-    return this.push("user/message", m, { surfaceOp: "append" })
-  }
-  /** A replacement user/message (compaction). */
-  umr(m: UserMessage, start: number, end: number, cites: ReadonlyArray<number>) {
-    return this.push("user/message", m, { surfaceOp: { op: "replace", start, end }, sourceEventSeqs: cites })
-  }
-  rh() {
-    return this.push("request/header", { header: { provider: "p", model: "m", tools: [] }, reason: "initial" })
-  }
-  chunk(turn: number, step: number, chunk: unknown) {
-    return this.push("assistant/chunk", { turn, step, attempt: 1, chunk })
-  }
-  /** Chunks then an assistant/message citing them; `text` "" gives an empty (anchor) message. */
-  answer(turn: number, step: number, text: string, calls: ReadonlyArray<Call> = [], id = `am-${turn}-${step}`) {
-    const first = this.events.length
-    const cites: Array<number> = []
-    if (text !== "") {
-      this.chunk(turn, step, { type: "block-start", index: 0, block: "text" })
-      this.chunk(turn, step, { type: "text-delta", index: 0, text })
-      this.chunk(turn, step, { type: "block-end", index: 0 })
-    }
-    calls.forEach((c, i) => {
-      this.chunk(turn, step, { type: "block-start", index: i + 1, block: "tool-call", id: c.id, name: c.name })
-      this.chunk(turn, step, { type: "tool-call-delta", index: i + 1, arguments: c.arguments })
-      this.chunk(turn, step, { type: "block-end", index: i + 1 })
-    })
-    this.chunk(turn, step, { type: "finish", finish: { kind: "stop" } })
-    for (let s = first; s < this.events.length; s++) cites.push(s)
-    return this.push("assistant/message", {
-      turn,
-      step,
-      attempt: 1,
-      message: {
-        id,
-        role: "assistant",
-        content: [...(text !== "" ? [{ type: "text", text }] : []), ...calls.map((c) => ({ type: "tool-call", ...c }))],
-        source: { kind: "model", provider: "p", model: "m" }
-      }
-    }, { surfaceOp: "append", sourceEventSeqs: cites })
-  }
-  tc(turn: number, step: number, callId: string) {
-    return this.push("tool/call", { turn, step, callId, name: "t", arguments: "{}" })
-  }
-  trMessage(callId: string, text: string, id = `tr-${callId}`) {
-    return {
-      id,
-      role: "user",
-      content: [{ type: "tool-result", toolCallId: callId, isError: false, content: [{ type: "text", text }] }],
-      source: { kind: "tool", callId }
-    }
-  }
-  tr(turn: number, step: number, callId: string, text = "r") {
-    let callSeq = -1
-    this.events.forEach((e, i) => {
-      if (e.type === "tool/call" && (e.data as { callId: string }).callId === callId) callSeq = i
-    })
-    return this.push("tool/result", { turn, step, message: this.trMessage(callId, text) }, { surfaceOp: "append", sourceEventSeqs: [callSeq] })
-  }
-  /** A replacement tool/result (pruning) naming (turn, step). */
-  trr(turn: number, step: number, callId: string, text: string, at: number, cites: ReadonlyArray<number> = [at], id = `tr-${callId}`) {
-    return this.push("tool/result", { turn, step, message: this.trMessage(callId, text, id) }, {
-      surfaceOp: { op: "replace", start: at, end: at },
-      sourceEventSeqs: cites
-    })
-  }
-  comp(kind: "start" | "summary" | "end", turn: number | null, extra: Record<string, unknown> = {}) {
-    return this.push(`compaction/${kind}`, { turn, ...extra })
-  }
-  es() {
-    return this.push("session/end-seed", {})
-  }
-}
-
-const u = (id: string, text = id) => userMessage({ id, text })
-const summary = (id: string, text = id) => userMessage({ id, text, source: { kind: "compaction", by: "audit" } })
-const c1: Call = { id: "c1", name: "t", arguments: "{}" }
-const c2: Call = { id: "c2", name: "t", arguments: "{}" }
-
-const found = (events: ReadonlyArray<SessionEvent>, options?: { readonly seedLength?: number; readonly closed?: boolean }) =>
-  checkLog(events, options).map(({ rule, seq }) => ({ seq, rule }))
+import type { ScriptEntry, SessionEvent, UserMessage } from "../../src/index.js"
+import { found } from "../fixtures/handLog.js"
+import { c1, c2, summary, SurfaceLog, twoTurns, u } from "../fixtures/surfaceLog.js"
 
 /** The surface metadata of an event (present on message events only). */
 const meta = (e: SessionEvent | undefined) => e as { readonly surfaceOp?: unknown; readonly sourceEventSeqs?: ReadonlyArray<number> } | undefined
 
 const tokens = (events: ReadonlyArray<SessionEvent>) => deriveMessages(events).map(token)
-
-/**
- * Turn 1 with a tool round trip and turn 2 with a text answer.
- * seqs: 0 INS, 1 TS, 2 CLM, 3 SS, 4 UM(A), 5 RH, 6-12 chunks, 13 AM(call c1), 14 TC, 15 TR(c1), 16 SE,
- *       17 SS(1,2), 18-21 chunks, 22 AM(done), 23 SE, 24 TE, 25 INS(B), 26 TS(2), 27 CLM, 28 SS, 29 UM(B),
- *       30-33 chunks, 34 AM(b), 35 SE, 36 TE
- */
-const twoTurns = () => {
-  const b = new L()
-  b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ss(1, 1).um(u("A")).rh()
-  b.answer(1, 1, "call", [c1]).tc(1, 1, "c1").tr(1, 1, "c1", "out").se(1, 1)
-  b.ss(1, 2).answer(1, 2, "done").se(1, 2).te(1)
-  b.ins("next-turn", [u("B")]).ts(2).clm("next-turn", 1).ss(2, 1).um(u("B")).answer(2, 1, "b").se(2, 1).te(2)
-  return b
-}
 
 /** Opens an agent over a stored hand-built log (resume). */
 const resumeOver = (events: ReadonlyArray<SessionEvent>, script: ReadonlyArray<ScriptEntry> = []) =>
@@ -240,7 +110,7 @@ describe("2.8 surface and derived history (hand-built logs)", () => {
   })
 
   it("2.8: an empty assistant message is a surface node yielding nothing; a replacement may start at it", () => {
-    const b = new L()
+    const b = new SurfaceLog()
     b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ss(1, 1).um(u("A")).rh().answer(1, 1, "").se(1, 1).te(1)
     // 0 INS 1 TS 2 CLM 3 SS 4 UM 5 RH 6 finish 7 AM(empty) 8 SE 9 TE
     expect(tokens(b.events)).toStrictEqual(["A"])
@@ -700,7 +570,7 @@ describe("2.1 / 2.8 / 6.5 replacement snapshots and repaired surfaces", () => {
 
   it.scoped("6.5/2.8: repair results join the surface; a later compaction may shadow the call with both repair results", () =>
     Effect.gen(function*() {
-      const b = new L()
+      const b = new SurfaceLog()
       b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ss(1, 1).um(u("A")).rh().answer(1, 1, "go", [c1, c2]).tc(1, 1, "c1")
       const amSeq = b.last - 1
       const tcSeq = b.last

@@ -3,277 +3,16 @@
  * the invariants option, live appends that change nothing, loop appends validated like any other, and
  * a flaw in a stored log reported as MalformedLog on resume.
  */
-import { afterAll, describe, expect, it } from "@effect/vitest"
-import { Cause, Chunk, Context, Duration, Effect, Either, Exit, Fiber, Layer, Option, Schema, Scope, Stream, TestClock } from "effect"
-import * as fs from "node:fs"
-import { createRequire } from "node:module"
-import * as os from "node:os"
-import * as path from "node:path"
-import { CancelCause, checkLog, CORE_EVENT_TYPES, deriveMessages, Driver, foldInbox, Hooks, Inbox, InvalidEvent, MalformedLog, MemoryStoreControl, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore, Tool, userMessage } from "../../src/index.js"
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Chunk, Context, Effect, Either, Exit, Fiber, Layer, Option, Scope, Stream, TestClock } from "effect"
+import { CancelCause, checkLog, CORE_EVENT_TYPES, deriveMessages, Driver, foldInbox, Inbox, InvalidEvent, MalformedLog, MemoryStoreControl, ScriptedModel, SessionLog, SessionStore, SqliteSessionStore } from "../../src/index.js"
 import { agentOver, asId, events, notation, plugin, recordLive, requests, scenario, settle, shape, until, user } from "../agent/harness.js"
 import type { SessionEvent } from "../../src/index.js"
+import { echo, header, malformedCases, mutate, outcome, richLog, richProgram, richScript, sid, withStore } from "../fixtures/richLog.js"
+import { raw, sqliteRun, tempFiles } from "../fixtures/sqliteFile.js"
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-log-validation-"))
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
+const { freshFile } = tempFiles("tiller-log-validation-")
 
-const sid = (s: string) => SessionId.make(s)
-const header = (id: string, seedLength = 0) => ({ formatVersion: 1, sessionId: sid(id), createdAt: 0, seedLength })
-
-/** A memory store built once in the test scope, and a runner of agents over it. */
-const withStore = Effect.map(Layer.build(SessionStore.layerMemory), (storeCtx) => {
-  const store = Context.get(storeCtx, SessionStore)
-  const run = <A, E, R>(
-    script: Parameters<typeof agentOver>[0],
-    program: Effect.Effect<A, E, R>,
-    options: Parameters<typeof agentOver>[1] = {}
-  ) =>
-    Effect.scoped(
-      Effect.provide(
-        program as Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope>,
-        agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
-      )
-    ) as Effect.Effect<A, E | Layer.Layer.Error<ReturnType<typeof agentOver>>, never>
-  return { store, run }
-})
-
-const outcome = (exit: Exit.Exit<unknown, unknown>): string => {
-  if (Exit.isSuccess(exit)) return "ok"
-  const failure = Cause.failureOption(exit.cause)
-  if (Option.isNone(failure)) return `defect: ${Cause.pretty(exit.cause)}`
-  const f = failure.value as { readonly _tag?: string; readonly seq?: number }
-  return `${f._tag}@${f.seq}`
-}
-
-const echo = Tool.make("echo", {
-  description: "echoes",
-  parameters: Schema.Struct({ x: Schema.Number }),
-  execute: (p) => Effect.succeed(`got ${p.x}`)
-})
-
-const richScript = () => [
-  ScriptedModel.response({
-    reasoning: "think",
-    text: "calling",
-    toolCalls: [{ id: "c1", name: "echo", arguments: { x: 1 } }],
-    usage: { inputTokens: 3, outputTokens: 4 }
-  }),
-  ScriptedModel.text("done"),
-  ScriptedModel.fail({ message: "busy", code: "RATE_LIMIT", status: 429 }),
-  ScriptedModel.text("second", { usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2 } })
-]
-
-/**
- * A rich valid session: two turns (reasoning, text and a tool call with its result, usage, a
- * retried attempt), an ignorable extension event, a pruned tool result (TR~), and a maintenance
- * compaction whose summary replaces the first turn's history (UM~). Returns the in-memory log.
- *
- * seqs: 0 INS, 1 TS, 2 CLM, 3 SS, 4 UM(A), 5 RH, 6-16 chunks, 17 AM, 18 TC, 19 TR, 20 SE, 21 SS,
- * 22-25 chunks, 26 AM, 27 SE, 28 TE, 29 x/note, 30 TR~, 31 INS, 32 TS, 33 CLM, 34 SS, 35 UM(B),
- * 36 chunk (finish error), 37 RT, 38-42 chunks, 43 AM, 44 SE, 45 TE, 46-47 compaction, 48 UM~(S),
- * 49 compaction/end.
- */
-const richProgram = Effect.gen(function*() {
-  const driver = yield* Driver
-  const log = yield* SessionLog
-  const hooks = yield* Hooks
-  yield* hooks.onRequestError(() => Effect.succeed(RequestErrorAction.retry(Duration.zero)))
-  yield* driver.followup(user("A"))
-  yield* driver.whenIdle
-  yield* log.append({ type: "x/note", data: { k: [1, "two", null, true] }, ignorable: true })
-  const tr = (yield* log.events).find((e) => e.type === "tool/result")!
-  const d = tr.data as any
-  yield* log.append({
-    type: "tool/result",
-    data: { ...d, message: { ...d.message, content: [{ ...d.message.content[0], content: [{ type: "text", text: "pruned" }] }] } },
-    surfaceOp: { op: "replace", start: tr.seq, end: tr.seq },
-    sourceEventSeqs: [tr.seq]
-  })
-  yield* driver.followup(user("B"))
-  yield* driver.whenIdle
-  yield* driver.runMaintenance(Effect.gen(function*() {
-    const surface = yield* log.surface
-    const start = yield* log.append({ type: "compaction/start", data: { turn: null, by: "audit" } })
-    yield* log.append({ type: "compaction/summary", data: { turn: null, text: "sum" } })
-    yield* log.append({
-      type: "user/message",
-      data: userMessage({ id: "S", text: "summary", source: { kind: "compaction", upTo: surface[3]! } }),
-      surfaceOp: { op: "replace", start: surface[0]!, end: surface[3]! },
-      sourceEventSeqs: [...surface.slice(0, 4), start.seq]
-    })
-    yield* log.append({ type: "compaction/end", data: { turn: null } })
-  }))
-  yield* log.flush
-  return yield* log.events
-})
-
-const richLog = Effect.gen(function*() {
-  const { run } = yield* withStore
-  return yield* run(richScript(), richProgram, { tools: [echo] })
-})
-
-type Mut = (e: any) => void
-/** A JSON copy of the log with `f` applied to the copy of event `seq` (each event frozen at its top, so the memory store keeps it verbatim). */
-const mutate = (es: ReadonlyArray<SessionEvent>, seq: number, f: Mut): ReadonlyArray<SessionEvent> =>
-  es.map((e) => {
-    const copy = JSON.parse(JSON.stringify(e))
-    if (e.seq === seq) f(copy)
-    return Object.freeze(copy)
-  })
-
-const cases: ReadonlyArray<readonly [string, number, Mut]> = [
-  // A1 envelope
-  ["A1 extra envelope key", 1, (e) => { e.extra = 1 }],
-  ["A1 data missing", 28, (e) => { delete e.data }],
-  ["A1 time missing", 28, (e) => { delete e.time }],
-  ["A1 time unsafe integer", 28, (e) => { e.time = 2 ** 53 }],
-  ["A1 time -0", 28, (e) => { e.time = -0 }],
-  ["A1 type not a string", 29, (e) => { e.type = 5 }],
-  // A3 lossless JSON
-  ["A3 NaN in extension data", 29, (e) => { e.data = { k: Number.NaN } }],
-  ["A3 -0 in extension data", 29, (e) => { e.data = { k: -0 } }],
-  ["A3 undefined in extension data", 29, (e) => { e.data = { k: undefined } }],
-  ["A3 sparse array in extension data", 29, (e) => { e.data = { k: [1, , 3] } }],
-  ["A3 Date in extension data", 29, (e) => { e.data = { k: new Date(0) } }],
-  ["A3 Infinity in core data", 37, (e) => { e.data.failure.retryAfterMs = Infinity }],
-  // A4 turn/start, turn/end, step/*
-  ["A4 turn/start turn 0", 1, (e) => { e.data.turn = 0 }],
-  ["A4 turn/start turn string", 1, (e) => { e.data.turn = "1" }],
-  ["A4 turn/start extra data key", 1, (e) => { e.data.note = "x" }],
-  ["A4 turn/end unknown reason", 28, (e) => { e.data.reason = { kind: "finished" } }],
-  ["A4 turn/end blocked message not a string", 28, (e) => { e.data.reason = { kind: "blocked", message: 5 } }],
-  ["A4 turn/end aborted hook without reason", 28, (e) => { e.data.reason = { kind: "aborted", reason: { kind: "hook" } } }],
-  ["A4 turn/end aborted unknown cause", 28, (e) => { e.data.reason = { kind: "aborted", reason: { kind: "timeout" } } }],
-  ["A4 turn/end error without code", 28, (e) => { e.data.reason = { kind: "error", error: { message: "m" } } }],
-  ["A4 turn/end completed with extra key", 28, (e) => { e.data.reason = { kind: "completed", why: "x" } }],
-  ["A4 step/start without step", 3, (e) => { delete e.data.step }],
-  ["A4 step/end fractional step", 20, (e) => { e.data.step = 1.5 }],
-  // A4/A8 user/message
-  ["A8 user/message role assistant", 4, (e) => { e.data.role = "assistant" }],
-  ["A8 user/message empty id", 4, (e) => { e.data.id = "" }],
-  ["A8 user/message empty source kind", 4, (e) => { e.data.source = { kind: "" } }],
-  ["A8 user/message source without kind", 4, (e) => { e.data.source = { plugin: "x" } }],
-  ["A8 user/message text block without text", 4, (e) => { e.data.content = [{ type: "text" }] }],
-  ["A8 user/message image without mediaType", 4, (e) => { e.data.content = [{ type: "image", data: "AA==" }] }],
-  ["A8 user/message reasoning block", 4, (e) => { e.data.content = [{ type: "reasoning", text: "x" }] }],
-  ["A8 user/message extra message key", 4, (e) => { e.data.name = "x" }],
-  // assistant/chunk
-  ["A4 chunk unknown type", 7, (e) => { e.data.chunk = { type: "delta", index: 0, text: "x" } }],
-  ["A4 chunk block-start image", 6, (e) => { e.data.chunk.block = "image" }],
-  ["A4 chunk tool-call block-start without name", 12, (e) => { delete e.data.chunk.name }],
-  ["A4 chunk negative index", 7, (e) => { e.data.chunk.index = -1 }],
-  ["A4 chunk usage negative tokens", 15, (e) => { e.data.chunk.usage.inputTokens = -1 }],
-  ["A4 chunk usage without outputTokens", 15, (e) => { delete e.data.chunk.usage.outputTokens }],
-  ["A4 chunk finish unknown kind", 16, (e) => { e.data.chunk.finish = { kind: "done" } }],
-  ["A4 chunk finish error without failure", 36, (e) => { delete e.data.chunk.finish.failure }],
-  ["A4 chunk attempt 0", 7, (e) => { e.data.attempt = 0 }],
-  ["A4 chunk extra data key", 7, (e) => { e.data.extra = true }],
-  // assistant/message
-  ["A8 assistant/message role user", 17, (e) => { e.data.message.role = "user" }],
-  ["A8 assistant/message source kind user", 17, (e) => { e.data.message.source = { kind: "user" } }],
-  ["A8 assistant/message source without model", 17, (e) => { delete e.data.message.source.model }],
-  ["A8 assistant/message image block", 17, (e) => { e.data.message.content.push({ type: "image", mediaType: "image/png", data: "AA==" }) }],
-  ["A8 assistant/message empty id", 17, (e) => { e.data.message.id = "" }],
-  ["A4 assistant/message interrupted false", 17, (e) => { e.data.interrupted = false }],
-  ["A4 assistant/message usage not a Usage", 17, (e) => { e.data.usage = { inputTokens: "3", outputTokens: 4 } }],
-  ["A5 assistant/message replace op", 17, (e) => { e.surfaceOp = { op: "replace", start: 4, end: 4 } }],
-  // tool/call
-  ["A4 tool/call arguments object", 18, (e) => { e.data.arguments = { x: 1 } }],
-  ["A4 tool/call without callId", 18, (e) => { delete e.data.callId }],
-  // tool/result
-  ["A8 tool/result two blocks", 19, (e) => { e.data.message.content.push(e.data.message.content[0]) }],
-  ["A8 tool/result source callId differs", 19, (e) => { e.data.message.source.callId = "c2" }],
-  ["A8 tool/result block toolCallId differs", 19, (e) => { e.data.message.content[0].toolCallId = "c2" }],
-  ["A8 tool/result source kind user", 19, (e) => { e.data.message.source = { kind: "user", callId: "c1" } }],
-  ["A8 tool/result without isError", 19, (e) => { delete e.data.message.content[0].isError }],
-  ["A8 tool/result text block in message", 19, (e) => { e.data.message.content = [{ type: "text", text: "x" }] }],
-  ["A4 tool/result error without code", 19, (e) => { e.data.error = { name: "E" } }],
-  // request/header
-  ["A4 request/header unknown reason", 5, (e) => { e.data.reason = "again" }],
-  ["A4 request/header without tools", 5, (e) => { delete e.data.header.tools }],
-  ["A4 request/header tool without description", 5, (e) => { delete e.data.header.tools[0].description }],
-  ["A4 request/header system not a string", 5, (e) => { e.data.header.system = 1 }],
-  // llm/retry
-  ["A4 llm/retry negative delayMs", 37, (e) => { e.data.delayMs = -1 }],
-  ["A4 llm/retry failure without message", 37, (e) => { delete e.data.failure.message }],
-  // agent/inbox/spliced
-  ["A4 splice unknown target", 0, (e) => { e.data.target = "later" }],
-  ["A4 splice negative start", 0, (e) => { e.data.start = -1 }],
-  ["A4 splice removedCount 0", 2, (e) => { e.data.removedCount = 0 }],
-  ["A4 splice unknown outcome", 2, (e) => { e.data.outcome = "dropped" }],
-  ["A4 splice invalid inserted message", 0, (e) => { e.data.inserted[0].role = "assistant" }],
-  ["A9 splice INS with outcome", 0, (e) => { e.data.outcome = "canceled" }],
-  ["A9 splice nothing removed or inserted", 31, (e) => { e.data.inserted = [] }],
-  ["A9 splice REP without outcome", 2, (e) => { e.data.inserted = [user("Z")] }],
-  ["A9 splice start beyond the list", 31, (e) => { e.data.start = 1 }],
-  ["A9 splice removing more than the list holds", 33, (e) => { e.data.removedCount = 2 }],
-  ["A9 splice inserting one id twice", 31, (e) => { e.data.inserted = [user("B"), user("B")] }],
-  // compaction/*
-  ["A4 compaction/start turn 0", 46, (e) => { e.data.turn = 0 }],
-  ["A4 compaction/start turn string", 46, (e) => { e.data.turn = "1" }],
-  ["A4 compaction/start without turn", 46, (e) => { delete e.data.turn }],
-  ["A4 compaction/end error message not a string", 49, (e) => { e.data.error = { message: 5 } }],
-  ["A4 compaction/end error extra key", 49, (e) => { e.data.error = { message: "m", code: "X" } }],
-  // A5 surface metadata
-  ["A5 user/message without surfaceOp", 4, (e) => { delete e.surfaceOp }],
-  ["A5 tool/result without surfaceOp", 19, (e) => { delete e.surfaceOp }],
-  ["A5 surfaceOp on turn/start", 1, (e) => { e.surfaceOp = "append" }],
-  ["A5 sourceEventSeqs on tool/call", 18, (e) => { e.sourceEventSeqs = [17] }],
-  ["A5 sourceEventSeqs on compaction/start", 46, (e) => { e.sourceEventSeqs = [45] }],
-  ["A5 unknown surfaceOp", 4, (e) => { e.surfaceOp = "prepend" }],
-  ["A5 replace op with negative start", 48, (e) => { e.surfaceOp = { op: "replace", start: -1, end: 26 } }],
-  ["A5 replace op with extra key", 48, (e) => { e.surfaceOp = { op: "replace", start: 4, end: 26, keep: true } }],
-  // A6 citations
-  ["A6 duplicate cited seq", 48, (e) => { e.sourceEventSeqs = [4, 4, 17, 30, 26, 46] }],
-  ["A6 citing its own seq", 48, (e) => { e.sourceEventSeqs = [4, 17, 30, 26, 46, 48] }],
-  ["A6 citing a negative seq", 48, (e) => { e.sourceEventSeqs = [-1, 4, 17, 30, 26, 46] }],
-  ["A6 citing a fractional seq", 48, (e) => { e.sourceEventSeqs = [4, 17, 30, 26, 46, 1.5] }],
-  ["A6 empty citations on a replacement", 30, (e) => { e.sourceEventSeqs = [] }],
-  ["A6 citations on an appended user/message", 4, (e) => { e.sourceEventSeqs = [3] }],
-  // A7 replacement
-  ["A7 start not on the surface", 48, (e) => { e.surfaceOp = { op: "replace", start: 5, end: 26 } }],
-  ["A7 end not on the surface", 48, (e) => { e.surfaceOp = { op: "replace", start: 4, end: 19 } }],
-  ["A7 start after end", 48, (e) => { e.surfaceOp = { op: "replace", start: 26, end: 4 } }],
-  ["A7 a shadowed seq not cited", 48, (e) => { e.sourceEventSeqs = [4, 17, 26, 46] }],
-  ["A7 range separating a call from its result", 48, (e) => { e.surfaceOp = { op: "replace", start: 4, end: 17 }; e.sourceEventSeqs = [4, 17] }],
-  ["A7 tool/result replacing an assistant/message", 30, (e) => { e.surfaceOp = { op: "replace", start: 17, end: 17 }; e.sourceEventSeqs = [17] }],
-  ["A7 tool/result replacing two nodes", 30, (e) => { e.surfaceOp = { op: "replace", start: 19, end: 26 }; e.sourceEventSeqs = [19, 26] }],
-  ["A7 tool/result replacement changing isError", 30, (e) => { e.data.message.content[0].isError = true }],
-  ["A7 tool/result replacement changing the message id", 30, (e) => { e.data.message.id = "other" }]
-]
-
-interface Stmt {
-  readonly run: (...p: ReadonlyArray<unknown>) => { readonly changes: number }
-  readonly get: (...p: ReadonlyArray<unknown>) => any
-}
-interface Db {
-  readonly prepare: (sql: string) => Stmt
-  readonly close: () => void
-}
-const Database = createRequire(import.meta.url)("better-sqlite3") as new(filename: string) => Db
-const raw = <A>(file: string, body: (db: Db) => A): A => {
-  const db = new Database(file)
-  try {
-    return body(db)
-  } finally {
-    db.close()
-  }
-}
-let files = 0
-const freshFile = () => path.join(dir, `store-${++files}.db`)
-
-/** Runs `program` against an agent over the SQLite store in `filename`. */
-const sqliteRun = <A, E, R>(
-  filename: string,
-  script: Parameters<typeof agentOver>[0],
-  program: Effect.Effect<A, E, R>,
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.scoped(
-    Effect.provide(
-      program as Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope>,
-      agentOver(script, options).pipe(Layer.provide(SqliteSessionStore.layer({ filename })))
-    )
-  )
 const failureOf = <E>(exit: Exit.Exit<unknown, E>) =>
   Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
 
@@ -288,24 +27,6 @@ const buildIn = (
     const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
     return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
   })
-const headerSeed = (id: string) => ({ formatVersion: 1, sessionId: sid(id), createdAt: 0, seedLength: 0 })
-
-/** A memory store built once in the test scope, and a runner of agents over it. */
-const withStoreSeed = Effect.map(Layer.build(SessionStore.layerMemory), (storeCtx) => {
-  const store = Context.get(storeCtx, SessionStore)
-  const run = <A, E, R>(
-    script: Parameters<typeof agentOver>[0],
-    program: Effect.Effect<A, E, R>,
-    options: Parameters<typeof agentOver>[1] = {}
-  ) =>
-    Effect.scoped(
-      Effect.provide(
-        program as Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope>,
-        agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
-      )
-    ) as Effect.Effect<A, E | Layer.Layer.Error<ReturnType<typeof agentOver>>, never>
-  return { store, storeCtx, run }
-})
 
 /** The typed failure of an exit as `"<_tag>: <reason>"`, or "ok". */
 const outcomeSeed = (exit: Exit.Exit<unknown, unknown>): string => {
@@ -319,19 +40,8 @@ const outcomeSeed = (exit: Exit.Exit<unknown, unknown>): string => {
 const ev = (seq: number, type: string, data: unknown, extra: Record<string, unknown> = {}) =>
   ({ type, seq, time: 0, data, ...extra }) as SessionEvent
 
-const buildInApi = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-
 describe("§5.1 a flaw in a stored log is MalformedLog {seq} on resume (memory store)", () => {
-  for (const [name, seq, f] of cases) {
+  for (const [name, seq, f] of malformedCases) {
     it.scoped(`${name} → MalformedLog at seq ${seq}`, () =>
       Effect.gen(function*() {
         const es = yield* richLog
@@ -710,7 +420,7 @@ describe("2.1 lossless JSON on append", () => {
 describe("§2.1/§5.1 A5 envelope of appended extension events", () => {
   it.scoped("5.1 A5: surfaceOp or sourceEventSeqs on an extension or compaction event fails InvalidEvent and writes nothing", () =>
     Effect.gen(function*() {
-      const { run } = yield* withStoreSeed
+      const { run } = yield* withStore
       yield* run(
         [],
         Effect.gen(function*() {
@@ -735,7 +445,7 @@ describe("§2.1/§5.1 A5 envelope of appended extension events", () => {
 
   it.scoped("2.9: an ignorable extension event is stored with the marker, resumes without declaration and changes no derived state", () =>
     Effect.gen(function*() {
-      const { store, run } = yield* withStoreSeed
+      const { store, run } = yield* withStore
       yield* run(
         [],
         Effect.gen(function*() {
@@ -759,7 +469,7 @@ describe("§2.1/§5.1 A5 envelope of appended extension events", () => {
 describe("§5.1/§5.2 invariants option", () => {
   it.scoped("5.2/D6: with invariants off a live relational violation (R6) is accepted; the log then resumes only with off", () =>
     Effect.gen(function*() {
-      const { store, run } = yield* withStoreSeed
+      const { store, run } = yield* withStore
       yield* run(
         [],
         Effect.flatMap(SessionLog, (log) => log.append({ type: "compaction/end", data: { turn: null } })),
@@ -775,7 +485,7 @@ describe("§5.1/§5.2 invariants option", () => {
 
   it.scoped("5.1 A1/A2: loaded envelopes are checked: extra keys, negative or fractional time, a wrong seq, ignorable false", () =>
     Effect.gen(function*() {
-      const { store, run } = yield* withStoreSeed
+      const { store, run } = yield* withStore
       const cases: ReadonlyArray<readonly [string, SessionEvent]> = [
         ["extra", ev(0, "x/e", {}, { ignorable: true, extra: 1 })],
         ["negative-time", { ...ev(0, "x/e", {}, { ignorable: true }), time: -1 } as SessionEvent],
@@ -787,7 +497,7 @@ describe("§5.1/§5.2 invariants option", () => {
       for (const [name, bad] of cases) {
         const good = ev(0, "x/e", {}, { ignorable: true })
         const log = name === "wrong-seq" ? [good, { ...bad, seq: 5 } as SessionEvent] : [good, { ...bad, seq: 1 } as SessionEvent]
-        const created = yield* Effect.exit(store.create(headerSeed(name), log))
+        const created = yield* Effect.exit(store.create(header(name), log))
         if (Exit.isFailure(created)) continue // a store may refuse it outright (PersistenceError)
         const error = yield* Effect.flip(run([], Effect.void, { sessionId: name, resume: true }))
         expect(error, name).toBeInstanceOf(MalformedLog)
@@ -865,7 +575,7 @@ describe("SPEC 8.5 SessionLog", () => {
   it.scoped("8.5/3.7: after disposal the log is readable, flush succeeds, stream replays then ends, events and statusChanges end", () =>
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { driver, inbox, log, scope } = yield* buildInApi(storeCtx, [ScriptedModel.text("ok")])
+      const { driver, inbox, log, scope } = yield* buildIn(storeCtx, [ScriptedModel.text("ok")])
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       yield* inbox.append("next-turn", user("Q"))

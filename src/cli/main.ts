@@ -26,16 +26,16 @@ import * as Output from "./Output.js"
 // and would take the next option as the value (`--inject --json`): both are refused here first.
 const VALUE_OPTIONS = new Set(["--db", "--model", "--session", "--inject", "--at", "--as"])
 
-/** The first value option of `args` that has no value after it, if any. */
+/** The first value option of `args` without a value after it (or with a blank one), said as a usage error. */
 const missingValue = (args: ReadonlyArray<string>): string | undefined => {
   for (let i = 0; i < args.length; i++) {
     const arg = args[i]!
     if (arg === "--") return undefined
     if (!VALUE_OPTIONS.has(arg)) continue
     const value = args[i + 1]
-    if (value === undefined || (value.startsWith("--") && value.length > 2)) return arg
-    // A session id, like a file or model name, is never empty.
-    if (value === "") return arg
+    if (value === undefined || (value.startsWith("--") && value.length > 2)) return `option ${arg} needs a value`
+    // A session id, like a file or model name or an injected context, is never empty or blank.
+    if (value.trim() === "") return `option ${arg} needs a value, not ${value === "" ? "an empty" : "a blank"} one`
     i++
   }
   return undefined
@@ -76,7 +76,7 @@ const commandLine = (): Effect.Effect<void, CliError | ExitWith | Effect.Effect.
   // No command: the help, as a usage error.
   if (args.length === 0) return Effect.zipRight(help, Effect.fail(new ExitWith({ code: Help.USAGE_EXIT_CODE })))
   const missing = missingValue(args)
-  if (missing !== undefined) return usageError(`option ${missing} needs a value`)
+  if (missing !== undefined) return usageError(missing)
   return Help.plainErrors(cli(process.argv), color, (text) => process.stderr.write(text)).pipe(
     Effect.catchIf(ValidationError.isValidationError, (error) =>
       Effect.gen(function*() {

@@ -158,14 +158,30 @@ const damageNote = (damage: ReadOnlyStore.Listed["damage"]) =>
 /** A session with nothing in it: no turn, no pending input, nothing damaged (a chat that got no input). */
 const isEmpty = (s: ReadOnlyStore.Listed) => s.turns === 0 && s.status === "idle" && s.damage === undefined
 
+/** A session in `sessions --json`. */
+const sessionJson = (s: ReadOnlyStore.Listed) => ({
+  id: s.sessionId,
+  status: s.status,
+  lastUsed: new Date(s.updatedAt).toISOString(),
+  turns: s.turns,
+  events: s.events,
+  title: s.title === undefined ? null : s.title.split("\n")[0]!.slice(0, 200),
+  forkOf: s.header?.parent === undefined ? null : { id: s.header.parent.sessionId, seq: s.header.parent.boundary },
+  damage: s.damage === undefined ? null : s.damage.message
+})
+
 const sessionsCommand = Command.make("sessions", {
-  all: Options.boolean("all").pipe(Options.withDescription("Also list empty sessions (no turn, nothing pending)"))
-}, ({ all }) =>
+  all: Options.boolean("all").pipe(Options.withDescription("Also list empty sessions (no turn, nothing pending)")),
+  json: Options.boolean("json").pipe(
+    Options.withDescription("Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf and damage")
+  )
+}, ({ all, json }) =>
   withReader((reader, globals) =>
     Effect.gen(function*() {
       const stored = yield* reader.list
       // Most recently used first; empty sessions only with --all.
       const list = stored.filter((s) => all || !isEmpty(s)).sort((a, b) => b.updatedAt - a.updatedAt)
+      if (json) return yield* Output.lines([JSON.stringify(list.map(sessionJson), null, 2)])
       const hidden = stored.length - list.length
       const note = hidden === 0 ? "" : ` (${hidden} empty session${hidden === 1 ? "" : "s"} left out; --all lists them)`
       if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}${note}`])

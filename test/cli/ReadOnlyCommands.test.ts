@@ -140,6 +140,25 @@ describe("read-only commands", () => {
       expect(rows[rows.length - 1]).toBe("1 empty session left out; --all lists them")
       expect((yield* tiller(dir, ["--db", "t.db", "sessions", "--all"])).stdout).toMatch(/\nempty +0 +\d+ +idle +/)
 
+      // The same list as JSON: one array, most recently used first, the empty session only with --all.
+      const asJson = yield* tiller(dir, ["--db", "t.db", "sessions", "--json"])
+      expect(asJson).toMatchObject({ code: 0, stderr: "" })
+      const sessions = JSON.parse(asJson.stdout)
+      expect(sessions.map((s: any) => s.id)).toEqual(["new", "it's", "old"])
+      expect(sessions[0]).toMatchObject({ status: "idle", turns: 1, title: "newer", forkOf: null, damage: null })
+      expect(sessions[1].status).toMatch(/^(pending input|interrupted)$/)
+      expect(sessions[2]).toMatchObject({ status: "idle", turns: 1, title: "older" })
+      for (const s of sessions) {
+        expect(Object.keys(s)).toEqual(["id", "status", "lastUsed", "turns", "events", "title", "forkOf", "damage"])
+        expect(s.events).toBeGreaterThan(0)
+        expect(rows.find((row) => row.startsWith(`${s.id} `))).toMatch(new RegExp(` ${s.events} +${s.status} +${s.lastUsed.replace(/\./g, "\\.")} `))
+      }
+      const lastUsed = sessions.map((s: any) => Date.parse(s.lastUsed))
+      expect([...lastUsed].sort((a, b) => b - a)).toEqual(lastUsed)
+      const everything = JSON.parse((yield* tiller(dir, ["--db", "t.db", "sessions", "--json", "--all"])).stdout)
+      expect(everything.map((s: any) => s.id)).toEqual(["new", "it's", "empty", "old"])
+      expect(everything[2]).toMatchObject({ id: "empty", status: "idle", turns: 0, title: null, forkOf: null, damage: null })
+
       const last = yield* tiller(dir, ["--db", "t.db", "resume", "--last"], { input: "/quit\n" })
       expect(last.code).toBe(0)
       expect(last.stdout).toContain("tiller chat · session new (resumed: 1 turn,")

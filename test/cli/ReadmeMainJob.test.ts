@@ -45,7 +45,7 @@ describe("README main job and CLI errors", () => {
       ["unknown session for log", ["log", "nosuch"], /no session nosuch/],
       ["unknown model", ["--model", "nosuchmodel", "run", "hi"], /unknown model "nosuchmodel"/],
       ["a file that is not a database", ["sessions", "--db", "junk.db"], /not a database/],
-      ["an unknown option", ["sessions", "--json"], /unknown argument/]
+      ["an unknown option", ["sessions", "--yaml"], /unknown argument/]
     ] as const
   ) {
     it.live(`bad input (${name}): a clear one-line error on stderr, non-zero exit, no stack trace`, () =>
@@ -59,6 +59,12 @@ describe("README main job and CLI errors", () => {
       }), TIMEOUT)
   }
 
+  it.live("README sessions --json: a JSON array, empty for a database without sessions", () =>
+    Effect.gen(function*() {
+      const out = yield* tiller(tempCwd(), ["sessions", "--json"])
+      expect(out).toEqual({ code: 0, stdout: "[]\n", stderr: "" })
+    }), TIMEOUT)
+
   // README "tiller run PROMPT [--inject TEXT]...". Regression test: a trailing `--inject` with no TEXT
   // was once silently dropped (the turn ran with the prompt alone and the command exited 0).
   it.live("README run: `tiller run hi --inject` (missing TEXT) is refused with a non-zero exit", () =>
@@ -67,5 +73,19 @@ describe("README main job and CLI errors", () => {
       const out = yield* tiller(cwd, ["run", "hi", "--inject"])
       expect(out.code).not.toBe(0)
       noStack(out.stdout + out.stderr)
+    }), TIMEOUT)
+
+  it.live("README run: an empty or blank --inject TEXT is a usage error (exit 2, one line saying so); nothing is written", () =>
+    Effect.gen(function*() {
+      const cwd = tempCwd()
+      for (const [text, said] of [["", "an empty"], ["  ", "a blank"]] as const) {
+        const out = yield* tiller(cwd, ["run", "hi", "--inject", text])
+        expect(out).toEqual({
+          code: 2,
+          stdout: "",
+          stderr: `tiller: option --inject needs a value, not ${said} one (tiller --help lists the commands and options)\n`
+        })
+      }
+      expect(fs.readdirSync(cwd)).toEqual([])
     }), TIMEOUT)
 })

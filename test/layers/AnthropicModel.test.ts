@@ -7,25 +7,32 @@
  */
 import * as FetchHttpClient from "@effect/platform/FetchHttpClient"
 import * as HttpClient from "@effect/platform/HttpClient"
-import * as HttpClientResponse from "@effect/platform/HttpClientResponse"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Either, Layer, Option, Redacted, Schema, Stream, TestClock } from "effect"
+import { Chunk, Effect, Layer, Option, Redacted, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
-import type { ModelError } from "../../src/domain/Errors.js"
-import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
-import { MessageId, SessionId } from "../../src/domain/Ids.js"
-import type { Json } from "../../src/domain/Json.js"
+import type { EventOf } from "../../src/domain/Event.js"
+import { MessageId } from "../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
 import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
-import { Agent } from "../../src/layers/Agent.js"
 import * as AnthropicModel from "../../src/layers/AnthropicModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import type { ModelRequest } from "../../src/services/Model.js"
 import { Model } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import { SessionStore } from "../../src/services/SessionStore.js"
-import { Tool, Tools } from "../../src/services/Tools.js"
-import { notation, user } from "../agent/harness.js"
+import { events, notation, user } from "../agent/harness.js"
+import {
+  add,
+  agentOver,
+  assistantFrom,
+  clock,
+  ofType,
+  pieceClient,
+  prompt,
+  requestFor,
+  sourceFor,
+  streamRun,
+  toolResult
+} from "../fixtures/adapterHarness.js"
 import * as AnthropicServer from "./fake/AnthropicServer.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as ResponsesServer from "./fake/ResponsesServer.js"
@@ -35,40 +42,9 @@ const KEY = "sk-ant-test-5e4d3c2b1a"
 const apiKey = Redacted.make(KEY)
 const options = { model: "claude-test" }
 
-const request = (overrides: Partial<ModelRequest> = {}): ModelRequest => ({
-  sessionId: SessionId.make("s"),
-  turn: 1,
-  step: 1,
-  attempt: 1,
-  provider: "anthropic",
-  model: "claude-test",
-  tools: [],
-  messages: [],
-  ...overrides
-})
-
-const modelSource = { kind: "model" as const, provider: "anthropic", model: "claude-test" }
-
-const prompt = (id: string, text: string): Message => ({
-  id: MessageId.make(id),
-  role: "user",
-  content: [{ type: "text", text }],
-  source: { kind: "prompt" }
-})
-
-const assistant = (id: string, content: Extract<Message, { role: "assistant" }>["content"], replayState?: Json): Message => ({
-  id: MessageId.make(id),
-  role: "assistant",
-  content,
-  source: replayState === undefined ? modelSource : { ...modelSource, replayState }
-})
-
-const result = (callId: string, text: string, isError = false): Message => ({
-  id: MessageId.make(`r-${callId}`),
-  role: "user",
-  content: [{ type: "tool-result", toolCallId: callId, isError, content: [{ type: "text", text }] }],
-  source: { kind: "tool", callId }
-})
+const request = requestFor("anthropic", "claude-test")
+const modelSource = sourceFor("anthropic", "claude-test")
+const assistant = assistantFrom(modelSource)
 
 const bodyOf = (messages: ReadonlyArray<Message>) => AnthropicModel.toAnthropicRequest(request({ messages }), options)
 
@@ -98,8 +74,8 @@ describe("AnthropicModel request body", () => {
         { type: "tool-call", id: "call_1", name: "add", arguments: "{\"a\":19,\"b\":0}" },
         { type: "tool-call", id: "call_2", name: "weather", arguments: "{\"city\":\"Oslo\"}" }
       ]),
-      result("call_1", "19"),
-      result("call_2", "sunny, 18 °C"),
+      toolResult("call_1", "19"),
+      toolResult("call_2", "sunny, 18 °C"),
       {
         id: MessageId.make("steer"),
         role: "user",
@@ -161,9 +137,9 @@ describe("AnthropicModel request body", () => {
         { type: "tool-call", id: "c1", name: "f", arguments: "{}" },
         { type: "tool-call", id: "c2", name: "g", arguments: "{}" }
       ]),
-      result("c1", "one"),
+      toolResult("c1", "one"),
       prompt("steer", "also this"),
-      result("c2", "two", true)
+      toolResult("c2", "two", true)
     ]).messages).toStrictEqual([
       { role: "user", content: [{ type: "text", text: "go" }] },
       {
@@ -188,7 +164,7 @@ describe("AnthropicModel request body", () => {
     expect(bodyOf([
       prompt("q", "update"),
       assistant("a1", [{ type: "tool-call", id: "toolu_1", name: "updateIssueList", arguments: "" }]),
-      result("toolu_1", "done")
+      toolResult("toolu_1", "done")
     ]).messages[1]).toStrictEqual({
       role: "assistant",
       content: [{ type: "tool_use", id: "toolu_1", name: "updateIssueList", input: {} }]
@@ -255,7 +231,7 @@ describe("AnthropicModel request body", () => {
         { type: "text", text: "Adding." },
         { type: "tool-call", id: "toolu_9", name: "add", arguments: "{\"a\":1,\"b\":2}" }
       ], state),
-      result("toolu_9", "3")
+      toolResult("toolu_9", "3")
     ]).messages[1]).toStrictEqual({
       role: "assistant",
       content: [
@@ -297,7 +273,7 @@ describe("AnthropicModel request body", () => {
       }),
       prompt("blank", "  "),
       assistant("a2", [{ type: "text", text: "\n\n" }, { type: "tool-call", id: "c1", name: "f", arguments: "" }]),
-      result("c1", "\n")
+      toolResult("c1", "\n")
     ]).messages).toStrictEqual([
       { role: "user", content: [{ type: "text", text: " \n" }, { type: "text", text: "news?" }] },
       {
@@ -335,25 +311,11 @@ const modelLayer = (server: FakeServer, key: Redacted.Redacted<string> | undefin
     Layer.provide(FetchHttpClient.layer)
   )
 
-/** What came out of `Model.stream`: the chunks, then the failure if any. */
-interface Run {
-  readonly chunks: ReadonlyArray<StreamChunk>
-  readonly error: Option.Option<ModelError>
-}
-
 const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request()) =>
   Effect.gen(function*() {
     const server = yield* ResponsesServer.listen(replies)
-    const out = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(req)))).pipe(
-      Effect.provide(modelLayer(server))
-    )
-    const chunks: Array<StreamChunk> = []
-    let error = Option.none<ModelError>()
-    for (const item of Chunk.toReadonlyArray(out)) {
-      if (Either.isRight(item)) chunks.push(item.right)
-      else error = Option.some(item.left)
-    }
-    return { run: { chunks, error } satisfies Run, received: yield* server.requests }
+    const out = yield* streamRun(req).pipe(Effect.provide(modelLayer(server)))
+    return { run: out, received: yield* server.requests }
   })
 
 const SECRET_PROMPT = "the launch code is 0451"
@@ -467,23 +429,6 @@ describe("AnthropicModel over HTTP", () => {
       }))
     }))
 
-  /** A client whose body arrives in the given pieces; `open` leaves it unfinished afterwards. */
-  const pieceClient = (pieces: ReadonlyArray<Uint8Array>, open: boolean) =>
-    HttpClient.make((req) =>
-      Effect.succeed(HttpClientResponse.fromWeb(
-        req,
-        new Response(
-          new ReadableStream<Uint8Array>({
-            start(controller) {
-              for (const piece of pieces) controller.enqueue(piece)
-              if (!open) controller.close()
-            }
-          }),
-          { status: 200, headers: { "content-type": "text/event-stream" } }
-        )
-      ))
-    )
-
   const streamWith = (client: HttpClient.HttpClient) =>
     Effect.flatMap(Model, (model) => Stream.runCollect(model.stream(request()))).pipe(
       Effect.provide(AnthropicModel.layer({ model: "claude-test", baseUrl: "http://127.0.0.1:1", timeouts: DEFAULT_TIMEOUTS })),
@@ -525,32 +470,14 @@ describe("AnthropicModel over HTTP", () => {
 
 // ---------------------------------------------------------------------------------------------------
 
-const add = Tool.make("add", {
-  description: "Adds two numbers",
-  parameters: Schema.Struct({ a: Schema.Number, b: Schema.Number }),
-  mode: "parallel",
-  execute: ({ a, b }) => Effect.succeed(String(a + b))
-})
-
-const clock = Tool.make("clock", {
-  description: "Tells the time",
-  parameters: Schema.Struct({}),
-  mode: "parallel",
-  execute: () => Effect.succeed("12:00")
-})
-
 const agent = (server: FakeServer) =>
-  Agent.layer({
-    sessionId: SessionId.make("s"),
-    model: { provider: "anthropic", model: "claude-test" },
-    system: "Be brief."
-  }).pipe(
-    Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, modelLayer(server), Tools.layer({ tools: [add, clock] })))
-  )
-
-const events = Effect.flatMap(SessionLog, (log) => log.events)
-const ofType = <T extends CoreEvent["type"]>(all: ReadonlyArray<SessionEvent>, type: T) =>
-  all.filter((e) => e.type === type) as unknown as ReadonlyArray<EventOf<T>>
+  agentOver({
+    provider: "anthropic",
+    model: "claude-test",
+    system: "Be brief.",
+    modelLayer: modelLayer(server),
+    tools: [add, clock]
+  })
 
 describe("AnthropicModel in an agent", () => {
   it.scoped("a thinking tool loop: the next request carries the signed thinking, the calls ({} for none) and the results as text", () =>

@@ -25,20 +25,19 @@ import {
 } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
-import type { ModelError } from "../../src/domain/Errors.js"
-import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
-import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import type { EventOf } from "../../src/domain/Event.js"
+import { MessageId } from "../../src/domain/Ids.js"
 import type { Json } from "../../src/domain/Json.js"
-import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
-import { Agent } from "../../src/layers/Agent.js"
+import type { Message, ToolSchema } from "../../src/domain/Values.js"
 import * as OpenAiCompatibleModel from "../../src/layers/OpenAiCompatibleModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import type { ModelRequest } from "../../src/services/Model.js"
 import { Model } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import { SessionStore } from "../../src/services/SessionStore.js"
-import { Tool, Tools } from "../../src/services/Tools.js"
-import { notation, plugin, user } from "../agent/harness.js"
+import { Tool } from "../../src/services/Tools.js"
+import { events, notation, plugin, shape, user } from "../agent/harness.js"
+import type { Run } from "../fixtures/adapterHarness.js"
+import { agentOver, ofType, pieceClient, requestFor, sourceFor, streamRun } from "../fixtures/adapterHarness.js"
 import type { ChatCompletionsServer, Reply } from "./fake/ChatCompletionsServer.js"
 import * as Fake from "./fake/ChatCompletionsServer.js"
 import * as Chunks from "../fixtures/streamChunks.js"
@@ -46,43 +45,19 @@ import * as Chunks from "../fixtures/streamChunks.js"
 const KEY = "sk-test-9f8e7d6c5b4a"
 const apiKey = Redacted.make(KEY)
 
-const request = (overrides: Partial<ModelRequest> = {}): ModelRequest => ({
-  sessionId: SessionId.make("s"),
-  turn: 1,
-  step: 1,
-  attempt: 1,
-  provider: "openai-compatible",
-  model: "fake-model",
-  tools: [],
-  messages: [],
-  ...overrides
-})
+const request = requestFor("openai-compatible", "fake-model")
 
 const modelLayer = (server: ChatCompletionsServer, options: { readonly apiKey?: Redacted.Redacted<string>; readonly maxTokens?: number } = {}) =>
   OpenAiCompatibleModel.layer({ baseUrl: server.baseUrl, model: "fake-model", ...options }).pipe(
     Layer.provide(FetchHttpClient.layer)
   )
 
-/** What came out of `Model.stream`: the chunks, then the failure if any. */
-interface Run {
-  readonly chunks: ReadonlyArray<StreamChunk>
-  readonly error: Option.Option<ModelError>
-}
-
 /** Starts a fake server with `replies` and streams one request through the adapter. */
 const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request(), options: { readonly apiKey?: Redacted.Redacted<string> } = {}) =>
   Effect.gen(function*() {
     const server = yield* Fake.make(replies)
-    const out = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(req)))).pipe(
-      Effect.provide(modelLayer(server, options))
-    )
-    const chunks: Array<StreamChunk> = []
-    let error = Option.none<ModelError>()
-    for (const item of Chunk.toReadonlyArray(out)) {
-      if (Either.isRight(item)) chunks.push(item.right)
-      else error = Option.some(item.left)
-    }
-    return { run: { chunks, error } satisfies Run, received: yield* server.received, label: hostOf(server) }
+    const out = yield* streamRun(req).pipe(Effect.provide(modelLayer(server, options)))
+    return { run: out, received: yield* server.received, label: hostOf(server) }
   })
 
 /** The name failures give the fake host: its host and port. */
@@ -92,7 +67,7 @@ const usage = { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }
 const tillerUsage = { inputTokens: 12, outputTokens: 5, totalTokens: 17 }
 const say = (text: string) => [Fake.chunk({ role: "assistant", content: text }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]
 
-const modelSource = { kind: "model" as const, provider: "openai-compatible", model: "fake-model" }
+const modelSource = sourceFor("openai-compatible", "fake-model")
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -389,20 +364,7 @@ describe("OpenAiCompatibleModel chunks", () => {
           Fake.event(Fake.chunk({}, "tool_calls")) + Fake.event(Fake.usageChunk(usage)) + Fake.DONE
       )
       // A client whose response body arrives one byte per read.
-      const client = HttpClient.make((req) =>
-        Effect.succeed(HttpClientResponse.fromWeb(
-          req,
-          new Response(
-            new ReadableStream<Uint8Array>({
-              start(controller) {
-                for (const byte of body) controller.enqueue(Uint8Array.of(byte))
-                controller.close()
-              }
-            }),
-            { status: 200, headers: { "content-type": "text/event-stream" } }
-          )
-        ))
-      )
+      const client = pieceClient(Array.from(body, (byte) => Uint8Array.of(byte)))
       const chunks = yield* Effect.flatMap(Model, (model) => Stream.runCollect(model.stream(request()))).pipe(
         Effect.provide(OpenAiCompatibleModel.layer({ baseUrl: "http://127.0.0.1:1/v1", model: "m" })),
         Effect.provideService(HttpClient.HttpClient, client)
@@ -837,18 +799,14 @@ const lookup = Tool.make("lookup", {
 })
 
 const agent = (server: ChatCompletionsServer) =>
-  Agent.layer({
-    sessionId: SessionId.make("s"),
-    model: { provider: "openai-compatible", model: "fake-model" },
-    system: "be brief"
-  }).pipe(
-    Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, modelLayer(server, { apiKey }), Tools.layer({ tools: [lookup] })))
-  )
+  agentOver({
+    provider: "openai-compatible",
+    model: "fake-model",
+    system: "be brief",
+    modelLayer: modelLayer(server, { apiKey }),
+    tools: [lookup]
+  })
 
-const events = Effect.flatMap(SessionLog, (log) => log.events)
-const shape = Effect.map(events, (all) => all.map(notation))
-const ofType = <T extends CoreEvent["type"]>(all: ReadonlyArray<SessionEvent>, type: T) =>
-  all.filter((e) => e.type === type) as unknown as ReadonlyArray<EventOf<T>>
 
 /** A turn opened by one follow-up `id`: its claim, its first step and (first request only) `RH(initial)`. */
 const turnPrefix = (turn: number, id: string, header: "initial" | "none") => [

@@ -6,21 +6,19 @@
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Either, Layer, Option, Redacted, Schema, Stream, TestClock } from "effect"
+import { Chunk, Effect, Either, Layer, Option, Redacted, Stream, TestClock } from "effect"
 import type { ModelError } from "../../src/domain/Errors.js"
-import type { CoreEvent, EventOf, SessionEvent } from "../../src/domain/Event.js"
-import { MessageId, SessionId } from "../../src/domain/Ids.js"
-import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
+import type { EventOf } from "../../src/domain/Event.js"
+import { MessageId } from "../../src/domain/Ids.js"
+import type { Message, ToolSchema } from "../../src/domain/Values.js"
 import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
-import { Agent } from "../../src/layers/Agent.js"
 import * as OpenAiModel from "../../src/layers/OpenAiModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import type { ModelRequest } from "../../src/services/Model.js"
 import { Model } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import { SessionStore } from "../../src/services/SessionStore.js"
-import { Tool, Tools } from "../../src/services/Tools.js"
-import { notation, user } from "../agent/harness.js"
+import { events, notation, user } from "../agent/harness.js"
+import { add, agentOver, ofType, prompt, requestFor, sourceFor, streamRun, toolResult } from "../fixtures/adapterHarness.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as Fake from "./fake/ResponsesServer.js"
 import * as Chunks from "../fixtures/streamChunks.js"
@@ -28,33 +26,8 @@ import * as Chunks from "../fixtures/streamChunks.js"
 const KEY = "sk-test-5e4d3c2b1a-never-printed"
 const apiKey = Redacted.make(KEY)
 
-const request = (overrides: Partial<ModelRequest> = {}): ModelRequest => ({
-  sessionId: SessionId.make("s"),
-  turn: 1,
-  step: 1,
-  attempt: 1,
-  provider: "openai",
-  model: "gpt-test",
-  tools: [],
-  messages: [],
-  ...overrides
-})
-
-const modelSource = { kind: "model" as const, provider: "openai", model: "gpt-test" }
-
-const userText = (id: string, text: string): Message => ({
-  id: MessageId.make(id),
-  role: "user",
-  content: [{ type: "text", text }],
-  source: { kind: "prompt" }
-})
-
-const toolResult = (callId: string, text: string): Message => ({
-  id: MessageId.make(`r-${callId}`),
-  role: "user",
-  content: [{ type: "tool-result", toolCallId: callId, isError: false, content: [{ type: "text", text }] }],
-  source: { kind: "tool", callId }
-})
+const request = requestFor("openai", "gpt-test")
+const modelSource = sourceFor("openai", "gpt-test")
 
 /** An assistant message with this adapter's replay state: two reasoning items around its text. */
 const replayed: Message = {
@@ -87,7 +60,7 @@ const replayed: Message = {
 describe("OpenAiModel request body", () => {
   it("instructions, each user-role message its own item, tool results as their text, tools without strict", () => {
     const messages: ReadonlyArray<Message> = [
-      userText("u1", "The repo uses pnpm."),
+      prompt("u1", "The repo uses pnpm."),
       {
         id: MessageId.make("u2"),
         role: "user",
@@ -117,7 +90,7 @@ describe("OpenAiModel request body", () => {
         }],
         source: { kind: "tool", callId: "call_2" }
       },
-      userText("u3", "Thanks.")
+      prompt("u3", "Thanks.")
     ]
     const tools: ReadonlyArray<ToolSchema> = [
       {
@@ -181,7 +154,7 @@ describe("OpenAiModel request body", () => {
   })
 
   it("without system, tools or limits those fields are absent; the options' maxTokens is the default", () => {
-    const body = OpenAiModel.toResponsesRequest(request({ messages: [userText("u1", "hi")] }), { model: "m", maxTokens: 64 })
+    const body = OpenAiModel.toResponsesRequest(request({ messages: [prompt("u1", "hi")] }), { model: "m", maxTokens: 64 })
     expect(body).toStrictEqual({
       model: "m",
       input: [{ role: "user", content: [{ type: "input_text", text: "hi" }] }],
@@ -194,7 +167,7 @@ describe("OpenAiModel request body", () => {
 
   it("a reasoning item with encrypted content goes back (without its id) before its function_call, in the original order", () => {
     const body = OpenAiModel.toResponsesRequest(
-      request({ messages: [userText("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19"), toolResult("call_CD7", "noon")] }),
+      request({ messages: [prompt("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19"), toolResult("call_CD7", "noon")] }),
       { model: "gpt-test" }
     )
     expect(body.input).toStrictEqual([
@@ -244,21 +217,11 @@ const modelLayer = (server: FakeServer) =>
 const runAll = (replies: ReadonlyArray<Reply>, requests: ReadonlyArray<ModelRequest>) =>
   Effect.gen(function*() {
     const server = yield* Fake.listen(replies)
-    const runs = yield* Effect.flatMap(Model, (model) =>
-      Effect.forEach(requests, (req) =>
-        Effect.map(Stream.runCollect(Stream.either(model.stream(req))), (out) => {
-          const chunks: Array<StreamChunk> = []
-          let error = Option.none<ModelError>()
-          for (const item of Chunk.toReadonlyArray(out)) {
-            if (Either.isRight(item)) chunks.push(item.right)
-            else error = Option.some(item.left)
-          }
-          return { chunks, error }
-        }))).pipe(Effect.provide(modelLayer(server)))
+    const runs = yield* Effect.forEach(requests, streamRun).pipe(Effect.provide(modelLayer(server)))
     return { runs, received: yield* server.requests, host: new URL(server.url).host }
   })
 
-const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request({ messages: [userText("u1", "SECRET PROMPT TEXT")] })) =>
+const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request({ messages: [prompt("u1", "SECRET PROMPT TEXT")] })) =>
   Effect.map(runAll(replies, [req]), ({ host, received, runs }) => ({ ...runs[0]!, received, host }))
 
 const failureOf = (error: Option.Option<ModelError>) => Option.getOrThrow(error).failure
@@ -391,7 +354,7 @@ describe("OpenAiModel over HTTP", () => {
         }
       })
       const hello = Fake.streamed({ text: ["Hello."], usage: { input: 3, output: 1 } })
-      const withReasoning = request({ messages: [userText("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19")] })
+      const withReasoning = request({ messages: [prompt("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19")] })
       const { received, runs } = yield* runAll([unverifiable, hello, unverifiable], [withReasoning, request()])
       expect(runs[0]!.error).toStrictEqual(Option.none())
       expect(received.map((r) => r.body.include)).toStrictEqual([
@@ -462,21 +425,8 @@ describe("OpenAiModel over HTTP", () => {
 // ---------------------------------------------------------------------------------------------------
 // Inside an agent
 
-const add = Tool.make("add", {
-  description: "Adds two numbers",
-  parameters: Schema.Struct({ a: Schema.Number, b: Schema.Number }),
-  mode: "parallel",
-  execute: ({ a, b }) => Effect.succeed(String(a + b))
-})
-
 const agent = (server: FakeServer) =>
-  Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "openai", model: "gpt-test" }, system: "Be brief." }).pipe(
-    Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, modelLayer(server), Tools.layer({ tools: [add] })))
-  )
-
-const events = Effect.flatMap(SessionLog, (log) => log.events)
-const ofType = <T extends CoreEvent["type"]>(all: ReadonlyArray<SessionEvent>, type: T) =>
-  all.filter((e) => e.type === type) as unknown as ReadonlyArray<EventOf<T>>
+  agentOver({ provider: "openai", model: "gpt-test", system: "Be brief.", modelLayer: modelLayer(server), tools: [add] })
 
 describe("OpenAiModel in an agent", () => {
   it.scoped("the reasoning item comes back before its function_call in the next request, and the result 19 as \"19\"", () =>

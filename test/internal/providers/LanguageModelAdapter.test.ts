@@ -4,33 +4,22 @@ import type * as Prompt from "@effect/ai/Prompt"
 import type * as Response from "@effect/ai/Response"
 import * as Tool from "@effect/ai/Tool"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Either, Option, Ref, Schema, Stream } from "effect"
+import { Effect, Option, Ref, Schema, Stream } from "effect"
 import { ModelError } from "../../../src/domain/Errors.js"
-import { MessageId, SessionId } from "../../../src/domain/Ids.js"
+import { MessageId } from "../../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../../src/domain/Values.js"
 import type { ModelRequest } from "../../../src/services/Model.js"
 import { Model } from "../../../src/services/Model.js"
 import * as Chunks from "../../fixtures/streamChunks.js"
+import type { Run as StreamRun } from "../../fixtures/adapterHarness.js"
+import { requestFor, sourceFor, streamRun } from "../../fixtures/adapterHarness.js"
 
-const modelSource = { kind: "model" as const, provider: "p", model: "m" }
-
-const request = (overrides: Partial<ModelRequest> = {}): ModelRequest => ({
-  sessionId: SessionId.make("s"),
-  turn: 1,
-  step: 1,
-  attempt: 1,
-  provider: "p",
-  model: "m",
-  tools: [],
-  messages: [],
-  ...overrides
-})
+const modelSource = sourceFor("p", "m")
+const request = requestFor("p", "m")
 
 /** What the fake provider saw, and what came out of `Model.stream`. */
-interface Run {
+interface Run extends StreamRun {
   readonly options: ReadonlyArray<LanguageModel.ProviderOptions>
-  readonly chunks: ReadonlyArray<StreamChunk>
-  readonly error: Option.Option<ModelError>
 }
 
 /**
@@ -56,17 +45,11 @@ const run = (
           )
         )
     })
-    const out = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(req)))).pipe(
+    const out = yield* streamRun(req).pipe(
       Effect.provide(Model.layerLanguageModel),
       Effect.provideService(LanguageModel.LanguageModel, languageModel)
     )
-    const chunks: Array<StreamChunk> = []
-    let error = Option.none<ModelError>()
-    for (const item of Chunk.toReadonlyArray(out)) {
-      if (Either.isRight(item)) chunks.push(item.right)
-      else error = Option.some(item.left)
-    }
-    return { options: yield* Ref.get(received), chunks, error } satisfies Run
+    return { options: yield* Ref.get(received), ...out } satisfies Run
   })
 
 /** A prompt's messages as plain data: the type-id brands of messages and parts left out. */

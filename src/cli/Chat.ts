@@ -59,10 +59,11 @@ const HELP = [
   "  /TOOL ARG       a line naming a tool is sent as a message (the demo model calls the tool,",
   "                  e.g. /wait 3000 keeps the turn running for 3 s so that it can be steered)",
   "Keys on a terminal: Enter sends; Alt-Enter, Ctrl-J or a line ending in \\ continues the message on a",
-  "new line (a paste is taken whole); ↑ ↓ history; ← → Home End Ctrl-A Ctrl-E move; Ctrl-U Ctrl-K Ctrl-W",
-  "delete; Ctrl-L clears the screen. Esc, or Ctrl-C while a turn runs, interrupts the turn and keeps the",
-  "chat open and the pending input; Ctrl-C twice at the idle prompt, or Ctrl-D, exits. An interrupt never",
-  "discards pending input (only /cancel does); it stays in the session for the next turn or a resume."
+  "new line (a paste is taken whole); ↑ ↓ history (also of earlier chats); ← → Home End Ctrl-A Ctrl-E",
+  "move; Ctrl-U Ctrl-K Ctrl-W delete; Ctrl-L clears the screen. Esc, or Ctrl-C while a turn runs,",
+  "interrupts the turn and keeps the chat open and the pending input; Ctrl-C twice at the idle prompt, or",
+  "Ctrl-D, exits. An interrupt never discards pending input (only /cancel does); it stays in the session",
+  "for the next turn or a resume."
 ]
 
 /** Two Ctrl-C presses at the idle prompt within this many milliseconds exit the chat. */

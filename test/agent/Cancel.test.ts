@@ -23,16 +23,10 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import type { StoreSnapshot } from "../../src/services/SessionStore.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { liveNotation, notation, plugin, scenario, shape, texts, user, waitUntil } from "./harness.js"
+import { events as eventsOf, hasChunk, liveOf, notation, plugin, scenario, shape, TEXT, texts, turnEndsOf, user, waitUntil } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-/** The chunks and message of a completed `ScriptedModel.text` entry. */
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-
-/** A live notification in the notation of SPEC 4.1. */
-const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
 
 /** Everything a live subscription has received so far. */
 const drain = (queue: Queue.Dequeue<DriverEvent>) =>
@@ -59,15 +53,6 @@ const recordLive = (driver: Context.Tag.Service<Driver>) =>
 /** The status trace of a driver (starting with the current status). */
 const traceOf = (driver: Context.Tag.Service<Driver>): Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Scope.Scope> =>
   record(driver.statusChanges, 1)
-
-const eventsOf = Effect.flatMap(SessionLog, (log) => log.events)
-
-const hasChunk = (type: string) =>
-  Effect.map(eventsOf, (events) =>
-    events.some((e) => e.type === "assistant/chunk" && (e as EventOf<"assistant/chunk">).data.chunk.type === type))
-
-const turnEnds = (events: ReadonlyArray<SessionEvent>) =>
-  events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
 
 const textOf = (message: unknown): string | undefined => {
   const block = (message as { content: ReadonlyArray<{ type: string; text?: string }> }).content[0]
@@ -113,7 +98,7 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
       const chunkSeqs = events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
       expect(chunkSeqs).toEqual([6, 7])
       expect(am.sourceEventSeqs).toEqual(chunkSeqs)
-      expect(turnEnds(events)).toEqual([userCause])
+      expect(turnEndsOf(events)).toEqual([userCause])
 
       yield* driver.followup(B)
       yield* driver.whenIdle
@@ -163,7 +148,7 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
         ])
         expect(yield* Ref.get(invocations)).toBe(0)
         const events = yield* log.events
-        expect(turnEnds(events)).toEqual([userCause, { kind: "completed" }])
+        expect(turnEndsOf(events)).toEqual([userCause, { kind: "completed" }])
         const requests = yield* model.requests
         expect(requests.length).toBe(2)
         const result = requests[1]!.messages.find((m) =>
@@ -355,7 +340,7 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
           "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
           "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(parent))"
         ])
-        expect(turnEnds(events)).toEqual([{ kind: "aborted", reason: { kind: "parent" } }])
+        expect(turnEndsOf(events)).toEqual([{ kind: "aborted", reason: { kind: "parent" } }])
         expect(checkLog(events, { closed: true })).toEqual([])
       }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "partial" }, { onInterrupt: Deferred.await(G) })])))
     }))
@@ -382,7 +367,7 @@ describe("disposal (SPEC 3.7, P38)", () => {
       ]
       const stored = yield* store.load(S)
       expect(stored.events.map(notation)).toEqual(expected)
-      expect(turnEnds(stored.events)).toEqual([{ kind: "aborted", reason: { kind: "disposed" } }])
+      expect(turnEndsOf(stored.events)).toEqual([{ kind: "aborted", reason: { kind: "disposed" } }])
       expect(checkLog(stored.events, { closed: true })).toEqual([])
       expect(yield* live).toEqual([
         "inserted(A)", "status(running)", "claimed(A,1)", "inserted(T)", "status(idle)"

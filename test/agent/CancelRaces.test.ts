@@ -3,26 +3,13 @@
  * results, cancel on an idle agent.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Either, Exit, Fiber, Layer, Option, Schema, Scope, Stream } from "effect"
+import { Chunk, Context, Deferred, Effect, Either, Exit, Fiber, Option, Scope, Stream } from "effect"
 import { AgentBusy, CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
-import { agentOver, asId, closeOut, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
+import { asId, closeOut, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
+import { buildOwn } from "./stores.js"
+import { callT, empty } from "./toolFixtures.js"
 
-const empty = Schema.Struct({})
 const ownFailure = new Error("own failure")
-
-/** Builds an agent over a fresh memory store in a scope the test closes itself. */
-const buildOwn = (
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { storeCtx, scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-
-const callT = (id = "c1") => ScriptedModel.response({ toolCalls: [{ id, name: "t", arguments: {} }] })
 
 const G1 = gate()
 

@@ -5,11 +5,10 @@
  * and D8 (tool contexts of a draining step under both modes).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Ref, Schema, Scope, Stream, TestClock } from "effect"
+import { Cause, Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Ref, Scope, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
-import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import { MaintenanceAborted, PersistenceError } from "../../src/domain/Errors.js"
-import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
+import type { EventOf } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { foldInbox } from "../../src/domain/Splice.js"
 import { CancelCause } from "../../src/domain/Values.js"
@@ -23,17 +22,11 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolContext, ToolOutput } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
-import { liveNotation, notation, OPEN_A, plugin, scenario, settle, shape, STEP_A, TEXT, toolResponse, user, waitUntil } from "./harness.js"
+import { broad, events as eventsOf, hasChunk, idleAndChecked, ifBroad, type Mode, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, shapeHas, STEP_A, TEXT, toolResponse, turnEndsOf, user, waitUntil } from "./harness.js"
+import { call, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-type Mode = "broad" | "keepInbox"
-const modes: ReadonlyArray<Mode> = ["broad", "keepInbox"]
-const opts = (mode: Mode) => ({ keepInbox: mode === "keepInbox" })
-const broad = (mode: Mode) => mode === "broad"
-/** `entries` only in broad mode. */
-const ifBroad = (mode: Mode, ...entries: ReadonlyArray<string>) => (broad(mode) ? entries : [])
 
 /** One test per mode. */
 const both = (name: string, body: (mode: Mode) => Effect.Effect<void, unknown, Scope.Scope>) => {
@@ -42,57 +35,9 @@ const both = (name: string, body: (mode: Mode) => Effect.Effect<void, unknown, S
 
 const Never = Effect.never
 
-
-const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
-
-/** Records every live notification into a ref, from a forked fiber (survives disposal). */
-const recordLive = (driver: Context.Tag.Service<Driver>) =>
-  Effect.gen(function*() {
-    const queue = yield* driver.subscribe
-    const seen = yield* Ref.make<ReadonlyArray<DriverEvent>>([])
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(queue), (e) => Ref.update(seen, (all) => [...all, e]))))
-    return {
-      all: Effect.map(Ref.get(seen), (all) => all.map(liveOf)),
-      discarded: Effect.map(Ref.get(seen), (all) => all.map(liveOf).filter((s) => s.startsWith("discarded"))),
-      errors: Effect.map(
-        Ref.get(seen),
-        (all) => all.filter((e): e is Extract<DriverEvent, { type: "agent/error" }> => e.type === "agent/error")
-      )
-    }
-  })
-
-const eventsOf = Effect.flatMap(SessionLog, (log) => log.events)
-const shapeHas = (entry: string) => Effect.map(shape, (s) => s.includes(entry))
-const hasChunk = (type: string) =>
-  Effect.map(eventsOf, (events) =>
-    events.some((e) => e.type === "assistant/chunk" && (e as EventOf<"assistant/chunk">).data.chunk.type === type))
-
-const turnEnds = (events: ReadonlyArray<SessionEvent>) =>
-  events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
 const abortedBy = (cause: CancelCause) => ({ kind: "aborted", reason: cause })
 
-/** The pending ids of both lists. */
-const pending = Effect.flatMap(Inbox, (inbox) =>
-  Effect.map(inbox.snapshot, (s) => ({ nt: s.nextTurn.map((m) => m.id), ns: s.nextStep.map((m) => m.id) })))
-
 const requestCount = Effect.flatMap(ScriptedModel, (model) => Effect.map(model.requests, (r) => r.length))
-
-/** whenIdle resolves, the status is idle and the log is valid and closed. */
-const idleAndChecked = Effect.gen(function*() {
-  const driver = yield* Driver
-  yield* driver.whenIdle
-  expect(yield* driver.status).toBe("idle")
-  expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-})
-
-const Empty = Schema.Struct({})
-const call = (id: string, name: string) => ({ id, name, arguments: {} })
-
-/** A driver handle for effects that are built before the agent (script entries, tools). */
-const makeHandle = Effect.map(Deferred.make<Context.Tag.Service<Driver>>(), (handle) => ({
-  set: Effect.flatMap(Driver, (driver) => Deferred.succeed(handle, driver)),
-  use: <A, E>(f: (driver: Context.Tag.Service<Driver>) => Effect.Effect<A, E>) => Effect.flatMap(Deferred.await(handle), f)
-}))
 
 /** Signals `entered`, then never finishes (until interrupted). */
 const enterAndHang = (entered: Deferred.Deferred<void>) => Effect.zipRight(Deferred.succeed(entered, undefined), Never)
@@ -103,7 +48,7 @@ describe("cancel windows K0-K1: idle (SPEC 7.2)", () => {
   both("K0: idle with nothing pending writes nothing and arms nothing", (mode) =>
     Effect.gen(function*() {
       const driver = yield* Driver
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.cancel(CancelCause.user, opts(mode))
       yield* driver.whenIdle
       yield* settle
@@ -114,7 +59,7 @@ describe("cancel windows K0-K1: idle (SPEC 7.2)", () => {
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       expect(yield* shape).toEqual([...STEP_A, ...TEXT, "SE(1,1)", "TE(1,completed)"])
-      expect(turnEnds(yield* eventsOf)).toEqual([{ kind: "completed" }])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "completed" }])
       yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
 
@@ -122,7 +67,7 @@ describe("cancel windows K0-K1: idle (SPEC 7.2)", () => {
     Effect.gen(function*() {
       const driver = yield* Driver
       const inbox = yield* Inbox
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       const C = plugin("C")
       const Q = user("Q")
       yield* driver.inject(C)
@@ -139,7 +84,7 @@ describe("cancel windows K0-K1: idle (SPEC 7.2)", () => {
       // Nothing was armed: a later wake runs normally.
       yield* driver.followup(user("W"))
       yield* driver.whenIdle
-      expect(turnEnds(yield* eventsOf)).toEqual(
+      expect(turnEndsOf(yield* eventsOf)).toEqual(
         broad(mode) ? [{ kind: "completed" }] : [{ kind: "completed" }, { kind: "completed" }]
       )
       yield* idleAndChecked
@@ -157,7 +102,7 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
       yield* preStep.register((_input, next) =>
         enterAndHang(entered).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)), Effect.zipRight(next()))
       )
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       const A = user("A")
       yield* driver.followup(A)
       yield* Deferred.await(entered)
@@ -168,7 +113,7 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
       expect(yield* shape).toEqual([
         ...OPEN_A, "INS(ns,0,[C])", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(ns,0,1)", "CAN(nt,0,1)"), "TE(1,aborted(parent))"
       ])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
       expect(yield* Ref.get(interrupted)).toBe(true)
       expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
       expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["B"], ns: ["C"] })
@@ -196,12 +141,12 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
           )
         )
       )
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(A)
       yield* driver.whenIdle
       expect(yield* Ref.get(returned)).toBe(true) // the pre-step decided Enter([A])
       expect(yield* shape).toEqual([...OPEN_A, "INS(ns,0,[D])", ...ifBroad(mode, "CAN(ns,0,1)"), "TE(1,aborted(hook))"])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("policy"))])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("policy"))])
       expect(yield* (yield* Inbox).idState(A.id)).toEqual(Option.some("claimed"))
       expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["D"] })
       yield* settle
@@ -216,7 +161,7 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
       const hooks = yield* Hooks
       const entered = yield* Deferred.make<void>()
       yield* hooks.onRequest((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* Deferred.await(entered)
       yield* driver.followup(user("B"))
@@ -225,7 +170,7 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
       expect(yield* shape).toEqual([
         ...OPEN_A, "SS(1,1)", "UM(A)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
       ])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
       expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
       yield* settle
       expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
@@ -240,7 +185,7 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
       const control = yield* MemoryStoreControl
       const G = yield* Deferred.make<void>()
       yield* preStep.register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* control.hold
       yield* Deferred.succeed(G, undefined)
@@ -269,7 +214,7 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
   both("K5: during streaming: the interrupted prefix, SE, TE", (mode) =>
     Effect.gen(function*() {
       const driver = yield* Driver
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* waitUntil(hasChunk("text-delta"), "the text chunk")
       yield* driver.inject(plugin("C"))
@@ -286,7 +231,7 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
       expect(am.data.interrupted).toBe(true)
       expect(am.data.message.content).toEqual([{ type: "reasoning", text: "think" }, { type: "text", text: "partial" }])
       expect(am.sourceEventSeqs).toEqual(events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq))
-      expect(turnEnds(events)).toEqual([abortedBy(CancelCause.parent)])
+      expect(turnEndsOf(events)).toEqual([abortedBy(CancelCause.parent)])
       expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["B"], ns: ["C"] })
       yield* settle
       expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)", "discarded(B)"))
@@ -311,7 +256,7 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
       const model = yield* ScriptedModel
       const entered = yield* Deferred.make<void>()
       yield* hooks.onRequestError((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* Deferred.await(entered)
       yield* driver.followup(user("B"))
@@ -320,7 +265,7 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
       expect(yield* shape).toEqual([
         ...STEP_A, "CH(finish error)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(hook))"
       ])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("budget"))])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("budget"))])
       expect(yield* requestCount).toBe(1)
       expect(yield* model.remaining).toBe(1)
       expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
@@ -336,7 +281,7 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
     Effect.gen(function*() {
       const driver = yield* Driver
       const model = yield* ScriptedModel
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* waitUntil(shapeHas("RT(1)"), "the retry record")
       const rt = (yield* eventsOf).find((e) => e.type === "llm/retry") as EventOf<"llm/retry">
@@ -356,7 +301,7 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
       yield* settle
       expect(yield* requestCount).toBe(1)
       expect(yield* model.remaining).toBe(1)
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
       expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
       expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
       yield* idleAndChecked
@@ -373,7 +318,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
       const invocations = yield* Ref.make(0)
       const danger = Tool.make("danger", {
         description: "counts invocations",
-        parameters: Empty,
+        parameters: empty,
         execute: () => Effect.as(Ref.update(invocations, (n) => n + 1), "done")
       })
       const script = [
@@ -386,7 +331,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
       yield* Effect.gen(function*() {
         yield* handle.set
         const driver = yield* Driver
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* driver.whenIdle
         expect(yield* shape).toEqual([
@@ -394,7 +339,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
           "TC(c1)", "TR⊘(c1)", "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(user))"
         ])
         expect(yield* Ref.get(invocations)).toBe(0)
-        expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
         expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["C"] })
         yield* settle
         expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)"))
@@ -407,7 +352,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
       const started = yield* Queue.unbounded<string>()
       const body = Tool.make("p", {
         description: "never finishes",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) => Effect.zipRight(Queue.offer(started, ctx.callId), Never)
       })
@@ -425,7 +370,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
             return { ...output, additionalContexts: [...output.additionalContexts, plugin(`ctx-${input.callId}`)] }
           })
         )
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         expect(yield* Queue.take(started)).toBe("c1")
         yield* Deferred.await(preEntered)
@@ -439,7 +384,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
         ])
         expect(yield* Queue.size(started)).toBe(0) // c2 and c3 never ran
         expect(yield* Ref.get(posted)).toEqual(["c1:true"]) // ToolPost does not run for ABORTED_BEFORE_DISPATCH
-        expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
         expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["C", "ctx-c1"] })
         yield* settle
         expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)", "discarded(ctx-c1)"))
@@ -453,7 +398,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
       const H = yield* Deferred.make<void>()
       const t = Tool.make("t", {
         description: "c1 answers at once with a context; c2 defers one and settles late",
-        parameters: Empty,
+        parameters: empty,
         execute: (_params, ctx: ToolContext): Effect.Effect<ToolOutput | string> =>
           ctx.callId === "c1"
             ? Effect.succeed({ content: "ok", additionalContexts: [plugin("ctx-c1")] })
@@ -470,7 +415,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const log = yield* SessionLog
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* Deferred.await(started)
         expect(yield* pending).toEqual({ nt: [], ns: ["ctx-c1"] })
@@ -522,7 +467,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
       const hooks = yield* Hooks
       const entered = yield* Deferred.make<void>()
       yield* hooks.onTurnStopping(() => enterAndHang(entered))
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* Deferred.await(entered)
       yield* driver.followup(user("B"))
@@ -531,7 +476,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
       expect(yield* shape).toEqual([
         ...STEP_A, ...TEXT, "SE(1,1)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "TE(1,aborted(user))"
       ])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
       expect(yield* requestCount).toBe(1)
       expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
       yield* settle
@@ -553,14 +498,14 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
           )
         )
       )
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       expect(yield* Ref.get(returned)).toBe(true)
       expect(yield* shape).toEqual([
         ...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[X])", ...ifBroad(mode, "CAN(ns,0,1)"), "TE(1,aborted(hook))"
       ])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("stop"))])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("stop"))])
       expect(yield* requestCount).toBe(1)
       expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["X"] })
       yield* settle
@@ -572,7 +517,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
     Effect.gen(function*() {
       const t = Tool.make("t", {
         description: "answers with a context",
-        parameters: Empty,
+        parameters: empty,
         execute: () => Effect.succeed({ content: "ok", additionalContexts: [plugin("X")] })
       })
       yield* Effect.gen(function*() {
@@ -581,7 +526,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
         const inbox = yield* Inbox
         const entered = yield* Deferred.make<void>()
         yield* preStep.register((input, next) => input.boundary === "later" ? Effect.zipRight(enterAndHang(entered), next()) : next())
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* Deferred.await(entered)
         yield* driver.followup(user("B"))
@@ -591,7 +536,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
           ...STEP_A, ...toolResponse(1), "TC(c1)", "TR(c1)", "INS(ns,0,[X])", "SE(1,1)", "CLM(ns,0,1)",
           "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "TE(1,aborted(parent))"
         ])
-        expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
         expect(yield* inbox.idState(plugin("X").id)).toEqual(Option.some("claimed"))
         expect(yield* requestCount).toBe(1)
         expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
@@ -611,7 +556,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
         const preStep = yield* PreStep
         const turn2 = yield* Deferred.make<void>()
         yield* preStep.register((input, next) => input.turn === 2 ? Effect.zipRight(enterAndHang(turn2), next()) : next())
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         const trace = yield* Ref.make<ReadonlyArray<string>>([])
         yield* Effect.forkScoped(Stream.runForEach(driver.statusChanges, (s) => Ref.update(trace, (all) => [...all, s])))
         // An observer cancels as soon as it sees the continuation claim B.
@@ -632,7 +577,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
           ...STEP_A, "INS(nt,0,[B])", "INS(nt,1,[C])", ...TEXT, "SE(1,1)", "TE(1,completed)", "TS(2)", "CLM(nt,0,1)",
           ...ifBroad(mode, "CAN(nt,0,1)"), "TE(2,aborted(user))"
         ])
-        expect(turnEnds(yield* eventsOf)).toEqual([{ kind: "completed" }, abortedBy(CancelCause.user)])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "completed" }, abortedBy(CancelCause.user)])
         expect(yield* requestCount).toBe(1)
         expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["C"], ns: [] })
         yield* settle
@@ -653,7 +598,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
         driver.runMaintenance(enterAndHang(started).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true))))
       )
       yield* Deferred.await(started)
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("W"))
       yield* driver.inject(plugin("C"))
       yield* driver.steer(user("S"))
@@ -691,7 +636,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
           event.type === "assistant/chunk" && (event as EventOf<"assistant/chunk">).data.chunk.type === "text-delta"
             ? Effect.flatMap(Effect.exit(driver.cancel(CancelCause.user, opts(mode))), (exit) => Deferred.succeed(observed, exit))
             : Effect.void))
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* waitUntil(Effect.map(requestCount, (n) => n === 1), "the request")
         yield* driver.followup(user("B"))
@@ -715,7 +660,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
       const invocations = yield* Ref.make(0)
       const stopper = Tool.make("stopper", {
         description: "cancels its own turn",
-        parameters: Empty,
+        parameters: empty,
         execute: (_params, ctx) =>
           Ref.update(invocations, (n) => n + 1).pipe(
             Effect.zipRight(ctx.deferContext(plugin(`ctx-${ctx.callId}`))),
@@ -726,7 +671,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
       yield* Effect.gen(function*() {
         yield* handle.set
         const driver = yield* Driver
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* driver.whenIdle
         expect(yield* shape).toEqual([
@@ -734,7 +679,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
           "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(parent))"
         ])
         expect(yield* Ref.get(invocations)).toBe(1)
-        expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
         expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["ctx-c1"] })
         yield* settle
         expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(ctx-c1)"))
@@ -752,7 +697,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
       const control = yield* MemoryStoreControl
       const store = yield* SessionStore
       yield* preStep.register((_input, next) => Effect.zipRight(Never, next()))
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* control.failAppends(3) // the first write and its two retries
       const refused = yield* Effect.flip(driver.followup(user("A")))
       expect(refused).toBeInstanceOf(PersistenceError)
@@ -786,7 +731,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
       // c1 defers a context, then runs until interrupted; its interruption is held open by H.
       const slow = Tool.make("slow", {
         description: "held open on interruption",
-        parameters: Empty,
+        parameters: empty,
         execute: (_params, ctx) =>
           ctx.deferContext(plugin(`ctx-${ctx.callId}`)).pipe(
             Effect.zipRight(Deferred.succeed(started, undefined)),
@@ -801,7 +746,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
       )
       const driver = Context.get(context, Driver)
       const store = Context.get(context, SessionStore)
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* Deferred.await(started)
       const closing = yield* Effect.fork(Scope.close(agentScope, Exit.void))
@@ -817,7 +762,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
         "TR✗(c1)", "INS(ns,0,[ctx-c1])", ...ifBroad(mode, "CAN(ns,0,1)"), "TC(c2)", "TR⊘(c2)", "SE(1,1)",
         "TE(1,aborted(disposed))"
       ])
-      expect(turnEnds(stored)).toEqual([abortedBy(CancelCause.disposed)])
+      expect(turnEndsOf(stored)).toEqual([abortedBy(CancelCause.disposed)])
       expect(checkLog(stored, { closed: true })).toEqual([])
       const inbox = foldInbox(stored)
       expect(inbox._tag).toBe("Right")
@@ -835,7 +780,7 @@ describe("D4, D7 and defects after an abort", () => {
     Effect.gen(function*() {
       const driver = yield* Driver
       const control = yield* MemoryStoreControl
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* waitUntil(hasChunk("text-delta"), "the text chunk")
       yield* driver.followup(user("B"))
@@ -846,7 +791,7 @@ describe("D4, D7 and defects after an abort", () => {
       expect(yield* shape).toEqual([
         ...STEP_A, "CH(block-start)", "CH(text-delta)", "INS(nt,0,[B])", "CAN(nt,0,1)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
       ])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
       expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
       yield* control.failAppends(3)
       yield* control.release
@@ -867,7 +812,7 @@ describe("D4, D7 and defects after an abort", () => {
       const interruptedBodies = yield* Ref.make<ReadonlyArray<string>>([])
       const p = Tool.make("p", {
         description: "c1 answers at once, the others never",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) =>
           ctx.callId === "c1"
@@ -879,7 +824,7 @@ describe("D4, D7 and defects after an abort", () => {
         const driver = yield* Driver
         const hooks = yield* Hooks
         yield* hooks.onToolPost((input, next) => input.callId === "c1" ? Effect.fail(boom) : next())
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* driver.whenIdle
         expect(yield* shape).toEqual([
@@ -890,7 +835,7 @@ describe("D4, D7 and defects after an abort", () => {
         const codes = events.filter((e) => e.type === "tool/result").map((e) => (e as EventOf<"tool/result">).data.error?.code)
         expect(codes).toEqual(["TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR"])
         expect(yield* Ref.get(interruptedBodies)).toEqual(["c2"])
-        expect(turnEnds(events)).toEqual([
+        expect(turnEndsOf(events)).toEqual([
           { kind: "error", error: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" } }
         ])
         yield* settle
@@ -919,13 +864,13 @@ describe("D4, D7 and defects after an abort", () => {
       yield* preStep.register((_input, next) =>
         Effect.zipRight(enterAndHang(entered), next()).pipe(Effect.onInterrupt(() => Effect.die(inner)))
       )
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* Deferred.await(entered)
       yield* driver.cancel(CancelCause.user)
       yield* driver.whenIdle
       expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(user))"])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
       yield* settle
       const errors = yield* live.errors
       expect(errors.map((e) => e.error)).toEqual([inner, outer]) // one per defect
@@ -939,11 +884,11 @@ describe("D4, D7 and defects after an abort", () => {
       const preStep = yield* PreStep
       const defect = new Error("listener died after cancelling")
       yield* preStep.register(() => Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(user))"])
-      expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
       yield* settle
       const errors = yield* live.errors
       expect(errors.map((e) => e.error)).toEqual([defect])
@@ -962,11 +907,11 @@ describe("D4, D7 and defects after an abort", () => {
         const driver = yield* Driver
         const defect = new Error(`${name} died after cancelling`)
         yield* register(yield* Hooks, Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* driver.whenIdle
         expect(yield* shape).toEqual([...expected, "TE(1,aborted(user))"])
-        expect(turnEnds(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
         yield* settle
         const errors = yield* live.errors
         expect(errors.map((e) => e.error)).toEqual([defect])
@@ -987,13 +932,13 @@ describe("D4, D7 and defects after an abort", () => {
   it.scoped("a ToolPre that dies right after recording a cause: the defect is published, no body runs", () =>
     Effect.gen(function*() {
       const ran = yield* Ref.make(false)
-      const t = Tool.make("t", { description: "never runs", parameters: Empty, execute: () => Effect.as(Ref.set(ran, true), "ran") })
+      const t = Tool.make("t", { description: "never runs", parameters: empty, execute: () => Effect.as(Ref.set(ran, true), "ran") })
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const hooks = yield* Hooks
         const defect = new Error("pre hook died after cancelling")
         yield* hooks.onToolPre(() => Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.parent), Effect.die(defect))))
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* driver.whenIdle
         const tail = (yield* shape).slice(STEP_A.length + toolResponse(2).length)
@@ -1011,14 +956,14 @@ describe("D4, D7 and defects after an abort", () => {
   it.scoped("a ToolPre that dies while the cause is recorded is published; the turn ends aborted", () =>
     Effect.gen(function*() {
       const ran = yield* Ref.make(false)
-      const t = Tool.make("t", { description: "never runs", parameters: Empty, execute: () => Effect.as(Ref.set(ran, true), "ran") })
+      const t = Tool.make("t", { description: "never runs", parameters: empty, execute: () => Effect.as(Ref.set(ran, true), "ran") })
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const hooks = yield* Hooks
         const entered = yield* Deferred.make<void>()
         const defect = new Error("pre hook died while aborting")
         yield* hooks.onToolPre((_info, next) => Effect.zipRight(enterAndHang(entered), next()).pipe(Effect.onInterrupt(() => Effect.die(defect))))
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* Deferred.await(entered)
         yield* driver.cancel(CancelCause.hook("policy"))

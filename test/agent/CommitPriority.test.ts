@@ -5,12 +5,11 @@
  * counts as forked: it is seen once the scheduling fiber suspends, not before.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Schema } from "effect"
+import { Deferred, Effect } from "effect"
 import { Driver, Hooks, ScriptedModel, Tool } from "../../src/index.js"
 import type { ToolCallInfo } from "../../src/index.js"
 import { closeOut, gate, open, scenario, shape, user } from "./harness.js"
-
-const empty = Schema.Struct({})
+import { empty } from "./toolFixtures.js"
 
 const threeCalls = ScriptedModel.response({
   toolCalls: [{ id: "c1", name: "t", arguments: {} }, { id: "c2", name: "t", arguments: {} }, { id: "c3", name: "t", arguments: {} }]

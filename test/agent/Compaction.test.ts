@@ -6,8 +6,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
 import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, Hooks, InvalidEvent, MemoryStoreControl, PersistenceError, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
 import { agentOver, closeOut, events, plugin, recordLive, requests, scenario, settle, shape, token, until, untilEvent, user } from "./harness.js"
+import { empty } from "./toolFixtures.js"
 
-const empty = Schema.Struct({})
 const summary = (id: string) => userMessage({ id, text: "summary", source: { kind: "compaction", by: "test" } })
 
 const summaryCompaction = (id: string, text = "summary") => userMessage({ id, text, source: { kind: "compaction", by: "test" } })

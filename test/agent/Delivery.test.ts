@@ -2,13 +2,11 @@
  * Delivery scenarios P2-P19 of SPEC 9: waking, staging, where input lands, pre-step decisions.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Deferred, Effect, Exit, Fiber, FiberId, Option, Queue, Ref, Schema, Stream, TestClock } from "effect"
-import type { Scope } from "effect"
-import { checkLog } from "../../src/domain/Check.js"
+import { Chunk, Deferred, Effect, Exit, Fiber, FiberId, Option, Queue, Schema, Stream, TestClock } from "effect"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import type { EventOf } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
-import type { AgentStatus, Message, UserMessage } from "../../src/domain/Values.js"
+import type { UserMessage } from "../../src/domain/Values.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import { Hooks } from "../../src/services/Hooks.js"
@@ -18,58 +16,17 @@ import { PreStep, PreStepDecision } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { liveNotation, plugin, scenario, shape, texts, user } from "./harness.js"
-
-// The chunks and message of a scripted `text(...)` response.
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-// The chunks and message of a response with one tool call.
-const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-
-
-/** Lets every ready fiber run (delivery of notifications, stream consumers). */
-const settle = Effect.repeatN(Effect.yieldNow(), 50)
+import { idleAndChecked, liveNotation, plugin, recordStatus, requests, scenario, settle, shape, TEXT, texts, token, toolResponse, user } from "./harness.js"
 
 /** Everything a subscription received so far, in notation. */
 const liveOf = (queue: Queue.Dequeue<DriverEvent>) =>
   Effect.map(Queue.takeAll(queue), (chunk) => Chunk.toReadonlyArray(chunk).map(liveNotation))
-
-/** Starts collecting `statusChanges`; the returned effect reads the trace so far. */
-const traceStatus: Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Driver | Scope.Scope> = Effect.gen(
-  function*() {
-    const driver = yield* Driver
-    const ref = yield* Ref.make<ReadonlyArray<AgentStatus>>([])
-    yield* Effect.forkScoped(Stream.runForEach(driver.statusChanges, (s) => Ref.update(ref, (a) => [...a, s])))
-    while ((yield* Ref.get(ref)).length === 0) yield* Effect.yieldNow()
-    return Ref.get(ref)
-  }
-)
-
-const requests = Effect.flatMap(ScriptedModel, (s) => s.requests)
-
-/** Waits for idleness, then checks the whole log with the relational checker. */
-const closeOut = Effect.gen(function*() {
-  const driver = yield* Driver
-  const log = yield* SessionLog
-  yield* driver.whenIdle
-  yield* settle
-  expect(yield* driver.status).toBe("idle")
-  expect(checkLog(yield* log.events, { closed: true })).toEqual([])
-})
 
 const turnEnds = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) =>
   events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data))
 
 const userMessages = Effect.map(Effect.flatMap(SessionLog, (log) => log.events), (events) =>
   events.filter((e) => e.type === "user/message").map((e) => (e as EventOf<"user/message">).data))
-
-const textOf = (m: Message): string => {
-  const block = m.content[0]
-  if (block === undefined) return ""
-  if (block.type === "text") return block.text
-  if (block.type === "tool-result") return `tool-result ${block.toolCallId}`
-  if (block.type === "tool-call") return `tool-call ${block.id}`
-  return block.type
-}
 
 /** A listener input reduced to `(turn, step, boundary, [ids])`. */
 const inputOf = (input: PreStepInput) =>
@@ -94,7 +51,7 @@ describe("delivery", () => {
       expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"])
       expect((yield* shape).some((s) => s.startsWith("UM"))).toBe(false)
       yield* Deferred.succeed(G, undefined)
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("hello")]))))
 
   it.scoped("an insertion built before a subscriber subscribed still notifies it, and one with nobody to notify is still acknowledged", () =>
@@ -136,14 +93,14 @@ describe("delivery", () => {
       yield* Fiber.join(call)
       expect(yield* log.durableSeq).toBe(2)
       yield* Deferred.succeed(G, undefined)
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("hello")]))))
 
   it.scoped("P3: two follow-ups are two turns", () => {
     const G = Deferred.unsafeMake<void>(FiberId.none)
     return Effect.gen(function*() {
       const driver = yield* Driver
-      const trace = yield* traceStatus
+      const trace = yield* recordStatus
       const A = user("A")
       const B = user("B")
       yield* driver.followup(A)
@@ -165,9 +122,9 @@ describe("delivery", () => {
       expect(reqs[1]!.messages.length).toBe(3)
       expect(reqs[1]!.messages[0]).toEqual(A)
       expect(reqs[1]!.messages[1]!.role).toBe("assistant")
-      expect(textOf(reqs[1]!.messages[1]!)).toBe("first")
+      expect(token(reqs[1]!.messages[1]!)).toBe("first")
       expect(reqs[1]!.messages[2]).toEqual(B)
-      yield* closeOut
+      yield* idleAndChecked
       expect(yield* trace).toEqual(["idle", "running", "idle"])
     }).pipe(Effect.provide(scenario([ScriptedModel.text("first", { awaitBefore: Deferred.await(G) }), ScriptedModel.text("second")])))
   })
@@ -194,7 +151,7 @@ describe("delivery", () => {
       expect(log1[log1.indexOf("UM(A)") - 1]).toBe("SS(1,1)")
       expect(log1[log1.indexOf("UM(B)") - 1]).toBe("SS(2,1)")
       expect(log1.filter((s) => s.startsWith("TE"))).toEqual(["TE(1,completed)", "TE(2,completed)"])
-      yield* closeOut
+      yield* idleAndChecked
       expect((yield* liveOf(live)).filter((s) => s.startsWith("error"))).toEqual([])
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
 
@@ -204,7 +161,7 @@ describe("delivery", () => {
       const log = yield* SessionLog
       const inbox = yield* Inbox
       const live = yield* driver.subscribe
-      const trace = yield* traceStatus
+      const trace = yield* recordStatus
       const C = plugin("C")
       yield* driver.inject(C)
       expect(yield* shape).toEqual(["INS(ns,0,[C])"])
@@ -220,7 +177,7 @@ describe("delivery", () => {
       expect(yield* liveOf(live)).toEqual(["inserted(C)"])
       expect(yield* trace).toEqual(["idle"])
       expect(yield* inbox.nextStep).toEqual([C])
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([]))))
 
   it.scoped("P6: idle inject, then follow-up", () =>
@@ -236,7 +193,7 @@ describe("delivery", () => {
         "INS(ns,0,[C])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(1,1)", "UM(C)", "UM(A)",
         "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
       ])
-      yield* closeOut
+      yield* idleAndChecked
       expect(yield* liveOf(live)).toEqual([
         "inserted(C)", "inserted(A)", "status(running)", "claimed(C,1)", "claimed(A,1)", "status(idle)"
       ])
@@ -275,7 +232,7 @@ describe("delivery", () => {
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...CALL,
+        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...toolResponse(1),
         "TC(c1)", "INS(ns,0,[C1])", "INS(ns,1,[C2])", "TR(c1)", "SE(1,1)",
         "CLM(ns,0,2)", "SS(1,2)", "UM(C1)", "UM(C2)", ...TEXT, "SE(1,2)", "TE(1,completed)"
       ])
@@ -284,10 +241,10 @@ describe("delivery", () => {
       expect(reqs.length).toBe(2)
       const tail = reqs[1]!.messages.slice(-4)
       expect(tail.map((m) => m.role)).toEqual(["assistant", "user", "user", "user"])
-      expect(tail.map(textOf)).toEqual(["tool-call c1", "tool-result c1", "C1", "C2"])
+      expect(tail.map(token)).toEqual(["tool-call c1", "tool-result c1", "C1", "C2"])
       expect(tail[2]).toEqual(plugin("C1"))
       expect(tail[3]).toEqual(C2)
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([
       ScriptedModel.response({ toolCalls: [{ id: "c1", name: "noticer", arguments: {} }] }),
       ScriptedModel.text("done")
@@ -310,7 +267,7 @@ describe("delivery", () => {
       expect(seen).toEqual(["(1,1,initial,[A])", "(1,2,later,[C])"])
       expect((yield* requests).length).toBe(2)
       expect(calls).toBe(2)
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
 
   it.scoped("P9: idle steer starts a turn", () =>
@@ -322,7 +279,7 @@ describe("delivery", () => {
         "INS(ns,0,[S])", "TS(1)", "CLM(ns,0,1)", "SS(1,1)", "UM(S)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
       ])
       expect((yield* requests).length).toBe(1)
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P10: input inserted during a pending pre-step enters the following step", () =>
@@ -351,7 +308,7 @@ describe("delivery", () => {
       expect(reqs[0]!.messages).toEqual([P])
       expect(reqs[1]!.messages.slice(-2)).toEqual([C, S])
       expect(yield* inbox.snapshot).toEqual({ nextTurn: [], nextStep: [] })
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
 
   it.scoped("P11: steering while a concluding tool runs is not lost", () =>
@@ -370,9 +327,9 @@ describe("delivery", () => {
       expect(reqs.length).toBe(2)
       expect(yield* turnEnds).toEqual([{ turn: 1, reason: { kind: "completed" } }])
       const messages = reqs[1]!.messages
-      expect(messages.map(textOf)).toEqual(["A", "tool-call c1", "tool-result c1", "S"])
+      expect(messages.map(token)).toEqual(["A", "tool-call c1", "tool-result c1", "S"])
       expect(messages[3]).toEqual(S)
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([
       ScriptedModel.response({ toolCalls: [{ id: "c1", name: "finalize", arguments: {} }] }),
       ScriptedModel.text("after")
@@ -397,7 +354,7 @@ describe("delivery", () => {
       expect(reqs[0]!.messages).toEqual([{ ...A, content: [{ type: "text", text: "REWRITTEN" }] }])
       expect(JSON.stringify(reqs[0]!.messages)).not.toContain("original text")
       expect(yield* inbox.idState(A.id)).toEqual(Option.some("entered"))
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P13: enter with an extra sourced message", () =>
@@ -418,7 +375,7 @@ describe("delivery", () => {
       expect(reqs[0]!.messages).toEqual([A, X])
       expect(reqs[0]!.messages[1]!.source).toEqual({ kind: "plugin", plugin: "test" })
       expect(yield* inbox.idState(X.id)).toEqual(Option.some("entered"))
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P13: adding a message pending in next-turn ends the turn DUPLICATE_MESSAGE with no step", () =>
@@ -449,7 +406,7 @@ describe("delivery", () => {
         "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
       ])
       expect(yield* texts).toEqual(["B"])
-      yield* closeOut
+      yield* idleAndChecked
       expect(yield* liveOf(live)).toEqual([
         "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "error(1,1)", "claimed(B,2)", "status(idle)"
       ])
@@ -468,7 +425,7 @@ describe("delivery", () => {
       expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "TE(1,blocked)"])
       expect(yield* turnEnds).toEqual([{ turn: 1, reason: { kind: "blocked", message: "nope" } }])
       expect(yield* requests).toEqual([])
-      yield* closeOut
+      yield* idleAndChecked
       expect(yield* liveOf(live)).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "status(idle)"])
       expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
       const error = yield* Effect.flip(
@@ -481,7 +438,7 @@ describe("delivery", () => {
   it.scoped("P15: a rejection does not stall later follow-ups", () =>
     Effect.gen(function*() {
       const driver = yield* Driver
-      const trace = yield* traceStatus
+      const trace = yield* recordStatus
       const G = yield* Deferred.make<void>()
       yield* (yield* PreStep).register((input, next) =>
         Effect.zipRight(
@@ -502,7 +459,7 @@ describe("delivery", () => {
       const reqs = yield* requests
       expect(reqs.length).toBe(1)
       expect(JSON.stringify(reqs[0]!.messages)).not.toContain("secret")
-      yield* closeOut
+      yield* idleAndChecked
       expect(yield* trace).toEqual(["idle", "running", "idle"])
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
@@ -527,14 +484,14 @@ describe("delivery", () => {
       const reqs = yield* requests
       expect(reqs.length).toBe(1)
       expect(reqs[0]!.messages).toEqual([C, S])
-      yield* closeOut
+      yield* idleAndChecked
       const before = (yield* shape).length
       yield* driver.followup(user("W"))
       yield* driver.whenIdle
       expect((yield* shape).slice(before)).toEqual([
         "INS(nt,0,[W])", "TS(3)", "CLM(nt,0,1)", "SS(3,1)", "UM(W)", ...TEXT, "SE(3,1)", "TE(3,completed)"
       ])
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
 
   it.scoped("P16: without the steer, injected context waits for the next wake", () =>
@@ -554,7 +511,7 @@ describe("delivery", () => {
       expect(yield* driver.status).toBe("idle")
       expect(yield* inbox.nextStep).toEqual([C])
       expect(yield* requests).toEqual([])
-      yield* closeOut
+      yield* idleAndChecked
       const before = (yield* shape).length
       yield* driver.followup(user("W"))
       yield* driver.whenIdle
@@ -562,14 +519,14 @@ describe("delivery", () => {
         "INS(nt,0,[W])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(C)", "UM(W)", "RH(initial)", ...TEXT,
         "SE(2,1)", "TE(2,completed)"
       ])
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P17: a failing pre-step does not strand the queue", () =>
     Effect.gen(function*() {
       const driver = yield* Driver
       const live = yield* driver.subscribe
-      const trace = yield* traceStatus
+      const trace = yield* recordStatus
       const G = yield* Deferred.make<void>()
       const broke = new Error("prompt hook broke")
       yield* (yield* PreStep).register((input, next) =>
@@ -591,7 +548,7 @@ describe("delivery", () => {
       const reqs = yield* requests
       expect(reqs.length).toBe(1)
       expect(reqs[0]!.messages).toEqual([S2])
-      yield* closeOut
+      yield* idleAndChecked
       const events = Chunk.toReadonlyArray(yield* Queue.takeAll(live))
       const errors = events.filter((e) => e.type === "agent/error")
       expect(errors.length).toBe(1)
@@ -625,7 +582,7 @@ describe("delivery", () => {
       expect(reqs.length).toBe(1)
       expect(reqs[0]!.messages).toEqual([B])
       expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P19a: both listeners call next; additions appear in waterfall return order", () =>
@@ -658,7 +615,7 @@ describe("delivery", () => {
       expect(order).toEqual(["L1", "L2", "default"])
       expect((yield* shape).slice(3, 8)).toEqual(["SS(1,1)", "UM(A)", "UM(X)", "UM(Y)", "RH(initial)"])
       expect((yield* requests)[0]!.messages.map((m) => m.id)).toEqual(["A", "X", "Y"])
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P19b: a listener that does not call next vetoes the listeners beneath it", () =>
@@ -673,7 +630,7 @@ describe("delivery", () => {
       yield* driver.whenIdle
       expect(order).toEqual(["L1"])
       expect((yield* shape).slice(3, 5)).toEqual(["SS(1,1)", "UM(A)"])
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P19c: calling next twice ends the turn with an error and no step", () =>
@@ -693,7 +650,7 @@ describe("delivery", () => {
       expect(end!.reason.kind).toBe("error")
       expect(JSON.stringify(end!.reason)).toContain("next() called more than once")
       expect(yield* requests).toEqual([])
-      yield* closeOut
+      yield* idleAndChecked
       expect((yield* liveOf(live)).filter((s) => s.startsWith("error"))).toEqual(["error(1,1)"])
     }).pipe(Effect.provide(scenario([]))))
 
@@ -710,7 +667,7 @@ describe("delivery", () => {
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       expect(order).toEqual(["L3", "L1", "L2"])
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("P19e: listener input is frozen and the default returns a new array", () =>
@@ -741,6 +698,6 @@ describe("delivery", () => {
         equalToCallers: true,
         freshDefault: true
       }])
-      yield* closeOut
+      yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 })

@@ -2,37 +2,11 @@
  * Disposal (SPEC 3.6, 3.7, 7.5): the disposal window, streams ending, contexts of the draining step.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, Scope, Stream } from "effect"
-import { CancelCause, Driver, Inbox, MemoryStoreControl, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
+import { Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
+import { CancelCause, Driver, Inbox, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
 import { agentOver, asId, closeOut, gate, notation, open, plugin, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
-
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildIn = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-
-const empty = Schema.Struct({})
-
-/** Builds an agent over a fresh memory store in a scope the test closes itself. */
-const buildOwn = (
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { storeCtx, scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-
-const callT = (id = "c1") => ScriptedModel.response({ toolCalls: [{ id, name: "t", arguments: {} }] })
+import { buildIn, buildOwn } from "./stores.js"
+import { callT, empty } from "./toolFixtures.js"
 
 const G2 = gate()
 

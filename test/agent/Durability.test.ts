@@ -3,38 +3,16 @@
  * and the batch window, opening with options.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Schema, Scope, Stream, TestClock } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schedule, Scope, Stream, TestClock } from "effect"
 import { AgentBusy, CancelCause, Driver, Inbox, MemoryStoreControl, PersistenceError, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, UnsupportedLogVersion } from "../../src/index.js"
-import { agentOver, asId, gate, open, plugin, recordLive, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
-
-const empty = Schema.Struct({})
+import { asId, gate, open, plugin, recordLive, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
+import { buildIn, failureOf } from "./stores.js"
+import { empty } from "./toolFixtures.js"
 
 // The hold must happen between the assistant message and the tool's checkpoint: the scripted
 // response's afterFinish takes it through this reference, set by the test.
 const controlRef: { control?: Context.Tag.Service<MemoryStoreControl> } = {}
 const MemoryStoreControlLater = Effect.sync(() => controlRef.control!)
-const failureOf = <E>(exit: Exit.Exit<unknown, E>) =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
-
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildIn = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildInPhases = (storeCtx: Context.Context<SessionStore | MemoryStoreControl>, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
 
 describe("6.2 checkpoints", () => {
   it.scoped("6.2: while storage is held back no model request is dispatched", () =>
@@ -145,15 +123,15 @@ describe("6 persistence", () => {
       yield* TestClock.adjust("7 seconds")
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
       const store = Context.get(storeCtx, SessionStore)
-      const first = yield* buildInPhases(storeCtx, [])
+      const first = yield* buildIn(storeCtx, [])
       expect(first.log.header).toEqual({ formatVersion: 1, sessionId: "s", createdAt: 7000, seedLength: 0 })
       yield* first.driver.inject(plugin("C"))
       expect((yield* first.log.events)[0]!.time).toBe(7000)
       yield* Scope.close(first.scope, Exit.void)
-      const second = yield* buildInPhases(storeCtx, [], { resume: true })
+      const second = yield* buildIn(storeCtx, [], { resume: true })
       expect(second.log.firstLiveSeq).toBe(1)
       yield* Scope.close(second.scope, Exit.void)
-      const third = yield* buildInPhases(storeCtx, [], { resume: true })
+      const third = yield* buildIn(storeCtx, [], { resume: true })
       expect((yield* third.log.events).map((e) => e.type)).toEqual(["agent/inbox/spliced", "session/end-seed"])
       yield* Scope.close(third.scope, Exit.void)
       expect((yield* store.load(SessionId.make("s"))).events.length).toBe(2)
@@ -164,7 +142,7 @@ describe("6 persistence", () => {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
       const store = Context.get(storeCtx, SessionStore)
       yield* store.create({ formatVersion: 2 as 1, sessionId: SessionId.make("s"), createdAt: 0, seedLength: 0 }, [])
-      const exit = yield* Effect.exit(Effect.scoped(buildInPhases(storeCtx, [], { resume: true })))
+      const exit = yield* Effect.exit(Effect.scoped(buildIn(storeCtx, [], { resume: true })))
       const error = failureOf(exit)
       expect(error).toBeInstanceOf(UnsupportedLogVersion)
       expect(error).toMatchObject({ found: 2, supported: 1 })
@@ -173,12 +151,12 @@ describe("6 persistence", () => {
   it.scoped("6.1: a second open of the same session in one store layer fails AgentBusy {operation: open}", () =>
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const first = yield* buildInPhases(storeCtx, [])
-      const exit = yield* Effect.exit(Effect.scoped(buildInPhases(storeCtx, [], { resume: true })))
+      const first = yield* buildIn(storeCtx, [])
+      const exit = yield* Effect.exit(Effect.scoped(buildIn(storeCtx, [], { resume: true })))
       expect(failureOf(exit)).toBeInstanceOf(AgentBusy)
       expect(failureOf(exit)).toMatchObject({ operation: "open" })
       yield* Scope.close(first.scope, Exit.void)
-      const again = yield* buildInPhases(storeCtx, [], { resume: true })
+      const again = yield* buildIn(storeCtx, [], { resume: true })
       yield* Scope.close(again.scope, Exit.void)
     }))
 

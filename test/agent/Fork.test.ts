@@ -3,54 +3,13 @@
  * and check order, fork before the first request, identity across a fork.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Effect, Exit, Layer, Option, Scope, TestClock } from "effect"
-import { checkLog, Driver, forkSession, Inbox, MemoryStoreControl, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, Sessions, SessionStore, Tools } from "../../src/index.js"
-import { agentOver, asId, events, notation, plugin, user } from "./harness.js"
-import type { SessionEvent, UserMessage } from "../../src/index.js"
+import { Context, Effect, Exit, Layer, Option, Scope, TestClock } from "effect"
+import { checkLog, Driver, forkSession, Inbox, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, Sessions, SessionStore, Tools } from "../../src/index.js"
+import { asId, events, notation, plugin, user } from "./harness.js"
+import type { UserMessage } from "../../src/index.js"
+import { buildIn, ev, header, outcome, withStore } from "./stores.js"
 
 const sid = (s: string) => SessionId.make(s)
-const header = (id: string) => ({ formatVersion: 1, sessionId: sid(id), createdAt: 0, seedLength: 0 })
-
-/** A memory store built once in the test scope, and a runner of agents over it. */
-const withStore = Effect.map(Layer.build(SessionStore.layerMemory), (storeCtx) => {
-  const store = Context.get(storeCtx, SessionStore)
-  const run = <A, E, R>(
-    script: Parameters<typeof agentOver>[0],
-    program: Effect.Effect<A, E, R>,
-    options: Parameters<typeof agentOver>[1] = {}
-  ) =>
-    Effect.scoped(
-      Effect.provide(
-        program as Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope>,
-        agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
-      )
-    ) as Effect.Effect<A, E | Layer.Layer.Error<ReturnType<typeof agentOver>>, never>
-  return { store, storeCtx, run }
-})
-
-/** The typed failure of an exit as `"<_tag>: <reason>"`, or "ok". */
-const outcome = (exit: Exit.Exit<unknown, unknown>): string => {
-  if (Exit.isSuccess(exit)) return "ok"
-  const failure = Cause.failureOption(exit.cause)
-  if (Option.isNone(failure)) return `defect: ${Cause.pretty(exit.cause)}`
-  const f = failure.value as { readonly _tag?: string; readonly reason?: string }
-  return `${f._tag}: ${f.reason ?? ""}`
-}
-
-const ev = (seq: number, type: string, data: unknown, extra: Record<string, unknown> = {}) =>
-  ({ type, seq, time: 0, data, ...extra }) as SessionEvent
-
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildIn = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
 
 describe("§6.6 fork: seed contents", () => {
   it.scoped("6.6/3.8/5.2 R9: a fork child whose seed holds a content rewrite keeping its id (REP) opens and checks clean", () =>

@@ -3,23 +3,14 @@
  * maintenance, and the windows around parked work.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Fiber, Schema, Stream, TestClock } from "effect"
+import { Deferred, Effect, Exit, Fiber, Stream, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, MaintenanceAborted, PreStep, PreStepDecision, ScriptedModel, Tool } from "../../src/index.js"
-import { closeOut, dataOfType, events, gate, liveNotation, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
-import type { DriverEvent, UserMessage } from "../../src/index.js"
+import { closeOut, dataOfType, events, from, gate, liveNotation, liveNotations, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, TEXT, turnStarts, until, untilEvent, user } from "./harness.js"
+import type { UserMessage } from "../../src/index.js"
+import { calls, empty, holder } from "./toolFixtures.js"
 
-const dataOfTurnStarts = Effect.map(events, (es) => es.filter((e) => e.type === "turn/start").map((e) => (e.data as { turn: number }).turn))
-const liveOf = (read: Effect.Effect<ReadonlyArray<DriverEvent>>) => Effect.map(read, (es) => es.map(liveNotation))
 const hold = gate()
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 
-type DriverService = Context.Tag.Service<typeof Driver>
-const empty = Schema.Struct({})
-const holder = () => ({ d: undefined as DriverService | undefined })
-
-const toolCalls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
-const from = (marker: string) => Effect.map(shape, (s) => s.slice(s.indexOf(marker)).filter((x) => !x.startsWith("CH") && x !== "AM" && !x.startsWith("RH")).join(" "))
 
 // Keep `until` referenced for future probes.
 void until
@@ -74,7 +65,7 @@ describe("7.6 the latch / 3.10 ordering", () => {
       yield* untilEvent((e) => e.type === "assistant/chunk")
       yield* driver.cancel(CancelCause.user, { keepInbox: true })
       yield* driver.whenIdle
-      expect(yield* dataOfTurnStarts).toEqual([1])
+      expect(yield* turnStarts).toEqual([1])
       expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["B"])
       expect(yield* driver.status).toBe("idle")
       expect(yield* closeOut).toEqual([])
@@ -160,7 +151,7 @@ describe("7.6 / 3.6: latches under cancels and maintenance", () => {
         "INS(nt,0,[Q])", "INS(nt,1,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(Q)", "RH(initial)", ...TEXT, "SE(1,1)",
         "TE(1,completed)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(A)", ...TEXT, "SE(2,1)", "TE(2,completed)"
       ])
-      expect(yield* liveOf(live)).toEqual(["inserted(A)", "status(running)", "claimed(Q,1)", "claimed(A,2)", "status(idle)"])
+      expect(yield* liveNotations(live)).toEqual(["inserted(A)", "status(running)", "claimed(Q,1)", "claimed(A,2)", "status(idle)"])
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
 
   it.scoped("3.6/D5: runMaintenance called from a Driver.events observer of status idle runs; a follow-up from its task latches and replays", () =>
@@ -241,7 +232,7 @@ describe("more windows: latch, parked work, internal failure, request hook, retr
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TC(c1)")).toBe("TC(c1) INS(nt,0,[S]) CAN(nt,0,1) TR✗(c1) SE(1,1) TE(1,aborted(user))")
       expect((yield* requests).length).toBe(1)
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"]), ScriptedModel.text("after")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("after")], { tools: [t] })))
   })
 
   it.scoped("4.8 / 7.6: after a keepInbox abort the latched replay claims the oldest next-turn item (parked B), then the chain continues to the latched W", () => {
@@ -265,7 +256,7 @@ describe("more windows: latch, parked work, internal failure, request hook, retr
         "TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(B) SE(2,1) TE(2,completed) TS(3) CLM(nt,0,1) SS(3,1) UM(W) SE(3,1) TE(3,completed)"
       )
       expect(yield* status).toEqual(["idle", "running", "idle"])
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"]), ScriptedModel.text("b"), ScriptedModel.text("w")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("b"), ScriptedModel.text("w")], { tools: [t] })))
   })
 
   it.scoped("4.6 D7: a ToolPost failure (after suspending) while a later body runs: it is interrupted and awaited; every call without a result gets TOOL_INTERNAL_ERROR in model order", () => {
@@ -284,7 +275,7 @@ describe("more windows: latch, parked work, internal failure, request hook, retr
       expect(yield* from("TC(c1)")).toBe("TC(c1) TC(c2) TR?(c1) TR?(c2) TC(c3) TR?(c3) SE(1,1) TE(1,error(TOOL_INTERNAL_ERROR))")
       const codes = (yield* events).filter((e) => e.type === "tool/result").map((e) => (e.data as any).error?.code)
       expect(codes).toEqual(["TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR"])
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t], maxParallelToolCalls: 2 })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t], maxParallelToolCalls: 2 })))
   })
 
   it.scoped("K4: a cancel while the onRequest hook is suspended: ⟨SE⟩ ⟨TE(aborted)⟩ after the entered messages; no request dispatched", () => {
@@ -407,7 +398,7 @@ describe("wakingSteers and latch membership across edits and failures", () => {
       yield* open(gb)
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TE(1,aborted(user))")).toBe("TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(B2) SE(2,1) TE(2,completed)")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"]), ScriptedModel.text("b")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("b")], { tools: [t] })))
   })
 
   it.scoped("4.9 / 7.5: contexts and a body's inject keep insertion order; a broad cancel from a later body removes the earlier call's context", () => {
@@ -421,6 +412,6 @@ describe("wakingSteers and latch membership across edits and failures", () => {
       yield* driver.followup(user("A"))
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TC(c1)")).toBe("TC(c1) TR(c1) INS(ns,0,[k1]) TC(c2) INS(ns,1,[C]) TR(c2) TC(c3) CAN(ns,0,2) TR✗(c3) SE(1,1) TE(1,aborted(user))")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "x1"], ["c2", "inj"], ["c3", "can"]), ScriptedModel.text("two")], { tools: [ctxTool, injTool, canTool] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "x1"], ["c2", "inj"], ["c3", "can"]), ScriptedModel.text("two")], { tools: [ctxTool, injTool, canTool] })))
   })
 })

@@ -11,6 +11,7 @@ import { Agent, CancelCause, Driver, Model, ModelError, ScriptedModel, SessionId
 import { closeOut, dataOfType, gate, open, plugin, reasons, scenario, shape, token, untilEvent, user } from "./harness.js"
 import type * as Response from "@effect/ai/Response"
 import type { Message, ModelRequest, StreamChunk } from "../../src/index.js"
+import { empty } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
 
@@ -73,8 +74,6 @@ const plain = (value: unknown): unknown => {
   }
   return value
 }
-
-const empty = Schema.Struct({})
 
 const G3 = gate()
 const G3in = gate()

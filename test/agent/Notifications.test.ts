@@ -3,12 +3,12 @@
  * loop components in an aborted turn, poisoning and quiet queueing.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Schema, Scope, Stream } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream } from "effect"
 import { Agent, CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, Model, PersistenceError, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
 import { agentOver, closeOut, gate, liveNotation, open, plugin, reasons, recordLive, scenario, settle, shape, untilEvent, user } from "./harness.js"
 import type { DriverEvent } from "../../src/index.js"
+import { callT, empty } from "./toolFixtures.js"
 
-const empty = Schema.Struct({})
 const boom = new Error("interrupt handler broke")
 
 // A listener that reports it was entered, then blocks until interrupted, running `onInterrupt` then.
@@ -34,8 +34,6 @@ const cancelWhileBlocked = <R>(
   })
 const errorsOf = (live: ReadonlyArray<DriverEvent>) =>
   live.flatMap((e) => (e.type === "agent/error" ? [e] : []))
-
-const callT = (id = "c1") => ScriptedModel.response({ toolCalls: [{ id, name: "t", arguments: {} }] })
 
 describe("3.10 notification order", () => {
   it.scoped("3.10: a failure's agent/error precedes the claimed and status events of the continuing TX-CLOSE", () =>

@@ -5,35 +5,13 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Schema, Scope, Stream } from "effect"
 import { AgentDisposed, CancelCause, Driver, DuplicateMessage, Hooks, Inbox, InvalidEvent, InvalidSplice, MaintenanceAborted, MalformedLog, MemoryStoreControl, PersistenceError, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
-import { agentOver, asId, closeOut, dataOfType, events, gate, liveNotation, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
-import type { DriverEvent, UserMessage } from "../../src/index.js"
-
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildIn = (storeCtx: Context.Context<SessionStore | MemoryStoreControl>, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
+import { agentOver, asId, closeOut, dataOfType, events, gate, ids, liveNotation, liveNotations, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, TEXT, texts, until, untilEvent, user } from "./harness.js"
+import type { UserMessage } from "../../src/index.js"
+import { buildIn, failureOf } from "./stores.js"
+import { empty } from "./toolFixtures.js"
 
 const holder: { driver?: Context.Tag.Service<Driver> } = {}
 
-const empty = Schema.Struct({})
-const failureOf = <E>(exit: Exit.Exit<unknown, E>) =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
-
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildInOps = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-const liveOf = (read: Effect.Effect<ReadonlyArray<DriverEvent>>) => Effect.map(read, (es) => es.map(liveNotation))
 let ran = 0
 const counting = Tool.make("t", {
   description: "",
@@ -42,20 +20,7 @@ const counting = Tool.make("t", {
 })
 const hold2 = gate()
 const turn1Hold = gate()
-const asIdOf = (s: string): UserMessage["id"] => s as UserMessage["id"]
 const turn2 = gate()
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-
-const buildInApi = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
 
 /** Poisons the idle session: an injection whose store append fails three times (two default retries). */
 const poison = Effect.gen(function*() {
@@ -68,8 +33,6 @@ const poison = Effect.gen(function*() {
 })
 
 const gateMaxTokens = gate()
-const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)
-const liveOfEdits = (read: Effect.Effect<ReadonlyArray<any>>) => Effect.map(read, (es) => es.map(liveNotation))
 
 describe("3.1 conventions", () => {
   it.scoped("3.1: a duplicate and an empty splice are acknowledged only after the earlier events are durable", () =>
@@ -410,7 +373,7 @@ describe("3.1/3.4-3.7 operations", () => {
   it.scoped("3.5/3.7: on a disposed agent whenIdle resolves, status is idle, mutating operations fail AgentDisposed, reads return the final state", () =>
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { driver, inbox, log, scope } = yield* buildInOps(storeCtx, [ScriptedModel.text("ok")])
+      const { driver, inbox, log, scope } = yield* buildIn(storeCtx, [ScriptedModel.text("ok")])
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       yield* inbox.append("next-turn", user("Q"))
@@ -582,7 +545,7 @@ describe("K13 / D5: operations from observers, hooks and stream effects", () => 
       yield* driver.followup(user("A"))
       expect(yield* closeOut).toEqual([])
       expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[Q])", "CAN(nt,0,1)", "TE(1,aborted(user))"])
-      expect(yield* liveOf(live)).toEqual([
+      expect(yield* liveNotations(live)).toEqual([
         "inserted(A)", "status(running)", "claimed(A,1)", "inserted(Q)", "discarded(Q)", "status(idle)"
       ])
       expect(yield* status).toEqual(["idle", "running", "idle"])
@@ -722,7 +685,7 @@ describe("3.1 / 3.5 / 3.8 / 3.10: callers, waiters and observers", () => {
       yield* driver.followup(user("B"))
       expect(yield* closeOut).toEqual([])
       expect(Exit.isFailure(yield* Fiber.await(dead))).toBe(true)
-      expect(yield* liveOf(live)).toEqual([
+      expect(yield* liveNotations(live)).toEqual([
         "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "claimed(B,2)", "status(idle)"
       ])
       expect((yield* unread.takeAll).length).toBe(6)
@@ -779,7 +742,7 @@ describe("3.1 / 3.5 / 3.8 / 3.10: callers, waiters and observers", () => {
       yield* driver.cancel(CancelCause.user, { keepInbox: true })
       yield* driver.followup(user("B"))
       yield* driver.steer(user("C"))
-      expect(yield* inbox.remove(asIdOf("B"))).toBe(true)
+      expect(yield* inbox.remove(asId("B"))).toBe(true)
       yield* open(hold2)
       expect(yield* closeOut).toEqual([])
       const s = yield* shape
@@ -874,7 +837,7 @@ describe("SPEC 3.1 check order and refusals that change nothing", () => {
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
       const control = Context.get(storeCtx, MemoryStoreControl)
-      const { driver, inbox, log, scope } = yield* buildInApi(storeCtx, [], { sessionId: "dp" })
+      const { driver, inbox, log, scope } = yield* buildIn(storeCtx, [], { sessionId: "dp" })
       yield* control.failAppends(3)
       expect(yield* Effect.flip(driver.inject(plugin("P")))).toBeInstanceOf(PersistenceError)
       yield* Scope.close(scope, Exit.void)
@@ -1049,7 +1012,7 @@ describe("0.3 / 0.4 / 3.3: send family", () => {
       // No yield between the return and these reads that lets the loop progress past its open.
       expect((yield* shape).slice(-4)).toEqual(["INS(nt,1,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)"])
       expect(yield* driver.status).toBe("running")
-      expect(yield* liveOfEdits(live)).toEqual(["inserted(A)", "status(running)", "claimed(I,1)", "claimed(Q,1)"])
+      expect(yield* liveNotations(live)).toEqual(["inserted(A)", "status(running)", "claimed(I,1)", "claimed(Q,1)"])
       yield* until(Effect.sync(() => seen.length > 0))
       expect(seen[0]).toEqual(["I", "Q"])
       yield* open(g)

@@ -4,30 +4,13 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Fiber, JSONSchema, Layer, Random, Ref, Schema, Scope, Stream, TestClock } from "effect"
-import { Agent, CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
+import { Agent, CancelCause, Driver, Hooks, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
 import { agentOver, closeOut, dataOfType, events, liveNotation, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import type { LlmFailure, ModelRequest, RequestConfig } from "../../src/index.js"
+import { buildIn } from "./stores.js"
+import { calls, empty, okTool } from "./toolFixtures.js"
 
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildIn = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-
-const empty = Schema.Struct({})
 type Loose = { readonly [k: string]: any }
-
-const okTool = (name: string, mode: "parallel" | "exclusive" = "exclusive", body?: Effect.Effect<any, any>) =>
-  Tool.make(name, { description: name, parameters: empty, mode, execute: () => body ?? Effect.succeed("ok") })
-
-const calls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
 
 const decimalDelay = Duration.millis(1500.6)
 

@@ -3,10 +3,12 @@
  * brackets, fail-stop then disposal and resume.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Schema, Scope, Stream, TestClock } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, Stream, TestClock } from "effect"
 import { CancelCause, checkLog, Driver, Inbox, MalformedLog, MemoryStoreControl, PersistenceError, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
-import { agentOver, asId, closeOut, events, gate, liveNotation, notation, open, plugin, settle, token, until, user } from "./harness.js"
+import { agentOver, asId, closeOut, events, gate, ids, liveNotation, notation, open, plugin, settle, token, until, user } from "./harness.js"
 import type { ScriptEntry, SessionEvent, StoreSnapshot, ToolDefinition, UserMessage } from "../../src/index.js"
+import { ev, header, outcome, withStore } from "./stores.js"
+import { empty } from "./toolFixtures.js"
 
 const sid = SessionId.make("s")
 type AgentCtx = Context.Context<Layer.Layer.Success<ReturnType<typeof agentOver>>>
@@ -38,46 +40,12 @@ const resumeImage = (image: StoreSnapshot, script: ReadonlyArray<ScriptEntry> = 
   })
 
 const get = <I, S>(ctx: AgentCtx, tag: Context.Tag<I, S>) => Context.get(ctx as Context.Context<I>, tag)
-const ids = (ms: ReadonlyArray<{ readonly id: string }>) => ms.map((m) => m.id)
 type Loose = { readonly [k: string]: any }
 const d = (e: SessionEvent): Loose => e.data as Loose
 
-const empty = Schema.Struct({})
 const UNKNOWN_TEXT =
   "Error: the session was interrupted while this tool call was running; its outcome is unknown. Check the current state before retrying anything with side effects."
 const NOT_STARTED_TEXT = "Error: the session was interrupted before this tool call started; it did not run and may be retried."
-
-const sidSeed = (s: string) => SessionId.make(s)
-const header = (id: string) => ({ formatVersion: 1, sessionId: sidSeed(id), createdAt: 0, seedLength: 0 })
-
-/** A memory store built once in the test scope, and a runner of agents over it. */
-const withStore = Effect.map(Layer.build(SessionStore.layerMemory), (storeCtx) => {
-  const store = Context.get(storeCtx, SessionStore)
-  const run = <A, E, R>(
-    script: Parameters<typeof agentOver>[0],
-    program: Effect.Effect<A, E, R>,
-    options: Parameters<typeof agentOver>[1] = {}
-  ) =>
-    Effect.scoped(
-      Effect.provide(
-        program as Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope>,
-        agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
-      )
-    ) as Effect.Effect<A, E | Layer.Layer.Error<ReturnType<typeof agentOver>>, never>
-  return { store, storeCtx, run }
-})
-
-/** The typed failure of an exit as `"<_tag>: <reason>"`, or "ok". */
-const outcome = (exit: Exit.Exit<unknown, unknown>): string => {
-  if (Exit.isSuccess(exit)) return "ok"
-  const failure = Cause.failureOption(exit.cause)
-  if (Option.isNone(failure)) return `defect: ${Cause.pretty(exit.cause)}`
-  const f = failure.value as { readonly _tag?: string; readonly reason?: string }
-  return `${f._tag}: ${f.reason ?? ""}`
-}
-
-const ev = (seq: number, type: string, data: unknown, extra: Record<string, unknown> = {}) =>
-  ({ type, seq, time: 0, data, ...extra }) as SessionEvent
 
 describe("6.4/6.5 resume of crash images taken inside a turn", () => {
   it.scoped("6.5 mid-stream with flushed chunks: SE + TE(interrupted) at the last event's time, no AM!; pending follow-up and inject restored idle; RH(resume) on the waking turn", () =>
@@ -434,11 +402,11 @@ describe("§6.4/§6.5 resume", () => {
         }),
         { sessionId: "c", resume: true }
       )
-      const stored = yield* store.load(sidSeed("c"))
+      const stored = yield* store.load(SessionId.make("c"))
       expect(stored.events.slice(3).map((e) => e.time)).toEqual([3000, 10_000])
       // Reopening the untouched session does not grow it.
       yield* run([], Effect.void, { sessionId: "c", resume: true })
-      expect((yield* store.load(sidSeed("c"))).events.length).toBe(5)
+      expect((yield* store.load(SessionId.make("c"))).events.length).toBe(5)
     }))
 
   it.scoped("2.7/5.1 A9: a seed splice with none of the four shapes makes the log malformed on resume", () =>
@@ -539,7 +507,7 @@ describe("§6.3 fail-stop then resume", () => {
           return durableSeq
         })
       )
-      const stored = (yield* store.load(sidSeed("s"))).events
+      const stored = (yield* store.load(SessionId.make("s"))).events
       expect(stored.length).toBe(durable + 1)
       expect(stored.some((e) => e.type === "turn/end")).toBe(false)
       expect(stored.map(notation)).toContain("TS(1)")

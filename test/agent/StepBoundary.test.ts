@@ -6,11 +6,12 @@
  * notifications and the status a caller sees (SPEC 3.2-3.5, 3.10, 4.1-4.4, 4.8, 4.10, 4.11, 6.3, 7.1-7.3).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Schema, Scope, Stream, TestClock } from "effect"
+import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream, TestClock } from "effect"
 import { AgentBusy, CancelCause, checkLog, deriveMessages, Driver, Hooks, Inbox, MemoryStoreControl, PersistenceError, PreStep, PreStepDecision, ScriptedModel, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
-import { agentOver, events, gate, liveNotation, notation, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, STEP_A, TEXT, toolResponse, until, user } from "./harness.js"
+import { agentOver, events, gate, idleAndChecked, liveNotation, notation, open, pending, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, STEP_A, TEXT, toolResponse, until, user } from "./harness.js"
 import type { Context } from "effect"
 import type { PreStepInput, ToolContext } from "../../src/index.js"
+import { empty } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
@@ -28,7 +29,6 @@ const makeHandle = Effect.map(Deferred.make<Handles>(), (handle) => ({
   use: <A, E>(f: (h: Handles) => Effect.Effect<A, E>) => Effect.flatMap(Deferred.await(handle), f)
 }))
 
-const Empty = Schema.Struct({})
 const call = (id: string) => ({ id, name: "t", arguments: {} })
 const toolStep = (id: string) => ScriptedModel.response({ toolCalls: [call(id)] })
 
@@ -39,7 +39,7 @@ const toolUsing = (
 ) =>
   Tool.make("t", {
     description: "a tool whose body may use the agent",
-    parameters: Empty,
+    parameters: empty,
     execute: (_params, ctx) => Effect.as(handle.use((h) => body(h, ctx)), "ok")
   })
 
@@ -48,27 +48,12 @@ const roundTrip = (id: string) => [...toolResponse(1), `TC(${id})`, `TR(${id})`]
 
 const A = user("A")
 
-const turnEnds = Effect.map(events, (es) =>
-  es.filter((e) => e.type === "turn/end").map((e) => (e.data as { readonly reason: unknown }).reason))
-
-const pendingIds = Effect.flatMap(Inbox, (inbox) =>
-  Effect.map(inbox.snapshot, (s) => ({ nt: s.nextTurn.map((m) => m.id), ns: s.nextStep.map((m) => m.id) })))
-
 /** Starts recording live notifications in notation. */
 const live = Effect.map(recordLive, (drain) => Effect.map(drain, (all) => all.map(liveNotation)))
 
 /** Where a pre-step listener was asked: `turn.step boundary [ids]`. */
 const preStepNote = (input: PreStepInput) =>
   `${input.turn}.${input.step} ${input.boundary} [${input.messages.map((m) => m.id).join(",")}]`
-
-/** whenIdle, then the closed log must satisfy every rule of checkLog. */
-const idleAndChecked = Effect.gen(function*() {
-  const driver = yield* Driver
-  yield* driver.whenIdle
-  yield* settle
-  expect(yield* driver.status).toBe("idle")
-  expect(checkLog(yield* events, { closed: true })).toEqual([])
-})
 
 const failureText = (reason: unknown) => JSON.stringify(reason)
 
@@ -377,7 +362,7 @@ describe("input arriving after the claim, during the later pre-step (SPEC 4.4, 4
           yield* driver.followup(A)
           yield* driver.whenIdle
           const head = [...STEP_A, ...roundTrip("c1"), "SE(1,1)", "INS(ns,0,[X])", "TE(1,error(DUPLICATE_MESSAGE))"]
-          const [reason] = yield* turnEnds
+          const [reason] = yield* reasons
           expect(failureText(reason)).toContain("pending")
           if (verb === "steer") {
             // The steer is waking work still pending after the failure: the chain continues (SPEC 4.7, 4.8).
@@ -392,7 +377,7 @@ describe("input arriving after the claim, during the later pre-step (SPEC 4.4, 4
             // Injected context alone opens no turn.
             expect(yield* shape).toEqual(head)
             expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "error(1,2)", "status(idle)"])
-            expect(yield* pendingIds).toEqual({ nt: [], ns: ["X"] })
+            expect(yield* pending).toEqual({ nt: [], ns: ["X"] })
           }
           yield* idleAndChecked
         }).pipe(Effect.provide(scenario([toolStep("c1"), ScriptedModel.text("x")], { tools: [t] })))
@@ -421,7 +406,7 @@ describe("input arriving after the claim, during the later pre-step (SPEC 4.4, 4
         const notes = yield* live
         yield* driver.followup(A)
         yield* driver.whenIdle
-        expect((yield* turnEnds)[0]).toEqual({ kind: "blocked", message: "no" })
+        expect((yield* reasons)[0]).toEqual({ kind: "blocked", message: "no" })
         expect(yield* shape).toEqual([
           ...STEP_A, ...roundTrip("c1"), "SE(1,1)", "INS(ns,0,[X])", "REP(ns,0,[Y])", "TE(1,blocked)",
           "TS(2)", "CLM(ns,0,1)", "SS(2,1)", "UM(Y)", ...TEXT, "SE(2,1)", "TE(2,completed)"
@@ -454,7 +439,7 @@ describe("input arriving after the claim, during the later pre-step (SPEC 4.4, 4
         yield* driver.followup(A)
         yield* driver.whenIdle
         expect(yield* shape).toEqual([...STEP_A, ...roundTrip("c1"), "SE(1,1)", "INS(ns,0,[X])", "REP(ns,0,[Y])", "TE(1,blocked)"])
-        expect(yield* pendingIds).toEqual({ nt: [], ns: ["Y"] })
+        expect(yield* pending).toEqual({ nt: [], ns: ["Y"] })
         expect((yield* requests).length).toBe(1)
         yield* idleAndChecked
       }).pipe(Effect.provide(scenario([toolStep("c1"), ScriptedModel.text("never")], { tools: [t] })))
@@ -486,7 +471,7 @@ describe("identity of entered messages at later boundaries (SPEC 3.9, 4.4, 5.2 R
           ...STEP_A, ...toolResponse(1), "TC(c1)", "INS(ns,0,[S])", "TR(c1)", "SE(1,1)", "CLM(ns,0,1)",
           "SS(1,2)", "UM(N)", ...roundTrip("c2"), "SE(1,2)", "TE(1,error(DUPLICATE_MESSAGE))"
         ])
-        expect(failureText((yield* turnEnds)[0])).toContain("claimed")
+        expect(failureText((yield* reasons)[0])).toContain("claimed")
         expect(yield* inbox.idState(S.id)).toEqual(Option.some("claimed"))
         expect(yield* inbox.idState(N.id)).toEqual(Option.some("entered"))
         expect(yield* notes).toEqual([
@@ -523,7 +508,7 @@ describe("cancel around the boundary (SPEC 3.4, 4.3, 7.2 K8-K10, 7.6)", () => {
             ...STEP_A, ...roundTrip("c1"), "SE(1,1)", "INS(ns,0,[I])", ...(mode === "broad" ? ["CAN(ns,0,1)"] : []),
             "TE(1,aborted(user))"
           ])
-          expect(yield* pendingIds).toEqual({ nt: [], ns: mode === "broad" ? [] : ["I"] })
+          expect(yield* pending).toEqual({ nt: [], ns: mode === "broad" ? [] : ["I"] })
           expect(yield* notes).toEqual([
             "inserted(A)", "status(running)", "claimed(A,1)", "inserted(I)", ...(mode === "broad" ? ["discarded(I)"] : []),
             "status(idle)"
@@ -605,7 +590,7 @@ describe("cancel around the boundary (SPEC 3.4, 4.3, 7.2 K8-K10, 7.6)", () => {
       yield* driver.followup(A)
       yield* driver.whenIdle
       expect(yield* shape).toEqual([...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[I])", "TE(1,aborted(hook))"])
-      expect(yield* pendingIds).toEqual({ nt: [], ns: ["I"] })
+      expect(yield* pending).toEqual({ nt: [], ns: ["I"] })
       expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(I)", "status(idle)"])
       yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("never")]))))

@@ -7,15 +7,9 @@ import { Context, Deferred, Duration, Effect, Exit, Layer, Ref, Schema, Scope, S
 import { Agent, CancelCause, checkLog, Driver, Hooks, LlmFailure as LlmFailureSchema, Model, ModelError, RequestErrorAction, RequestHeader as RequestHeaderSchema, ScriptedModel, SessionId, SessionLog, SessionStore, StreamChunk as StreamChunkSchema, Tool, Tools, ToolSchema as ToolSchemaSchema } from "../../src/index.js"
 import { agentOver, closeOut, dataOfType, events, gate, open, reasons, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
 import type { ModelRequest, SessionEvent, StreamChunk } from "../../src/index.js"
+import { calls, empty, okTool } from "./toolFixtures.js"
 
-const empty = Schema.Struct({})
 type Loose = { readonly [k: string]: any }
-
-const okTool = (name: string, mode: "parallel" | "exclusive" = "exclusive", body?: Effect.Effect<any, any>) =>
-  Tool.make(name, { description: name, parameters: empty, mode, execute: () => body ?? Effect.succeed("ok") })
-
-const calls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
 
 /** A model whose n-th request gets the n-th stream; requests are recorded. */
 const streamsModel = (streams: ReadonlyArray<(r: ModelRequest) => Stream.Stream<StreamChunk, any>>) => {

@@ -4,20 +4,12 @@
  * notification timing and request derivation after suspension.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Fiber, Option, Queue, Schema, TestClock } from "effect"
+import { Chunk, Context, Deferred, Effect, Fiber, Option, Queue, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, RequestErrorAction, ScriptedModel, SessionLog, Tool, userMessage } from "../../src/index.js"
-import { closeOut, events, gate, liveNotation, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
+import { closeOut, events, from, gate, liveNotation, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, toolLine, until, untilEvent, user } from "./harness.js"
+import { calls, empty, holder } from "./toolFixtures.js"
 
 type DriverService = Context.Tag.Service<typeof Driver>
-const empty = Schema.Struct({})
-const holder = () => ({ d: undefined as DriverService | undefined })
-
-const toolCalls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
-
-const toolShape = Effect.map(shape, (s) => s.filter((x) => /^(TC|TR)/.test(x)).join(" "))
-const from = (marker: string) => Effect.map(shape, (s) => s.slice(s.indexOf(marker)).filter((x) => !x.startsWith("CH") && x !== "AM" && !x.startsWith("RH")).join(" "))
-const has = (notation: string) => Effect.map(shape, (s) => s.includes(notation))
 
 // Keep `until` referenced for future probes.
 void until
@@ -31,10 +23,10 @@ describe("4.5 stream tail, retries and cancel windows", () => {
       yield* driver.followup(user("A"))
       yield* untilEvent((e) => e.type === "assistant/message")
       yield* settle
-      expect(yield* has("TC(c1)")).toBe(false)
+      expect(yield* shapeHas("TC(c1)")).toBe(false)
       yield* open(ga)
       expect(yield* closeOut).toEqual([])
-      expect(yield* toolShape).toBe("TC(c1) TR(c1)")
+      expect(yield* toolLine).toBe("TC(c1) TR(c1)")
     }).pipe(Effect.provide(scenario([
       ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }], afterFinish: Deferred.await(ga) }),
       ScriptedModel.text("done")
@@ -301,7 +293,7 @@ describe("a cause recorded by a hook that masks interruption: every later loop t
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TC(c1)")).toBe("TC(c1) TR⊘(c1) TC(c2) TR⊘(c2) SE(1,1) TE(1,aborted(user))")
       expect(ran).toBe(0)
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
   })
 
   it.scoped("4.3 / K4: an onRequest listener (uninterruptible) that records a cancel: no request/header (not a closing record), no request; ⟨SE⟩ ⟨TE(aborted)⟩", () =>
@@ -352,7 +344,7 @@ describe("inputs from turn-stopping listeners and tool bodies", () => {
       yield* driver.followup(user("A"))
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TC(c1)")).toBe("TC(c1) INS(ns,0,[C]) TR(c1) SE(1,1) CLM(ns,0,1) SS(1,2) UM(C) SE(1,2) TE(1,completed)")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "fin"]), ScriptedModel.text("two")], { tools: [fin] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "fin"]), ScriptedModel.text("two")], { tools: [fin] })))
   })
 })
 
@@ -368,7 +360,7 @@ describe("3.10 case 2 and maintenance windows", () => {
       expect(yield* closeOut).toEqual([])
       expect((yield* shape).filter((x) => x.startsWith("TE")).join(" ")).toBe("TE(1,aborted(user))")
       expect((yield* live).filter((e) => e.type === "agent/error").length).toBe(1)
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"]), ScriptedModel.text("two")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("two")], { tools: [t] })))
   })
 
   it.scoped("3.10 case 2: a pre-step defect after the cause it records publishes one agent/error; a typed failure publishes none", () =>
@@ -455,7 +447,7 @@ describe("3.10 notification timing and 4.5 request derivation after suspension",
       yield* driver.followup(user("A"))
       expect(yield* closeOut).toEqual([])
       expect(seen.join(" ")).toBe("inserted(A) status(running) claimed(A,1) inserted(C)")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"]), ScriptedModel.text("d")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("d")], { tools: [t] })))
   })
 
   it.scoped("4.3: a cause recorded by a stream effect that masks interruption: no further chunk, no finish, no AM; ⟨SE⟩ ⟨TE(aborted)⟩", () => {

@@ -6,15 +6,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Data, Deferred, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, MemoryStoreControl as MemoryStoreControlTag, PreStep, PreStepDecision, RequestErrorAction, ScriptedModel, SessionLog, SessionStore, Tool, ToolPreDecision, Tools } from "../../src/index.js"
 import { agentOver, closeOut, dataOfType, events, gate, open, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
+import { calls, empty, okTool, resultsByCall } from "./toolFixtures.js"
 
-const empty = Schema.Struct({})
 type Loose = { readonly [k: string]: any }
-
-const okTool = (name: string, mode: "parallel" | "exclusive" = "exclusive", body?: Effect.Effect<any, any>) =>
-  Tool.make(name, { description: name, parameters: empty, mode, execute: () => body ?? Effect.succeed("ok") })
-
-const calls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
 
 // ---------------------------------------------------------------------------------------------------
 const gatedTool = (name: string, mode: "parallel" | "exclusive", g: Deferred.Deferred<void>, started?: Array<string>, result: Effect.Effect<any, any> = Effect.succeed("ok")) =>
@@ -24,9 +18,6 @@ const gatedTool = (name: string, mode: "parallel" | "exclusive", g: Deferred.Def
     mode,
     execute: (_p, ctx) => Effect.zipRight(Effect.zipRight(Effect.sync(() => started?.push(ctx.callId)), Deferred.await(g)), result)
   })
-
-const resultsByCall = Effect.map(dataOfType("tool/result"), (ds) =>
-  Object.fromEntries(ds.map((d) => [d.message.content[0].toolCallId, { text: d.message.content[0].content[0]?.text, isError: d.message.content[0].isError, error: d.error, meta: d.meta }])))
 
 class Oops extends Schema.TaggedError<Oops>("Oops")("Oops", { message: Schema.String, code: Schema.String }) {}
 const ok = Tool.make("ok", { description: "", parameters: empty, execute: () => Effect.succeed("ok") })

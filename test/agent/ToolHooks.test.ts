@@ -3,39 +3,16 @@
  * scheduling while hooks suspend.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Context, Deferred, Effect, Exit, JSONSchema, Schema, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, JSONSchema, Schema, Scope } from "effect"
 import { CancelCause, Driver, Hooks, PreStep, PreStepDecision, RequestErrorAction, ScriptedModel, SessionId, Tool, ToolPreDecision, Tools } from "../../src/index.js"
-import { closeOut, dataOfType, events, gate, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, token, until, untilEvent, user } from "./harness.js"
+import { closeOut, dataOfType, events, from, gate, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, token, toolLine, until, untilEvent, user } from "./harness.js"
 import type { ToolCallInfo, ToolContext } from "../../src/index.js"
+import { calls, empty, holder, okTool, resultsByCall } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
-const empty = Schema.Struct({})
-
-const okTool = (name: string, mode: "parallel" | "exclusive" = "exclusive", body?: Effect.Effect<any, any>) =>
-  Tool.make(name, { description: name, parameters: empty, mode, execute: () => body ?? Effect.succeed("ok") })
-
-const calls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
-
-const resultsByCall = Effect.map(dataOfType("tool/result"), (ds) =>
-  Object.fromEntries(ds.map((d) => [d.message.content[0].toolCallId, {
-    text: d.message.content[0].content[0]?.text,
-    isError: d.message.content[0].isError,
-    error: d.error,
-    meta: d.meta
-  }])))
 
 const toolEvents = Effect.map(shape, (s) => s.filter((x) => /^(TC|TR|INS\(ns|SE|TE)/.test(x)))
 
-type DriverService = Context.Tag.Service<typeof Driver>
-const holder = () => ({ d: undefined as DriverService | undefined })
-
-const toolCalls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
-
-const toolShape = Effect.map(shape, (s) => s.filter((x) => /^(TC|TR)/.test(x)).join(" "))
-const from = (marker: string) => Effect.map(shape, (s) => s.slice(s.indexOf(marker)).filter((x) => !x.startsWith("CH") && x !== "AM" && !x.startsWith("RH")).join(" "))
-const has = (notation: string) => Effect.map(shape, (s) => s.includes(notation))
 
 // Keep `until` referenced for future probes.
 void until
@@ -503,11 +480,11 @@ describe("4.6 tool scheduling under suspension", () => {
       yield* driver.followup(user("A"))
       yield* untilEvent((e) => e.type === "tool/result")
       yield* settle
-      expect(yield* toolShape).toBe("TC(c1) TC(c2) TR(c1)")
+      expect(yield* toolLine).toBe("TC(c1) TC(c2) TR(c1)")
       yield* open(g2)
       expect(yield* closeOut).toEqual([])
-      expect(yield* toolShape).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "p"], ["c2", "p"], ["c3", "q"]), ScriptedModel.text("done")], { tools: [p, q] })))
+      expect(yield* toolLine).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
+    }).pipe(Effect.provide(scenario([calls(["c1", "p"], ["c2", "p"], ["c3", "q"]), ScriptedModel.text("done")], { tools: [p, q] })))
   })
 
   it.scoped("4.6: commits strictly in model order and a group starts only after the previous group fully committed, while c1's ToolPost is suspended", () => {
@@ -524,11 +501,11 @@ describe("4.6 tool scheduling under suspension", () => {
       yield* driver.followup(user("A"))
       yield* Deferred.await(entered)
       yield* settle
-      expect(yield* toolShape).toBe("TC(c1) TC(c2)")
+      expect(yield* toolLine).toBe("TC(c1) TC(c2)")
       yield* open(gp)
       expect(yield* closeOut).toEqual([])
-      expect(yield* toolShape).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"], ["c2", "t"], ["c3", "x"]), ScriptedModel.text("done")], { tools: [t, x] })))
+      expect(yield* toolLine).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "x"]), ScriptedModel.text("done")], { tools: [t, x] })))
   })
 
   it.scoped("4.6: with cap 2 a COMMIT whose ToolPost is suspended runs to completion before the next START (c3 waits for TR(c1) and the ready TR(c2))", () => {
@@ -544,11 +521,11 @@ describe("4.6 tool scheduling under suspension", () => {
       yield* driver.followup(user("A"))
       yield* Deferred.await(entered)
       yield* settle
-      expect(yield* toolShape).toBe("TC(c1) TC(c2)")
+      expect(yield* toolLine).toBe("TC(c1) TC(c2)")
       yield* open(gp)
       expect(yield* closeOut).toEqual([])
-      expect(yield* toolShape).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t], maxParallelToolCalls: 2 })))
+      expect(yield* toolLine).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t], maxParallelToolCalls: 2 })))
   })
 
   it.scoped("4.6: ToolPost's `aborted` is true iff a cause is recorded when COMMIT step 1 begins: c1's ToolPost cancels, c2's sees aborted", () => {
@@ -570,7 +547,7 @@ describe("4.6 tool scheduling under suspension", () => {
       expect(yield* closeOut).toEqual([])
       expect(posts).toEqual(["c1:false", "c2:true"])
       expect((yield* shape).filter((s) => s.startsWith("TE")).join(" ")).toBe("TE(1,aborted(user))")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
   })
 
   it.scoped("4.6/7.5: a body (masking interruption) that records a broad cancel and then returns completes after the cause: ABORTED, contexts inserted and discarded with its result", () => {
@@ -589,7 +566,7 @@ describe("4.6 tool scheduling under suspension", () => {
       yield* driver.followup(user("A"))
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TC(c1)")).toBe("TC(c1) TR✗(c1) INS(ns,0,[x]) CAN(ns,0,1) SE(1,1) TE(1,aborted(user))")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "k"]), ScriptedModel.text("done")], { tools: [k] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "k"]), ScriptedModel.text("done")], { tools: [k] })))
   })
 
   it.scoped("4.6: a cancel while a later call's START is suspended in ToolPre: running body ABORTED, that call ABORTED_BEFORE_DISPATCH, never-started calls get pairs", () => {
@@ -604,7 +581,7 @@ describe("4.6 tool scheduling under suspension", () => {
       yield* driver.cancel(CancelCause.user)
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TC(c1)")).toBe("TC(c1) TC(c2) TR✗(c1) TR⊘(c2) TC(c3) TR⊘(c3) SE(1,1) TE(1,aborted(user))")
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t] })))
   })
 
   it.scoped("7.6: a steer while a tool body masks interruption is re-routed, latched, and replayed in the TX-CLOSE of the aborted turn", () => {
@@ -622,14 +599,14 @@ describe("4.6 tool scheduling under suspension", () => {
       yield* driver.cancel(CancelCause.user)
       yield* driver.steer(user("S"))
       yield* settle
-      expect(yield* has("TE(1,aborted(user))")).toBe(false)
+      expect(yield* shapeHas("TE(1,aborted(user))")).toBe(false)
       yield* open(gb)
       expect(yield* closeOut).toEqual([])
       expect(yield* from("TC(c1)")).toBe(
         "TC(c1) INS(nt,0,[S]) TR✗(c1) SE(1,1) TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(S) SE(2,1) TE(2,completed)"
       )
       expect(yield* status).toEqual(["idle", "running", "idle"])
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"]), ScriptedModel.text("after")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("after")], { tools: [t] })))
   })
 })
 
@@ -651,7 +628,7 @@ describe("4.6 ToolPre outcomes after a cause", () => {
       expect(yield* closeOut).toEqual([])
       const codes = (yield* events).filter((e) => e.type === "tool/result").map((e) => (e.data as any).error?.code)
       return { posts, codes, ran, tools: yield* from("TC(c1)") }
-    }).pipe(Effect.provide(scenario([toolCalls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
+    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
   }
 
   it.scoped("4.6: allowed after the cause → ABORTED_BEFORE_DISPATCH and ToolPost does not run for it", () =>

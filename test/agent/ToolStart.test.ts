@@ -4,7 +4,7 @@
  * what a body sees, and TX-STEP / step/end without a transaction.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Fiber, FiberRef, HashMap, Layer, Option, Queue, Ref, Schema, TestClock } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, FiberRef, HashMap, Layer, Option, Ref, Schema, TestClock } from "effect"
 import * as EffectScope from "effect/Scope"
 import { checkLog } from "../../src/domain/Check.js"
 import { AgentBusy, PersistenceError } from "../../src/domain/Errors.js"
@@ -19,26 +19,18 @@ import { PreStep, PreStepDecision } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { liveNotation, notation, OPEN_A, plugin, scenario, settle, shape, STEP_A, TEXT, toolResponse, user, waitUntil } from "./harness.js"
+import { broad, events as eventsOf, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, STEP_A, TEXT, toolResponse, toolShape, turnEndsOf, user, waitUntil } from "./harness.js"
 import type { Scope } from "effect"
-import type { DriverEvent } from "../../src/domain/DriverEvent.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import type { UserMessage } from "../../src/domain/Values.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import type { ToolContext, ToolDefinition, ToolOutput } from "../../src/services/Tools.js"
+import { call, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
 
-type DriverService = Context.Tag.Service<Driver>
-type Mode = "broad" | "keepInbox"
-const modes: ReadonlyArray<Mode> = ["broad", "keepInbox"]
-const opts = (mode: Mode) => ({ keepInbox: mode === "keepInbox" })
-const broad = (mode: Mode) => mode === "broad"
-const ifBroad = (mode: Mode, ...entries: ReadonlyArray<string>) => (broad(mode) ? entries : [])
 
-const eventsOf = Effect.flatMap(SessionLog, (log) => log.events)
-const toolShape = Effect.map(shape, (s) => s.filter((e) => e.startsWith("TC(") || e.startsWith("TR")))
 /** `log` without `entry`, after checking that `entry` occurs once, after `after` and before `before`. */
 const placedBetween = (log: ReadonlyArray<string>, entry: string, after: string, before: string) => {
   const at = log.indexOf(entry)
@@ -54,38 +46,6 @@ const results = (all: ReadonlyArray<SessionEvent>) =>
     isError: e.data.message.content[0].isError,
     error: e.data.error
   }))
-const turnEnds = (all: ReadonlyArray<SessionEvent>) =>
-  all.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").map((e) => e.data.reason)
-
-const pending = Effect.flatMap(Inbox, (inbox) =>
-  Effect.map(inbox.snapshot, (s) => ({ nt: s.nextTurn.map((m) => m.id), ns: s.nextStep.map((m) => m.id) })))
-
-const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
-
-/** Records every live notification from a forked fiber (survives disposal). */
-const recordLive = (driver: DriverService) =>
-  Effect.gen(function*() {
-    const queue = yield* driver.subscribe
-    const seen = yield* Ref.make<ReadonlyArray<DriverEvent>>([])
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(queue), (e) => Ref.update(seen, (all) => [...all, e]))))
-    return { all: Effect.map(Ref.get(seen), (all) => all.map(liveOf)) }
-  })
-
-const idleAndChecked = Effect.gen(function*() {
-  const driver = yield* Driver
-  yield* driver.whenIdle
-  expect(yield* driver.status).toBe("idle")
-  expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-})
-
-/** A driver handle for tools built before the agent. */
-const makeHandle = Effect.map(Deferred.make<DriverService>(), (handle) => ({
-  set: Effect.flatMap(Driver, (driver) => Deferred.succeed(handle, driver)),
-  use: <A, E>(f: (driver: DriverService) => Effect.Effect<A, E>) => Effect.flatMap(Deferred.await(handle), f)
-}))
-
-const Empty = Schema.Struct({})
-const call = (id: string, name: string, args: unknown = {}) => ({ id, name, arguments: args })
 
 const S = SessionId.make("s")
 
@@ -120,7 +80,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
       const note = (s: string) => Ref.update(seen, (all) => [...all, s])
       const t = Tool.make("t", {
         description: "uses its own driver",
-        parameters: Empty,
+        parameters: empty,
         execute: () =>
           handle.use((driver) =>
             Effect.gen(function*() {
@@ -144,7 +104,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
       yield* run(script, { tools: [t] }, Effect.gen(function*() {
         yield* handle.set
         const driver = yield* Driver
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(A)
         yield* driver.whenIdle
         expect(yield* Ref.get(seen)).toEqual(["busy:running", "status:running"])
@@ -172,7 +132,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
       const handle = yield* makeHandle
       const t = Tool.make("t", {
         description: "awaits its own driver's idleness",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) =>
           handle.use((driver) =>
@@ -185,7 +145,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
       yield* run(script, { tools: [t] }, Effect.gen(function*() {
         yield* handle.set
         const driver = yield* Driver
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(A)
         yield* driver.whenIdle
         const defect = {
@@ -194,7 +154,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
           error: { name: "ToolDefect", code: "TOOL_DEFECT" }
         }
         expect(results(yield* eventsOf)).toEqual([{ id: "c1", ...defect }, { id: "c2", ...defect }])
-        expect(turnEnds(yield* eventsOf)).toEqual([{ kind: "completed" }])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "completed" }])
         yield* settle
         expect(yield* live.all).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "status(idle)"])
         yield* idleAndChecked
@@ -211,7 +171,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
         const cancelExit = yield* Deferred.make<Exit.Exit<void, unknown>>()
         const t = Tool.make("t", {
           description: "c1 hangs, c2 cancels its own turn at once",
-          parameters: Empty,
+          parameters: empty,
           mode: "parallel",
           execute: (_params, ctx: ToolContext): Effect.Effect<ToolOutput | string> =>
             Effect.gen(function*() {
@@ -235,7 +195,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
         yield* run(script, { tools: [t], maxParallelToolCalls: 2 }, Effect.gen(function*() {
           yield* handle.set
           const driver = yield* Driver
-          const live = yield* recordLive(driver)
+          const live = yield* recordLiveOf(driver)
           yield* driver.followup(A)
           yield* driver.whenIdle
           expect(yield* Deferred.isDone(hung)).toBe(true)
@@ -248,7 +208,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
             "TR✗(c2)", broad(mode) ? "INS(ns,0,[ctx-c2])" : "INS(ns,1,[ctx-c2])", ...ifBroad(mode, "CAN(ns,0,1)"),
             "TC(c3)", "TR⊘(c3)", "SE(1,1)", "TE(1,aborted(parent))"
           ])
-          expect(turnEnds(yield* eventsOf)).toEqual([{ kind: "aborted", reason: CancelCause.parent }])
+          expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "aborted", reason: CancelCause.parent }])
           expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["ctx-c1", "ctx-c2"] })
           yield* settle
           expect(yield* live.all).toEqual([
@@ -276,7 +236,7 @@ describe("abort classification and commit priority for bodies that end at once (
       const c1Done = yield* Deferred.make<void>()
       const t = Tool.make("t", {
         description: "c1 answers at once; c2 waits for c1 to end, then cancels",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) =>
           ctx.callId === "c1"
@@ -298,7 +258,7 @@ describe("abort classification and commit priority for bodies that end at once (
           { id: "c1", text: "ok", isError: false, error: undefined },
           { id: "c2", text: "Error: tool call aborted", isError: true, error: { name: "AbortError", code: "ABORTED" } }
         ])
-        expect(turnEnds(yield* eventsOf)).toEqual([{ kind: "aborted", reason: CancelCause.user }])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "aborted", reason: CancelCause.user }])
         yield* idleAndChecked
       }))
     }))
@@ -312,7 +272,7 @@ describe("abort classification and commit priority for bodies that end at once (
     Effect.gen(function*() {
       const t = Tool.make("t", {
         description: "answers at once",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) => Effect.succeed(`ok-${ctx.callId}`)
       })
@@ -337,7 +297,7 @@ describe("abort classification and commit priority for bodies that end at once (
             error: { name: "AbortError", code: "ABORTED_BEFORE_DISPATCH" }
           }
         ])
-        expect(turnEnds(yield* eventsOf)).toEqual([{ kind: "aborted", reason: CancelCause.user }])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "aborted", reason: CancelCause.user }])
         yield* idleAndChecked
       }))
     }))
@@ -350,7 +310,7 @@ describe("abort classification and commit priority for bodies that end at once (
     Effect.gen(function*() {
       const t = Tool.make("t", {
         description: "answers at once",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) => Effect.succeed(`ok-${ctx.callId}`)
       })
@@ -399,7 +359,7 @@ describe("outcomes, order and the pool with bodies that end at once (SPEC 4.6)",
       ]
       yield* run(script, { tools: [f] }, Effect.gen(function*() {
         const driver = yield* Driver
-        const live = yield* recordLive(driver)
+        const live = yield* recordLiveOf(driver)
         yield* driver.followup(A)
         yield* driver.whenIdle
         const defect = { name: "ToolDefect", code: "TOOL_DEFECT" }
@@ -415,7 +375,7 @@ describe("outcomes, order and the pool with bodies that end at once (SPEC 4.6)",
         const tools = yield* toolShape
         expect(tools.filter((e) => e.startsWith("TC("))).toEqual(["TC(c1)", "TC(c2)", "TC(c3)", "TC(c4)", "TC(c5)", "TC(c6)"])
         expect(tools.filter((e) => e.startsWith("TR"))).toEqual(["TR?(c1)", "TR?(c2)", "TR?(c3)", "TR?(c4)", "TR?(c5)", "TR(c6)"])
-        expect(turnEnds(yield* eventsOf)).toEqual([{ kind: "completed" }])
+        expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "completed" }])
         const requests = yield* (yield* ScriptedModel).requests
         expect(requests.length).toBe(2)
         expect(requests[1]!.messages.slice(-6).map((m) => m.content[0]!.type === "tool-result" ? m.content[0]!.toolCallId : "?"))
@@ -435,7 +395,7 @@ describe("outcomes, order and the pool with bodies that end at once (SPEC 4.6)",
       const started = yield* Ref.make<ReadonlyArray<string>>([])
       const t = Tool.make("t", {
         description: "c1 and c4 wait for a gate; c2 and c3 answer at once with contexts",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx: ToolContext): Effect.Effect<ToolOutput | string> =>
           Effect.gen(function*() {
@@ -489,7 +449,7 @@ describe("outcomes, order and the pool with bodies that end at once (SPEC 4.6)",
       const storedAtStart = yield* Deferred.make<ReadonlyArray<string>>()
       const t = Tool.make("t", {
         description: "records what the store held when it started",
-        parameters: Empty,
+        parameters: empty,
         execute: () =>
           Effect.gen(function*() {
             const loaded = yield* Effect.orDie(store.load(S))
@@ -523,7 +483,7 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
       const interrupted = yield* Ref.make(false)
       const t = Tool.make("t", {
         description: "sleeps an hour",
-        parameters: Empty,
+        parameters: empty,
         execute: () =>
           Effect.zipRight(Deferred.succeed(asleep, undefined), Effect.as(Effect.sleep("1 hour"), "woke")).pipe(
             Effect.onInterrupt(() => Ref.set(interrupted, true))
@@ -555,7 +515,7 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
         const masked = yield* Deferred.make<void>()
         const t = Tool.make("t", {
           description: "c1 answers at once; c2 masks interruption until H, then steers",
-          parameters: Empty,
+          parameters: empty,
           mode: "parallel",
           execute: (_params, ctx) =>
             ctx.callId === "c1"
@@ -568,7 +528,7 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
                 )
               )
         })
-        const x = Tool.make("x", { description: "exclusive barrier", parameters: Empty, execute: () => Effect.succeed("x") })
+        const x = Tool.make("x", { description: "exclusive barrier", parameters: empty, execute: () => Effect.succeed("x") })
         const script = [
           ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "x")] }),
           ScriptedModel.text("replay")
@@ -576,7 +536,7 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
         yield* run(script, { tools: [t, x] }, Effect.gen(function*() {
           yield* handle.set
           const driver = yield* Driver
-          const live = yield* recordLive(driver)
+          const live = yield* recordLiveOf(driver)
           yield* driver.followup(A)
           yield* Deferred.await(masked)
           yield* waitUntil(Effect.map(shape, (s) => s.includes("INS(ns,0,[ctx-c1])")), "c1's commit")
@@ -617,7 +577,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
       const interrupted = yield* Ref.make(false)
       const t = Tool.make("t", {
         description: "c1 hangs, c2 answers at once with a context",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx: ToolContext): Effect.Effect<ToolOutput | string> =>
           ctx.callId === "c1"
@@ -628,12 +588,12 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
             )
             : Effect.succeed({ content: "at once", additionalContexts: [plugin("ctx-c2")] })
       })
-      const x = Tool.make("x", { description: "exclusive", parameters: Empty, execute: () => Effect.succeed("x") })
+      const x = Tool.make("x", { description: "exclusive", parameters: empty, execute: () => Effect.succeed("x") })
       const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "x")] })]
       const agentScope = yield* EffectScope.make()
       const context = yield* Layer.buildWithScope(agentOn(script, [t, x]), agentScope)
       const driver = Context.get(context, Driver)
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(A)
       yield* Deferred.await(hung)
       yield* waitUntil(Effect.map(Context.get(context, SessionLog).events, (all) => all.some((e) => notation(e) === "TC(c2)")), "TC(c2)")
@@ -660,7 +620,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
       const masked = yield* Deferred.make<void>()
       const t = Tool.make("t", {
         description: "masks interruption until H",
-        parameters: Empty,
+        parameters: empty,
         execute: () => Effect.uninterruptible(Effect.zipRight(Deferred.succeed(masked, undefined), Effect.as(Deferred.await(H), "late")))
       })
       const script = [ScriptedModel.response({ toolCalls: [call("c1", "t")] })]
@@ -679,7 +639,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
       expect(stored.events.map(notation)).toEqual([
         ...STEP_A, ...toolResponse(1), "TC(c1)", "TR✗(c1)", "SE(1,1)", "TE(1,aborted(disposed))"
       ])
-      expect(turnEnds(stored.events)).toEqual([{ kind: "aborted", reason: { kind: "disposed" } }])
+      expect(turnEndsOf(stored.events)).toEqual([{ kind: "aborted", reason: { kind: "disposed" } }])
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 
   it.scoped("a poisoned session with a hanging body: whenIdle resolves, disposal completes and the body has been interrupted", () =>
@@ -689,7 +649,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
       const interrupted = yield* Ref.make(false)
       const t = Tool.make("t", {
         description: "hangs",
-        parameters: Empty,
+        parameters: empty,
         execute: () =>
           Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
       })
@@ -718,7 +678,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
       const interrupted = yield* Ref.make(false)
       const t = Tool.make("t", {
         description: "hangs",
-        parameters: Empty,
+        parameters: empty,
         execute: () =>
           Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
       })
@@ -744,7 +704,7 @@ describe("what a body sees (fiber refs, services, span)", () => {
       const seen = yield* Ref.make<ReadonlyArray<Record<string, unknown>>>([])
       const t = Tool.make("t", {
         description: "reports its environment, then changes a fiber ref",
-        parameters: Empty,
+        parameters: empty,
         execute: (_params, ctx) =>
           Effect.gen(function*() {
             const label = yield* FiberRef.get(Label)
@@ -794,11 +754,11 @@ describe("TX-STEP and step/end without a transaction (SPEC 4.2, 4.3, 4.4)", () =
           return decision._tag === "Enter" && input.turn === 1 ? PreStepDecision.enter([...decision.messages, X]) : decision
         })
       )
-      const live = yield* recordLive(driver)
+      const live = yield* recordLiveOf(driver)
       yield* driver.followup(A)
       yield* driver.whenIdle
       expect(yield* shape).toEqual([...OPEN_A, "INS(ns,0,[X])", "TE(1,error(DUPLICATE_MESSAGE))"])
-      const [reason] = turnEnds(yield* eventsOf)
+      const [reason] = turnEndsOf(yield* eventsOf)
       expect(reason).toMatchObject({ kind: "error", error: { code: "DUPLICATE_MESSAGE" } })
       expect(JSON.stringify(reason)).toContain("pending")
       expect(yield* inbox.idState(X.id)).toEqual(Option.some("pending"))
@@ -840,7 +800,7 @@ describe("TX-STEP and step/end without a transaction (SPEC 4.2, 4.3, 4.4)", () =
         "INS(nt,0,[C])", "TS(3)", "CLM(nt,0,1)", "TE(3,error(DUPLICATE_MESSAGE))",
         "INS(nt,0,[D])", "TS(4)", "CLM(nt,0,1)", "TE(4,error(INVALID_MESSAGE))"
       ])
-      const reasons = turnEnds(yield* eventsOf).map((r) => JSON.stringify(r))
+      const reasons = turnEndsOf(yield* eventsOf).map((r) => JSON.stringify(r))
       expect(reasons[1]).toContain("entered")
       expect(reasons[2]).toContain("pending")
       expect(yield* inbox.idState(N.id)).toEqual(Option.some("entered"))
@@ -880,7 +840,7 @@ describe("TX-STEP and step/end without a transaction (SPEC 4.2, 4.3, 4.4)", () =
       const G = yield* Deferred.make<void>()
       const t = Tool.make("t", {
         description: "steers after a suspension",
-        parameters: Empty,
+        parameters: empty,
         execute: () => Effect.zipRight(settle, Effect.as(handle.use((driver) => driver.steer(user("S1"))), "steered"))
       })
       const script = [

@@ -18,29 +18,14 @@ import { Hooks, ToolPreDecision } from "../../src/services/Hooks.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import type { ToolMode, ToolOutput } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { plugin, scenario, settle, shape, user, waitUntil } from "./harness.js"
+import { events, idleAndChecked, plugin, scenario, settle, shape, shapeHas, toolShape, user, waitUntil } from "./harness.js"
+import { call, empty } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
 
-const events = Effect.flatMap(SessionLog, (log) => log.events)
-
-const shapeHas = (entry: string) => Effect.map(shape, (s) => s.includes(entry))
-
-/** The tool events of the log in notation, in order. */
-const toolShape = Effect.map(shape, (s) => s.filter((e) => e.startsWith("TC(") || e.startsWith("TR")))
-
 const ofType = <T extends CoreEvent["type"]>(all: ReadonlyArray<SessionEvent>, type: T) =>
   all.filter((e) => e.type === type) as unknown as ReadonlyArray<EventOf<T>>
-
-const idleAndChecked = Effect.gen(function*() {
-  yield* Effect.flatMap(Driver, (d) => d.whenIdle)
-  expect(checkLog(yield* events, { closed: true })).toEqual([])
-})
-
-const call = (id: string, name: string, args: unknown = {}) => ({ id, name, arguments: args })
-
-const Empty = Schema.Struct({})
 
 interface Gates {
   readonly await: (callId: string) => Effect.Effect<void>
@@ -70,7 +55,7 @@ const gatedTool = (
 ) =>
   Tool.make(name, {
     description: `gated ${name}`,
-    parameters: Empty,
+    parameters: empty,
     mode,
     execute: (_params, ctx) =>
       Effect.gen(function*() {
@@ -206,7 +191,7 @@ describe("tools", () => {
       const record = (entry: string) => Ref.update(order, (o) => [...o, entry])
       const r = Tool.make("r", {
         description: "reads",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) =>
           Effect.gen(function*() {
@@ -218,7 +203,7 @@ describe("tools", () => {
       })
       const w = Tool.make("w", {
         description: "writes",
-        parameters: Empty,
+        parameters: empty,
         mode: "exclusive",
         execute: (_params, ctx) => Effect.as(record(`w-${ctx.callId}`), "written")
       })
@@ -290,7 +275,7 @@ describe("tools", () => {
       // Bodies yield between start and end so that any overlap would interleave the trace.
       const p = Tool.make("p", {
         description: "parallel, serialised by the cap",
-        parameters: Empty,
+        parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) =>
           Effect.gen(function*() {
@@ -403,7 +388,7 @@ describe("tools", () => {
       const posted = yield* Ref.make<ReadonlyArray<string>>([])
       const t = Tool.make("t", {
         description: "exclusive",
-        parameters: Empty,
+        parameters: empty,
         mode: "exclusive",
         execute: (_params, ctx) => Effect.as(Ref.update(ran, (r) => [...r, ctx.callId]), `ran ${ctx.callId}`)
       })
@@ -455,7 +440,7 @@ describe("tools", () => {
   it.scoped("P26: a tool concludes the turn", () => {
     const fin = Tool.make("fin", {
       description: "finishes",
-      parameters: Empty,
+      parameters: empty,
       execute: (): Effect.Effect<ToolOutput> => Effect.succeed({ content: "ok", concludesTurn: true })
     })
     return run([ScriptedModel.response({ toolCalls: [call("c1", "fin")] })], { tools: [fin] }, Effect.gen(function*() {

@@ -3,33 +3,20 @@
  * decisions, waterfall failures, turn-stopping, closing paths, drain policy and late insertions.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Data, Deferred, Effect, Exit, Layer, Option, Ref, Schema, Scope, TestClock } from "effect"
+import { Context, Data, Deferred, Effect, Exit, Layer, Option, Ref, Scope, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
-import { agentOver, asId, closeOut, dataOfType, events, gate, liveNotation, open, plugin, reasons, recordLive, recordStatus, requests, scenario, shape, texts, until, untilEvent, user } from "./harness.js"
+import { agentOver, asId, closeOut, dataOfType, events, gate, ids, liveNotation, open, plugin, reasons, recordLive, recordStatus, requests, scenario, shape, TEXT, texts, turnStarts, until, untilEvent, user } from "./harness.js"
 import type { Driver as DriverTag, UserMessage } from "../../src/index.js"
+import { calls, callT, empty, okTool } from "./toolFixtures.js"
 
 const holder: { driver?: Context.Tag.Service<DriverTag> } = {}
 const injectDuringStream = (id: string) => Effect.suspend(() => Effect.orDie(holder.driver!.inject(plugin(id))))
 
-const empty = Schema.Struct({})
 type Loose = { readonly [k: string]: any }
-
-const okTool = (name: string, mode: "parallel" | "exclusive" = "exclusive", body?: Effect.Effect<any, any>) =>
-  Tool.make(name, { description: name, parameters: empty, mode, execute: () => body ?? Effect.succeed("ok") })
-
-const calls = (...cs: ReadonlyArray<readonly [string, string]>) =>
-  ScriptedModel.response({ toolCalls: cs.map(([id, name]) => ({ id, name, arguments: {} })) })
 
 const sid = (s: string) => SessionId.make(s)
 
 class Coded extends Data.TaggedError("Coded")<{ readonly message: string; readonly code: string }> {}
-
-const ids = (ms: ReadonlyArray<UserMessage>) => ms.map((m) => m.id)
-const TEXT = ["CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
-
-const callT = (id = "c1") => ScriptedModel.response({ toolCalls: [{ id, name: "t", arguments: {} }] })
-
-const dataOfTurnStarts = Effect.map(events, (es) => es.filter((e) => e.type === "turn/start").map((e) => (e.data as { turn: number }).turn))
 
 describe("4.3 later boundaries", () => {
   it.scoped("4.3 step 6: turn-stopping listeners are not run while next-step is non-empty", () =>
@@ -874,7 +861,7 @@ describe("4.8 drain policy and waking work", () => {
       yield* driver.whenIdle
       // Step 1 (tool) saw S steered; the boundary claimed it; step 2 failed with I injected.
       expect(yield* reasons).toEqual([{ kind: "error", error: { message: "bad", code: "BAD" } }])
-      expect((yield* dataOfTurnStarts)).toEqual([1])
+      expect((yield* turnStarts)).toEqual([1])
       expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["I"])
       expect(yield* driver.status).toBe("idle")
     }).pipe(Effect.provide(Layer.unwrapEffect(Effect.sync(() => {

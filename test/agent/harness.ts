@@ -3,7 +3,8 @@
  * helpers to describe the durable log and the live notifications in the notation of SPEC 4.1, and
  * to wait for and record what an agent does.
  */
-import { Chunk, Deferred, Effect, FiberId, Layer, Queue, Ref, Stream } from "effect"
+import { expect, it } from "@effect/vitest"
+import { Chunk, Context, Deferred, Effect, FiberId, Layer, Queue, Ref, Stream } from "effect"
 import type { Scope } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
@@ -16,8 +17,11 @@ import { Agent } from "../../src/layers/Agent.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
+import { Hooks } from "../../src/services/Hooks.js"
+import { Inbox } from "../../src/services/Inbox.js"
+import { PreStep } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import { SessionStore } from "../../src/services/SessionStore.js"
+import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tools } from "../../src/services/Tools.js"
 
@@ -248,3 +252,121 @@ export const toolResponse = (n: number): Array<string> => [
   "CH(finish stop)",
   "AM"
 ]
+
+// ---------------------------------------------------------------------------------------------
+// Readers of the log, the inbox and live notifications shared by the agent tests
+
+/** The `turn/end` reasons among `es`, in order. */
+export const turnEndsOf = (es: ReadonlyArray<SessionEvent>) =>
+  es.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+
+/** The turn numbers of the log's `turn/start` events, in order. */
+export const turnStarts = Effect.map(events, (es) => es.filter((e) => e.type === "turn/start").map((e) => (e as EventOf<"turn/start">).data.turn))
+
+/** Whether the log holds an `assistant/chunk` of chunk type `type`. */
+export const hasChunk = (type: string) =>
+  Effect.map(events, (es) => es.some((e) => e.type === "assistant/chunk" && (e as EventOf<"assistant/chunk">).data.chunk.type === type))
+
+/** Whether the log in notation holds `entry`. */
+export const shapeHas = (entry: string) => Effect.map(shape, (s) => s.includes(entry))
+
+/** The tool calls and results of the log in notation, in order. */
+export const toolShape = Effect.map(shape, (s) => s.filter((e) => e.startsWith("TC(") || e.startsWith("TR")))
+
+/** {@link toolShape} as one line. */
+export const toolLine = Effect.map(toolShape, (s) => s.join(" "))
+
+/** The log in notation from the first `marker` on, without chunks, messages and request headers, as one line. */
+export const from = (marker: string) =>
+  Effect.map(shape, (s) => s.slice(s.indexOf(marker)).filter((x) => !x.startsWith("CH") && x !== "AM" && !x.startsWith("RH")).join(" "))
+
+/** The ids of `ms`, in order. */
+export const ids = (ms: ReadonlyArray<{ readonly id: string }>) => ms.map((m) => m.id)
+
+/** The pending ids of both inbox lists. */
+export const pending = Effect.flatMap(Inbox, (inbox) =>
+  Effect.map(inbox.snapshot, (s) => ({ nt: ids(s.nextTurn), ns: ids(s.nextStep) })))
+
+/** A recorder's notifications in {@link liveNotation}. */
+export const liveNotations = (read: Effect.Effect<ReadonlyArray<DriverEvent>>) => Effect.map(read, (es) => es.map(liveNotation))
+
+/** A live notification in {@link liveNotation}, with every `agent/error` as just `error`. */
+export const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
+
+/** Records every live notification of `driver` from a forked fiber (survives disposal): all in {@link liveOf}, the discards, the errors. */
+export const recordLiveOf = (driver: Context.Tag.Service<Driver>) =>
+  Effect.gen(function*() {
+    const queue = yield* driver.subscribe
+    const seen = yield* Ref.make<ReadonlyArray<DriverEvent>>([])
+    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(queue), (e) => Ref.update(seen, (all) => [...all, e]))))
+    return {
+      all: Effect.map(Ref.get(seen), (all) => all.map(liveOf)),
+      discarded: Effect.map(Ref.get(seen), (all) => all.map(liveOf).filter((s) => s.startsWith("discarded"))),
+      errors: Effect.map(
+        Ref.get(seen),
+        (all) => all.filter((e): e is Extract<DriverEvent, { type: "agent/error" }> => e.type === "agent/error")
+      )
+    }
+  })
+
+/** whenIdle resolves, the status is idle and the closed log satisfies every rule of checkLog. */
+export const idleAndChecked = Effect.gen(function*() {
+  const driver = yield* Driver
+  yield* driver.whenIdle
+  yield* settle
+  expect(yield* driver.status).toBe("idle")
+  expect(checkLog(yield* events, { closed: true })).toEqual([])
+})
+
+/** The two modes of a cancel: broad, or keeping the inbox. */
+export type Mode = "broad" | "keepInbox"
+/** Both cancel modes. */
+export const modes: ReadonlyArray<Mode> = ["broad", "keepInbox"]
+/** The cancel options of `mode`. */
+export const opts = (mode: Mode) => ({ keepInbox: mode === "keepInbox" })
+/** Whether `mode` is broad. */
+export const broad = (mode: Mode) => mode === "broad"
+/** `entries` only in broad mode. */
+export const ifBroad = (mode: Mode, ...entries: ReadonlyArray<string>) => (broad(mode) ? entries : [])
+
+/** The services of an agent a test body reads; each is taken from the agent's context when the body names it. */
+export interface AgentServices {
+  readonly driver: Context.Tag.Service<Driver>
+  readonly inbox: Context.Tag.Service<Inbox>
+  readonly hooks: Context.Tag.Service<Hooks>
+  readonly preStep: Context.Tag.Service<PreStep>
+  readonly log: Context.Tag.Service<SessionLog>
+  readonly control: Context.Tag.Service<MemoryStoreControl>
+  readonly model: Context.Tag.Service<ScriptedModel>
+}
+
+const servicesOf = (ctx: Context.Context<never>): AgentServices => {
+  const get = <I, S>(tag: Context.Tag<I, S>) => Context.get(ctx as unknown as Context.Context<I>, tag)
+  return {
+    get driver() { return get(Driver) },
+    get inbox() { return get(Inbox) },
+    get hooks() { return get(Hooks) },
+    get preStep() { return get(PreStep) },
+    get log() { return get(SessionLog) },
+    get control() { return get(MemoryStoreControl) },
+    get model() { return get(ScriptedModel) }
+  }
+}
+
+/**
+ * A scoped test of one agent: `body` runs as an `Effect.gen` body over the agent `layer` (usually a
+ * {@link scenario}), given the agent's services.
+ */
+export const agentTest = (
+  name: string,
+  layer: Layer.Layer<any, any, never>,
+  body: (services: AgentServices) => Generator<any, void, any>
+) =>
+  it.scoped(name, () =>
+    Effect.provide(
+      Effect.gen(function*() {
+        const ctx = yield* Effect.context<never>()
+        yield* Effect.gen(() => body(servicesOf(ctx)))
+      }),
+      layer
+    ))

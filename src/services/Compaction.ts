@@ -44,6 +44,8 @@ import {
   summaryText,
   transcriptOf
 } from "../internal/compaction/Summary.js"
+import { Breaker } from "../internal/compaction/Breaker.js"
+import * as SystemContext from "../internal/compaction/SystemContext.js"
 import { capToolOutput, DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
 import * as GrowOnly from "../domain/GrowOnly.js"
 import * as WaterfallRegistry from "../internal/loop/Waterfall.js"
@@ -192,12 +194,17 @@ export const make = (
 
     const summary = options.summary === false ? undefined : options.summary ?? {}
     const pinnedSources = new Set(summary?.pinnedSources ?? DEFAULT_PINNED_SOURCES)
-    const planSummaryOf = (view: Snapshot, window: number): SummaryRange | undefined =>
-      summary === undefined ? undefined : planSummary(view, {
-        keepRecentTokens: summary.keepRecentTokens ?? Math.min(20_000, Math.floor(window / 4)),
+    // An overflow keeps a quarter of the recent tail, as its prune keeps a quarter of the protection:
+    // the request did not fit, and the estimate the tail is measured by may be below the provider's count.
+    const planSummaryOf = (view: Snapshot, window: number, trigger: CompactionTrigger): SummaryRange | undefined => {
+      if (summary === undefined) return undefined
+      const keep = summary.keepRecentTokens ?? Math.min(20_000, Math.floor(window / 4))
+      return planSummary(view, {
+        keepRecentTokens: trigger === "overflow" ? Math.floor(keep / 4) : keep,
         pinnedSources,
         openStepStart: openStepStartOf(view.length, view.eventAt)
       })
+    }
 
     // An interrupted or failed bracket is closed with an error (SPEC 6.7).
     const closeOnFailure = <A, E, R>(body: Effect.Effect<A, E, R>, bracket: object) =>
@@ -246,7 +253,7 @@ export const make = (
       Effect.gen(function*() {
         const view = yield* snapshot
         const before = refresh(view)
-        const range = planSummaryOf(view, before.window)
+        const range = planSummaryOf(view, before.window, trigger)
         if (range === undefined || summary === undefined) return undefined
         const { turn } = position
         const bracket = { turn, kind: "summary", trigger }
@@ -323,6 +330,8 @@ export const make = (
     // The pre-compaction hooks' decision; a listener's failure is a defect.
     const askPre = (input: PreCompactInput) =>
       Effect.orDie(preCompact.run(input, () => Effect.succeed(PreCompactDecision.proceed())))
+    // An overflow's post-compaction context, in the system prompt of the requests from its retry on.
+    const systemContext = yield* SystemContext.make((listener) => hooks.onRequest(listener))
     // The post-compaction hooks' context; a listener's failure is a defect.
     const askPost = (input: PostCompactInput) =>
       Effect.map(
@@ -348,7 +357,7 @@ export const make = (
           context: []
         })
         const canPrune = planPrune(view, rules(before.window, trigger)).results.length > 0
-        const canSummarise = planSummaryOf(view, before.window) !== undefined
+        const canSummarise = planSummaryOf(view, before.window, trigger) !== undefined
         if (!canPrune && !canSummarise) return nothing()
         const decision = yield* askPre({ sessionId: log.sessionId, turn: position.turn, trigger, usage: before, focus })
         if (decision._tag === "Veto") return nothing(decision.reason)
@@ -379,6 +388,8 @@ export const make = (
         }
         const wrote = pruned > 0 || summarised !== undefined
         const context = wrote ? yield* askPost({ sessionId: log.sessionId, turn: position.turn, trigger, report }) : []
+        // An overflow's context is held in the requests from its retry on; any compaction drops the last one.
+        if (wrote) yield* systemContext.set(trigger === "overflow" ? context : [])
         return { report, wrote, failed, context }
       })
 
@@ -387,22 +398,19 @@ export const make = (
         content: context.map((text) => ({ type: "text" as const, text })),
         source: { kind: COMPACTION_CONTEXT_SOURCE_KIND, trigger }
       })
-    // Context for overflow and manual compactions: injected for the next step.
+    // Context for manual compactions: injected for the next step.
     const injectContext = (trigger: CompactionTrigger, context: ReadonlyArray<string>) =>
       context.length === 0 ? Effect.void : Effect.flatMap(contextMessage(trigger, context), driver.inject)
 
-    // The circuit breaker: consecutive automatic compactions that did not achieve their aim.
-    const maxFailures = options.maxConsecutiveFailures ?? 3
-    let failures = 0
+    const breaker = new Breaker(options.maxConsecutiveFailures ?? 3)
     // The step whose overflow was answered by a compaction and a retry, until we know how it went.
     let recovering: string | undefined
     const settleRecovery = (key: string | undefined) => {
       if (recovering !== undefined && recovering !== key) {
-        failures = 0
+        breaker.reset()
         recovering = undefined
       }
     }
-    const breakerOpen = () => failures >= maxFailures
 
     // Item 2: every tool result is capped at the loop boundary (outermost ToolPost listener, so it
     // sees what every other listener produced).
@@ -420,16 +428,17 @@ export const make = (
       Effect.gen(function*() {
         settleRecovery(undefined)
         let context: ReadonlyArray<string> = []
-        if (!breakerOpen()) {
+        if (!breaker.open) {
           const usage = yield* contextUsage
           const extra = batchTokens(input.messages)
           if (usage.used + extra >= threshold * usage.window) {
             const outcome = yield* Effect.either(compactOnce("threshold", { turn: input.turn, step: input.step }, extra, undefined))
-            if (outcome._tag === "Left") failures += 1
+            if (outcome._tag === "Left") breaker.fail(false)
             else if (outcome.right.wrote) {
               context = outcome.right.context
-              if (outcome.right.failed || outcome.right.report.tokensAfter + extra >= threshold * usage.window) failures += 1
-              else failures = 0
+              const report = outcome.right.report
+              if (outcome.right.failed || report.tokensAfter >= report.tokensBefore) breaker.fail(false)
+              else breaker.reset()
             }
           }
         }
@@ -457,21 +466,20 @@ export const make = (
               ...(veto === undefined ? {} : { veto })
             }))
         if (recovering === key) {
-          failures += 1
+          breaker.fail(true)
           recovering = undefined
           return yield* overflow("repeated")
         }
-        if (breakerOpen()) return yield* overflow("breaker-open")
+        if (breaker.refusesOverflow) return yield* overflow("breaker-open")
         const outcome = yield* Effect.either(compactOnce("overflow", { turn: input.turn, step: input.step }, 0, undefined))
         if (outcome._tag === "Right" && outcome.right.report.vetoed !== undefined) {
           return yield* overflow("vetoed", outcome.right.report.vetoed)
         }
         if (outcome._tag === "Left" || !outcome.right.wrote) {
-          failures += 1
+          breaker.fail(true)
           return yield* overflow(outcome._tag === "Right" && outcome.right.failed ? "summary-failed" : "nothing-to-compact")
         }
-        if (outcome.right.failed) failures += 1
-        yield* injectContext("overflow", outcome.right.context)
+        if (outcome.right.failed) breaker.fail(false)
         recovering = key
         return RequestErrorAction.retry(Duration.zero)
       })
@@ -483,7 +491,7 @@ export const make = (
         const focus = compactOptions.focus?.trim() === "" ? undefined : compactOptions.focus?.trim()
         const outcome = yield* compactOnce("manual", { turn: null, step: 0 }, 0, focus)
         yield* injectContext("manual", outcome.context)
-        if (outcome.report.vetoed === undefined) failures = 0
+        if (outcome.report.vetoed === undefined) breaker.reset()
         return outcome.report
       })
     const compactWith = (compactOptions: CompactOptions) => driver.runMaintenance(task(compactOptions))

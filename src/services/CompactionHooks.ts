@@ -100,8 +100,9 @@ export interface PostCompactInput {
 }
 
 /**
- * The context the post-compaction hook adds: texts of one `user/message` (empty: none). It enters
- * the step being proposed (threshold), or is injected for the next step (overflow, manual).
+ * The context the post-compaction hook adds (empty: none): texts of one `user/message` that enters
+ * the step being proposed (threshold) or is injected for the next step (manual); after an overflow,
+ * added to the system prompt of the retried request and the later ones until the next compaction.
  *
  * @since 0.1.0
  * @category models

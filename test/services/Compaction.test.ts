@@ -386,6 +386,36 @@ describe("Compaction: triggers", () => {
     ))))
 })
 
+describe("Compaction: the circuit breaker", () => {
+  it.scoped("a threshold prune that freed tokens but left use above the threshold is no failure: the first overflow still compacts and the retry succeeds", () =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      // r4's response reports 6,010 tokens: the threshold prune frees r1 and r2 and use stays above 3,200.
+      const starts = (yield* logEvents).filter((e): e is EventOf<"compaction/start"> => e.type === "compaction/start")
+      expect(starts.map((e) => e.data)).toMatchObject([
+        { trigger: "threshold", kind: "prune" },
+        { trigger: "overflow", kind: "prune" }
+      ])
+      const thresholdEnd = (yield* logEvents).find((e) => e.type === "compaction/end")!.data as { readonly tokensAfter: number }
+      expect(thresholdEnd.tokensAfter).toBeGreaterThan(3_200)
+      expect(yield* turnEnds).toEqual([{ kind: "completed" }])
+      expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${P}`, `r4:${X}`])
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [
+        toolCall("r1", "read"),
+        toolCall("r2", "read"),
+        toolCall("r3", "read"),
+        toolCall("r4", "read", usage(6_000, 10)),
+        ScriptedModel.fail(overflowFailure),
+        ScriptedModel.text("done")
+      ],
+      { tools: [sized("read", 4_000)], compaction: { contextWindow: 4_000, protectRecentTokens: 1_500, summary: false, maxConsecutiveFailures: 1 } }
+    ))))
+})
+
 const big = (id: string) => user(id, `${id} ${"x".repeat(2_000)}`)
 const textOfMessage = (message: Message) => message.content.map((b) => (b.type === "text" ? b.text : "")).join("")
 const sourceOf = (message: Message) => message.source as { readonly kind: string } & Record<string, unknown>
@@ -553,9 +583,10 @@ describe("Compaction: summaries", () => {
         "compaction/start", "compaction/summary", "UM~", "compaction/end", "RT(1)", ...TEXT, "SE(3,1)", "TE(3,completed)"
       ])
       const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
-      expect(start.data).toMatchObject({ turn: 3, kind: "summary", trigger: "overflow", range: { nodes: 3 } })
+      // An overflow keeps a quarter of the tail (2 of 10 tokens): A, a, B and b are summarised.
+      expect(start.data).toMatchObject({ turn: 3, kind: "summary", trigger: "overflow", range: { nodes: 4 } })
       const retried = (yield* requests).at(-1)!.messages
-      expect(retried.map((m) => sourceOf(m).kind === "compaction" ? "S" : textOfMessage(m).slice(0, 1))).toEqual(["S", "b", "C"])
+      expect(retried.map((m) => sourceOf(m).kind === "compaction" ? "S" : textOfMessage(m).slice(0, 1))).toEqual(["S", "C"])
       expect(yield* clean).toEqual([])
     }).pipe(Effect.provide(withCompaction(
       [ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.fail(overflowFailure), ScriptedModel.text("SUMMARY"), ScriptedModel.text("c")],
@@ -736,6 +767,38 @@ describe("Compaction: hooks", () => {
       expect(entered.map((m) => [sourceOf(m).kind, textOfMessage(m)])).toEqual([["user", "D"], ["compaction-context", "CONTEXT"]])
       expect(yield* clean).toEqual([])
     }).pipe(Effect.provide(withCompaction(summaryScript, { compaction: summaryOptions }))))
+
+  it.scoped("overflow: the post-compaction context is in the retried request (its system prompt, logged by its header) and the later ones, with no step of its own", () =>
+    Effect.gen(function*() {
+      const compaction = yield* Compaction
+      const post: Array<PostCompactInput> = []
+      yield* compaction.onPostCompact((input) => Effect.sync(() => post.push(input)).pipe(Effect.as(["CONTEXT"])))
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(post.map((p) => [p.turn, p.trigger])).toEqual([[1, "overflow"]])
+      const turn1 = yield* requests
+      // The failed attempt and its retry (step 5, attempts 1 and 2) end the turn: no step for the context.
+      expect(turn1.map((r) => [r.step, r.attempt])).toEqual([[1, 1], [2, 1], [3, 1], [4, 1], [5, 1], [5, 2]])
+      const [failedAttempt, retried] = turn1.slice(-2)
+      expect(failedAttempt!.system ?? "").not.toContain("CONTEXT")
+      expect(retried!.system).toMatch(/(^|\n\n)CONTEXT$/)
+      const headers = (yield* logEvents).filter((e): e is EventOf<"request/header"> => e.type === "request/header")
+      expect(headers.at(-1)!.data).toMatchObject({ reason: "change", header: { system: retried!.system } })
+      // The next turn's request still holds it, under the same logged header; no message carries it.
+      yield* driver.followup(user("E"))
+      yield* driver.whenIdle
+      const next = (yield* requests).at(-1)!
+      expect(next.system).toBe(retried!.system)
+      expect(next.messages.at(-1)).toMatchObject({ source: { kind: "user" } })
+      expect((yield* requests).flatMap((r) => r.messages).some((m) => sourceOf(m).kind === "compaction-context")).toBe(false)
+      expect((yield* logEvents).filter((e) => e.type === "request/header")).toHaveLength(headers.length)
+      expect(yield* turnEnds).toEqual([{ kind: "completed" }, { kind: "completed" }])
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction(
+      [...fourResults.slice(0, 4), ScriptedModel.fail(overflowFailure), ScriptedModel.text("done"), ScriptedModel.text("e")],
+      { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: { contextWindow: 100_000, protectRecentTokens: 1_500, threshold: 0.99 } }
+    ))))
 
   it.scoped("threshold and overflow: a veto compacts nothing; the overflow then ends the turn error(CONTEXT_OVERFLOW) naming the veto", () =>
     Effect.gen(function*() {

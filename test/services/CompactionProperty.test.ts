@@ -101,7 +101,7 @@ describe("compaction property", () => {
     "random long sessions: answered requests fit the window, turns complete, the log checks, shadowed events read back whole",
     [
       FastCheck.integer({ min: 2_000, max: 16_000 }),
-      FastCheck.double({ min: 1, max: 1.25, noNaN: true }),
+      FastCheck.double({ min: 1, max: 2, noNaN: true }),
       FastCheck.double({ min: 0.7, max: 0.98, noNaN: true }),
       FastCheck.array(turnPlan, { minLength: 5, maxLength: 30 })
     ],

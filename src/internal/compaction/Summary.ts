@@ -123,15 +123,27 @@ export const planSummary = (view: LogView, rules: SummaryRules): SummaryRange | 
     kept += message === undefined ? 0 : tokensOfMessage(message)
   }
   cut = Math.min(cut, limit)
-  // A safe cut: the first kept node is a user or assistant message.
-  while (cut > 0 && typeAt(cut) === "tool/result") cut--
-  let start = 0
-  for (let i = 0; i < cut; i++) {
-    const kind = sourceKind(view.eventAt(seqAt(i)))
-    if (kind !== undefined && rules.pinnedSources.has(kind)) start = i + 1
+  // A safe cut: the first kept node is a user or assistant message. Back before the step's results
+  // (keeping them); when that leaves too little to summarise, after them (a large result at the
+  // tail's edge is summarised instead of blocking every summary).
+  const startBefore = (end: number) => {
+    let first = 0
+    for (let i = 0; i < end; i++) {
+      const kind = sourceKind(view.eventAt(seqAt(i)))
+      if (kind !== undefined && rules.pinnedSources.has(kind)) first = i + 1
+    }
+    // A safe start: never a result whose call stays outside.
+    while (first < end && typeAt(first) === "tool/result") first++
+    return first
   }
-  // A safe start: never a result whose call stays outside.
-  while (start < cut && typeAt(start) === "tool/result") start++
+  const at = cut
+  while (cut > 0 && typeAt(cut) === "tool/result") cut--
+  let start = startBefore(cut)
+  if (cut - start < 2) {
+    cut = at
+    while (cut < limit && typeAt(cut) === "tool/result") cut++
+    start = startBefore(cut)
+  }
   if (cut - start < 2) return undefined
   const seqs: Array<number> = []
   let tokens = 0

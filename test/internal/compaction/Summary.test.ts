@@ -102,6 +102,20 @@ describe("planSummary", () => {
     expect(planSummary(two, rules(20))!.seqs).toEqual([0, 1, 2])
   })
 
+  it("when the cut moved back would leave fewer than two nodes, it moves past the results instead: a large result at the tail's edge is summarised", () => {
+    const view = viewOf(logOf([
+      { u: "go" },
+      { a: "", calls: ["c1"] },
+      { r: "c1", text: x(4_000) },
+      { a: "ok" },
+      { u: "next" },
+      { a: "done" }
+    ]))
+    // The tail reaches 100 tokens at c1's result; back to its call would leave only "go", so the
+    // range ends after the result.
+    expect(planSummary(view, rules(100))!.seqs).toEqual([0, 1, 2])
+  })
+
   it("never replaces a pinned instruction: the range starts after the last one before the cut", () => {
     const first = viewOf(logOf([{ u: "rules", kind: "instructions" }, { u: "A" }, { a: "a" }, { u: "B" }, { a: "b" }]))
     expect(planSummary(first, rules(5))!.seqs).toEqual([1, 2, 3])

@@ -7,7 +7,7 @@ import { Chunk, Context, Deferred, Effect, Either, Exit, Fiber, JSONSchema, Laye
 import * as Tiller from "../src/index.js"
 import { Agent, AgentBusy, AgentDisposed, CancelCause, checkLog, CORE_EVENT_TYPES, Domain, Driver, DuplicateMessage, foldInbox, ForkError, forkSession, Hooks, Inbox, InvalidEvent, InvalidSplice, LOG_FORMAT_VERSION, MaintenanceAborted, MalformedLog, MemoryStoreControl, MessageId, Model, ModelError, newUserMessage, PersistenceError, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, RequestErrorAction, ScriptedModel, SessionExists, SessionId, SessionLog, SessionNotFound, Sessions, SessionStore, Tool, ToolPreDecision, Tools, UnsupportedLogVersion, userMessage } from "../src/index.js"
 import { events, gate, liveNotation, notation, open, plugin, scenario, settle, shape, until, user } from "./agent/harness.js"
-import { HandLog } from "./fixtures/handLog.js"
+import { ev, HandLog } from "./fixtures/handLog.js"
 import { u } from "./fixtures/surfaceLog.js"
 import type { AgentStatus, InboxTarget, KnownIdState, ModelRequest, RuleId, SessionEvent } from "../src/index.js"
 
@@ -53,8 +53,6 @@ const C = u("C")
 
 const sid = (s: string) => SessionId.make(s)
 
-const ev = (seq: number, type: string, data: unknown, extra: Partial<SessionEvent> = {}): SessionEvent =>
-  ({ type, seq, time: 0, data, ...extra }) as SessionEvent
 
 describe("SPEC 8 public API", () => {
   it("8: services are Context.Tag classes keyed tiller/<Name>", () => {

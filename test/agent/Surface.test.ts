@@ -7,7 +7,8 @@ import { Cause, Context, Effect, Exit, Layer, Option, Schema } from "effect"
 import { checkLog, deriveMessages, Driver, DuplicateMessage, forkSession, Hooks, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
 import { agentOver, asId, closeOut, dataOfType, events, plugin, requests, scenario, token, user } from "./harness.js"
 import type { ScriptEntry, SessionEvent, UserMessage } from "../../src/index.js"
-import { found } from "../fixtures/handLog.js"
+import { ev, found } from "../fixtures/handLog.js"
+import { outcomeReason } from "../fixtures/richLog.js"
 import { c1, c2, summary, SurfaceLog, twoTurns, u } from "../fixtures/surfaceLog.js"
 
 /** The surface metadata of an event (present on message events only). */
@@ -46,17 +47,6 @@ const runTwoTurns = Effect.gen(function*() {
   yield* driver.whenIdle
 })
 
-/** The typed failure of an exit as `"<_tag>: <reason>"`, or "ok". */
-const outcome = (exit: Exit.Exit<unknown, unknown>): string => {
-  if (Exit.isSuccess(exit)) return "ok"
-  const failure = Cause.failureOption(exit.cause)
-  if (Option.isNone(failure)) return `defect: ${Cause.pretty(exit.cause)}`
-  const f = failure.value as { readonly _tag?: string; readonly reason?: string }
-  return `${f._tag}: ${f.reason ?? ""}`
-}
-
-const ev = (seq: number, type: string, data: unknown, extra: Record<string, unknown> = {}) =>
-  ({ type, seq, time: 0, data, ...extra }) as SessionEvent
 
 const empty = Schema.Struct({})
 
@@ -691,13 +681,13 @@ describe("§2.8/§6.7 replacement ranges and the open step", () => {
           ? Effect.gen(function*() {
             const surface = yield* log.surface
             // surface = [UM(A), AM(a), UM(B)]; UM(B) belongs to the open step.
-            outcomes.push(outcome(yield* Effect.exit(log.append({
+            outcomes.push(outcomeReason(yield* Effect.exit(log.append({
               type: "user/message",
               data: summary("S2"),
               surfaceOp: { op: "replace", start: surface[1]!, end: surface[2]! },
               sourceEventSeqs: [surface[1]!, surface[2]!]
             }))))
-            outcomes.push(outcome(yield* Effect.exit(log.append({
+            outcomes.push(outcomeReason(yield* Effect.exit(log.append({
               type: "user/message",
               data: summary("S1"),
               surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },

@@ -16,6 +16,22 @@ const B = u("B")
 const C = u("C")
 const P = u("P")
 
+/** An agent whose first answer calls tool "echo" once (call c1) and whose second answer ends the turn. */
+const toolRoundTrip = () =>
+  scenario(
+    [
+      ScriptedModel.response({ text: "calling", toolCalls: [{ id: "c1", name: "echo", arguments: { text: "ping" } }] }),
+      ScriptedModel.text("done")
+    ],
+    {
+      tools: [Tool.make("echo", {
+        description: "echo",
+        parameters: Schema.Struct({ text: Schema.String }),
+        execute: ({ text }) => Effect.succeed("echo: " + text)
+      })]
+    }
+  )
+
 // 5.2 checkLog --------------------------------------------------------------------------------
 
 describe("SPEC 5.2 checkLog rule by rule", () => {
@@ -200,19 +216,7 @@ describe("SPEC 5.2 checkLog rule by rule", () => {
         expect(Option.getOrUndefined(yield* inbox.idState(MessageId.make(id)))).toBe("entered")
       }
       expect((yield* log.events).length).toBe(before)
-    }).pipe(Effect.provide(scenario(
-      [
-        ScriptedModel.response({ text: "calling", toolCalls: [{ id: "c1", name: "echo", arguments: { text: "ping" } }] }),
-        ScriptedModel.text("done")
-      ],
-      {
-        tools: [Tool.make("echo", {
-          description: "echo",
-          parameters: Schema.Struct({ text: Schema.String }),
-          execute: ({ text }) => Effect.succeed("echo: " + text)
-        })]
-      }
-    ))))
+    }).pipe(Effect.provide(toolRoundTrip())))
 
   it.scoped("5.2/P45: every prefix of a live tool round-trip log is valid, and the whole log is valid with closed: true", () =>
     Effect.gen(function*() {
@@ -226,19 +230,7 @@ describe("SPEC 5.2 checkLog rule by rule", () => {
       expect(checkLog(events, { closed: true })).toStrictEqual([])
       // deriveMessages over the same events is the session's derived history.
       expect(deriveMessages(events)).toStrictEqual(yield* log.messages)
-    }).pipe(Effect.provide(scenario(
-      [
-        ScriptedModel.response({ text: "calling", toolCalls: [{ id: "c1", name: "echo", arguments: { text: "ping" } }] }),
-        ScriptedModel.text("done")
-      ],
-      {
-        tools: [Tool.make("echo", {
-          description: "echo",
-          parameters: Schema.Struct({ text: Schema.String }),
-          execute: ({ text }) => Effect.succeed("echo: " + text)
-        })]
-      }
-    ))))
+    }).pipe(Effect.provide(toolRoundTrip())))
 })
 
 // 5.2 checkLog around replacements and identity ---------------------------------------------------

@@ -32,7 +32,8 @@ const closersOf = (events: ReadonlyArray<SessionEvent>): ReadonlyArray<SessionEv
   return closers
 }
 
-const notStartedResult = (seq: number, callId: string, at = { turn: 1, step: 1 }) => ({
+/** The synthetic tool/result repair writes for an interrupted call: `text` as its content, `error` its name and code. */
+const interruptedResult = (seq: number, callId: string, text: string, error: { readonly name: string; readonly code: string }, at: { readonly turn: number; readonly step: number }) => ({
   type: "tool/result",
   seq,
   time: LAST_TIME,
@@ -42,30 +43,19 @@ const notStartedResult = (seq: number, callId: string, at = { turn: 1, step: 1 }
     message: {
       id: `interrupted-tool-result-${callId}-${seq}`,
       role: "user",
-      content: [{ type: "tool-result", toolCallId: callId, isError: true, content: [{ type: "text", text: NOT_STARTED }] }],
+      content: [{ type: "tool-result", toolCallId: callId, isError: true, content: [{ type: "text", text }] }],
       source: { kind: "tool", callId }
     },
-    error: { name: "ToolNotStartedError", code: "TOOL_NOT_STARTED" }
+    error
   },
   surfaceOp: "append"
 })
 
+const notStartedResult = (seq: number, callId: string, at = { turn: 1, step: 1 }) =>
+  interruptedResult(seq, callId, NOT_STARTED, { name: "ToolNotStartedError", code: "TOOL_NOT_STARTED" }, at)
+
 const outcomeUnknownResult = (seq: number, callId: string, callSeq: number, at = { turn: 1, step: 1 }) => ({
-  type: "tool/result",
-  seq,
-  time: LAST_TIME,
-  data: {
-    turn: at.turn,
-    step: at.step,
-    message: {
-      id: `interrupted-tool-result-${callId}-${seq}`,
-      role: "user",
-      content: [{ type: "tool-result", toolCallId: callId, isError: true, content: [{ type: "text", text: OUTCOME_UNKNOWN }] }],
-      source: { kind: "tool", callId }
-    },
-    error: { name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" }
-  },
-  surfaceOp: "append",
+  ...interruptedResult(seq, callId, OUTCOME_UNKNOWN, { name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" }, at),
   sourceEventSeqs: [callSeq]
 })
 

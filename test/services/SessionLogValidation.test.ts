@@ -8,7 +8,8 @@ import { Cause, Chunk, Context, Effect, Either, Exit, Fiber, Layer, Option, Scop
 import { CancelCause, checkLog, CORE_EVENT_TYPES, deriveMessages, Driver, foldInbox, Inbox, InvalidEvent, MalformedLog, MemoryStoreControl, ScriptedModel, SessionLog, SessionStore, SqliteSessionStore } from "../../src/index.js"
 import { agentOver, asId, events, notation, plugin, recordLive, requests, scenario, settle, shape, until, user } from "../agent/harness.js"
 import type { SessionEvent } from "../../src/index.js"
-import { echo, header, malformedCases, mutate, outcome, richLog, richProgram, richScript, sid, withStore } from "../fixtures/richLog.js"
+import { ev } from "../fixtures/handLog.js"
+import { echo, header, malformedCases, mutate, outcome, outcomeReason, richLog, richProgram, richScript, sid, withStore } from "../fixtures/richLog.js"
 import { raw, sqliteRun, tempFiles } from "../fixtures/sqliteFile.js"
 
 const { freshFile } = tempFiles("tiller-log-validation-")
@@ -28,17 +29,6 @@ const buildIn = (
     return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
   })
 
-/** The typed failure of an exit as `"<_tag>: <reason>"`, or "ok". */
-const outcomeSeed = (exit: Exit.Exit<unknown, unknown>): string => {
-  if (Exit.isSuccess(exit)) return "ok"
-  const failure = Cause.failureOption(exit.cause)
-  if (Option.isNone(failure)) return `defect: ${Cause.pretty(exit.cause)}`
-  const f = failure.value as { readonly _tag?: string; readonly reason?: string }
-  return `${f._tag}: ${f.reason ?? ""}`
-}
-
-const ev = (seq: number, type: string, data: unknown, extra: Record<string, unknown> = {}) =>
-  ({ type, seq, time: 0, data, ...extra }) as SessionEvent
 
 describe("§5.1 a flaw in a stored log is MalformedLog {seq} on resume (memory store)", () => {
   for (const [name, seq, f] of malformedCases) {
@@ -478,9 +468,9 @@ describe("§5.1/§5.2 invariants option", () => {
       const stored = yield* store.load(sid("s"))
       expect(checkLog(stored.events).map((v) => v.rule)).toEqual(["R6"])
       const off = yield* Effect.exit(run([], Effect.void, { resume: true, agent: { invariants: "off" } }))
-      expect(outcomeSeed(off)).toBe("ok")
+      expect(outcomeReason(off)).toBe("ok")
       const on = yield* Effect.exit(run([], Effect.void, { resume: true }))
-      expect(outcomeSeed(on)).toMatch(/^MalformedLog: R6/)
+      expect(outcomeReason(on)).toMatch(/^MalformedLog: R6/)
     }))
 
   it.scoped("5.1 A1/A2: loaded envelopes are checked: extra keys, negative or fractional time, a wrong seq, ignorable false", () =>

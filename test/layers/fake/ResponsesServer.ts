@@ -2,20 +2,13 @@
  * A fake OpenAI Responses API on 127.0.0.1: `POST /v1/responses` answered from a script, one reply
  * per request, in the server-sent-event format OpenAI documents for `stream: true`.
  *
- * The transport (`listen`, `Reply`, `ReceivedRequest`) is shared with the Anthropic fake.
+ * The replies (`listen`, `Reply`) are shared with the Anthropic fake; the transport is `HttpServer`'s.
  */
-import type { Scope } from "effect"
-import { Effect } from "effect"
-import * as http from "node:http"
-import type { AddressInfo } from "node:net"
+import type { Effect, Scope } from "effect"
+import type { FakeServer } from "./HttpServer.js"
+import { serve } from "./HttpServer.js"
 
-/** One request as the server received it; `body` is the parsed JSON body. */
-export interface ReceivedRequest {
-  readonly method: string
-  readonly path: string
-  readonly headers: http.IncomingHttpHeaders
-  readonly body: any
-}
+export type { FakeServer, ReceivedRequest } from "./HttpServer.js"
 
 /**
  * One scripted reply: a stream of raw SSE frames, a plain response with a status, a connection
@@ -39,12 +32,6 @@ export const cut = (frames: ReadonlyArray<string>): Reply => ({ _tag: "Cut", fra
 /** The headers and frames of a stream, then nothing until the server closes. */
 export const stall = (frames: ReadonlyArray<string> = []): Reply => ({ _tag: "Stall", frames })
 
-/** A running fake server: its base URL and what it has received so far. */
-export interface FakeServer {
-  readonly url: string
-  readonly requests: Effect.Effect<ReadonlyArray<ReceivedRequest>>
-}
-
 /** One SSE frame: an optional `event:` line and one `data:` line (objects are JSON-encoded). */
 export const frame = (event: string | undefined, data: unknown): string =>
   `${event === undefined ? "" : `event: ${event}\n`}data: ${typeof data === "string" ? data : JSON.stringify(data)}\n\n`
@@ -57,68 +44,33 @@ export const status = (code: number, body: unknown, headers: Record<string, stri
   body: JSON.stringify(body)
 })
 
-const readBody = (request: http.IncomingMessage): Promise<string> =>
-  new Promise((resolve, reject) => {
-    let text = ""
-    request.setEncoding("utf8")
-    request.on("data", (piece: string) => (text += piece))
-    request.on("end", () => resolve(text))
-    request.on("error", reject)
-  })
-
-const parse = (text: string): unknown => {
-  try {
-    return JSON.parse(text)
-  } catch {
-    return text
-  }
-}
-
 /**
  * Starts a server on 127.0.0.1 (port 0) that answers the n-th request with `replies[n]` (a 500
  * once the script is exhausted); it closes with the scope.
  */
 export const listen = (replies: ReadonlyArray<Reply>): Effect.Effect<FakeServer, never, Scope.Scope> =>
-  Effect.gen(function*() {
-    const received: Array<ReceivedRequest> = []
-    let next = 0
-    const server = http.createServer((request, response) => {
-      void readBody(request).then((text) => {
-        received.push({ method: request.method ?? "", path: request.url ?? "", headers: request.headers, body: parse(text) })
-        const reply = replies[next++]
-        if (reply === undefined) {
-          response.writeHead(500, { "content-type": "text/plain" }).end("fake server: script exhausted")
-        } else if (reply._tag === "Hangup") {
-          request.socket.destroy()
-        } else if (reply._tag === "Status") {
-          response.writeHead(reply.status, reply.headers).end(reply.body)
-        } else if (reply._tag === "Cut") {
-          response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
-          for (const text of reply.frames) response.write(text)
-          // Let the frames leave before the socket goes.
-          setTimeout(() => request.socket.destroy(), 20)
-        } else if (reply._tag === "Stall") {
-          response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
-          response.flushHeaders()
-          for (const text of reply.frames) response.write(text)
-        } else {
-          response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
-          for (const text of reply.frames) response.write(text)
-          response.end()
-        }
-      })
-    })
-    const port = yield* Effect.acquireRelease(
-      Effect.async<number>((resume) => {
-        server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as AddressInfo).port)))
-      }),
-      () =>
-        Effect.async<void>((resume) => {
-          server.closeAllConnections()
-          server.close(() => resume(Effect.void))
-        })
-    )
-    return { url: `http://127.0.0.1:${port}`, requests: Effect.sync(() => [...received]) }
+  serve((n, _received, request, response) => {
+    const reply = replies[n]
+    if (reply === undefined) {
+      response.writeHead(500, { "content-type": "text/plain" }).end("fake server: script exhausted")
+    } else if (reply._tag === "Hangup") {
+      request.socket.destroy()
+    } else if (reply._tag === "Status") {
+      response.writeHead(reply.status, reply.headers).end(reply.body)
+    } else if (reply._tag === "Cut") {
+      response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+      for (const text of reply.frames) response.write(text)
+      // Let the frames leave before the socket goes.
+      setTimeout(() => request.socket.destroy(), 20)
+    } else if (reply._tag === "Stall") {
+      response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+      response.flushHeaders()
+      for (const text of reply.frames) response.write(text)
+    } else {
+      response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" })
+      for (const text of reply.frames) response.write(text)
+      response.end()
+    }
   })
 
 /** The usage a response reports. */

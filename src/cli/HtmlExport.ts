@@ -11,6 +11,7 @@
 import { FileSystem } from "@effect/platform"
 import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
 import { Effect } from "effect"
+import { gzipSync } from "node:zlib"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { CliError } from "./CliError.js"
 import { describeFileError } from "./FileErrors.js"
@@ -48,13 +49,89 @@ export const embeddedEvents = (events: ReadonlyArray<SessionEvent>): ReadonlyArr
 }
 
 /**
- * The whole page for a session.
+ * The size (in characters of JSON) above which the page embeds a session in parts: the first part
+ * as JSON, shown at once, and the later ones gzip-compressed in base64, which the page's script
+ * inflates with the browser's own `DecompressionStream` and folds in one after another while the
+ * first rows are already on screen (a browser also reads a few megabytes of base64 far faster than
+ * tens of megabytes of script text).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const COMPRESS_ABOVE = 1024 * 1024
+
+/**
+ * How many events a part holds at least: a part ends at the next turn's start after this many
+ * events (or at four times as many inside one long turn); the first part, shown before the others
+ * are read, ends after a quarter as many.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const PART_EVENTS = 2_000
+
+/**
+ * The events cut into parts at turn starts.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const partsOf = (events: ReadonlyArray<SessionEvent>, size: number = PART_EVENTS): ReadonlyArray<ReadonlyArray<SessionEvent>> => {
+  const parts: Array<Array<SessionEvent>> = []
+  let part: Array<SessionEvent> = []
+  for (const event of events) {
+    const least = parts.length === 0 ? Math.ceil(size / 4) : size
+    if (part.length >= least * 4 || (part.length >= least && event.type === "turn/start")) {
+      parts.push(part)
+      part = []
+    }
+    part.push(event)
+  }
+  if (part.length > 0 || parts.length === 0) parts.push(part)
+  return parts
+}
+
+/**
+ * The elements that carry the page's data: `first`, `<script type="application/json"
+ * id="tiller-data">` with the header and the events (above `compressAbove` characters, the first
+ * part only and the number of later `parts`), placed before the page's script so that it shows at
+ * once; `later`, each later part as `<script type="application/gzip+base64" data-part="N">`, placed
+ * after the script.
+ *
+ * @since 0.1.0
+ * @category utils
+ */
+export const dataElements = (
+  header: SessionHeader,
+  events: ReadonlyArray<SessionEvent>,
+  compressAbove: number = COMPRESS_ABOVE,
+  partEvents: number = PART_EVENTS
+): { readonly first: string; readonly later: ReadonlyArray<string> } => {
+  const parts = partsOf(events, partEvents)
+  const texts = parts.map((part) => JSON.stringify(part))
+  const whole = texts.reduce((sum, text) => sum + text.length, 0) <= compressAbove || parts.length === 1
+  if (whole) return { first: `<script type="application/json" id="tiller-data">${scriptJson({ header, events })}</script>`, later: [] }
+  return {
+    first: `<script type="application/json" id="tiller-data">${scriptJson({ header, events: parts[0], parts: parts.length - 1 })}</script>`,
+    later: texts.slice(1).map((text, i) =>
+      `<script type="application/gzip+base64" data-part="${i + 1}">${gzipSync(text, { level: 1 }).toString("base64")}</script>`
+    )
+  }
+}
+
+/**
+ * The whole page for a session; `compressAbove` and `partEvents` as for `dataElements`.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const renderHtml = (header: SessionHeader, events: ReadonlyArray<SessionEvent>): string => {
+export const renderHtml = (
+  header: SessionHeader,
+  events: ReadonlyArray<SessionEvent>,
+  options?: { readonly compressAbove?: number; readonly partEvents?: number }
+): string => {
   const title = `tiller session ${header.sessionId}`
+  const data = dataElements(header, embeddedEvents(events), options?.compressAbove, options?.partEvents)
   const first = events[0]
   const last = events[events.length - 1]
   const span = first !== undefined && last !== undefined
@@ -79,9 +156,10 @@ export const renderHtml = (header: SessionHeader, events: ReadonlyArray<SessionE
     "<button id=\"collapse\" type=\"button\">collapse turns</button><button id=\"expand\" type=\"button\">expand all</button>",
     "<span id=\"count\"></span>",
     "</div></header>",
-    "<main id=\"timeline\"><div class=\"lanes\"><span>seq</span><span>conversation</span><span>inbox</span></div><div id=\"rows\"></div></main>",
-    `<script type="application/json" id="tiller-data">${scriptJson({ header, events: embeddedEvents(events) })}</script>`,
+    "<main id=\"timeline\"><div class=\"lanes\"><span>seq</span><span>conversation</span><span>inbox</span></div><div id=\"rows\"><div class=\"empty\">reading the session…</div></div></main>",
+    data.first,
     `<script>${PAGE_SCRIPT}</script>`,
+    ...data.later,
     "</body></html>",
     ""
   ].join("\n")

@@ -23,6 +23,7 @@ header .meta { color: #5b6474; font-size: 12px; }
 .controls { display: flex; flex-wrap: wrap; gap: 6px 14px; align-items: center; margin-top: 8px; font-size: 12px; }
 .controls input[type=search] { width: 260px; padding: 4px 6px; border: 1px solid #c4c9d2; border-radius: 4px; }
 .controls label { white-space: nowrap; }
+#kinds label { margin-right: 8px; }
 .controls button { font-size: 12px; padding: 3px 8px; }
 #count { color: #5b6474; }
 #timeline { padding: 8px 16px 60vh; }
@@ -117,15 +118,22 @@ function tillerSearchText(row) {
 /** Folds the events into timeline rows; needs no DOM. The chunks of a completed answer may be left
  * out of the events (the answer holds their content): links to their seqs find the answer. */
 function tillerModel(data) {
-  var events = data.events, header = data.header, rows = [], bySeq = {}, eventAt = {};
-  for (var z = 0; z < events.length; z++) eventAt[events[z].seq] = events[z];
+  var model = tillerFold(data.header);
+  model.feed(data.events);
+  return model;
+}
+/** The fold of tillerModel, fed the events part by part: feed(events) appends rows; rows it changed
+ * that an earlier part added (a turn's heading when the turn ends, a tool call when its result comes)
+ * are listed in model.changed. */
+function tillerFold(header) {
+  var rows = [], bySeq = {}, eventAt = {}, changed = [];
   var lists = { "next-turn": [], "next-step": [] };
   var targetOf = {}, toolRows = {}, attempts = {}, sources = {};
   var turnRow = null, stepRow = null, turn = 0, step = 0, inStep = false, prev = null, compaction = null;
   var totals = { turns: 0, input: 0, output: 0 };
   function add(row) {
     row.i = rows.length;
-    row.turn = turn;
+    row.turn = turnRow !== null || row.kind === "turn" ? turn : 0;
     row.step = inStep ? step : 0;
     if (row.depth === undefined) row.depth = 2;
     if (row.lane === undefined) row.lane = "main";
@@ -134,8 +142,13 @@ function tillerModel(data) {
     if (compaction !== null) compaction.inside.push(row.i);
     return row;
   }
+  var model = { rows: rows, bySeq: bySeq, eventAt: eventAt, sources: [], totals: totals, changed: changed, lastSeq: -1, feed: feed };
+  function feed(events) {
+  changed.length = 0;
   for (var n = 0; n < events.length; n++) {
     var e = events[n], d = e.data || {};
+    eventAt[e.seq] = e;
+    model.lastSeq = e.seq;
     switch (e.type) {
       case "turn/start":
         turn = d.turn; step = 0; inStep = false; totals.turns++;
@@ -144,6 +157,7 @@ function tillerModel(data) {
       case "turn/end":
         inStep = false;
         if (turnRow) {
+          changed.push(turnRow.i);
           turnRow.reason = d.reason.kind;
           turnRow.stats = tillerReason(d.reason) + " · " + turnRow.steps + " step" + (turnRow.steps === 1 ? "" : "s") + " · " +
             tillerDuration(e.time - turnRow.start) + " · " + turnRow.input + " in / " + turnRow.output + " out tokens";
@@ -167,7 +181,7 @@ function tillerModel(data) {
         var t = targetOf[d.id], kind = d.source.kind, cls, label;
         if (replace) { cls = "src-summary"; label = kind === "compaction" ? "compaction summary" : "replacement"; }
         else if (t && t.tool) { cls = "src-tool-context"; label = "tool context · " + tillerSourceLabel(d.source); }
-        else if (kind === "user") { cls = t && t.target === "next-step" ? "src-steer" : "src-prompt"; label = t && t.target === "next-step" ? "steer" : "prompt"; }
+        else if (kind === "user") { var steer = t && t.target === "next-step" && t.running; cls = steer ? "src-steer" : "src-prompt"; label = steer ? "steer" : "prompt"; }
         else { cls = "src-context"; label = "context · " + tillerSourceLabel(d.source); }
         var src = tillerSourceLabel(d.source);
         sources[src] = true;
@@ -220,6 +234,7 @@ function tillerModel(data) {
         }
         var resultText = tillerText(block.content);
         if (row) {
+          changed.push(row.i);
           row.result = resultText; row.isError = block.isError; row.seqs.push(e.seq); bySeq[e.seq] = row.i;
           if (d.error) row.note += " · " + d.error.code;
           if (block.isError) row.cls = "err";
@@ -238,7 +253,7 @@ function tillerModel(data) {
         var list = lists[d.target], removed = [];
         if (e.seq >= (header.seedLength || 0) && list) removed = list.splice.apply(list, [d.start, d.removedCount || 0].concat(d.inserted));
         var tool = prev !== null && prev.type === "tool/result" && inStep;
-        for (var j = 0; j < d.inserted.length; j++) targetOf[d.inserted[j].id] = { target: d.target, tool: tool };
+        for (var j = 0; j < d.inserted.length; j++) targetOf[d.inserted[j].id] = { target: d.target, tool: tool, running: turnRow !== null };
         var what = !d.removedCount ? "inserted" : d.inserted.length === 0 ? (d.outcome === "canceled" ? "discarded" : "claimed") : "replaced";
         var shown = what === "inserted" ? d.inserted : removed;
         var srcs = shown.map(function (x) { return tillerSourceLabel(x.source); });
@@ -251,12 +266,13 @@ function tillerModel(data) {
         compaction.inside = [];
         break;
       case "compaction/summary":
-        add({ kind: "compaction", seqs: [e.seq], label: "compaction summary", text: JSON.stringify(d).slice(0, 2000) });
+        add({ kind: "compaction", seqs: [e.seq], label: "summary written", text: (d.provider ? "by " + d.provider + ":" + d.model : "") + (d.characters !== undefined ? " · " + d.characters + " characters" : "") + (d.updates !== undefined && d.updates !== null ? " · updates the summary at seq " + d.updates : "") || JSON.stringify(d).slice(0, 2000) });
         break;
       case "compaction/end":
         if (compaction !== null) {
           var marker = compaction;
           compaction = null;
+          changed.push(marker.i);
           marker.seqs.push(e.seq);
           bySeq[e.seq] = marker.i;
           var shadow = {};
@@ -280,15 +296,18 @@ function tillerModel(data) {
     }
     prev = e;
   }
-  return { rows: rows, bySeq: bySeq, eventAt: eventAt, sources: Object.keys(sources).sort(), totals: totals };
+  model.sources = Object.keys(sources).sort();
+  }
+  return model;
 }
 var TILLER_KINDS = ["turn", "step", "message", "assistant", "reasoning", "tool", "retry", "hook", "inbox", "compaction", "request", "turn-end", "other"];
 function tillerStart(doc, data) {
   var model = tillerModel(data), rows = model.rows, PAGE = 250;
-  var state = { query: "", kinds: {}, source: "", closed: {}, visible: [], rendered: 0 };
+  var state = { query: "", kinds: {}, source: "", closed: {}, visible: [], rendered: 0, parts: 0, partsRead: 0, pending: null };
   TILLER_KINDS.forEach(function (k) { state.kinds[k] = k !== "request"; });
   function el(tag, cls, text) { var x = doc.createElement(tag); if (cls) x.className = cls; if (text !== undefined) x.textContent = text; return x; }
   var list = doc.getElementById("rows"), count = doc.getElementById("count");
+  while (list.firstChild) list.removeChild(list.firstChild);
   function blockOf(text, limit) {
     var lines = text.split("\n");
     if (text.length <= limit && lines.length <= 12) return el("pre", "", text);
@@ -299,7 +318,7 @@ function tillerStart(doc, data) {
   }
   function hidden(row) {
     if (!state.kinds[row.kind]) return true;
-    if (row.depth > 0 && state.closed["t" + row.turn]) return true;
+    if (row.depth > 0 && row.turn && state.closed["t" + row.turn]) return true;
     if (row.depth > 1 && row.step && state.closed["s" + row.turn + "." + row.step]) return true;
     if (state.source) {
       if (row.kind === "message" && row.source !== state.source) return true;
@@ -368,10 +387,30 @@ function tillerStart(doc, data) {
     while (list.firstChild !== sentinel) list.removeChild(list.firstChild);
     state.rendered = 0;
     renderMore();
-    sentinel.textContent = state.visible.length === 0 ? "nothing matches" : "";
-    count.textContent = state.visible.length + " of " + rows.length + " rows";
+    showCount();
+  }
+  function showCount() {
+    var reading = state.partsRead < state.parts;
+    sentinel.textContent = state.visible.length === 0 ? (reading ? "reading the session…" : "nothing matches") : "";
+    count.textContent = state.visible.length + " of " + rows.length + " rows" + (reading ? " · reading the session: part " + (state.partsRead + 1) + " of " + state.parts : "");
+  }
+  /** The next part of a long session's events (the page reads them after the first rows are shown). */
+  function feed(events) {
+    var from = rows.length;
+    model.feed(events);
+    state.partsRead++;
+    for (var i = from; i < rows.length; i++) if (!hidden(rows[i])) state.visible.push(i);
+    for (var c = 0; c < model.changed.length; c++) {
+      var at = model.changed[c], node = at < from ? list.querySelector('[data-row="' + at + '"]') : null;
+      if (node) { var fresh = renderRow(rows[at]); if (node.classList.contains("target")) fresh.classList.add("target"); list.insertBefore(fresh, node); list.removeChild(node); }
+    }
+    addSources();
+    if (state.rendered < Math.min(PAGE, state.visible.length)) renderMore();
+    showCount();
+    if (state.pending !== null && (state.pending <= model.lastSeq || state.partsRead === state.parts)) { var seq = state.pending; state.pending = null; goTo(seq); }
   }
   function goTo(seq) {
+    if (seq > model.lastSeq && state.partsRead < state.parts) { state.pending = seq; return true; }
     var index = model.bySeq[seq];
     if (index === undefined) { for (var s = seq; s >= 0 && index === undefined; s--) index = model.bySeq[s]; }
     if (index === undefined) return false;
@@ -398,7 +437,11 @@ function tillerStart(doc, data) {
     label.appendChild(box); label.appendChild(doc.createTextNode(" " + k));
     kindsBox.appendChild(label);
   });
-  model.sources.forEach(function (s) { var o = el("option", "", s); o.value = s; sourceSelect.appendChild(o); });
+  var listed = {};
+  function addSources() {
+    model.sources.forEach(function (s) { if (listed[s]) return; listed[s] = true; var o = el("option", "", s); o.value = s; sourceSelect.appendChild(o); });
+  }
+  addSources();
   function syncControls() {
     search.value = state.query; sourceSelect.value = state.source;
     var boxes = kindsBox.querySelectorAll("input");
@@ -423,9 +466,39 @@ function tillerStart(doc, data) {
   refresh();
   if (typeof window !== "undefined") window.addEventListener("hashchange", fromHash);
   fromHash();
-  return { model: model, state: state, refresh: refresh, goTo: goTo, renderMore: renderMore };
+  return {
+    model: model, state: state, refresh: refresh, goTo: goTo, renderMore: renderMore, feed: feed,
+    expect: function (parts) { state.parts = parts; showCount(); },
+    loaded: function () { return state.partsRead >= state.parts; }
+  };
+}
+/** One later part of a long session's events: gzip in base64, inflated by the browser's DecompressionStream. */
+function tillerInflate(node) {
+  if (typeof DecompressionStream === "undefined") return Promise.reject(new Error("this browser has no DecompressionStream to read the rest of the session"));
+  var text = atob(node.textContent), bytes = new Uint8Array(text.length);
+  for (var i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  return new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"))).text().then(JSON.parse);
 }
 if (typeof document !== "undefined" && document.getElementById("tiller-data")) {
-  window.tiller = tillerStart(document, JSON.parse(document.getElementById("tiller-data").textContent));
+  var tillerFirst = JSON.parse(document.getElementById("tiller-data").textContent);
+  window.tiller = tillerStart(document, tillerFirst);
+  // A long session's later parts follow this script; they are read one at a time once the
+  // document is in, while the first rows are already on screen.
+  window.tiller.expect(tillerFirst.parts || 0);
+  // When the first rows were on screen, in ms from the start of the navigation (performance.now()).
+  window.tiller.shownAt = typeof performance !== "undefined" ? performance.now() : 0;
+  var tillerReadParts = function () {
+    var parts = document.querySelectorAll("script[data-part]");
+    (function next(k) {
+      if (k >= parts.length) return;
+      tillerInflate(parts[k]).then(function (events) {
+        window.tiller.feed(events);
+        setTimeout(function () { next(k + 1); }, 0);
+      }, function (error) {
+        document.getElementById("count").textContent = "cannot read the rest of the session: " + error.message;
+      });
+    })(0);
+  };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", tillerReadParts); else tillerReadParts();
 }
 `

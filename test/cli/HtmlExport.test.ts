@@ -6,6 +6,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
+import { gunzipSync } from "node:zlib"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import { embeddedEvents, renderHtml } from "../../src/cli/HtmlExport.js"
 import { PAGE_SCRIPT } from "../../src/cli/HtmlPage.js"
@@ -97,6 +98,64 @@ describe("the HTML export", () => {
         if (e.type === "step/end") continue
         expect(bySeq[e.seq], `seq ${e.seq} ${e.type}`).toBeDefined()
       }
+    }))
+})
+
+describe("the HTML export of a long session", () => {
+  const parted = (page: string) => {
+    const first = embedded(page)
+    const later = [...page.matchAll(/<script type="application\/gzip\+base64" data-part="(\d+)">([^<]*)<\/script>/g)]
+    return { first, later, parts: [first.events, ...later.map((m) => JSON.parse(gunzipSync(Buffer.from(m[2]!, "base64")).toString("utf8")))] }
+  }
+
+  it.effect("is embedded in parts: the first as JSON before the script, the later ones gzip in base64 after it", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* seen
+      const page = renderHtml(header, events, { compressAbove: 0, partEvents: 8 })
+      const { first, later, parts } = parted(page)
+      expect(later.length).toBeGreaterThan(1)
+      expect(first.parts).toBe(later.length)
+      expect(later.map((m) => Number(m[1]))).toEqual(later.map((_, i) => i + 1))
+      expect(page.indexOf(later[0]![0])).toBeGreaterThan(page.indexOf("<script>\n\"use strict\""))
+      expect(parts.flat()).toEqual(embeddedEvents(events))
+      // Under the threshold the page keeps one JSON element.
+      expect(embedded(renderHtml(header, events))).toEqual({ header, events: embeddedEvents(events) })
+    }))
+
+  it.effect("folded part by part, its rows are those of the whole; the page says it is reading until the last part", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* seen
+      // Cut inside turn 1: after the clock's call, before its result, and before the turn's end.
+      const kept = embeddedEvents(events)
+      const cuts = [kept.findIndex((e) => e.type === "tool/result"), kept.findIndex((e) => e.type === "turn/end")]
+      const parts = [kept.slice(0, cuts[0]), kept.slice(cuts[0], cuts[1]), kept.slice(cuts[1])]
+      const first = { header, events: parts[0], parts: 2 }
+      const whole = pageModel({ header, events: kept })
+      // eslint-disable-next-line @typescript-eslint/no-implied-eval
+      const fold = (new Function(`${PAGE_SCRIPT}\nreturn tillerFold`)() as (h: unknown) => any)(header)
+      for (const part of parts) fold.feed(part)
+      expect(fold.rows).toEqual(whole.rows)
+      expect(fold.bySeq).toEqual(whole.bySeq)
+      expect(fold.sources).toEqual(whole.sources)
+
+      const doc = miniDocument([["div", "rows"], ["span", "count"], ["input", "search"], ["select", "source"], ["span", "kinds"], ["button", "collapse"], ["button", "expand"]], "")
+      // eslint-disable-next-line @typescript-eslint/no-implied-eval
+      const page = (new Function(`${PAGE_SCRIPT}\nreturn tillerStart`)() as (d: unknown, data: unknown) => any)(doc, first)
+      page.expect(first.parts)
+      expect(doc.getElementById("count")!.textContent).toMatch(new RegExp(`^\\d+ of \\d+ rows · reading the session: part 1 of ${first.parts}$`))
+      // A deep link to a seq not read yet waits for its part.
+      const last = events.filter((e) => e.type === "turn/end").at(-1)!
+      expect(page.goTo(last.seq)).toBe(true)
+      for (const part of parts.slice(1)) page.feed(part)
+      expect(page.loaded()).toBe(true)
+      expect(doc.getElementById("count")!.textContent).toBe(`${page.state.visible.length} of ${whole.rows.length} rows`)
+      expect(doc.getElementById("rows")!.querySelector(".row.target")!.textContent).toContain("aborted (user)")
+      // The turn heading rendered from the first part shows its end, read from a later part.
+      const heading = doc.getElementById("rows")!.querySelectorAll("div").find((d) => d.classList.contains("k-turn") && d.textContent.includes("Turn 1"))!
+      expect(heading.textContent).toContain("completed · 2 steps")
+      // So does the tool call rendered before its result came.
+      expect(doc.getElementById("rows")!.querySelectorAll("div").find((d) => d.classList.contains("k-tool") && d.textContent.includes("tool clock"))!.textContent)
+        .toContain("now: 12:00")
     }))
 })
 

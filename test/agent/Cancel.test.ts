@@ -23,7 +23,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import type { StoreSnapshot } from "../../src/services/SessionStore.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { events as eventsOf, hasChunk, liveOf, notation, plugin, scenario, shape, TEXT, texts, turnEndsOf, user, waitUntil } from "./harness.js"
+import { agentTest, events as eventsOf, hasChunk, liveOf, notation, plugin, scenario, shape, TEXT, texts, turnEndsOf, user, waitUntil } from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -75,47 +75,43 @@ const S = SessionId.make("s")
 // ---------------------------------------------------------------------------------------------
 
 describe("cancellation (SPEC 7, P31-P37)", () => {
-  it.scoped("P31: cancel while streaming records the interrupted prefix", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const model = yield* ScriptedModel
-      const A = user("A")
-      const B = user("B")
-      yield* driver.followup(A)
-      yield* waitUntil(hasChunk("text-delta"), "the text-delta chunk")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      const turn1 = [
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-      ]
-      expect(yield* shape).toEqual(turn1)
-      const events = yield* log.events
-      const am = events.find((e) => e.type === "assistant/message") as EventOf<"assistant/message">
-      expect(am.data.interrupted).toBe(true)
-      expect(am.data.message.content).toEqual([{ type: "text", text: "partial" }])
-      const chunkSeqs = events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
-      expect(chunkSeqs).toEqual([6, 7])
-      expect(am.sourceEventSeqs).toEqual(chunkSeqs)
-      expect(turnEndsOf(events)).toEqual([userCause])
+  agentTest("P31: cancel while streaming records the interrupted prefix", scenario([ScriptedModel.hang({ text: "partial" }), ScriptedModel.text("after")]), function*({ driver, log, model }) {
+    const A = user("A")
+    const B = user("B")
+    yield* driver.followup(A)
+    yield* waitUntil(hasChunk("text-delta"), "the text-delta chunk")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    const turn1 = [
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
+      "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
+    ]
+    expect(yield* shape).toEqual(turn1)
+    const events = yield* log.events
+    const am = events.find((e) => e.type === "assistant/message") as EventOf<"assistant/message">
+    expect(am.data.interrupted).toBe(true)
+    expect(am.data.message.content).toEqual([{ type: "text", text: "partial" }])
+    const chunkSeqs = events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
+    expect(chunkSeqs).toEqual([6, 7])
+    expect(am.sourceEventSeqs).toEqual(chunkSeqs)
+    expect(turnEndsOf(events)).toEqual([userCause])
 
-      yield* driver.followup(B)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...turn1,
-        "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
-      ])
-      const requests = yield* model.requests
-      expect(requests.length).toBe(2)
-      const second = requests[1]!.messages
-      expect(second.length).toBe(3)
-      expect(second[0]).toEqual(A)
-      expect(second[1]!.role).toBe("assistant")
-      expect((second[1] as AssistantMessage).content).toEqual([{ type: "text", text: "partial" }])
-      expect(second[2]).toEqual(B)
-      expect(checkLog(yield* log.events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "partial" }), ScriptedModel.text("after")]))))
+    yield* driver.followup(B)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...turn1,
+      "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+    ])
+    const requests = yield* model.requests
+    expect(requests.length).toBe(2)
+    const second = requests[1]!.messages
+    expect(second.length).toBe(3)
+    expect(second[0]).toEqual(A)
+    expect(second[1]!.role).toBe("assistant")
+    expect((second[1] as AssistantMessage).content).toEqual([{ type: "text", text: "partial" }])
+    expect(second[2]).toEqual(B)
+    expect(checkLog(yield* log.events, { closed: true })).toEqual([])
+  })
 
   it.scoped("P32: cancel after the assistant message, before tools", () =>
     Effect.gen(function*() {
@@ -236,63 +232,58 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
 
   it.scoped("P33: keepInbox cancel during parallel tools keeps the contexts pending (D8)", () => parallelCancel(true))
 
-  it.scoped("P34: cancel right after waking follow-ups", () =>
-    Effect.gen(function*() {
-      const G = yield* Deferred.make<void>()
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const preStep = yield* PreStep
-      const model = yield* ScriptedModel
-      yield* preStep.register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
-      const live = yield* driver.subscribe
-      const A = user("A")
-      const B = user("B")
-      yield* driver.followup(A)
-      yield* driver.followup(B)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "CAN(nt,0,1)", "TE(1,aborted(user))"])
-      expect(yield* drain(live)).toEqual([
-        "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "discarded(B)", "status(idle)"
-      ])
-      expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
-      expect(yield* inbox.idState(B.id)).toEqual(Option.some("discarded"))
-      expect(yield* driver.status).toBe("idle")
-      expect((yield* model.requests).length).toBe(0)
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("P34: cancel right after waking follow-ups", scenario([]), function*() {
+    const G = yield* Deferred.make<void>()
+    const driver = yield* Driver
+    const inbox = yield* Inbox
+    const preStep = yield* PreStep
+    const model = yield* ScriptedModel
+    yield* preStep.register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
+    const live = yield* driver.subscribe
+    const A = user("A")
+    const B = user("B")
+    yield* driver.followup(A)
+    yield* driver.followup(B)
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "CAN(nt,0,1)", "TE(1,aborted(user))"])
+    expect(yield* drain(live)).toEqual([
+      "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "discarded(B)", "status(idle)"
+    ])
+    expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
+    expect(yield* inbox.idState(B.id)).toEqual(Option.some("discarded"))
+    expect(yield* driver.status).toBe("idle")
+    expect((yield* model.requests).length).toBe(0)
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+  })
 
-  it.scoped("P35: keepInbox parks pre-abort work (D3)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const model = yield* ScriptedModel
-      yield* driver.followup(user("A"))
-      yield* waitUntil(hasChunk("text-delta"), "the first text chunk")
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.whenIdle
-      expect(yield* texts).toEqual(["A"])
-      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["B"])
-      expect((yield* model.requests).length).toBe(1)
-      const turn1 = [
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "INS(nt,0,[B])", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-      ]
-      expect(yield* shape).toEqual(turn1)
-      expect(yield* driver.status).toBe("idle")
+  agentTest("P35: keepInbox parks pre-abort work (D3)", scenario([ScriptedModel.hang({ text: "a" }), ScriptedModel.text("b"), ScriptedModel.text("w")]), function*({ driver, inbox, model }) {
+    yield* driver.followup(user("A"))
+    yield* waitUntil(hasChunk("text-delta"), "the first text chunk")
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.whenIdle
+    expect(yield* texts).toEqual(["A"])
+    expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["B"])
+    expect((yield* model.requests).length).toBe(1)
+    const turn1 = [
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
+      "CH(block-start)", "CH(text-delta)", "INS(nt,0,[B])", "AM!", "SE(1,1)", "TE(1,aborted(user))"
+    ]
+    expect(yield* shape).toEqual(turn1)
+    expect(yield* driver.status).toBe("idle")
 
-      yield* driver.followup(user("W"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...turn1,
-        "INS(nt,1,[W])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)",
-        "TE(2,completed)", "TS(3)", "CLM(nt,0,1)", "SS(3,1)", "UM(W)", ...TEXT, "SE(3,1)", "TE(3,completed)"
-      ])
-      expect(yield* texts).toEqual(["A", "B", "W"])
-      expect((yield* model.requests).length).toBe(3)
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "a" }), ScriptedModel.text("b"), ScriptedModel.text("w")]))))
+    yield* driver.followup(user("W"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...turn1,
+      "INS(nt,1,[W])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)",
+      "TE(2,completed)", "TS(3)", "CLM(nt,0,1)", "SS(3,1)", "UM(W)", ...TEXT, "SE(3,1)", "TE(3,completed)"
+    ])
+    expect(yield* texts).toEqual(["A", "B", "W"])
+    expect((yield* model.requests).length).toBe(3)
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+  })
 
   it.scoped("P36: a wake after a keepInbox cancel is latched and replayed", () =>
     Effect.gen(function*() {
@@ -398,66 +389,64 @@ describe("disposal (SPEC 3.7, P38)", () => {
 })
 
 describe("inbox mutations (SPEC 3.8, P39)", () => {
-  it.scoped("P39 (a)-(c): replace, splice, remove and clear", () =>
-    Effect.gen(function*() {
-      const inbox = yield* Inbox
-      const live = yield* (yield* Driver).subscribe
-      const O = user("O")
-      const N = user("N")
-      const R = user("R")
-      const N2 = user("N", "N edited")
-      const F = user("F")
-      const V = user("V")
-      const H = user("H")
-      // (a)
-      yield* inbox.append("next-turn", O)
-      yield* inbox.append("next-step", N)
-      expect(yield* inbox.replace(MessageId.make("missing"), R)).toBe(false)
-      expect(yield* shape).toEqual(["INS(nt,0,[O])", "INS(ns,0,[N])"])
-      expect(yield* drain(live)).toEqual(["inserted(O)", "inserted(N)"])
-      expect(yield* inbox.replace(O.id, R)).toBe(true)
-      expect((yield* shape).slice(2)).toEqual(["REP(nt,0,[R])"])
-      expect(yield* drain(live)).toEqual(["discarded(O)", "inserted(R)"])
-      expect(yield* inbox.idState(O.id)).toEqual(Option.some("discarded"))
-      expect(yield* inbox.replace(N.id, N2)).toBe(true)
-      expect(yield* inbox.nextStep).toEqual([N2])
-      expect((yield* shape).slice(3)).toEqual(["REP(ns,0,[N])"])
-      const pendingDup = yield* Effect.flip(inbox.replace(R.id, user("N", "other")))
-      expect(pendingDup).toBeInstanceOf(DuplicateMessage)
-      expect((pendingDup as DuplicateMessage).state).toBe("pending")
-      const discardedDup = yield* Effect.flip(inbox.replace(R.id, user("O", "again")))
-      expect(discardedDup).toBeInstanceOf(DuplicateMessage)
-      expect((discardedDup as DuplicateMessage).state).toBe("discarded")
-      expect((yield* shape).length).toBe(4)
-      yield* drain(live)
-      // (b)
-      expect(yield* inbox.splice("next-turn", 0, 0, [F, V])).toEqual([])
-      expect((yield* shape).slice(4)).toEqual(["INS(nt,0,[F,V])"])
-      expect(yield* inbox.nextTurn).toEqual([F, V, R])
-      expect(yield* inbox.splice("next-turn", -1, 1, [])).toEqual([R])
-      expect((yield* shape).slice(5)).toEqual(["CAN(nt,2,1)"])
-      expect(yield* inbox.remove(R.id)).toBe(false)
-      const dupF = yield* Effect.flip(inbox.append("next-step", F))
-      expect(dupF).toBeInstanceOf(DuplicateMessage)
-      expect((dupF as DuplicateMessage).state).toBe("pending")
-      const nan = yield* Effect.flip(inbox.splice("next-turn", NaN, 0, [H]))
-      expect(nan).toBeInstanceOf(InvalidSplice)
-      expect(yield* inbox.splice("next-turn", 5, 0, [])).toEqual([])
-      expect((yield* shape).length).toBe(6)
-      expect(yield* inbox.idState(H.id)).toEqual(Option.none())
-      expect(yield* drain(live)).toEqual(["inserted(F)", "inserted(V)", "discarded(R)"])
-      // (c)
-      yield* inbox.clear
-      expect((yield* shape).slice(6)).toEqual(["CAN(ns,0,1)", "CAN(nt,0,2)"])
-      expect(yield* drain(live)).toEqual(["discarded(N)", "discarded(F)", "discarded(V)"])
-      yield* inbox.clear
-      expect((yield* shape).length).toBe(8)
-      expect(yield* drain(live)).toEqual([])
-      expect(yield* inbox.snapshot).toEqual({ nextTurn: [], nextStep: [] })
-      expect(yield* (yield* Driver).status).toBe("idle")
-      expect((yield* (yield* ScriptedModel).requests).length).toBe(0)
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("P39 (a)-(c): replace, splice, remove and clear", scenario([]), function*({ inbox }) {
+    const live = yield* (yield* Driver).subscribe
+    const O = user("O")
+    const N = user("N")
+    const R = user("R")
+    const N2 = user("N", "N edited")
+    const F = user("F")
+    const V = user("V")
+    const H = user("H")
+    // (a)
+    yield* inbox.append("next-turn", O)
+    yield* inbox.append("next-step", N)
+    expect(yield* inbox.replace(MessageId.make("missing"), R)).toBe(false)
+    expect(yield* shape).toEqual(["INS(nt,0,[O])", "INS(ns,0,[N])"])
+    expect(yield* drain(live)).toEqual(["inserted(O)", "inserted(N)"])
+    expect(yield* inbox.replace(O.id, R)).toBe(true)
+    expect((yield* shape).slice(2)).toEqual(["REP(nt,0,[R])"])
+    expect(yield* drain(live)).toEqual(["discarded(O)", "inserted(R)"])
+    expect(yield* inbox.idState(O.id)).toEqual(Option.some("discarded"))
+    expect(yield* inbox.replace(N.id, N2)).toBe(true)
+    expect(yield* inbox.nextStep).toEqual([N2])
+    expect((yield* shape).slice(3)).toEqual(["REP(ns,0,[N])"])
+    const pendingDup = yield* Effect.flip(inbox.replace(R.id, user("N", "other")))
+    expect(pendingDup).toBeInstanceOf(DuplicateMessage)
+    expect((pendingDup as DuplicateMessage).state).toBe("pending")
+    const discardedDup = yield* Effect.flip(inbox.replace(R.id, user("O", "again")))
+    expect(discardedDup).toBeInstanceOf(DuplicateMessage)
+    expect((discardedDup as DuplicateMessage).state).toBe("discarded")
+    expect((yield* shape).length).toBe(4)
+    yield* drain(live)
+    // (b)
+    expect(yield* inbox.splice("next-turn", 0, 0, [F, V])).toEqual([])
+    expect((yield* shape).slice(4)).toEqual(["INS(nt,0,[F,V])"])
+    expect(yield* inbox.nextTurn).toEqual([F, V, R])
+    expect(yield* inbox.splice("next-turn", -1, 1, [])).toEqual([R])
+    expect((yield* shape).slice(5)).toEqual(["CAN(nt,2,1)"])
+    expect(yield* inbox.remove(R.id)).toBe(false)
+    const dupF = yield* Effect.flip(inbox.append("next-step", F))
+    expect(dupF).toBeInstanceOf(DuplicateMessage)
+    expect((dupF as DuplicateMessage).state).toBe("pending")
+    const nan = yield* Effect.flip(inbox.splice("next-turn", NaN, 0, [H]))
+    expect(nan).toBeInstanceOf(InvalidSplice)
+    expect(yield* inbox.splice("next-turn", 5, 0, [])).toEqual([])
+    expect((yield* shape).length).toBe(6)
+    expect(yield* inbox.idState(H.id)).toEqual(Option.none())
+    expect(yield* drain(live)).toEqual(["inserted(F)", "inserted(V)", "discarded(R)"])
+    // (c)
+    yield* inbox.clear
+    expect((yield* shape).slice(6)).toEqual(["CAN(ns,0,1)", "CAN(nt,0,2)"])
+    expect(yield* drain(live)).toEqual(["discarded(N)", "discarded(F)", "discarded(V)"])
+    yield* inbox.clear
+    expect((yield* shape).length).toBe(8)
+    expect(yield* drain(live)).toEqual([])
+    expect(yield* inbox.snapshot).toEqual({ nextTurn: [], nextStep: [] })
+    expect(yield* (yield* Driver).status).toBe("idle")
+    expect((yield* (yield* ScriptedModel).requests).length).toBe(0)
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+  })
 
   it.scoped("P39 (d): a stored splice at an impossible index is a malformed log", () =>
     Effect.gen(function*() {
@@ -476,31 +465,27 @@ describe("inbox mutations (SPEC 3.8, P39)", () => {
       expect(again).toBeInstanceOf(MalformedLog)
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 
-  it.scoped("P39 (e): a removed injection reaches no request", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const model = yield* ScriptedModel
-      const live = yield* driver.subscribe
-      const C = plugin("C")
-      const P = user("P")
-      yield* driver.inject(C)
-      expect(yield* inbox.remove(C.id)).toBe(true)
-      yield* driver.followup(P)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(ns,0,[C])", "CAN(ns,0,1)", "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(P)", "RH(initial)",
-        ...TEXT, "SE(1,1)", "TE(1,completed)"
-      ])
-      const seen = yield* drain(live)
-      expect(seen.filter((s) => s.startsWith("inserted"))).toEqual(["inserted(C)", "inserted(P)"])
-      expect(seen.filter((s) => s.startsWith("discarded"))).toEqual(["discarded(C)"])
-      expect(seen.filter((s) => s.startsWith("claimed"))).toEqual(["claimed(P,1)"])
-      const requests = yield* model.requests
-      expect(requests.length).toBe(1)
-      expect(requests[0]!.messages).toEqual([P])
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("P39 (e): a removed injection reaches no request", scenario([ScriptedModel.text("ok")]), function*({ driver, inbox, model }) {
+    const live = yield* driver.subscribe
+    const C = plugin("C")
+    const P = user("P")
+    yield* driver.inject(C)
+    expect(yield* inbox.remove(C.id)).toBe(true)
+    yield* driver.followup(P)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(ns,0,[C])", "CAN(ns,0,1)", "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(P)", "RH(initial)",
+      ...TEXT, "SE(1,1)", "TE(1,completed)"
+    ])
+    const seen = yield* drain(live)
+    expect(seen.filter((s) => s.startsWith("inserted"))).toEqual(["inserted(C)", "inserted(P)"])
+    expect(seen.filter((s) => s.startsWith("discarded"))).toEqual(["discarded(C)"])
+    expect(seen.filter((s) => s.startsWith("claimed"))).toEqual(["claimed(P,1)"])
+    const requests = yield* model.requests
+    expect(requests.length).toBe(1)
+    expect(requests[0]!.messages).toEqual([P])
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+  })
 })
 
 describe("maintenance (SPEC 3.6, P40)", () => {
@@ -514,76 +499,66 @@ describe("maintenance (SPEC 3.6, P40)", () => {
       return fiber
     })
 
-  it.scoped("P40 (a): a wake during maintenance is latched and runs at the task's exit", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const model = yield* ScriptedModel
-      const trace = yield* traceOf(driver)
-      const live = yield* driver.subscribe
-      const G = yield* Deferred.make<void>()
-      const task = yield* startTask(driver, G)
-      yield* driver.followup(user("W"))
-      expect(yield* shape).toEqual(["INS(nt,0,[W])"])
-      expect(yield* driver.status).toBe("idle")
-      expect(yield* drain(live)).toEqual(["inserted(W)"])
-      expect((yield* model.requests).length).toBe(0)
-      yield* Deferred.succeed(G, undefined)
-      expect(yield* Fiber.join(task)).toBe(42)
-      // The task-exit transaction itself opened the turn: it is logged when runMaintenance returns.
-      expect((yield* shape).slice(0, 3)).toEqual(["INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)"])
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(W)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
-      ])
-      expect(yield* drain(live)).toEqual(["status(running)", "claimed(W,1)", "status(idle)"])
-      expect(yield* trace).toEqual(["idle", "running", "idle"])
-      expect((yield* model.requests).length).toBe(1)
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("w")]))))
+  agentTest("P40 (a): a wake during maintenance is latched and runs at the task's exit", scenario([ScriptedModel.text("w")]), function*({ driver, model }) {
+    const trace = yield* traceOf(driver)
+    const live = yield* driver.subscribe
+    const G = yield* Deferred.make<void>()
+    const task = yield* startTask(driver, G)
+    yield* driver.followup(user("W"))
+    expect(yield* shape).toEqual(["INS(nt,0,[W])"])
+    expect(yield* driver.status).toBe("idle")
+    expect(yield* drain(live)).toEqual(["inserted(W)"])
+    expect((yield* model.requests).length).toBe(0)
+    yield* Deferred.succeed(G, undefined)
+    expect(yield* Fiber.join(task)).toBe(42)
+    // The task-exit transaction itself opened the turn: it is logged when runMaintenance returns.
+    expect((yield* shape).slice(0, 3)).toEqual(["INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)"])
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(W)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
+    ])
+    expect(yield* drain(live)).toEqual(["status(running)", "claimed(W,1)", "status(idle)"])
+    expect(yield* trace).toEqual(["idle", "running", "idle"])
+    expect((yield* model.requests).length).toBe(1)
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+  })
 
-  it.scoped("P40 (b): a latched wake removed before the task's exit produces no turn", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const model = yield* ScriptedModel
-      const trace = yield* traceOf(driver)
-      const G = yield* Deferred.make<void>()
-      const task = yield* startTask(driver, G)
-      const W = user("W")
-      yield* driver.followup(W)
-      expect(yield* inbox.remove(W.id)).toBe(true)
-      yield* Deferred.succeed(G, undefined)
-      expect(yield* Fiber.join(task)).toBe(42)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual(["INS(nt,0,[W])", "CAN(nt,0,1)"])
-      expect((yield* model.requests).length).toBe(0)
-      expect(yield* trace).toEqual(["idle"])
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("w")]))))
+  agentTest("P40 (b): a latched wake removed before the task's exit produces no turn", scenario([ScriptedModel.text("w")]), function*({ driver, inbox, model }) {
+    const trace = yield* traceOf(driver)
+    const G = yield* Deferred.make<void>()
+    const task = yield* startTask(driver, G)
+    const W = user("W")
+    yield* driver.followup(W)
+    expect(yield* inbox.remove(W.id)).toBe(true)
+    yield* Deferred.succeed(G, undefined)
+    expect(yield* Fiber.join(task)).toBe(42)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual(["INS(nt,0,[W])", "CAN(nt,0,1)"])
+    expect((yield* model.requests).length).toBe(0)
+    expect(yield* trace).toEqual(["idle"])
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+  })
 
-  it.scoped("P40 (c): a broad cancel interrupts the task and clears the latch", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const model = yield* ScriptedModel
-      const G = yield* Deferred.make<void>()
-      const task = yield* startTask(driver, G)
-      yield* driver.followup(user("A"))
-      yield* driver.cancel(CancelCause.user)
-      const error = yield* Effect.flip(Fiber.join(task))
-      expect(error).toBeInstanceOf(MaintenanceAborted)
-      expect((error as MaintenanceAborted).cause).toEqual({ kind: "user" })
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)"])
-      expect(yield* driver.status).toBe("idle")
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      expect(yield* texts).toEqual(["B"])
-      expect((yield* model.requests).length).toBe(1)
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "CAN(nt,0,1)", "INS(nt,0,[B])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(B)", "RH(initial)",
-        ...TEXT, "SE(1,1)", "TE(1,completed)"
-      ])
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("b")]))))
+  agentTest("P40 (c): a broad cancel interrupts the task and clears the latch", scenario([ScriptedModel.text("b")]), function*({ driver, model }) {
+    const G = yield* Deferred.make<void>()
+    const task = yield* startTask(driver, G)
+    yield* driver.followup(user("A"))
+    yield* driver.cancel(CancelCause.user)
+    const error = yield* Effect.flip(Fiber.join(task))
+    expect(error).toBeInstanceOf(MaintenanceAborted)
+    expect((error as MaintenanceAborted).cause).toEqual({ kind: "user" })
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)"])
+    expect(yield* driver.status).toBe("idle")
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    expect(yield* texts).toEqual(["B"])
+    expect((yield* model.requests).length).toBe(1)
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "CAN(nt,0,1)", "INS(nt,0,[B])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(B)", "RH(initial)",
+      ...TEXT, "SE(1,1)", "TE(1,completed)"
+    ])
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+  })
 
   it.scoped("P40 (d): maintenance needs an idle driver", () =>
     Effect.gen(function*() {

@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Deferred, Effect, Either, Exit, Fiber, Option, Scope, Stream } from "effect"
-import { AgentBusy, CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
-import { asId, closeOut, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
+import { AgentBusy, CancelCause, Driver, Hooks, Inbox, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
+import { agentTest, asId, closeOut, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import { buildOwn } from "./stores.js"
 import { callT, empty } from "./toolFixtures.js"
 
@@ -14,36 +14,30 @@ const ownFailure = new Error("own failure")
 const G1 = gate()
 
 describe("7.2 cancel windows", () => {
-  it.scoped("K9: a cancel during turn-stopping listeners writes no further step and ends the turn aborted", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const entered = yield* Deferred.make<void>()
-      yield* hooks.onTurnStopping(() => Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-3)).toEqual(["AM", "SE(1,1)", "TE(1,aborted(user))"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("K9: a cancel during turn-stopping listeners writes no further step and ends the turn aborted", scenario([ScriptedModel.text("a")]), function*({ driver, hooks }) {
+    const entered = yield* Deferred.make<void>()
+    yield* hooks.onTurnStopping(() => Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never))
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-3)).toEqual(["AM", "SE(1,1)", "TE(1,aborted(user))"])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("K10: a cancel while a later boundary's pre-step runs loses that batch: CLM, then TE(aborted), no step", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const entered = yield* Deferred.make<void>()
-      yield* (yield* PreStep).register((input, next) =>
-        input.boundary === "later" ? Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never) : next())
-      yield* (yield* Hooks).onTurnStopping((input) => input.step === 1 ? Effect.orDie(driver.inject(plugin("C"))) : Effect.void)
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-4)).toEqual(["SE(1,1)", "INS(ns,0,[C])", "CLM(ns,0,1)", "TE(1,aborted(user))"])
-      expect(yield* inbox.hasPending).toBe(false)
-      expect(yield* inbox.idState("C" as never)).toMatchObject({ value: "claimed" })
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("K10: a cancel while a later boundary's pre-step runs loses that batch: CLM, then TE(aborted), no step", scenario([ScriptedModel.text("a")]), function*({ driver, inbox }) {
+    const entered = yield* Deferred.make<void>()
+    yield* (yield* PreStep).register((input, next) =>
+      input.boundary === "later" ? Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never) : next())
+    yield* (yield* Hooks).onTurnStopping((input) => input.step === 1 ? Effect.orDie(driver.inject(plugin("C"))) : Effect.void)
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-4)).toEqual(["SE(1,1)", "INS(ns,0,[C])", "CLM(ns,0,1)", "TE(1,aborted(user))"])
+    expect(yield* inbox.hasPending).toBe(false)
+    expect(yield* inbox.idState("C" as never)).toMatchObject({ value: "claimed" })
+  })
 
   it.scoped("4.6: a call interrupted while its ToolPre hook runs yields ABORTED_BEFORE_DISPATCH; later calls get ⟨TC TR⊘⟩", () =>
     Effect.gen(function*() {
@@ -87,25 +81,21 @@ describe("7.2 cancel windows", () => {
   // K9a: "after SE, before the boundary's claim (including during turn-stopping listeners) | no claim;
   // ⟨TE(aborted)⟩; next-step items stay pending (keepInbox)". A steer made before the cause is not latched
   // (7.6: pre-abort work is parked).
-  it.scoped("K9a: a keepInbox cancel during turn-stopping after the listener steered: no claim, TE(aborted), the steer stays parked", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const inbox = yield* Inbox
-      const G = gate()
-      yield* hooks.onTurnStopping(() =>
-        Effect.zipRight(
-          Effect.zipRight(driver.steer(user("S")), driver.cancel(CancelCause.user, { keepInbox: true })),
-          Deferred.await(G)
-        )
+  agentTest("K9a: a keepInbox cancel during turn-stopping after the listener steered: no claim, TE(aborted), the steer stays parked", scenario([ScriptedModel.text("a")]), function*({ driver, hooks, inbox }) {
+    const G = gate()
+    yield* hooks.onTurnStopping(() =>
+      Effect.zipRight(
+        Effect.zipRight(driver.steer(user("S")), driver.cancel(CancelCause.user, { keepInbox: true })),
+        Deferred.await(G)
       )
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-4)).toEqual(["AM", "SE(1,1)", "INS(ns,0,[S])", "TE(1,aborted(user))"])
-      expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["S"])
-      expect(yield* driver.status).toBe("idle")
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+    )
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-4)).toEqual(["AM", "SE(1,1)", "INS(ns,0,[S])", "TE(1,aborted(user))"])
+    expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["S"])
+    expect(yield* driver.status).toBe("idle")
+    expect(yield* closeOut).toEqual([])
+  })
 
   // K15: "while disposing | first cause wins; a broad cancel still discards the inbox and the draining
   // step's later contexts". 3.4: dropContexts := true "also while disposing".
@@ -178,31 +168,27 @@ describe("7.2 cancel windows", () => {
 
   // K3: "turn open, batch claimed, initial pre-step not finished | ⟨TE(aborted)⟩, no step; the claimed batch
   // is lost (even with keepInbox); broad: other pending items CAN".
-  it.scoped("K3: a broad cancel during the initial pre-step cancels the other pending items, loses the batch and writes no step", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const inbox = yield* Inbox
-      const live = yield* recordLive
-      const entered = gate()
-      yield* preStep.register(() => Effect.zipRight(open(entered), Effect.never))
-      yield* driver.inject(plugin("C"))
-      yield* driver.followup(user("A"))
-      yield* inbox.append("next-turn", user("B"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(ns,0,[C])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "CAN(nt,0,1)", "TE(1,aborted(user))"
-      ])
-      expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("claimed"))
-      expect(yield* inbox.idState(asId("C"))).toEqual(Option.some("claimed"))
-      expect(yield* inbox.idState(asId("B"))).toEqual(Option.some("discarded"))
-      expect((yield* live).map(liveNotation)).toEqual([
-        "inserted(C)", "inserted(A)", "status(running)", "claimed(C,1)", "claimed(A,1)", "inserted(B)", "discarded(B)", "status(idle)"
-      ])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("K3: a broad cancel during the initial pre-step cancels the other pending items, loses the batch and writes no step", scenario([]), function*({ driver, preStep, inbox }) {
+    const live = yield* recordLive
+    const entered = gate()
+    yield* preStep.register(() => Effect.zipRight(open(entered), Effect.never))
+    yield* driver.inject(plugin("C"))
+    yield* driver.followup(user("A"))
+    yield* inbox.append("next-turn", user("B"))
+    yield* Deferred.await(entered)
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(ns,0,[C])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "CAN(nt,0,1)", "TE(1,aborted(user))"
+    ])
+    expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("claimed"))
+    expect(yield* inbox.idState(asId("C"))).toEqual(Option.some("claimed"))
+    expect(yield* inbox.idState(asId("B"))).toEqual(Option.some("discarded"))
+    expect((yield* live).map(liveNotation)).toEqual([
+      "inserted(C)", "inserted(A)", "status(running)", "claimed(C,1)", "claimed(A,1)", "inserted(B)", "discarded(B)", "status(idle)"
+    ])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("7 cancel windows", () => {
@@ -230,36 +216,29 @@ describe("7 cancel windows", () => {
       { tools: [selfCancel] }
     ))))
 
-  it.scoped("K13: a broad cancel issued from a log observer is not lost", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const inbox = yield* Inbox
-      yield* Effect.forkScoped(Stream.runForEach(log.stream(0), (e) =>
-        e.type === "assistant/chunk" ? Effect.ignore(driver.cancel(CancelCause.user)) : Effect.void))
-      yield* driver.followup(user("A"))
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      expect((yield* shape).filter((s) => s.startsWith("TE") || s.startsWith("CAN"))).toEqual(["CAN(nt,0,1)", "TE(1,aborted(user))"])
-      expect(yield* inbox.hasPending).toBe(false)
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "x" })]))))
+  agentTest("K13: a broad cancel issued from a log observer is not lost", scenario([ScriptedModel.hang({ text: "x" })]), function*({ driver, log, inbox }) {
+    yield* Effect.forkScoped(Stream.runForEach(log.stream(0), (e) =>
+      e.type === "assistant/chunk" ? Effect.ignore(driver.cancel(CancelCause.user)) : Effect.void))
+    yield* driver.followup(user("A"))
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    expect((yield* shape).filter((s) => s.startsWith("TE") || s.startsWith("CAN"))).toEqual(["CAN(nt,0,1)", "TE(1,aborted(user))"])
+    expect(yield* inbox.hasPending).toBe(false)
+  })
 
-  it.scoped("K11: a keepInbox cancel right after TX-CLOSE continued the chain aborts the new turn with no step", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* (yield* PreStep).register((input, next) => input.turn === 2 ? Effect.zipRight(Effect.never, next()) : next())
-      yield* driver.followup(user("A"))
-      yield* driver.followup(user("B"))
-      yield* driver.followup(user("C"))
-      yield* untilEvent((e) => e.type === "turn/start" && (e.data as any).turn === 2)
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.slice(s.indexOf("TS(2)"))).toEqual(["TS(2)", "CLM(nt,0,1)", "TE(2,aborted(user))"])
-      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["C"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("K11: a keepInbox cancel right after TX-CLOSE continued the chain aborts the new turn with no step", scenario([ScriptedModel.text("a")]), function*({ driver, inbox }) {
+    yield* (yield* PreStep).register((input, next) => input.turn === 2 ? Effect.zipRight(Effect.never, next()) : next())
+    yield* driver.followup(user("A"))
+    yield* driver.followup(user("B"))
+    yield* driver.followup(user("C"))
+    yield* untilEvent((e) => e.type === "turn/start" && (e.data as any).turn === 2)
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.slice(s.indexOf("TS(2)"))).toEqual(["TS(2)", "CLM(nt,0,1)", "TE(2,aborted(user))"])
+    expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["C"])
+    expect(yield* closeOut).toEqual([])
+  })
 
   const G78 = gate()
   const started78: Array<string> = []
@@ -295,97 +274,82 @@ describe("7 cancel windows", () => {
       { tools: [masked] }
     ))))
 
-  it.scoped("K6: a cancel during the backoff sleep keeps the RT and makes no further attempt", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-4)).toEqual(["CH(finish error)", "RT(1)", "SE(1,1)", "TE(1,aborted(user))"])
-      expect(yield* requests).toHaveLength(1)
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "x", code: "RATE_LIMIT", status: 429 }), ScriptedModel.text("y")]))))
+  agentTest("K6: a cancel during the backoff sleep keeps the RT and makes no further attempt", scenario([ScriptedModel.fail({ message: "x", code: "RATE_LIMIT", status: 429 }), ScriptedModel.text("y")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-4)).toEqual(["CH(finish error)", "RT(1)", "SE(1,1)", "TE(1,aborted(user))"])
+    expect(yield* requests).toHaveLength(1)
+  })
 
   const G4 = gate()
-  it.scoped("K4: a cancel during the request hook leaves SS, UM, SE, TE and no request", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequest((_i, next) => Effect.zipRight(Deferred.await(G4), next()))
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "user/message")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "SE(1,1)", "TE(1,aborted(user))"])
-      expect(yield* requests).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("x")]))))
+  agentTest("K4: a cancel during the request hook leaves SS, UM, SE, TE and no request", scenario([ScriptedModel.text("x")]), function*({ driver, hooks }) {
+    yield* hooks.onRequest((_i, next) => Effect.zipRight(Deferred.await(G4), next()))
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "user/message")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "SE(1,1)", "TE(1,aborted(user))"])
+    expect(yield* requests).toEqual([])
+  })
 })
 
 describe("3.4 cancel on an idle agent", () => {
-  it.scoped("3.4: broad cancel on idle discards next-step then next-turn; keepInbox and an empty idle cancel change nothing", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* events).toEqual([])
-      yield* driver.send(user("Q"), "next-turn", false)
-      yield* driver.inject(plugin("C"))
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      expect(yield* shape).toEqual(["INS(nt,0,[Q])", "INS(ns,0,[C])"])
-      yield* live
-      yield* driver.cancel(CancelCause.user)
-      expect((yield* shape).slice(2)).toEqual(["CAN(ns,0,1)", "CAN(nt,0,1)"])
-      expect((yield* live).map(liveNotation)).toEqual(["discarded(C)", "discarded(Q)"])
-      // Nothing is armed: the next wake runs normally.
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* dataOfType("turn/end")).map((d) => d.reason.kind)).toEqual(["completed"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("3.4: broad cancel on idle discards next-step then next-turn; keepInbox and an empty idle cancel change nothing", scenario([ScriptedModel.text("a")]), function*({ driver }) {
+    const live = yield* recordLive
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* events).toEqual([])
+    yield* driver.send(user("Q"), "next-turn", false)
+    yield* driver.inject(plugin("C"))
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    expect(yield* shape).toEqual(["INS(nt,0,[Q])", "INS(ns,0,[C])"])
+    yield* live
+    yield* driver.cancel(CancelCause.user)
+    expect((yield* shape).slice(2)).toEqual(["CAN(ns,0,1)", "CAN(nt,0,1)"])
+    expect((yield* live).map(liveNotation)).toEqual(["discarded(C)", "discarded(Q)"])
+    // Nothing is armed: the next wake runs normally.
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* dataOfType("turn/end")).map((d) => d.reason.kind)).toEqual(["completed"])
+  })
 
-  it.scoped("3.3: send(m, next-turn, false) on idle parks; a later wake runs it first", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.send(user("Q"), "next-turn", false)
-      expect(yield* driver.status).toBe("idle")
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* texts).toEqual(["Q", "A"])
-      expect((yield* dataOfType("step/start")).map((d) => d.turn)).toEqual([1, 2])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("q"), ScriptedModel.text("a")]))))
+  agentTest("3.3: send(m, next-turn, false) on idle parks; a later wake runs it first", scenario([ScriptedModel.text("q"), ScriptedModel.text("a")]), function*({ driver }) {
+    yield* driver.send(user("Q"), "next-turn", false)
+    expect(yield* driver.status).toBe("idle")
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* texts).toEqual(["Q", "A"])
+    expect((yield* dataOfType("step/start")).map((d) => d.turn)).toEqual([1, 2])
+  })
 })
 
 describe("7.2 windows around checkpoints and turn-stopping", () => {
-  it.scoped("K4: a cancel while the pre-request checkpoint waits on held storage converges without a request: RH, SE, TE(aborted)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      yield* control.hold
-      const wake = yield* Effect.fork(driver.followup(user("A")))
-      yield* untilEvent((e) => e.type === "request/header")
-      yield* settle
-      const cancel = yield* Effect.fork(driver.cancel(CancelCause.user))
-      yield* driver.whenIdle
-      expect(yield* requests).toEqual([])
-      expect((yield* shape).slice(-4)).toEqual(["UM(A)", "RH(initial)", "SE(1,1)", "TE(1,aborted(user))"])
-      yield* control.release
-      yield* Fiber.join(wake)
-      yield* Fiber.join(cancel)
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("K4: a cancel while the pre-request checkpoint waits on held storage converges without a request: RH, SE, TE(aborted)", scenario([ScriptedModel.text("never")]), function*({ driver, control }) {
+    yield* control.hold
+    const wake = yield* Effect.fork(driver.followup(user("A")))
+    yield* untilEvent((e) => e.type === "request/header")
+    yield* settle
+    const cancel = yield* Effect.fork(driver.cancel(CancelCause.user))
+    yield* driver.whenIdle
+    expect(yield* requests).toEqual([])
+    expect((yield* shape).slice(-4)).toEqual(["UM(A)", "RH(initial)", "SE(1,1)", "TE(1,aborted(user))"])
+    yield* control.release
+    yield* Fiber.join(wake)
+    yield* Fiber.join(cancel)
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("4.7/4.8: a follow-up queued by a turn-stopping listener becomes the next turn of the same activity (one running interval)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const live = yield* recordLive
-      yield* hooks.onTurnStopping((input) => input.turn === 1 ? driver.followup(user("B")) : Effect.void)
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).filter((s) => s.startsWith("TS") || s.startsWith("TE") || s.startsWith("SS"))).toEqual([
-        "TS(1)", "SS(1,1)", "TE(1,completed)", "TS(2)", "SS(2,1)", "TE(2,completed)"
-      ])
-      expect((yield* live).filter((e) => e.type === "agent/status").map(liveNotation)).toEqual(["status(running)", "status(idle)"])
-      expect(yield* texts).toEqual(["A", "B"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("4.7/4.8: a follow-up queued by a turn-stopping listener becomes the next turn of the same activity (one running interval)", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, hooks }) {
+    const live = yield* recordLive
+    yield* hooks.onTurnStopping((input) => input.turn === 1 ? driver.followup(user("B")) : Effect.void)
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).filter((s) => s.startsWith("TS") || s.startsWith("TE") || s.startsWith("SS"))).toEqual([
+      "TS(1)", "SS(1,1)", "TE(1,completed)", "TS(2)", "SS(2,1)", "TE(2,completed)"
+    ])
+    expect((yield* live).filter((e) => e.type === "agent/status").map(liveNotation)).toEqual(["status(running)", "status(idle)"])
+    expect(yield* texts).toEqual(["A", "B"])
+    expect(yield* closeOut).toEqual([])
+  })
 })

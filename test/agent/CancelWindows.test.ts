@@ -22,7 +22,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolContext, ToolOutput } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
-import { broad, events as eventsOf, hasChunk, idleAndChecked, ifBroad, type Mode, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, shapeHas, STEP_A, TEXT, toolResponse, turnEndsOf, user, waitUntil } from "./harness.js"
+import { agentTest, broad, events as eventsOf, hasChunk, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, shapeHas, STEP_A, TEXT, toolResponse, turnEndsOf, type Mode, user, waitUntil } from "./harness.js"
 import { call, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -238,16 +238,14 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
       yield* idleAndChecked
     }).pipe(Effect.provide(scenario([ScriptedModel.hang({ reasoning: "think", text: "partial" })]))))
 
-  it.scoped("K5: during streaming with no visible text: no assistant message", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* waitUntil(Effect.map(requestCount, (n) => n === 1), "the request")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([...STEP_A, "SE(1,1)", "TE(1,aborted(user))"])
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({})]))))
+  agentTest("K5: during streaming with no visible text: no assistant message", scenario([ScriptedModel.hang({})]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* waitUntil(Effect.map(requestCount, (n) => n === 1), "the request")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([...STEP_A, "SE(1,1)", "TE(1,aborted(user))"])
+    yield* idleAndChecked
+  })
 
   both("K6: during the request-error waterfall: no assistant message, no retry", (mode) =>
     Effect.gen(function*() {
@@ -690,38 +688,34 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
       )))
     }))
 
-  it.scoped("K14: on a poisoned session: nothing changes, cancel fails with PersistenceError (both modes)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const control = yield* MemoryStoreControl
-      const store = yield* SessionStore
-      yield* preStep.register((_input, next) => Effect.zipRight(Never, next()))
-      const live = yield* recordLiveOf(driver)
-      yield* control.failAppends(3) // the first write and its two retries
-      const refused = yield* Effect.flip(driver.followup(user("A")))
-      expect(refused).toBeInstanceOf(PersistenceError)
-      yield* driver.whenIdle
-      expect(yield* driver.status).toBe("idle")
-      const before = yield* eventsOf
-      expect(before.map(notation)).toEqual(OPEN_A)
-      for (const mode of modes) {
-        const error = yield* Effect.flip(driver.cancel(CancelCause.user, opts(mode)))
-        expect(error).toBeInstanceOf(PersistenceError)
-      }
-      yield* driver.whenIdle
-      expect(yield* eventsOf).toEqual(before)
-      // The poison stopped the activity: the turn stays open, in memory and in storage.
-      expect(checkLog(before)).toEqual([])
-      expect(checkLog(before, { closed: true }).map((v) => v.rule)).toEqual(["R19"])
-      expect((yield* store.load(SessionId.make("s"))).events).toEqual([])
-      yield* settle
-      expect(yield* live.all).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "error", "status(idle)"])
-      const errors = yield* live.errors
-      expect(errors.length).toBe(1)
-      expect(errors[0]!.error).toBeInstanceOf(PersistenceError)
-      expect(yield* requestCount).toBe(0)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("K14: on a poisoned session: nothing changes, cancel fails with PersistenceError (both modes)", scenario([ScriptedModel.text("never")]), function*({ driver, preStep, control }) {
+    const store = yield* SessionStore
+    yield* preStep.register((_input, next) => Effect.zipRight(Never, next()))
+    const live = yield* recordLiveOf(driver)
+    yield* control.failAppends(3) // the first write and its two retries
+    const refused = yield* Effect.flip(driver.followup(user("A")))
+    expect(refused).toBeInstanceOf(PersistenceError)
+    yield* driver.whenIdle
+    expect(yield* driver.status).toBe("idle")
+    const before = yield* eventsOf
+    expect(before.map(notation)).toEqual(OPEN_A)
+    for (const mode of modes) {
+      const error = yield* Effect.flip(driver.cancel(CancelCause.user, opts(mode)))
+      expect(error).toBeInstanceOf(PersistenceError)
+    }
+    yield* driver.whenIdle
+    expect(yield* eventsOf).toEqual(before)
+    // The poison stopped the activity: the turn stays open, in memory and in storage.
+    expect(checkLog(before)).toEqual([])
+    expect(checkLog(before, { closed: true }).map((v) => v.rule)).toEqual(["R19"])
+    expect((yield* store.load(SessionId.make("s"))).events).toEqual([])
+    yield* settle
+    expect(yield* live.all).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "error", "status(idle)"])
+    const errors = yield* live.errors
+    expect(errors.length).toBe(1)
+    expect(errors[0]!.error).toBeInstanceOf(PersistenceError)
+    expect(yield* requestCount).toBe(0)
+  })
 
   both("K15: while disposing: the first cause (disposed) wins; a broad cancel still discards", (mode) =>
     Effect.gen(function*() {
@@ -776,36 +770,33 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
 })
 
 describe("D4, D7 and defects after an abort", () => {
-  it.scoped("D4: a broad cancel whose durable write fails still aborts; cancel fails with PersistenceError", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* waitUntil(hasChunk("text-delta"), "the text chunk")
-      yield* driver.followup(user("B"))
-      yield* control.hold
-      const cancelled = yield* Effect.fork(driver.cancel(CancelCause.user))
-      // The abort does not wait for the write: the turn converges in memory.
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...STEP_A, "CH(block-start)", "CH(text-delta)", "INS(nt,0,[B])", "CAN(nt,0,1)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-      ])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-      yield* control.failAppends(3)
-      yield* control.release
-      const exit = yield* Fiber.await(cancelled)
-      expect(Exit.isFailure(exit)).toBe(true)
-      if (Exit.isFailure(exit)) expect(Option.getOrUndefined(Chunk.head(Cause.failures(exit.cause)))).toBeInstanceOf(PersistenceError)
-      yield* driver.whenIdle
-      expect(yield* driver.status).toBe("idle")
-      yield* settle
-      expect(yield* live.discarded).toEqual(["discarded(B)"])
-      const errors = yield* live.errors
-      expect(errors.length).toBe(1) // the poison's, not the abort's
-      expect(errors[0]!.error).toBeInstanceOf(PersistenceError)
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "partial" })]))))
+  agentTest("D4: a broad cancel whose durable write fails still aborts; cancel fails with PersistenceError", scenario([ScriptedModel.hang({ text: "partial" })]), function*({ driver, control }) {
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* waitUntil(hasChunk("text-delta"), "the text chunk")
+    yield* driver.followup(user("B"))
+    yield* control.hold
+    const cancelled = yield* Effect.fork(driver.cancel(CancelCause.user))
+    // The abort does not wait for the write: the turn converges in memory.
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, "CH(block-start)", "CH(text-delta)", "INS(nt,0,[B])", "CAN(nt,0,1)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
+    ])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+    yield* control.failAppends(3)
+    yield* control.release
+    const exit = yield* Fiber.await(cancelled)
+    expect(Exit.isFailure(exit)).toBe(true)
+    if (Exit.isFailure(exit)) expect(Option.getOrUndefined(Chunk.head(Cause.failures(exit.cause)))).toBeInstanceOf(PersistenceError)
+    yield* driver.whenIdle
+    expect(yield* driver.status).toBe("idle")
+    yield* settle
+    expect(yield* live.discarded).toEqual(["discarded(B)"])
+    const errors = yield* live.errors
+    expect(errors.length).toBe(1) // the poison's, not the abort's
+    expect(errors[0]!.error).toBeInstanceOf(PersistenceError)
+  })
 
   it.scoped("D7: a failing ToolPost answers every call, ends the step and the turn with TOOL_INTERNAL_ERROR", () =>
     Effect.gen(function*() {
@@ -850,51 +841,45 @@ describe("D4, D7 and defects after an abort", () => {
       )))
     }))
 
-  it.scoped("a defect raised in a pre-step listener's interruption finalizer is published after the abort", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const entered = yield* Deferred.make<void>()
-      const outer = new Error("outer finalizer broke")
-      const inner = new Error("inner finalizer broke")
-      // `onInterrupt` skips a cause that already holds a defect; the outer finalizer runs on any interruption.
-      yield* preStep.register((_input, next) =>
-        next().pipe(Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.die(outer) : Effect.void))
-      )
-      yield* preStep.register((_input, next) =>
-        Effect.zipRight(enterAndHang(entered), next()).pipe(Effect.onInterrupt(() => Effect.die(inner)))
-      )
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(user))"])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-      yield* settle
-      const errors = yield* live.errors
-      expect(errors.map((e) => e.error)).toEqual([inner, outer]) // one per defect
-      expect(errors.every((e) => e.turn === 1 && e.step === 1)).toBe(true)
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("a defect raised in a pre-step listener's interruption finalizer is published after the abort", scenario([]), function*({ driver, preStep }) {
+    const entered = yield* Deferred.make<void>()
+    const outer = new Error("outer finalizer broke")
+    const inner = new Error("inner finalizer broke")
+    // `onInterrupt` skips a cause that already holds a defect; the outer finalizer runs on any interruption.
+    yield* preStep.register((_input, next) =>
+      next().pipe(Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.die(outer) : Effect.void))
+    )
+    yield* preStep.register((_input, next) =>
+      Effect.zipRight(enterAndHang(entered), next()).pipe(Effect.onInterrupt(() => Effect.die(inner)))
+    )
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(user))"])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+    yield* settle
+    const errors = yield* live.errors
+    expect(errors.map((e) => e.error)).toEqual([inner, outer]) // one per defect
+    expect(errors.every((e) => e.turn === 1 && e.step === 1)).toBe(true)
+    yield* idleAndChecked
+  })
 
-  it.scoped("a pre-step listener that dies right after recording a cause: the defect is published, the turn ends aborted", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const defect = new Error("listener died after cancelling")
-      yield* preStep.register(() => Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(user))"])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-      yield* settle
-      const errors = yield* live.errors
-      expect(errors.map((e) => e.error)).toEqual([defect])
-      expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("a pre-step listener that dies right after recording a cause: the defect is published, the turn ends aborted", scenario([]), function*({ driver, preStep }) {
+    const defect = new Error("listener died after cancelling")
+    yield* preStep.register(() => Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(user))"])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+    yield* settle
+    const errors = yield* live.errors
+    expect(errors.map((e) => e.error)).toEqual([defect])
+    expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
+    yield* idleAndChecked
+  })
 
   const dyingHook = (
     name: string,
@@ -902,22 +887,20 @@ describe("D4, D7 and defects after an abort", () => {
     script: ReadonlyArray<ScriptEntry>,
     expected: ReadonlyArray<string>
   ) =>
-    it.scoped(`a ${name} listener that dies right after recording a cause: the defect is published, the turn ends aborted`, () =>
-      Effect.gen(function*() {
-        const driver = yield* Driver
-        const defect = new Error(`${name} died after cancelling`)
-        yield* register(yield* Hooks, Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
-        const live = yield* recordLiveOf(driver)
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        expect(yield* shape).toEqual([...expected, "TE(1,aborted(user))"])
-        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-        yield* settle
-        const errors = yield* live.errors
-        expect(errors.map((e) => e.error)).toEqual([defect])
-        expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
-        yield* idleAndChecked
-      }).pipe(Effect.provide(scenario(script))))
+    agentTest(`a ${name} listener that dies right after recording a cause: the defect is published, the turn ends aborted`, scenario(script), function*({ driver }) {
+      const defect = new Error(`${name} died after cancelling`)
+      yield* register(yield* Hooks, Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
+      const live = yield* recordLiveOf(driver)
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([...expected, "TE(1,aborted(user))"])
+      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+      yield* settle
+      const errors = yield* live.errors
+      expect(errors.map((e) => e.error)).toEqual([defect])
+      expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
+      yield* idleAndChecked
+    })
 
   dyingHook("onRequest", (hooks, die) => hooks.onRequest(() => die), [ScriptedModel.text("never")], [
     ...OPEN_A, "SS(1,1)", "UM(A)", "SE(1,1)"

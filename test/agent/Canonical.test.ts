@@ -6,10 +6,10 @@ import { Deferred, Effect, Fiber, Schema, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
-import { PreStep, PreStepDecision } from "../../src/services/PreStep.js"
+import { PreStepDecision } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
-import { plugin, scenario, shape, user } from "./harness.js"
+import { agentTest, plugin, scenario, shape, user } from "./harness.js"
 
 const closedCheck = Effect.flatMap(SessionLog, (log) => Effect.map(log.events, (events) => checkLog(events, { closed: true })))
 
@@ -20,17 +20,15 @@ const echo = Tool.make("echo", {
 })
 
 describe("canonical sequences (SPEC 4.11)", () => {
-  it.scoped("C1: one follow-up, text answer", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
-      ])
-      expect(yield* closedCheck).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("hi")]))))
+  agentTest("C1: one follow-up, text answer", scenario([ScriptedModel.text("hi")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
+      "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+    ])
+    expect(yield* closedCheck).toEqual([])
+  })
 
   it.scoped("C2: tool round trip; step 2 has no claim and no new header", () =>
     Effect.gen(function*() {
@@ -48,59 +46,51 @@ describe("canonical sequences (SPEC 4.11)", () => {
       ScriptedModel.text("done")
     ], { tools: [echo] }))))
 
-  it.scoped("C3: idle inject, then follow-up", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.inject(plugin("C"))
-      expect(yield* driver.status).toBe("idle")
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(ns,0,[C])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(1,1)", "UM(C)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
-      ])
-      expect(yield* closedCheck).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("C3: idle inject, then follow-up", scenario([ScriptedModel.text("ok")]), function*({ driver }) {
+    yield* driver.inject(plugin("C"))
+    expect(yield* driver.status).toBe("idle")
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(ns,0,[C])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(1,1)", "UM(C)", "UM(A)", "RH(initial)",
+      "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+    ])
+    expect(yield* closedCheck).toEqual([])
+  })
 
-  it.scoped("C4: rejection, then the chain continues", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const gate = yield* Deferred.make<void>()
-      yield* preStep.register((input, next) =>
-        input.messages.some((m) => m.id === "X")
-          ? Effect.as(Deferred.await(gate), PreStepDecision.reject())
-          : next()
-      )
-      yield* driver.followup(user("X"))
-      yield* driver.followup(user("Y"))
-      yield* Deferred.succeed(gate, undefined)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[X])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[Y])", "TE(1,blocked)", "TS(2)", "CLM(nt,0,1)",
-        "SS(2,1)", "UM(Y)", "RH(initial)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM",
-        "SE(2,1)", "TE(2,completed)"
-      ])
-      expect(yield* closedCheck).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("y")]))))
+  agentTest("C4: rejection, then the chain continues", scenario([ScriptedModel.text("y")]), function*({ driver, preStep }) {
+    const gate = yield* Deferred.make<void>()
+    yield* preStep.register((input, next) =>
+      input.messages.some((m) => m.id === "X")
+        ? Effect.as(Deferred.await(gate), PreStepDecision.reject())
+        : next()
+    )
+    yield* driver.followup(user("X"))
+    yield* driver.followup(user("Y"))
+    yield* Deferred.succeed(gate, undefined)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[X])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[Y])", "TE(1,blocked)", "TS(2)", "CLM(nt,0,1)",
+      "SS(2,1)", "UM(Y)", "RH(initial)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM",
+      "SE(2,1)", "TE(2,completed)"
+    ])
+    expect(yield* closedCheck).toEqual([])
+  })
 
-  it.scoped("C5: cancel while streaming", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      // Wait until the text delta is logged, then cancel.
-      while (!(yield* shape).includes("CH(text-delta)")) yield* Effect.yieldNow()
-      yield* driver.cancel({ kind: "user" })
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-      ])
-      const events = yield* log.events
-      expect((events[8] as { sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs).toEqual([6, 7])
-      expect(yield* closedCheck).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "partial" })]))))
+  agentTest("C5: cancel while streaming", scenario([ScriptedModel.hang({ text: "partial" })]), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    // Wait until the text delta is logged, then cancel.
+    while (!(yield* shape).includes("CH(text-delta)")) yield* Effect.yieldNow()
+    yield* driver.cancel({ kind: "user" })
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
+      "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
+    ])
+    const events = yield* log.events
+    expect((events[8] as { sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs).toEqual([6, 7])
+    expect(yield* closedCheck).toEqual([])
+  })
 
   it.scoped("C6: a failed request is retried inside the step", () =>
     Effect.gen(function*() {

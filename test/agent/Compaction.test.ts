@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
 import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, Hooks, InvalidEvent, MemoryStoreControl, PersistenceError, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
-import { agentOver, closeOut, events, plugin, recordLive, requests, scenario, settle, shape, token, until, untilEvent, user } from "./harness.js"
+import { agentOver, agentTest, closeOut, events, plugin, recordLive, requests, scenario, settle, shape, token, until, untilEvent, user } from "./harness.js"
 import { empty } from "./toolFixtures.js"
 
 const summary = (id: string) => userMessage({ id, text: "summary", source: { kind: "compaction", by: "test" } })
@@ -51,36 +51,33 @@ const prober = Tool.make("probe", {
 })
 
 describe("6.7 compaction seams", () => {
-  it.scoped("6.7: automatic compaction in a pre-step listener with a numeric bracket; the step's request sees the summary", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* (yield* PreStep).register((input, next) =>
-        input.turn === 2
-          ? Effect.gen(function*() {
-            const surface = yield* log.surface
-            const start = yield* log.append({ type: "compaction/start", data: { turn: 2 } })
-            yield* log.append({
-              type: "user/message",
-              data: summary("S"),
-              surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-              sourceEventSeqs: [surface[0]!, surface[1]!, start.seq]
-            })
-            yield* log.append({ type: "compaction/end", data: { turn: 2 } })
-            return yield* next()
+  agentTest("6.7: automatic compaction in a pre-step listener with a numeric bracket; the step's request sees the summary", scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]), function*({ driver, log }) {
+    yield* (yield* PreStep).register((input, next) =>
+      input.turn === 2
+        ? Effect.gen(function*() {
+          const surface = yield* log.surface
+          const start = yield* log.append({ type: "compaction/start", data: { turn: 2 } })
+          yield* log.append({
+            type: "user/message",
+            data: summary("S"),
+            surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
+            sourceEventSeqs: [surface[0]!, surface[1]!, start.seq]
           })
-          : next())
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.slice(s.indexOf("TS(2)"), s.indexOf("TS(2)") + 7)).toEqual([
-        "TS(2)", "CLM(nt,0,1)", "compaction/start", "UM~(S)", "compaction/end", "SS(2,1)", "UM(B)"
-      ])
-      expect((yield* requests)[1]!.messages.map(token)).toEqual(["summary", "B"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]))))
+          yield* log.append({ type: "compaction/end", data: { turn: 2 } })
+          return yield* next()
+        })
+        : next())
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.slice(s.indexOf("TS(2)"), s.indexOf("TS(2)") + 7)).toEqual([
+      "TS(2)", "CLM(nt,0,1)", "compaction/start", "UM~(S)", "compaction/end", "SS(2,1)", "UM(B)"
+    ])
+    expect((yield* requests)[1]!.messages.map(token)).toEqual(["summary", "B"])
+    expect(yield* closeOut).toEqual([])
+  })
 
   it.scoped("6.7 / 4.5 G7: overflow recovery replaces history in a request-error listener; the retried attempt sees it", () =>
     Effect.gen(function*() {
@@ -143,74 +140,68 @@ describe("6.7 compaction seams", () => {
 })
 
 describe("6.7 / 3.6 manual compaction in maintenance", () => {
-  it.scoped("6.7/3.6: wakes during a compaction task are latched; injected context stays pending, is not summarised, and the turn after sees [S, ...]", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const surfaceBefore = yield* log.surface
-      let surfaceAtSummary: ReadonlyArray<number> = []
-      const G = yield* Deferred.make<void>()
-      const task = yield* Effect.fork(driver.runMaintenance(Effect.gen(function*() {
-        const start = yield* log.append({ type: "compaction/start", data: { turn: null } })
-        yield* Deferred.await(G)
-        const surface = yield* log.surface
-        surfaceAtSummary = surface
-        const s = yield* log.append({
-          type: "user/message",
-          data: summaryCompaction("S"),
-          surfaceOp: { op: "replace", start: surface[0]!, end: surface[surface.length - 1]! },
-          sourceEventSeqs: [...surface, start.seq]
-        })
-        yield* log.append({ type: "compaction/end", data: { turn: null } })
-        return s.seq
-      })))
-      yield* untilEvent((e) => e.type === "compaction/start")
-      yield* driver.inject(plugin("C"))
-      yield* driver.followup(user("W"))
-      expect(yield* driver.status).toBe("idle")
-      yield* Deferred.succeed(G, undefined)
-      const sSeq = yield* Fiber.join(task)
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.indexOf("compaction/end")).toBeLessThan(s.indexOf("TS(2)"))
-      // injected context, still pending, did not perturb what was summarised
-      expect(surfaceAtSummary).toEqual(surfaceBefore)
-      expect((yield* events)[sSeq]!.type).toBe("user/message")
-      const req = (yield* requests)[1]!.messages.map(token)
-      expect(req[0]).toBe("summary")
-      expect([...req].sort()).toEqual(["C", "W", "summary"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("w")]))))
+  agentTest("6.7/3.6: wakes during a compaction task are latched; injected context stays pending, is not summarised, and the turn after sees [S, ...]", scenario([ScriptedModel.text("a"), ScriptedModel.text("w")]), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const surfaceBefore = yield* log.surface
+    let surfaceAtSummary: ReadonlyArray<number> = []
+    const G = yield* Deferred.make<void>()
+    const task = yield* Effect.fork(driver.runMaintenance(Effect.gen(function*() {
+      const start = yield* log.append({ type: "compaction/start", data: { turn: null } })
+      yield* Deferred.await(G)
+      const surface = yield* log.surface
+      surfaceAtSummary = surface
+      const s = yield* log.append({
+        type: "user/message",
+        data: summaryCompaction("S"),
+        surfaceOp: { op: "replace", start: surface[0]!, end: surface[surface.length - 1]! },
+        sourceEventSeqs: [...surface, start.seq]
+      })
+      yield* log.append({ type: "compaction/end", data: { turn: null } })
+      return s.seq
+    })))
+    yield* untilEvent((e) => e.type === "compaction/start")
+    yield* driver.inject(plugin("C"))
+    yield* driver.followup(user("W"))
+    expect(yield* driver.status).toBe("idle")
+    yield* Deferred.succeed(G, undefined)
+    const sSeq = yield* Fiber.join(task)
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.indexOf("compaction/end")).toBeLessThan(s.indexOf("TS(2)"))
+    // injected context, still pending, did not perturb what was summarised
+    expect(surfaceAtSummary).toEqual(surfaceBefore)
+    expect((yield* events)[sSeq]!.type).toBe("user/message")
+    const req = (yield* requests)[1]!.messages.map(token)
+    expect(req[0]).toBe("summary")
+    expect([...req].sort()).toEqual(["C", "W", "summary"])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("6.7/3.6: a cancelled compaction task closes its null bracket in a finalizer (compaction/end {error}); MaintenanceAborted; a new bracket opens later", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const task = yield* Effect.fork(driver.runMaintenance(
-        Effect.gen(function*() {
-          yield* log.append({ type: "compaction/start", data: { turn: null } })
-          return yield* Effect.never
-        }).pipe(Effect.onInterrupt(() =>
-          Effect.orDie(log.append({ type: "compaction/end", data: { turn: null, error: { message: "interrupted" } } }))
-        ))
-      ))
-      yield* untilEvent((e) => e.type === "compaction/start")
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* Effect.flip(Fiber.join(task))).toMatchObject({ _tag: "MaintenanceAborted", cause: { kind: "user" } })
-      const last = (yield* events).at(-1)!
-      expect(last.type).toBe("compaction/end")
-      expect(last.data).toEqual({ turn: null, error: { message: "interrupted" } })
-      expect(checkLog(yield* events, { closed: true })).toEqual([])
-      yield* driver.runMaintenance(Effect.gen(function*() {
+  agentTest("6.7/3.6: a cancelled compaction task closes its null bracket in a finalizer (compaction/end {error}); MaintenanceAborted; a new bracket opens later", scenario([ScriptedModel.text("a")]), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const task = yield* Effect.fork(driver.runMaintenance(
+      Effect.gen(function*() {
         yield* log.append({ type: "compaction/start", data: { turn: null } })
-        yield* log.append({ type: "compaction/end", data: { turn: null } })
-      }))
-      expect(checkLog(yield* events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+        return yield* Effect.never
+      }).pipe(Effect.onInterrupt(() =>
+        Effect.orDie(log.append({ type: "compaction/end", data: { turn: null, error: { message: "interrupted" } } }))
+      ))
+    ))
+    yield* untilEvent((e) => e.type === "compaction/start")
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* Effect.flip(Fiber.join(task))).toMatchObject({ _tag: "MaintenanceAborted", cause: { kind: "user" } })
+    const last = (yield* events).at(-1)!
+    expect(last.type).toBe("compaction/end")
+    expect(last.data).toEqual({ turn: null, error: { message: "interrupted" } })
+    expect(checkLog(yield* events, { closed: true })).toEqual([])
+    yield* driver.runMaintenance(Effect.gen(function*() {
+      yield* log.append({ type: "compaction/start", data: { turn: null } })
+      yield* log.append({ type: "compaction/end", data: { turn: null } })
+    }))
+    expect(checkLog(yield* events, { closed: true })).toEqual([])
+  })
 
   it.scoped("6.7/3.7: disposal during a compaction task: the finalizer's compaction/end is written and stored; MaintenanceAborted {disposed}", () =>
     Effect.gen(function*() {
@@ -239,51 +230,45 @@ describe("6.7 / 3.6 manual compaction in maintenance", () => {
 })
 
 describe("6.7 numeric brackets inside a turn", () => {
-  it.scoped("6.7/R6: in a pre-step listener compaction/start {turn: null} is InvalidEvent; {turn: other} is InvalidEvent; nothing written", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const seen: Array<unknown> = []
-      yield* (yield* PreStep).register((_input, next) =>
-        Effect.gen(function*() {
-          const before = (yield* log.events).length
-          seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } })))
-          seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 7 } })))
-          seen.push((yield* log.events).length - before)
-          return yield* next()
-        }))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(seen[0]).toBeInstanceOf(InvalidEvent)
-      expect(seen[1]).toBeInstanceOf(InvalidEvent)
-      expect(seen[2]).toBe(0)
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("6.7/R6: in a pre-step listener compaction/start {turn: null} is InvalidEvent; {turn: other} is InvalidEvent; nothing written", scenario([ScriptedModel.text("a")]), function*({ driver, log }) {
+    const seen: Array<unknown> = []
+    yield* (yield* PreStep).register((_input, next) =>
+      Effect.gen(function*() {
+        const before = (yield* log.events).length
+        seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } })))
+        seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 7 } })))
+        seen.push((yield* log.events).length - before)
+        return yield* next()
+      }))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(seen[0]).toBeInstanceOf(InvalidEvent)
+    expect(seen[1]).toBeInstanceOf(InvalidEvent)
+    expect(seen[2]).toBe(0)
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("6.7: a pre-step compaction interrupted by cancel closes its numeric bracket in a finalizer before the turn/end", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* (yield* PreStep).register((input, next) =>
-        input.turn === 2
-          ? Effect.gen(function*() {
-            yield* log.append({ type: "compaction/start", data: { turn: 2 } })
-            // Waits for the cancel (never enters).
-            return yield* Effect.zipRight(Effect.never, next())
-          }).pipe(Effect.onInterrupt(() =>
-            Effect.orDie(log.append({ type: "compaction/end", data: { turn: 2, error: { message: "interrupted" } } }))
-          ))
-          : next())
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* untilEvent((e) => e.type === "compaction/start")
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.slice(s.indexOf("TS(2)"))).toEqual(["TS(2)", "CLM(nt,0,1)", "compaction/start", "compaction/end", "TE(2,aborted(user))"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("6.7: a pre-step compaction interrupted by cancel closes its numeric bracket in a finalizer before the turn/end", scenario([ScriptedModel.text("a")]), function*({ driver, log }) {
+    yield* (yield* PreStep).register((input, next) =>
+      input.turn === 2
+        ? Effect.gen(function*() {
+          yield* log.append({ type: "compaction/start", data: { turn: 2 } })
+          // Waits for the cancel (never enters).
+          return yield* Effect.zipRight(Effect.never, next())
+        }).pipe(Effect.onInterrupt(() =>
+          Effect.orDie(log.append({ type: "compaction/end", data: { turn: 2, error: { message: "interrupted" } } }))
+        ))
+        : next())
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* untilEvent((e) => e.type === "compaction/start")
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.slice(s.indexOf("TS(2)"))).toEqual(["TS(2)", "CLM(nt,0,1)", "compaction/start", "compaction/end", "TE(2,aborted(user))"])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("2.8 derived history", () => {
@@ -386,131 +371,109 @@ describe("2.8 A7 open step", () => {
 })
 
 describe("6.3 fail-stop with compaction and maintenance", () => {
-  it.scoped("6.3/3.6: a store failure inside a compaction task poisons: the append fails PersistenceError, one agent/error, idle, whenIdle resolves", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const control = yield* MemoryStoreControl
-      const live = yield* recordLive
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* log.flush
-      yield* control.failAppends(3)
-      const exit = yield* Effect.exit(driver.runMaintenance(log.append({ type: "compaction/start", data: { turn: null } })))
-      expect(Exit.isFailure(exit)).toBe(true)
-      const err = Exit.isFailure(exit) ? exit.cause : undefined
-      expect(JSON.stringify(err)).toContain("PersistenceError")
-      yield* driver.whenIdle
-      expect(yield* driver.status).toBe("idle")
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors).toHaveLength(1)
-      expect((errors[0] as any).error).toBeInstanceOf(PersistenceError)
-      // read operations return the in-memory state, including the event past durableSeq
-      const ev = yield* events
-      expect(ev.at(-1)!.type).toBe("compaction/start")
-      expect(yield* log.durableSeq).toBe(ev.length - 2)
-      const before = ev.length
-      const surface = yield* log.surface
-      expect(yield* Effect.flip(log.append({
-        type: "user/message",
-        data: summaryCompaction("S"),
-        surfaceOp: { op: "replace", start: surface[0]!, end: surface[0]! },
-        sourceEventSeqs: [surface[0]!]
-      }))).toBeInstanceOf(PersistenceError)
-      expect(yield* Effect.flip(log.append({ type: "compaction/end", data: { turn: null } }))).toBeInstanceOf(PersistenceError)
-      expect(yield* Effect.flip(driver.runMaintenance(Effect.void))).toBeInstanceOf(PersistenceError)
-      expect((yield* events).length).toBe(before)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("6.3/3.6: a store failure inside a compaction task poisons: the append fails PersistenceError, one agent/error, idle, whenIdle resolves", scenario([ScriptedModel.text("a")]), function*({ driver, log, control }) {
+    const live = yield* recordLive
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* log.flush
+    yield* control.failAppends(3)
+    const exit = yield* Effect.exit(driver.runMaintenance(log.append({ type: "compaction/start", data: { turn: null } })))
+    expect(Exit.isFailure(exit)).toBe(true)
+    const err = Exit.isFailure(exit) ? exit.cause : undefined
+    expect(JSON.stringify(err)).toContain("PersistenceError")
+    yield* driver.whenIdle
+    expect(yield* driver.status).toBe("idle")
+    const errors = (yield* live).filter((e) => e.type === "agent/error")
+    expect(errors).toHaveLength(1)
+    expect((errors[0] as any).error).toBeInstanceOf(PersistenceError)
+    // read operations return the in-memory state, including the event past durableSeq
+    const ev = yield* events
+    expect(ev.at(-1)!.type).toBe("compaction/start")
+    expect(yield* log.durableSeq).toBe(ev.length - 2)
+    const before = ev.length
+    const surface = yield* log.surface
+    expect(yield* Effect.flip(log.append({
+      type: "user/message",
+      data: summaryCompaction("S"),
+      surfaceOp: { op: "replace", start: surface[0]!, end: surface[0]! },
+      sourceEventSeqs: [surface[0]!]
+    }))).toBeInstanceOf(PersistenceError)
+    expect(yield* Effect.flip(log.append({ type: "compaction/end", data: { turn: null } }))).toBeInstanceOf(PersistenceError)
+    expect(yield* Effect.flip(driver.runMaintenance(Effect.void))).toBeInstanceOf(PersistenceError)
+    expect((yield* events).length).toBe(before)
+  })
 
   // 6.3 "the activity is interrupted" (glossary: an activity is "a chain of turns, or one maintenance
   // task"). Regression test: tiller once set the phase Idle but never interrupted the task.
-  it.scoped("6.3: a poison while a maintenance task swallows the failure still interrupts it: whenIdle resolves, status idle, nothing more written", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const control = yield* MemoryStoreControl
-      yield* control.failAppends(3)
-      const task = yield* Effect.fork(driver.runMaintenance(
-        log.append({ type: "compaction/start", data: { turn: null } }).pipe(
-          Effect.catchAll(() => Effect.never)
-        )
-      ))
-      yield* driver.whenIdle
-      expect(yield* driver.status).toBe("idle")
-      yield* until(Effect.map(Fiber.poll(task), (o) => o._tag === "Some"))
-      expect((yield* events).map((e) => e.type)).toEqual(["compaction/start"])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("6.3: a poison while a maintenance task swallows the failure still interrupts it: whenIdle resolves, status idle, nothing more written", scenario([]), function*({ driver, log, control }) {
+    yield* control.failAppends(3)
+    const task = yield* Effect.fork(driver.runMaintenance(
+      log.append({ type: "compaction/start", data: { turn: null } }).pipe(
+        Effect.catchAll(() => Effect.never)
+      )
+    ))
+    yield* driver.whenIdle
+    expect(yield* driver.status).toBe("idle")
+    yield* until(Effect.map(Fiber.poll(task), (o) => o._tag === "Some"))
+    expect((yield* events).map((e) => e.type)).toEqual(["compaction/start"])
+  })
 
   // 6.3 "the activity is interrupted": a poison caused by another operation (an inject) during
   // maintenance stops the task too. Regression test: runMaintenance once never returned.
-  it.scoped("6.3/3.6: a poison from an inject during maintenance interrupts the running task; runMaintenance returns", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      const task = yield* Effect.fork(driver.runMaintenance(Effect.never))
-      yield* settle
-      yield* control.failAppends(3)
-      expect(yield* Effect.flip(driver.inject(plugin("C")))).toBeInstanceOf(PersistenceError)
-      yield* driver.whenIdle
-      expect(yield* driver.status).toBe("idle")
-      yield* until(Effect.map(Fiber.poll(task), (o) => o._tag === "Some"))
-      expect(Exit.isFailure(yield* Fiber.await(task))).toBe(true)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("6.3/3.6: a poison from an inject during maintenance interrupts the running task; runMaintenance returns", scenario([]), function*({ driver, control }) {
+    const task = yield* Effect.fork(driver.runMaintenance(Effect.never))
+    yield* settle
+    yield* control.failAppends(3)
+    expect(yield* Effect.flip(driver.inject(plugin("C")))).toBeInstanceOf(PersistenceError)
+    yield* driver.whenIdle
+    expect(yield* driver.status).toBe("idle")
+    yield* until(Effect.map(Fiber.poll(task), (o) => o._tag === "Some"))
+    expect(Exit.isFailure(yield* Fiber.await(task))).toBe(true)
+  })
 
-  it.scoped("6.3: reads after a poison inside a turn include the entered message past durableSeq; messages shows it", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const control = yield* MemoryStoreControl
-      yield* (yield* PreStep).register((_input, next) => Effect.zipRight(control.failAppends(3), next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* settle
-      const ev = yield* events
-      const um = ev.findIndex((e) => e.type === "user/message")
-      expect(um).toBeGreaterThan(-1)
-      expect(yield* log.durableSeq).toBeLessThan(um)
-      expect((yield* log.messages).map(token)).toEqual(["A"])
-      expect(yield* log.surface).toEqual([um])
-      expect(yield* Effect.flip(log.flush)).toBeInstanceOf(PersistenceError)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("6.3: reads after a poison inside a turn include the entered message past durableSeq; messages shows it", scenario([ScriptedModel.text("a")]), function*({ driver, log, control }) {
+    yield* (yield* PreStep).register((_input, next) => Effect.zipRight(control.failAppends(3), next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* settle
+    const ev = yield* events
+    const um = ev.findIndex((e) => e.type === "user/message")
+    expect(um).toBeGreaterThan(-1)
+    expect(yield* log.durableSeq).toBeLessThan(um)
+    expect((yield* log.messages).map(token)).toEqual(["A"])
+    expect(yield* log.surface).toEqual([um])
+    expect(yield* Effect.flip(log.flush)).toBeInstanceOf(PersistenceError)
+  })
 
-  it.scoped("6.7/8.5: a replacement append is acknowledged only after it is durable", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const control = yield* MemoryStoreControl
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* log.flush
-      const surface = yield* log.surface
-      yield* control.hold
-      const fiber = yield* Effect.fork(driver.runMaintenance(log.append({
-        type: "user/message",
-        data: summaryCompaction("S"),
-        surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-        sourceEventSeqs: [surface[0]!, surface[1]!]
-      })))
-      yield* untilEvent((e) => e.type === "user/message" && (e.data as any).id === "S")
-      yield* settle
-      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
-      // read operations already show the in-memory replacement
-      expect((yield* log.messages).map(token)).toEqual(["summary"])
-      yield* control.release
-      const ev = yield* Fiber.join(fiber)
-      expect(yield* log.durableSeq).toBeGreaterThanOrEqual(ev.seq)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("6.7/8.5: a replacement append is acknowledged only after it is durable", scenario([ScriptedModel.text("a")]), function*({ driver, log, control }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* log.flush
+    const surface = yield* log.surface
+    yield* control.hold
+    const fiber = yield* Effect.fork(driver.runMaintenance(log.append({
+      type: "user/message",
+      data: summaryCompaction("S"),
+      surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
+      sourceEventSeqs: [surface[0]!, surface[1]!]
+    })))
+    yield* untilEvent((e) => e.type === "user/message" && (e.data as any).id === "S")
+    yield* settle
+    expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+    // read operations already show the in-memory replacement
+    expect((yield* log.messages).map(token)).toEqual(["summary"])
+    yield* control.release
+    const ev = yield* Fiber.join(fiber)
+    expect(yield* log.durableSeq).toBeGreaterThanOrEqual(ev.seq)
+  })
 
-  it.scoped("6.3: every waiter on an uncommitted event fails with PersistenceError (two concurrent inbox deliveries)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      yield* control.failAppends(1000)
-      const a = yield* Effect.fork(driver.inject(plugin("C1")))
-      const b = yield* Effect.fork(driver.inject(plugin("C2")))
-      expect(yield* Effect.flip(Fiber.join(a))).toBeInstanceOf(PersistenceError)
-      expect(yield* Effect.flip(Fiber.join(b))).toBeInstanceOf(PersistenceError)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("6.3: every waiter on an uncommitted event fails with PersistenceError (two concurrent inbox deliveries)", scenario([]), function*({ driver, control }) {
+    yield* control.failAppends(1000)
+    const a = yield* Effect.fork(driver.inject(plugin("C1")))
+    const b = yield* Effect.fork(driver.inject(plugin("C2")))
+    expect(yield* Effect.flip(Fiber.join(a))).toBeInstanceOf(PersistenceError)
+    expect(yield* Effect.flip(Fiber.join(b))).toBeInstanceOf(PersistenceError)
+  })
 
   it.scoped("6.3/6.4: a compaction lost to a poison is visible in memory only; after dispose and resume history is the durable one", () =>
     Effect.gen(function*() {
@@ -554,46 +517,41 @@ describe("6.3 fail-stop with compaction and maintenance", () => {
 })
 
 describe("2.9 vocabulary and 6.7 compaction through SessionLog.append", () => {
-  it.scoped("2.9: an undeclared extension type needs ignorable; a declared one does not", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: { a: 1 } }))).toBeInstanceOf(InvalidEvent)
-      const a = yield* log.append({ type: "x/undeclared", data: { a: 1 }, ignorable: true })
-      expect(a).toEqual({ type: "x/undeclared", seq: 0, time: 0, data: { a: 1 }, ignorable: true })
-      const b = yield* log.append({ type: "x/declared", data: [1] })
-      expect(b.seq).toBe(1)
-      expect(yield* Effect.flip(log.append({ type: "x/declared", data: { bad: undefined } }))).toBeInstanceOf(InvalidEvent)
-      expect(yield* Effect.flip(log.append({ type: "x/declared", data: NaN }))).toBeInstanceOf(InvalidEvent)
-      expect(yield* log.durableSeq).toBe(1)
-    }).pipe(Effect.provide(scenario([], { agent: { eventTypes: ["x/declared"] } }))))
+  agentTest("2.9: an undeclared extension type needs ignorable; a declared one does not", scenario([], { agent: { eventTypes: ["x/declared"] } }), function*({ log }) {
+    expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: { a: 1 } }))).toBeInstanceOf(InvalidEvent)
+    const a = yield* log.append({ type: "x/undeclared", data: { a: 1 }, ignorable: true })
+    expect(a).toEqual({ type: "x/undeclared", seq: 0, time: 0, data: { a: 1 }, ignorable: true })
+    const b = yield* log.append({ type: "x/declared", data: [1] })
+    expect(b.seq).toBe(1)
+    expect(yield* Effect.flip(log.append({ type: "x/declared", data: { bad: undefined } }))).toBeInstanceOf(InvalidEvent)
+    expect(yield* Effect.flip(log.append({ type: "x/declared", data: NaN }))).toBeInstanceOf(InvalidEvent)
+    expect(yield* log.durableSeq).toBe(1)
+  })
 
-  it.scoped("6.7: compaction/start {turn: null} is accepted only during maintenance; a bracketed replacement compacts history", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      expect(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } }))).toBeInstanceOf(InvalidEvent)
-      const before = yield* log.surface
-      const result = yield* driver.runMaintenance(Effect.gen(function*() {
-        const start = yield* log.append({ type: "compaction/start", data: { turn: null, strategy: "test" } })
-        const summary = yield* log.append({ type: "compaction/summary", data: { turn: null, text: "sum" } })
-        const replaced = yield* log.append({
-          type: "user/message",
-          data: { id: "S", role: "user", content: [{ type: "text", text: "summary" }], source: { kind: "compaction", by: "test" } },
-          surfaceOp: { op: "replace", start: before[0]!, end: before[1]! },
-          sourceEventSeqs: [before[0]!, before[1]!, start.seq, summary.seq]
-        })
-        yield* log.append({ type: "compaction/end", data: { turn: null } })
-        return replaced.seq
-      }))
-      expect((yield* log.messages).map(token)).toEqual(["summary", "B", "b"])
-      expect((yield* log.surface)[0]).toBe(result)
-      expect(checkLog(yield* log.events, { closed: true })).toEqual([])
-      yield* driver.followup(user("C"))
-      yield* driver.whenIdle
-      expect((yield* requests)[2]!.messages.map(token)).toEqual(["summary", "B", "b", "C"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.text("c")]))))
+  agentTest("6.7: compaction/start {turn: null} is accepted only during maintenance; a bracketed replacement compacts history", scenario([ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.text("c")]), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    expect(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } }))).toBeInstanceOf(InvalidEvent)
+    const before = yield* log.surface
+    const result = yield* driver.runMaintenance(Effect.gen(function*() {
+      const start = yield* log.append({ type: "compaction/start", data: { turn: null, strategy: "test" } })
+      const summary = yield* log.append({ type: "compaction/summary", data: { turn: null, text: "sum" } })
+      const replaced = yield* log.append({
+        type: "user/message",
+        data: { id: "S", role: "user", content: [{ type: "text", text: "summary" }], source: { kind: "compaction", by: "test" } },
+        surfaceOp: { op: "replace", start: before[0]!, end: before[1]! },
+        sourceEventSeqs: [before[0]!, before[1]!, start.seq, summary.seq]
+      })
+      yield* log.append({ type: "compaction/end", data: { turn: null } })
+      return replaced.seq
+    }))
+    expect((yield* log.messages).map(token)).toEqual(["summary", "B", "b"])
+    expect((yield* log.surface)[0]).toBe(result)
+    expect(checkLog(yield* log.events, { closed: true })).toEqual([])
+    yield* driver.followup(user("C"))
+    yield* driver.whenIdle
+    expect((yield* requests)[2]!.messages.map(token)).toEqual(["summary", "B", "b", "C"])
+  })
 })

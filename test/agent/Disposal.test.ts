@@ -3,8 +3,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
-import { CancelCause, Driver, Inbox, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
-import { agentOver, asId, closeOut, gate, notation, open, plugin, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
+import { CancelCause, Driver, Inbox, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
+import { agentOver, agentTest, asId, closeOut, gate, notation, open, plugin, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
 import { buildIn, buildOwn } from "./stores.js"
 import { callT, empty } from "./toolFixtures.js"
 
@@ -112,24 +112,20 @@ describe("3.7 disposal and 7.5 contexts", () => {
 
   // K3a: "pre-step returned, step/start not yet written | ⟨TE(aborted)⟩, no step; the claimed batch is lost";
   // 4.3: "TX-STEP appends nothing (no step/start; the entered batch is dropped; ids it would have added stay unknown)".
-  it.scoped("K3a: a pre-step that records the cause and then enters writes no step; an added message stays unknown", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const inbox = yield* Inbox
-      yield* preStep.register((input, next) =>
-        Effect.uninterruptible(Effect.zipRight(
-          driver.cancel(CancelCause.user, { keepInbox: true }),
-          Effect.map(next(), (d) => d._tag === "Enter" ? { _tag: "Enter" as const, messages: [...d.messages, plugin("N")] } : d)
-        ))
-      )
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "TE(1,aborted(user))"])
-      expect(yield* inbox.idState(asId("N"))).toEqual(Option.none())
-      expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("claimed"))
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("K3a: a pre-step that records the cause and then enters writes no step; an added message stays unknown", scenario([]), function*({ driver, preStep, inbox }) {
+    yield* preStep.register((input, next) =>
+      Effect.uninterruptible(Effect.zipRight(
+        driver.cancel(CancelCause.user, { keepInbox: true }),
+        Effect.map(next(), (d) => d._tag === "Enter" ? { _tag: "Enter" as const, messages: [...d.messages, plugin("N")] } : d)
+      ))
+    )
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "TE(1,aborted(user))"])
+    expect(yield* inbox.idState(asId("N"))).toEqual(Option.none())
+    expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("claimed"))
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("3.7 disposal ends the streams", () => {

@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Stream, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, MaintenanceAborted, PreStep, PreStepDecision, ScriptedModel, Tool } from "../../src/index.js"
-import { closeOut, dataOfType, events, from, gate, liveNotation, liveNotations, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, TEXT, turnStarts, until, untilEvent, user } from "./harness.js"
+import { agentTest, closeOut, dataOfType, events, from, gate, liveNotation, liveNotations, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, TEXT, turnStarts, until, untilEvent, user } from "./harness.js"
 import type { UserMessage } from "../../src/index.js"
 import { calls, empty, holder } from "./toolFixtures.js"
 
@@ -17,185 +17,164 @@ void until
 
 describe("7.6 the latch", () => {
   const G1 = gate()
-  it.scoped("7.6: a replay's initial claim takes the oldest next-turn item (parked pre-abort work); the chain continues with the latched wake", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk")
-      yield* driver.followup(user("P"))
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.followup(user("B"))
-      yield* open(G1)
-      yield* driver.whenIdle
-      expect((yield* events).filter((e) => e.type === "user/message").map((e) => [(e.data as any).id])).toEqual([["A"], ["P"], ["B"]])
-      expect((yield* dataOfType("turn/end")).map((d) => d.reason.kind)).toEqual(["aborted", "completed", "completed"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "a" }, { onInterrupt: Deferred.await(G1) }), ScriptedModel.text("p"), ScriptedModel.text("b")]))))
+  agentTest("7.6: a replay's initial claim takes the oldest next-turn item (parked pre-abort work); the chain continues with the latched wake", scenario([ScriptedModel.hang({ text: "a" }, { onInterrupt: Deferred.await(G1) }), ScriptedModel.text("p"), ScriptedModel.text("b")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk")
+    yield* driver.followup(user("P"))
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.followup(user("B"))
+    yield* open(G1)
+    yield* driver.whenIdle
+    expect((yield* events).filter((e) => e.type === "user/message").map((e) => [(e.data as any).id])).toEqual([["A"], ["P"], ["B"]])
+    expect((yield* dataOfType("turn/end")).map((d) => d.reason.kind)).toEqual(["aborted", "completed", "completed"])
+  })
 
   const G2 = gate()
-  it.scoped("7.6: a latched wake removed before convergence produces no turn", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk")
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.followup(user("B"))
-      expect(yield* inbox.remove("B" as UserMessage["id"])).toBe(true)
-      yield* open(G2)
-      yield* driver.whenIdle
-      expect((yield* dataOfType("turn/start")).map((d) => d.turn)).toEqual([1])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "a" }, { onInterrupt: Deferred.await(G2) }), ScriptedModel.text("b")]))))
+  agentTest("7.6: a latched wake removed before convergence produces no turn", scenario([ScriptedModel.hang({ text: "a" }, { onInterrupt: Deferred.await(G2) }), ScriptedModel.text("b")]), function*({ driver, inbox }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk")
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.followup(user("B"))
+    expect(yield* inbox.remove("B" as UserMessage["id"])).toBe(true)
+    yield* open(G2)
+    yield* driver.whenIdle
+    expect((yield* dataOfType("turn/start")).map((d) => d.turn)).toEqual([1])
+  })
 })
 
 describe("7.6 the latch / 3.10 ordering", () => {
   // 7.6: "Cleared (latched := ∅) … by TX-OPEN". Two wakes latched during maintenance: the end of the task
   // opens a turn for the oldest; the other is then ordinary next-turn work of the chain. A keepInbox cancel of
   // that turn parks it (it is no longer latched), so no replay follows.
-  it.scoped("7.6: TX-OPEN clears the latch: after a maintenance replay's turn is cancelled (keepInbox), the second wake is parked", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const T = gate()
-      const task = yield* Effect.fork(driver.runMaintenance(Deferred.await(T)))
-      yield* settle
-      yield* driver.followup(user("A"))
-      yield* driver.followup(user("B"))
-      yield* open(T)
-      yield* Fiber.join(task)
-      yield* untilEvent((e) => e.type === "assistant/chunk")
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.whenIdle
-      expect(yield* turnStarts).toEqual([1])
-      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["B"])
-      expect(yield* driver.status).toBe("idle")
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "x" })]))))
+  agentTest("7.6: TX-OPEN clears the latch: after a maintenance replay's turn is cancelled (keepInbox), the second wake is parked", scenario([ScriptedModel.hang({ text: "x" })]), function*({ driver, inbox }) {
+    const T = gate()
+    const task = yield* Effect.fork(driver.runMaintenance(Deferred.await(T)))
+    yield* settle
+    yield* driver.followup(user("A"))
+    yield* driver.followup(user("B"))
+    yield* open(T)
+    yield* Fiber.join(task)
+    yield* untilEvent((e) => e.type === "assistant/chunk")
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.whenIdle
+    expect(yield* turnStarts).toEqual([1])
+    expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["B"])
+    expect(yield* driver.status).toBe("idle")
+    expect(yield* closeOut).toEqual([])
+  })
 
   // 3.5: "consecutive turns of one activity share one running interval, including latched replays";
   // 3.10: claimed events of the replay follow the turn/end; status idle follows the last turn/end.
-  it.scoped("3.5/3.10: a latched replay shares the running interval; live: inserted(B) then claimed(B,2), one status(idle) at the end", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      const status = yield* recordStatus
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk")
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      expect((yield* live).map(liveNotation)).toEqual([
-        "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "claimed(B,2)", "status(idle)"
-      ])
-      expect(yield* status).toEqual(["idle", "running", "idle"])
-      expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }, { kind: "completed" }])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "x" }), ScriptedModel.text("b")]))))
+  agentTest("3.5/3.10: a latched replay shares the running interval; live: inserted(B) then claimed(B,2), one status(idle) at the end", scenario([ScriptedModel.hang({ text: "x" }), ScriptedModel.text("b")]), function*({ driver }) {
+    const live = yield* recordLive
+    const status = yield* recordStatus
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk")
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    expect((yield* live).map(liveNotation)).toEqual([
+      "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "claimed(B,2)", "status(idle)"
+    ])
+    expect(yield* status).toEqual(["idle", "running", "idle"])
+    expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }, { kind: "completed" }])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("7.6 / 3.6: latches under cancels and maintenance", () => {
-  it.scoped("3.4/7.6: a broad cancel while the aborted turn converges discards a wake latched meanwhile: no replay; the first cause stays", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* driver.followup(user("A"))
-      yield* until(Effect.map(shape, (s) => s.includes("CH(text-delta)")))
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.parent)
-      expect(yield* driver.status).toBe("running")
-      yield* open(hold)
-      expect(yield* closeOut).toEqual([])
-      const s = yield* shape
-      expect(s.slice(s.indexOf("CH(text-delta)"))).toEqual([
-        "CH(text-delta)", "INS(nt,0,[B])", "CAN(nt,0,1)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-      ])
-      expect(yield* inbox.hasPending).toBe(false)
-      expect(yield* driver.status).toBe("idle")
-      expect(yield* requests).toHaveLength(1)
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "partial" }, { onInterrupt: Deferred.await(hold) })]))))
+  agentTest("3.4/7.6: a broad cancel while the aborted turn converges discards a wake latched meanwhile: no replay; the first cause stays", scenario([ScriptedModel.hang({ text: "partial" }, { onInterrupt: Deferred.await(hold) })]), function*({ driver, inbox }) {
+    yield* driver.followup(user("A"))
+    yield* until(Effect.map(shape, (s) => s.includes("CH(text-delta)")))
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.parent)
+    expect(yield* driver.status).toBe("running")
+    yield* open(hold)
+    expect(yield* closeOut).toEqual([])
+    const s = yield* shape
+    expect(s.slice(s.indexOf("CH(text-delta)"))).toEqual([
+      "CH(text-delta)", "INS(nt,0,[B])", "CAN(nt,0,1)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
+    ])
+    expect(yield* inbox.hasPending).toBe(false)
+    expect(yield* driver.status).toBe("idle")
+    expect(yield* requests).toHaveLength(1)
+  })
 
-  it.scoped("3.6/7.6: a broad cancel of a task that masks interruption clears the earlier latch; a wake after it latches and replays; the value is returned", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const g = gate()
-      const started = gate()
-      const task = yield* Effect.fork(driver.runMaintenance(Effect.uninterruptible(Effect.zipRight(open(started), Deferred.await(g))).pipe(Effect.as(42))))
-      yield* Deferred.await(started)
-      yield* driver.followup(user("A"))
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.followup(user("B"))
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)", "INS(nt,0,[B])"])
-      yield* open(g)
-      expect(yield* Fiber.join(task)).toBe(42)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "CAN(nt,0,1)", "INS(nt,0,[B])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(B)", "RH(initial)", ...TEXT,
-        "SE(1,1)", "TE(1,completed)"
-      ])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("x")]))))
+  agentTest("3.6/7.6: a broad cancel of a task that masks interruption clears the earlier latch; a wake after it latches and replays; the value is returned", scenario([ScriptedModel.text("x")]), function*({ driver }) {
+    const g = gate()
+    const started = gate()
+    const task = yield* Effect.fork(driver.runMaintenance(Effect.uninterruptible(Effect.zipRight(open(started), Deferred.await(g))).pipe(Effect.as(42))))
+    yield* Deferred.await(started)
+    yield* driver.followup(user("A"))
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.followup(user("B"))
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)", "INS(nt,0,[B])"])
+    yield* open(g)
+    expect(yield* Fiber.join(task)).toBe(42)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "CAN(nt,0,1)", "INS(nt,0,[B])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(B)", "RH(initial)", ...TEXT,
+      "SE(1,1)", "TE(1,completed)"
+    ])
+  })
 
-  it.scoped("7.6/3.10: a maintenance replay claims the oldest next-turn item (quiet-queued before) first; the chain continues with the latched wake", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const g = gate()
-      const started = gate()
-      yield* driver.send(user("Q"), "next-turn", false)
-      const live = yield* recordLive
-      const task = yield* Effect.fork(driver.runMaintenance(Effect.zipRight(open(started), Deferred.await(g))))
-      yield* Deferred.await(started)
-      yield* driver.followup(user("A"))
-      yield* open(g)
-      yield* Fiber.join(task)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[Q])", "INS(nt,1,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(Q)", "RH(initial)", ...TEXT, "SE(1,1)",
-        "TE(1,completed)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(A)", ...TEXT, "SE(2,1)", "TE(2,completed)"
-      ])
-      expect(yield* liveNotations(live)).toEqual(["inserted(A)", "status(running)", "claimed(Q,1)", "claimed(A,2)", "status(idle)"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("7.6/3.10: a maintenance replay claims the oldest next-turn item (quiet-queued before) first; the chain continues with the latched wake", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver }) {
+    const g = gate()
+    const started = gate()
+    yield* driver.send(user("Q"), "next-turn", false)
+    const live = yield* recordLive
+    const task = yield* Effect.fork(driver.runMaintenance(Effect.zipRight(open(started), Deferred.await(g))))
+    yield* Deferred.await(started)
+    yield* driver.followup(user("A"))
+    yield* open(g)
+    yield* Fiber.join(task)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[Q])", "INS(nt,1,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(Q)", "RH(initial)", ...TEXT, "SE(1,1)",
+      "TE(1,completed)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(A)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+    ])
+    expect(yield* liveNotations(live)).toEqual(["inserted(A)", "status(running)", "claimed(Q,1)", "claimed(A,2)", "status(idle)"])
+  })
 
-  it.scoped("3.6/D5: runMaintenance called from a Driver.events observer of status idle runs; a follow-up from its task latches and replays", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const result = yield* Deferred.make<number, unknown>()
-      let fired = false
-      yield* Effect.forkScoped(
-        Stream.runForEach(driver.events, (e) =>
-          e.type === "agent/status" && e.status === "idle" && !fired
-            ? Effect.zipRight(
-              Effect.sync(() => (fired = true)),
-              Effect.forkScoped(
-                Deferred.complete(result, driver.runMaintenance(Effect.as(driver.followup(user("B")), 7)))
-              )
+  agentTest("3.6/D5: runMaintenance called from a Driver.events observer of status idle runs; a follow-up from its task latches and replays", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver }) {
+    const result = yield* Deferred.make<number, unknown>()
+    let fired = false
+    yield* Effect.forkScoped(
+      Stream.runForEach(driver.events, (e) =>
+        e.type === "agent/status" && e.status === "idle" && !fired
+          ? Effect.zipRight(
+            Effect.sync(() => (fired = true)),
+            Effect.forkScoped(
+              Deferred.complete(result, driver.runMaintenance(Effect.as(driver.followup(user("B")), 7)))
             )
-            : Effect.void)
-      )
-      yield* settle
-      yield* driver.followup(user("A"))
-      expect(yield* Deferred.await(result)).toBe(7)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)",
-        "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
-      ])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
-
-  it.scoped("3.6: a task that cancels its own maintenance and then fails gives MaintenanceAborted with that cause; a wake it made after stays latched and replays", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const exit = yield* Effect.exit(
-        driver.runMaintenance(
-          Effect.zipRight(
-            driver.cancel(CancelCause.hook("self"), { keepInbox: true }),
-            Effect.zipRight(driver.steer(user("S")), Effect.fail("task failed"))
           )
+          : Effect.void)
+    )
+    yield* settle
+    yield* driver.followup(user("A"))
+    expect(yield* Deferred.await(result)).toBe(7)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)",
+      "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+    ])
+  })
+
+  agentTest("3.6: a task that cancels its own maintenance and then fails gives MaintenanceAborted with that cause; a wake it made after stays latched and replays", scenario([ScriptedModel.text("x")]), function*({ driver }) {
+    const exit = yield* Effect.exit(
+      driver.runMaintenance(
+        Effect.zipRight(
+          driver.cancel(CancelCause.hook("self"), { keepInbox: true }),
+          Effect.zipRight(driver.steer(user("S")), Effect.fail("task failed"))
         )
       )
-      expect(exit).toEqual(Exit.fail(new MaintenanceAborted({ cause: { kind: "hook", reason: "self" } })))
-      expect(yield* closeOut).toEqual([])
-      // re-routed: a waking delivery cannot join a cancelled task (3.3 step 2)
-      expect((yield* shape).slice(0, 5)).toEqual(["INS(nt,0,[S])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(S)"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("x")]))))
+    )
+    expect(exit).toEqual(Exit.fail(new MaintenanceAborted({ cause: { kind: "hook", reason: "self" } })))
+    expect(yield* closeOut).toEqual([])
+    // re-routed: a waking delivery cannot join a cancelled task (3.3 step 2)
+    expect((yield* shape).slice(0, 5)).toEqual(["INS(nt,0,[S])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(S)"])
+  })
 })
 
 describe("more windows: latch, parked work, internal failure, request hook, retries", () => {
@@ -293,21 +272,17 @@ describe("more windows: latch, parked work, internal failure, request hook, retr
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one")])))
   })
 
-  it.scoped("4.4: an inject from the initial pre-step listener misses this request and enters the next step of the same turn (no turn-stopping run)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const pre = yield* PreStep
-      const hooks = yield* Hooks
-      const calls: Array<number> = []
-      yield* hooks.onTurnStopping((i) => Effect.sync(() => calls.push(i.step)))
-      yield* pre.register((input, next) =>
-        input.step === 1 ? Effect.zipRight(Effect.zipRight(driver.inject(plugin("C")), Effect.yieldNow()), next()) : next()
-      )
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("TS(1)")).toBe("TS(1) CLM(nt,0,1) INS(ns,0,[C]) SS(1,1) UM(A) SE(1,1) CLM(ns,0,1) SS(1,2) UM(C) SE(1,2) TE(1,completed)")
-      expect(calls).toEqual([2])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("4.4: an inject from the initial pre-step listener misses this request and enters the next step of the same turn (no turn-stopping run)", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, preStep: pre, hooks }) {
+    const calls: Array<number> = []
+    yield* hooks.onTurnStopping((i) => Effect.sync(() => calls.push(i.step)))
+    yield* pre.register((input, next) =>
+      input.step === 1 ? Effect.zipRight(Effect.zipRight(driver.inject(plugin("C")), Effect.yieldNow()), next()) : next()
+    )
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* from("TS(1)")).toBe("TS(1) CLM(nt,0,1) INS(ns,0,[C]) SS(1,1) UM(A) SE(1,1) CLM(ns,0,1) SS(1,2) UM(C) SE(1,2) TE(1,completed)")
+    expect(calls).toEqual([2])
+  })
 
   it.scoped("4.5 / 4.4: an inject during the backoff sleep does not reach the retried attempt (same step, equal messages); the next step claims it", () =>
     Effect.gen(function*() {

@@ -8,7 +8,7 @@ import * as AiTool from "@effect/ai/Tool"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Deferred, Effect, Either, JSONSchema, Layer, Option, Ref, Schema, Stream, TestClock } from "effect"
 import { Agent, CancelCause, Driver, Model, ModelError, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
-import { closeOut, dataOfType, gate, open, plugin, reasons, scenario, shape, token, untilEvent, user } from "./harness.js"
+import { agentTest, closeOut, dataOfType, gate, open, plugin, reasons, scenario, shape, token, untilEvent, user } from "./harness.js"
 import type * as Response from "@effect/ai/Response"
 import type { Message, ModelRequest, StreamChunk } from "../../src/index.js"
 import { empty } from "./toolFixtures.js"
@@ -343,14 +343,12 @@ describe("8.8 ScriptedModel", () => {
     ]))))
 
   // 4.5: "A provider-side aborted finish is a failure (e.g. code ABORTED), never a cancellation."
-  it.scoped("4.5/8.8: a provider-side aborted finish ends the turn error, not aborted, and is not retried", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "gone", code: "ABORTED" } }])
-      expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "gone", code: "ABORTED" }, { finish: "aborted" })]))))
+  agentTest("4.5/8.8: a provider-side aborted finish ends the turn error, not aborted, and is not retried", scenario([ScriptedModel.fail({ message: "gone", code: "ABORTED" }, { finish: "aborted" })]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "gone", code: "ABORTED" } }])
+    expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
+  })
 
   // 8.8: "awaitBefore runs as soon as the stream is pulled, before the first chunk — also for entries that
   // emit no chunk (hang({}))"; chunks(cs, {then: "hang"}) hangs after its chunks until interrupted.

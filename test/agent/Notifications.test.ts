@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream } from "effect"
-import { Agent, CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, Model, PersistenceError, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
-import { agentOver, closeOut, gate, liveNotation, open, plugin, reasons, recordLive, scenario, settle, shape, untilEvent, user } from "./harness.js"
+import { Agent, CancelCause, Driver, Hooks, MemoryStoreControl, Model, PersistenceError, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
+import { agentOver, agentTest, closeOut, gate, liveNotation, open, plugin, reasons, recordLive, scenario, settle, shape, untilEvent, user } from "./harness.js"
 import type { DriverEvent } from "../../src/index.js"
 import { callT, empty } from "./toolFixtures.js"
 
@@ -36,50 +36,44 @@ const errorsOf = (live: ReadonlyArray<DriverEvent>) =>
   live.flatMap((e) => (e.type === "agent/error" ? [e] : []))
 
 describe("3.10 notification order", () => {
-  it.scoped("3.10: a failure's agent/error precedes the claimed and status events of the continuing TX-CLOSE", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      const G = gate()
-      const broke = new Error("broke")
-      yield* (yield* PreStep).register((input, next) =>
-        input.turn === 1 ? Effect.zipRight(Deferred.await(G), Effect.fail(broke)) : next())
-      yield* driver.followup(user("F"))
-      yield* driver.followup(user("S"))
-      yield* open(G)
-      yield* driver.whenIdle
-      expect((yield* live).map(liveNotation)).toEqual([
-        "inserted(F)", "status(running)", "claimed(F,1)", "inserted(S)", "error(1,1)", "claimed(S,2)", "status(idle)"
-      ])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("s")]))))
+  agentTest("3.10: a failure's agent/error precedes the claimed and status events of the continuing TX-CLOSE", scenario([ScriptedModel.text("s")]), function*({ driver }) {
+    const live = yield* recordLive
+    const G = gate()
+    const broke = new Error("broke")
+    yield* (yield* PreStep).register((input, next) =>
+      input.turn === 1 ? Effect.zipRight(Deferred.await(G), Effect.fail(broke)) : next())
+    yield* driver.followup(user("F"))
+    yield* driver.followup(user("S"))
+    yield* open(G)
+    yield* driver.whenIdle
+    expect((yield* live).map(liveNotation)).toEqual([
+      "inserted(F)", "status(running)", "claimed(F,1)", "inserted(S)", "error(1,1)", "claimed(S,2)", "status(idle)"
+    ])
+  })
 
-  it.scoped("3.10: Driver.events is hot: it delivers only notifications committed after subscription", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.inject(plugin("C"))
-      const seen = yield* Ref.make<ReadonlyArray<string>>([])
-      yield* Effect.forkScoped(Stream.runForEach(driver.events, (e) => Ref.update(seen, (a) => [...a, liveNotation(e)])))
-      yield* settle
-      yield* driver.inject(plugin("D"))
-      yield* settle
-      expect(yield* Ref.get(seen)).toEqual(["inserted(D)"])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.10: Driver.events is hot: it delivers only notifications committed after subscription", scenario([]), function*({ driver }) {
+    yield* driver.inject(plugin("C"))
+    const seen = yield* Ref.make<ReadonlyArray<string>>([])
+    yield* Effect.forkScoped(Stream.runForEach(driver.events, (e) => Ref.update(seen, (a) => [...a, liveNotation(e)])))
+    yield* settle
+    yield* driver.inject(plugin("D"))
+    yield* settle
+    expect(yield* Ref.get(seen)).toEqual(["inserted(D)"])
+  })
 })
 
 describe("3.10 agent/error case 2", () => {
-  it.scoped("3.10: a typed failure during an aborted turn is not published", () =>
-    Effect.gen(function*() {
-      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(PreStep, (p) => p.register(listener)), Effect.void)
-      expect(errors).toEqual([])
-      expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.10: a typed failure during an aborted turn is not published", scenario([]), function*() {
+    const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(PreStep, (p) => p.register(listener)), Effect.void)
+    expect(errors).toEqual([])
+    expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
+  })
 
-  it.scoped("3.10: a defect of a pre-step listener found when an aborted turn closes is published once", () =>
-    Effect.gen(function*() {
-      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(PreStep, (p) => p.register(listener)), Effect.die(boom))
-      expect(errors).toEqual([boom])
-      expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.10: a defect of a pre-step listener found when an aborted turn closes is published once", scenario([]), function*() {
+    const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(PreStep, (p) => p.register(listener)), Effect.die(boom))
+    expect(errors).toEqual([boom])
+    expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
+  })
 
   it.scoped("3.10: a defect of a ToolPre listener found when an aborted turn closes is published once", () =>
     Effect.gen(function*() {
@@ -90,25 +84,22 @@ describe("3.10 agent/error case 2", () => {
       { tools: [Tool.make("t", { description: "", parameters: empty, execute: () => Effect.succeed("ran") })] }
     ))))
 
-  it.scoped("3.10: a defect of an onRequest listener found when an aborted turn closes is published once", () =>
-    Effect.gen(function*() {
-      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(Hooks, (h) => h.onRequest(listener)), Effect.die(boom))
-      expect(errors).toEqual([boom])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("x")]))))
+  agentTest("3.10: a defect of an onRequest listener found when an aborted turn closes is published once", scenario([ScriptedModel.text("x")]), function*() {
+    const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(Hooks, (h) => h.onRequest(listener)), Effect.die(boom))
+    expect(errors).toEqual([boom])
+  })
 
-  it.scoped("3.10: a defect of the model stream found when an aborted turn closes is published once; the turn still ends aborted", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "text-delta")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors).toHaveLength(1)
-      expect((errors[0] as any).error).toBe(boom)
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "x" }, { onInterrupt: Effect.die(boom) })]))))
+  agentTest("3.10: a defect of the model stream found when an aborted turn closes is published once; the turn still ends aborted", scenario([ScriptedModel.hang({ text: "x" }, { onInterrupt: Effect.die(boom) })]), function*({ driver }) {
+    const live = yield* recordLive
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "text-delta")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
+    const errors = (yield* live).filter((e) => e.type === "agent/error")
+    expect(errors).toHaveLength(1)
+    expect((errors[0] as any).error).toBe(boom)
+  })
 })
 
 describe("defects published when an aborted turn closes", () => {
@@ -170,38 +161,32 @@ describe("3.10 case 2 / 7.1: defects of loop components in an aborted turn", () 
       tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })]
     }))))
 
-  it.scoped("3.10 case 2: a defect of an onTurnStopping listener that recorded the cause is published once", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const live = yield* recordLive
-      yield* hooks.onTurnStopping(() =>
-        Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("stop boom")))
-      )
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
-      const errors = errorsOf(yield* live)
-      expect(errors.map((e) => [e.turn, e.step, (e.error as Error).message])).toEqual([[1, 1, "stop boom"]])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("3.10 case 2: a defect of an onTurnStopping listener that recorded the cause is published once", scenario([ScriptedModel.text("a")]), function*({ driver, hooks }) {
+    const live = yield* recordLive
+    yield* hooks.onTurnStopping(() =>
+      Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("stop boom")))
+    )
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
+    const errors = errorsOf(yield* live)
+    expect(errors.map((e) => [e.turn, e.step, (e.error as Error).message])).toEqual([[1, 1, "stop boom"]])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("3.10 case 2: a defect of an onRequestError listener that recorded the cause is published once", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const live = yield* recordLive
-      yield* hooks.onRequestError(() =>
-        Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("recover boom")))
-      )
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
-      const errors = errorsOf(yield* live)
-      expect(errors.map((e) => [e.turn, e.step, (e.error as Error).message])).toEqual([[1, 1, "recover boom"]])
-      // K6: no RT during the waterfall.
-      expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "busy", code: "OVERLOADED" })]))))
+  agentTest("3.10 case 2: a defect of an onRequestError listener that recorded the cause is published once", scenario([ScriptedModel.fail({ message: "busy", code: "OVERLOADED" })]), function*({ driver, hooks }) {
+    const live = yield* recordLive
+    yield* hooks.onRequestError(() =>
+      Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("recover boom")))
+    )
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
+    const errors = errorsOf(yield* live)
+    expect(errors.map((e) => [e.turn, e.step, (e.error as Error).message])).toEqual([[1, 1, "recover boom"]])
+    // K6: no RT during the waterfall.
+    expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
+  })
 
   // "tool-body outcomes are results and never published".
   it.scoped("3.10 case 2: a tool body that records the cause and then dies publishes nothing", () =>
@@ -250,41 +235,34 @@ describe("3.10 case 1: agent/error turn and step", () => {
       tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })]
     }))))
 
-  it.scoped("3.10 case 1: an onTurnStopping failure publishes the step that stopped and the listener's own error", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const live = yield* recordLive
-      const own = new Error("stopping failed")
-      yield* hooks.onTurnStopping(() => Effect.fail(own))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const seen = yield* live
-      const errors = errorsOf(seen)
-      expect(errors.map((e) => [e.turn, e.step])).toEqual([[1, 1]])
-      expect(errors[0]!.error).toBe(own)
-      // The error precedes the status(idle) of the same TX-CLOSE.
-      const tail = seen.map(liveNotation).slice(-2)
-      expect(tail).toEqual(["error(1,1)", "status(idle)"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("3.10 case 1: an onTurnStopping failure publishes the step that stopped and the listener's own error", scenario([ScriptedModel.text("a")]), function*({ driver, hooks }) {
+    const live = yield* recordLive
+    const own = new Error("stopping failed")
+    yield* hooks.onTurnStopping(() => Effect.fail(own))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const seen = yield* live
+    const errors = errorsOf(seen)
+    expect(errors.map((e) => [e.turn, e.step])).toEqual([[1, 1]])
+    expect(errors[0]!.error).toBe(own)
+    // The error precedes the status(idle) of the same TX-CLOSE.
+    const tail = seen.map(liveNotation).slice(-2)
+    expect(tail).toEqual(["error(1,1)", "status(idle)"])
+  })
 })
 
 describe("3.10 / 3.7", () => {
-  it.scoped("3.10: notifications are delivered after the commit and before durability", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      const log = yield* SessionLog
-      const live = yield* recordLive
-      yield* control.hold
-      const call = yield* Effect.fork(driver.inject(plugin("C")))
-      yield* settle
-      expect((yield* live).map(liveNotation)).toEqual(["inserted(C)"])
-      expect(yield* log.durableSeq).toBe(-1)
-      expect(Option.isNone(yield* Fiber.poll(call))).toBe(true)
-      yield* control.release
-      yield* Fiber.join(call)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.10: notifications are delivered after the commit and before durability", scenario([]), function*({ driver, control, log }) {
+    const live = yield* recordLive
+    yield* control.hold
+    const call = yield* Effect.fork(driver.inject(plugin("C")))
+    yield* settle
+    expect((yield* live).map(liveNotation)).toEqual(["inserted(C)"])
+    expect(yield* log.durableSeq).toBe(-1)
+    expect(Option.isNone(yield* Fiber.poll(call))).toBe(true)
+    yield* control.release
+    yield* Fiber.join(call)
+  })
 
   it.scoped("3.7 step 4: disposal of a poisoned session cannot fail", () =>
     Effect.gen(function*() {
@@ -393,46 +371,37 @@ describe("3.10 / 3.7", () => {
 })
 
 describe("3.10/6.3 poisoning and quiet queueing", () => {
-  it.scoped("3.10 case 3: poisoning an idle session with no turn publishes exactly one agent/error {turn: 0, step: 0, error: PersistenceError}", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      const live = yield* recordLive
-      yield* control.failAppends(3)
-      expect(yield* Effect.flip(driver.inject(plugin("C")))).toBeInstanceOf(PersistenceError)
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors.length).toBe(1)
-      expect(errors[0]).toMatchObject({ turn: 0, step: 0 })
-      expect((errors[0] as any).error).toBeInstanceOf(PersistenceError)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.10 case 3: poisoning an idle session with no turn publishes exactly one agent/error {turn: 0, step: 0, error: PersistenceError}", scenario([]), function*({ driver, control }) {
+    const live = yield* recordLive
+    yield* control.failAppends(3)
+    expect(yield* Effect.flip(driver.inject(plugin("C")))).toBeInstanceOf(PersistenceError)
+    const errors = (yield* live).filter((e) => e.type === "agent/error")
+    expect(errors.length).toBe(1)
+    expect(errors[0]).toMatchObject({ turn: 0, step: 0 })
+    expect((errors[0] as any).error).toBeInstanceOf(PersistenceError)
+  })
 
-  it.scoped("6.3: poisoning during a step stops the activity without turn/end; agent/error names the turn and step; status idle", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      const live = yield* recordLive
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk")
-      yield* control.failAppends(3)
-      expect(yield* Effect.flip(driver.inject(plugin("C")))).toBeInstanceOf(PersistenceError)
-      yield* driver.whenIdle
-      expect(yield* driver.status).toBe("idle")
-      const notes = yield* live
-      const errors = notes.filter((e) => e.type === "agent/error")
-      expect(errors.length).toBe(1)
-      expect(errors[0]).toMatchObject({ turn: 1, step: 1 })
-      expect(notes.map(liveNotation)).toContain("status(idle)")
-      expect((yield* shape).some((s) => s.startsWith("TE("))).toBe(false)
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "par" })]))))
+  agentTest("6.3: poisoning during a step stops the activity without turn/end; agent/error names the turn and step; status idle", scenario([ScriptedModel.hang({ text: "par" })]), function*({ driver, control }) {
+    const live = yield* recordLive
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk")
+    yield* control.failAppends(3)
+    expect(yield* Effect.flip(driver.inject(plugin("C")))).toBeInstanceOf(PersistenceError)
+    yield* driver.whenIdle
+    expect(yield* driver.status).toBe("idle")
+    const notes = yield* live
+    const errors = notes.filter((e) => e.type === "agent/error")
+    expect(errors.length).toBe(1)
+    expect(errors[0]).toMatchObject({ turn: 1, step: 1 })
+    expect(notes.map(liveNotation)).toContain("status(idle)")
+    expect((yield* shape).some((s) => s.startsWith("TE("))).toBe(false)
+  })
 
-  it.scoped("3.3: send(m, next-turn, false) during maintenance only inserts; no turn opens when the task ends", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* driver.runMaintenance(driver.send(user("Q"), "next-turn", false))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual(["INS(nt,0,[Q])"])
-      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["Q"])
-      expect(yield* driver.status).toBe("idle")
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("3.3: send(m, next-turn, false) during maintenance only inserts; no turn opens when the task ends", scenario([ScriptedModel.text("never")]), function*({ driver, inbox }) {
+    yield* driver.runMaintenance(driver.send(user("Q"), "next-turn", false))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual(["INS(nt,0,[Q])"])
+    expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["Q"])
+    expect(yield* driver.status).toBe("idle")
+  })
 })

@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Duration, Effect, Exit, Fiber, JSONSchema, Layer, Random, Ref, Schema, Scope, Stream, TestClock } from "effect"
-import { Agent, CancelCause, Driver, Hooks, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
-import { agentOver, closeOut, dataOfType, events, liveNotation, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
+import { Agent, CancelCause, Driver, Hooks, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
+import { agentOver, agentTest, closeOut, dataOfType, events, liveNotation, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import type { LlmFailure, ModelRequest, RequestConfig } from "../../src/index.js"
 import { buildIn } from "./stores.js"
 import { calls, empty, okTool } from "./toolFixtures.js"
@@ -78,45 +78,37 @@ describe("4.5 requests and retries", () => {
       ScriptedModel.fail({ message: "h", code: "HTTP", status: 499 })
     ]))))
 
-  it.scoped("4.5: a status of 600 is not retryable by the default policy", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* dataOfType("llm/retry")).toEqual([])
-      expect((yield* requests).length).toBe(1)
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "x", code: "HTTP", status: 600 })]))))
+  agentTest("4.5: a status of 600 is not retryable by the default policy", scenario([ScriptedModel.fail({ message: "x", code: "HTTP", status: 600 })]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* dataOfType("llm/retry")).toEqual([])
+    expect((yield* requests).length).toBe(1)
+  })
 
-  it.scoped("4.5/K6: a Retry returned after the listener recorded a cause is ignored: no llm/retry, no further attempt, aborted", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequestError(() => Effect.as(driver.cancel(CancelCause.user), RequestErrorAction.retry("1 second")))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* dataOfType("llm/retry")).toEqual([])
-      expect((yield* requests).length).toBe(1)
-      expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,aborted(user))"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "x", code: "RATE_LIMIT" }), ScriptedModel.text("never")]))))
+  agentTest("4.5/K6: a Retry returned after the listener recorded a cause is ignored: no llm/retry, no further attempt, aborted", scenario([ScriptedModel.fail({ message: "x", code: "RATE_LIMIT" }), ScriptedModel.text("never")]), function*({ driver, hooks }) {
+    yield* hooks.onRequestError(() => Effect.as(driver.cancel(CancelCause.user), RequestErrorAction.retry("1 second")))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* dataOfType("llm/retry")).toEqual([])
+    expect((yield* requests).length).toBe(1)
+    expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,aborted(user))"])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("4.5: an onRequest failure is a turn failure with its own code and is not offered to request-error recovery", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const offered = yield* Ref.make(0)
-      yield* hooks.onRequest(() => Effect.fail({ message: "no config", code: "CONFIG" }))
-      yield* hooks.onRequestError((_i, next) => Effect.zipRight(Ref.update(offered, (n) => n + 1), next()))
-      const live = yield* recordLive
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* Ref.get(offered)).toBe(0)
-      expect(yield* requests).toEqual([])
-      expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "error", error: { message: "no config", code: "CONFIG" } })
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors).toEqual([{ type: "agent/error", turn: 1, step: 1, error: { message: "no config", code: "CONFIG" } }])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("4.5: an onRequest failure is a turn failure with its own code and is not offered to request-error recovery", scenario([ScriptedModel.text("never")]), function*({ driver, hooks }) {
+    const offered = yield* Ref.make(0)
+    yield* hooks.onRequest(() => Effect.fail({ message: "no config", code: "CONFIG" }))
+    yield* hooks.onRequestError((_i, next) => Effect.zipRight(Ref.update(offered, (n) => n + 1), next()))
+    const live = yield* recordLive
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* Ref.get(offered)).toBe(0)
+    expect(yield* requests).toEqual([])
+    expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "error", error: { message: "no config", code: "CONFIG" } })
+    const errors = (yield* live).filter((e) => e.type === "agent/error")
+    expect(errors).toEqual([{ type: "agent/error", turn: 1, step: 1, error: { message: "no config", code: "CONFIG" } }])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("4.5 invalid request configuration", () => {
@@ -191,66 +183,58 @@ describe("4.5: retries, Random and model-visible history", () => {
       ScriptedModel.text("ok")
     ])), Effect.withRandom(Random.fixed([0.5, 0.25]))))
 
-  it.scoped("4.5: a surface replacement appended during the backoff applies from the next attempt", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      const es = yield* events
-      const um = es.find((e) => e.type === "user/message" && (e.data as Loose).id === "A")!
-      const am = es.find((e) => e.type === "assistant/message")!
-      yield* log.append({
-        type: "user/message",
-        data: user("SUM", "summary"),
-        surfaceOp: { op: "replace", start: um.seq, end: am.seq },
-        sourceEventSeqs: [um.seq, am.seq]
-      })
-      yield* TestClock.adjust("2 seconds")
-      expect(yield* closeOut).toEqual([])
-      const reqs = yield* requests
-      const ids = (r: ModelRequest) => r.messages.map((m) => m.id)
-      expect(reqs).toHaveLength(3)
-      expect(ids(reqs[1]!)).toEqual(["A", am.data && (am.data as Loose).message.id, "B"])
-      expect(ids(reqs[2]!)).toEqual(["SUM", "B"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.fail({ message: "busy", code: "OVERLOADED" }), ScriptedModel.text("two")]))))
+  agentTest("4.5: a surface replacement appended during the backoff applies from the next attempt", scenario([ScriptedModel.text("one"), ScriptedModel.fail({ message: "busy", code: "OVERLOADED" }), ScriptedModel.text("two")]), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    const es = yield* events
+    const um = es.find((e) => e.type === "user/message" && (e.data as Loose).id === "A")!
+    const am = es.find((e) => e.type === "assistant/message")!
+    yield* log.append({
+      type: "user/message",
+      data: user("SUM", "summary"),
+      surfaceOp: { op: "replace", start: um.seq, end: am.seq },
+      sourceEventSeqs: [um.seq, am.seq]
+    })
+    yield* TestClock.adjust("2 seconds")
+    expect(yield* closeOut).toEqual([])
+    const reqs = yield* requests
+    const ids = (r: ModelRequest) => r.messages.map((m) => m.id)
+    expect(reqs).toHaveLength(3)
+    expect(ids(reqs[1]!)).toEqual(["A", am.data && (am.data as Loose).message.id, "B"])
+    expect(ids(reqs[2]!)).toEqual(["SUM", "B"])
+  })
 })
 
 describe("4.5 Q2: header tools", () => {
-  it.scoped("4.5 Q2: tools are sorted by name in code-unit order; a tool registered between steps logs RH(change)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const tools = yield* Tools
-      const testScope = yield* Scope.make()
-      const reg = Tool.make("reg", {
-        description: "r", parameters: empty,
-        execute: () => Effect.as(Scope.extend(tools.register(okTool("B")), testScope), "registered")
-      })
-      yield* tools.register(reg)
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const headers = yield* dataOfType("request/header")
-      expect(headers.map((h) => h.reason)).toEqual(["initial", "change"])
-      expect(headers[0]!.header.tools.map((t: Loose) => t.name)).toEqual(["_a", "b", "reg"])
-      expect(headers[1]!.header.tools.map((t: Loose) => t.name)).toEqual(["B", "_a", "b", "reg"])
-      expect((yield* requests)[1]!.tools.map((t) => t.name)).toEqual(["B", "_a", "b", "reg"])
-      yield* Scope.close(testScope, Exit.void)
-    }).pipe(Effect.provide(scenario([calls(["c1", "reg"]), ScriptedModel.text("done")], { tools: [okTool("b"), okTool("_a")] }))))
+  agentTest("4.5 Q2: tools are sorted by name in code-unit order; a tool registered between steps logs RH(change)", scenario([calls(["c1", "reg"]), ScriptedModel.text("done")], { tools: [okTool("b"), okTool("_a")] }), function*({ driver }) {
+    const tools = yield* Tools
+    const testScope = yield* Scope.make()
+    const reg = Tool.make("reg", {
+      description: "r", parameters: empty,
+      execute: () => Effect.as(Scope.extend(tools.register(okTool("B")), testScope), "registered")
+    })
+    yield* tools.register(reg)
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const headers = yield* dataOfType("request/header")
+    expect(headers.map((h) => h.reason)).toEqual(["initial", "change"])
+    expect(headers[0]!.header.tools.map((t: Loose) => t.name)).toEqual(["_a", "b", "reg"])
+    expect(headers[1]!.header.tools.map((t: Loose) => t.name)).toEqual(["B", "_a", "b", "reg"])
+    expect((yield* requests)[1]!.tools.map((t) => t.name)).toEqual(["B", "_a", "b", "reg"])
+    yield* Scope.close(testScope, Exit.void)
+  })
 
-  it.scoped("4.4/7.3: an inject made during step 1's pre-step misses step 1's request and enters step 2", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const pre = yield* PreStep
-      yield* pre.register((input, next) => input.step === 1 ? Effect.zipRight(Effect.orDie(driver.inject(user("I"))), next()) : next())
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const reqs = yield* requests
-      expect(reqs.map((r) => r.messages.filter((m) => m.role === "user" && m.source.kind !== "tool").map((m) => m.id))).toEqual([["A"], ["A", "I"]])
-      const s = yield* shape
-      expect(s.slice(s.indexOf("SE(1,1)"), s.indexOf("SE(1,1)") + 4)).toEqual(["SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", "UM(I)"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("4.4/7.3: an inject made during step 1's pre-step misses step 1's request and enters step 2", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, preStep: pre }) {
+    yield* pre.register((input, next) => input.step === 1 ? Effect.zipRight(Effect.orDie(driver.inject(user("I"))), next()) : next())
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const reqs = yield* requests
+    expect(reqs.map((r) => r.messages.filter((m) => m.role === "user" && m.source.kind !== "tool").map((m) => m.id))).toEqual([["A"], ["A", "I"]])
+    const s = yield* shape
+    expect(s.slice(s.indexOf("SE(1,1)"), s.indexOf("SE(1,1)") + 4)).toEqual(["SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", "UM(I)"])
+  })
 })
 
 describe("4.5 / 5.1 D6: an unloggable Retry delay", () => {
@@ -310,22 +294,18 @@ describe("4.5 requests", () => {
       agent: { system: "sys", maxTokens: 100, temperature: 0.5 }
     }))))
 
-  it.scoped("4.5 Q5: a stream that ends without finish gets a synthetic finish error NO_FINISH", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,error(NO_FINISH))"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 0, text: "x" }])]))))
+  agentTest("4.5 Q5: a stream that ends without finish gets a synthetic finish error NO_FINISH", scenario([ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 0, text: "x" }])]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,error(NO_FINISH))"])
+  })
 
-  it.scoped("4.5 Q5: a delta for an unopened index gives MALFORMED_STREAM and is not logged", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.slice(-5)).toEqual(["RH(initial)", "CH(block-start)", "CH(finish error)", "SE(1,1)", "TE(1,error(MALFORMED_STREAM))"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 3, text: "x" }, { type: "finish", finish: { kind: "stop" } }])]))))
+  agentTest("4.5 Q5: a delta for an unopened index gives MALFORMED_STREAM and is not logged", scenario([ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 3, text: "x" }, { type: "finish", finish: { kind: "stop" } }])]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.slice(-5)).toEqual(["RH(initial)", "CH(block-start)", "CH(finish error)", "SE(1,1)", "TE(1,error(MALFORMED_STREAM))"])
+  })
 
   it.scoped("4.5: a listener's Retry is logged with the rounded delay and slept on the Clock; retryAfterMs raises the default delay", () =>
     Effect.gen(function*() {
@@ -363,36 +343,31 @@ describe("4.5 requests", () => {
       ScriptedModel.fail({ message: "z", code: "WEIRD", status: 400 })
     ]))))
 
-  it.scoped("3.10/6.2: every event time is the Clock time at commit", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* TestClock.adjust("3 seconds")
-      yield* driver.inject(plugin("C"))
-      yield* TestClock.adjust("2 seconds")
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const times = (yield* events).map((e) => e.time)
-      expect(times[0]).toBe(3000)
-      expect(times.slice(1).every((t) => t === 5000)).toBe(true)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("3.10/6.2: every event time is the Clock time at commit", scenario([ScriptedModel.text("a")]), function*({ driver }) {
+    yield* TestClock.adjust("3 seconds")
+    yield* driver.inject(plugin("C"))
+    yield* TestClock.adjust("2 seconds")
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const times = (yield* events).map((e) => e.time)
+    expect(times[0]).toBe(3000)
+    expect(times.slice(1).every((t) => t === 5000)).toBe(true)
+  })
 
-  it.scoped("3.10: live order of a wake and the stream of the log replays then follows", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const live = yield* recordLive
-      yield* driver.inject(plugin("C"))
-      const seen = yield* Ref.make<ReadonlyArray<number>>([])
-      yield* Effect.forkScoped(Stream.runForEach(log.stream(1), (e) => Ref.update(seen, (a) => [...a, e.seq])))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* settle
-      const total = (yield* events).length
-      expect(yield* Ref.get(seen)).toEqual(Array.from({ length: total - 1 }, (_, i) => i + 1))
-      expect((yield* live).map(liveNotation)).toEqual([
-        "inserted(C)", "inserted(A)", "status(running)", "claimed(C,1)", "claimed(A,1)", "status(idle)"
-      ])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  agentTest("3.10: live order of a wake and the stream of the log replays then follows", scenario([ScriptedModel.text("a")]), function*({ driver, log }) {
+    const live = yield* recordLive
+    yield* driver.inject(plugin("C"))
+    const seen = yield* Ref.make<ReadonlyArray<number>>([])
+    yield* Effect.forkScoped(Stream.runForEach(log.stream(1), (e) => Ref.update(seen, (a) => [...a, e.seq])))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* settle
+    const total = (yield* events).length
+    expect(yield* Ref.get(seen)).toEqual(Array.from({ length: total - 1 }, (_, i) => i + 1))
+    expect((yield* live).map(liveNotation)).toEqual([
+      "inserted(C)", "inserted(A)", "status(running)", "claimed(C,1)", "claimed(A,1)", "status(idle)"
+    ])
+  })
 })
 
 describe("4.5 Q1 seed on resume", () => {
@@ -455,19 +430,17 @@ describe("4.5 Q2/Q3 / 8.8: the ModelRequest of each step", () => {
       agent: { model: { provider: "p", model: "m" }, system: "be brief", maxTokens: 100, temperature: 0 }
     }))))
 
-  it.scoped("4.5 Q3: absent optional config fields are absent keys of the request and of the header", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const [r] = yield* requests
-      expect("system" in r!).toBe(false)
-      expect("maxTokens" in r!).toBe(false)
-      expect("temperature" in r!).toBe(false)
-      const [rh] = yield* dataOfType("request/header")
-      expect(Object.keys(rh!.header).sort()).toEqual(["model", "provider", "tools"])
-      expect(rh!.header.tools).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("4.5 Q3: absent optional config fields are absent keys of the request and of the header", scenario([ScriptedModel.text("ok")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const [r] = yield* requests
+    expect("system" in r!).toBe(false)
+    expect("maxTokens" in r!).toBe(false)
+    expect("temperature" in r!).toBe(false)
+    const [rh] = yield* dataOfType("request/header")
+    expect(Object.keys(rh!.header).sort()).toEqual(["model", "provider", "tools"])
+    expect(rh!.header.tools).toEqual([])
+  })
 
   it.scoped("4.5/2.8: step 2 sees the assistant message (reasoning, text, tool call, replayState), the tool result and the tool's context", () =>
     Effect.gen(function*() {
@@ -563,33 +536,29 @@ describe("4.5 Q2/Q3 / 8.8: the ModelRequest of each step", () => {
       ScriptedModel.text("ok")
     ]))))
 
-  it.scoped("7.4/4.5: an interrupted prefix is sent to the model in the next turn; the failed attempt's text is not", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as Loose).chunk.type === "text-delta")
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* closeOut).toEqual([])
-      yield* driver.followup(user("B"))
-      expect(yield* closeOut).toEqual([])
-      const reqs = yield* requests
-      const m = reqs[1]!.messages
-      expect(m.map((x) => x.role)).toEqual(["user", "assistant", "user"])
-      expect(m[1]!.content).toEqual([{ type: "text", text: "partial" }])
-      expect(m[1]!.source).toEqual({ kind: "model", provider: "p", model: "m" })
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "partial" }), ScriptedModel.text("ok")]))))
+  agentTest("7.4/4.5: an interrupted prefix is sent to the model in the next turn; the failed attempt's text is not", scenario([ScriptedModel.hang({ text: "partial" }), ScriptedModel.text("ok")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as Loose).chunk.type === "text-delta")
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* closeOut).toEqual([])
+    yield* driver.followup(user("B"))
+    expect(yield* closeOut).toEqual([])
+    const reqs = yield* requests
+    const m = reqs[1]!.messages
+    expect(m.map((x) => x.role)).toEqual(["user", "assistant", "user"])
+    expect(m[1]!.content).toEqual([{ type: "text", text: "partial" }])
+    expect(m[1]!.source).toEqual({ kind: "model", provider: "p", model: "m" })
+  })
 
-  it.scoped("4.4/4.5: an injected context and the prompt reach the request verbatim (ids and sources kept)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.inject(plugin("P1", "context"))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const [r] = yield* requests
-      expect(r!.messages).toHaveLength(2)
-      expect(r!.messages).toContainEqual(plugin("P1", "context"))
-      expect(r!.messages).toContainEqual(user("A"))
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("4.4/4.5: an injected context and the prompt reach the request verbatim (ids and sources kept)", scenario([ScriptedModel.text("ok")]), function*({ driver }) {
+    yield* driver.inject(plugin("P1", "context"))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const [r] = yield* requests
+    expect(r!.messages).toHaveLength(2)
+    expect(r!.messages).toContainEqual(plugin("P1", "context"))
+    expect(r!.messages).toContainEqual(user("A"))
+  })
 })
 
 describe("4.5 Q1 / 8.7: onRequest", () => {
@@ -624,28 +593,25 @@ describe("4.5 Q1 / 8.7: onRequest", () => {
       agent: { model: { provider: "p", model: "m" }, system: "S", maxTokens: 10, temperature: 0.5 }
     }))))
 
-  it.scoped("4.5 Q1/Q7: onRequest runs again for a retry with attempt 2; an unchanged config logs no second RH", () =>
-    Effect.gen(function*() {
-      const hooks = yield* Hooks
-      const driver = yield* Driver
-      const attempts: Array<number> = []
-      yield* hooks.onRequest((input, next) => Effect.zipRight(Effect.sync(() => attempts.push(input.attempt)), next()))
-      yield* hooks.onRequestError(() => Effect.succeed(RequestErrorAction.retry(Duration.millis(0))))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(attempts).toEqual([1, 2])
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(finish error)", "RT(1)",
-        "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
-      ])
-      const reqs = yield* requests
-      expect(reqs.map((r) => r.attempt)).toEqual([1, 2])
-      expect(reqs[1]!.messages).toEqual(reqs[0]!.messages)
-      expect((yield* dataOfType("llm/retry"))[0]).toEqual({
-        turn: 1, step: 1, attempt: 1, delayMs: 0, failure: { message: "nope", code: "WHATEVER" }
-      })
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "nope", code: "WHATEVER" }), ScriptedModel.text("ok")]))))
+  agentTest("4.5 Q1/Q7: onRequest runs again for a retry with attempt 2; an unchanged config logs no second RH", scenario([ScriptedModel.fail({ message: "nope", code: "WHATEVER" }), ScriptedModel.text("ok")]), function*({ hooks, driver }) {
+    const attempts: Array<number> = []
+    yield* hooks.onRequest((input, next) => Effect.zipRight(Effect.sync(() => attempts.push(input.attempt)), next()))
+    yield* hooks.onRequestError(() => Effect.succeed(RequestErrorAction.retry(Duration.millis(0))))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(attempts).toEqual([1, 2])
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
+      "CH(finish error)", "RT(1)",
+      "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+    ])
+    const reqs = yield* requests
+    expect(reqs.map((r) => r.attempt)).toEqual([1, 2])
+    expect(reqs[1]!.messages).toEqual(reqs[0]!.messages)
+    expect((yield* dataOfType("llm/retry"))[0]).toEqual({
+      turn: 1, step: 1, attempt: 1, delayMs: 0, failure: { message: "nope", code: "WHATEVER" }
+    })
+  })
 })
 
 describe("4.5 D10 / 8.7: request-error recovery", () => {
@@ -668,33 +634,30 @@ describe("4.5 D10 / 8.7: request-error recovery", () => {
     [{ message: "m", code: "OVERLOADED", retryable: false }, "Fail"],
     [{ message: "m", code: "X", status: 503, retryable: false }, "Fail"]
   ]
-  it.scoped("4.5 D10: the default policy retries exactly the retryable failures; the listener sees the failure verbatim", () =>
-    Effect.gen(function*() {
-      const hooks = yield* Hooks
-      const driver = yield* Driver
-      const seen: Array<{ input: Loose; tag: string; delay?: number }> = []
-      yield* hooks.onRequestError((input, next) =>
-        Effect.map(next(), (action) => {
-          seen.push({ input, tag: action._tag, ...(action._tag === "Retry" ? { delay: Duration.toMillis(action.delay) } : {}) })
-          return RequestErrorAction.fail
-        })
-      )
-      for (let i = 0; i < cases.length; i++) {
-        yield* driver.followup(user(`q${i}`))
-        yield* driver.whenIdle
+  agentTest("4.5 D10: the default policy retries exactly the retryable failures; the listener sees the failure verbatim", scenario(cases.map(([failure]) => ScriptedModel.fail(failure))), function*({ hooks, driver }) {
+    const seen: Array<{ input: Loose; tag: string; delay?: number }> = []
+    yield* hooks.onRequestError((input, next) =>
+      Effect.map(next(), (action) => {
+        seen.push({ input, tag: action._tag, ...(action._tag === "Retry" ? { delay: Duration.toMillis(action.delay) } : {}) })
+        return RequestErrorAction.fail
+      })
+    )
+    for (let i = 0; i < cases.length; i++) {
+      yield* driver.followup(user(`q${i}`))
+      yield* driver.whenIdle
+    }
+    expect(yield* closeOut).toEqual([])
+    expect(seen.map((s) => s.tag)).toEqual(cases.map(([, tag]) => tag))
+    expect(seen.map((s) => s.input)).toEqual(cases.map(([failure], i) => ({ sessionId: "s", turn: i + 1, step: 1, attempt: 1, failure })))
+    for (const s of seen) {
+      if (s.tag === "Retry") {
+        expect(s.delay!).toBeGreaterThanOrEqual(800)
+        expect(s.delay!).toBeLessThanOrEqual(1200)
       }
-      expect(yield* closeOut).toEqual([])
-      expect(seen.map((s) => s.tag)).toEqual(cases.map(([, tag]) => tag))
-      expect(seen.map((s) => s.input)).toEqual(cases.map(([failure], i) => ({ sessionId: "s", turn: i + 1, step: 1, attempt: 1, failure })))
-      for (const s of seen) {
-        if (s.tag === "Retry") {
-          expect(s.delay!).toBeGreaterThanOrEqual(800)
-          expect(s.delay!).toBeLessThanOrEqual(1200)
-        }
-      }
-      expect(yield* dataOfType("llm/retry")).toEqual([])
-      expect((yield* reasons).map((r) => r.error)).toEqual(cases.map(([failure]) => failure))
-    }).pipe(Effect.provide(scenario(cases.map(([failure]) => ScriptedModel.fail(failure))))))
+    }
+    expect(yield* dataOfType("llm/retry")).toEqual([])
+    expect((yield* reasons).map((r) => r.error)).toEqual(cases.map(([failure]) => failure))
+  })
 
   it.scoped("4.5 D10: attempt 2 backs off 2 s (jittered), attempt 3 is never retried; the listener's own Retry is what the loop logs", () =>
     Effect.gen(function*() {
@@ -760,25 +723,20 @@ describe("4.5 D10 / 8.7: request-error recovery", () => {
       ScriptedModel.text("ok")
     ]))))
 
-  it.scoped("4.5/4.7: an onRequestError failure is a turn failure mapped to {message, code}; no retry is logged", () =>
-    Effect.gen(function*() {
-      const hooks = yield* Hooks
-      const driver = yield* Driver
-      yield* hooks.onRequestError(() => Effect.fail({ message: "hook broke", code: "HOOKX" }))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "hook broke", code: "HOOKX" } }])
-      expect(yield* dataOfType("llm/retry")).toEqual([])
-      expect(yield* requests).toHaveLength(1)
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "m", code: "OVERLOADED" }), ScriptedModel.text("ok")]))))
+  agentTest("4.5/4.7: an onRequestError failure is a turn failure mapped to {message, code}; no retry is logged", scenario([ScriptedModel.fail({ message: "m", code: "OVERLOADED" }), ScriptedModel.text("ok")]), function*({ hooks, driver }) {
+    yield* hooks.onRequestError(() => Effect.fail({ message: "hook broke", code: "HOOKX" }))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "hook broke", code: "HOOKX" } }])
+    expect(yield* dataOfType("llm/retry")).toEqual([])
+    expect(yield* requests).toHaveLength(1)
+  })
 
-  it.scoped("4.5 Q5: a stream failure with a ModelError is logged as a synthetic error finish carrying its failure verbatim", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const chunks = (yield* dataOfType("assistant/chunk")).map((d) => d.chunk)
-      expect(chunks).toEqual([{ type: "finish", finish: { kind: "error", failure: { message: "gone", code: "UNKNOWN" } } }])
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "gone", code: "UNKNOWN" } }])
-    }).pipe(Effect.provide(scenario([ScriptedModel.die("gone")]))))
+  agentTest("4.5 Q5: a stream failure with a ModelError is logged as a synthetic error finish carrying its failure verbatim", scenario([ScriptedModel.die("gone")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const chunks = (yield* dataOfType("assistant/chunk")).map((d) => d.chunk)
+    expect(chunks).toEqual([{ type: "finish", finish: { kind: "error", failure: { message: "gone", code: "UNKNOWN" } } }])
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "gone", code: "UNKNOWN" } }])
+  })
 })

@@ -8,7 +8,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream, TestClock } from "effect"
 import { AgentBusy, CancelCause, checkLog, deriveMessages, Driver, Hooks, Inbox, MemoryStoreControl, PersistenceError, PreStep, PreStepDecision, ScriptedModel, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
-import { agentOver, events, gate, idleAndChecked, liveNotation, notation, open, pending, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, STEP_A, TEXT, toolResponse, until, user } from "./harness.js"
+import { agentOver, agentTest, events, gate, idleAndChecked, liveNotation, notation, open, pending, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, STEP_A, TEXT, toolResponse, until, user } from "./harness.js"
 import type { Context } from "effect"
 import type { PreStepInput, ToolContext } from "../../src/index.js"
 import { empty } from "./toolFixtures.js"
@@ -579,75 +579,68 @@ describe("cancel around the boundary (SPEC 3.4, 4.3, 7.2 K8-K10, 7.6)", () => {
       }).pipe(Effect.provide(scenario([toolStep("c1"), ScriptedModel.text("replay")], { tools: [t] })))
     }))
 
-  it.scoped("K9: a turn-stopping listener injects, then cancels (keepInbox): the boundary claims nothing, the injection stays pending", () =>
-    Effect.gen(function*() {
-      const I = plugin("I")
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onTurnStopping(() =>
-        Effect.orDie(Effect.zipRight(driver.inject(I), driver.cancel(CancelCause.hook("stop"), { keepInbox: true }))))
-      const notes = yield* live
-      yield* driver.followup(A)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[I])", "TE(1,aborted(hook))"])
-      expect(yield* pending).toEqual({ nt: [], ns: ["I"] })
-      expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(I)", "status(idle)"])
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("never")]))))
+  agentTest("K9: a turn-stopping listener injects, then cancels (keepInbox): the boundary claims nothing, the injection stays pending", scenario([ScriptedModel.text("one"), ScriptedModel.text("never")]), function*() {
+    const I = plugin("I")
+    const driver = yield* Driver
+    const hooks = yield* Hooks
+    yield* hooks.onTurnStopping(() =>
+      Effect.orDie(Effect.zipRight(driver.inject(I), driver.cancel(CancelCause.hook("stop"), { keepInbox: true }))))
+    const notes = yield* live
+    yield* driver.followup(A)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[I])", "TE(1,aborted(hook))"])
+    expect(yield* pending).toEqual({ nt: [], ns: ["I"] })
+    expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(I)", "status(idle)"])
+    yield* idleAndChecked
+  })
 })
 
 describe("turn-stopping input claimed through the transaction, then a direct step/start (SPEC 4.3 steps 6-7, 4.7)", () => {
   for (const verb of ["steer", "followup"] as const) {
-    it.scoped(`a turn-stopping listener's ${verb}: ${verb === "steer" ? "claimed at the boundary, a second step opens directly" : "the turn closes and the chain continues"}`, () =>
-      Effect.gen(function*() {
-        const driver = yield* Driver
-        const hooks = yield* Hooks
-        const stopping = yield* Ref.make<ReadonlyArray<string>>([])
-        const X = user("X")
-        yield* hooks.onTurnStopping((input) =>
-          Effect.zipRight(
-            Ref.update(stopping, (a) => [...a, `${input.turn}.${input.step}`]),
-            input.turn === 1 && input.step === 1
-              ? Effect.orDie(verb === "steer" ? driver.steer(X) : driver.followup(X))
-              : Effect.void
-          ))
-        const notes = yield* live
-        const status = yield* recordStatus
-        yield* driver.followup(A)
-        yield* driver.whenIdle
-        if (verb === "followup") {
-          expect(yield* shape).toEqual([
-            ...STEP_A, ...TEXT, "SE(1,1)", "INS(nt,0,[X])", "TE(1,completed)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(X)",
-            ...TEXT, "SE(2,1)", "TE(2,completed)"
-          ])
-          expect(yield* Ref.get(stopping)).toEqual(["1.1", "2.1"])
-          expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "claimed(X,2)", "status(idle)"])
-        } else {
-          expect(yield* shape).toEqual([
-            ...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[X])", "CLM(ns,0,1)", "SS(1,2)", "UM(X)", ...TEXT, "SE(1,2)",
-            "TE(1,completed)"
-          ])
-          expect(yield* Ref.get(stopping)).toEqual(["1.1", "1.2"])
-          expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "claimed(X,1)", "status(idle)"])
-        }
-        expect(yield* status).toEqual(["idle", "running", "idle"])
-        yield* idleAndChecked
-      }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
-  }
-
-  it.scoped("a turn-stopping listener's inject after a max-tokens step: claimed, a second step opens directly, max-tokens stays sticky", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onTurnStopping((input) => input.step === 1 ? Effect.orDie(driver.inject(plugin("X"))) : Effect.void)
+    agentTest(`a turn-stopping listener's ${verb}: ${verb === "steer" ? "claimed at the boundary, a second step opens directly" : "the turn closes and the chain continues"}`, scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, hooks }) {
+      const stopping = yield* Ref.make<ReadonlyArray<string>>([])
+      const X = user("X")
+      yield* hooks.onTurnStopping((input) =>
+        Effect.zipRight(
+          Ref.update(stopping, (a) => [...a, `${input.turn}.${input.step}`]),
+          input.turn === 1 && input.step === 1
+            ? Effect.orDie(verb === "steer" ? driver.steer(X) : driver.followup(X))
+            : Effect.void
+        ))
+      const notes = yield* live
+      const status = yield* recordStatus
       yield* driver.followup(A)
       yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...STEP_A, "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish max-tokens)", "AM", "SE(1,1)",
-        "INS(ns,0,[X])", "CLM(ns,0,1)", "SS(1,2)", "UM(X)", ...TEXT, "SE(1,2)", "TE(1,max-tokens)"
-      ])
+      if (verb === "followup") {
+        expect(yield* shape).toEqual([
+          ...STEP_A, ...TEXT, "SE(1,1)", "INS(nt,0,[X])", "TE(1,completed)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(X)",
+          ...TEXT, "SE(2,1)", "TE(2,completed)"
+        ])
+        expect(yield* Ref.get(stopping)).toEqual(["1.1", "2.1"])
+        expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "claimed(X,2)", "status(idle)"])
+      } else {
+        expect(yield* shape).toEqual([
+          ...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[X])", "CLM(ns,0,1)", "SS(1,2)", "UM(X)", ...TEXT, "SE(1,2)",
+          "TE(1,completed)"
+        ])
+        expect(yield* Ref.get(stopping)).toEqual(["1.1", "1.2"])
+        expect(yield* notes).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "claimed(X,1)", "status(idle)"])
+      }
+      expect(yield* status).toEqual(["idle", "running", "idle"])
       yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.response({ text: "cut", finish: "max-tokens" }), ScriptedModel.text("two")]))))
+    })
+  }
+
+  agentTest("a turn-stopping listener's inject after a max-tokens step: claimed, a second step opens directly, max-tokens stays sticky", scenario([ScriptedModel.response({ text: "cut", finish: "max-tokens" }), ScriptedModel.text("two")]), function*({ driver, hooks }) {
+    yield* hooks.onTurnStopping((input) => input.step === 1 ? Effect.orDie(driver.inject(plugin("X"))) : Effect.void)
+    yield* driver.followup(A)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish max-tokens)", "AM", "SE(1,1)",
+      "INS(ns,0,[X])", "CLM(ns,0,1)", "SS(1,2)", "UM(X)", ...TEXT, "SE(1,2)", "TE(1,max-tokens)"
+    ])
+    yield* idleAndChecked
+  })
 })
 
 describe("poison and disposal around the boundary (SPEC 3.7, 6.3, 7.2 K14-K15)", () => {

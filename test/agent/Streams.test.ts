@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Ref, Schema, Scope, Stream, TestClock } from "effect"
 import { Agent, CancelCause, checkLog, Driver, Hooks, LlmFailure as LlmFailureSchema, Model, ModelError, RequestErrorAction, RequestHeader as RequestHeaderSchema, ScriptedModel, SessionId, SessionLog, SessionStore, StreamChunk as StreamChunkSchema, Tool, Tools, ToolSchema as ToolSchemaSchema } from "../../src/index.js"
-import { agentOver, closeOut, dataOfType, events, gate, open, reasons, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
+import { agentOver, agentTest, closeOut, dataOfType, events, gate, open, reasons, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
 import type { ModelRequest, SessionEvent, StreamChunk } from "../../src/index.js"
 import { calls, empty, okTool } from "./toolFixtures.js"
 
@@ -157,108 +157,92 @@ describe("4.5 stream order and tools order", () => {
     ]))))
 
   const mk = (name: string) => Tool.make(name, { description: name, parameters: empty, execute: () => Effect.succeed(name) })
-  it.scoped("4.5 Q2: the header's tools are sorted by name in code-unit order", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* requests)[0]!.tools.map((t) => t.name)).toEqual(["B", "_x", "a", "b"])
-      expect((yield* dataOfType("request/header"))[0]!.header.tools.map((t: any) => t.name)).toEqual(["B", "_x", "a", "b"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")], { tools: [mk("b"), mk("a"), mk("_x"), mk("B")] }))))
+  agentTest("4.5 Q2: the header's tools are sorted by name in code-unit order", scenario([ScriptedModel.text("ok")], { tools: [mk("b"), mk("a"), mk("_x"), mk("B")] }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* requests)[0]!.tools.map((t) => t.name)).toEqual(["B", "_x", "a", "b"])
+    expect((yield* dataOfType("request/header"))[0]!.header.tools.map((t: any) => t.name)).toEqual(["B", "_x", "a", "b"])
+  })
 })
 
 // ---------------------------------------------------------------------------------------------------
 describe("4.5: steps", () => {
-  it.scoped("4.5 Q1: a later request's seed is the config of the last logged header (a hook's change carries over, no RH(change))", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const seeds: Array<Loose> = []
-      yield* hooks.onRequest((input, next) =>
-        Effect.gen(function*() {
-          seeds.push({ step: input.step, config: input.config, frozen: Object.isFrozen(input.config) })
-          const config = yield* next()
-          return input.step === 1 ? { ...config, model: "m2", temperature: 0.5 } : config
-        })
-      )
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(seeds).toEqual([
-        { step: 1, config: { provider: "p", model: "m" }, frozen: true },
-        { step: 2, config: { provider: "p", model: "m2", temperature: 0.5 }, frozen: true }
-      ])
-      expect((yield* shape).filter((x) => x.startsWith("RH"))).toEqual(["RH(initial)"])
-      expect((yield* requests).map((r) => [r.model, r.temperature])).toEqual([["m2", 0.5], ["m2", 0.5]])
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("done")], { tools: [okTool("t")] }))))
+  agentTest("4.5 Q1: a later request's seed is the config of the last logged header (a hook's change carries over, no RH(change))", scenario([calls(["c1", "t"]), ScriptedModel.text("done")], { tools: [okTool("t")] }), function*({ driver, hooks }) {
+    const seeds: Array<Loose> = []
+    yield* hooks.onRequest((input, next) =>
+      Effect.gen(function*() {
+        seeds.push({ step: input.step, config: input.config, frozen: Object.isFrozen(input.config) })
+        const config = yield* next()
+        return input.step === 1 ? { ...config, model: "m2", temperature: 0.5 } : config
+      })
+    )
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(seeds).toEqual([
+      { step: 1, config: { provider: "p", model: "m" }, frozen: true },
+      { step: 2, config: { provider: "p", model: "m2", temperature: 0.5 }, frozen: true }
+    ])
+    expect((yield* shape).filter((x) => x.startsWith("RH"))).toEqual(["RH(initial)"])
+    expect((yield* requests).map((r) => [r.model, r.temperature])).toEqual([["m2", 0.5], ["m2", 0.5]])
+  })
 
-  it.scoped("4.5 Q1: provider or model missing after onRequest → error(NO_ROUTE), no request/header, no dispatch", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      let offered = 0
-      yield* hooks.onRequest(() => Effect.succeed({ provider: "p" }))
-      yield* hooks.onRequestError((_, next) => Effect.zipRight(Effect.sync(() => offered++), next()))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["NO_ROUTE"])
-      expect((yield* shape).slice(-3)).toEqual(["UM(A)", "SE(1,1)", "TE(1,error(NO_ROUTE))"])
-      expect(yield* requests).toHaveLength(0)
-      expect(offered).toBe(0)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("4.5 Q1: provider or model missing after onRequest → error(NO_ROUTE), no request/header, no dispatch", scenario([ScriptedModel.text("never")]), function*({ driver, hooks }) {
+    let offered = 0
+    yield* hooks.onRequest(() => Effect.succeed({ provider: "p" }))
+    yield* hooks.onRequestError((_, next) => Effect.zipRight(Effect.sync(() => offered++), next()))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["NO_ROUTE"])
+    expect((yield* shape).slice(-3)).toEqual(["UM(A)", "SE(1,1)", "TE(1,error(NO_ROUTE))"])
+    expect(yield* requests).toHaveLength(0)
+    expect(offered).toBe(0)
+  })
 
-  it.scoped("4.5: an onRequest failure is a turn failure not offered to request-error recovery", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      let offered = 0
-      yield* hooks.onRequest(() => Effect.fail({ message: "cfg", code: "CFG" }))
-      yield* hooks.onRequestError((_, next) => Effect.zipRight(Effect.sync(() => offered++), next()))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "cfg", code: "CFG" } }])
-      expect(offered).toBe(0)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("4.5: an onRequest failure is a turn failure not offered to request-error recovery", scenario([ScriptedModel.text("never")]), function*({ driver, hooks }) {
+    let offered = 0
+    yield* hooks.onRequest(() => Effect.fail({ message: "cfg", code: "CFG" }))
+    yield* hooks.onRequestError((_, next) => Effect.zipRight(Effect.sync(() => offered++), next()))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "cfg", code: "CFG" } }])
+    expect(offered).toBe(0)
+  })
 
-  it.scoped("4.5 Q2/Q6: a retry whose onRequest changes the config logs RH(change); attempt 2 chunks/AM carry attempt 2 and AM cites only them", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequest((input, next) => Effect.map(next(), (c) => input.attempt === 2 ? { ...c, temperature: 0.7 } : c))
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      yield* TestClock.adjust("2 seconds")
-      expect(yield* closeOut).toEqual([])
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "CH(finish error)", "RT(1)",
-        "RH(change)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
-      ])
-      const es = yield* events
-      const a2 = es.filter((e) => e.type === "assistant/chunk" && (e.data as Loose).attempt === 2).map((e) => e.seq)
-      expect(a2).toHaveLength(4)
-      const am = es.find((e) => e.type === "assistant/message")!
-      expect((am.data as Loose).attempt).toBe(2)
-      expect((am as Loose).sourceEventSeqs).toEqual(a2)
-      expect((yield* requests).map((r) => [r.attempt, r.temperature])).toEqual([[1, undefined], [2, 0.7]])
-      const retry = (yield* dataOfType("llm/retry"))[0]!
-      expect(retry).toMatchObject({ turn: 1, step: 1, attempt: 1, failure: { message: "busy", code: "OVERLOADED" } })
-      expect(retry.delayMs).toBeGreaterThanOrEqual(800)
-      expect(retry.delayMs).toBeLessThanOrEqual(1200)
-      expect(Number.isInteger(retry.delayMs)).toBe(true)
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "busy", code: "OVERLOADED" }), ScriptedModel.text("ok")]))))
+  agentTest("4.5 Q2/Q6: a retry whose onRequest changes the config logs RH(change); attempt 2 chunks/AM carry attempt 2 and AM cites only them", scenario([ScriptedModel.fail({ message: "busy", code: "OVERLOADED" }), ScriptedModel.text("ok")]), function*({ driver, hooks }) {
+    yield* hooks.onRequest((input, next) => Effect.map(next(), (c) => input.attempt === 2 ? { ...c, temperature: 0.7 } : c))
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    yield* TestClock.adjust("2 seconds")
+    expect(yield* closeOut).toEqual([])
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "CH(finish error)", "RT(1)",
+      "RH(change)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+    ])
+    const es = yield* events
+    const a2 = es.filter((e) => e.type === "assistant/chunk" && (e.data as Loose).attempt === 2).map((e) => e.seq)
+    expect(a2).toHaveLength(4)
+    const am = es.find((e) => e.type === "assistant/message")!
+    expect((am.data as Loose).attempt).toBe(2)
+    expect((am as Loose).sourceEventSeqs).toEqual(a2)
+    expect((yield* requests).map((r) => [r.attempt, r.temperature])).toEqual([[1, undefined], [2, 0.7]])
+    const retry = (yield* dataOfType("llm/retry"))[0]!
+    expect(retry).toMatchObject({ turn: 1, step: 1, attempt: 1, failure: { message: "busy", code: "OVERLOADED" } })
+    expect(retry.delayMs).toBeGreaterThanOrEqual(800)
+    expect(retry.delayMs).toBeLessThanOrEqual(1200)
+    expect(Number.isInteger(retry.delayMs)).toBe(true)
+  })
 
-  it.scoped("4.5 D10: retryAfterMs floors the delay; the retry sleeps exactly delayMs on the Clock", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      expect((yield* dataOfType("llm/retry"))[0]!.delayMs).toBe(5000)
-      yield* TestClock.adjust(4999)
-      yield* settle
-      expect(yield* requests).toHaveLength(1)
-      yield* TestClock.adjust(1)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* requests).toHaveLength(2)
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "slow", code: "X", status: 429, retryAfterMs: 5000 }), ScriptedModel.text("ok")]))))
+  agentTest("4.5 D10: retryAfterMs floors the delay; the retry sleeps exactly delayMs on the Clock", scenario([ScriptedModel.fail({ message: "slow", code: "X", status: 429, retryAfterMs: 5000 }), ScriptedModel.text("ok")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    expect((yield* dataOfType("llm/retry"))[0]!.delayMs).toBe(5000)
+    yield* TestClock.adjust(4999)
+    yield* settle
+    expect(yield* requests).toHaveLength(1)
+    yield* TestClock.adjust(1)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* requests).toHaveLength(2)
+  })
 
   it.scoped("4.5 D10: at most 3 attempts; the third failure fails the turn with that LlmFailure verbatim", () =>
     Effect.gen(function*() {
@@ -282,65 +266,53 @@ describe("4.5: steps", () => {
       ScriptedModel.fail({ message: "down", code: "X", status: 503, requestId: "req-1" })
     ]))))
 
-  it.scoped("4.5 D10: retryable:false wins over status 429 → no retry", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).filter((x) => x.startsWith("RT"))).toEqual([])
-      expect((yield* reasons)[0]).toEqual({ kind: "error", error: { message: "no", code: "RATE_LIMIT", status: 429, retryable: false } })
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "no", code: "RATE_LIMIT", status: 429, retryable: false })]))))
+  agentTest("4.5 D10: retryable:false wins over status 429 → no retry", scenario([ScriptedModel.fail({ message: "no", code: "RATE_LIMIT", status: 429, retryable: false })]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).filter((x) => x.startsWith("RT"))).toEqual([])
+    expect((yield* reasons)[0]).toEqual({ kind: "error", error: { message: "no", code: "RATE_LIMIT", status: 429, retryable: false } })
+  })
 
-  it.scoped("4.5: a listener's Retry is logged with the delay rounded to whole ms, and slept exactly", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequestError((input) => Effect.succeed(input.attempt === 1 ? RequestErrorAction.retry(Duration.micros(1_234_600n)) : RequestErrorAction.fail))
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      expect((yield* dataOfType("llm/retry"))[0]!.delayMs).toBe(1235)
-      yield* TestClock.adjust(1234)
-      yield* settle
-      expect(yield* requests).toHaveLength(1)
-      yield* TestClock.adjust(1)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* requests).toHaveLength(2)
-      expect((yield* reasons).map((r) => r.kind)).toEqual(["completed"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "x", code: "NOT_RETRYABLE" }), ScriptedModel.text("ok")]))))
+  agentTest("4.5: a listener's Retry is logged with the delay rounded to whole ms, and slept exactly", scenario([ScriptedModel.fail({ message: "x", code: "NOT_RETRYABLE" }), ScriptedModel.text("ok")]), function*({ driver, hooks }) {
+    yield* hooks.onRequestError((input) => Effect.succeed(input.attempt === 1 ? RequestErrorAction.retry(Duration.micros(1_234_600n)) : RequestErrorAction.fail))
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    expect((yield* dataOfType("llm/retry"))[0]!.delayMs).toBe(1235)
+    yield* TestClock.adjust(1234)
+    yield* settle
+    expect(yield* requests).toHaveLength(1)
+    yield* TestClock.adjust(1)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* requests).toHaveLength(2)
+    expect((yield* reasons).map((r) => r.kind)).toEqual(["completed"])
+  })
 
-  it.scoped("4.5: a cancel during the backoff sleep aborts the turn (no further attempt)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).slice(-3)).toEqual(["RT(1)", "SE(1,1)", "TE(1,aborted(user))"])
-      expect(yield* requests).toHaveLength(1)
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "busy", code: "OVERLOADED" }), ScriptedModel.text("ok")]))))
+  agentTest("4.5: a cancel during the backoff sleep aborts the turn (no further attempt)", scenario([ScriptedModel.fail({ message: "busy", code: "OVERLOADED" }), ScriptedModel.text("ok")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).slice(-3)).toEqual(["RT(1)", "SE(1,1)", "TE(1,aborted(user))"])
+    expect(yield* requests).toHaveLength(1)
+  })
 
-  it.scoped("4.5: a provider-side aborted finish is a failure, never a cancellation", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "provider stopped", code: "ABORTED" } }])
-      const finish = (yield* chunkData).at(-1)!
-      expect(finish).toEqual({ type: "finish", finish: { kind: "aborted", failure: { message: "provider stopped", code: "ABORTED" } } })
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "provider stopped", code: "ABORTED" }, { finish: "aborted" })]))))
+  agentTest("4.5: a provider-side aborted finish is a failure, never a cancellation", scenario([ScriptedModel.fail({ message: "provider stopped", code: "ABORTED" }, { finish: "aborted" })]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "provider stopped", code: "ABORTED" } }])
+    const finish = (yield* chunkData).at(-1)!
+    expect(finish).toEqual({ type: "finish", finish: { kind: "aborted", failure: { message: "provider stopped", code: "ABORTED" } } })
+  })
 
-  it.scoped("4.5 Q3: the request is frozen, its messages frozen and equal to the derived history", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const [r] = yield* requests
-      expect(Object.isFrozen(r)).toBe(true)
-      expect(Object.isFrozen(r!.messages)).toBe(true)
-      expect(r!.messages).toEqual((yield* log.messages).slice(0, 1))
-      expect(r).toMatchObject({ sessionId: "s", turn: 1, step: 1, attempt: 1, provider: "p", model: "m", tools: [] })
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("4.5 Q3: the request is frozen, its messages frozen and equal to the derived history", scenario([ScriptedModel.text("ok")]), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const [r] = yield* requests
+    expect(Object.isFrozen(r)).toBe(true)
+    expect(Object.isFrozen(r!.messages)).toBe(true)
+    expect(r!.messages).toEqual((yield* log.messages).slice(0, 1))
+    expect(r).toMatchObject({ sessionId: "s", turn: 1, step: 1, attempt: 1, provider: "p", model: "m", tools: [] })
+  })
 })
 
 describe("4.5 Q5/Q6: streams", () => {
@@ -400,72 +372,61 @@ describe("4.5 Q5/Q6: streams", () => {
       ["a block-start reusing an open index", { type: "block-start", index: 0, block: "reasoning" }]
     ] as const
   ) {
-    it.scoped(`4.5 Q5: malformed order (${label}) → synthetic MALFORMED_STREAM finish in its place; reading stops`, () =>
-      Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(user("A"))
-        expect(yield* closeOut).toEqual([])
-        const cs = yield* chunkData
-        expect(cs.slice(0, 2)).toEqual(textChunks.slice(0, 2))
-        expect(cs).toHaveLength(3)
-        expect(cs[2]).toMatchObject({ type: "finish", finish: { kind: "error", failure: { code: "MALFORMED_STREAM" } } })
-        expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["MALFORMED_STREAM"])
-        expect((yield* shape).filter((x) => x === "AM")).toEqual([])
-      }).pipe(Effect.provide(scenario([ScriptedModel.chunks([...textChunks.slice(0, 2), bad, ...textChunks.slice(2), stop], { then: "hang" })]))))
-  }
-
-  it.scoped("4.5 Q5: a stream that ends without a finish → synthetic finish error NO_FINISH after the logged chunks", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
+    agentTest(`4.5 Q5: malformed order (${label}) → synthetic MALFORMED_STREAM finish in its place; reading stops`, scenario([ScriptedModel.chunks([...textChunks.slice(0, 2), bad, ...textChunks.slice(2), stop], { then: "hang" })]), function*({ driver }) {
       yield* driver.followup(user("A"))
       expect(yield* closeOut).toEqual([])
       const cs = yield* chunkData
-      expect(cs.slice(0, 3)).toEqual(textChunks)
-      expect(cs[3]).toMatchObject({ type: "finish", finish: { kind: "error", failure: { code: "NO_FINISH" } } })
-      expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["NO_FINISH"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks(textChunks)]))))
+      expect(cs.slice(0, 2)).toEqual(textChunks.slice(0, 2))
+      expect(cs).toHaveLength(3)
+      expect(cs[2]).toMatchObject({ type: "finish", finish: { kind: "error", failure: { code: "MALFORMED_STREAM" } } })
+      expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["MALFORMED_STREAM"])
+      expect((yield* shape).filter((x) => x === "AM")).toEqual([])
+    })
+  }
 
-  it.scoped("4.5 Q6: a lone stop finish gives an AM with empty content citing the finish chunk", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const es = yield* events
-      const ch = es.find((e) => e.type === "assistant/chunk")!
-      const am = es.find((e) => e.type === "assistant/message")!
-      expect((am.data as Loose).message.content).toEqual([])
-      expect((am as Loose).sourceEventSeqs).toEqual([ch.seq])
-      expect(am.seq).toBe(ch.seq + 1)
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([stop])]))))
+  agentTest("4.5 Q5: a stream that ends without a finish → synthetic finish error NO_FINISH after the logged chunks", scenario([ScriptedModel.chunks(textChunks)]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const cs = yield* chunkData
+    expect(cs.slice(0, 3)).toEqual(textChunks)
+    expect(cs[3]).toMatchObject({ type: "finish", finish: { kind: "error", failure: { code: "NO_FINISH" } } })
+    expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["NO_FINISH"])
+  })
 
-  it.scoped("4.5 assembler: max-tokens drops tool-call blocks and replayState; the turn ends max-tokens without tools", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      let ran = 0
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const am = (yield* dataOfType("assistant/message"))[0]!
-      expect(am.message.content).toEqual([{ type: "text", text: "t" }])
-      expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m" })
-      expect((yield* shape).filter((x) => x.startsWith("TC"))).toEqual([])
-      expect(yield* reasons).toEqual([{ kind: "max-tokens" }])
-      expect(ran).toBe(0)
-    }).pipe(Effect.provide(scenario([ScriptedModel.response({ text: "t", toolCalls: [{ id: "c1", name: "t", arguments: {} }], replayState: { r: 1 }, finish: "max-tokens" })], { tools: [okTool("t")] }))))
+  agentTest("4.5 Q6: a lone stop finish gives an AM with empty content citing the finish chunk", scenario([ScriptedModel.chunks([stop])]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const es = yield* events
+    const ch = es.find((e) => e.type === "assistant/chunk")!
+    const am = es.find((e) => e.type === "assistant/message")!
+    expect((am.data as Loose).message.content).toEqual([])
+    expect((am as Loose).sourceEventSeqs).toEqual([ch.seq])
+    expect(am.seq).toBe(ch.seq + 1)
+  })
+
+  agentTest("4.5 assembler: max-tokens drops tool-call blocks and replayState; the turn ends max-tokens without tools", scenario([ScriptedModel.response({ text: "t", toolCalls: [{ id: "c1", name: "t", arguments: {} }], replayState: { r: 1 }, finish: "max-tokens" })], { tools: [okTool("t")] }), function*({ driver }) {
+    let ran = 0
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const am = (yield* dataOfType("assistant/message"))[0]!
+    expect(am.message.content).toEqual([{ type: "text", text: "t" }])
+    expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m" })
+    expect((yield* shape).filter((x) => x.startsWith("TC"))).toEqual([])
+    expect(yield* reasons).toEqual([{ kind: "max-tokens" }])
+    expect(ran).toBe(0)
+  })
 })
 
 describe("4.5: append failures", () => {
-  it.scoped("4.5: a chunk that is not lossless JSON → error(INVALID_EVENT), not offered to onRequestError", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      let offered = 0
-      yield* hooks.onRequestError((_, next) => Effect.zipRight(Effect.sync(() => offered++), next()))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["INVALID_EVENT"])
-      expect(offered).toBe(0)
-      expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,error(INVALID_EVENT))"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([...textChunks, { type: "usage", usage: { inputTokens: Number.NaN, outputTokens: 1 } }, stop])]))))
+  agentTest("4.5: a chunk that is not lossless JSON → error(INVALID_EVENT), not offered to onRequestError", scenario([ScriptedModel.chunks([...textChunks, { type: "usage", usage: { inputTokens: Number.NaN, outputTokens: 1 } }, stop])]), function*({ driver, hooks }) {
+    let offered = 0
+    yield* hooks.onRequestError((_, next) => Effect.zipRight(Effect.sync(() => offered++), next()))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["INVALID_EVENT"])
+    expect(offered).toBe(0)
+    expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,error(INVALID_EVENT))"])
+  })
 })
 
 describe("4.5 Q8: a cause recorded after the finish transaction", () => {
@@ -479,28 +440,24 @@ describe("4.5 Q8: a cause recorded after the finish transaction", () => {
     stop
   ]
 
-  it.scoped("4.5 Q8/K7: the AM stands while the stream is still pulled; a cancel then gives ⟨TC TR⊘⟩ per call in model order", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/message")
-      yield* settle
-      expect((yield* shape).some((x) => x.startsWith("TC"))).toBe(false)
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).slice(-8)).toEqual(["CH(finish stop)", "AM", "TC(c1)", "TR⊘(c1)", "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks(toolCallChunks, { then: "hang" })], { tools: [okTool("t")] }))))
+  agentTest("4.5 Q8/K7: the AM stands while the stream is still pulled; a cancel then gives ⟨TC TR⊘⟩ per call in model order", scenario([ScriptedModel.chunks(toolCallChunks, { then: "hang" })], { tools: [okTool("t")] }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/message")
+    yield* settle
+    expect((yield* shape).some((x) => x.startsWith("TC"))).toBe(false)
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).slice(-8)).toEqual(["CH(finish stop)", "AM", "TC(c1)", "TR⊘(c1)", "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(user))"])
+  })
 
-  it.scoped("4.5 Q8/K9a: without tool calls the AM stands and the turn ends aborted", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/message")
-      yield* settle
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).slice(-4)).toEqual(["CH(finish stop)", "AM", "SE(1,1)", "TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([...textChunks, stop], { then: "hang" })]))))
+  agentTest("4.5 Q8/K9a: without tool calls the AM stands and the turn ends aborted", scenario([ScriptedModel.chunks([...textChunks, stop], { then: "hang" })]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/message")
+    yield* settle
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).slice(-4)).toEqual(["CH(finish stop)", "AM", "SE(1,1)", "TE(1,aborted(user))"])
+  })
 })
 
 describe("4.5 / 5.1 D6: chunks that are JSON but not StreamChunks", () => {
@@ -514,13 +471,11 @@ describe("4.5 / 5.1 D6: chunks that are JSON but not StreamChunks", () => {
     // violation fails the append with InvalidEvent"; 4.5 "failures … of appends (… InvalidEvent → code
     // INVALID_EVENT) are turn failures". tiller checks chunks only for lossless JSON: the chunk is logged, the
     // turn completes, and the stored log no longer loads (MalformedLog on resume).
-    it.scoped(`4.5/5.1: ${label} is refused: the turn ends error(INVALID_EVENT)`, () =>
-      Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["INVALID_EVENT"])
-      }).pipe(Effect.provide(scenario([ScriptedModel.chunks(chunks)]))))
+    agentTest(`4.5/5.1: ${label} is refused: the turn ends error(INVALID_EVENT)`, scenario([ScriptedModel.chunks(chunks)]), function*({ driver }) {
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect((yield* reasons).map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["INVALID_EVENT"])
+    })
   }
 
   // Regression test (fixed; the text says what tiller did before): SPEC 5.1 "Hence a log accepted live can always be loaded by an agent with the same … options (D6)".
@@ -622,24 +577,20 @@ describe("4.5 Q5 / 4.6: more", () => {
 })
 
 describe("4.5 stream failures", () => {
-  it.scoped("8.8/4.5: a failing awaitBefore fails the stream, normalised to an UNKNOWN error finish", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-3)).toEqual(["CH(finish error)", "SE(1,1)", "TE(1,error(UNKNOWN))"])
-      expect((yield* dataOfType("turn/end"))[0]!.reason.error).toEqual({ message: "gate broke", code: "UNKNOWN" })
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("x", { awaitBefore: Effect.fail(gateBroke) })]))))
+  agentTest("8.8/4.5: a failing awaitBefore fails the stream, normalised to an UNKNOWN error finish", scenario([ScriptedModel.text("x", { awaitBefore: Effect.fail(gateBroke) })]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-3)).toEqual(["CH(finish error)", "SE(1,1)", "TE(1,error(UNKNOWN))"])
+    expect((yield* dataOfType("turn/end"))[0]!.reason.error).toEqual({ message: "gate broke", code: "UNKNOWN" })
+  })
 
-  it.scoped("8.8/4.5: ScriptedModel.die ends the turn error with the ModelError's failure", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "error", error: { message: "model died", code: "UNKNOWN" } })
-      const finish = (yield* dataOfType("assistant/chunk")).at(-1)!
-      expect(finish.chunk).toEqual({ type: "finish", finish: { kind: "error", failure: { message: "model died", code: "UNKNOWN" } } })
-    }).pipe(Effect.provide(scenario([ScriptedModel.die("model died")]))))
+  agentTest("8.8/4.5: ScriptedModel.die ends the turn error with the ModelError's failure", scenario([ScriptedModel.die("model died")]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "error", error: { message: "model died", code: "UNKNOWN" } })
+    const finish = (yield* dataOfType("assistant/chunk")).at(-1)!
+    expect(finish.chunk).toEqual({ type: "finish", finish: { kind: "error", failure: { message: "model died", code: "UNKNOWN" } } })
+  })
 
   it.scoped("4.5: a chunk that is not a valid StreamChunk is a turn failure INVALID_EVENT, not offered to retry", () =>
     Effect.gen(function*() {
@@ -685,15 +636,13 @@ describe("4.5 stream failures", () => {
 })
 
 describe("7.4 interrupted prefix", () => {
-  it.scoped("7.4: a prefix of whitespace text writes no AM!; only SE and TE follow", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "text-delta")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-4)).toEqual(["CH(block-start)", "CH(text-delta)", "SE(1,1)", "TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ text: "  \n " })]))))
+  agentTest("7.4: a prefix of whitespace text writes no AM!; only SE and TE follow", scenario([ScriptedModel.hang({ text: "  \n " })]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "text-delta")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-4)).toEqual(["CH(block-start)", "CH(text-delta)", "SE(1,1)", "TE(1,aborted(user))"])
+  })
 
   it.scoped("7.4: tool-call blocks are dropped from the prefix; reasoning is kept; usage is carried", () =>
     Effect.gen(function*() {

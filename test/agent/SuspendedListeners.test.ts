@@ -6,7 +6,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Deferred, Effect, Fiber, Option, Queue, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, RequestErrorAction, ScriptedModel, SessionLog, Tool, userMessage } from "../../src/index.js"
-import { closeOut, events, from, gate, liveNotation, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, toolLine, until, untilEvent, user } from "./harness.js"
+import { agentTest, closeOut, events, from, gate, liveNotation, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, toolLine, until, untilEvent, user } from "./harness.js"
 import { calls, empty, holder } from "./toolFixtures.js"
 
 type DriverService = Context.Tag.Service<typeof Driver>
@@ -252,33 +252,26 @@ describe("a cause recorded by a hook that masks interruption: every later loop t
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")])))
   })
 
-  it.scoped("4.3: with a cause recorded, turn-stopping listeners are not started: the first (uninterruptible) records a keepInbox cancel, the second never runs", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const second: Array<number> = []
-      yield* hooks.onTurnStopping(() => Effect.uninterruptible(driver.cancel(CancelCause.user, { keepInbox: true })))
-      yield* hooks.onTurnStopping((i) => Effect.sync(() => second.push(i.step)))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(second).toEqual([])
-      expect(yield* from("SE(1,1)")).toBe("SE(1,1) TE(1,aborted(user))")
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("4.3: with a cause recorded, turn-stopping listeners are not started: the first (uninterruptible) records a keepInbox cancel, the second never runs", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, hooks }) {
+    const second: Array<number> = []
+    yield* hooks.onTurnStopping(() => Effect.uninterruptible(driver.cancel(CancelCause.user, { keepInbox: true })))
+    yield* hooks.onTurnStopping((i) => Effect.sync(() => second.push(i.step)))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(second).toEqual([])
+    expect(yield* from("SE(1,1)")).toBe("SE(1,1) TE(1,aborted(user))")
+  })
 
-  it.scoped("4.3 K3a: a pre-step listener (uninterruptible) that records a cancel then enters [A, X]: TX-STEP appends nothing; X stays unknown", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const pre = yield* PreStep
-      const inbox = yield* Inbox
-      yield* pre.register((input) =>
-        Effect.uninterruptible(Effect.as(driver.cancel(CancelCause.user, { keepInbox: true }), PreStepDecision.enter([...input.messages, plugin("X")])))
-      )
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("TS(1)")).toBe("TS(1) CLM(nt,0,1) TE(1,aborted(user))")
-      expect(Option.isNone(yield* inbox.idState(plugin("X").id))).toBe(true)
-      expect((yield* requests).length).toBe(0)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one")]))))
+  agentTest("4.3 K3a: a pre-step listener (uninterruptible) that records a cancel then enters [A, X]: TX-STEP appends nothing; X stays unknown", scenario([ScriptedModel.text("one")]), function*({ driver, preStep: pre, inbox }) {
+    yield* pre.register((input) =>
+      Effect.uninterruptible(Effect.as(driver.cancel(CancelCause.user, { keepInbox: true }), PreStepDecision.enter([...input.messages, plugin("X")])))
+    )
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* from("TS(1)")).toBe("TS(1) CLM(nt,0,1) TE(1,aborted(user))")
+    expect(Option.isNone(yield* inbox.idState(plugin("X").id))).toBe(true)
+    expect((yield* requests).length).toBe(0)
+  })
 
   it.scoped("4.6 START 6: a ToolPre (uninterruptible) that records a cancel and allows: ABORTED_BEFORE_DISPATCH, body never runs; the later call gets a pair", () => {
     let ran = 0
@@ -296,41 +289,32 @@ describe("a cause recorded by a hook that masks interruption: every later loop t
     }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
   })
 
-  it.scoped("4.3 / K4: an onRequest listener (uninterruptible) that records a cancel: no request/header (not a closing record), no request; ⟨SE⟩ ⟨TE(aborted)⟩", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequest((_i, next) => Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), next())))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* requests).length).toBe(0)
-      expect(yield* from("SS(1,1)")).toBe("SS(1,1) UM(A) SE(1,1) TE(1,aborted(user))")
-      expect((yield* shape).some((x) => x.startsWith("RH"))).toBe(false)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one")]))))
+  agentTest("4.3 / K4: an onRequest listener (uninterruptible) that records a cancel: no request/header (not a closing record), no request; ⟨SE⟩ ⟨TE(aborted)⟩", scenario([ScriptedModel.text("one")]), function*({ driver, hooks }) {
+    yield* hooks.onRequest((_i, next) => Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), next())))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* requests).length).toBe(0)
+    expect(yield* from("SS(1,1)")).toBe("SS(1,1) UM(A) SE(1,1) TE(1,aborted(user))")
+    expect((yield* shape).some((x) => x.startsWith("RH"))).toBe(false)
+  })
 })
 
 describe("inputs from turn-stopping listeners and tool bodies", () => {
-  it.scoped("4.7 / 4.8: a follow-up from a turn-stopping listener: next-step stays empty, the turn closes and the chain continues in that transaction", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onTurnStopping((i) => (i.turn === 1 ? driver.followup(user("B")) : Effect.void))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("SE(1,1)")).toBe("SE(1,1) INS(nt,0,[B]) TE(1,completed) TS(2) CLM(nt,0,1) SS(2,1) UM(B) SE(2,1) TE(2,completed)")
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("4.7 / 4.8: a follow-up from a turn-stopping listener: next-step stays empty, the turn closes and the chain continues in that transaction", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, hooks }) {
+    yield* hooks.onTurnStopping((i) => (i.turn === 1 ? driver.followup(user("B")) : Effect.void))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* from("SE(1,1)")).toBe("SE(1,1) INS(nt,0,[B]) TE(1,completed) TS(2) CLM(nt,0,1) SS(2,1) UM(B) SE(2,1) TE(2,completed)")
+  })
 
-  it.scoped("4.7 / 3.2: a steer from a turn-stopping listener joins the turn (step 2); its claim empties wakingSteers, so no second turn follows", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      let n = 0
-      yield* hooks.onTurnStopping(() => (n++ === 0 ? driver.steer(user("S")) : Effect.void))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("SE(1,1)")).toBe("SE(1,1) INS(ns,0,[S]) CLM(ns,0,1) SS(1,2) UM(S) SE(1,2) TE(1,completed)")
-      expect((yield* requests).length).toBe(2)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two"), ScriptedModel.text("three")]))))
+  agentTest("4.7 / 3.2: a steer from a turn-stopping listener joins the turn (step 2); its claim empties wakingSteers, so no second turn follows", scenario([ScriptedModel.text("one"), ScriptedModel.text("two"), ScriptedModel.text("three")]), function*({ driver, hooks }) {
+    let n = 0
+    yield* hooks.onTurnStopping(() => (n++ === 0 ? driver.steer(user("S")) : Effect.void))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* from("SE(1,1)")).toBe("SE(1,1) INS(ns,0,[S]) CLM(ns,0,1) SS(1,2) UM(S) SE(1,2) TE(1,completed)")
+    expect((yield* requests).length).toBe(2)
+  })
 
   it.scoped("4.6: a concluding tool whose body injects: the turn still takes another step because next-step is non-empty", () => {
     const h = holder()
@@ -363,37 +347,32 @@ describe("3.10 case 2 and maintenance windows", () => {
     }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("two")], { tools: [t] })))
   })
 
-  it.scoped("3.10 case 2: a pre-step defect after the cause it records publishes one agent/error; a typed failure publishes none", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const pre = yield* PreStep
-      const live = yield* recordLive
-      yield* pre.register((input) =>
-        Effect.uninterruptible(Effect.zipRight(
-          driver.cancel(CancelCause.user),
-          input.turn === 1 ? Effect.dieMessage("pre died") : Effect.fail(new Error("pre failed"))
-        ))
-      )
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      yield* driver.followup(user("B"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).filter((x) => x.startsWith("TE")).join(" ")).toBe("TE(1,aborted(user)) TE(2,aborted(user))")
-      expect((yield* live).filter((e) => e.type === "agent/error").map((e) => (e as any).turn)).toEqual([1])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.10 case 2: a pre-step defect after the cause it records publishes one agent/error; a typed failure publishes none", scenario([]), function*({ driver, preStep: pre }) {
+    const live = yield* recordLive
+    yield* pre.register((input) =>
+      Effect.uninterruptible(Effect.zipRight(
+        driver.cancel(CancelCause.user),
+        input.turn === 1 ? Effect.dieMessage("pre died") : Effect.fail(new Error("pre failed"))
+      ))
+    )
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    yield* driver.followup(user("B"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).filter((x) => x.startsWith("TE")).join(" ")).toBe("TE(1,aborted(user)) TE(2,aborted(user))")
+    expect((yield* live).filter((e) => e.type === "agent/error").map((e) => (e as any).turn)).toEqual([1])
+  })
 
-  it.scoped("3.6: a keepInbox cancel of a maintenance task keeps the wake latched before it: the task exit opens turn 1", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const fiber = yield* Effect.fork(driver.runMaintenance(Effect.never))
-      yield* settle
-      yield* driver.followup(user("W"))
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      const exit = yield* Fiber.await(fiber)
-      expect(exit._tag).toBe("Failure")
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).join(" ")).toBe("INS(nt,0,[W]) TS(1) CLM(nt,0,1) SS(1,1) UM(W) RH(initial) CH(block-start) CH(text-delta) CH(block-end) CH(finish stop) AM SE(1,1) TE(1,completed)")
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("w")]))))
+  agentTest("3.6: a keepInbox cancel of a maintenance task keeps the wake latched before it: the task exit opens turn 1", scenario([ScriptedModel.text("w")]), function*({ driver }) {
+    const fiber = yield* Effect.fork(driver.runMaintenance(Effect.never))
+    yield* settle
+    yield* driver.followup(user("W"))
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    const exit = yield* Fiber.await(fiber)
+    expect(exit._tag).toBe("Failure")
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).join(" ")).toBe("INS(nt,0,[W]) TS(1) CLM(nt,0,1) SS(1,1) UM(W) RH(initial) CH(block-start) CH(text-delta) CH(block-end) CH(finish stop) AM SE(1,1) TE(1,completed)")
+  })
 
   it.scoped("3.3 / 3.6: a steer after a maintenance task was cancelled (task masks interruption) is re-routed to next-turn and latched; the task exit runs it", () => {
     const g = gate()
@@ -413,20 +392,17 @@ describe("3.10 case 2 and maintenance windows", () => {
 })
 
 describe("3.10 notification timing and 4.5 request derivation after suspension", () => {
-  it.scoped("3.10: notifications are delivered before the operation's Effect completes (followup, inject, cancel)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const pre = yield* PreStep
-      const q = yield* driver.subscribe
-      yield* pre.register(() => Effect.never)
-      const take = Effect.map(Queue.takeAll(q), (c) => Chunk.toReadonlyArray(c).map(liveNotation).join(" "))
-      yield* driver.followup(user("A"))
-      expect(yield* take).toBe("inserted(A) status(running) claimed(A,1)")
-      yield* driver.inject(plugin("C"))
-      expect(yield* take).toBe("inserted(C)")
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* take).toBe("discarded(C)")
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.10: notifications are delivered before the operation's Effect completes (followup, inject, cancel)", scenario([]), function*({ driver, preStep: pre }) {
+    const q = yield* driver.subscribe
+    yield* pre.register(() => Effect.never)
+    const take = Effect.map(Queue.takeAll(q), (c) => Chunk.toReadonlyArray(c).map(liveNotation).join(" "))
+    yield* driver.followup(user("A"))
+    expect(yield* take).toBe("inserted(A) status(running) claimed(A,1)")
+    yield* driver.inject(plugin("C"))
+    expect(yield* take).toBe("inserted(C)")
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* take).toBe("discarded(C)")
+  })
 
   it.scoped("3.10 / D5: an inject from a tool body has published `inserted` when it returns inside the body", () => {
     const seen: Array<string> = []
@@ -464,28 +440,24 @@ describe("3.10 notification timing and 4.5 request derivation after suspension",
     ])))
   })
 
-  it.scoped("4.5 Q3: a surface replacement appended while the onRequest hook is suspended is in this attempt's request", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const log = yield* SessionLog
-      const summary = userMessage({ id: "S", text: "summary", source: { kind: "compaction" } })
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const seqA = (yield* events).find((e) => e.type === "user/message")!.seq
-      yield* hooks.onRequest((i, next) =>
-        i.turn === 2
-          ? Effect.zipRight(
-            Effect.zipRight(Effect.yieldNow(), Effect.orDie(log.append({ type: "user/message", data: summary, surfaceOp: { op: "replace", start: seqA, end: seqA }, sourceEventSeqs: [seqA] }))),
-            next()
-          )
-          : next()
-      )
-      yield* driver.followup(user("B"))
-      expect(yield* closeOut).toEqual([])
-      const reqs = yield* requests
-      expect(reqs[1]!.messages.map((m) => (m.content[0] as any).text).join(" ")).toBe("summary one B")
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("4.5 Q3: a surface replacement appended while the onRequest hook is suspended is in this attempt's request", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, hooks, log }) {
+    const summary = userMessage({ id: "S", text: "summary", source: { kind: "compaction" } })
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const seqA = (yield* events).find((e) => e.type === "user/message")!.seq
+    yield* hooks.onRequest((i, next) =>
+      i.turn === 2
+        ? Effect.zipRight(
+          Effect.zipRight(Effect.yieldNow(), Effect.orDie(log.append({ type: "user/message", data: summary, surfaceOp: { op: "replace", start: seqA, end: seqA }, sourceEventSeqs: [seqA] }))),
+          next()
+        )
+        : next()
+    )
+    yield* driver.followup(user("B"))
+    expect(yield* closeOut).toEqual([])
+    const reqs = yield* requests
+    expect(reqs[1]!.messages.map((m) => (m.content[0] as any).text).join(" ")).toBe("summary one B")
+  })
 
   it.scoped("4.5: a surface replacement appended during the backoff sleep applies from the next attempt", () =>
     Effect.gen(function*() {

@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Data, Deferred, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
-import { CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, MemoryStoreControl as MemoryStoreControlTag, PreStep, PreStepDecision, RequestErrorAction, ScriptedModel, SessionLog, SessionStore, Tool, ToolPreDecision, Tools } from "../../src/index.js"
-import { agentOver, closeOut, dataOfType, events, gate, open, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
+import { CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, MemoryStoreControl as MemoryStoreControlTag, PreStepDecision, RequestErrorAction, ScriptedModel, SessionStore, Tool, ToolPreDecision, Tools } from "../../src/index.js"
+import { agentOver, agentTest, closeOut, dataOfType, events, gate, open, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import { calls, empty, okTool, resultsByCall } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
@@ -402,21 +402,17 @@ describe("4.6: tools", () => {
 })
 
 describe("4.5 Q4 / 4.6 START 2: checkpoints, and cancels from hooks (K13)", () => {
-  it.scoped("4.5 Q4: the request is dispatched only after every event so far is durable", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      const log = yield* SessionLog
-      yield* control.hold
-      yield* Effect.fork(driver.followup(user("A")))
-      yield* untilEvent((e) => e.type === "request/header")
-      yield* settle
-      expect(yield* requests).toHaveLength(0)
-      yield* control.release
-      expect(yield* closeOut).toEqual([])
-      expect(yield* requests).toHaveLength(1)
-      expect(yield* log.durableSeq).toBeGreaterThan(0)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("4.5 Q4: the request is dispatched only after every event so far is durable", scenario([ScriptedModel.text("ok")]), function*({ driver, control, log }) {
+    yield* control.hold
+    yield* Effect.fork(driver.followup(user("A")))
+    yield* untilEvent((e) => e.type === "request/header")
+    yield* settle
+    expect(yield* requests).toHaveLength(0)
+    yield* control.release
+    expect(yield* closeOut).toEqual([])
+    expect(yield* requests).toHaveLength(1)
+    expect(yield* log.durableSeq).toBeGreaterThan(0)
+  })
 
   it.scoped("4.6 START 2: a tool body runs only after its tool/call is durable", () => {
     const ran: Array<string> = []
@@ -442,28 +438,22 @@ describe("4.5 Q4 / 4.6 START 2: checkpoints, and cancels from hooks (K13)", () =
     }))))
   })
 
-  it.scoped("4.5 K4/K13: an onRequest listener that cancels: no request dispatched, SE then TE(aborted)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequest((_, next) => Effect.zipRight(driver.cancel(CancelCause.user), next()))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* requests).toHaveLength(0)
-      expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("4.5 K4/K13: an onRequest listener that cancels: no request dispatched, SE then TE(aborted)", scenario([ScriptedModel.text("never")]), function*({ driver, hooks }) {
+    yield* hooks.onRequest((_, next) => Effect.zipRight(driver.cancel(CancelCause.user), next()))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* requests).toHaveLength(0)
+    expect((yield* shape).slice(-2)).toEqual(["SE(1,1)", "TE(1,aborted(user))"])
+  })
 
-  it.scoped("4.5 K6/K13: a Retry returned after its listener recorded a cause is ignored (no RT, no attempt 2)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequestError(() => Effect.as(driver.cancel(CancelCause.user), RequestErrorAction.retry(0)))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).filter((x) => x.startsWith("RT"))).toEqual([])
-      expect((yield* shape).slice(-3)).toEqual(["CH(finish error)", "SE(1,1)", "TE(1,aborted(user))"])
-      expect(yield* requests).toHaveLength(1)
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "x", code: "OVERLOADED" }), ScriptedModel.text("never")]))))
+  agentTest("4.5 K6/K13: a Retry returned after its listener recorded a cause is ignored (no RT, no attempt 2)", scenario([ScriptedModel.fail({ message: "x", code: "OVERLOADED" }), ScriptedModel.text("never")]), function*({ driver, hooks }) {
+    yield* hooks.onRequestError(() => Effect.as(driver.cancel(CancelCause.user), RequestErrorAction.retry(0)))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).filter((x) => x.startsWith("RT"))).toEqual([])
+    expect((yield* shape).slice(-3)).toEqual(["CH(finish error)", "SE(1,1)", "TE(1,aborted(user))"])
+    expect(yield* requests).toHaveLength(1)
+  })
 
   it.scoped("4.6 K13: a body that records a cause and then succeeds yields ABORTED; ToolPost sees aborted:true", () => {
     const posted: Array<boolean> = []
@@ -495,17 +485,14 @@ describe("4.6 COMMIT 2 / 5.1 D6: the final output of ToolPost", () => {
 
   // Regression test (fixed; the text says what tiller did before): SPEC 4.6 COMMIT 2 "invalid content/meta … turns the result into INVALID_TOOL_OUTPUT"; 2.3 ToolResultBlock
   // content is (TextBlock|ImageBlock)[]. tiller writes a tool/result whose block content is the string "replaced".
-  it.scoped("4.6 COMMIT 2: a ToolPost output with invalid content (a string) → INVALID_TOOL_OUTPUT", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onToolPost((_, next) => Effect.map(next(), (o) => ({ ...o, content: "replaced" as any })))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const r = yield* resultsByCall
-      expect(r.c1!.error).toEqual({ name: "ToolOutputError", code: "INVALID_TOOL_OUTPUT" })
-      expect(r.c1!.text).toMatch(/^Error: tool produced invalid output: /)
-    }).pipe(Effect.provide(scenario(postScript(), { tools: [okTool("t")] }))))
+  agentTest("4.6 COMMIT 2: a ToolPost output with invalid content (a string) → INVALID_TOOL_OUTPUT", scenario(postScript(), { tools: [okTool("t")] }), function*({ driver, hooks }) {
+    yield* hooks.onToolPost((_, next) => Effect.map(next(), (o) => ({ ...o, content: "replaced" as any })))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const r = yield* resultsByCall
+    expect(r.c1!.error).toEqual({ name: "ToolOutputError", code: "INVALID_TOOL_OUTPUT" })
+    expect(r.c1!.text).toMatch(/^Error: tool produced invalid output: /)
+  })
 
   // Regression test (fixed; the text says what tiller did before): SPEC 5.1 "Every append (loop, …) … checked with the same Schemas … Hence a log accepted live can
   // always be loaded" (D6). A ToolPost output without `isError` is written as a tool/result with
@@ -553,30 +540,24 @@ describe("4.6 / 4.3: small cases", () => {
     }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"])], { tools: [okTool("t", "exclusive", Effect.sync(() => (bodies++, "ran")))] })))
   })
 
-  it.scoped("2.6/4.3: a rejection without a reason ends {kind:\"blocked\"} with no message key", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const pre = yield* PreStep
-      yield* pre.register(() => Effect.succeed(PreStepDecision.reject()))
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(JSON.stringify(yield* reasons)).toBe(JSON.stringify([{ kind: "blocked" }]))
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("2.6/4.3: a rejection without a reason ends {kind:\"blocked\"} with no message key", scenario([]), function*({ driver, preStep: pre }) {
+    yield* pre.register(() => Effect.succeed(PreStepDecision.reject()))
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(JSON.stringify(yield* reasons)).toBe(JSON.stringify([{ kind: "blocked" }]))
+  })
 
-  it.scoped("4.4: a pre-step listener is interrupted by a cancel; no step, TE aborted, the claimed batch is lost", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const pre = yield* PreStep
-      const inside = gate()
-      let interrupted = false
-      yield* pre.register(() => Effect.zipRight(open(inside), Effect.onInterrupt(Effect.never, () => Effect.sync(() => (interrupted = true)))))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(inside)
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      expect(yield* closeOut).toEqual([])
-      expect(interrupted).toBe(true)
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("4.4: a pre-step listener is interrupted by a cancel; no step, TE aborted, the claimed batch is lost", scenario([]), function*({ driver, preStep: pre }) {
+    const inside = gate()
+    let interrupted = false
+    yield* pre.register(() => Effect.zipRight(open(inside), Effect.onInterrupt(Effect.never, () => Effect.sync(() => (interrupted = true)))))
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(inside)
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    expect(yield* closeOut).toEqual([])
+    expect(interrupted).toBe(true)
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "TE(1,aborted(user))"])
+  })
 })
 
 describe("4.6 START: order of checks", () => {

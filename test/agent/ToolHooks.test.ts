@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, JSONSchema, Schema, Scope } from "effect"
-import { CancelCause, Driver, Hooks, PreStep, PreStepDecision, RequestErrorAction, ScriptedModel, SessionId, Tool, ToolPreDecision, Tools } from "../../src/index.js"
-import { closeOut, dataOfType, events, from, gate, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, token, toolLine, until, untilEvent, user } from "./harness.js"
+import { CancelCause, Driver, Hooks, PreStepDecision, RequestErrorAction, ScriptedModel, SessionId, Tool, ToolPreDecision, Tools } from "../../src/index.js"
+import { agentTest, closeOut, dataOfType, events, from, gate, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, token, toolLine, until, untilEvent, user } from "./harness.js"
 import type { ToolCallInfo, ToolContext } from "../../src/index.js"
 import { calls, empty, holder, okTool, resultsByCall } from "./toolFixtures.js"
 
@@ -127,41 +127,37 @@ describe("4.6 / 8.7 / 8.9: tools and their hooks", () => {
       tools: [okTool("t")]
     }))))
 
-  it.scoped("4.4/8.6/8.7: a PreStep listener and an onTurnStopping listener act inside the loop only while their scope is open", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const pre = yield* PreStep
-      const inputs: Array<Loose> = []
-      const stops: Array<string> = []
-      const inner = yield* Scope.make()
-      yield* Scope.extend(
-        pre.register((input, next) =>
-          Effect.map(next(), (d) => {
-            inputs.push({ ...input, messages: input.messages.map((m) => m.id) })
-            return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, user(`x${input.turn}${input.step}`)]) : d
-          })
-        ),
-        inner
-      )
-      yield* Scope.extend(hooks.onTurnStopping((i) => Effect.sync(() => stops.push(`${i.sessionId}:${i.turn}:${i.step}`))), inner)
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      yield* Scope.close(inner, Exit.void)
-      yield* driver.followup(user("B"))
-      expect(yield* closeOut).toEqual([])
-      expect(inputs).toEqual([
-        { sessionId: "s", turn: 1, step: 1, boundary: "initial", messages: ["A"] },
-        { sessionId: "s", turn: 1, step: 2, boundary: "later", messages: [] }
-      ])
-      expect(stops).toEqual(["s:1:2"])
-      const reqs = yield* requests
-      expect(reqs.map((r) => r.messages.map(token))).toEqual([
-        ["A", "x11"],
-        ["A", "x11", "tool-call c1", "tool-result c1", "x12"],
-        ["A", "x11", "tool-call c1", "tool-result c1", "x12", "done", "B"]
-      ])
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("done"), ScriptedModel.text("two")], { tools: [okTool("t")] }))))
+  agentTest("4.4/8.6/8.7: a PreStep listener and an onTurnStopping listener act inside the loop only while their scope is open", scenario([calls(["c1", "t"]), ScriptedModel.text("done"), ScriptedModel.text("two")], { tools: [okTool("t")] }), function*({ driver, hooks, preStep: pre }) {
+    const inputs: Array<Loose> = []
+    const stops: Array<string> = []
+    const inner = yield* Scope.make()
+    yield* Scope.extend(
+      pre.register((input, next) =>
+        Effect.map(next(), (d) => {
+          inputs.push({ ...input, messages: input.messages.map((m) => m.id) })
+          return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, user(`x${input.turn}${input.step}`)]) : d
+        })
+      ),
+      inner
+    )
+    yield* Scope.extend(hooks.onTurnStopping((i) => Effect.sync(() => stops.push(`${i.sessionId}:${i.turn}:${i.step}`))), inner)
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    yield* Scope.close(inner, Exit.void)
+    yield* driver.followup(user("B"))
+    expect(yield* closeOut).toEqual([])
+    expect(inputs).toEqual([
+      { sessionId: "s", turn: 1, step: 1, boundary: "initial", messages: ["A"] },
+      { sessionId: "s", turn: 1, step: 2, boundary: "later", messages: [] }
+    ])
+    expect(stops).toEqual(["s:1:2"])
+    const reqs = yield* requests
+    expect(reqs.map((r) => r.messages.map(token))).toEqual([
+      ["A", "x11"],
+      ["A", "x11", "tool-call c1", "tool-result c1", "x12"],
+      ["A", "x11", "tool-call c1", "tool-result c1", "x12", "done", "B"]
+    ])
+  })
 
   it.scoped("4.6: a context id entered by an earlier call of the batch is not fresh for a later call; repeated ids in one call are invalid", () => {
     const withCtx = (name: string, ids: ReadonlyArray<string>) =>
@@ -280,33 +276,30 @@ describe("SPEC 8.7 Hooks", () => {
       agent: { system: "sys", maxTokens: 77, temperature: 0.25 }
     }))))
 
-  it.scoped("8.7/4.5: a hook registration ends with its scope; the next request's seed is the last logged config; onTurnStopping runs serially in registration order", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const seen: Array<string> = []
-      let calls = 0
-      const inner = yield* Scope.make()
-      yield* Scope.extend(
-        hooks.onRequest((_, next) => Effect.map(next(), (c) => {
-          calls++
-          return { ...c, system: "from-hook" }
-        })),
-        inner
-      )
-      yield* hooks.onTurnStopping((i) => Effect.sync(() => seen.push(`a${i.turn}.${i.step}`)))
-      yield* hooks.onTurnStopping((i) => Effect.sync(() => seen.push(`b${i.turn}.${i.step}`)))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* Scope.close(inner, Exit.void)
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      expect(calls).toBe(1)
-      // SPEC 4.5 Q1: later requests start from the config of the last logged request/header.
-      expect((yield* requests).map((r) => r.system)).toEqual(["from-hook", "from-hook"])
-      expect((yield* shape).filter((x) => x.startsWith("RH"))).toEqual(["RH(initial)"])
-      expect(seen).toEqual(["a1.1", "b1.1", "a2.1", "b2.1"])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]))))
+  agentTest("8.7/4.5: a hook registration ends with its scope; the next request's seed is the last logged config; onTurnStopping runs serially in registration order", scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]), function*({ driver, hooks }) {
+    const seen: Array<string> = []
+    let calls = 0
+    const inner = yield* Scope.make()
+    yield* Scope.extend(
+      hooks.onRequest((_, next) => Effect.map(next(), (c) => {
+        calls++
+        return { ...c, system: "from-hook" }
+      })),
+      inner
+    )
+    yield* hooks.onTurnStopping((i) => Effect.sync(() => seen.push(`a${i.turn}.${i.step}`)))
+    yield* hooks.onTurnStopping((i) => Effect.sync(() => seen.push(`b${i.turn}.${i.step}`)))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* Scope.close(inner, Exit.void)
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    expect(calls).toBe(1)
+    // SPEC 4.5 Q1: later requests start from the config of the last logged request/header.
+    expect((yield* requests).map((r) => r.system)).toEqual(["from-hook", "from-hook"])
+    expect((yield* shape).filter((x) => x.startsWith("RH"))).toEqual(["RH(initial)"])
+    expect(seen).toEqual(["a1.1", "b1.1", "a2.1", "b2.1"])
+  })
 })
 
 describe("SPEC 8.9 Tools", () => {
@@ -385,33 +378,28 @@ describe("8.7 hooks", () => {
       { tools: [Tool.make("quick", { description: "", parameters: empty, execute: () => Effect.succeed("ok") })] }
     ))))
 
-  it.scoped("8.7: a request-error listener's Fail ends the turn at once, without llm/retry", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequestError(() => Effect.succeed(RequestErrorAction.fail))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-1)).toEqual(["TE(1,error(RATE_LIMIT))"])
-      expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.fail({ message: "slow", code: "RATE_LIMIT", status: 429 })]))))
+  agentTest("8.7: a request-error listener's Fail ends the turn at once, without llm/retry", scenario([ScriptedModel.fail({ message: "slow", code: "RATE_LIMIT", status: 429 })]), function*({ driver, hooks }) {
+    yield* hooks.onRequestError(() => Effect.succeed(RequestErrorAction.fail))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-1)).toEqual(["TE(1,error(RATE_LIMIT))"])
+    expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
+  })
 
-  it.scoped("4.5 Q2 / 8.9: a tool registered between turns changes the header (RH(change)) and the request's tools", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const tools = yield* Tools
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* tools.register(Tool.make("late", { description: "L", parameters: empty, execute: () => Effect.succeed("ok") }))
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      expect((yield* shape).filter((s) => s.startsWith("RH"))).toEqual(["RH(initial)", "RH(change)"])
-      const rs = yield* requests
-      expect(rs[0]!.tools).toEqual([])
-      expect(rs[1]!.tools.map((t) => t.name)).toEqual(["late"])
-      const headers = (yield* dataOfType("request/header")).map((d) => d.header)
-      expect(headers[1]).toEqual({ provider: "p", model: "m", tools: rs[1]!.tools })
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]))))
+  agentTest("4.5 Q2 / 8.9: a tool registered between turns changes the header (RH(change)) and the request's tools", scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]), function*({ driver }) {
+    const tools = yield* Tools
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* tools.register(Tool.make("late", { description: "L", parameters: empty, execute: () => Effect.succeed("ok") }))
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    expect((yield* shape).filter((s) => s.startsWith("RH"))).toEqual(["RH(initial)", "RH(change)"])
+    const rs = yield* requests
+    expect(rs[0]!.tools).toEqual([])
+    expect(rs[1]!.tools.map((t) => t.name)).toEqual(["late"])
+    const headers = (yield* dataOfType("request/header")).map((d) => d.header)
+    expect(headers[1]).toEqual({ provider: "p", model: "m", tools: rs[1]!.tools })
+  })
 })
 
 describe("8.9 Tools", () => {

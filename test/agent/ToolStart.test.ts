@@ -19,7 +19,7 @@ import { PreStep, PreStepDecision } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { broad, events as eventsOf, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, STEP_A, TEXT, toolResponse, toolShape, turnEndsOf, user, waitUntil } from "./harness.js"
+import { agentTest, broad, events as eventsOf, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, STEP_A, TEXT, toolResponse, toolShape, turnEndsOf, user, waitUntil } from "./harness.js"
 import type { Scope } from "effect"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import type { UserMessage } from "../../src/domain/Values.js"
@@ -741,98 +741,86 @@ describe("what a body sees (fiber refs, services, span)", () => {
 })
 
 describe("TX-STEP and step/end without a transaction (SPEC 4.2, 4.3, 4.4)", () => {
-  it.scoped("a pre-step addition that is pending in the inbox (injected during the pre-step) is a duplicate: no step", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const inbox = yield* Inbox
-      const X = plugin("X")
-      yield* preStep.register((input, next) =>
-        Effect.gen(function*() {
-          if (input.turn === 1) yield* Effect.orDie(driver.inject(X))
-          const decision = yield* next()
-          return decision._tag === "Enter" && input.turn === 1 ? PreStepDecision.enter([...decision.messages, X]) : decision
-        })
-      )
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(A)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([...OPEN_A, "INS(ns,0,[X])", "TE(1,error(DUPLICATE_MESSAGE))"])
-      const [reason] = turnEndsOf(yield* eventsOf)
-      expect(reason).toMatchObject({ kind: "error", error: { code: "DUPLICATE_MESSAGE" } })
-      expect(JSON.stringify(reason)).toContain("pending")
-      expect(yield* inbox.idState(X.id)).toEqual(Option.some("pending"))
-      expect((yield* (yield* ScriptedModel).requests).length).toBe(0)
-      yield* settle
-      expect(yield* live.all).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "error", "status(idle)"])
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  agentTest("a pre-step addition that is pending in the inbox (injected during the pre-step) is a duplicate: no step", scenario([ScriptedModel.text("never")]), function*({ driver, preStep, inbox }) {
+    const X = plugin("X")
+    yield* preStep.register((input, next) =>
+      Effect.gen(function*() {
+        if (input.turn === 1) yield* Effect.orDie(driver.inject(X))
+        const decision = yield* next()
+        return decision._tag === "Enter" && input.turn === 1 ? PreStepDecision.enter([...decision.messages, X]) : decision
+      })
+    )
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(A)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([...OPEN_A, "INS(ns,0,[X])", "TE(1,error(DUPLICATE_MESSAGE))"])
+    const [reason] = turnEndsOf(yield* eventsOf)
+    expect(reason).toMatchObject({ kind: "error", error: { code: "DUPLICATE_MESSAGE" } })
+    expect(JSON.stringify(reason)).toContain("pending")
+    expect(yield* inbox.idState(X.id)).toEqual(Option.some("pending"))
+    expect((yield* (yield* ScriptedModel).requests).length).toBe(0)
+    yield* settle
+    expect(yield* live.all).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "error", "status(idle)"])
+    yield* idleAndChecked
+  })
 
-  it.scoped("pre-step additions: a claimed id may repeat once, a fresh id enters; an entered id later or one id twice is a duplicate, a reserved id invalid", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const inbox = yield* Inbox
-      const N = plugin("N")
-      const M = plugin("M")
-      // A valid message but for its id, which is reserved for repair results (SPEC 3.9).
-      const reserved = { ...plugin("Z"), id: "interrupted-tool-result-z" } as UserMessage
-      yield* preStep.register((input, next) =>
-        Effect.map(next(), (decision) => {
-          if (decision._tag !== "Enter") return decision
-          if (input.turn === 1) return PreStepDecision.enter([...decision.messages, N])
-          if (input.turn === 2) return PreStepDecision.enter([...decision.messages, N])
-          if (input.turn === 3) return PreStepDecision.enter([...decision.messages, M, M])
-          return PreStepDecision.enter([...decision.messages, reserved])
-        })
-      )
-      yield* driver.followup(A)
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("C"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("D"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...OPEN_A, "SS(1,1)", "UM(A)", "UM(N)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)",
-        "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "TE(2,error(DUPLICATE_MESSAGE))",
-        "INS(nt,0,[C])", "TS(3)", "CLM(nt,0,1)", "TE(3,error(DUPLICATE_MESSAGE))",
-        "INS(nt,0,[D])", "TS(4)", "CLM(nt,0,1)", "TE(4,error(INVALID_MESSAGE))"
-      ])
-      const reasons = turnEndsOf(yield* eventsOf).map((r) => JSON.stringify(r))
-      expect(reasons[1]).toContain("entered")
-      expect(reasons[2]).toContain("pending")
-      expect(yield* inbox.idState(N.id)).toEqual(Option.some("entered"))
-      // The rejected step made M known to nobody.
-      expect(yield* inbox.idState(M.id)).toEqual(Option.none())
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]))))
+  agentTest("pre-step additions: a claimed id may repeat once, a fresh id enters; an entered id later or one id twice is a duplicate, a reserved id invalid", scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]), function*({ driver, preStep, inbox }) {
+    const N = plugin("N")
+    const M = plugin("M")
+    // A valid message but for its id, which is reserved for repair results (SPEC 3.9).
+    const reserved = { ...plugin("Z"), id: "interrupted-tool-result-z" } as UserMessage
+    yield* preStep.register((input, next) =>
+      Effect.map(next(), (decision) => {
+        if (decision._tag !== "Enter") return decision
+        if (input.turn === 1) return PreStepDecision.enter([...decision.messages, N])
+        if (input.turn === 2) return PreStepDecision.enter([...decision.messages, N])
+        if (input.turn === 3) return PreStepDecision.enter([...decision.messages, M, M])
+        return PreStepDecision.enter([...decision.messages, reserved])
+      })
+    )
+    yield* driver.followup(A)
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("C"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("D"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...OPEN_A, "SS(1,1)", "UM(A)", "UM(N)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)",
+      "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "TE(2,error(DUPLICATE_MESSAGE))",
+      "INS(nt,0,[C])", "TS(3)", "CLM(nt,0,1)", "TE(3,error(DUPLICATE_MESSAGE))",
+      "INS(nt,0,[D])", "TS(4)", "CLM(nt,0,1)", "TE(4,error(INVALID_MESSAGE))"
+    ])
+    const reasons = turnEndsOf(yield* eventsOf).map((r) => JSON.stringify(r))
+    expect(reasons[1]).toContain("entered")
+    expect(reasons[2]).toContain("pending")
+    expect(yield* inbox.idState(N.id)).toEqual(Option.some("entered"))
+    // The rejected step made M known to nobody.
+    expect(yield* inbox.idState(M.id)).toEqual(Option.none())
+    yield* idleAndChecked
+  })
 
-  it.scoped("K3a: a cause recorded by the pre-step itself: no step/start, the additions stay unknown", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const inbox = yield* Inbox
-      const N = plugin("N")
-      yield* preStep.register((_input, next) =>
-        Effect.uninterruptible(
-          Effect.orDie(driver.cancel(CancelCause.hook("pre"), { keepInbox: true })).pipe(
-            Effect.zipRight(next()),
-            Effect.map((decision) => decision._tag === "Enter" ? PreStepDecision.enter([...decision.messages, N]) : decision)
-          )
+  agentTest("K3a: a cause recorded by the pre-step itself: no step/start, the additions stay unknown", scenario([ScriptedModel.text("never")]), function*({ driver, preStep, inbox }) {
+    const N = plugin("N")
+    yield* preStep.register((_input, next) =>
+      Effect.uninterruptible(
+        Effect.orDie(driver.cancel(CancelCause.hook("pre"), { keepInbox: true })).pipe(
+          Effect.zipRight(next()),
+          Effect.map((decision) => decision._tag === "Enter" ? PreStepDecision.enter([...decision.messages, N]) : decision)
         )
       )
-      yield* driver.followup(A)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(hook))"])
-      expect(yield* inbox.idState(N.id)).toEqual(Option.none())
-      // N is fresh: the inject is accepted.
-      yield* driver.inject(N)
-      expect(yield* pending).toEqual({ nt: [], ns: ["N"] })
-      expect((yield* (yield* ScriptedModel).requests).length).toBe(0)
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+    )
+    yield* driver.followup(A)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(hook))"])
+    expect(yield* inbox.idState(N.id)).toEqual(Option.none())
+    // N is fresh: the inject is accepted.
+    yield* driver.inject(N)
+    expect(yield* pending).toEqual({ nt: [], ns: ["N"] })
+    expect((yield* (yield* ScriptedModel).requests).length).toBe(0)
+    yield* idleAndChecked
+  })
 
   it.scoped("a steer from a body after a suspension is claimed with step/end; one inserted during the next step waits for its boundary", () =>
     Effect.gen(function*() {

@@ -124,8 +124,9 @@ export const planSummary = (view: LogView, rules: SummaryRules): SummaryRange | 
   }
   cut = Math.min(cut, limit)
   // A safe cut: the first kept node is a user or assistant message. Back before the step's results
-  // (keeping them); when that leaves too little to summarise, after them (a large result at the
-  // tail's edge is summarised instead of blocking every summary).
+  // (keeping them); when that leaves too little to summarise and the results outweigh the tail
+  // itself, after them (a large result at the tail's edge is summarised instead of blocking every
+  // summary; a tail of ordinary size is kept whole).
   const startBefore = (end: number) => {
     let first = 0
     for (let i = 0; i < end; i++) {
@@ -139,9 +140,16 @@ export const planSummary = (view: LogView, rules: SummaryRules): SummaryRange | 
   const at = cut
   while (cut > 0 && typeAt(cut) === "tool/result") cut--
   let start = startBefore(cut)
-  if (cut - start < 2) {
-    cut = at
-    while (cut < limit && typeAt(cut) === "tool/result") cut++
+  // The step the tail's edge falls in (its call and results): past it only when it outweighs the tail.
+  let after = at
+  while (after < limit && typeAt(after) === "tool/result") after++
+  let backed = 0
+  for (let i = cut; i < after; i++) {
+    const message = messageOf(view.eventAt(seqAt(i)))
+    backed += message === undefined ? 0 : tokensOfMessage(message)
+  }
+  if (cut - start < 2 && backed > rules.keepRecentTokens) {
+    cut = after
     start = startBefore(cut)
   }
   if (cut - start < 2) return undefined

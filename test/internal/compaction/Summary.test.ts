@@ -114,6 +114,8 @@ describe("planSummary", () => {
     // The tail reaches 100 tokens at c1's result; back to its call would leave only "go", so the
     // range ends after the result.
     expect(planSummary(view, rules(100))!.seqs).toEqual([0, 1, 2])
+    // A step at the tail's edge no larger than the tail is kept whole: nothing to do.
+    expect(planSummary(view, rules(1_100))).toBeUndefined()
   })
 
   it("never replaces a pinned instruction: the range starts after the last one before the cut", () => {

@@ -35,8 +35,7 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
-import { Cause, Context, Duration, Effect, Either, Exit, Layer, Option } from "effect"
-import type { Scope } from "effect"
+import { Cause, Context, Duration, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
@@ -198,13 +197,15 @@ const isFile = (filename: string): boolean => filename !== "" && filename !== ":
  * `wait`, never inside the driver: the client opens without touching the file (WAL is set here)
  * and its first statement sets SQLite's busy timeout to 0.
  */
-const open = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof SqliteDirect.waitForLock>) =>
+const openOnce = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof SqliteDirect.waitForLock>) =>
   Effect.gen(function*() {
     yield* createPrivateFile(options.filename)
     const client = yield* Layer.build(SqliteClient.layer({ filename: options.filename, disableWAL: true }))
     const sql = Context.get(client, SqlClient.SqlClient)
-    yield* sql.unsafe("PRAGMA busy_timeout = 0")
-    yield* sql.unsafe(`PRAGMA synchronous = ${SYNCHRONOUS[options.synchronous ?? "NORMAL"]}`)
+    // Even a pragma may meet a lock: preparing it reads the schema, which another process turning
+    // the file to WAL or migrating it holds for a moment.
+    yield* wait(sql.unsafe("PRAGMA busy_timeout = 0"))
+    yield* wait(sql.unsafe(`PRAGMA synchronous = ${SYNCHRONOUS[options.synchronous ?? "NORMAL"]}`))
     if (isFile(options.filename)) {
       const [mode] = yield* wait(sql<{ readonly journal_mode: string }>`PRAGMA journal_mode = WAL`)
       if (mode?.journal_mode !== "wal") {
@@ -212,7 +213,7 @@ const open = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof Sqlite
         return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
       }
       // Checkpoints run on a worker thread instead (internal/durability/Checkpointer).
-      yield* sql.unsafe("PRAGMA wal_autocheckpoint = 0")
+      yield* wait(sql.unsafe("PRAGMA wal_autocheckpoint = 0"))
     }
     // A migration that meets a lock dies inside the migrator: as a failure, it can wait and run again.
     const migrate = wait(
@@ -225,7 +226,7 @@ const open = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof Sqlite
     // The migrator stands aside ("already running") when another process migrates the same fresh
     // file at the same moment, possibly before that migration committed: wait for the other
     // process's write lock to go, then migrate again, until every migration is recorded.
-    for (let attempt = 1; (yield* migrationsApplied(sql)) < MIGRATION_COUNT; attempt++) {
+    for (let attempt = 1; (yield* wait(migrationsApplied(sql))) < MIGRATION_COUNT; attempt++) {
       if (attempt > MIGRATION_ATTEMPTS) {
         const cause = `the schema's migrations are still incomplete after ${MIGRATION_ATTEMPTS} attempts`
         return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
@@ -238,9 +239,29 @@ const open = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof Sqlite
   }).pipe(
     // The driver throws from its constructor (a missing directory, a file that is not a database)
     // and the migrator dies when a migration fails: while opening, every defect is a storage failure.
-    Effect.catchAllDefect(Effect.fail),
-    refail(ALL_SESSIONS, "open")
+    Effect.catchAllDefect(Effect.fail)
   )
+
+/** How long one connection waits for a lock while opening before a fresh connection tries. */
+const OPEN_CONNECTION_WAIT = Duration.seconds(1)
+
+/**
+ * Opens the store's connection (see `openOnce`). A connection that opened a fresh file while other
+ * processes turned it to WAL and migrated it can stay busy after every other process is gone
+ * (SQLite then answers `SQLITE_BUSY` to each of its statements while a new connection reads the
+ * file at once): each connection waits a moment, then is closed and a new one tries, until
+ * `busyTimeout` has passed.
+ */
+const open = (options: SqliteSessionStoreOptions, timeout: Duration.Duration) =>
+  Effect.gen(function*() {
+    const outer = yield* Effect.scope
+    const attempt = Effect.flatMap(Scope.fork(outer, ExecutionStrategy.sequential), (scope) =>
+      openOnce(options, SqliteDirect.waitForLock(options.filename, Duration.min(timeout, OPEN_CONNECTION_WAIT))).pipe(
+        Scope.extend(scope),
+        Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit))
+      ))
+    return yield* SqliteDirect.waitForLock(options.filename, timeout)(attempt)
+  }).pipe(refail(ALL_SESSIONS, "open"))
 
 /**
  * Builds the SQLite store in the current scope (the database closes with the scope).
@@ -254,7 +275,7 @@ export const make = (
   Effect.gen(function*() {
     // Waits for another process's lock between attempts, never inside the driver (internal/durability/SqliteDirect).
     const wait = SqliteDirect.waitForLock(options.filename, busyTimeoutOf(options))
-    const sql = yield* open(options, wait)
+    const sql = yield* open(options, busyTimeoutOf(options))
     // The client is private to this store and has one connection: reserve it for the store's
     // lifetime and serialise its use with `lock`, so a transaction is not a scope per call and
     // no statement can run between another transaction's BEGIN and COMMIT.

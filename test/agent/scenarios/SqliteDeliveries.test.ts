@@ -5,7 +5,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, ScriptedModel, Tool } from "../../../src/index.js"
 import { gate, open, plugin, TEXT, user } from "../harness.js"
-import { calls, captured, empty, from, onBoth } from "./sqliteHarness.js"
+import { calls, captured, empty, from, onBoth } from "./bothStores.js"
 import type { PreStepInput } from "../../../src/index.js"
 
 // ---------------------------------------------------------------------------------------------------

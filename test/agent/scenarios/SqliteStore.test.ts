@@ -6,7 +6,7 @@ import Database from "better-sqlite3"
 import { Cause, Effect, Exit, Layer, Option } from "effect"
 import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, ForkError, forkSession, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, repairClosers, ScriptedModel, SessionLog, SessionNotFound, SessionStore, Tool } from "../../../src/index.js"
 import { agentOver, dataOfType, events, notation, plugin, requests, shape, token, untilEvent, user } from "../harness.js"
-import { closeOnFile, empty, fileRows, freshFile, header, ids, json, onFile, sid, withStore } from "./sqliteHarness.js"
+import { closeOnFile, empty, fileRows, freshFile, header, ids, json, onFile, sid, withStore } from "./bothStores.js"
 import type { SessionEvent } from "../../../src/index.js"
 
 const hangingTool = Tool.make("slow", { description: "never ends", parameters: empty, execute: () => Effect.never })

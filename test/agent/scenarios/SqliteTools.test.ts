@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Schema, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, RequestErrorAction, ScriptedModel, SessionLog, Tool, ToolPreDecision } from "../../../src/index.js"
 import { dataOfType, gate, open, plugin, requests, settle, shape, TEXT, token, until, untilEvent, user } from "../harness.js"
-import { calls, captured, empty, fileRows, freshFile, from, onBoth, runOn } from "./sqliteHarness.js"
+import { calls, captured, empty, fileRows, freshFile, from, onBoth, runOn } from "./bothStores.js"
 import type { ScriptEntry } from "../../../src/index.js"
 
 const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]

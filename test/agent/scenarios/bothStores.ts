@@ -1,13 +1,14 @@
 /**
- * The SPEC 9 scenarios on SQLite: runs one scenario over memory and over a fresh SQLite file and
- * checks that both agree, and helpers to open, close and read a session's file directly.
+ * The SPEC 9 scenarios over both stores: runs one scenario over memory and over a fresh SQLite file
+ * and checks that both agree; a table of both stores for scenarios whose agents outlive each other
+ * (disposal, resume, fork); and helpers to open, close and read a session's file directly.
  */
 import { afterAll, expect } from "@effect/vitest"
 import Database from "better-sqlite3"
 import { Context, Effect, Layer, Random, Schema } from "effect"
 import type { Scope } from "effect"
-import { checkLog, Driver, Inbox, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore } from "../../../src/index.js"
-import type { ScriptEntry, SessionEvent, UserMessage } from "../../../src/index.js"
+import { checkLog, Driver, Inbox, MemoryStoreControl, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore } from "../../../src/index.js"
+import type { ScriptEntry, SessionEvent, StoreSnapshot, UserMessage } from "../../../src/index.js"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -74,18 +75,7 @@ export const onFile = (file: string, script: Parameters<typeof agentOver>[0], op
   agentOver(script, options).pipe(Layer.provideMerge(sqlite(file)))
 
 /** Flushes, then checks the closing conditions: `checkLog` clean and the file equal to the live log. */
-export const closeOnFile = (file: string, session = "s") =>
-  Effect.gen(function*() {
-    const driver = yield* Driver
-    const log = yield* SessionLog
-    yield* driver.whenIdle
-    yield* settle
-    yield* log.flush
-    const es = yield* log.events
-    expect(checkLog(es, { closed: true })).toEqual([])
-    expect(fileRows(file, session)).toEqual(json(es))
-    return es
-  })
+export const closeOnFile = (file: string, session = "s") => closeOn((s) => Effect.sync(() => fileRows(file, s)))(session)
 
 /** Runs `program` against a SQLite store alone, opened on `file` and closed afterwards. */
 export const withStore = <A, E>(file: string, program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
@@ -194,3 +184,93 @@ export const onBoth = <X>(make: (file: string | undefined) => Case<X>) =>
     if (racing.length === 0) expect(normalise(sql.events)).toEqual(normalise(mem.events))
     return sql
   })
+
+/**
+ * A store the agents of one test run over, opened in the test's scope: every agent of the test sees
+ * what the earlier ones committed (memory: one store shared by all; SQLite: a new store on one file).
+ */
+export interface StoreUnderTest {
+  /** An agent over this store, with the store in its context. */
+  readonly agent: (
+    script: ReadonlyArray<ScriptEntry>,
+    options?: Parameters<typeof agentOver>[1]
+  ) => Layer.Layer<Layer.Layer.Success<ReturnType<typeof agentOver>> | SessionStore, unknown>
+  /** Runs `program` against the store alone. */
+  readonly use: <A, E>(program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) => Effect.Effect<A, unknown>
+  /** The committed events of a session as they read back from JSON, read outside any agent. */
+  readonly rows: (session?: string) => Effect.Effect<Array<SessionEvent>>
+  /** `whenIdle`, flush, then the closing conditions: `checkLog` clean and the committed rows equal to the live log. */
+  readonly close: (session?: string) => Effect.Effect<ReadonlyArray<SessionEvent>, unknown, Driver | SessionLog>
+  /** Runs `body` against an agent over this store (session "s" unless `options` say otherwise), then `close`. */
+  readonly run: <A>(
+    script: ReadonlyArray<ScriptEntry>,
+    body: Effect.Effect<A, unknown, Services>,
+    options?: Parameters<typeof agentOver>[1]
+  ) => Effect.Effect<A, unknown>
+  /** What is committed right now, as another store (a crash image: a memory snapshot, a copy of the file). */
+  readonly image: Effect.Effect<StoreUnderTest, never, Scope.Scope>
+}
+
+const closeOn = (rows: (session: string) => Effect.Effect<Array<SessionEvent>>) => (session = "s") =>
+  Effect.gen(function*() {
+    const driver = yield* Driver
+    const log = yield* SessionLog
+    yield* driver.whenIdle
+    yield* settle
+    yield* log.flush
+    const es = yield* log.events
+    expect(checkLog(es, { closed: true })).toEqual([])
+    expect(yield* rows(session)).toEqual(json(es))
+    return es
+  })
+
+/** The parts of a store under test that follow from its agents and its rows. */
+const storeOver = (
+  agent: StoreUnderTest["agent"],
+  rows: (session: string) => Effect.Effect<Array<SessionEvent>>
+): Pick<StoreUnderTest, "agent" | "rows" | "close" | "run"> => {
+  const close = closeOn(rows)
+  return {
+    agent,
+    rows: (session = "s") => rows(session),
+    close,
+    run: (script, body, options = {}) =>
+      body.pipe(Effect.zipLeft(close(options.sessionId)), Effect.provide(agent(script, options)), Effect.scoped)
+  }
+}
+
+const memoryStore = (snapshot?: StoreSnapshot): Effect.Effect<StoreUnderTest, never, Scope.Scope> =>
+  Effect.map(Layer.build(snapshot === undefined ? SessionStore.layerMemory : SessionStore.layerMemoryFrom(snapshot)), (ctx) => {
+    const store = Context.get(ctx, SessionStore)
+    return {
+      ...storeOver(
+        (script, options = {}) => agentOver(script, options).pipe(Layer.provideMerge(Layer.succeedContext(ctx))),
+        (session) => Effect.map(Effect.orDie(store.load(sid(session))), (loaded) => json(loaded.events) as Array<SessionEvent>)
+      ),
+      use: (program) => program(store),
+      image: Effect.flatMap(Context.get(ctx, MemoryStoreControl).snapshot, memoryStore)
+    }
+  })
+
+const sqliteStore = (file: string): StoreUnderTest => {
+  return {
+    ...storeOver((script, options = {}) => onFile(file, script, options), (session) => Effect.sync(() => fileRows(file, session))),
+    use: (program) => withStore(file, program),
+    image: Effect.promise(async () => {
+      const copy = freshFile()
+      const db = new Database(file, { readonly: true })
+      try {
+        await db.backup(copy)
+      } finally {
+        db.close()
+      }
+      return sqliteStore(copy)
+    })
+  }
+}
+
+/** Both stores, by name: each opens a fresh store for one test. */
+export const stores: ReadonlyArray<{ readonly name: string; readonly open: Effect.Effect<StoreUnderTest, never, Scope.Scope> }> = [
+  { name: "memory", open: memoryStore() },
+  { name: "SQLite", open: Effect.sync(() => sqliteStore(freshFile())) }
+]

@@ -3,10 +3,11 @@
  * results, cancel on an idle agent.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Either, Exit, Fiber, Option, Scope, Stream } from "effect"
-import { AgentBusy, CancelCause, Driver, Hooks, Inbox, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
+import { Chunk, Context, Deferred, Effect, Either, Fiber, Option, Stream } from "effect"
+import { AgentBusy, CancelCause, Driver, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
 import { agentTest, asId, closeOut, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import { buildOwn } from "./stores.js"
+import { cancelOnceEntered, disposeWhileHeld, gatedContextTool } from "./cancelFixtures.js"
 import { callT, empty } from "./toolFixtures.js"
 
 const ownFailure = new Error("own failure")
@@ -15,66 +16,45 @@ const G1 = gate()
 
 describe("7.2 cancel windows", () => {
   agentTest("K9: a cancel during turn-stopping listeners writes no further step and ends the turn aborted", scenario([ScriptedModel.text("a")]), function*({ driver, hooks }) {
-    const entered = yield* Deferred.make<void>()
-    yield* hooks.onTurnStopping(() => Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never))
-    yield* driver.followup(user("A"))
-    yield* Deferred.await(entered)
-    yield* driver.cancel(CancelCause.user)
-    yield* driver.whenIdle
+    yield* cancelOnceEntered(driver, (hang) => hooks.onTurnStopping(() => hang))
     expect((yield* shape).slice(-3)).toEqual(["AM", "SE(1,1)", "TE(1,aborted(user))"])
     expect(yield* closeOut).toEqual([])
   })
 
-  agentTest("K10: a cancel while a later boundary's pre-step runs loses that batch: CLM, then TE(aborted), no step", scenario([ScriptedModel.text("a")]), function*({ driver, inbox }) {
-    const entered = yield* Deferred.make<void>()
-    yield* (yield* PreStep).register((input, next) =>
-      input.boundary === "later" ? Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never) : next())
-    yield* (yield* Hooks).onTurnStopping((input) => input.step === 1 ? Effect.orDie(driver.inject(plugin("C"))) : Effect.void)
-    yield* driver.followup(user("A"))
-    yield* Deferred.await(entered)
-    yield* driver.cancel(CancelCause.user, { keepInbox: true })
-    yield* driver.whenIdle
+  agentTest("K10: a cancel while a later boundary's pre-step runs loses that batch: CLM, then TE(aborted), no step", scenario([ScriptedModel.text("a")]), function*({ driver, inbox, hooks, preStep }) {
+    yield* hooks.onTurnStopping((input) => input.step === 1 ? Effect.orDie(driver.inject(plugin("C"))) : Effect.void)
+    yield* cancelOnceEntered(driver, (hang) => preStep.register((input, next) => input.boundary === "later" ? hang : next()), { keepInbox: true })
     expect((yield* shape).slice(-4)).toEqual(["SE(1,1)", "INS(ns,0,[C])", "CLM(ns,0,1)", "TE(1,aborted(user))"])
     expect(yield* inbox.hasPending).toBe(false)
     expect(yield* inbox.idState("C" as never)).toMatchObject({ value: "claimed" })
   })
 
-  it.scoped("4.6: a call interrupted while its ToolPre hook runs yields ABORTED_BEFORE_DISPATCH; later calls get ⟨TC TR⊘⟩", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const entered = yield* Deferred.make<void>()
-      yield* hooks.onToolPre(() => Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-6)).toEqual(["TC(c1)", "TR⊘(c1)", "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(user))"])
-      expect((yield* dataOfType("tool/result"))[0]!.message.content[0].content[0].text).toBe("Error: tool call aborted before dispatch")
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }, { id: "c2", name: "t", arguments: {} }] })],
-      { tools: [Tool.make("t", { description: "", parameters: empty, execute: () => Effect.succeed("ran") })] }
-    ))))
+  agentTest("4.6: a call interrupted while its ToolPre hook runs yields ABORTED_BEFORE_DISPATCH; later calls get ⟨TC TR⊘⟩", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }, { id: "c2", name: "t", arguments: {} }] })],
+    { tools: [Tool.make("t", { description: "", parameters: empty, execute: () => Effect.succeed("ran") })] }
+  ), function*({ driver, hooks }) {
+    yield* cancelOnceEntered(driver, (hang) => hooks.onToolPre(() => hang))
+    expect((yield* shape).slice(-6)).toEqual(["TC(c1)", "TR⊘(c1)", "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(user))"])
+    expect((yield* dataOfType("tool/result"))[0]!.message.content[0].content[0].text).toBe("Error: tool call aborted before dispatch")
+  })
 
   const started: Array<string> = []
   const tools = [
     Tool.make("fails", { description: "", parameters: empty, mode: "parallel", execute: () => Effect.fail(ownFailure) }),
     Tool.make("hangs", { description: "", parameters: empty, mode: "parallel", execute: (_p, ctx) => Effect.zipRight(Effect.sync(() => started.push(ctx.callId)), Effect.never) })
   ]
-  it.scoped("4.6: on abort a body that already failed with its own error keeps it; a running body gets ABORTED", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started.length === 1))
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      const results = yield* dataOfType("tool/result")
-      expect(results.map((d) => d.error?.code)).toEqual(["TOOL_ERROR", "ABORTED"])
-      expect(results[1]!.message.content[0].content[0].text).toBe("Error: tool call aborted")
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "fails", arguments: {} }, { id: "c2", name: "hangs", arguments: {} }] })],
-      { tools }
-    ))))
+  agentTest("4.6: on abort a body that already failed with its own error keeps it; a running body gets ABORTED", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "fails", arguments: {} }, { id: "c2", name: "hangs", arguments: {} }] })],
+    { tools }
+  ), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* until(Effect.sync(() => started.length === 1))
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    const results = yield* dataOfType("tool/result")
+    expect(results.map((d) => d.error?.code)).toEqual(["TOOL_ERROR", "ABORTED"])
+    expect(results[1]!.message.content[0].content[0].text).toBe("Error: tool call aborted")
+  })
 })
 
 describe("7.2 cancel windows", () => {
@@ -102,22 +82,16 @@ describe("7.2 cancel windows", () => {
   it.scoped("K15/7.5: a broad cancel during disposal discards pending input and the draining step's later contexts; TE records disposed", () =>
     Effect.gen(function*() {
       const G = gate()
-      const t = Tool.make("t", {
-        description: "t",
-        parameters: empty,
-        execute: (_, ctx) => Effect.as(Effect.uninterruptible(Effect.zipRight(Deferred.await(G), ctx.deferContext(plugin("X")))), "done")
-      })
-      const { driver, log, scope } = yield* buildOwn([callT()], { tools: [t] })
+      const { driver, log, scope } = yield* buildOwn([callT()], { tools: [gatedContextTool(G)] })
       const live = yield* Effect.flatMap(driver.subscribe, (q) => Effect.succeed(q))
       yield* driver.followup(user("A"))
       yield* Effect.provideService(untilEvent((e) => e.type === "tool/call"), SessionLog, log)
       yield* driver.inject(plugin("P"))
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
-      yield* until(Effect.map(Effect.either(driver.runMaintenance(Effect.void)), (r) =>
-        Either.isLeft(r) && r.left instanceof AgentBusy && r.left.phase === "disposing"))
-      yield* driver.cancel(CancelCause.user)
-      yield* open(G)
-      yield* Fiber.join(closing)
+      yield* disposeWhileHeld(scope, G, Effect.gen(function*() {
+        yield* until(Effect.map(Effect.either(driver.runMaintenance(Effect.void)), (r) =>
+          Either.isLeft(r) && r.left instanceof AgentBusy && r.left.phase === "disposing"))
+        yield* driver.cancel(CancelCause.user)
+      }))
       const all = (yield* log.events)
       expect(all.map(notation).slice(-8)).toEqual([
         "TC(c1)", "INS(ns,0,[P])", "CAN(ns,0,1)", "TR✗(c1)", "INS(ns,0,[X])", "CAN(ns,0,1)", "SE(1,1)", "TE(1,aborted(disposed))"
@@ -138,10 +112,7 @@ describe("7.2 cancel windows", () => {
       yield* Effect.provideService(untilEvent((e) => e.type === "assistant/chunk"), SessionLog, log)
       yield* driver.cancel(CancelCause.user, { keepInbox: true })
       yield* driver.followup(user("B"))
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
-      yield* settle
-      yield* open(G)
-      yield* Fiber.join(closing)
+      yield* disposeWhileHeld(scope, G)
       const stored = (yield* Context.get(storeCtx, SessionStore).load(SessionId.make("s"))).events
       expect(stored.filter((e) => e.type === "turn/start").length).toBe(1)
       expect(stored[stored.length - 1]!.data).toEqual({ turn: 1, reason: { kind: "aborted", reason: { kind: "user" } } })
@@ -149,22 +120,20 @@ describe("7.2 cancel windows", () => {
     }))
 
   // 7.1: "interrupted tool bodies are awaited, and work that masks interruption delays whenIdle".
-  it.scoped("7.1: a tool body that masks interruption delays whenIdle until it settles; its result is ABORTED", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "tool/call")
-      yield* driver.cancel(CancelCause.user)
-      const idle = yield* Effect.fork(driver.whenIdle)
-      yield* settle
-      expect(Option.isNone(yield* Fiber.poll(idle))).toBe(true)
-      expect(yield* driver.status).toBe("running")
-      yield* open(G1)
-      yield* Fiber.join(idle)
-      expect((yield* shape).slice(-3)).toEqual(["TR✗(c1)", "SE(1,1)", "TE(1,aborted(user))"])
-    }).pipe(Effect.provide(scenario([callT()], {
-      tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.as(Effect.uninterruptible(Deferred.await(G1)), "late") })]
-    }))))
+  agentTest("7.1: a tool body that masks interruption delays whenIdle until it settles; its result is ABORTED", scenario([callT()], {
+    tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.as(Effect.uninterruptible(Deferred.await(G1)), "late") })]
+  }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "tool/call")
+    yield* driver.cancel(CancelCause.user)
+    const idle = yield* Effect.fork(driver.whenIdle)
+    yield* settle
+    expect(Option.isNone(yield* Fiber.poll(idle))).toBe(true)
+    expect(yield* driver.status).toBe("running")
+    yield* open(G1)
+    yield* Fiber.join(idle)
+    expect((yield* shape).slice(-3)).toEqual(["TR✗(c1)", "SE(1,1)", "TE(1,aborted(user))"])
+  })
 
   // K3: "turn open, batch claimed, initial pre-step not finished | ⟨TE(aborted)⟩, no step; the claimed batch
   // is lost (even with keepInbox); broad: other pending items CAN".
@@ -198,23 +167,20 @@ describe("7 cancel windows", () => {
     parameters: empty,
     execute: () => Effect.as(Effect.orDie(Effect.suspend(() => holder.driver!.cancel(CancelCause.hook("tool")))), "ok")
   })
-  it.scoped("K13/4.6: a body that cancels and then completes yields ABORTED; ToolPost sees aborted: true", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      holder.driver = driver
-      const flags: Array<boolean> = []
-      yield* hooks.onToolPost((input, next) => Effect.zipRight(Effect.sync(() => flags.push(input.aborted)), next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-4)).toEqual(["TC(c1)", "TR✗(c1)", "SE(1,1)", "TE(1,aborted(hook))"])
-      expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "aborted", reason: { kind: "hook", reason: "tool" } })
-      expect(flags).toEqual([true])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "self", arguments: {} }] })],
-      { tools: [selfCancel] }
-    ))))
+  agentTest("K13/4.6: a body that cancels and then completes yields ABORTED; ToolPost sees aborted: true", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "self", arguments: {} }] })],
+    { tools: [selfCancel] }
+  ), function*({ driver, hooks }) {
+    holder.driver = driver
+    const flags: Array<boolean> = []
+    yield* hooks.onToolPost((input, next) => Effect.zipRight(Effect.sync(() => flags.push(input.aborted)), next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-4)).toEqual(["TC(c1)", "TR✗(c1)", "SE(1,1)", "TE(1,aborted(hook))"])
+    expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "aborted", reason: { kind: "hook", reason: "tool" } })
+    expect(flags).toEqual([true])
+    expect(yield* closeOut).toEqual([])
+  })
 
   agentTest("K13: a broad cancel issued from a log observer is not lost", scenario([ScriptedModel.hang({ text: "x" })]), function*({ driver, log, inbox }) {
     yield* Effect.forkScoped(Stream.runForEach(log.stream(0), (e) =>
@@ -248,31 +214,27 @@ describe("7 cancel windows", () => {
     mode: "parallel",
     execute: (_p, ctx) => Effect.zipRight(Effect.sync(() => started78.push(ctx.callId)), Effect.uninterruptible(Effect.as(Deferred.await(G78), "done")))
   })
-  it.scoped("7.5: a broad cancel after a keepInbox cancel drops the later contexts of the draining step", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const hooks = yield* Hooks
-      yield* hooks.onToolPost((input, next) =>
-        Effect.map(next(), (o) => ({ ...o, additionalContexts: [...o.additionalContexts, plugin(`ctx-${input.callId}`)] })))
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started78.length === 2))
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* settle
-      yield* driver.cancel(CancelCause.parent)
-      yield* open(G78)
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.slice(s.indexOf("TC(c1)"))).toEqual([
-        "TC(c1)", "TC(c2)", "TR✗(c1)", "INS(ns,0,[ctx-c1])", "CAN(ns,0,1)", "TR✗(c2)", "INS(ns,0,[ctx-c2])", "CAN(ns,0,1)",
-        "SE(1,1)", "TE(1,aborted(user))"
-      ])
-      expect(yield* inbox.hasPending).toBe(false)
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "masked", arguments: {} }, { id: "c2", name: "masked", arguments: {} }] })],
-      { tools: [masked] }
-    ))))
+  agentTest("7.5: a broad cancel after a keepInbox cancel drops the later contexts of the draining step", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "masked", arguments: {} }, { id: "c2", name: "masked", arguments: {} }] })],
+    { tools: [masked] }
+  ), function*({ driver, inbox, hooks }) {
+    yield* hooks.onToolPost((input, next) =>
+      Effect.map(next(), (o) => ({ ...o, additionalContexts: [...o.additionalContexts, plugin(`ctx-${input.callId}`)] })))
+    yield* driver.followup(user("A"))
+    yield* until(Effect.sync(() => started78.length === 2))
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* settle
+    yield* driver.cancel(CancelCause.parent)
+    yield* open(G78)
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.slice(s.indexOf("TC(c1)"))).toEqual([
+      "TC(c1)", "TC(c2)", "TR✗(c1)", "INS(ns,0,[ctx-c1])", "CAN(ns,0,1)", "TR✗(c2)", "INS(ns,0,[ctx-c2])", "CAN(ns,0,1)",
+      "SE(1,1)", "TE(1,aborted(user))"
+    ])
+    expect(yield* inbox.hasPending).toBe(false)
+    expect(yield* closeOut).toEqual([])
+  })
 
   agentTest("K6: a cancel during the backoff sleep keeps the RT and makes no further attempt", scenario([ScriptedModel.fail({ message: "x", code: "RATE_LIMIT", status: 429 }), ScriptedModel.text("y")]), function*({ driver }) {
     yield* driver.followup(user("A"))

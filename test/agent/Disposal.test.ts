@@ -2,11 +2,12 @@
  * Disposal (SPEC 3.6, 3.7, 7.5): the disposal window, streams ending, contexts of the draining step.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
-import { CancelCause, Driver, Inbox, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
+import { Chunk, Context, Effect, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
+import { CancelCause, Driver, Inbox, ScriptedModel, SessionId, SessionLog, SessionStore } from "../../src/index.js"
 import { agentOver, agentTest, asId, closeOut, gate, notation, open, plugin, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
 import { buildIn, buildOwn } from "./stores.js"
-import { callT, empty } from "./toolFixtures.js"
+import { disposeWhileHeld, gatedContextTool } from "./cancelFixtures.js"
+import { callT } from "./toolFixtures.js"
 
 const G2 = gate()
 
@@ -67,18 +68,10 @@ describe("3.7 disposal and 7.5 contexts", () => {
   it.scoped("3.7/7.5: disposal during tools keeps the draining step's later contexts pending (no CAN)", () =>
     Effect.gen(function*() {
       const G = gate()
-      const t = Tool.make("t", {
-        description: "t",
-        parameters: empty,
-        execute: (_, ctx) => Effect.as(Effect.uninterruptible(Effect.zipRight(Deferred.await(G), ctx.deferContext(plugin("X")))), "done")
-      })
-      const { driver, inbox, log, scope, storeCtx } = yield* buildOwn([callT()], { tools: [t] })
+      const { driver, inbox, log, scope, storeCtx } = yield* buildOwn([callT()], { tools: [gatedContextTool(G)] })
       yield* driver.followup(user("A"))
       yield* Effect.provideService(untilEvent((e) => e.type === "tool/call"), SessionLog, log)
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
-      yield* settle
-      yield* open(G)
-      yield* Fiber.join(closing)
+      yield* disposeWhileHeld(scope, G)
       expect((yield* log.events).map(notation).slice(-4)).toEqual(["TR✗(c1)", "INS(ns,0,[X])", "SE(1,1)", "TE(1,aborted(disposed))"])
       expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["X"])
       const stored = (yield* Context.get(storeCtx, SessionStore).load(SessionId.make("s"))).events
@@ -88,27 +81,18 @@ describe("3.7 disposal and 7.5 contexts", () => {
   // 7.5: "a commit after the cancel appends, in its result's transaction, the insertion of its contexts
   // immediately followed by their cancellation … (An explicit inject issued after the cancel is an ordinary
   // insertion and stays pending.)" 4.6 COMMIT step 3: s = the length of next-step before the insertion.
-  it.scoped("7.5: after a broad cancel an explicit inject stays pending; the late context is INS(ns,1) then CAN(ns,1,1)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "tool/call")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.inject(plugin("P"))
-      yield* open(G2)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-6)).toEqual(["INS(ns,0,[P])", "TR✗(c1)", "INS(ns,1,[X])", "CAN(ns,1,1)", "SE(1,1)", "TE(1,aborted(user))"])
-      expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["P"])
-      expect(yield* inbox.idState(asId("X"))).toEqual(Option.some("discarded"))
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([callT()], {
-      tools: [Tool.make("t", {
-        description: "t",
-        parameters: empty,
-        execute: (_, ctx) => Effect.as(Effect.uninterruptible(Effect.zipRight(Deferred.await(G2), ctx.deferContext(plugin("X")))), "done")
-      })]
-    }))))
+  agentTest("7.5: after a broad cancel an explicit inject stays pending; the late context is INS(ns,1) then CAN(ns,1,1)", scenario([callT()], { tools: [gatedContextTool(G2)] }), function*({ driver, inbox }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "tool/call")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.inject(plugin("P"))
+    yield* open(G2)
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-6)).toEqual(["INS(ns,0,[P])", "TR✗(c1)", "INS(ns,1,[X])", "CAN(ns,1,1)", "SE(1,1)", "TE(1,aborted(user))"])
+    expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["P"])
+    expect(yield* inbox.idState(asId("X"))).toEqual(Option.some("discarded"))
+    expect(yield* closeOut).toEqual([])
+  })
 
   // K3a: "pre-step returned, step/start not yet written | ⟨TE(aborted)⟩, no step; the claimed batch is lost";
   // 4.3: "TX-STEP appends nothing (no step/start; the entered batch is dropped; ids it would have added stay unknown)".

@@ -1,0 +1,58 @@
+/**
+ * Pieces of the cancel and disposal tests: a listener that signals once it runs and then hangs, a
+ * tool that finishes (and defers a context) only when a gate opens, and disposal while a gate holds
+ * the draining step.
+ */
+import type { Context } from "effect"
+import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
+import type { Driver } from "../../src/services/Driver.js"
+import { Tool } from "../../src/services/Tools.js"
+import { CancelCause } from "../../src/domain/Values.js"
+import { open, plugin, settle, user } from "./harness.js"
+import { empty } from "./toolFixtures.js"
+
+/** Signals `entered`, then never finishes (until interrupted). */
+export const enterAndHang = (entered: Deferred.Deferred<void>) => Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never)
+
+/** A tool `t` whose body waits, uninterruptibly, for `g`, then defers the context `plugin(id)` and answers "done". */
+export const gatedContextTool = (g: Deferred.Deferred<void>, id = "X") =>
+  Tool.make("t", {
+    description: "t",
+    parameters: empty,
+    execute: (_, ctx) => Effect.as(Effect.uninterruptible(Effect.zipRight(Deferred.await(g), ctx.deferContext(plugin(id)))), "done")
+  })
+
+/**
+ * Closes `scope` while `g` holds the draining step: the close is forked, `during` runs (by default
+ * the runtime settles), then `g` opens and the close is awaited.
+ */
+export const disposeWhileHeld = <E = never, R = never>(
+  scope: Scope.CloseableScope,
+  g: Deferred.Deferred<void>,
+  during?: Effect.Effect<void, E, R>
+) =>
+  Effect.gen(function*() {
+    const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
+    yield* (during ?? settle)
+    yield* open(g)
+    yield* Fiber.join(closing)
+  })
+
+/**
+ * Installs a listener through `install` (handed an effect that signals and hangs), sends the
+ * follow-up A, cancels with `cause` once the listener hangs, and waits until the agent is idle.
+ */
+export const cancelOnceEntered = (
+  driver: Context.Tag.Service<Driver>,
+  install: (hang: Effect.Effect<never>) => Effect.Effect<void, never, Scope.Scope>,
+  options: { readonly keepInbox?: boolean } = {},
+  cause: CancelCause = CancelCause.user
+) =>
+  Effect.gen(function*() {
+    const entered = yield* Deferred.make<void>()
+    yield* install(enterAndHang(entered))
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.cancel(cause, options)
+    yield* driver.whenIdle
+  })

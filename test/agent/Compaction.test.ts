@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
-import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, Hooks, InvalidEvent, MemoryStoreControl, PersistenceError, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
+import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, InvalidEvent, MemoryStoreControl, PersistenceError, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
 import { agentOver, agentTest, closeOut, events, plugin, recordLive, requests, scenario, settle, shape, token, until, untilEvent, user } from "./harness.js"
 import { empty } from "./toolFixtures.js"
 
@@ -79,64 +79,57 @@ describe("6.7 compaction seams", () => {
     expect(yield* closeOut).toEqual([])
   })
 
-  it.scoped("6.7 / 4.5 G7: overflow recovery replaces history in a request-error listener; the retried attempt sees it", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const hooks = yield* Hooks
-      yield* hooks.onRequestError((input, next) =>
-        input.turn === 2 && input.failure.code === "CONTEXT_OVERFLOW"
-          ? Effect.gen(function*() {
-            const surface = yield* log.surface
-            yield* log.append({
-              type: "user/message",
-              data: summary("S"),
-              surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-              sourceEventSeqs: [surface[0]!, surface[1]!]
-            })
-            return RequestErrorAction.retry(Duration.zero)
+  agentTest("6.7 / 4.5 G7: overflow recovery replaces history in a request-error listener; the retried attempt sees it", scenario([
+    ScriptedModel.text("a"),
+    ScriptedModel.fail({ message: "too long", code: "CONTEXT_OVERFLOW", status: 400 }),
+    ScriptedModel.text("b")
+  ]), function*({ driver, log, hooks }) {
+    yield* hooks.onRequestError((input, next) =>
+      input.turn === 2 && input.failure.code === "CONTEXT_OVERFLOW"
+        ? Effect.gen(function*() {
+          const surface = yield* log.surface
+          yield* log.append({
+            type: "user/message",
+            data: summary("S"),
+            surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
+            sourceEventSeqs: [surface[0]!, surface[1]!]
           })
-          : next())
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      const rs = yield* requests
-      expect(rs.map((r) => r.messages.map(token))).toEqual([["A"], ["A", "a", "B"], ["summary", "B"]])
-      expect(rs.map((r) => [r.turn, r.attempt])).toEqual([[1, 1], [2, 1], [2, 2]])
-      expect((yield* shape).filter((x) => x.startsWith("RT"))).toEqual(["RT(1)"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([
-      ScriptedModel.text("a"),
-      ScriptedModel.fail({ message: "too long", code: "CONTEXT_OVERFLOW", status: 400 }),
-      ScriptedModel.text("b")
-    ]))))
+          return RequestErrorAction.retry(Duration.zero)
+        })
+        : next())
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    const rs = yield* requests
+    expect(rs.map((r) => r.messages.map(token))).toEqual([["A"], ["A", "a", "B"], ["summary", "B"]])
+    expect(rs.map((r) => [r.turn, r.attempt])).toEqual([[1, 1], [2, 1], [2, 2]])
+    expect((yield* shape).filter((x) => x.startsWith("RT"))).toEqual(["RT(1)"])
+    expect(yield* closeOut).toEqual([])
+  })
 
   const big = Tool.make("big", { description: "", parameters: empty, execute: () => Effect.succeed("a very long output") })
   // 2.8: a tool/result replacement equals the shadowed message (id included) except for the result block's content.
-  it.scoped("6.7: a pruner rewrites one tool/result's content (TR~); a change beyond content is rejected", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const tr = (yield* events).find((e) => e.type === "tool/result")!
-      const data = tr.data as any
-      const pruned = {
-        ...data,
-        message: { ...data.message, content: [{ ...data.message.content[0], content: [{ type: "text", text: "[pruned]" }] }] }
-      }
-      const flipped = { ...pruned, message: { ...pruned.message, content: [{ ...pruned.message.content[0], isError: true }] } }
-      expect(yield* Effect.flip(log.append({ type: "tool/result", data: flipped, surfaceOp: { op: "replace", start: tr.seq, end: tr.seq }, sourceEventSeqs: [tr.seq] })))
-        .toBeInstanceOf(InvalidEvent)
-      yield* log.append({ type: "tool/result", data: pruned, surfaceOp: { op: "replace", start: tr.seq, end: tr.seq }, sourceEventSeqs: [tr.seq] })
-      const tokens = (yield* log.messages).map((m) => m.content[0]?.type === "tool-result" ? (m.content[0].content[0] as any).text : token(m))
-      expect(tokens).toEqual(["A", "tool-call c1", "[pruned]", "done"])
-      expect(checkLog(yield* log.events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "big", arguments: {} }] }), ScriptedModel.text("done")],
-      { tools: [big] }
-    ))))
+  agentTest("6.7: a pruner rewrites one tool/result's content (TR~); a change beyond content is rejected", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "big", arguments: {} }] }), ScriptedModel.text("done")],
+    { tools: [big] }
+  ), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const tr = (yield* events).find((e) => e.type === "tool/result")!
+    const data = tr.data as any
+    const pruned = {
+      ...data,
+      message: { ...data.message, content: [{ ...data.message.content[0], content: [{ type: "text", text: "[pruned]" }] }] }
+    }
+    const flipped = { ...pruned, message: { ...pruned.message, content: [{ ...pruned.message.content[0], isError: true }] } }
+    expect(yield* Effect.flip(log.append({ type: "tool/result", data: flipped, surfaceOp: { op: "replace", start: tr.seq, end: tr.seq }, sourceEventSeqs: [tr.seq] })))
+      .toBeInstanceOf(InvalidEvent)
+    yield* log.append({ type: "tool/result", data: pruned, surfaceOp: { op: "replace", start: tr.seq, end: tr.seq }, sourceEventSeqs: [tr.seq] })
+    const tokens = (yield* log.messages).map((m) => m.content[0]?.type === "tool-result" ? (m.content[0].content[0] as any).text : token(m))
+    expect(tokens).toEqual(["A", "tool-call c1", "[pruned]", "done"])
+    expect(checkLog(yield* log.events, { closed: true })).toEqual([])
+  })
 })
 
 describe("6.7 / 3.6 manual compaction in maintenance", () => {
@@ -272,102 +265,95 @@ describe("6.7 numeric brackets inside a turn", () => {
 })
 
 describe("2.8 derived history", () => {
-  it.scoped("2.8: a replacement appended by a tool during a step takes effect from the next step's request", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      logRef = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      const rs = (yield* requests).map((r) => r.messages.map(token))
-      expect(rs[1]).toEqual(["A", "a", "B"])
-      expect(rs[2]).toEqual(["summary", "B", "tool-call c1", "tool-result c1"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.text("a"), ScriptedModel.response({ toolCalls: [{ id: "c1", name: "compact", arguments: {} }] }), ScriptedModel.text("b")],
-      { tools: [compactor] }
-    ))))
+  agentTest("2.8: a replacement appended by a tool during a step takes effect from the next step's request", scenario(
+    [ScriptedModel.text("a"), ScriptedModel.response({ toolCalls: [{ id: "c1", name: "compact", arguments: {} }] }), ScriptedModel.text("b")],
+    { tools: [compactor] }
+  ), function*({ driver }) {
+    logRef = yield* SessionLog
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    const rs = (yield* requests).map((r) => r.messages.map(token))
+    expect(rs[1]).toEqual(["A", "a", "B"])
+    expect(rs[2]).toEqual(["summary", "B", "tool-call c1", "tool-result c1"])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("2.8/6.7: compacting a tool call with its result; a second compaction shadows the first summary; messages = deriveMessages(events); lossless prefix", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      const full = yield* log.messages
-      expect(full.map(token)).toEqual(["A", "tool-call c1", "tool-result c1", "done", "B", "b"])
-      const s0 = yield* log.surface
-      // [AM(call), TR] together (never separated)
-      const s1 = yield* driver.runMaintenance(log.append({
-        type: "user/message",
-        data: summaryCompaction("S1", "s1"),
-        surfaceOp: { op: "replace", start: s0[1]!, end: s0[2]! },
-        sourceEventSeqs: [s0[1]!, s0[2]!]
-      }))
-      expect((yield* log.messages).map(token)).toEqual(["A", "s1", "done", "B", "b"])
-      const mid = (yield* log.events).length
-      const cur = yield* log.surface
-      // the second compaction must cite every shadowed node, including the earlier summary
-      const missing = yield* Effect.flip(driver.runMaintenance(log.append({
-        type: "user/message",
-        data: summaryCompaction("S2", "s2"),
-        surfaceOp: { op: "replace", start: cur[0]!, end: cur[3]! },
-        sourceEventSeqs: [cur[0]!, cur[2]!, cur[3]!]
-      })))
-      expect(missing).toBeInstanceOf(InvalidEvent)
-      expect((yield* log.events).length).toBe(mid)
-      // a shadowed seq is no longer a valid endpoint
-      expect(yield* Effect.flip(log.append({
-        type: "user/message",
-        data: summaryCompaction("S2", "s2"),
-        surfaceOp: { op: "replace", start: s0[1]!, end: s0[1]! },
-        sourceEventSeqs: [s0[1]!]
-      }))).toBeInstanceOf(InvalidEvent)
-      yield* driver.runMaintenance(log.append({
-        type: "user/message",
-        data: summaryCompaction("S2", "s2"),
-        surfaceOp: { op: "replace", start: cur[0]!, end: cur[3]! },
-        sourceEventSeqs: [cur[0]!, cur[1]!, cur[2]!, cur[3]!]
-      }))
-      const all = yield* log.events
-      const messages = yield* log.messages
-      expect(messages.map(token)).toEqual(["s2", "b"])
-      expect(messages).toEqual(deriveMessages(all))
-      expect(messages.every((m) => Object.isFrozen(m))).toBe(true)
-      expect(yield* log.messages).not.toBe(messages)
-      expect(deriveMessages(all)).not.toBe(deriveMessages(all))
-      expect(deriveMessages(all.slice(0, s1.seq)).map(token)).toEqual(full.map(token))
-      expect((yield* log.surface)[0]).toBe(all.length - 1)
-      // the summary's id is known: reusing it is a duplicate
-      expect(yield* Effect.flip(driver.followup(userMessage({ id: "S1", text: "x" })))).toBeInstanceOf(DuplicateMessage)
-      expect(checkLog(all, { closed: true })).toEqual([])
-      yield* driver.followup(user("C"))
-      yield* driver.whenIdle
-      expect((yield* requests).at(-1)!.messages.map(token)).toEqual(["s2", "b", "C"])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "echo", arguments: {} }] }), ScriptedModel.text("done"), ScriptedModel.text("b"), ScriptedModel.text("c")],
-      { tools: [Tool.make("echo", { description: "", parameters: Schema.Struct({}), execute: () => Effect.succeed("out") })] }
-    ))))
+  agentTest("2.8/6.7: compacting a tool call with its result; a second compaction shadows the first summary; messages = deriveMessages(events); lossless prefix", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "echo", arguments: {} }] }), ScriptedModel.text("done"), ScriptedModel.text("b"), ScriptedModel.text("c")],
+    { tools: [Tool.make("echo", { description: "", parameters: Schema.Struct({}), execute: () => Effect.succeed("out") })] }
+  ), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    const full = yield* log.messages
+    expect(full.map(token)).toEqual(["A", "tool-call c1", "tool-result c1", "done", "B", "b"])
+    const s0 = yield* log.surface
+    // [AM(call), TR] together (never separated)
+    const s1 = yield* driver.runMaintenance(log.append({
+      type: "user/message",
+      data: summaryCompaction("S1", "s1"),
+      surfaceOp: { op: "replace", start: s0[1]!, end: s0[2]! },
+      sourceEventSeqs: [s0[1]!, s0[2]!]
+    }))
+    expect((yield* log.messages).map(token)).toEqual(["A", "s1", "done", "B", "b"])
+    const mid = (yield* log.events).length
+    const cur = yield* log.surface
+    // the second compaction must cite every shadowed node, including the earlier summary
+    const missing = yield* Effect.flip(driver.runMaintenance(log.append({
+      type: "user/message",
+      data: summaryCompaction("S2", "s2"),
+      surfaceOp: { op: "replace", start: cur[0]!, end: cur[3]! },
+      sourceEventSeqs: [cur[0]!, cur[2]!, cur[3]!]
+    })))
+    expect(missing).toBeInstanceOf(InvalidEvent)
+    expect((yield* log.events).length).toBe(mid)
+    // a shadowed seq is no longer a valid endpoint
+    expect(yield* Effect.flip(log.append({
+      type: "user/message",
+      data: summaryCompaction("S2", "s2"),
+      surfaceOp: { op: "replace", start: s0[1]!, end: s0[1]! },
+      sourceEventSeqs: [s0[1]!]
+    }))).toBeInstanceOf(InvalidEvent)
+    yield* driver.runMaintenance(log.append({
+      type: "user/message",
+      data: summaryCompaction("S2", "s2"),
+      surfaceOp: { op: "replace", start: cur[0]!, end: cur[3]! },
+      sourceEventSeqs: [cur[0]!, cur[1]!, cur[2]!, cur[3]!]
+    }))
+    const all = yield* log.events
+    const messages = yield* log.messages
+    expect(messages.map(token)).toEqual(["s2", "b"])
+    expect(messages).toEqual(deriveMessages(all))
+    expect(messages.every((m) => Object.isFrozen(m))).toBe(true)
+    expect(yield* log.messages).not.toBe(messages)
+    expect(deriveMessages(all)).not.toBe(deriveMessages(all))
+    expect(deriveMessages(all.slice(0, s1.seq)).map(token)).toEqual(full.map(token))
+    expect((yield* log.surface)[0]).toBe(all.length - 1)
+    // the summary's id is known: reusing it is a duplicate
+    expect(yield* Effect.flip(driver.followup(userMessage({ id: "S1", text: "x" })))).toBeInstanceOf(DuplicateMessage)
+    expect(checkLog(all, { closed: true })).toEqual([])
+    yield* driver.followup(user("C"))
+    yield* driver.whenIdle
+    expect((yield* requests).at(-1)!.messages.map(token)).toEqual(["s2", "b", "C"])
+  })
 })
 
 describe("2.8 A7 open step", () => {
-  it.scoped("2.8/A7: a tool cannot replace a range that ends at its own step's assistant/message; nothing is written", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      logRef = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(probeResult).toBeInstanceOf(InvalidEvent)
-      expect((yield* shape).filter((x) => x.startsWith("UM~"))).toEqual([])
-      expect((yield* requests)[1]!.messages.map(token)).toEqual(["A", "tool-call c1", "tool-result c1"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "probe", arguments: {} }] }), ScriptedModel.text("done")],
-      { tools: [prober] }
-    ))))
+  agentTest("2.8/A7: a tool cannot replace a range that ends at its own step's assistant/message; nothing is written", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "probe", arguments: {} }] }), ScriptedModel.text("done")],
+    { tools: [prober] }
+  ), function*({ driver }) {
+    logRef = yield* SessionLog
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(probeResult).toBeInstanceOf(InvalidEvent)
+    expect((yield* shape).filter((x) => x.startsWith("UM~"))).toEqual([])
+    expect((yield* requests)[1]!.messages.map(token)).toEqual(["A", "tool-call c1", "tool-result c1"])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("6.3 fail-stop with compaction and maintenance", () => {

@@ -8,6 +8,7 @@ import { Agent, CancelCause, Driver, Hooks, MemoryStoreControl, Model, Persisten
 import { agentOver, agentTest, closeOut, gate, liveNotation, open, plugin, reasons, recordLive, scenario, settle, shape, untilEvent, user } from "./harness.js"
 import type { DriverEvent } from "../../src/index.js"
 import { callT, empty } from "./toolFixtures.js"
+import { scenarioSeeingDriver } from "./cancelFixtures.js"
 
 const boom = new Error("interrupt handler broke")
 
@@ -75,14 +76,13 @@ describe("3.10 agent/error case 2", () => {
     expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
   })
 
-  it.scoped("3.10: a defect of a ToolPre listener found when an aborted turn closes is published once", () =>
-    Effect.gen(function*() {
-      const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(Hooks, (h) => h.onToolPre(listener)), Effect.die(boom))
-      expect(errors).toEqual([boom])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }] })],
-      { tools: [Tool.make("t", { description: "", parameters: empty, execute: () => Effect.succeed("ran") })] }
-    ))))
+  agentTest("3.10: a defect of a ToolPre listener found when an aborted turn closes is published once", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }] })],
+    { tools: [Tool.make("t", { description: "", parameters: empty, execute: () => Effect.succeed("ran") })] }
+  ), function*(_) {
+    const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(Hooks, (h) => h.onToolPre(listener)), Effect.die(boom))
+    expect(errors).toEqual([boom])
+  })
 
   agentTest("3.10: a defect of an onRequest listener found when an aborted turn closes is published once", scenario([ScriptedModel.text("x")]), function*() {
     const errors = yield* cancelWhileBlocked((listener) => Effect.flatMap(Hooks, (h) => h.onRequest(listener)), Effect.die(boom))
@@ -108,30 +108,28 @@ describe("defects published when an aborted turn closes", () => {
   // `onTurnStopping`, `ToolPre`, `ToolPost` waterfalls, the model stream, the tool scheduler outside bodies".
   // ScriptedModel's `onInterrupt` defect is published (test above); a defect raised by the interruption of
   // any other Model's stream is not.
-  it.scoped("3.10: a defect of a custom Model stream's interruption is published once; the turn still ends aborted", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
-      const errors = (yield* live).filter((e) => e.type === "agent/error")
-      expect(errors.map((e) => (e as any).error)).toEqual([boom])
-    }).pipe(Effect.provide(Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } }).pipe(
-      Layer.provideMerge(Layer.mergeAll(
-        SessionStore.layerMemory,
-        Tools.layer(),
-        Layer.succeed(Model, {
-          stream: () =>
-            Stream.concat(
-              Stream.make({ type: "block-start" as const, index: 0, block: "text" as const }),
-              Stream.fromEffect(Effect.onInterrupt(Effect.never, () => Effect.die(boom)))
-            )
-        })
-      ))
-    ))))
+  agentTest("3.10: a defect of a custom Model stream's interruption is published once; the turn still ends aborted", Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } }).pipe(
+    Layer.provideMerge(Layer.mergeAll(
+      SessionStore.layerMemory,
+      Tools.layer(),
+      Layer.succeed(Model, {
+        stream: () =>
+          Stream.concat(
+            Stream.make({ type: "block-start" as const, index: 0, block: "text" as const }),
+            Stream.fromEffect(Effect.onInterrupt(Effect.never, () => Effect.die(boom)))
+          )
+      })
+    ))
+  ), function*({ driver }) {
+    const live = yield* recordLive
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-1)).toEqual(["TE(1,aborted(user))"])
+    const errors = (yield* live).filter((e) => e.type === "agent/error")
+    expect(errors.map((e) => (e as any).error)).toEqual([boom])
+  })
 })
 
 describe("3.10 case 2 / 7.1: defects of loop components in an aborted turn", () => {
@@ -139,27 +137,24 @@ describe("3.10 case 2 / 7.1: defects of loop components in an aborted turn", () 
   // component of this turn — pre-step listeners, the onRequest, onRequestError, onTurnStopping, ToolPre,
   // ToolPost waterfalls, … — including failures that happened before the cause was recorded but were
   // still being closed".
-  it.scoped("3.10 case 2: a defect of a ToolPost listener in an aborted turn is published once; the turn ends aborted", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const live = yield* recordLive
-      yield* hooks.onToolPost(() => Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("post boom")))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      // The ToolPost defect is the scheduler failure and is also listed as a defect, so TX-CLOSE
-      // (aborted) publishes it once.
-      expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
-      const errors = errorsOf(yield* live)
-      expect(errors.length).toBe(1)
-      expect(errors[0]!.turn).toBe(1)
-      expect(errors[0]!.step).toBe(1)
-      expect(Cause.isRuntimeException(errors[0]!.error)).toBe(true)
-      expect((errors[0]!.error as Error).message).toBe("post boom")
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([callT()], {
-      tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })]
-    }))))
+  agentTest("3.10 case 2: a defect of a ToolPost listener in an aborted turn is published once; the turn ends aborted", scenario([callT()], {
+    tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })]
+  }), function*({ driver, hooks }) {
+    const live = yield* recordLive
+    yield* hooks.onToolPost(() => Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("post boom")))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    // The ToolPost defect is the scheduler failure and is also listed as a defect, so TX-CLOSE
+    // (aborted) publishes it once.
+    expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
+    const errors = errorsOf(yield* live)
+    expect(errors.length).toBe(1)
+    expect(errors[0]!.turn).toBe(1)
+    expect(errors[0]!.step).toBe(1)
+    expect(Cause.isRuntimeException(errors[0]!.error)).toBe(true)
+    expect((errors[0]!.error as Error).message).toBe("post boom")
+    expect(yield* closeOut).toEqual([])
+  })
 
   agentTest("3.10 case 2: a defect of an onTurnStopping listener that recorded the cause is published once", scenario([ScriptedModel.text("a")]), function*({ driver, hooks }) {
     const live = yield* recordLive
@@ -189,51 +184,41 @@ describe("3.10 case 2 / 7.1: defects of loop components in an aborted turn", () 
   })
 
   // "tool-body outcomes are results and never published".
-  it.scoped("3.10 case 2: a tool body that records the cause and then dies publishes nothing", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLive
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
-      expect(errorsOf(yield* live)).toEqual([])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(Layer.unwrapEffect(Effect.sync(() => {
-      let driverRef: Context.Tag.Service<typeof Driver> | undefined
-      const t = Tool.make("t", {
-        description: "t",
-        parameters: empty,
-        execute: () => Effect.uninterruptible(Effect.zipRight(Effect.suspend(() => driverRef!.cancel(CancelCause.user)), Effect.dieMessage("body boom")))
-      })
-      const base = scenario([callT()], { tools: [t] })
-      return Layer.effectContext(Effect.map(Layer.build(base), (ctx) => {
-        driverRef = Context.get(ctx, Driver)
-        return ctx
-      }))
-    })))))
+  agentTest("3.10 case 2: a tool body that records the cause and then dies publishes nothing", scenarioSeeingDriver((agentDriver) => {
+    const t = Tool.make("t", {
+      description: "t",
+      parameters: empty,
+      execute: () => Effect.uninterruptible(Effect.zipRight(Effect.suspend(() => agentDriver().cancel(CancelCause.user)), Effect.dieMessage("body boom")))
+    })
+    return scenario([callT()], { tools: [t] })
+  }), function*({ driver }) {
+    const live = yield* recordLive
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
+    expect(errorsOf(yield* live)).toEqual([])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("3.10 case 1: agent/error turn and step", () => {
-  it.scoped("3.10 case 1: a later boundary's pre-step failure publishes step k+1 and the listener's own error", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const live = yield* recordLive
-      const own = { message: "own failure", code: "MINE" }
-      yield* preStep.register((input, next) =>
-        input.boundary === "later" ? Effect.fail(own) as Effect.Effect<never, typeof own> : Effect.orDie(next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const errors = errorsOf(yield* live)
-      expect(errors.length).toBe(1)
-      expect(errors[0]!.turn).toBe(1)
-      expect(errors[0]!.step).toBe(2)
-      expect(errors[0]!.error).toBe(own)
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "own failure", code: "MINE" } }])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([callT()], {
-      tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })]
-    }))))
+  agentTest("3.10 case 1: a later boundary's pre-step failure publishes step k+1 and the listener's own error", scenario([callT()], {
+    tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })]
+  }), function*({ driver, preStep }) {
+    const live = yield* recordLive
+    const own = { message: "own failure", code: "MINE" }
+    yield* preStep.register((input, next) =>
+      input.boundary === "later" ? Effect.fail(own) as Effect.Effect<never, typeof own> : Effect.orDie(next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const errors = errorsOf(yield* live)
+    expect(errors.length).toBe(1)
+    expect(errors[0]!.turn).toBe(1)
+    expect(errors[0]!.step).toBe(2)
+    expect(errors[0]!.error).toBe(own)
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "own failure", code: "MINE" } }])
+    expect(yield* closeOut).toEqual([])
+  })
 
   agentTest("3.10 case 1: an onTurnStopping failure publishes the step that stopped and the listener's own error", scenario([ScriptedModel.text("a")]), function*({ driver, hooks }) {
     const live = yield* recordLive

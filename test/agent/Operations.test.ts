@@ -452,18 +452,16 @@ describe("3.5 whenIdle from the activity", () => {
     parameters: empty,
     execute: () => Effect.as(waiter.driver!.whenIdle, "never")
   })
-  it.scoped("3.5: whenIdle awaited from a tool body dies; the defect is the body's outcome (TOOL_DEFECT)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      waiter.driver = driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* dataOfType("tool/result"))[0]!.error).toEqual({ name: "ToolDefect", code: "TOOL_DEFECT" })
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "waits", arguments: {} }] }), ScriptedModel.text("ok")],
-      { tools: [waits] }
-    ))))
+  agentTest("3.5: whenIdle awaited from a tool body dies; the defect is the body's outcome (TOOL_DEFECT)", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "waits", arguments: {} }] }), ScriptedModel.text("ok")],
+    { tools: [waits] }
+  ), function*({ driver }) {
+    waiter.driver = driver
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* dataOfType("tool/result"))[0]!.error).toEqual({ name: "ToolDefect", code: "TOOL_DEFECT" })
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("K13 / D5: operations from observers, hooks and stream effects", () => {
@@ -952,18 +950,16 @@ describe("0.3 / 0.4 / 3.3: send family", () => {
     expect(types.has("agent/inbox/enqueue")).toBe(false)
   })
 
-  it.scoped("0.4 D3: after max-tokens the chain continues into a follow-up queued during the turn", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* until(Effect.map(shape, (s) => s.includes("RH(initial)")))
-      yield* driver.followup(user("B"))
-      yield* open(gateMaxTokens)
-      expect(yield* closeOut).toEqual([])
-      expect((yield* reasons).map((r) => r.kind)).toEqual(["max-tokens", "completed"])
-      expect(yield* texts).toEqual(["A", "B"])
-    }).pipe(Effect.provide(scenario([
-      ScriptedModel.response({ text: "cut", finish: "max-tokens", awaitBefore: Deferred.await(gateMaxTokens) }),
-      ScriptedModel.text("ok")
-    ]))))
+  agentTest("0.4 D3: after max-tokens the chain continues into a follow-up queued during the turn", scenario([
+    ScriptedModel.response({ text: "cut", finish: "max-tokens", awaitBefore: Deferred.await(gateMaxTokens) }),
+    ScriptedModel.text("ok")
+  ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* until(Effect.map(shape, (s) => s.includes("RH(initial)")))
+    yield* driver.followup(user("B"))
+    yield* open(gateMaxTokens)
+    expect(yield* closeOut).toEqual([])
+    expect((yield* reasons).map((r) => r.kind)).toEqual(["max-tokens", "completed"])
+    expect(yield* texts).toEqual(["A", "B"])
+  })
 })

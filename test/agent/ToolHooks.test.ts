@@ -102,30 +102,27 @@ describe("4.6 / 8.7 / 8.9: tools and their hooks", () => {
     }).pipe(Effect.provide(scenario([calls(["c1", "nope"], ["c2", "ctx"], ["c3", "ctx"]), ScriptedModel.text("done")], { tools: [ctxTool] })))
   })
 
-  it.scoped("8.7: hook registrations end with their scope inside a live agent; onToolPost prepend is outermost", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const order: Array<string> = []
-      const inner = yield* Scope.make()
-      yield* Scope.extend(hooks.onToolPre(() => Effect.succeed(ToolPreDecision.deny("scoped"))), inner)
-      const post = (name: string) => (input: Loose, next: () => Effect.Effect<any, unknown>) =>
-        Effect.zipRight(Effect.sync(() => order.push(`${name}:${input.callId}`)), next())
-      yield* hooks.onToolPost(post("first"))
-      yield* hooks.onToolPost(post("second"))
-      yield* Scope.extend(hooks.onToolPost(post("front"), { prepend: true }), inner)
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      yield* Scope.close(inner, Exit.void)
-      yield* driver.followup(user("B"))
-      expect(yield* closeOut).toEqual([])
-      expect(order).toEqual(["front:c1", "first:c1", "second:c1", "first:c2", "second:c2"])
-      const r = yield* resultsByCall
-      expect(r.c1).toEqual({ text: "Error: tool call denied: scoped", isError: true, error: { name: "ToolDeniedError", code: "DENIED" }, meta: undefined })
-      expect(r.c2).toEqual({ text: "ok", isError: false, error: undefined, meta: undefined })
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("one"), calls(["c2", "t"]), ScriptedModel.text("two")], {
-      tools: [okTool("t")]
-    }))))
+  agentTest("8.7: hook registrations end with their scope inside a live agent; onToolPost prepend is outermost", scenario([calls(["c1", "t"]), ScriptedModel.text("one"), calls(["c2", "t"]), ScriptedModel.text("two")], {
+    tools: [okTool("t")]
+  }), function*({ driver, hooks }) {
+    const order: Array<string> = []
+    const inner = yield* Scope.make()
+    yield* Scope.extend(hooks.onToolPre(() => Effect.succeed(ToolPreDecision.deny("scoped"))), inner)
+    const post = (name: string) => (input: Loose, next: () => Effect.Effect<any, unknown>) =>
+      Effect.zipRight(Effect.sync(() => order.push(`${name}:${input.callId}`)), next())
+    yield* hooks.onToolPost(post("first"))
+    yield* hooks.onToolPost(post("second"))
+    yield* Scope.extend(hooks.onToolPost(post("front"), { prepend: true }), inner)
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    yield* Scope.close(inner, Exit.void)
+    yield* driver.followup(user("B"))
+    expect(yield* closeOut).toEqual([])
+    expect(order).toEqual(["front:c1", "first:c1", "second:c1", "first:c2", "second:c2"])
+    const r = yield* resultsByCall
+    expect(r.c1).toEqual({ text: "Error: tool call denied: scoped", isError: true, error: { name: "ToolDeniedError", code: "DENIED" }, meta: undefined })
+    expect(r.c2).toEqual({ text: "ok", isError: false, error: undefined, meta: undefined })
+  })
 
   agentTest("4.4/8.6/8.7: a PreStep listener and an onTurnStopping listener act inside the loop only while their scope is open", scenario([calls(["c1", "t"]), ScriptedModel.text("done"), ScriptedModel.text("two")], { tools: [okTool("t")] }), function*({ driver, hooks, preStep: pre }) {
     const inputs: Array<Loose> = []
@@ -185,24 +182,21 @@ describe("4.6 / 8.7 / 8.9: tools and their hooks", () => {
     })))
   })
 
-  it.scoped("3.10/4.6: failing and dying tool bodies and a failing ToolPre are results only: no live agent/error, the turn completes", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const drain = yield* recordLive
-      yield* hooks.onToolPre((info, next) => info.callId === "c3" ? Effect.die(new Error("pre died")) : next())
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const live = yield* drain
-      expect(live.filter((e) => e.type === "agent/error")).toEqual([])
-      const r = yield* resultsByCall
-      expect(r.c1).toEqual({ text: "Error: bad", isError: true, error: { name: "Error", code: "TOOL_ERROR" }, meta: undefined })
-      expect(r.c2).toEqual({ text: "Error: boom", isError: true, error: { name: "ToolDefect", code: "TOOL_DEFECT" }, meta: undefined })
-      expect(r.c3).toEqual({ text: "Error: pre died", isError: true, error: { name: "ToolPreHookError", code: "PRE_HOOK_FAILED" }, meta: undefined })
-      expect((yield* dataOfType("turn/end")).map((d) => d.reason)).toEqual([{ kind: "completed" }])
-    }).pipe(Effect.provide(scenario([calls(["c1", "f"], ["c2", "d"], ["c3", "t"]), ScriptedModel.text("done")], {
-      tools: [okTool("f", "exclusive", Effect.fail(new Error("bad"))), okTool("d", "exclusive", Effect.die(new Error("boom"))), okTool("t")]
-    }))))
+  agentTest("3.10/4.6: failing and dying tool bodies and a failing ToolPre are results only: no live agent/error, the turn completes", scenario([calls(["c1", "f"], ["c2", "d"], ["c3", "t"]), ScriptedModel.text("done")], {
+    tools: [okTool("f", "exclusive", Effect.fail(new Error("bad"))), okTool("d", "exclusive", Effect.die(new Error("boom"))), okTool("t")]
+  }), function*({ driver, hooks }) {
+    const drain = yield* recordLive
+    yield* hooks.onToolPre((info, next) => info.callId === "c3" ? Effect.die(new Error("pre died")) : next())
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const live = yield* drain
+    expect(live.filter((e) => e.type === "agent/error")).toEqual([])
+    const r = yield* resultsByCall
+    expect(r.c1).toEqual({ text: "Error: bad", isError: true, error: { name: "Error", code: "TOOL_ERROR" }, meta: undefined })
+    expect(r.c2).toEqual({ text: "Error: boom", isError: true, error: { name: "ToolDefect", code: "TOOL_DEFECT" }, meta: undefined })
+    expect(r.c3).toEqual({ text: "Error: pre died", isError: true, error: { name: "ToolPreHookError", code: "PRE_HOOK_FAILED" }, meta: undefined })
+    expect((yield* dataOfType("turn/end")).map((d) => d.reason)).toEqual([{ kind: "completed" }])
+  })
 
   it.scoped("4.6/8.9: the default pool cap is 10", () => {
     const g = gate()
@@ -260,21 +254,18 @@ describe("4.6 / 8.7 / 8.9: tools and their hooks", () => {
 })
 
 describe("SPEC 8.7 Hooks", () => {
-  it.scoped("8.7/8.10: onRequest's default is the seed config of AgentOptions; the ModelRequest carries it", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const configs: Array<unknown> = []
-      yield* hooks.onRequest((input, next) => Effect.zipRight(Effect.sync(() => configs.push(input.config)), next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const expected = { provider: "p", model: "m", system: "sys", maxTokens: 77, temperature: 0.25 }
-      expect(configs).toEqual([expected])
-      const [request] = yield* requests
-      expect(request).toMatchObject({ ...expected, sessionId: "s", turn: 1, step: 1, attempt: 1, tools: [] })
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")], {
-      agent: { system: "sys", maxTokens: 77, temperature: 0.25 }
-    }))))
+  agentTest("8.7/8.10: onRequest's default is the seed config of AgentOptions; the ModelRequest carries it", scenario([ScriptedModel.text("ok")], {
+    agent: { system: "sys", maxTokens: 77, temperature: 0.25 }
+  }), function*({ driver, hooks }) {
+    const configs: Array<unknown> = []
+    yield* hooks.onRequest((input, next) => Effect.zipRight(Effect.sync(() => configs.push(input.config)), next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const expected = { provider: "p", model: "m", system: "sys", maxTokens: 77, temperature: 0.25 }
+    expect(configs).toEqual([expected])
+    const [request] = yield* requests
+    expect(request).toMatchObject({ ...expected, sessionId: "s", turn: 1, step: 1, attempt: 1, tools: [] })
+  })
 
   agentTest("8.7/4.5: a hook registration ends with its scope; the next request's seed is the last logged config; onTurnStopping runs serially in registration order", scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]), function*({ driver, hooks }) {
     const seen: Array<string> = []
@@ -303,28 +294,25 @@ describe("SPEC 8.7 Hooks", () => {
 })
 
 describe("SPEC 8.9 Tools", () => {
-  it.scoped("8.9: a string returned by execute means {content: [{type: text, text}]}; ToolPost sees it normalized with aborted false", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const posts: Array<unknown> = []
-      yield* hooks.onToolPost((input, next) => Effect.zipRight(Effect.sync(() => posts.push({ output: input.output, aborted: input.aborted, name: input.name, params: input.params })), next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(posts).toEqual([{
-        output: { content: [{ type: "text", text: "echo:hi" }], isError: false, additionalContexts: [], concludesTurn: false },
-        aborted: false,
-        name: "echo",
-        params: { s: "hi" }
-      }])
-      const result = (yield* events).find((e) => e.type === "tool/result")!.data as any
-      expect(result.message.content[0]).toEqual({ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "echo:hi" }] })
-    }).pipe(Effect.provide(scenario([
-      ScriptedModel.response({ toolCalls: [{ id: "c1", name: "echo", arguments: { s: "hi" } }] }),
-      ScriptedModel.text("done")
-    ], {
-      tools: [Tool.make("echo", { description: "echo", parameters: Schema.Struct({ s: Schema.String }), execute: (p) => Effect.succeed(`echo:${p.s}`) })]
-    }))))
+  agentTest("8.9: a string returned by execute means {content: [{type: text, text}]}; ToolPost sees it normalized with aborted false", scenario([
+    ScriptedModel.response({ toolCalls: [{ id: "c1", name: "echo", arguments: { s: "hi" } }] }),
+    ScriptedModel.text("done")
+  ], {
+    tools: [Tool.make("echo", { description: "echo", parameters: Schema.Struct({ s: Schema.String }), execute: (p) => Effect.succeed(`echo:${p.s}`) })]
+  }), function*({ driver, hooks }) {
+    const posts: Array<unknown> = []
+    yield* hooks.onToolPost((input, next) => Effect.zipRight(Effect.sync(() => posts.push({ output: input.output, aborted: input.aborted, name: input.name, params: input.params })), next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(posts).toEqual([{
+      output: { content: [{ type: "text", text: "echo:hi" }], isError: false, additionalContexts: [], concludesTurn: false },
+      aborted: false,
+      name: "echo",
+      params: { s: "hi" }
+    }])
+    const result = (yield* events).find((e) => e.type === "tool/result")!.data as any
+    expect(result.message.content[0]).toEqual({ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "echo:hi" }] })
+  })
 
   it.effect("8.9: Tools.layer with two tools of one name lists the later one; list is frozen ToolSchemas", () =>
     Effect.gen(function*() {
@@ -351,32 +339,26 @@ describe("8.7 hooks", () => {
     parameters: Schema.Struct({ n: Schema.NumberFromString }),
     execute: ({ n }, ctx) => Effect.sync(() => (seenCtx.push({ sessionId: ctx.sessionId, turn: ctx.turn, step: ctx.step, callId: ctx.callId, n }), "ok"))
   })
-  it.scoped("8.7: ToolPre sees decoded params and raw arguments; tool bodies get their context", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onToolPre((input, next) => Effect.zipRight(Effect.sync(() => seenInfo.push(input)), next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(seenInfo).toEqual([{ sessionId: "s", turn: 1, step: 1, callId: "c1", name: "probe", arguments: "{\"n\":\"5\"}", params: { n: 5 } }])
-      expect(seenCtx).toEqual([{ sessionId: "s", turn: 1, step: 1, callId: "c1", n: 5 }])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "probe", arguments: { n: "5" } }] }), ScriptedModel.text("done")],
-      { tools: [probe] }
-    ))))
+  agentTest("8.7: ToolPre sees decoded params and raw arguments; tool bodies get their context", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "probe", arguments: { n: "5" } }] }), ScriptedModel.text("done")],
+    { tools: [probe] }
+  ), function*({ driver, hooks }) {
+    yield* hooks.onToolPre((input, next) => Effect.zipRight(Effect.sync(() => seenInfo.push(input)), next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(seenInfo).toEqual([{ sessionId: "s", turn: 1, step: 1, callId: "c1", name: "probe", arguments: "{\"n\":\"5\"}", params: { n: 5 } }])
+    expect(seenCtx).toEqual([{ sessionId: "s", turn: 1, step: 1, callId: "c1", n: 5 }])
+  })
 
-  it.scoped("8.7: a ToolPre listener calling next() twice is a hook failure (PRE_HOOK_FAILED)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onToolPre((_input, next) => Effect.zipRight(next(), next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* dataOfType("tool/result"))[0]!.error).toEqual({ name: "ToolPreHookError", code: "PRE_HOOK_FAILED" })
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }), ScriptedModel.text("done")],
-      { tools: [Tool.make("quick", { description: "", parameters: empty, execute: () => Effect.succeed("ok") })] }
-    ))))
+  agentTest("8.7: a ToolPre listener calling next() twice is a hook failure (PRE_HOOK_FAILED)", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }), ScriptedModel.text("done")],
+    { tools: [Tool.make("quick", { description: "", parameters: empty, execute: () => Effect.succeed("ok") })] }
+  ), function*({ driver, hooks }) {
+    yield* hooks.onToolPre((_input, next) => Effect.zipRight(next(), next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* dataOfType("tool/result"))[0]!.error).toEqual({ name: "ToolPreHookError", code: "PRE_HOOK_FAILED" })
+  })
 
   agentTest("8.7: a request-error listener's Fail ends the turn at once, without llm/retry", scenario([ScriptedModel.fail({ message: "slow", code: "RATE_LIMIT", status: 429 })]), function*({ driver, hooks }) {
     yield* hooks.onRequestError(() => Effect.succeed(RequestErrorAction.fail))
@@ -417,20 +399,19 @@ describe("8.9 Tools", () => {
       expect(listed[1]).toEqual({ name: "b", description: "B", parameters: JSON.parse(JSON.stringify(JSONSchema.make(params))) })
     }))
 
-  it.scoped("8.9: a later registration shadows an earlier one until its scope closes; setMode of an unknown name is a no-op", () =>
-    Effect.gen(function*() {
-      const tools = yield* Tools
-      const one = Tool.make("x", { description: "first", parameters: empty, execute: () => Effect.succeed("1") })
-      const two = Tool.make("x", { description: "second", parameters: empty, execute: () => Effect.succeed("2") })
-      yield* tools.register(one)
-      const inner = yield* Scope.make()
-      yield* Scope.extend(tools.register(two), inner)
-      expect((yield* tools.list).map((s) => s.description)).toEqual(["second"])
-      yield* Scope.close(inner, Exit.void)
-      expect((yield* tools.list).map((s) => s.description)).toEqual(["first"])
-      yield* tools.setMode("nope", "parallel")
-      expect((yield* tools.list).map((s) => s.name)).toEqual(["x"])
-    }).pipe(Effect.provide(Tools.layer())))
+  agentTest("8.9: a later registration shadows an earlier one until its scope closes; setMode of an unknown name is a no-op", Tools.layer(), function*(_) {
+    const tools = yield* Tools
+    const one = Tool.make("x", { description: "first", parameters: empty, execute: () => Effect.succeed("1") })
+    const two = Tool.make("x", { description: "second", parameters: empty, execute: () => Effect.succeed("2") })
+    yield* tools.register(one)
+    const inner = yield* Scope.make()
+    yield* Scope.extend(tools.register(two), inner)
+    expect((yield* tools.list).map((s) => s.description)).toEqual(["second"])
+    yield* Scope.close(inner, Exit.void)
+    expect((yield* tools.list).map((s) => s.description)).toEqual(["first"])
+    yield* tools.setMode("nope", "parallel")
+    expect((yield* tools.list).map((s) => s.name)).toEqual(["x"])
+  })
 
   it.effect("8.9: Tools.layer dies at build for NaN, -1 and Infinity caps; 1 is accepted", () =>
     Effect.gen(function*() {

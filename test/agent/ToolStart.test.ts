@@ -442,38 +442,37 @@ describe("outcomes, order and the pool with bodies that end at once (SPEC 4.6)",
       }))
     }))
 
-  it.scoped("D13: a body starts only once its tool/call is durable, even with a store that holds appends", () =>
-    Effect.gen(function*() {
-      const store = yield* SessionStore
-      const control = yield* MemoryStoreControl
-      const storedAtStart = yield* Deferred.make<ReadonlyArray<string>>()
-      const t = Tool.make("t", {
-        description: "records what the store held when it started",
-        parameters: empty,
-        execute: () =>
-          Effect.gen(function*() {
-            const loaded = yield* Effect.orDie(store.load(S))
-            yield* Deferred.succeed(storedAtStart, loaded.events.map(notation))
-            return "ok"
-          })
-      })
-      const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "t")], awaitBefore: control.hold }),
-        ScriptedModel.text("done")
-      ]
-      yield* Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(A)
-        yield* waitUntil(Effect.map(shape, (s) => s.includes("TC(c1)")), "TC(c1) in memory")
-        yield* settle
-        expect(yield* Deferred.isDone(storedAtStart)).toBe(false)
-        yield* control.release
-        const stored = yield* Deferred.await(storedAtStart)
-        expect(stored.at(-1)).toBe("TC(c1)")
-        yield* driver.whenIdle
-        yield* idleAndChecked
-      }).pipe(Effect.provide(agentOn(script, [t])))
-    }).pipe(Effect.provide(SessionStore.layerMemory)))
+  agentTest("D13: a body starts only once its tool/call is durable, even with a store that holds appends", SessionStore.layerMemory, function*(_) {
+    const store = yield* SessionStore
+    const control = yield* MemoryStoreControl
+    const storedAtStart = yield* Deferred.make<ReadonlyArray<string>>()
+    const t = Tool.make("t", {
+      description: "records what the store held when it started",
+      parameters: empty,
+      execute: () =>
+        Effect.gen(function*() {
+          const loaded = yield* Effect.orDie(store.load(S))
+          yield* Deferred.succeed(storedAtStart, loaded.events.map(notation))
+          return "ok"
+        })
+    })
+    const script = [
+      ScriptedModel.response({ toolCalls: [call("c1", "t")], awaitBefore: control.hold }),
+      ScriptedModel.text("done")
+    ]
+    yield* Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(A)
+      yield* waitUntil(Effect.map(shape, (s) => s.includes("TC(c1)")), "TC(c1) in memory")
+      yield* settle
+      expect(yield* Deferred.isDone(storedAtStart)).toBe(false)
+      yield* control.release
+      const stored = yield* Deferred.await(storedAtStart)
+      expect(stored.at(-1)).toBe("TC(c1)")
+      yield* driver.whenIdle
+      yield* idleAndChecked
+    }).pipe(Effect.provide(agentOn(script, [t])))
+  })
 })
 
 describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
@@ -570,129 +569,123 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
 })
 
 describe("disposal while bodies run (SPEC 3.7, D9)", () => {
-  it.scoped("a hanging body is interrupted and awaited; the log ends TR✗ SE TE(aborted(disposed)) with no cancellation splice", () =>
-    Effect.gen(function*() {
-      const store = yield* SessionStore
-      const hung = yield* Deferred.make<void>()
-      const interrupted = yield* Ref.make(false)
-      const t = Tool.make("t", {
-        description: "c1 hangs, c2 answers at once with a context",
-        parameters: empty,
-        mode: "parallel",
-        execute: (_params, ctx: ToolContext): Effect.Effect<ToolOutput | string> =>
-          ctx.callId === "c1"
-            ? ctx.deferContext(plugin("ctx-c1")).pipe(
-              Effect.zipRight(Deferred.succeed(hung, undefined)),
-              Effect.zipRight(Effect.never),
-              Effect.onInterrupt(() => Ref.set(interrupted, true))
-            )
-            : Effect.succeed({ content: "at once", additionalContexts: [plugin("ctx-c2")] })
-      })
-      const x = Tool.make("x", { description: "exclusive", parameters: empty, execute: () => Effect.succeed("x") })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "x")] })]
-      const agentScope = yield* EffectScope.make()
-      const context = yield* Layer.buildWithScope(agentOn(script, [t, x]), agentScope)
-      const driver = Context.get(context, Driver)
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(A)
-      yield* Deferred.await(hung)
-      yield* waitUntil(Effect.map(Context.get(context, SessionLog).events, (all) => all.some((e) => notation(e) === "TC(c2)")), "TC(c2)")
-      yield* settle
-      yield* driver.inject(plugin("X"))
-      yield* EffectScope.close(agentScope, Exit.void)
-      expect(yield* Ref.get(interrupted)).toBe(true)
-      const stored = yield* store.load(S)
-      expect(stored.events.map(notation)).toEqual([
-        ...STEP_A, ...toolResponse(3), "TC(c1)", "TC(c2)", "INS(ns,0,[X])",
-        "TR✗(c1)", "INS(ns,1,[ctx-c1])", "TR(c2)", "INS(ns,2,[ctx-c2])", "TC(c3)", "TR⊘(c3)",
-        "SE(1,1)", "TE(1,aborted(disposed))"
-      ])
-      expect(checkLog(stored.events, { closed: true })).toEqual([])
-      expect(yield* live.all).toEqual([
-        "inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "inserted(ctx-c1)", "inserted(ctx-c2)", "status(idle)"
-      ])
-    }).pipe(Effect.provide(SessionStore.layerMemory)))
+  agentTest("a hanging body is interrupted and awaited; the log ends TR✗ SE TE(aborted(disposed)) with no cancellation splice", SessionStore.layerMemory, function*(_) {
+    const store = yield* SessionStore
+    const hung = yield* Deferred.make<void>()
+    const interrupted = yield* Ref.make(false)
+    const t = Tool.make("t", {
+      description: "c1 hangs, c2 answers at once with a context",
+      parameters: empty,
+      mode: "parallel",
+      execute: (_params, ctx: ToolContext): Effect.Effect<ToolOutput | string> =>
+        ctx.callId === "c1"
+          ? ctx.deferContext(plugin("ctx-c1")).pipe(
+            Effect.zipRight(Deferred.succeed(hung, undefined)),
+            Effect.zipRight(Effect.never),
+            Effect.onInterrupt(() => Ref.set(interrupted, true))
+          )
+          : Effect.succeed({ content: "at once", additionalContexts: [plugin("ctx-c2")] })
+    })
+    const x = Tool.make("x", { description: "exclusive", parameters: empty, execute: () => Effect.succeed("x") })
+    const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "x")] })]
+    const agentScope = yield* EffectScope.make()
+    const context = yield* Layer.buildWithScope(agentOn(script, [t, x]), agentScope)
+    const driver = Context.get(context, Driver)
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(A)
+    yield* Deferred.await(hung)
+    yield* waitUntil(Effect.map(Context.get(context, SessionLog).events, (all) => all.some((e) => notation(e) === "TC(c2)")), "TC(c2)")
+    yield* settle
+    yield* driver.inject(plugin("X"))
+    yield* EffectScope.close(agentScope, Exit.void)
+    expect(yield* Ref.get(interrupted)).toBe(true)
+    const stored = yield* store.load(S)
+    expect(stored.events.map(notation)).toEqual([
+      ...STEP_A, ...toolResponse(3), "TC(c1)", "TC(c2)", "INS(ns,0,[X])",
+      "TR✗(c1)", "INS(ns,1,[ctx-c1])", "TR(c2)", "INS(ns,2,[ctx-c2])", "TC(c3)", "TR⊘(c3)",
+      "SE(1,1)", "TE(1,aborted(disposed))"
+    ])
+    expect(checkLog(stored.events, { closed: true })).toEqual([])
+    expect(yield* live.all).toEqual([
+      "inserted(A)", "status(running)", "claimed(A,1)", "inserted(X)", "inserted(ctx-c1)", "inserted(ctx-c2)", "status(idle)"
+    ])
+  })
 
-  it.scoped("disposal waits for a body that masks interruption, then the turn ends aborted(disposed)", () =>
-    Effect.gen(function*() {
-      const store = yield* SessionStore
-      const H = yield* Deferred.make<void>()
-      const masked = yield* Deferred.make<void>()
-      const t = Tool.make("t", {
-        description: "masks interruption until H",
-        parameters: empty,
-        execute: () => Effect.uninterruptible(Effect.zipRight(Deferred.succeed(masked, undefined), Effect.as(Deferred.await(H), "late")))
-      })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "t")] })]
-      const agentScope = yield* EffectScope.make()
-      const context = yield* Layer.buildWithScope(agentOn(script, [t]), agentScope)
-      const driver = Context.get(context, Driver)
-      yield* driver.followup(A)
-      yield* Deferred.await(masked)
-      const closing = yield* Effect.fork(EffectScope.close(agentScope, Exit.void))
-      yield* settle
-      expect(yield* Fiber.poll(closing)).toEqual(Option.none())
-      expect((yield* Context.get(context, SessionLog).events).map(notation).filter((e) => e.startsWith("TE("))).toEqual([])
-      yield* Deferred.succeed(H, undefined)
-      yield* Fiber.join(closing)
-      const stored = yield* store.load(S)
-      expect(stored.events.map(notation)).toEqual([
-        ...STEP_A, ...toolResponse(1), "TC(c1)", "TR✗(c1)", "SE(1,1)", "TE(1,aborted(disposed))"
-      ])
-      expect(turnEndsOf(stored.events)).toEqual([{ kind: "aborted", reason: { kind: "disposed" } }])
-    }).pipe(Effect.provide(SessionStore.layerMemory)))
+  agentTest("disposal waits for a body that masks interruption, then the turn ends aborted(disposed)", SessionStore.layerMemory, function*(_) {
+    const store = yield* SessionStore
+    const H = yield* Deferred.make<void>()
+    const masked = yield* Deferred.make<void>()
+    const t = Tool.make("t", {
+      description: "masks interruption until H",
+      parameters: empty,
+      execute: () => Effect.uninterruptible(Effect.zipRight(Deferred.succeed(masked, undefined), Effect.as(Deferred.await(H), "late")))
+    })
+    const script = [ScriptedModel.response({ toolCalls: [call("c1", "t")] })]
+    const agentScope = yield* EffectScope.make()
+    const context = yield* Layer.buildWithScope(agentOn(script, [t]), agentScope)
+    const driver = Context.get(context, Driver)
+    yield* driver.followup(A)
+    yield* Deferred.await(masked)
+    const closing = yield* Effect.fork(EffectScope.close(agentScope, Exit.void))
+    yield* settle
+    expect(yield* Fiber.poll(closing)).toEqual(Option.none())
+    expect((yield* Context.get(context, SessionLog).events).map(notation).filter((e) => e.startsWith("TE("))).toEqual([])
+    yield* Deferred.succeed(H, undefined)
+    yield* Fiber.join(closing)
+    const stored = yield* store.load(S)
+    expect(stored.events.map(notation)).toEqual([
+      ...STEP_A, ...toolResponse(1), "TC(c1)", "TR✗(c1)", "SE(1,1)", "TE(1,aborted(disposed))"
+    ])
+    expect(turnEndsOf(stored.events)).toEqual([{ kind: "aborted", reason: { kind: "disposed" } }])
+  })
 
-  it.scoped("a poisoned session with a hanging body: whenIdle resolves, disposal completes and the body has been interrupted", () =>
-    Effect.gen(function*() {
-      const control = yield* MemoryStoreControl
-      const hung = yield* Deferred.make<void>()
-      const interrupted = yield* Ref.make(false)
-      const t = Tool.make("t", {
-        description: "hangs",
-        parameters: empty,
-        execute: () =>
-          Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
-      })
-      const agentScope = yield* EffectScope.make()
-      const context = yield* Layer.buildWithScope(agentOn([ScriptedModel.response({ toolCalls: [call("c1", "t")] })], [t]), agentScope)
-      const driver = Context.get(context, Driver)
-      yield* driver.followup(A)
-      yield* Deferred.await(hung)
-      yield* control.failAppends(3)
-      const refused = yield* Effect.flip(driver.inject(plugin("X")))
-      expect(refused).toBeInstanceOf(PersistenceError)
-      yield* driver.whenIdle
-      expect(yield* driver.status).toBe("idle")
-      yield* EffectScope.close(agentScope, Exit.void)
-      expect(yield* Ref.get(interrupted)).toBe(true)
-    }).pipe(Effect.provide(SessionStore.layerMemory)))
+  agentTest("a poisoned session with a hanging body: whenIdle resolves, disposal completes and the body has been interrupted", SessionStore.layerMemory, function*({ control }) {
+    const hung = yield* Deferred.make<void>()
+    const interrupted = yield* Ref.make(false)
+    const t = Tool.make("t", {
+      description: "hangs",
+      parameters: empty,
+      execute: () =>
+        Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
+    })
+    const agentScope = yield* EffectScope.make()
+    const context = yield* Layer.buildWithScope(agentOn([ScriptedModel.response({ toolCalls: [call("c1", "t")] })], [t]), agentScope)
+    const driver = Context.get(context, Driver)
+    yield* driver.followup(A)
+    yield* Deferred.await(hung)
+    yield* control.failAppends(3)
+    const refused = yield* Effect.flip(driver.inject(plugin("X")))
+    expect(refused).toBeInstanceOf(PersistenceError)
+    yield* driver.whenIdle
+    expect(yield* driver.status).toBe("idle")
+    yield* EffectScope.close(agentScope, Exit.void)
+    expect(yield* Ref.get(interrupted)).toBe(true)
+  })
 
   // Regression: SPEC 6.3: "the poison transaction sets the phase Idle ... the activity is
   // interrupted and writes nothing more"; a tool body is a fiber of the activity (3.5). The hanging
   // body is interrupted once the poison commits; the scheduler used to keep waiting for it until
   // disposal interrupted the loop's fiber.
-  it.scoped("a poisoned session interrupts a hanging body without waiting for disposal", () =>
-    Effect.gen(function*() {
-      const control = yield* MemoryStoreControl
-      const hung = yield* Deferred.make<void>()
-      const interrupted = yield* Ref.make(false)
-      const t = Tool.make("t", {
-        description: "hangs",
-        parameters: empty,
-        execute: () =>
-          Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
-      })
-      yield* Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(A)
-        yield* Deferred.await(hung)
-        yield* control.failAppends(3)
-        expect(yield* Effect.flip(driver.inject(plugin("X")))).toBeInstanceOf(PersistenceError)
-        yield* driver.whenIdle
-        yield* settle
-        expect(yield* Ref.get(interrupted)).toBe(true)
-      }).pipe(Effect.provide(agentOn([ScriptedModel.response({ toolCalls: [call("c1", "t")] })], [t])))
-    }).pipe(Effect.provide(SessionStore.layerMemory)))
+  agentTest("a poisoned session interrupts a hanging body without waiting for disposal", SessionStore.layerMemory, function*({ control }) {
+    const hung = yield* Deferred.make<void>()
+    const interrupted = yield* Ref.make(false)
+    const t = Tool.make("t", {
+      description: "hangs",
+      parameters: empty,
+      execute: () =>
+        Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
+    })
+    yield* Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(A)
+      yield* Deferred.await(hung)
+      yield* control.failAppends(3)
+      expect(yield* Effect.flip(driver.inject(plugin("X")))).toBeInstanceOf(PersistenceError)
+      yield* driver.whenIdle
+      yield* settle
+      expect(yield* Ref.get(interrupted)).toBe(true)
+    }).pipe(Effect.provide(agentOn([ScriptedModel.response({ toolCalls: [call("c1", "t")] })], [t])))
+  })
 })
 
 describe("what a body sees (fiber refs, services, span)", () => {

@@ -4,10 +4,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Data, Deferred, Effect, Exit, Layer, Option, Ref, Scope, TestClock } from "effect"
-import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
+import { CancelCause, Driver, Hooks, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
 import { agentOver, agentTest, asId, closeOut, dataOfType, events, gate, ids, liveNotation, open, plugin, reasons, recordLive, recordStatus, requests, scenario, shape, TEXT, texts, turnStarts, until, untilEvent, user } from "./harness.js"
 import type { Driver as DriverTag, UserMessage } from "../../src/index.js"
 import { calls, callT, empty, okTool } from "./toolFixtures.js"
+import { scenarioSeeingDriver } from "./cancelFixtures.js"
 
 const holder: { driver?: Context.Tag.Service<DriverTag> } = {}
 const injectDuringStream = (id: string) => Effect.suspend(() => Effect.orDie(holder.driver!.inject(plugin(id))))
@@ -29,20 +30,18 @@ describe("4.3 later boundaries", () => {
     expect(yield* texts).toEqual(["A", "C"])
   })
 
-  it.scoped("4.3/7.3: a later boundary entering [] after a natural ending closes the turn with that ending (max-tokens sticky)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      holder.driver = driver
-      yield* (yield* PreStep).register((input, next) => input.boundary === "later" ? Effect.succeed(PreStepDecision.enter([])) : next())
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.slice(s.indexOf("SE(1,1)"))).toEqual(["SE(1,1)", "CLM(ns,0,1)", "TE(1,max-tokens)"])
-      expect(yield* requests).toHaveLength(1)
-    }).pipe(Effect.provide(scenario([
-      ScriptedModel.response({ text: "trunc", finish: "max-tokens", during: injectDuringStream("C") }),
-      ScriptedModel.text("never")
-    ]))))
+  agentTest("4.3/7.3: a later boundary entering [] after a natural ending closes the turn with that ending (max-tokens sticky)", scenario([
+    ScriptedModel.response({ text: "trunc", finish: "max-tokens", during: injectDuringStream("C") }),
+    ScriptedModel.text("never")
+  ]), function*({ driver }) {
+    holder.driver = driver
+    yield* (yield* PreStep).register((input, next) => input.boundary === "later" ? Effect.succeed(PreStepDecision.enter([])) : next())
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.slice(s.indexOf("SE(1,1)"))).toEqual(["SE(1,1)", "CLM(ns,0,1)", "TE(1,max-tokens)"])
+    expect(yield* requests).toHaveLength(1)
+  })
 
   agentTest("7.3: a steer inserted during a later pre-step that enters [] continues the chain; the next turn claims it", scenario([ScriptedModel.text("a", { during: injectDuringStream("C") }), ScriptedModel.text("s")]), function*({ driver }) {
     holder.driver = driver
@@ -202,18 +201,16 @@ describe("4.4 pre-step input and decisions", () => {
     expect(yield* inbox.idState("bad" as UserMessage["id"])).toEqual(Option.none())
   })
 
-  it.scoped("4.3: a later boundary entering [] after tools still runs the step (the model continues after the results)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* (yield* PreStep).register((input, next) => input.boundary === "later" ? Effect.succeed(PreStepDecision.enter([])) : next())
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-4)).toEqual(["CH(finish stop)", "AM", "SE(1,2)", "TE(1,completed)"])
-      expect(yield* requests).toHaveLength(2)
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }), ScriptedModel.text("done")],
-      { tools: [Tool.make("quick", { description: "", parameters: empty, execute: () => Effect.succeed("ok") })] }
-    ))))
+  agentTest("4.3: a later boundary entering [] after tools still runs the step (the model continues after the results)", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }), ScriptedModel.text("done")],
+    { tools: [Tool.make("quick", { description: "", parameters: empty, execute: () => Effect.succeed("ok") })] }
+  ), function*({ driver }) {
+    yield* (yield* PreStep).register((input, next) => input.boundary === "later" ? Effect.succeed(PreStepDecision.enter([])) : next())
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-4)).toEqual(["CH(finish stop)", "AM", "SE(1,2)", "TE(1,completed)"])
+    expect(yield* requests).toHaveLength(2)
+  })
 })
 
 describe("4.7 turn-stopping", () => {
@@ -228,18 +225,16 @@ describe("4.7 turn-stopping", () => {
     expect((yield* dataOfType("turn/end"))[0]!.reason.error.message).toBe("stop broke")
   })
 
-  it.scoped("4.6: the mode set with Tools.setMode is read when a call starts", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const tools = yield* Tools
-      yield* tools.setMode("p", "exclusive")
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).filter((s) => s.startsWith("TC") || s.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TR(c2)"])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "p", arguments: {} }, { id: "c2", name: "p", arguments: {} }] }), ScriptedModel.text("done")],
-      { tools: [Tool.make("p", { description: "", parameters: empty, mode: "parallel", execute: () => Effect.succeed("ok") })] }
-    ))))
+  agentTest("4.6: the mode set with Tools.setMode is read when a call starts", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "p", arguments: {} }, { id: "c2", name: "p", arguments: {} }] }), ScriptedModel.text("done")],
+    { tools: [Tool.make("p", { description: "", parameters: empty, mode: "parallel", execute: () => Effect.succeed("ok") })] }
+  ), function*({ driver }) {
+    const tools = yield* Tools
+    yield* tools.setMode("p", "exclusive")
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).filter((s) => s.startsWith("TC") || s.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TR(c2)"])
+  })
 })
 
 // ---------------------------------------------------------------------------------------------------
@@ -669,86 +664,62 @@ describe("7.3: late insertions racing the initial claim", () => {
 })
 
 describe("4.8 drain policy and waking work", () => {
+  /** An agent whose first request fails (BAD) after `deliver` ran on its driver; the next answers "ok". */
+  const failedStepAfter = (deliver: (driver: Context.Tag.Service<typeof Driver>) => Effect.Effect<unknown, unknown>) =>
+    scenarioSeeingDriver((agentDriver) =>
+      scenario([
+        ScriptedModel.fail({ message: "bad", code: "BAD" }, { awaitBefore: Effect.suspend(() => deliver(agentDriver())) }),
+        ScriptedModel.text("ok")
+      ])
+    )
+
   // SPEC 4.8: "Waking work pending" means a next-turn item exists, or a steer inserted after the last
   // claim is still pending in next-step (wakingSteers). Injected context alone is not waking work.
-  it.scoped("4.8/4.2: a turn ending error with a steer inserted during its step continues the chain; the next turn claims it", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "INS(ns,0,[S])", "CH(finish error)", "SE(1,1)",
-        "TE(1,error(BAD))", "TS(2)", "CLM(ns,0,1)",
-        "SS(2,1)", "UM(S)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(2,1)", "TE(2,completed)"
-      ])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(Layer.unwrapEffect(Effect.sync(() => {
-      let driverRef: Context.Tag.Service<typeof Driver> | undefined
-      const base = scenario([
-        ScriptedModel.fail({ message: "bad", code: "BAD" }, { awaitBefore: Effect.suspend(() => driverRef!.steer(user("S"))) }),
-        ScriptedModel.text("ok")
-      ])
-      return Layer.effectContext(Effect.map(Layer.build(base), (ctx) => {
-        driverRef = Context.get(ctx, Driver)
-        return ctx
-      }))
-    })))))
+  agentTest("4.8/4.2: a turn ending error with a steer inserted during its step continues the chain; the next turn claims it", failedStepAfter((driver) => driver.steer(user("S"))), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
+      "INS(ns,0,[S])", "CH(finish error)", "SE(1,1)",
+      "TE(1,error(BAD))", "TS(2)", "CLM(ns,0,1)",
+      "SS(2,1)", "UM(S)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(2,1)", "TE(2,completed)"
+    ])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("4.8: a turn ending error with only an injected context pending goes idle; the context waits for the next wake", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const status = yield* recordStatus
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-3)).toEqual(["CH(finish error)", "SE(1,1)", "TE(1,error(BAD))"])
-      expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["I"])
-      expect(yield* status).toEqual(["idle", "running", "idle"])
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      const after = yield* shape
-      const at = after.indexOf("TS(2)")
-      expect(after.slice(at - 1, at + 7)).toEqual(["INS(nt,0,[B])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(I)", "UM(B)", "CH(block-start)"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(Layer.unwrapEffect(Effect.sync(() => {
-      let driverRef: Context.Tag.Service<typeof Driver> | undefined
-      const base = scenario([
-        ScriptedModel.fail({ message: "bad", code: "BAD" }, { awaitBefore: Effect.suspend(() => driverRef!.inject(plugin("I"))) }),
-        ScriptedModel.text("ok")
-      ])
-      return Layer.effectContext(Effect.map(Layer.build(base), (ctx) => {
-        driverRef = Context.get(ctx, Driver)
-        return ctx
-      }))
-    })))))
+  agentTest("4.8: a turn ending error with only an injected context pending goes idle; the context waits for the next wake", failedStepAfter((driver) => driver.inject(plugin("I"))), function*({ driver, inbox }) {
+    const status = yield* recordStatus
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-3)).toEqual(["CH(finish error)", "SE(1,1)", "TE(1,error(BAD))"])
+    expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["I"])
+    expect(yield* status).toEqual(["idle", "running", "idle"])
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    const after = yield* shape
+    const at = after.indexOf("TS(2)")
+    expect(after.slice(at - 1, at + 7)).toEqual(["INS(nt,0,[B])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(I)", "UM(B)", "CH(block-start)"])
+    expect(yield* closeOut).toEqual([])
+  })
 
   // SPEC 3.2: "every claim of next-step (TX-BOUNDARY, TX-OPEN) empties [wakingSteers]".
-  it.scoped("3.2/4.8: a steer claimed at a boundary is no longer waking work: an inject left after a later failure parks", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      // Step 1 (tool) saw S steered; the boundary claimed it; step 2 failed with I injected.
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "bad", code: "BAD" } }])
-      expect((yield* turnStarts)).toEqual([1])
-      expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["I"])
-      expect(yield* driver.status).toBe("idle")
-    }).pipe(Effect.provide(Layer.unwrapEffect(Effect.sync(() => {
-      let driverRef: Context.Tag.Service<typeof Driver> | undefined
-      const t = Tool.make("t", {
-        description: "t",
-        parameters: empty,
-        execute: () => Effect.as(Effect.suspend(() => driverRef!.steer(user("S"))), "ok")
-      })
-      const base = scenario([
-        callT(),
-        ScriptedModel.fail({ message: "bad", code: "BAD" }, { awaitBefore: Effect.suspend(() => driverRef!.inject(plugin("I"))) })
-      ], { tools: [t] })
-      return Layer.effectContext(Effect.map(Layer.build(base), (ctx) => {
-        driverRef = Context.get(ctx, Driver)
-        return ctx
-      }))
-    })))))
+  agentTest("3.2/4.8: a steer claimed at a boundary is no longer waking work: an inject left after a later failure parks", scenarioSeeingDriver((agentDriver) => {
+    const t = Tool.make("t", {
+      description: "t",
+      parameters: empty,
+      execute: () => Effect.as(Effect.suspend(() => agentDriver().steer(user("S"))), "ok")
+    })
+    return scenario([
+      callT(),
+      ScriptedModel.fail({ message: "bad", code: "BAD" }, { awaitBefore: Effect.suspend(() => agentDriver().inject(plugin("I"))) })
+    ], { tools: [t] })
+  }), function*({ driver, inbox }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    // Step 1 (tool) saw S steered; the boundary claimed it; step 2 failed with I injected.
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "bad", code: "BAD" } }])
+    expect((yield* turnStarts)).toEqual([1])
+    expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["I"])
+    expect(yield* driver.status).toBe("idle")
+  })
 })

@@ -1,11 +1,10 @@
 /**
  * Pieces of the cancel and disposal tests: a listener that signals once it runs and then hangs, a
- * tool that finishes (and defers a context) only when a gate opens, and disposal while a gate holds
- * the draining step.
+ * tool that finishes (and defers a context) only when a gate opens, disposal while a gate holds the
+ * draining step, and an agent whose script entries and tools reach its own driver.
  */
-import type { Context } from "effect"
-import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
-import type { Driver } from "../../src/services/Driver.js"
+import { Context, Deferred, Effect, Exit, Fiber, Layer, Scope } from "effect"
+import { Driver } from "../../src/services/Driver.js"
 import { Tool } from "../../src/services/Tools.js"
 import { CancelCause } from "../../src/domain/Values.js"
 import { open, plugin, settle, user } from "./harness.js"
@@ -56,3 +55,16 @@ export const cancelOnceEntered = (
     yield* driver.cancel(cause, options)
     yield* driver.whenIdle
   })
+
+/**
+ * The agent `make` builds, where `agentDriver()` (read only once the agent runs) is that agent's own
+ * driver: for script entries and tool bodies, made before the agent, that deliver or cancel.
+ */
+export const scenarioSeeingDriver = <A, E>(make: (agentDriver: () => Context.Tag.Service<Driver>) => Layer.Layer<A, E, never>) =>
+  Layer.unwrapEffect(Effect.sync(() => {
+    let driverRef: Context.Tag.Service<Driver> | undefined
+    return Layer.scopedContext(Effect.map(Layer.build(make(() => driverRef!)), (ctx) => {
+      driverRef = Context.get(ctx as unknown as Context.Context<Driver>, Driver)
+      return ctx
+    }))
+  }))

@@ -7,6 +7,7 @@ import { Cause, Deferred, Effect, Exit, JSONSchema, Schema, Scope } from "effect
 import { CancelCause, Driver, Hooks, PreStepDecision, RequestErrorAction, ScriptedModel, SessionId, Tool, ToolPreDecision, Tools } from "../../src/index.js"
 import { agentTest, closeOut, dataOfType, events, from, gate, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, token, toolLine, until, untilEvent, user } from "./harness.js"
 import type { ToolCallInfo, ToolContext } from "../../src/index.js"
+import { maskedUntilReleased } from "./cancelFixtures.js"
 import { calls, empty, holder, okTool, resultsByCall } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
@@ -456,13 +457,21 @@ describe("4.6 tool scheduling under suspension", () => {
     }).pipe(Effect.provide(scenario([calls(["c1", "p"], ["c2", "p"], ["c3", "q"]), ScriptedModel.text("done")], { tools: [p, q] })))
   })
 
-  it.scoped("4.6: commits strictly in model order and a group starts only after the previous group fully committed, while c1's ToolPost is suspended", () => {
-    const gp = gate()
-    const t = Tool.make("t", { description: "t", parameters: empty, mode: "parallel", execute: (_x, ctx) => Effect.succeed(ctx.callId) })
-    const x = Tool.make("x", { description: "x", parameters: empty, mode: "exclusive", execute: () => Effect.succeed("x") })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
+  const answersCallId = Tool.make("t", { description: "t", parameters: empty, mode: "parallel", execute: (_x, ctx) => Effect.succeed(ctx.callId) })
+  const exclusiveX = Tool.make("x", { description: "x", parameters: empty, mode: "exclusive", execute: () => Effect.succeed("x") })
+  const suspendedPostCases = [
+    {
+      name: "4.6: commits strictly in model order and a group starts only after the previous group fully committed, while c1's ToolPost is suspended",
+      agent: scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "x"]), ScriptedModel.text("done")], { tools: [answersCallId, exclusiveX] })
+    },
+    {
+      name: "4.6: with cap 2 a COMMIT whose ToolPost is suspended runs to completion before the next START (c3 waits for TR(c1) and the ready TR(c2))",
+      agent: scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [answersCallId], maxParallelToolCalls: 2 })
+    }
+  ]
+  for (const { agent, name } of suspendedPostCases) {
+    agentTest(name, agent, function*({ driver, hooks }) {
+      const gp = gate()
       const entered = gate()
       yield* hooks.onToolPost((input, next) =>
         input.callId === "c1" ? Effect.zipRight(Effect.zipRight(open(entered), Deferred.await(gp)), next()) : next()
@@ -474,28 +483,8 @@ describe("4.6 tool scheduling under suspension", () => {
       yield* open(gp)
       expect(yield* closeOut).toEqual([])
       expect(yield* toolLine).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "x"]), ScriptedModel.text("done")], { tools: [t, x] })))
-  })
-
-  it.scoped("4.6: with cap 2 a COMMIT whose ToolPost is suspended runs to completion before the next START (c3 waits for TR(c1) and the ready TR(c2))", () => {
-    const gp = gate()
-    const t = Tool.make("t", { description: "t", parameters: empty, mode: "parallel", execute: (_x, ctx) => Effect.succeed(ctx.callId) })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const entered = gate()
-      yield* hooks.onToolPost((input, next) =>
-        input.callId === "c1" ? Effect.zipRight(Effect.zipRight(open(entered), Deferred.await(gp)), next()) : next()
-      )
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* settle
-      expect(yield* toolLine).toBe("TC(c1) TC(c2)")
-      yield* open(gp)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* toolLine).toBe("TC(c1) TC(c2) TR(c1) TR(c2) TC(c3) TR(c3)")
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t], maxParallelToolCalls: 2 })))
-  })
+    })
+  }
 
   it.scoped("4.6: ToolPost's `aborted` is true iff a cause is recorded when COMMIT step 1 begins: c1's ToolPost cancels, c2's sees aborted", () => {
     const t = Tool.make("t", { description: "t", parameters: empty, mode: "parallel", execute: (_x, ctx) => Effect.succeed(ctx.callId) })
@@ -553,29 +542,21 @@ describe("4.6 tool scheduling under suspension", () => {
     }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"], ["c3", "t"]), ScriptedModel.text("done")], { tools: [t] })))
   })
 
-  it.scoped("7.6: a steer while a tool body masks interruption is re-routed, latched, and replayed in the TX-CLOSE of the aborted turn", () => {
-    const gb = gate()
-    const started = gate()
-    const t = Tool.make("t", {
-      description: "t", parameters: empty,
-      execute: () => Effect.uninterruptible(Effect.zipRight(open(started), Effect.as(Deferred.await(gb), "late")))
-    })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      const status = yield* recordStatus
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(started)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.steer(user("S"))
-      yield* settle
-      expect(yield* shapeHas("TE(1,aborted(user))")).toBe(false)
-      yield* open(gb)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("TC(c1)")).toBe(
-        "TC(c1) INS(nt,0,[S]) TR✗(c1) SE(1,1) TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(S) SE(2,1) TE(2,completed)"
-      )
-      expect(yield* status).toEqual(["idle", "running", "idle"])
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("after")], { tools: [t] })))
+  const masked = maskedUntilReleased()
+  agentTest("7.6: a steer while a tool body masks interruption is re-routed, latched, and replayed in the TX-CLOSE of the aborted turn", scenario([calls(["c1", "t"]), ScriptedModel.text("after")], { tools: [masked.tool] }), function*({ driver }) {
+    const status = yield* recordStatus
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(masked.started)
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.steer(user("S"))
+    yield* settle
+    expect(yield* shapeHas("TE(1,aborted(user))")).toBe(false)
+    yield* open(masked.release)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* from("TC(c1)")).toBe(
+      "TC(c1) INS(nt,0,[S]) TR✗(c1) SE(1,1) TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(S) SE(2,1) TE(2,completed)"
+    )
+    expect(yield* status).toEqual(["idle", "running", "idle"])
   })
 })
 

@@ -7,7 +7,7 @@ import { Context, Deferred, Effect, Exit, Fiber, Layer, Scope } from "effect"
 import { Driver } from "../../src/services/Driver.js"
 import { Tool } from "../../src/services/Tools.js"
 import { CancelCause } from "../../src/domain/Values.js"
-import { open, plugin, settle, user } from "./harness.js"
+import { gate, open, plugin, settle, user } from "./harness.js"
 import { empty } from "./toolFixtures.js"
 
 /** Signals `entered`, then never finishes (until interrupted). */
@@ -68,3 +68,15 @@ export const scenarioSeeingDriver = <A, E>(make: (agentDriver: () => Context.Tag
       return ctx
     }))
   }))
+
+/** A tool `t` whose body opens `started`, then masks interruption until `release` opens, answering "late". */
+export const maskedUntilReleased = () => {
+  const started = gate()
+  const release = gate()
+  const tool = Tool.make("t", {
+    description: "t",
+    parameters: empty,
+    execute: () => Effect.uninterruptible(Effect.zipRight(open(started), Effect.as(Deferred.await(release), "late")))
+  })
+  return { started, release, tool }
+}

@@ -1,8 +1,7 @@
 /**
- * Races across agent lifetimes, first half of the programs (RacePropertySecondHalf.test.ts runs the
- * other half so the two files can use separate workers): random follow-ups, steers, injections, quiet queueing, inbox removals,
- * replacements and splices, cancels in both modes aimed at every phase, and dispose/resume, against
- * an agent whose every slow point waits a random virtual time.
+ * Races across agent lifetimes: random follow-ups, steers, injections, quiet queueing, inbox
+ * removals, replacements and splices, cancels in both modes aimed at every phase, and
+ * dispose/resume, against an agent whose every slow point waits a random virtual time.
  *
  * Invariants after quiescence (checked by `judge` in raceHarness.ts, which cites the rules): the log
  * checks (SPEC 5.2) and durable equals live; every accepted message is inserted once and is exactly
@@ -13,9 +12,11 @@
  * waking work is still pending at the end was parked by an abort, by disposal and resume (3.7, 6.4),
  * or queued without waking while idle (3.8).
  *
- * `TILLER_RACE_RUNS` sets the programs of both parts together (default 2000); a failure prints
- * `TILLER_RACE_SEED=<n>`, which replays that one program.
+ * `TILLER_RACE_RUNS` sets the number of programs (default 2000), run as two suites of half each,
+ * each with its own coverage check; a failure prints `TILLER_RACE_SEED=<n>`, which replays that one
+ * program.
  */
 import { raceSuite } from "./raceHarness.js"
 
 raceSuite(1)
+raceSuite(2)

@@ -7,7 +7,7 @@ import { Chunk, Context, Deferred, Effect, Either, Fiber, Option, Stream } from 
 import { AgentBusy, CancelCause, Driver, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
 import { agentTest, asId, closeOut, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import { buildOwn } from "./stores.js"
-import { cancelOnceEntered, disposeWhileHeld, gatedContextTool } from "./cancelFixtures.js"
+import { cancelOnceEntered, disposeWhileHeld, gatedContextTool, streamingAgentHeldByGate } from "./cancelFixtures.js"
 import { callT, empty } from "./toolFixtures.js"
 
 const ownFailure = new Error("own failure")
@@ -107,9 +107,7 @@ describe("7.2 cancel windows", () => {
   it.scoped("3.7/7.6: disposal clears a latch made before it: the aborted turn is not followed by a replay; the wake stays pending", () =>
     Effect.gen(function*() {
       const G = gate()
-      const { driver, inbox, log, scope, storeCtx } = yield* buildOwn([ScriptedModel.hang({ text: "x" }, { onInterrupt: Deferred.await(G) })])
-      yield* driver.followup(user("A"))
-      yield* Effect.provideService(untilEvent((e) => e.type === "assistant/chunk"), SessionLog, log)
+      const { driver, inbox, scope, storeCtx } = yield* streamingAgentHeldByGate(G)
       yield* driver.cancel(CancelCause.user, { keepInbox: true })
       yield* driver.followup(user("B"))
       yield* disposeWhileHeld(scope, G)

@@ -8,7 +8,8 @@ import { Agent, CancelCause, Driver, Hooks, MemoryStoreControl, Model, Persisten
 import { agentOver, agentTest, closeOut, gate, liveNotation, open, plugin, reasons, recordLive, scenario, settle, shape, untilEvent, user } from "./harness.js"
 import type { DriverEvent } from "../../src/index.js"
 import { callT, empty } from "./toolFixtures.js"
-import { scenarioSeeingDriver } from "./cancelFixtures.js"
+import { disposeWhileHeld, scenarioSeeingDriver, streamingAgentHeldByGate } from "./cancelFixtures.js"
+import { buildIn, buildOwn } from "./stores.js"
 
 const boom = new Error("interrupt handler broke")
 
@@ -253,9 +254,7 @@ describe("3.10 / 3.7", () => {
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
       const control = Context.get(storeCtx, MemoryStoreControl)
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(agentOver([ScriptedModel.hang({ text: "x" })]).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-      const driver = Context.get(ctx, Driver)
+      const { driver, scope } = yield* buildIn(storeCtx, [ScriptedModel.hang({ text: "x" })])
       yield* driver.followup(user("A"))
       yield* control.failAppends(1000)
       yield* Effect.exit(driver.inject(plugin("C")))
@@ -265,10 +264,7 @@ describe("3.10 / 3.7", () => {
 
   it.scoped("3.7: disposal during maintenance aborts the task with cause disposed; latched wakes stay pending, not run", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(agentOver([ScriptedModel.text("w")]).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-      const driver = Context.get(ctx, Driver)
+      const { driver, scope, storeCtx } = yield* buildOwn([ScriptedModel.text("w")])
       const task = yield* Effect.fork(driver.runMaintenance(Effect.never))
       yield* settle
       yield* driver.followup(user("W"))
@@ -280,42 +276,19 @@ describe("3.10 / 3.7", () => {
 
   it.scoped("3.7: an earlier cause stays recorded when disposal arrives while the aborted turn converges", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const scope = yield* Scope.make()
-      const G = yield* Deferred.make<void>()
-      const ctx = yield* Layer.buildWithScope(
-        agentOver([ScriptedModel.hang({ text: "x" }, { onInterrupt: Deferred.await(G) })]).pipe(Layer.provide(Layer.succeedContext(storeCtx))),
-        scope
-      )
-      const driver = Context.get(ctx, Driver)
-      yield* driver.followup(user("A"))
-      yield* Effect.provide(untilEvent((e) => e.type === "assistant/chunk"), ctx)
+      const G = gate()
+      const { driver, scope, storeCtx } = yield* streamingAgentHeldByGate(G)
       yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
-      yield* settle
-      yield* Deferred.succeed(G, undefined)
-      yield* Fiber.join(closing)
+      yield* disposeWhileHeld(scope, G)
       const stored = (yield* Context.get(storeCtx, SessionStore).load(SessionId.make("s"))).events
       expect(stored[stored.length - 1]!.data).toEqual({ turn: 1, reason: { kind: "aborted", reason: { kind: "user" } } })
     }))
 
   it.scoped("3.3: a steer while disposing keeps its requested target (next-step) and stays pending", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const scope = yield* Scope.make()
-      const G = yield* Deferred.make<void>()
-      const ctx = yield* Layer.buildWithScope(
-        agentOver([ScriptedModel.hang({ text: "x" }, { onInterrupt: Deferred.await(G) })]).pipe(Layer.provide(Layer.succeedContext(storeCtx))),
-        scope
-      )
-      const driver = Context.get(ctx, Driver)
-      yield* driver.followup(user("A"))
-      yield* Effect.provide(untilEvent((e) => e.type === "assistant/chunk"), ctx)
-      const closing = yield* Effect.fork(Scope.close(scope, Exit.void))
-      yield* settle
-      yield* driver.steer(user("S"))
-      yield* Deferred.succeed(G, undefined)
-      yield* Fiber.join(closing)
+      const G = gate()
+      const { driver, scope, storeCtx } = yield* streamingAgentHeldByGate(G)
+      yield* disposeWhileHeld(scope, G, Effect.zipRight(settle, driver.steer(user("S"))))
       const stored = (yield* Context.get(storeCtx, SessionStore).load(SessionId.make("s"))).events
       const steer = stored.find((e) => e.type === "agent/inbox/spliced" && (e.data as any).inserted.some((m: any) => m.id === "S"))!
       expect((steer.data as any).target).toBe("next-step")

@@ -4,10 +4,13 @@
  * draining step, and an agent whose script entries and tools reach its own driver.
  */
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Scope } from "effect"
+import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
 import { CancelCause } from "../../src/domain/Values.js"
-import { gate, open, plugin, settle, user } from "./harness.js"
+import { gate, open, plugin, settle, untilEvent, user } from "./harness.js"
+import { buildOwn } from "./stores.js"
 import { empty } from "./toolFixtures.js"
 
 /** Signals `entered`, then never finishes (until interrupted). */
@@ -80,3 +83,15 @@ export const maskedUntilReleased = () => {
   })
   return { started, release, tool }
 }
+
+/**
+ * An agent over its own memory store (see `buildOwn`) that has taken the follow-up A and is
+ * streaming an answer that never ends; interrupting that answer waits for `g`.
+ */
+export const streamingAgentHeldByGate = (g: Deferred.Deferred<void>) =>
+  Effect.gen(function*() {
+    const built = yield* buildOwn([ScriptedModel.hang({ text: "x" }, { onInterrupt: Deferred.await(g) })])
+    yield* built.driver.followup(user("A"))
+    yield* Effect.provideService(untilEvent((e) => e.type === "assistant/chunk"), SessionLog, built.log)
+    return built
+  })

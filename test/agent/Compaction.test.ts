@@ -3,9 +3,10 @@
  * brackets inside a turn, derived history, fail-stop with compaction.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Schema, Scope } from "effect"
+import { Context, Deferred, Duration, Effect, Exit, Fiber, Option, Schema, Scope } from "effect"
 import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, InvalidEvent, MemoryStoreControl, PersistenceError, PreStep, RequestErrorAction, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
-import { agentOver, agentTest, closeOut, events, plugin, recordLive, requests, scenario, settle, shape, token, until, untilEvent, user } from "./harness.js"
+import { agentTest, closeOut, events, plugin, recordLive, requests, scenario, settle, shape, token, until, untilEvent, user } from "./harness.js"
+import { buildIn, buildOwn } from "./stores.js"
 import { empty } from "./toolFixtures.js"
 
 const summary = (id: string) => userMessage({ id, text: "summary", source: { kind: "compaction", by: "test" } })
@@ -49,6 +50,22 @@ const prober = Tool.make("probe", {
       return "ok"
     })
 })
+
+/**
+ * Forks a maintenance task that opens a null compaction bracket and hangs; its interruption closes
+ * the bracket with `error: { message }`. Returns the task once the bracket is logged.
+ */
+const hangingCompaction = (driver: Context.Tag.Service<typeof Driver>, log: Context.Tag.Service<typeof SessionLog>, message: string) =>
+  Effect.gen(function*() {
+    const task = yield* Effect.fork(driver.runMaintenance(
+      Effect.gen(function*() {
+        yield* log.append({ type: "compaction/start", data: { turn: null } })
+        return yield* Effect.never
+      }).pipe(Effect.onInterrupt(() => Effect.orDie(log.append({ type: "compaction/end", data: { turn: null, error: { message } } }))))
+    ))
+    yield* Effect.provideService(untilEvent((e) => e.type === "compaction/start"), SessionLog, log)
+    return task
+  })
 
 describe("6.7 compaction seams", () => {
   agentTest("6.7: automatic compaction in a pre-step listener with a numeric bracket; the step's request sees the summary", scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]), function*({ driver, log }) {
@@ -174,15 +191,7 @@ describe("6.7 / 3.6 manual compaction in maintenance", () => {
   agentTest("6.7/3.6: a cancelled compaction task closes its null bracket in a finalizer (compaction/end {error}); MaintenanceAborted; a new bracket opens later", scenario([ScriptedModel.text("a")]), function*({ driver, log }) {
     yield* driver.followup(user("A"))
     yield* driver.whenIdle
-    const task = yield* Effect.fork(driver.runMaintenance(
-      Effect.gen(function*() {
-        yield* log.append({ type: "compaction/start", data: { turn: null } })
-        return yield* Effect.never
-      }).pipe(Effect.onInterrupt(() =>
-        Effect.orDie(log.append({ type: "compaction/end", data: { turn: null, error: { message: "interrupted" } } }))
-      ))
-    ))
-    yield* untilEvent((e) => e.type === "compaction/start")
+    const task = yield* hangingCompaction(driver, log, "interrupted")
     yield* driver.cancel(CancelCause.user)
     expect(yield* Effect.flip(Fiber.join(task))).toMatchObject({ _tag: "MaintenanceAborted", cause: { kind: "user" } })
     const last = (yield* events).at(-1)!
@@ -198,22 +207,10 @@ describe("6.7 / 3.6 manual compaction in maintenance", () => {
 
   it.scoped("6.7/3.7: disposal during a compaction task: the finalizer's compaction/end is written and stored; MaintenanceAborted {disposed}", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(agentOver([ScriptedModel.text("a")]).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-      const driver = Context.get(ctx, Driver)
-      const log = Context.get(ctx, SessionLog)
+      const { driver, log, scope, storeCtx } = yield* buildOwn([ScriptedModel.text("a")])
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
-      const task = yield* Effect.fork(driver.runMaintenance(
-        Effect.gen(function*() {
-          yield* log.append({ type: "compaction/start", data: { turn: null } })
-          return yield* Effect.never
-        }).pipe(Effect.onInterrupt(() =>
-          Effect.orDie(log.append({ type: "compaction/end", data: { turn: null, error: { message: "disposed" } } }))
-        ))
-      ))
-      yield* Effect.provide(untilEvent((e) => e.type === "compaction/start"), ctx)
+      const task = yield* hangingCompaction(driver, log, "disposed")
       yield* Scope.close(scope, Exit.void)
       expect(yield* Effect.flip(Fiber.join(task))).toMatchObject({ _tag: "MaintenanceAborted", cause: { kind: "disposed" } })
       const stored = (yield* Context.get(storeCtx, SessionStore).load(SessionId.make("s"))).events
@@ -463,42 +460,30 @@ describe("6.3 fail-stop with compaction and maintenance", () => {
 
   it.scoped("6.3/6.4: a compaction lost to a poison is visible in memory only; after dispose and resume history is the durable one", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const control = Context.get(storeCtx, MemoryStoreControl)
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(agentOver([ScriptedModel.text("a")]).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-      const driver = Context.get(ctx, Driver)
-      const log = Context.get(ctx, SessionLog)
+      const { driver, log, scope, storeCtx } = yield* buildOwn([ScriptedModel.text("a")])
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       yield* log.flush
       const surface = yield* log.surface
-      yield* control.failAppends(3)
-      const exit = yield* Effect.exit(driver.runMaintenance(log.append({
-        type: "user/message",
-        data: summaryCompaction("S"),
-        surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-        sourceEventSeqs: [surface[0]!, surface[1]!]
-      })))
+      // The first two surface entries replaced by the summary S, in a maintenance task of `agent`.
+      const summarise = (agent: { readonly driver: typeof driver; readonly log: typeof log }) =>
+        agent.driver.runMaintenance(agent.log.append({
+          type: "user/message",
+          data: summaryCompaction("S"),
+          surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
+          sourceEventSeqs: [surface[0]!, surface[1]!]
+        }))
+      yield* Context.get(storeCtx, MemoryStoreControl).failAppends(3)
+      const exit = yield* Effect.exit(summarise({ driver, log }))
       expect(Exit.isFailure(exit)).toBe(true)
       expect((yield* log.messages).map(token)).toEqual(["summary"])
       yield* Scope.close(scope, Exit.void)
-      const scope2 = yield* Scope.make()
-      const ctx2 = yield* Layer.buildWithScope(
-        agentOver([ScriptedModel.text("b")], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx))),
-        scope2
-      )
-      const log2 = Context.get(ctx2, SessionLog)
-      expect((yield* log2.messages).map(token)).toEqual(["A", "a"])
+      const resumed = yield* buildIn(storeCtx, [ScriptedModel.text("b")], { resume: true })
+      expect((yield* resumed.log.messages).map(token)).toEqual(["A", "a"])
       // the failed summary id is not known after resume (3.9)
-      yield* Context.get(ctx2, Driver).runMaintenance(log2.append({
-        type: "user/message",
-        data: summaryCompaction("S"),
-        surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-        sourceEventSeqs: [surface[0]!, surface[1]!]
-      }))
-      expect((yield* log2.messages).map(token)).toEqual(["summary"])
-      yield* Scope.close(scope2, Exit.void)
+      yield* summarise(resumed)
+      expect((yield* resumed.log.messages).map(token)).toEqual(["summary"])
+      yield* Scope.close(resumed.scope, Exit.void)
     }))
 })
 

@@ -4,11 +4,12 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Data, Deferred, Effect, Exit, Layer, Option, Ref, Scope, TestClock } from "effect"
-import { CancelCause, Driver, Hooks, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
-import { agentOver, agentTest, asId, closeOut, dataOfType, events, gate, ids, liveNotation, open, plugin, reasons, recordLive, recordStatus, requests, scenario, shape, TEXT, texts, turnStarts, until, untilEvent, user } from "./harness.js"
+import { CancelCause, Driver, Hooks, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, ScriptedModel, SessionId, SessionStore, Tool, Tools } from "../../src/index.js"
+import { agentTest, asId, closeOut, dataOfType, events, gate, ids, liveNotation, open, plugin, reasons, recordLive, recordStatus, requests, scenario, shape, TEXT, texts, turnStarts, until, untilEvent, user } from "./harness.js"
 import type { Driver as DriverTag, UserMessage } from "../../src/index.js"
 import { calls, callT, empty, okTool } from "./toolFixtures.js"
 import { scenarioSeeingDriver } from "./cancelFixtures.js"
+import { buildIn } from "./stores.js"
 
 const holder: { driver?: Context.Tag.Service<DriverTag> } = {}
 const injectDuringStream = (id: string) => Effect.suspend(() => Effect.orDie(holder.driver!.inject(plugin(id))))
@@ -482,6 +483,27 @@ describe("4.3/4.5: more closing paths", () => {
   })
 })
 
+type OwnAgent = Effect.Effect.Success<ReturnType<typeof buildIn>>
+
+/**
+ * Sends A to an agent of `script` over its own store, with listeners from `register`: whether it
+ * then went idle, and its log. It is disposed in the background (a wedged agent never would be).
+ */
+const followupUntilIdle = (
+  script: Parameters<typeof buildIn>[1],
+  register: (ctx: OwnAgent["ctx"]) => Effect.Effect<void, never, Scope.Scope>
+) =>
+  Effect.gen(function*() {
+    const storeCtx = yield* Effect.scoped(Layer.build(SessionStore.layerMemory))
+    const { ctx, driver, log, scope } = yield* buildIn(storeCtx, script)
+    yield* Effect.provideService(register(ctx), Scope.Scope, scope)
+    yield* driver.followup(user("A"))
+    const idle = yield* Effect.exit(until(Effect.map(driver.status, (s) => s === "idle")))
+    const es = yield* log.events
+    yield* Effect.forkDaemon(Scope.close(scope, Exit.void))
+    return { es, idle }
+  })
+
 describe("4.4 / 4.3: a malformed Enter", () => {
   // Regression test (fixed; the text says what tiller did before): SPEC 4.4 "Enter {messages} is the complete batch … (else the turn ends error(INVALID_MESSAGE)) …
   // validity … decided by the loop inside TX-STEP"; 4.3 a failure inside the turn ends CLOSE(error(…)). A listener
@@ -489,16 +511,10 @@ describe("4.4 / 4.3: a malformed Enter", () => {
   // `running` and disposal never completes. ([null] correctly ends error(INVALID_MESSAGE).)
   it.effect("4.4/4.3: an Enter whose messages is not an array still ends the turn (error), and the driver goes idle", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Effect.scoped(Layer.build(SessionStore.layerMemory))
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(agentOver([ScriptedModel.text("ok")]).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-      yield* Effect.provideService(Context.get(ctx, PreStep).register(() => Effect.succeed({ _tag: "Enter", messages: null } as any)), Scope.Scope, scope)
-      const driver = Context.get(ctx, Driver)
-      const log = Context.get(ctx, SessionLog)
-      yield* driver.followup(user("A"))
-      const idle = yield* Effect.exit(until(Effect.map(driver.status, (s) => s === "idle")))
-      const es = yield* log.events
-      yield* Effect.forkDaemon(Scope.close(scope, Exit.void))
+      const { es, idle } = yield* followupUntilIdle(
+        [ScriptedModel.text("ok")],
+        (ctx) => Context.get(ctx, PreStep).register(() => Effect.succeed({ _tag: "Enter", messages: null } as any))
+      )
       expect(idle._tag).toBe("Success")
       expect(es.at(-1)?.type).toBe("turn/end")
       expect((es.at(-1)?.data as Loose | undefined)?.reason?.kind).toBe("error")
@@ -517,16 +533,7 @@ describe("4.5 / 4.3: malformed hook results never wedge the loop", () => {
     // `running` forever (disposal hangs too); ToolPre/ToolPost garbage, by contrast, is handled (D7 / INVALID_TOOL_OUTPUT).
     it.effect(`4.5/4.3: ${label} → the step and the turn still close (error) and the driver goes idle`, () =>
       Effect.gen(function*() {
-        const storeCtx = yield* Effect.scoped(Layer.build(SessionStore.layerMemory))
-        const scope = yield* Scope.make()
-        const ctx = yield* Layer.buildWithScope(agentOver(script).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-        yield* Effect.provideService(register(Context.get(ctx, Hooks)), Scope.Scope, scope)
-        const driver = Context.get(ctx, Driver)
-        const log = Context.get(ctx, SessionLog)
-        yield* driver.followup(user("A"))
-        const idle = yield* Effect.exit(until(Effect.map(driver.status, (s) => s === "idle")))
-        const es = yield* log.events
-        yield* Effect.forkDaemon(Scope.close(scope, Exit.void))
+        const { es, idle } = yield* followupUntilIdle(script, (ctx) => register(Context.get(ctx, Hooks)))
         expect(idle._tag).toBe("Success")
         expect(es.map((e) => e.type).slice(-2)).toEqual(["step/end", "turn/end"])
       }))

@@ -362,25 +362,18 @@ describe("tools", () => {
       }))
     })
 
-  it.scoped("P24: tool contexts enter after all results (parallel)", () =>
-    Effect.gen(function*() {
-      const log = yield* contextScenario("parallel")
-      expect(log).toEqual([
-        ...prefix, ...callChunks, ...callChunks, ...stopAM,
-        "TC(c1)", "TC(c2)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
-        "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)", ...textChunks, ...stopAM, "SE(1,2)", "TE(1,completed)"
-      ])
-    }))
-
-  it.scoped("P24: tool contexts enter after all results (exclusive)", () =>
-    Effect.gen(function*() {
-      const log = yield* contextScenario("exclusive")
-      expect(log).toEqual([
-        ...prefix, ...callChunks, ...callChunks, ...stopAM,
-        "TC(c1)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TC(c2)", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
-        "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)", ...textChunks, ...stopAM, "SE(1,2)", "TE(1,completed)"
-      ])
-    }))
+  const contextCases = [
+    { mode: "parallel" as const, tools: ["TC(c1)", "TC(c2)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TR(c2)", "INS(ns,1,[ctx-c2])"] },
+    { mode: "exclusive" as const, tools: ["TC(c1)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TC(c2)", "TR(c2)", "INS(ns,1,[ctx-c2])"] }
+  ]
+  for (const { mode, tools } of contextCases) {
+    it.scoped(`P24: tool contexts enter after all results (${mode})`, () =>
+      Effect.map(contextScenario(mode), (log) =>
+        expect(log).toEqual([
+          ...prefix, ...callChunks, ...callChunks, ...stopAM, ...tools, "SE(1,1)",
+          "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)", ...textChunks, ...stopAM, "SE(1,2)", "TE(1,completed)"
+        ])))
+  }
 
   it.scoped("P25: denials and hook failures are ordered results", () =>
     Effect.gen(function*() {

@@ -23,7 +23,7 @@ import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStor
 import type { ToolContext, ToolOutput } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
 import { agentTest, broad, events as eventsOf, hasChunk, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, shapeHas, STEP_A, TEXT, toolResponse, turnEndsOf, type Mode, user, waitUntil } from "./harness.js"
-import { call, empty, makeHandle } from "./toolFixtures.js"
+import { call, calls, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -354,7 +354,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
         mode: "parallel",
         execute: (_params, ctx) => Effect.zipRight(Queue.offer(started, ctx.callId), Never)
       })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "p"), call("c2", "p"), call("c3", "p")] })]
+      const script = [calls(["c1", "p"], ["c2", "p"], ["c3", "p"])]
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const hooks = yield* Hooks
@@ -407,7 +407,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
             )
       })
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "t")] }),
+        calls(["c1", "t"], ["c2", "t"], ["c3", "t"]),
         ScriptedModel.text("w")
       ]
       yield* Effect.gen(function*() {
@@ -541,7 +541,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
         yield* settle
         expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
         yield* idleAndChecked
-      }).pipe(Effect.provide(scenario([ScriptedModel.response({ toolCalls: [call("c1", "t")] }), ScriptedModel.text("never")], {
+      }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("never")], {
         tools: [t]
       })))
     }))
@@ -683,7 +683,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
         expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(ctx-c1)"))
         yield* idleAndChecked
       }).pipe(Effect.provide(scenario(
-        [ScriptedModel.response({ toolCalls: [call("c1", "stopper"), call("c2", "stopper")] })],
+        [calls(["c1", "stopper"], ["c2", "stopper"])],
         { tools: [stopper] }
       )))
     }))
@@ -735,7 +735,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
       })
       const agentScope = yield* Scope.make()
       const context = yield* Layer.buildWithScope(
-        scenario([ScriptedModel.response({ toolCalls: [call("c1", "slow"), call("c2", "slow")] })], { tools: [slow] }),
+        scenario([calls(["c1", "slow"], ["c2", "slow"])], { tools: [slow] }),
         agentScope
       )
       const driver = Context.get(context, Driver)
@@ -836,7 +836,7 @@ describe("D4, D7 and defects after an abort", () => {
         expect(errors[0]!.error).toBe(boom)
         yield* idleAndChecked
       }).pipe(Effect.provide(scenario(
-        [ScriptedModel.response({ toolCalls: [call("c1", "p"), call("c2", "p"), call("c3", "p")] })],
+        [calls(["c1", "p"], ["c2", "p"], ["c3", "p"])],
         { tools: [p], maxParallelToolCalls: 2 }
       )))
     }))
@@ -933,7 +933,7 @@ describe("D4, D7 and defects after an abort", () => {
         const errors = yield* live.errors
         expect(errors.map((e) => e.error)).toEqual([defect])
         yield* idleAndChecked
-      }).pipe(Effect.provide(scenario([ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t")] })], { tools: [t] })))
+      }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"])], { tools: [t] })))
     }))
 
   it.scoped("a ToolPre that dies while the cause is recorded is published; the turn ends aborted", () =>
@@ -960,6 +960,6 @@ describe("D4, D7 and defects after an abort", () => {
         expect(errors.map((e) => e.error)).toEqual([defect])
         expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
         yield* idleAndChecked
-      }).pipe(Effect.provide(scenario([ScriptedModel.response({ toolCalls: [call("c1", "t")] })], { tools: [t] })))
+      }).pipe(Effect.provide(scenario([calls(["c1", "t"])], { tools: [t] })))
     }))
 })

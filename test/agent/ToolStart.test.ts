@@ -25,7 +25,7 @@ import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import type { UserMessage } from "../../src/domain/Values.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import type { ToolContext, ToolDefinition, ToolOutput } from "../../src/services/Tools.js"
-import { call, empty, makeHandle } from "./toolFixtures.js"
+import { call, calls, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
@@ -70,6 +70,14 @@ const agentOn = (
 
 const A = user("A")
 
+/** A parallel tool `t` answering `ok-<call id>` at once. */
+const answersAtOnce = Tool.make("t", {
+  description: "answers at once",
+  parameters: empty,
+  mode: "parallel",
+  execute: (_params, ctx) => Effect.succeed(`ok-${ctx.callId}`)
+})
+
 // ---------------------------------------------------------------------------------------------------
 
 describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
@@ -96,7 +104,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
           )
       })
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "t")] }),
+        calls(["c1", "t"]),
         ScriptedModel.text("after tools"),
         ScriptedModel.text("f"),
         ScriptedModel.text("q")
@@ -141,7 +149,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
               : Effect.zipRight(settle, Effect.as(driver.whenIdle, "idle?"))
           )
       })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t")] }), ScriptedModel.text("w")]
+      const script = [calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("w")]
       yield* run(script, { tools: [t] }, Effect.gen(function*() {
         yield* handle.set
         const driver = yield* Driver
@@ -189,7 +197,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
             })
         })
         const script = [
-          ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "t")] }),
+          calls(["c1", "t"], ["c2", "t"], ["c3", "t"]),
           ScriptedModel.text("never")
         ]
         yield* run(script, { tools: [t], maxParallelToolCalls: 2 }, Effect.gen(function*() {
@@ -248,7 +256,7 @@ describe("abort classification and commit priority for bodies that end at once (
                 Effect.as("cancelled")
               ))
       })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t")] }), ScriptedModel.text("never")]
+      const script = [calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("never")]
       yield* run(script, { tools: [t] }, Effect.gen(function*() {
         yield* handle.set
         const driver = yield* Driver
@@ -270,14 +278,8 @@ describe("abort classification and commit priority for bodies that end at once (
   // whether a cause was recorded when the body ended.
   it.scoped("a body that ended at once keeps its result when the cancel lands during the next call's ToolPre", () =>
     Effect.gen(function*() {
-      const t = Tool.make("t", {
-        description: "answers at once",
-        parameters: empty,
-        mode: "parallel",
-        execute: (_params, ctx) => Effect.succeed(`ok-${ctx.callId}`)
-      })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t")] }), ScriptedModel.text("never")]
-      yield* run(script, { tools: [t] }, Effect.gen(function*() {
+      const script = [calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("never")]
+      yield* run(script, { tools: [answersAtOnce] }, Effect.gen(function*() {
         const driver = yield* Driver
         const hooks = yield* Hooks
         const inPre = yield* Deferred.make<void>()
@@ -308,17 +310,11 @@ describe("abort classification and commit priority for bodies that end at once (
   // when bodies were forked children.
   it.scoped("synchronous parallel bodies are logged as forked bodies: every start before the results", () =>
     Effect.gen(function*() {
-      const t = Tool.make("t", {
-        description: "answers at once",
-        parameters: empty,
-        mode: "parallel",
-        execute: (_params, ctx) => Effect.succeed(`ok-${ctx.callId}`)
-      })
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "t")] }),
+        calls(["c1", "t"], ["c2", "t"], ["c3", "t"]),
         ScriptedModel.text("done")
       ]
-      yield* run(script, { tools: [t] }, Effect.gen(function*() {
+      yield* run(script, { tools: [answersAtOnce] }, Effect.gen(function*() {
         const driver = yield* Driver
         yield* driver.followup(A)
         yield* driver.whenIdle
@@ -488,7 +484,7 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
             Effect.onInterrupt(() => Ref.set(interrupted, true))
           )
       })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "t")] }), ScriptedModel.text("never")]
+      const script = [calls(["c1", "t"]), ScriptedModel.text("never")]
       yield* run(script, { tools: [t] }, Effect.gen(function*() {
         const driver = yield* Driver
         yield* driver.followup(A)
@@ -529,7 +525,7 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
         })
         const x = Tool.make("x", { description: "exclusive barrier", parameters: empty, execute: () => Effect.succeed("x") })
         const script = [
-          ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "x")] }),
+          calls(["c1", "t"], ["c2", "t"], ["c3", "x"]),
           ScriptedModel.text("replay")
         ]
         yield* run(script, { tools: [t, x] }, Effect.gen(function*() {
@@ -587,7 +583,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
           : Effect.succeed({ content: "at once", additionalContexts: [plugin("ctx-c2")] })
     })
     const x = Tool.make("x", { description: "exclusive", parameters: empty, execute: () => Effect.succeed("x") })
-    const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "x")] })]
+    const script = [calls(["c1", "t"], ["c2", "t"], ["c3", "x"])]
     const agentScope = yield* EffectScope.make()
     const context = yield* Layer.buildWithScope(agentOn(script, [t, x]), agentScope)
     const driver = Context.get(context, Driver)
@@ -620,7 +616,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
       parameters: empty,
       execute: () => Effect.uninterruptible(Effect.zipRight(Deferred.succeed(masked, undefined), Effect.as(Deferred.await(H), "late")))
     })
-    const script = [ScriptedModel.response({ toolCalls: [call("c1", "t")] })]
+    const script = [calls(["c1", "t"])]
     const agentScope = yield* EffectScope.make()
     const context = yield* Layer.buildWithScope(agentOn(script, [t]), agentScope)
     const driver = Context.get(context, Driver)
@@ -649,7 +645,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
         Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
     })
     const agentScope = yield* EffectScope.make()
-    const context = yield* Layer.buildWithScope(agentOn([ScriptedModel.response({ toolCalls: [call("c1", "t")] })], [t]), agentScope)
+    const context = yield* Layer.buildWithScope(agentOn([calls(["c1", "t"])], [t]), agentScope)
     const driver = Context.get(context, Driver)
     yield* driver.followup(A)
     yield* Deferred.await(hung)
@@ -684,7 +680,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
       yield* driver.whenIdle
       yield* settle
       expect(yield* Ref.get(interrupted)).toBe(true)
-    }).pipe(Effect.provide(agentOn([ScriptedModel.response({ toolCalls: [call("c1", "t")] })], [t])))
+    }).pipe(Effect.provide(agentOn([calls(["c1", "t"])], [t])))
   })
 })
 
@@ -715,7 +711,7 @@ describe("what a body sees (fiber refs, services, span)", () => {
             return "ok"
           })
       })
-      const script = [ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t")] }), ScriptedModel.text("done")]
+      const script = [calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")]
       yield* run(script, { tools: [t] }, Effect.gen(function*() {
         const driver = yield* Driver
         // The caller's own fiber refs never reach the loop.
@@ -825,7 +821,7 @@ describe("TX-STEP and step/end without a transaction (SPEC 4.2, 4.3, 4.4)", () =
         execute: () => Effect.zipRight(settle, Effect.as(handle.use((driver) => driver.steer(user("S1"))), "steered"))
       })
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "t")] }),
+        calls(["c1", "t"]),
         ScriptedModel.text("two", { awaitBefore: Deferred.await(G) }),
         ScriptedModel.text("three")
       ]

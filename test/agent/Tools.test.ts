@@ -19,7 +19,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import type { ToolMode, ToolOutput } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
 import { events, idleAndChecked, plugin, scenario, settle, shape, shapeHas, toolShape, user, waitUntil } from "./harness.js"
-import { call, empty } from "./toolFixtures.js"
+import { call, calls, empty } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------------
 // Helpers
@@ -46,6 +46,30 @@ const makeGates = (callIds: ReadonlyArray<string>): Effect.Effect<Gates> =>
     }
   })
 
+/** A tool whose body records `start-<id>`, runs `between(id)`, records `end-<id>` and answers `answer(id)`. */
+const tracingTool = (options: {
+  readonly name: string
+  readonly description: string
+  readonly mode: ToolMode
+  readonly record: (entry: string) => Effect.Effect<void>
+  readonly between: (callId: string) => Effect.Effect<void>
+  readonly answer: (callId: string) => string
+}) =>
+  Tool.make(options.name, {
+    description: options.description,
+    parameters: empty,
+    mode: options.mode,
+    execute: (_params, ctx) =>
+      Effect.gen(function*() {
+        yield* options.record(`start-${ctx.callId}`)
+        yield* options.between(ctx.callId)
+        yield* options.record(`end-${ctx.callId}`)
+        return options.answer(ctx.callId)
+      })
+  })
+
+const appendTo = (trace: Ref.Ref<ReadonlyArray<string>>) => (entry: string) => Ref.update(trace, (t) => [...t, entry])
+
 /** A tool whose body records `start-<id>`, awaits the call's gate, records `end-<id>` and returns `done-<id>`. */
 const gatedTool = (
   name: string,
@@ -53,18 +77,7 @@ const gatedTool = (
   gates: Gates,
   trace: Ref.Ref<ReadonlyArray<string>>
 ) =>
-  Tool.make(name, {
-    description: `gated ${name}`,
-    parameters: empty,
-    mode,
-    execute: (_params, ctx) =>
-      Effect.gen(function*() {
-        yield* Ref.update(trace, (t) => [...t, `start-${ctx.callId}`])
-        yield* gates.await(ctx.callId)
-        yield* Ref.update(trace, (t) => [...t, `end-${ctx.callId}`])
-        return `done-${ctx.callId}`
-      })
-  })
+  tracingTool({ name, description: `gated ${name}`, mode, record: appendTo(trace), between: gates.await, answer: (id) => `done-${id}` })
 
 const started = (trace: Ref.Ref<ReadonlyArray<string>>) =>
   Effect.map(Ref.get(trace), (t) => t.filter((e) => e.startsWith("start-")).map((e) => e.slice(6)))
@@ -139,7 +152,7 @@ describe("tools", () => {
       const trace = yield* Ref.make<ReadonlyArray<string>>([])
       const p = gatedTool("p", "parallel", gates, trace)
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "p"), call("c2", "p"), call("c3", "p")] }),
+        calls(["c1", "p"], ["c2", "p"], ["c3", "p"]),
         ScriptedModel.text("done")
       ]
       yield* run(script, { tools: [p] }, Effect.gen(function*() {
@@ -189,17 +202,8 @@ describe("tools", () => {
       const gates = yield* makeGates(["A1", "A3"])
       const order = yield* Ref.make<ReadonlyArray<string>>([])
       const record = (entry: string) => Ref.update(order, (o) => [...o, entry])
-      const r = Tool.make("r", {
-        description: "reads",
-        parameters: empty,
-        mode: "parallel",
-        execute: (_params, ctx) =>
-          Effect.gen(function*() {
-            yield* record(`r-start-${ctx.callId}`)
-            yield* gates.await(ctx.callId)
-            yield* record(`r-end-${ctx.callId}`)
-            return "read"
-          })
+      const r = tracingTool({
+        name: "r", description: "reads", mode: "parallel", record: (entry) => record(`r-${entry}`), between: gates.await, answer: () => "read"
       })
       const w = Tool.make("w", {
         description: "writes",
@@ -208,7 +212,7 @@ describe("tools", () => {
         execute: (_params, ctx) => Effect.as(record(`w-${ctx.callId}`), "written")
       })
       const script = [
-        ScriptedModel.response({ toolCalls: [call("A1", "r"), call("A2", "w"), call("A3", "r")] }),
+        calls(["A1", "r"], ["A2", "w"], ["A3", "r"]),
         ScriptedModel.text("done")
       ]
       yield* run(script, { tools: [r, w] }, Effect.gen(function*() {
@@ -237,7 +241,7 @@ describe("tools", () => {
       const trace = yield* Ref.make<ReadonlyArray<string>>([])
       const p = gatedTool("p", "parallel", gates, trace)
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "p"), call("c2", "p"), call("c3", "p"), call("c4", "p")] }),
+        calls(["c1", "p"], ["c2", "p"], ["c3", "p"], ["c4", "p"]),
         ScriptedModel.text("done")
       ]
       yield* run(script, { tools: [p], maxParallelToolCalls: 2 }, Effect.gen(function*() {
@@ -273,20 +277,11 @@ describe("tools", () => {
     Effect.gen(function*() {
       const trace = yield* Ref.make<ReadonlyArray<string>>([])
       // Bodies yield between start and end so that any overlap would interleave the trace.
-      const p = Tool.make("p", {
-        description: "parallel, serialised by the cap",
-        parameters: empty,
-        mode: "parallel",
-        execute: (_params, ctx) =>
-          Effect.gen(function*() {
-            yield* Ref.update(trace, (t) => [...t, `start-${ctx.callId}`])
-            yield* settle
-            yield* Ref.update(trace, (t) => [...t, `end-${ctx.callId}`])
-            return "ok"
-          })
+      const p = tracingTool({
+        name: "p", description: "parallel, serialised by the cap", mode: "parallel", record: appendTo(trace), between: () => settle, answer: () => "ok"
       })
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "p"), call("c2", "p"), call("c3", "p")] }),
+        calls(["c1", "p"], ["c2", "p"], ["c3", "p"]),
         ScriptedModel.text("done")
       ]
       yield* run(script, { tools: [p], maxParallelToolCalls: 1 }, Effect.gen(function*() {
@@ -317,7 +312,7 @@ describe("tools", () => {
       const trace = yield* Ref.make<ReadonlyArray<string>>([])
       const t = gatedTool("t", mode, gates, trace)
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t")] }),
+        calls(["c1", "t"], ["c2", "t"]),
         ScriptedModel.text("done")
       ]
       return yield* run(script, { tools: [t] }, Effect.gen(function*() {
@@ -386,7 +381,7 @@ describe("tools", () => {
         execute: (_params, ctx) => Effect.as(Ref.update(ran, (r) => [...r, ctx.callId]), `ran ${ctx.callId}`)
       })
       const script = [
-        ScriptedModel.response({ toolCalls: [call("c1", "t"), call("c2", "t"), call("c3", "t")] }),
+        calls(["c1", "t"], ["c2", "t"], ["c3", "t"]),
         ScriptedModel.text("done")
       ]
       yield* run(script, { tools: [t] }, Effect.gen(function*() {
@@ -436,7 +431,7 @@ describe("tools", () => {
       parameters: empty,
       execute: (): Effect.Effect<ToolOutput> => Effect.succeed({ content: "ok", concludesTurn: true })
     })
-    return run([ScriptedModel.response({ toolCalls: [call("c1", "fin")] })], { tools: [fin] }, Effect.gen(function*() {
+    return run([calls(["c1", "fin"])], { tools: [fin] }, Effect.gen(function*() {
       const driver = yield* Driver
       yield* driver.followup(A)
       yield* driver.whenIdle

@@ -7,8 +7,8 @@ import { Chunk, Context, Deferred, Effect, Either, Fiber, Option, Stream } from 
 import { AgentBusy, CancelCause, Driver, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
 import { agentTest, asId, closeOut, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import { buildOwn } from "./stores.js"
-import { cancelOnceEntered, disposeWhileHeld, gatedContextTool, streamingAgentHeldByGate } from "./cancelFixtures.js"
-import { callT, empty } from "./toolFixtures.js"
+import { cancelOnceEntered, disposeWhileHeld, gatedContextTool, startedUntilReleased, streamingAgentHeldByGate } from "./cancelFixtures.js"
+import { calls, callT, empty } from "./toolFixtures.js"
 
 const ownFailure = new Error("own failure")
 
@@ -204,26 +204,19 @@ describe("7 cancel windows", () => {
     expect(yield* closeOut).toEqual([])
   })
 
-  const G78 = gate()
-  const started78: Array<string> = []
-  const masked = Tool.make("masked", {
-    description: "",
-    parameters: empty,
-    mode: "parallel",
-    execute: (_p, ctx) => Effect.zipRight(Effect.sync(() => started78.push(ctx.callId)), Effect.uninterruptible(Effect.as(Deferred.await(G78), "done")))
-  })
+  const masked = startedUntilReleased("masked", "done", true)
   agentTest("7.5: a broad cancel after a keepInbox cancel drops the later contexts of the draining step", scenario(
-    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "masked", arguments: {} }, { id: "c2", name: "masked", arguments: {} }] })],
-    { tools: [masked] }
+    [calls(["c1", "masked"], ["c2", "masked"])],
+    { tools: [masked.tool] }
   ), function*({ driver, inbox, hooks }) {
     yield* hooks.onToolPost((input, next) =>
       Effect.map(next(), (o) => ({ ...o, additionalContexts: [...o.additionalContexts, plugin(`ctx-${input.callId}`)] })))
     yield* driver.followup(user("A"))
-    yield* until(Effect.sync(() => started78.length === 2))
+    yield* until(Effect.sync(() => masked.started.length === 2))
     yield* driver.cancel(CancelCause.user, { keepInbox: true })
     yield* settle
     yield* driver.cancel(CancelCause.parent)
-    yield* open(G78)
+    yield* open(masked.release)
     yield* driver.whenIdle
     const s = yield* shape
     expect(s.slice(s.indexOf("TC(c1)"))).toEqual([

@@ -7,7 +7,7 @@ import { Cause, Deferred, Effect, Exit, JSONSchema, Schema, Scope } from "effect
 import { CancelCause, Driver, Hooks, PreStepDecision, RequestErrorAction, ScriptedModel, SessionId, Tool, ToolPreDecision, Tools } from "../../src/index.js"
 import { agentTest, closeOut, dataOfType, events, from, gate, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, token, toolLine, until, untilEvent, user } from "./harness.js"
 import type { ToolCallInfo, ToolContext } from "../../src/index.js"
-import { maskedUntilReleased } from "./cancelFixtures.js"
+import { maskedUntilReleased, startedUntilReleased } from "./cancelFixtures.js"
 import { calls, empty, holder, okTool, resultsByCall } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
@@ -199,58 +199,37 @@ describe("4.6 / 8.7 / 8.9: tools and their hooks", () => {
     expect((yield* dataOfType("turn/end")).map((d) => d.reason)).toEqual([{ kind: "completed" }])
   })
 
-  it.scoped("4.6/8.9: the default pool cap is 10", () => {
-    const g = gate()
-    const started: Array<string> = []
-    const p = Tool.make("p", {
-      description: "p",
-      parameters: empty,
-      mode: "parallel",
-      execute: (_p, ctx) => Effect.zipRight(Effect.zipRight(Effect.sync(() => started.push(ctx.callId)), Deferred.await(g)), Effect.succeed("ok"))
-    })
-    const ids = Array.from({ length: 12 }, (_, i) => `c${i + 1}`)
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      expect((yield* Tools).maxParallelToolCalls).toBe(10)
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started.length === 10))
-      yield* settle
-      expect(started).toEqual(ids.slice(0, 10))
-      expect((yield* toolEvents).filter((x) => x.startsWith("TC"))).toHaveLength(10)
-      yield* open(g)
-      expect(yield* closeOut).toEqual([])
-      expect(started).toEqual(ids)
-      expect((yield* toolEvents).filter((x) => x.startsWith("TR"))).toEqual(ids.map((id) => `TR(${id})`))
-    }).pipe(Effect.provide(scenario([calls(...ids.map((id) => [id, "p"] as const)), ScriptedModel.text("done")], { tools: [p] })))
+  const twelve = Array.from({ length: 12 }, (_, i) => `c${i + 1}`)
+  const pooled = startedUntilReleased("p")
+  agentTest("4.6/8.9: the default pool cap is 10", scenario([calls(...twelve.map((id) => [id, "p"] as const)), ScriptedModel.text("done")], { tools: [pooled.tool] }), function*({ driver }) {
+    expect((yield* Tools).maxParallelToolCalls).toBe(10)
+    yield* driver.followup(user("A"))
+    yield* until(Effect.sync(() => pooled.started.length === 10))
+    yield* settle
+    expect(pooled.started).toEqual(twelve.slice(0, 10))
+    expect((yield* toolEvents).filter((x) => x.startsWith("TC"))).toHaveLength(10)
+    yield* open(pooled.release)
+    expect(yield* closeOut).toEqual([])
+    expect(pooled.started).toEqual(twelve)
+    expect((yield* toolEvents).filter((x) => x.startsWith("TR"))).toEqual(twelve.map((id) => `TR(${id})`))
   })
 
-  it.scoped("4.6: ToolPost sees aborted:true for a call whose body succeeded before the cause; its output stays a success", () => {
-    const g = gate()
-    const started: Array<string> = []
-    const slow = Tool.make("slow", {
-      description: "slow",
-      parameters: empty,
-      mode: "parallel",
-      execute: (_p, ctx) => Effect.zipRight(Effect.zipRight(Effect.sync(() => started.push(ctx.callId)), Deferred.await(g)), Effect.succeed("late"))
-    })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const posted: Array<string> = []
-      yield* hooks.onToolPost((input, next) => Effect.zipRight(Effect.sync(() => posted.push(`${input.callId}:${input.aborted}`)), next()))
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started.length === 1))
-      yield* until(Effect.map(events, (es) => es.some((e) => e.type === "tool/call" && (e.data as Loose).callId === "c2")))
-      yield* settle
-      yield* driver.cancel(CancelCause.user)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* toolEvents).toEqual(["TC(c1)", "TC(c2)", "TR✗(c1)", "TR(c2)", "TC(c3)", "TR⊘(c3)", "SE(1,1)", "TE(1,aborted(user))"])
-      expect(posted).toEqual(["c1:true", "c2:true"])
-      const r = yield* resultsByCall
-      expect(r.c2).toEqual({ text: "quick", isError: false, error: undefined, meta: undefined })
-    }).pipe(Effect.provide(scenario([calls(["c1", "slow"], ["c2", "quick"], ["c3", "x"])], {
-      tools: [slow, okTool("quick", "parallel", Effect.succeed("quick")), okTool("x")]
-    })))
+  const slow = startedUntilReleased("slow", "late")
+  agentTest("4.6: ToolPost sees aborted:true for a call whose body succeeded before the cause; its output stays a success", scenario([calls(["c1", "slow"], ["c2", "quick"], ["c3", "x"])], {
+    tools: [slow.tool, okTool("quick", "parallel", Effect.succeed("quick")), okTool("x")]
+  }), function*({ driver, hooks }) {
+    const posted: Array<string> = []
+    yield* hooks.onToolPost((input, next) => Effect.zipRight(Effect.sync(() => posted.push(`${input.callId}:${input.aborted}`)), next()))
+    yield* driver.followup(user("A"))
+    yield* until(Effect.sync(() => slow.started.length === 1))
+    yield* until(Effect.map(events, (es) => es.some((e) => e.type === "tool/call" && (e.data as Loose).callId === "c2")))
+    yield* settle
+    yield* driver.cancel(CancelCause.user)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* toolEvents).toEqual(["TC(c1)", "TC(c2)", "TR✗(c1)", "TR(c2)", "TC(c3)", "TR⊘(c3)", "SE(1,1)", "TE(1,aborted(user))"])
+    expect(posted).toEqual(["c1:true", "c2:true"])
+    const r = yield* resultsByCall
+    expect(r.c2).toEqual({ text: "quick", isError: false, error: undefined, meta: undefined })
   })
 })
 

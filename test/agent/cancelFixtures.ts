@@ -95,3 +95,20 @@ export const streamingAgentHeldByGate = (g: Deferred.Deferred<void>) =>
     yield* Effect.provideService(untilEvent((e) => e.type === "assistant/chunk"), SessionLog, built.log)
     return built
   })
+
+/**
+ * A parallel tool `name` whose body adds its call id to `started`, then waits until `release` opens
+ * (masking interruption if `masked`) and answers `answer`.
+ */
+export const startedUntilReleased = (name: string, answer = "ok", masked = false) => {
+  const started: Array<string> = []
+  const release = gate()
+  const wait = Effect.as(Deferred.await(release), answer)
+  const tool = Tool.make(name, {
+    description: name,
+    parameters: empty,
+    mode: "parallel",
+    execute: (_p, ctx) => Effect.zipRight(Effect.sync(() => started.push(ctx.callId)), masked ? Effect.uninterruptible(wait) : wait)
+  })
+  return { started, release, tool }
+}

@@ -157,32 +157,34 @@ describe("3.10 case 2 / 7.1: defects of loop components in an aborted turn", () 
     expect(yield* closeOut).toEqual([])
   })
 
-  agentTest("3.10 case 2: a defect of an onTurnStopping listener that recorded the cause is published once", scenario([ScriptedModel.text("a")]), function*({ driver, hooks }) {
-    const live = yield* recordLive
-    yield* hooks.onTurnStopping(() =>
-      Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("stop boom")))
-    )
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
-    const errors = errorsOf(yield* live)
-    expect(errors.map((e) => [e.turn, e.step, (e.error as Error).message])).toEqual([[1, 1, "stop boom"]])
-    expect(yield* closeOut).toEqual([])
-  })
-
-  agentTest("3.10 case 2: a defect of an onRequestError listener that recorded the cause is published once", scenario([ScriptedModel.fail({ message: "busy", code: "OVERLOADED" })]), function*({ driver, hooks }) {
-    const live = yield* recordLive
-    yield* hooks.onRequestError(() =>
-      Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage("recover boom")))
-    )
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
-    const errors = errorsOf(yield* live)
-    expect(errors.map((e) => [e.turn, e.step, (e.error as Error).message])).toEqual([[1, 1, "recover boom"]])
-    // K6: no RT during the waterfall.
-    expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
-  })
+  // Each listener records the cause and then dies; K6: no RT during the onRequestError waterfall.
+  const dyingListeners = [
+    {
+      listener: "onTurnStopping",
+      script: [ScriptedModel.text("a")],
+      register: (hooks: Context.Tag.Service<typeof Hooks>, die: Effect.Effect<never, unknown>) => hooks.onTurnStopping(() => die),
+      message: "stop boom"
+    },
+    {
+      listener: "onRequestError",
+      script: [ScriptedModel.fail({ message: "busy", code: "OVERLOADED" })],
+      register: (hooks: Context.Tag.Service<typeof Hooks>, die: Effect.Effect<never, unknown>) => hooks.onRequestError(() => die),
+      message: "recover boom"
+    }
+  ]
+  for (const { listener, message, register, script } of dyingListeners) {
+    agentTest(`3.10 case 2: a defect of an ${listener} listener that recorded the cause is published once`, scenario(script), function*({ driver, hooks }) {
+      const live = yield* recordLive
+      yield* register(hooks, Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.dieMessage(message))))
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(yield* reasons).toEqual([{ kind: "aborted", reason: { kind: "user" } }])
+      const errors = errorsOf(yield* live)
+      expect(errors.map((e) => [e.turn, e.step, (e.error as Error).message])).toEqual([[1, 1, message]])
+      expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
+      expect(yield* closeOut).toEqual([])
+    })
+  }
 
   // "tool-body outcomes are results and never published".
   agentTest("3.10 case 2: a tool body that records the cause and then dies publishes nothing", scenarioSeeingDriver((agentDriver) => {

@@ -616,12 +616,13 @@ describe("4.7 failure mapping and 2.6 reasons", () => {
 })
 
 describe("7.3: late insertions racing the initial claim", () => {
+  /** A pre-step listener that, in turn 1, runs `deliver` and enters nothing; later it passes on. */
+  const emptyFirstEntryAfter = (deliver: Effect.Effect<unknown, unknown>) =>
+  (input: { readonly turn: number }, next: () => Effect.Effect<PreStepDecision, PreStepFailed>): Effect.Effect<PreStepDecision, unknown> =>
+    input.turn === 1 ? Effect.as(deliver, PreStepDecision.enter([])) : next()
+
   agentTest("7.3: an empty initial entry with a steer made during its pre-step ends completed; the chain continues and the next turn claims the steer", scenario([ScriptedModel.text("x")]), function*({ driver, preStep: pre }) {
-    yield* pre.register((input, next): Effect.Effect<PreStepDecision, unknown> =>
-      input.turn === 1
-        ? Effect.as(driver.steer(user("S")), PreStepDecision.enter([]))
-        : next()
-    )
+    yield* pre.register(emptyFirstEntryAfter(driver.steer(user("S"))))
     yield* driver.followup(user("A"))
     expect(yield* closeOut).toEqual([])
     expect(yield* shape).toEqual([
@@ -632,11 +633,7 @@ describe("7.3: late insertions racing the initial claim", () => {
   })
 
   agentTest("7.3: an empty initial entry with only an inject made during its pre-step goes idle; the inject waits for the next wake", scenario([ScriptedModel.text("x")]), function*({ driver, inbox, preStep: pre }) {
-    yield* pre.register((input, next): Effect.Effect<PreStepDecision, unknown> =>
-      input.turn === 1
-        ? Effect.as(driver.inject(plugin("I")), PreStepDecision.enter([]))
-        : next()
-    )
+    yield* pre.register(emptyFirstEntryAfter(driver.inject(plugin("I"))))
     yield* driver.followup(user("A"))
     expect(yield* closeOut).toEqual([])
     expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[I])", "TE(1,completed)"])

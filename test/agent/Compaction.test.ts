@@ -9,9 +9,24 @@ import { agentTest, closeOut, events, plugin, recordLive, requests, scenario, se
 import { buildIn, buildOwn } from "./stores.js"
 import { empty } from "./toolFixtures.js"
 
-const summary = (id: string) => userMessage({ id, text: "summary", source: { kind: "compaction", by: "test" } })
-
 const summaryCompaction = (id: string, text = "summary") => userMessage({ id, text, source: { kind: "compaction", by: "test" } })
+
+/**
+ * Appends `message` through `log` in place of the first two surface entries, citing them (and the
+ * `moreSources` seqs) as its sources.
+ */
+const replaceFirstTwo = (
+  log: Context.Tag.Service<SessionLog>,
+  surface: ReadonlyArray<number>,
+  message: ReturnType<typeof userMessage>,
+  moreSources: ReadonlyArray<number> = []
+) =>
+  log.append({
+    type: "user/message",
+    data: message,
+    surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
+    sourceEventSeqs: [surface[0]!, surface[1]!, ...moreSources]
+  })
 
 let logRef: Context.Tag.Service<SessionLog> | undefined
 const compactor = Tool.make("compact", {
@@ -22,12 +37,7 @@ const compactor = Tool.make("compact", {
       const log = logRef!
       const surface = yield* log.surface
       // replace the first turn's nodes [UM(A), AM(a)]
-      yield* Effect.orDie(log.append({
-        type: "user/message",
-        data: summaryCompaction("S"),
-        surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-        sourceEventSeqs: [surface[0]!, surface[1]!]
-      }))
+      yield* Effect.orDie(replaceFirstTwo(log, surface, summaryCompaction("S")))
       return "ok"
     })
 })
@@ -74,12 +84,7 @@ describe("6.7 compaction seams", () => {
         ? Effect.gen(function*() {
           const surface = yield* log.surface
           const start = yield* log.append({ type: "compaction/start", data: { turn: 2 } })
-          yield* log.append({
-            type: "user/message",
-            data: summary("S"),
-            surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-            sourceEventSeqs: [surface[0]!, surface[1]!, start.seq]
-          })
+          yield* replaceFirstTwo(log, surface, summaryCompaction("S"), [start.seq])
           yield* log.append({ type: "compaction/end", data: { turn: 2 } })
           return yield* next()
         })
@@ -105,12 +110,7 @@ describe("6.7 compaction seams", () => {
       input.turn === 2 && input.failure.code === "CONTEXT_OVERFLOW"
         ? Effect.gen(function*() {
           const surface = yield* log.surface
-          yield* log.append({
-            type: "user/message",
-            data: summary("S"),
-            surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-            sourceEventSeqs: [surface[0]!, surface[1]!]
-          })
+          yield* replaceFirstTwo(log, surface, summaryCompaction("S"))
           return RequestErrorAction.retry(Duration.zero)
         })
         : next())
@@ -434,12 +434,7 @@ describe("6.3 fail-stop with compaction and maintenance", () => {
     yield* log.flush
     const surface = yield* log.surface
     yield* control.hold
-    const fiber = yield* Effect.fork(driver.runMaintenance(log.append({
-      type: "user/message",
-      data: summaryCompaction("S"),
-      surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-      sourceEventSeqs: [surface[0]!, surface[1]!]
-    })))
+    const fiber = yield* Effect.fork(driver.runMaintenance(replaceFirstTwo(log, surface, summaryCompaction("S"))))
     yield* untilEvent((e) => e.type === "user/message" && (e.data as any).id === "S")
     yield* settle
     expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
@@ -467,12 +462,7 @@ describe("6.3 fail-stop with compaction and maintenance", () => {
       const surface = yield* log.surface
       // The first two surface entries replaced by the summary S, in a maintenance task of `agent`.
       const summarise = (agent: { readonly driver: typeof driver; readonly log: typeof log }) =>
-        agent.driver.runMaintenance(agent.log.append({
-          type: "user/message",
-          data: summaryCompaction("S"),
-          surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-          sourceEventSeqs: [surface[0]!, surface[1]!]
-        }))
+        agent.driver.runMaintenance(replaceFirstTwo(agent.log, surface, summaryCompaction("S")))
       yield* Context.get(storeCtx, MemoryStoreControl).failAppends(3)
       const exit = yield* Effect.exit(summarise({ driver, log }))
       expect(Exit.isFailure(exit)).toBe(true)

@@ -70,6 +70,18 @@ const agentOn = (
 
 const A = user("A")
 
+/** A tool `t` whose body opens `hung` and then hangs; `interrupted` turns true once it is interrupted. */
+const hangingTool = Effect.gen(function*() {
+  const hung = yield* Deferred.make<void>()
+  const interrupted = yield* Ref.make(false)
+  const tool = Tool.make("t", {
+    description: "hangs",
+    parameters: empty,
+    execute: () => Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
+  })
+  return { hung, interrupted, tool }
+})
+
 /** A parallel tool `t` answering `ok-<call id>` at once. */
 const answersAtOnce = Tool.make("t", {
   description: "answers at once",
@@ -636,14 +648,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
   })
 
   agentTest("a poisoned session with a hanging body: whenIdle resolves, disposal completes and the body has been interrupted", SessionStore.layerMemory, function*({ control }) {
-    const hung = yield* Deferred.make<void>()
-    const interrupted = yield* Ref.make(false)
-    const t = Tool.make("t", {
-      description: "hangs",
-      parameters: empty,
-      execute: () =>
-        Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
-    })
+    const { hung, interrupted, tool: t } = yield* hangingTool
     const agentScope = yield* EffectScope.make()
     const context = yield* Layer.buildWithScope(agentOn([calls(["c1", "t"])], [t]), agentScope)
     const driver = Context.get(context, Driver)
@@ -663,14 +668,7 @@ describe("disposal while bodies run (SPEC 3.7, D9)", () => {
   // body is interrupted once the poison commits; the scheduler used to keep waiting for it until
   // disposal interrupted the loop's fiber.
   agentTest("a poisoned session interrupts a hanging body without waiting for disposal", SessionStore.layerMemory, function*({ control }) {
-    const hung = yield* Deferred.make<void>()
-    const interrupted = yield* Ref.make(false)
-    const t = Tool.make("t", {
-      description: "hangs",
-      parameters: empty,
-      execute: () =>
-        Effect.zipRight(Deferred.succeed(hung, undefined), Effect.never).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)))
-    })
+    const { hung, interrupted, tool: t } = yield* hangingTool
     yield* Effect.gen(function*() {
       const driver = yield* Driver
       yield* driver.followup(A)

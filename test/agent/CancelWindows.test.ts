@@ -19,10 +19,10 @@ import { Hooks } from "../../src/services/Hooks.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { PreStep } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolContext, ToolOutput } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
-import { agentTest, broad, events as eventsOf, hasChunk, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, shapeHas, STEP_A, TEXT, toolResponse, turnEndsOf, type Mode, user, waitUntil } from "./harness.js"
+import { agentTest, type AgentServices, broad, events as eventsOf, hasChunk, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, shapeHas, STEP_A, TEXT, toolResponse, turnEndsOf, type Mode, user, waitUntil } from "./harness.js"
 import { call, calls, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -31,6 +31,11 @@ import { call, calls, empty, makeHandle } from "./toolFixtures.js"
 /** One test per mode. */
 const both = (name: string, body: (mode: Mode) => Effect.Effect<void, unknown, Scope.Scope>) => {
   for (const mode of modes) it.scoped(`${name} [${mode}]`, () => body(mode))
+}
+
+/** One test per mode over the agent `layer`; `body` gets the agent's services and the mode. */
+const bothOver = (name: string, layer: Layer.Layer<any, any, never>, body: (services: AgentServices, mode: Mode) => Generator<any, void, any>) => {
+  for (const mode of modes) agentTest(`${name} [${mode}]`, layer, (services) => body(services, mode))
 }
 
 const Never = Effect.never
@@ -45,198 +50,177 @@ const enterAndHang = (entered: Deferred.Deferred<void>) => Effect.zipRight(Defer
 // ---------------------------------------------------------------------------------------------
 
 describe("cancel windows K0-K1: idle (SPEC 7.2)", () => {
-  both("K0: idle with nothing pending writes nothing and arms nothing", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLiveOf(driver)
-      yield* driver.cancel(CancelCause.user, opts(mode))
-      yield* driver.whenIdle
-      yield* settle
-      expect(yield* shape).toEqual([])
-      expect(yield* live.all).toEqual([])
-      expect(yield* driver.status).toBe("idle")
-      // Nothing was armed: the next turn runs to completion.
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([...STEP_A, ...TEXT, "SE(1,1)", "TE(1,completed)"])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "completed" }])
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a")]))))
+  bothOver("K0: idle with nothing pending writes nothing and arms nothing", scenario([ScriptedModel.text("a")]), function*({ driver }, mode) {
+    const live = yield* recordLiveOf(driver)
+    yield* driver.cancel(CancelCause.user, opts(mode))
+    yield* driver.whenIdle
+    yield* settle
+    expect(yield* shape).toEqual([])
+    expect(yield* live.all).toEqual([])
+    expect(yield* driver.status).toBe("idle")
+    // Nothing was armed: the next turn runs to completion.
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([...STEP_A, ...TEXT, "SE(1,1)", "TE(1,completed)"])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([{ kind: "completed" }])
+    yield* idleAndChecked
+  })
 
-  both("K1: idle with pending items: broad cancels them, keepInbox does nothing", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const live = yield* recordLiveOf(driver)
-      const C = plugin("C")
-      const Q = user("Q")
-      yield* driver.inject(C)
-      yield* driver.send(Q, "next-turn", false)
-      yield* driver.cancel(CancelCause.hook("reset"), opts(mode))
-      yield* driver.whenIdle
-      yield* settle
-      expect(yield* shape).toEqual(["INS(ns,0,[C])", "INS(nt,0,[Q])", ...ifBroad(mode, "CAN(ns,0,1)", "CAN(nt,0,1)")])
-      expect(yield* live.all).toEqual(["inserted(C)", "inserted(Q)", ...ifBroad(mode, "discarded(C)", "discarded(Q)")])
-      expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["Q"], ns: ["C"] })
-      expect(yield* inbox.idState(C.id)).toEqual(Option.some(broad(mode) ? "discarded" : "pending"))
-      expect(yield* driver.status).toBe("idle")
-      expect(yield* requestCount).toBe(0)
-      // Nothing was armed: a later wake runs normally.
-      yield* driver.followup(user("W"))
-      yield* driver.whenIdle
-      expect(turnEndsOf(yield* eventsOf)).toEqual(
-        broad(mode) ? [{ kind: "completed" }] : [{ kind: "completed" }, { kind: "completed" }]
-      )
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("x"), ScriptedModel.text("y")]))))
+  bothOver("K1: idle with pending items: broad cancels them, keepInbox does nothing", scenario([ScriptedModel.text("x"), ScriptedModel.text("y")]), function*({ driver, inbox }, mode) {
+    const live = yield* recordLiveOf(driver)
+    const C = plugin("C")
+    const Q = user("Q")
+    yield* driver.inject(C)
+    yield* driver.send(Q, "next-turn", false)
+    yield* driver.cancel(CancelCause.hook("reset"), opts(mode))
+    yield* driver.whenIdle
+    yield* settle
+    expect(yield* shape).toEqual(["INS(ns,0,[C])", "INS(nt,0,[Q])", ...ifBroad(mode, "CAN(ns,0,1)", "CAN(nt,0,1)")])
+    expect(yield* live.all).toEqual(["inserted(C)", "inserted(Q)", ...ifBroad(mode, "discarded(C)", "discarded(Q)")])
+    expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["Q"], ns: ["C"] })
+    expect(yield* inbox.idState(C.id)).toEqual(Option.some(broad(mode) ? "discarded" : "pending"))
+    expect(yield* driver.status).toBe("idle")
+    expect(yield* requestCount).toBe(0)
+    // Nothing was armed: a later wake runs normally.
+    yield* driver.followup(user("W"))
+    yield* driver.whenIdle
+    expect(turnEndsOf(yield* eventsOf)).toEqual(
+      broad(mode) ? [{ kind: "completed" }] : [{ kind: "completed" }, { kind: "completed" }]
+    )
+    yield* idleAndChecked
+  })
 })
 
 describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
-  both("K3: initial pre-step not finished: no step, the claimed batch is lost", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const preStep = yield* PreStep
-      const entered = yield* Deferred.make<void>()
-      const interrupted = yield* Ref.make(false)
-      yield* preStep.register((_input, next) =>
-        enterAndHang(entered).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)), Effect.zipRight(next()))
-      )
-      const live = yield* recordLiveOf(driver)
-      const A = user("A")
-      yield* driver.followup(A)
-      yield* Deferred.await(entered)
-      yield* driver.inject(plugin("C"))
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.parent, opts(mode))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...OPEN_A, "INS(ns,0,[C])", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(ns,0,1)", "CAN(nt,0,1)"), "TE(1,aborted(parent))"
-      ])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
-      expect(yield* Ref.get(interrupted)).toBe(true)
-      expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
-      expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["B"], ns: ["C"] })
-      yield* settle
-      expect(yield* live.all).toEqual([
-        "inserted(A)", "status(running)", "claimed(A,1)", "inserted(C)", "inserted(B)",
-        ...ifBroad(mode, "discarded(C)", "discarded(B)"), "status(idle)"
-      ])
-      expect(yield* requestCount).toBe(0)
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([]))))
+  bothOver("K3: initial pre-step not finished: no step, the claimed batch is lost", scenario([]), function*({ driver, inbox, preStep }, mode) {
+    const entered = yield* Deferred.make<void>()
+    const interrupted = yield* Ref.make(false)
+    yield* preStep.register((_input, next) =>
+      enterAndHang(entered).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true)), Effect.zipRight(next()))
+    )
+    const live = yield* recordLiveOf(driver)
+    const A = user("A")
+    yield* driver.followup(A)
+    yield* Deferred.await(entered)
+    yield* driver.inject(plugin("C"))
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.parent, opts(mode))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...OPEN_A, "INS(ns,0,[C])", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(ns,0,1)", "CAN(nt,0,1)"), "TE(1,aborted(parent))"
+    ])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
+    expect(yield* Ref.get(interrupted)).toBe(true)
+    expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
+    expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["B"], ns: ["C"] })
+    yield* settle
+    expect(yield* live.all).toEqual([
+      "inserted(A)", "status(running)", "claimed(A,1)", "inserted(C)", "inserted(B)",
+      ...ifBroad(mode, "discarded(C)", "discarded(B)"), "status(idle)"
+    ])
+    expect(yield* requestCount).toBe(0)
+    yield* idleAndChecked
+  })
 
-  both("K3a: pre-step returned, step/start not written: no step (cancel from a pre-step listener)", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const returned = yield* Ref.make(false)
-      const A = user("A")
-      yield* preStep.register((input, next) =>
-        input.turn !== 1 ? next() : Effect.uninterruptible(
-          driver.inject(plugin("D")).pipe(
-            Effect.zipRight(driver.cancel(CancelCause.hook("policy"), opts(mode))),
-            Effect.zipRight(next()),
-            Effect.tap(() => Ref.set(returned, true))
-          )
+  bothOver("K3a: pre-step returned, step/start not written: no step (cancel from a pre-step listener)", scenario([]), function*({ driver, preStep }, mode) {
+    const returned = yield* Ref.make(false)
+    const A = user("A")
+    yield* preStep.register((input, next) =>
+      input.turn !== 1 ? next() : Effect.uninterruptible(
+        driver.inject(plugin("D")).pipe(
+          Effect.zipRight(driver.cancel(CancelCause.hook("policy"), opts(mode))),
+          Effect.zipRight(next()),
+          Effect.tap(() => Ref.set(returned, true))
         )
       )
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(A)
-      yield* driver.whenIdle
-      expect(yield* Ref.get(returned)).toBe(true) // the pre-step decided Enter([A])
-      expect(yield* shape).toEqual([...OPEN_A, "INS(ns,0,[D])", ...ifBroad(mode, "CAN(ns,0,1)"), "TE(1,aborted(hook))"])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("policy"))])
-      expect(yield* (yield* Inbox).idState(A.id)).toEqual(Option.some("claimed"))
-      expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["D"] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(D)"))
-      expect(yield* requestCount).toBe(0)
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([]))))
+    )
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(A)
+    yield* driver.whenIdle
+    expect(yield* Ref.get(returned)).toBe(true) // the pre-step decided Enter([A])
+    expect(yield* shape).toEqual([...OPEN_A, "INS(ns,0,[D])", ...ifBroad(mode, "CAN(ns,0,1)"), "TE(1,aborted(hook))"])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("policy"))])
+    expect(yield* (yield* Inbox).idState(A.id)).toEqual(Option.some("claimed"))
+    expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["D"] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(D)"))
+    expect(yield* requestCount).toBe(0)
+    yield* idleAndChecked
+  })
 
-  both("K4: step open, during the request hook: SE, TE, no header, no request", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const entered = yield* Deferred.make<void>()
-      yield* hooks.onRequest((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.user, opts(mode))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...OPEN_A, "SS(1,1)", "UM(A)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
-      ])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-      expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
-      expect(yield* requestCount).toBe(0)
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  bothOver("K4: step open, during the request hook: SE, TE, no header, no request", scenario([ScriptedModel.text("never")]), function*({ driver, hooks }, mode) {
+    const entered = yield* Deferred.make<void>()
+    yield* hooks.onRequest((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.user, opts(mode))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...OPEN_A, "SS(1,1)", "UM(A)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
+    ])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+    expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
+    expect(yield* requestCount).toBe(0)
+    yield* idleAndChecked
+  })
 
-  both("K4: step open, during the checkpoint: the header stays, no request is dispatched", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const preStep = yield* PreStep
-      const control = yield* MemoryStoreControl
-      const G = yield* Deferred.make<void>()
-      yield* preStep.register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* control.hold
-      yield* Deferred.succeed(G, undefined)
-      yield* waitUntil(shapeHas("RH(initial)"), "the request header")
-      // Both operations commit at once and wait for durability, which is held.
-      const injected = yield* Effect.fork(driver.inject(plugin("C")))
-      yield* waitUntil(shapeHas("INS(ns,0,[C])"), "the injection")
-      const cancelled = yield* Effect.fork(driver.cancel(CancelCause.user, opts(mode)))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...STEP_A, "INS(ns,0,[C])", ...ifBroad(mode, "CAN(ns,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
-      ])
-      expect(yield* requestCount).toBe(0)
-      yield* control.release
-      yield* Fiber.join(injected)
-      yield* Fiber.join(cancelled)
-      expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["C"] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)"))
-      expect(yield* requestCount).toBe(0)
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("never")]))))
+  bothOver("K4: step open, during the checkpoint: the header stays, no request is dispatched", scenario([ScriptedModel.text("never")]), function*({ driver, preStep, control }, mode) {
+    const G = yield* Deferred.make<void>()
+    yield* preStep.register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* control.hold
+    yield* Deferred.succeed(G, undefined)
+    yield* waitUntil(shapeHas("RH(initial)"), "the request header")
+    // Both operations commit at once and wait for durability, which is held.
+    const injected = yield* Effect.fork(driver.inject(plugin("C")))
+    yield* waitUntil(shapeHas("INS(ns,0,[C])"), "the injection")
+    const cancelled = yield* Effect.fork(driver.cancel(CancelCause.user, opts(mode)))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, "INS(ns,0,[C])", ...ifBroad(mode, "CAN(ns,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
+    ])
+    expect(yield* requestCount).toBe(0)
+    yield* control.release
+    yield* Fiber.join(injected)
+    yield* Fiber.join(cancelled)
+    expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["C"] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)"))
+    expect(yield* requestCount).toBe(0)
+    yield* idleAndChecked
+  })
 })
 
 describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
-  both("K5: during streaming: the interrupted prefix, SE, TE", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* waitUntil(hasChunk("text-delta"), "the text chunk")
-      yield* driver.inject(plugin("C"))
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.parent, opts(mode))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...STEP_A, "CH(block-start)", "CH(reasoning-delta)", "CH(block-start)", "CH(text-delta)",
-        "INS(ns,0,[C])", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(ns,0,1)", "CAN(nt,0,1)"),
-        "AM!", "SE(1,1)", "TE(1,aborted(parent))"
-      ])
-      const events = yield* eventsOf
-      const am = events.find((e) => e.type === "assistant/message") as EventOf<"assistant/message">
-      expect(am.data.interrupted).toBe(true)
-      expect(am.data.message.content).toEqual([{ type: "reasoning", text: "think" }, { type: "text", text: "partial" }])
-      expect(am.sourceEventSeqs).toEqual(events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq))
-      expect(turnEndsOf(events)).toEqual([abortedBy(CancelCause.parent)])
-      expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["B"], ns: ["C"] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)", "discarded(B)"))
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.hang({ reasoning: "think", text: "partial" })]))))
+  bothOver("K5: during streaming: the interrupted prefix, SE, TE", scenario([ScriptedModel.hang({ reasoning: "think", text: "partial" })]), function*({ driver }, mode) {
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* waitUntil(hasChunk("text-delta"), "the text chunk")
+    yield* driver.inject(plugin("C"))
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.parent, opts(mode))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, "CH(block-start)", "CH(reasoning-delta)", "CH(block-start)", "CH(text-delta)",
+      "INS(ns,0,[C])", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(ns,0,1)", "CAN(nt,0,1)"),
+      "AM!", "SE(1,1)", "TE(1,aborted(parent))"
+    ])
+    const events = yield* eventsOf
+    const am = events.find((e) => e.type === "assistant/message") as EventOf<"assistant/message">
+    expect(am.data.interrupted).toBe(true)
+    expect(am.data.message.content).toEqual([{ type: "reasoning", text: "think" }, { type: "text", text: "partial" }])
+    expect(am.sourceEventSeqs).toEqual(events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq))
+    expect(turnEndsOf(events)).toEqual([abortedBy(CancelCause.parent)])
+    expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt: ["B"], ns: ["C"] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)", "discarded(B)"))
+    yield* idleAndChecked
+  })
 
   agentTest("K5: during streaming with no visible text: no assistant message", scenario([ScriptedModel.hang({})]), function*({ driver }) {
     yield* driver.followup(user("A"))
@@ -247,66 +231,59 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
     yield* idleAndChecked
   })
 
-  both("K6: during the request-error waterfall: no assistant message, no retry", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const model = yield* ScriptedModel
-      const entered = yield* Deferred.make<void>()
-      yield* hooks.onRequestError((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.hook("budget"), opts(mode))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...STEP_A, "CH(finish error)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(hook))"
-      ])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("budget"))])
-      expect(yield* requestCount).toBe(1)
-      expect(yield* model.remaining).toBe(1)
-      expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([
-      ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" }),
-      ScriptedModel.text("never")
-    ]))))
+  bothOver("K6: during the request-error waterfall: no assistant message, no retry", scenario([
+    ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" }),
+    ScriptedModel.text("never")
+  ]), function*({ driver, hooks, model }, mode) {
+    const entered = yield* Deferred.make<void>()
+    yield* hooks.onRequestError((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.hook("budget"), opts(mode))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, "CH(finish error)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(hook))"
+    ])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("budget"))])
+    expect(yield* requestCount).toBe(1)
+    expect(yield* model.remaining).toBe(1)
+    expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
+    yield* idleAndChecked
+  })
 
-  both("K6: during the backoff sleep: the retry record stays, no further attempt", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const model = yield* ScriptedModel
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* waitUntil(shapeHas("RT(1)"), "the retry record")
-      const rt = (yield* eventsOf).find((e) => e.type === "llm/retry") as EventOf<"llm/retry">
-      const now = yield* TestClock.currentTimeMillis
-      yield* waitUntil(
-        Effect.map(TestClock.sleeps(), (s) => Chunk.some(s, (t) => t === now + rt.data.delayMs)),
-        "the backoff sleep"
-      )
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.user, opts(mode))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...STEP_A, "CH(finish error)", "RT(1)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
-      ])
-      // Time passing after the abort makes no further attempt.
-      yield* TestClock.adjust(60_000)
-      yield* settle
-      expect(yield* requestCount).toBe(1)
-      expect(yield* model.remaining).toBe(1)
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-      expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([
-      ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" }),
-      ScriptedModel.text("never")
-    ]))))
+  bothOver("K6: during the backoff sleep: the retry record stays, no further attempt", scenario([
+    ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" }),
+    ScriptedModel.text("never")
+  ]), function*({ driver, model }, mode) {
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* waitUntil(shapeHas("RT(1)"), "the retry record")
+    const rt = (yield* eventsOf).find((e) => e.type === "llm/retry") as EventOf<"llm/retry">
+    const now = yield* TestClock.currentTimeMillis
+    yield* waitUntil(
+      Effect.map(TestClock.sleeps(), (s) => Chunk.some(s, (t) => t === now + rt.data.delayMs)),
+      "the backoff sleep"
+    )
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.user, opts(mode))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, "CH(finish error)", "RT(1)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
+    ])
+    // Time passing after the abort makes no further attempt.
+    yield* TestClock.adjust(60_000)
+    yield* settle
+    expect(yield* requestCount).toBe(1)
+    expect(yield* model.remaining).toBe(1)
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+    expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
+    yield* idleAndChecked
+  })
 })
 
 describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
@@ -459,57 +436,51 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
 })
 
 describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
-  both("K9: during turn-stopping listeners: no further step", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const entered = yield* Deferred.make<void>()
-      yield* hooks.onTurnStopping(() => enterAndHang(entered))
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(entered)
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.user, opts(mode))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        ...STEP_A, ...TEXT, "SE(1,1)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "TE(1,aborted(user))"
-      ])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-      expect(yield* requestCount).toBe(1)
-      expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]))))
+  bothOver("K9: during turn-stopping listeners: no further step", scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]), function*({ driver, hooks }, mode) {
+    const entered = yield* Deferred.make<void>()
+    yield* hooks.onTurnStopping(() => enterAndHang(entered))
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.user, opts(mode))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, ...TEXT, "SE(1,1)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "TE(1,aborted(user))"
+    ])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
+    expect(yield* requestCount).toBe(1)
+    expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
+    yield* idleAndChecked
+  })
 
-  both("K9a: after SE, before the boundary's claim: no claim, next-step items stay or are cancelled", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const returned = yield* Ref.make(false)
-      // The listener leaves next-step non-empty and records the cause, then returns normally.
-      yield* hooks.onTurnStopping(() =>
-        Effect.uninterruptible(
-          driver.inject(plugin("X")).pipe(
-            Effect.zipRight(driver.cancel(CancelCause.hook("stop"), opts(mode))),
-            Effect.zipRight(Ref.set(returned, true))
-          )
+  bothOver("K9a: after SE, before the boundary's claim: no claim, next-step items stay or are cancelled", scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]), function*({ driver, hooks }, mode) {
+    const returned = yield* Ref.make(false)
+    // The listener leaves next-step non-empty and records the cause, then returns normally.
+    yield* hooks.onTurnStopping(() =>
+      Effect.uninterruptible(
+        driver.inject(plugin("X")).pipe(
+          Effect.zipRight(driver.cancel(CancelCause.hook("stop"), opts(mode))),
+          Effect.zipRight(Ref.set(returned, true))
         )
       )
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* Ref.get(returned)).toBe(true)
-      expect(yield* shape).toEqual([
-        ...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[X])", ...ifBroad(mode, "CAN(ns,0,1)"), "TE(1,aborted(hook))"
-      ])
-      expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("stop"))])
-      expect(yield* requestCount).toBe(1)
-      expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["X"] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(X)"))
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]))))
+    )
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* Ref.get(returned)).toBe(true)
+    expect(yield* shape).toEqual([
+      ...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[X])", ...ifBroad(mode, "CAN(ns,0,1)"), "TE(1,aborted(hook))"
+    ])
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("stop"))])
+    expect(yield* requestCount).toBe(1)
+    expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["X"] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(X)"))
+    yield* idleAndChecked
+  })
 
   both("K10: later boundary claimed, its pre-step not finished: that batch is lost", (mode) =>
     Effect.gen(function*() {
@@ -587,41 +558,39 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
 })
 
 describe("cancel windows K12-K15 (SPEC 7.2)", () => {
-  both("K12: during maintenance: the task is interrupted; broad also clears the latch and the inbox", (mode) =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const interrupted = yield* Ref.make(false)
-      const started = yield* Deferred.make<void>()
-      const task = yield* Effect.fork(
-        driver.runMaintenance(enterAndHang(started).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true))))
-      )
-      yield* Deferred.await(started)
-      const live = yield* recordLiveOf(driver)
-      yield* driver.followup(user("W"))
-      yield* driver.inject(plugin("C"))
-      yield* driver.steer(user("S"))
-      yield* driver.cancel(CancelCause.user, opts(mode))
-      const error = yield* Effect.flip(Fiber.join(task))
-      expect(error).toBeInstanceOf(MaintenanceAborted)
-      expect((error as MaintenanceAborted).cause).toEqual(CancelCause.user)
-      expect(yield* Ref.get(interrupted)).toBe(true)
-      yield* driver.whenIdle
-      const head = ["INS(nt,0,[W])", "INS(ns,0,[C])", "INS(ns,1,[S])"]
-      expect(yield* shape).toEqual(
-        broad(mode)
-          ? [...head, "CAN(ns,0,2)", "CAN(nt,0,1)"]
-          // keepInbox keeps the wakes latched before it: the task's exit opens a turn.
-          : [
-            ...head, "TS(1)", "CLM(ns,0,2)", "CLM(nt,0,1)", "SS(1,1)", "UM(C)", "UM(S)", "UM(W)", "RH(initial)",
-            ...TEXT, "SE(1,1)", "TE(1,completed)"
-          ]
-      )
-      expect(yield* requestCount).toBe(broad(mode) ? 0 : 1)
-      expect(yield* pending).toEqual({ nt: [], ns: [] })
-      yield* settle
-      expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)", "discarded(S)", "discarded(W)"))
-      yield* idleAndChecked
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("w")]))))
+  bothOver("K12: during maintenance: the task is interrupted; broad also clears the latch and the inbox", scenario([ScriptedModel.text("w")]), function*({ driver }, mode) {
+    const interrupted = yield* Ref.make(false)
+    const started = yield* Deferred.make<void>()
+    const task = yield* Effect.fork(
+      driver.runMaintenance(enterAndHang(started).pipe(Effect.onInterrupt(() => Ref.set(interrupted, true))))
+    )
+    yield* Deferred.await(started)
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("W"))
+    yield* driver.inject(plugin("C"))
+    yield* driver.steer(user("S"))
+    yield* driver.cancel(CancelCause.user, opts(mode))
+    const error = yield* Effect.flip(Fiber.join(task))
+    expect(error).toBeInstanceOf(MaintenanceAborted)
+    expect((error as MaintenanceAborted).cause).toEqual(CancelCause.user)
+    expect(yield* Ref.get(interrupted)).toBe(true)
+    yield* driver.whenIdle
+    const head = ["INS(nt,0,[W])", "INS(ns,0,[C])", "INS(ns,1,[S])"]
+    expect(yield* shape).toEqual(
+      broad(mode)
+        ? [...head, "CAN(ns,0,2)", "CAN(nt,0,1)"]
+        // keepInbox keeps the wakes latched before it: the task's exit opens a turn.
+        : [
+          ...head, "TS(1)", "CLM(ns,0,2)", "CLM(nt,0,1)", "SS(1,1)", "UM(C)", "UM(S)", "UM(W)", "RH(initial)",
+          ...TEXT, "SE(1,1)", "TE(1,completed)"
+        ]
+    )
+    expect(yield* requestCount).toBe(broad(mode) ? 0 : 1)
+    expect(yield* pending).toEqual({ nt: [], ns: [] })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)", "discarded(S)", "discarded(W)"))
+    yield* idleAndChecked
+  })
 
   both("K13: from a SessionLog.stream observer: exactly the streaming window, never lost", (mode) =>
     Effect.gen(function*() {
@@ -866,30 +835,16 @@ describe("D4, D7 and defects after an abort", () => {
     yield* idleAndChecked
   })
 
-  agentTest("a pre-step listener that dies right after recording a cause: the defect is published, the turn ends aborted", scenario([]), function*({ driver, preStep }) {
-    const defect = new Error("listener died after cancelling")
-    yield* preStep.register(() => Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
-    const live = yield* recordLiveOf(driver)
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    expect(yield* shape).toEqual([...OPEN_A, "TE(1,aborted(user))"])
-    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-    yield* settle
-    const errors = yield* live.errors
-    expect(errors.map((e) => e.error)).toEqual([defect])
-    expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
-    yield* idleAndChecked
-  })
-
   const dyingHook = (
     name: string,
-    register: (hooks: Context.Tag.Service<Hooks>, die: Effect.Effect<never, unknown>) => Effect.Effect<void, never, Scope.Scope>,
+    register: (services: AgentServices, die: Effect.Effect<never, unknown>) => Effect.Effect<void, never, Scope.Scope>,
     script: ReadonlyArray<ScriptEntry>,
     expected: ReadonlyArray<string>
   ) =>
-    agentTest(`a ${name} listener that dies right after recording a cause: the defect is published, the turn ends aborted`, scenario(script), function*({ driver }) {
+    agentTest(`a ${name} listener that dies right after recording a cause: the defect is published, the turn ends aborted`, scenario(script), function*(services) {
+      const { driver } = services
       const defect = new Error(`${name} died after cancelling`)
-      yield* register(yield* Hooks, Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
+      yield* register(services, Effect.uninterruptible(Effect.zipRight(driver.cancel(CancelCause.user), Effect.die(defect))))
       const live = yield* recordLiveOf(driver)
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
@@ -902,13 +857,14 @@ describe("D4, D7 and defects after an abort", () => {
       yield* idleAndChecked
     })
 
-  dyingHook("onRequest", (hooks, die) => hooks.onRequest(() => die), [ScriptedModel.text("never")], [
+  dyingHook("pre-step", ({ preStep }, die) => preStep.register(() => die), [], OPEN_A)
+  dyingHook("onRequest", ({ hooks }, die) => hooks.onRequest(() => die), [ScriptedModel.text("never")], [
     ...OPEN_A, "SS(1,1)", "UM(A)", "SE(1,1)"
   ])
-  dyingHook("onRequestError", (hooks, die) => hooks.onRequestError(() => die), [
+  dyingHook("onRequestError", ({ hooks }, die) => hooks.onRequestError(() => die), [
     ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" })
   ], [...STEP_A, "CH(finish error)", "SE(1,1)"])
-  dyingHook("onTurnStopping", (hooks, die) => hooks.onTurnStopping(() => die), [ScriptedModel.text("a")], [
+  dyingHook("onTurnStopping", ({ hooks }, die) => hooks.onTurnStopping(() => die), [ScriptedModel.text("a")], [
     ...STEP_A, ...TEXT, "SE(1,1)"
   ])
 

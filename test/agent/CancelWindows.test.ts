@@ -44,6 +44,28 @@ const abortedBy = (cause: CancelCause) => ({ kind: "aborted", reason: cause })
 
 const requestCount = Effect.flatMap(ScriptedModel, (model) => Effect.map(model.requests, (r) => r.length))
 
+/**
+ * Installs a listener through `install` (handed an effect that signals and hangs) and sends A; once
+ * the listener hangs, sends B and cancels with `cause` in `mode`. Returns the live record once idle.
+ */
+const cancelWithBPending = (
+  driver: Context.Tag.Service<typeof Driver>,
+  install: (hang: Effect.Effect<never>) => Effect.Effect<void, never, Scope.Scope>,
+  cause: CancelCause,
+  mode: Mode
+) =>
+  Effect.gen(function*() {
+    const entered = yield* Deferred.make<void>()
+    yield* install(enterAndHang(entered))
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(entered)
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(cause, opts(mode))
+    yield* driver.whenIdle
+    return live
+  })
+
 /** Signals `entered`, then never finishes (until interrupted). */
 const enterAndHang = (entered: Deferred.Deferred<void>) => Effect.zipRight(Deferred.succeed(entered, undefined), Never)
 
@@ -149,14 +171,7 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
   })
 
   bothOver("K4: step open, during the request hook: SE, TE, no header, no request", scenario([ScriptedModel.text("never")]), function*({ driver, hooks }, mode) {
-    const entered = yield* Deferred.make<void>()
-    yield* hooks.onRequest((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
-    const live = yield* recordLiveOf(driver)
-    yield* driver.followup(user("A"))
-    yield* Deferred.await(entered)
-    yield* driver.followup(user("B"))
-    yield* driver.cancel(CancelCause.user, opts(mode))
-    yield* driver.whenIdle
+    const live = yield* cancelWithBPending(driver, (hang) => hooks.onRequest((_input, next) => Effect.zipRight(hang, next())), CancelCause.user, mode)
     expect(yield* shape).toEqual([
       ...OPEN_A, "SS(1,1)", "UM(A)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
     ])
@@ -235,14 +250,7 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
     ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" }),
     ScriptedModel.text("never")
   ]), function*({ driver, hooks, model }, mode) {
-    const entered = yield* Deferred.make<void>()
-    yield* hooks.onRequestError((_input, next) => Effect.zipRight(enterAndHang(entered), next()))
-    const live = yield* recordLiveOf(driver)
-    yield* driver.followup(user("A"))
-    yield* Deferred.await(entered)
-    yield* driver.followup(user("B"))
-    yield* driver.cancel(CancelCause.hook("budget"), opts(mode))
-    yield* driver.whenIdle
+    const live = yield* cancelWithBPending(driver, (hang) => hooks.onRequestError((_input, next) => Effect.zipRight(hang, next())), CancelCause.hook("budget"), mode)
     expect(yield* shape).toEqual([
       ...STEP_A, "CH(finish error)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(hook))"
     ])
@@ -437,14 +445,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
 
 describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
   bothOver("K9: during turn-stopping listeners: no further step", scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]), function*({ driver, hooks }, mode) {
-    const entered = yield* Deferred.make<void>()
-    yield* hooks.onTurnStopping(() => enterAndHang(entered))
-    const live = yield* recordLiveOf(driver)
-    yield* driver.followup(user("A"))
-    yield* Deferred.await(entered)
-    yield* driver.followup(user("B"))
-    yield* driver.cancel(CancelCause.user, opts(mode))
-    yield* driver.whenIdle
+    const live = yield* cancelWithBPending(driver, (hang) => hooks.onTurnStopping(() => hang), CancelCause.user, mode)
     expect(yield* shape).toEqual([
       ...STEP_A, ...TEXT, "SE(1,1)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "TE(1,aborted(user))"
     ])
@@ -493,14 +494,7 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
         const driver = yield* Driver
         const preStep = yield* PreStep
         const inbox = yield* Inbox
-        const entered = yield* Deferred.make<void>()
-        yield* preStep.register((input, next) => input.boundary === "later" ? Effect.zipRight(enterAndHang(entered), next()) : next())
-        const live = yield* recordLiveOf(driver)
-        yield* driver.followup(user("A"))
-        yield* Deferred.await(entered)
-        yield* driver.followup(user("B"))
-        yield* driver.cancel(CancelCause.parent, opts(mode))
-        yield* driver.whenIdle
+        const live = yield* cancelWithBPending(driver, (hang) => preStep.register((input, next) => input.boundary === "later" ? Effect.zipRight(hang, next()) : next()), CancelCause.parent, mode)
         expect(yield* shape).toEqual([
           ...STEP_A, ...toolResponse(1), "TC(c1)", "TR(c1)", "INS(ns,0,[X])", "SE(1,1)", "CLM(ns,0,1)",
           "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "TE(1,aborted(parent))"

@@ -29,37 +29,32 @@ const replaceFirstTwo = (
   })
 
 let logRef: Context.Tag.Service<SessionLog> | undefined
-const compactor = Tool.make("compact", {
-  description: "",
-  parameters: Schema.Struct({}),
-  execute: () =>
-    Effect.gen(function*() {
-      const log = logRef!
-      const surface = yield* log.surface
-      // replace the first turn's nodes [UM(A), AM(a)]
-      yield* Effect.orDie(replaceFirstTwo(log, surface, summaryCompaction("S")))
-      return "ok"
-    })
-})
+
+/** A tool `name` whose body runs `use` with the test's log and its surface, then answers "ok". */
+const surfaceTool = (name: string, use: (log: Context.Tag.Service<SessionLog>, surface: ReadonlyArray<number>) => Effect.Effect<void, unknown>) =>
+  Tool.make(name, {
+    description: "",
+    parameters: Schema.Struct({}),
+    execute: () => Effect.as(Effect.flatMap(Effect.suspend(() => logRef!.surface), (surface) => use(logRef!, surface)), "ok")
+  })
+
+// replace the first turn's nodes [UM(A), AM(a)]
+const compactor = surfaceTool("compact", (log, surface) => Effect.orDie(Effect.asVoid(replaceFirstTwo(log, surface, summaryCompaction("S")))))
 
 let probeResult: unknown = undefined
-const prober = Tool.make("probe", {
-  description: "",
-  parameters: Schema.Struct({}),
-  execute: () =>
-    Effect.gen(function*() {
-      const log = logRef!
-      const surface = yield* log.surface
-      // [UM(A) .. AM(call)] where AM(call) was written inside the open step (its result is not on the surface yet)
-      probeResult = yield* Effect.flip(log.append({
-        type: "user/message",
-        data: summaryCompaction("S"),
-        surfaceOp: { op: "replace", start: surface[0]!, end: surface[surface.length - 1]! },
-        sourceEventSeqs: [...surface]
-      }))
-      return "ok"
-    })
-})
+// [UM(A) .. AM(call)] where AM(call) was written inside the open step (its result is not on the surface yet)
+const prober = surfaceTool("probe", (log, surface) =>
+  Effect.map(
+    Effect.flip(log.append({
+      type: "user/message",
+      data: summaryCompaction("S"),
+      surfaceOp: { op: "replace", start: surface[0]!, end: surface[surface.length - 1]! },
+      sourceEventSeqs: [...surface]
+    })),
+    (error) => {
+      probeResult = error
+    }
+  ))
 
 /**
  * Forks a maintenance task that opens a null compaction bracket and hangs; its interruption closes

@@ -23,6 +23,7 @@ import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolContext, ToolOutput } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
 import { agentTest, type AgentServices, broad, events as eventsOf, hasChunk, idleAndChecked, ifBroad, modes, notation, OPEN_A, opts, pending, plugin, recordLiveOf, scenario, settle, shape, shapeHas, STEP_A, TEXT, toolResponse, turnEndsOf, type Mode, user, waitUntil } from "./harness.js"
+import { drivenThrough } from "./cancelFixtures.js"
 import { call, calls, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------
@@ -311,9 +312,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
           afterFinish: handle.use((driver) => driver.cancel(CancelCause.user, opts(mode)))
         })
       ]
-      yield* Effect.gen(function*() {
-        yield* handle.set
-        const driver = yield* Driver
+      yield* drivenThrough(handle, function*(driver) {
         const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* driver.whenIdle
@@ -629,9 +628,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
             Effect.as("done")
           )
       })
-      yield* Effect.gen(function*() {
-        yield* handle.set
-        const driver = yield* Driver
+      yield* drivenThrough(handle, function*(driver) {
         const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))
         yield* driver.whenIdle

@@ -25,6 +25,7 @@ import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import type { UserMessage } from "../../src/domain/Values.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import type { ToolContext, ToolDefinition, ToolOutput } from "../../src/services/Tools.js"
+import { drivenThrough } from "./cancelFixtures.js"
 import { call, calls, empty, makeHandle } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------------
@@ -121,9 +122,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
         ScriptedModel.text("f"),
         ScriptedModel.text("q")
       ]
-      yield* run(script, { tools: [t] }, Effect.gen(function*() {
-        yield* handle.set
-        const driver = yield* Driver
+      yield* run(script, { tools: [t] }, drivenThrough(handle, function*(driver) {
         const live = yield* recordLiveOf(driver)
         yield* driver.followup(A)
         yield* driver.whenIdle
@@ -162,9 +161,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
           )
       })
       const script = [calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("w")]
-      yield* run(script, { tools: [t] }, Effect.gen(function*() {
-        yield* handle.set
-        const driver = yield* Driver
+      yield* run(script, { tools: [t] }, drivenThrough(handle, function*(driver) {
         const live = yield* recordLiveOf(driver)
         yield* driver.followup(A)
         yield* driver.whenIdle
@@ -212,9 +209,7 @@ describe("a tool body calling its own driver (SPEC 3.3, 3.5, 3.6, D5)", () => {
           calls(["c1", "t"], ["c2", "t"], ["c3", "t"]),
           ScriptedModel.text("never")
         ]
-        yield* run(script, { tools: [t], maxParallelToolCalls: 2 }, Effect.gen(function*() {
-          yield* handle.set
-          const driver = yield* Driver
+        yield* run(script, { tools: [t], maxParallelToolCalls: 2 }, drivenThrough(handle, function*(driver) {
           const live = yield* recordLiveOf(driver)
           yield* driver.followup(A)
           yield* driver.whenIdle
@@ -269,9 +264,7 @@ describe("abort classification and commit priority for bodies that end at once (
               ))
       })
       const script = [calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("never")]
-      yield* run(script, { tools: [t] }, Effect.gen(function*() {
-        yield* handle.set
-        const driver = yield* Driver
+      yield* run(script, { tools: [t] }, drivenThrough(handle, function*(driver) {
         yield* driver.followup(A)
         yield* driver.whenIdle
         expect(results(yield* eventsOf)).toEqual([
@@ -540,9 +533,7 @@ describe("cancel while bodies run (SPEC 4.6, 7.2 K8, 7.5)", () => {
           calls(["c1", "t"], ["c2", "t"], ["c3", "x"]),
           ScriptedModel.text("replay")
         ]
-        yield* run(script, { tools: [t, x] }, Effect.gen(function*() {
-          yield* handle.set
-          const driver = yield* Driver
+        yield* run(script, { tools: [t, x] }, drivenThrough(handle, function*(driver) {
           const live = yield* recordLiveOf(driver)
           yield* driver.followup(A)
           yield* Deferred.await(masked)
@@ -823,9 +814,7 @@ describe("TX-STEP and step/end without a transaction (SPEC 4.2, 4.3, 4.4)", () =
         ScriptedModel.text("two", { awaitBefore: Deferred.await(G) }),
         ScriptedModel.text("three")
       ]
-      yield* run(script, { tools: [t] }, Effect.gen(function*() {
-        yield* handle.set
-        const driver = yield* Driver
+      yield* run(script, { tools: [t] }, drivenThrough(handle, function*(driver) {
         yield* driver.followup(A)
         yield* waitUntil(Effect.map(shape, (s) => s.includes("SS(1,2)")), "step 2")
         yield* driver.steer(user("S2"))

@@ -112,3 +112,17 @@ export const startedUntilReleased = (name: string, answer = "ok", masked = false
   })
   return { started, release, tool }
 }
+
+/**
+ * Fills `handle` (see `makeHandle`) with the agent's driver, then runs `body` with that driver; the
+ * body may use any service of the agent it runs in.
+ */
+export const drivenThrough = (
+  handle: { readonly set: Effect.Effect<void, never, Driver> },
+  body: (driver: Context.Tag.Service<Driver>) => Generator<any, void, any>
+): Effect.Effect<void, unknown, Driver | Scope.Scope> =>
+  Effect.gen(function*() {
+    yield* handle.set
+    const driver = yield* Driver
+    yield* Effect.gen(() => body(driver))
+  }) as Effect.Effect<void, unknown, Driver | Scope.Scope>

@@ -67,6 +67,26 @@ const cancelWithBPending = (
     return live
   })
 
+/**
+ * After an abort by `cause`: one turn end, aborted; under keepInbox `kept` is still pending, under
+ * a broad cancel it was discarded (next-step first) and nothing is pending; the idle log checks.
+ */
+const expectAbortedKeeping = (
+  live: { readonly discarded: Effect.Effect<ReadonlyArray<string>> },
+  mode: Mode,
+  cause: CancelCause,
+  kept: { readonly nt?: ReadonlyArray<string>; readonly ns?: ReadonlyArray<string> }
+) =>
+  Effect.gen(function*() {
+    const nt = kept.nt ?? []
+    const ns = kept.ns ?? []
+    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(cause)])
+    expect(yield* pending).toEqual(broad(mode) ? { nt: [], ns: [] } : { nt, ns })
+    yield* settle
+    expect(yield* live.discarded).toEqual(ifBroad(mode, ...[...ns, ...nt].map((id) => `discarded(${id})`)))
+    yield* idleAndChecked
+  })
+
 /** Signals `entered`, then never finishes (until interrupted). */
 const enterAndHang = (entered: Deferred.Deferred<void>) => Effect.zipRight(Deferred.succeed(entered, undefined), Never)
 
@@ -176,12 +196,8 @@ describe("cancel windows K3-K4: before the request (SPEC 7.2)", () => {
     expect(yield* shape).toEqual([
       ...OPEN_A, "SS(1,1)", "UM(A)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(user))"
     ])
-    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-    expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
-    yield* settle
-    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
     expect(yield* requestCount).toBe(0)
-    yield* idleAndChecked
+    yield* expectAbortedKeeping(live, mode, CancelCause.user, { nt: ["B"] })
   })
 
   bothOver("K4: step open, during the checkpoint: the header stays, no request is dispatched", scenario([ScriptedModel.text("never")]), function*({ driver, preStep, control }, mode) {
@@ -255,13 +271,9 @@ describe("cancel windows K5-K6: the model request (SPEC 7.2, 7.4)", () => {
     expect(yield* shape).toEqual([
       ...STEP_A, "CH(finish error)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "SE(1,1)", "TE(1,aborted(hook))"
     ])
-    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("budget"))])
     expect(yield* requestCount).toBe(1)
     expect(yield* model.remaining).toBe(1)
-    expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
-    yield* settle
-    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
-    yield* idleAndChecked
+    yield* expectAbortedKeeping(live, mode, CancelCause.hook("budget"), { nt: ["B"] })
   })
 
   bothOver("K6: during the backoff sleep: the retry record stays, no further attempt", scenario([
@@ -321,11 +333,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
           "TC(c1)", "TR⊘(c1)", "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(user))"
         ])
         expect(yield* Ref.get(invocations)).toBe(0)
-        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
-        expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["C"] })
-        yield* settle
-        expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)"))
-        yield* idleAndChecked
+        yield* expectAbortedKeeping(live, mode, CancelCause.user, { ns: ["C"] })
       }).pipe(Effect.provide(scenario(script, { tools: [danger] })))
     }))
 
@@ -366,11 +374,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
         ])
         expect(yield* Queue.size(started)).toBe(0) // c2 and c3 never ran
         expect(yield* Ref.get(posted)).toEqual(["c1:true"]) // ToolPost does not run for ABORTED_BEFORE_DISPATCH
-        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
-        expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["C", "ctx-c1"] })
-        yield* settle
-        expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(C)", "discarded(ctx-c1)"))
-        yield* idleAndChecked
+        yield* expectAbortedKeeping(live, mode, CancelCause.parent, { ns: ["C", "ctx-c1"] })
       }).pipe(Effect.provide(scenario(script, { tools: [body], maxParallelToolCalls: 3 })))
     }))
 
@@ -448,12 +452,8 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
     expect(yield* shape).toEqual([
       ...STEP_A, ...TEXT, "SE(1,1)", "INS(nt,0,[B])", ...ifBroad(mode, "CAN(nt,0,1)"), "TE(1,aborted(user))"
     ])
-    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.user)])
     expect(yield* requestCount).toBe(1)
-    expect(yield* pending).toEqual({ nt: broad(mode) ? [] : ["B"], ns: [] })
-    yield* settle
-    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(B)"))
-    yield* idleAndChecked
+    yield* expectAbortedKeeping(live, mode, CancelCause.user, { nt: ["B"] })
   })
 
   bothOver("K9a: after SE, before the boundary's claim: no claim, next-step items stay or are cancelled", scenario([ScriptedModel.text("a"), ScriptedModel.text("never")]), function*({ driver, hooks }, mode) {
@@ -474,12 +474,8 @@ describe("cancel windows K9-K11: boundaries and chains (SPEC 7.2)", () => {
     expect(yield* shape).toEqual([
       ...STEP_A, ...TEXT, "SE(1,1)", "INS(ns,0,[X])", ...ifBroad(mode, "CAN(ns,0,1)"), "TE(1,aborted(hook))"
     ])
-    expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.hook("stop"))])
     expect(yield* requestCount).toBe(1)
-    expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["X"] })
-    yield* settle
-    expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(X)"))
-    yield* idleAndChecked
+    yield* expectAbortedKeeping(live, mode, CancelCause.hook("stop"), { ns: ["X"] })
   })
 
   both("K10: later boundary claimed, its pre-step not finished: that batch is lost", (mode) =>
@@ -637,11 +633,7 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
           "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(parent))"
         ])
         expect(yield* Ref.get(invocations)).toBe(1)
-        expect(turnEndsOf(yield* eventsOf)).toEqual([abortedBy(CancelCause.parent)])
-        expect(yield* pending).toEqual({ nt: [], ns: broad(mode) ? [] : ["ctx-c1"] })
-        yield* settle
-        expect(yield* live.discarded).toEqual(ifBroad(mode, "discarded(ctx-c1)"))
-        yield* idleAndChecked
+        yield* expectAbortedKeeping(live, mode, CancelCause.parent, { ns: ["ctx-c1"] })
       }).pipe(Effect.provide(scenario(
         [calls(["c1", "stopper"], ["c2", "stopper"])],
         { tools: [stopper] }

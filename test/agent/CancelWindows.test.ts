@@ -87,6 +87,17 @@ const expectAbortedKeeping = (
     yield* idleAndChecked
   })
 
+/** A tool `name` that counts its invocations in `invocations`, then runs `then` and answers "done". */
+const countingTool = (name: string, description: string, then: (ctx: ToolContext) => Effect.Effect<unknown, unknown> = () => Effect.void) =>
+  Effect.map(Ref.make(0), (invocations) => ({
+    invocations,
+    tool: Tool.make(name, {
+      description,
+      parameters: empty,
+      execute: (_params, ctx) => Ref.update(invocations, (n) => n + 1).pipe(Effect.zipRight(then(ctx)), Effect.as("done"))
+    })
+  }))
+
 /** Signals `entered`, then never finishes (until interrupted). */
 const enterAndHang = (entered: Deferred.Deferred<void>) => Effect.zipRight(Deferred.succeed(entered, undefined), Never)
 
@@ -311,12 +322,7 @@ describe("cancel windows K7-K8: tools (SPEC 7.2, 7.5)", () => {
   both("K7: assistant message recorded, no tool started: adjacent never-started pairs", (mode) =>
     Effect.gen(function*() {
       const handle = yield* makeHandle
-      const invocations = yield* Ref.make(0)
-      const danger = Tool.make("danger", {
-        description: "counts invocations",
-        parameters: empty,
-        execute: () => Effect.as(Ref.update(invocations, (n) => n + 1), "done")
-      })
+      const { invocations, tool: danger } = yield* countingTool("danger", "counts invocations")
       const script = [
         ScriptedModel.response({
           toolCalls: [call("c1", "danger"), call("c2", "danger")],
@@ -613,17 +619,11 @@ describe("cancel windows K12-K15 (SPEC 7.2)", () => {
   both("K13: from a tool body: the running call is aborted, the rest never start", (mode) =>
     Effect.gen(function*() {
       const handle = yield* makeHandle
-      const invocations = yield* Ref.make(0)
-      const stopper = Tool.make("stopper", {
-        description: "cancels its own turn",
-        parameters: empty,
-        execute: (_params, ctx) =>
-          Ref.update(invocations, (n) => n + 1).pipe(
-            Effect.zipRight(ctx.deferContext(plugin(`ctx-${ctx.callId}`))),
-            Effect.zipRight(handle.use((driver) => driver.cancel(CancelCause.parent, opts(mode)))),
-            Effect.as("done")
-          )
-      })
+      const { invocations, tool: stopper } = yield* countingTool("stopper", "cancels its own turn", (ctx) =>
+        Effect.zipRight(
+          ctx.deferContext(plugin(`ctx-${ctx.callId}`)),
+          handle.use((driver) => driver.cancel(CancelCause.parent, opts(mode)))
+        ))
       yield* drivenThrough(handle, function*(driver) {
         const live = yield* recordLiveOf(driver)
         yield* driver.followup(user("A"))

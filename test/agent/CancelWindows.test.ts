@@ -853,8 +853,7 @@ describe("D4, D7 and defects after an abort", () => {
 
   it.scoped("a ToolPre that dies right after recording a cause: the defect is published, no body runs", () =>
     Effect.gen(function*() {
-      const ran = yield* Ref.make(false)
-      const t = Tool.make("t", { description: "never runs", parameters: empty, execute: () => Effect.as(Ref.set(ran, true), "ran") })
+      const { invocations, tool: t } = yield* countingTool("t", "never runs")
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const hooks = yield* Hooks
@@ -867,7 +866,7 @@ describe("D4, D7 and defects after an abort", () => {
         expect(tail).toEqual(["TC(c1)", "TR?(c1)", "TC(c2)", "TR⊘(c2)", "SE(1,1)", "TE(1,aborted(parent))"])
         const results = (yield* eventsOf).filter((e) => e.type === "tool/result") as ReadonlyArray<EventOf<"tool/result">>
         expect(results.map((e) => e.data.error?.code)).toEqual(["PRE_HOOK_FAILED", "ABORTED_BEFORE_DISPATCH"])
-        expect(yield* Ref.get(ran)).toBe(false)
+        expect(yield* Ref.get(invocations)).toBe(0)
         yield* settle
         const errors = yield* live.errors
         expect(errors.map((e) => e.error)).toEqual([defect])
@@ -877,8 +876,7 @@ describe("D4, D7 and defects after an abort", () => {
 
   it.scoped("a ToolPre that dies while the cause is recorded is published; the turn ends aborted", () =>
     Effect.gen(function*() {
-      const ran = yield* Ref.make(false)
-      const t = Tool.make("t", { description: "never runs", parameters: empty, execute: () => Effect.as(Ref.set(ran, true), "ran") })
+      const { invocations, tool: t } = yield* countingTool("t", "never runs")
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const hooks = yield* Hooks
@@ -893,7 +891,7 @@ describe("D4, D7 and defects after an abort", () => {
         expect(yield* shape).toEqual([
           ...STEP_A, ...toolResponse(1), "TC(c1)", "TR⊘(c1)", "SE(1,1)", "TE(1,aborted(hook))"
         ])
-        expect(yield* Ref.get(ran)).toBe(false)
+        expect(yield* Ref.get(invocations)).toBe(0)
         yield* settle
         const errors = yield* live.errors
         expect(errors.map((e) => e.error)).toEqual([defect])

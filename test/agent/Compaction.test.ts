@@ -28,6 +28,10 @@ const replaceFirstTwo = (
     sourceEventSeqs: [surface[0]!, surface[1]!, ...moreSources]
   })
 
+/** Sends each of `ids` as a follow-up and waits until the agent is idle before the next. */
+const turnsOf = (driver: Context.Tag.Service<typeof Driver>, ...ids: ReadonlyArray<string>) =>
+  Effect.forEach(ids, (id) => Effect.zipRight(driver.followup(user(id)), driver.whenIdle), { discard: true })
+
 let logRef: Context.Tag.Service<SessionLog> | undefined
 
 /** A tool `name` whose body runs `use` with the test's log and its surface, then answers "ok". */
@@ -84,10 +88,7 @@ describe("6.7 compaction seams", () => {
           return yield* next()
         })
         : next())
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
+    yield* turnsOf(driver, "A", "B")
     const s = yield* shape
     expect(s.slice(s.indexOf("TS(2)"), s.indexOf("TS(2)") + 7)).toEqual([
       "TS(2)", "CLM(nt,0,1)", "compaction/start", "UM~(S)", "compaction/end", "SS(2,1)", "UM(B)"
@@ -109,10 +110,7 @@ describe("6.7 compaction seams", () => {
           return RequestErrorAction.retry(Duration.zero)
         })
         : next())
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
+    yield* turnsOf(driver, "A", "B")
     const rs = yield* requests
     expect(rs.map((r) => r.messages.map(token))).toEqual([["A"], ["A", "a", "B"], ["summary", "B"]])
     expect(rs.map((r) => [r.turn, r.attempt])).toEqual([[1, 1], [2, 1], [2, 2]])
@@ -262,10 +260,7 @@ describe("2.8 derived history", () => {
     { tools: [compactor] }
   ), function*({ driver }) {
     logRef = yield* SessionLog
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
+    yield* turnsOf(driver, "A", "B")
     const rs = (yield* requests).map((r) => r.messages.map(token))
     expect(rs[1]).toEqual(["A", "a", "B"])
     expect(rs[2]).toEqual(["summary", "B", "tool-call c1", "tool-result c1"])
@@ -276,10 +271,7 @@ describe("2.8 derived history", () => {
     [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "echo", arguments: {} }] }), ScriptedModel.text("done"), ScriptedModel.text("b"), ScriptedModel.text("c")],
     { tools: [Tool.make("echo", { description: "", parameters: Schema.Struct({}), execute: () => Effect.succeed("out") })] }
   ), function*({ driver, log }) {
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
+    yield* turnsOf(driver, "A", "B")
     const full = yield* log.messages
     expect(full.map(token)).toEqual(["A", "tool-call c1", "tool-result c1", "done", "B", "b"])
     const s0 = yield* log.surface
@@ -485,10 +477,7 @@ describe("2.9 vocabulary and 6.7 compaction through SessionLog.append", () => {
   })
 
   agentTest("6.7: compaction/start {turn: null} is accepted only during maintenance; a bracketed replacement compacts history", scenario([ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.text("c")]), function*({ driver, log }) {
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
+    yield* turnsOf(driver, "A", "B")
     expect(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } }))).toBeInstanceOf(InvalidEvent)
     const before = yield* log.surface
     const result = yield* driver.runMaintenance(Effect.gen(function*() {

@@ -7,7 +7,7 @@ import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Sc
 import { AgentDisposed, CancelCause, Driver, DuplicateMessage, Hooks, InvalidEvent, InvalidSplice, MaintenanceAborted, MalformedLog, MemoryStoreControl, PersistenceError, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
 import { agentOver, agentTest, asId, closeOut, dataOfType, events, gate, ids, liveNotation, liveNotations, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, TEXT, texts, until, untilEvent, user } from "./harness.js"
 import type { UserMessage } from "../../src/index.js"
-import { buildIn, failureOf } from "./stores.js"
+import { buildIn, buildOwn, failureOf } from "./stores.js"
 import { empty } from "./toolFixtures.js"
 
 const holder: { driver?: Context.Tag.Service<Driver> } = {}
@@ -84,8 +84,7 @@ describe("3.1 conventions", () => {
 
   it.scoped("3.1: check order: a disposed agent fails AgentDisposed before validating input", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { scope, driver, inbox, log } = yield* buildIn(storeCtx, [])
+      const { scope, driver, inbox, log } = yield* buildOwn([])
       yield* Scope.close(scope, Exit.void)
       const invalid = { id: "", role: "user", content: [], source: { kind: "" } } as unknown as UserMessage
       expect(yield* Effect.flip(driver.followup(invalid))).toBeInstanceOf(AgentDisposed)
@@ -204,8 +203,7 @@ describe("3.3-3.6 phases", () => {
 
   it.scoped("3.7: between the disposal start and the end, deliveries from a tool body are inserted and never run", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { scope, driver, log } = yield* buildIn(storeCtx, [ScriptedModel.hang({}, { onInterrupt: Effect.suspend(() => Effect.ignore(holder.driver!.followup(user("late")))) })])
+      const { scope, driver, log, storeCtx } = yield* buildOwn([ScriptedModel.hang({}, { onInterrupt: Effect.suspend(() => Effect.ignore(holder.driver!.followup(user("late")))) })])
       holder.driver = driver
       yield* driver.followup(user("A"))
       yield* until(Effect.map(log.events, (es) => es.some((e) => e.type === "request/header")))
@@ -243,8 +241,7 @@ describe("maintenance and subscribers at the edges", () => {
   // already delivered to each subscriber's buffer.
   it.scoped("3.10/3.7: a subscription queue keeps the notifications committed before disposal", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { scope, driver } = yield* buildIn(storeCtx, [])
+      const { scope, driver } = yield* buildOwn([])
       const queue = yield* driver.subscribe
       yield* driver.inject(plugin("C"))
       yield* Scope.close(scope, Exit.void)
@@ -254,8 +251,7 @@ describe("maintenance and subscribers at the edges", () => {
 
   it.scoped("3.10/3.7: a slow Driver.events consumer still receives every notification committed before disposal", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { scope, driver } = yield* buildIn(storeCtx, [])
+      const { scope, driver } = yield* buildOwn([])
       const G = gate()
       const seen: Array<string> = []
       const consumer = yield* Effect.fork(Stream.runForEach(driver.events, (e) =>
@@ -272,8 +268,7 @@ describe("maintenance and subscribers at the edges", () => {
 
   it.scoped("3.5/3.7: a slow statusChanges consumer still receives the final idle of a disposed agent (P38 trace)", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { scope, driver, log } = yield* buildIn(storeCtx, [ScriptedModel.hang({ text: "partial" })])
+      const { scope, driver, log } = yield* buildOwn([ScriptedModel.hang({ text: "partial" })])
       const G = gate()
       const seen: Array<string> = []
       const consumer = yield* Effect.fork(Stream.runForEach(driver.statusChanges, (status) =>
@@ -333,8 +328,7 @@ describe("3.1/3.4-3.7 operations", () => {
 
   it.scoped("3.5/3.7: on a disposed agent whenIdle resolves, status is idle, mutating operations fail AgentDisposed, reads return the final state", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const { driver, inbox, log, scope } = yield* buildIn(storeCtx, [ScriptedModel.text("ok")])
+      const { driver, inbox, log, scope } = yield* buildOwn([ScriptedModel.text("ok")])
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       yield* inbox.append("next-turn", user("Q"))

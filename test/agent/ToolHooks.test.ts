@@ -7,8 +7,8 @@ import { Cause, Deferred, Effect, Exit, JSONSchema, Schema, Scope } from "effect
 import { CancelCause, Driver, Hooks, PreStepDecision, RequestErrorAction, ScriptedModel, SessionId, Tool, ToolPreDecision, Tools } from "../../src/index.js"
 import { agentTest, closeOut, dataOfType, events, from, gate, open, plugin, recordLive, recordStatus, requests, scenario, settle, shape, shapeHas, token, toolLine, until, untilEvent, user } from "./harness.js"
 import type { ToolCallInfo, ToolContext } from "../../src/index.js"
-import { maskedUntilReleased, startedUntilReleased } from "./cancelFixtures.js"
-import { calls, empty, holder, okTool, resultsByCall } from "./toolFixtures.js"
+import { maskedUntilReleased, scenarioSeeingDriver, startedUntilReleased } from "./cancelFixtures.js"
+import { calls, empty, okTool, resultsByCall } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
 
@@ -487,23 +487,21 @@ describe("4.6 tool scheduling under suspension", () => {
     }).pipe(Effect.provide(scenario([calls(["c1", "t"], ["c2", "t"]), ScriptedModel.text("done")], { tools: [t] })))
   })
 
-  it.scoped("4.6/7.5: a body (masking interruption) that records a broad cancel and then returns completes after the cause: ABORTED, contexts inserted and discarded with its result", () => {
-    const h = holder()
-    const k = Tool.make("k", {
-      description: "k", parameters: empty,
-      // The body masks interruption, so it certainly completes after the cause it records.
-      execute: (_x, ctx) =>
-        Effect.uninterruptible(
-          Effect.zipRight(Effect.zipRight(ctx.deferContext(plugin("x")), Effect.suspend(() => h.d!.cancel(CancelCause.user))), Effect.succeed("done"))
-        )
+  agentTest("4.6/7.5: a body (masking interruption) that records a broad cancel and then returns completes after the cause: ABORTED, contexts inserted and discarded with its result", scenarioSeeingDriver((agentDriver) =>
+    scenario([calls(["c1", "k"]), ScriptedModel.text("done")], {
+      tools: [Tool.make("k", {
+        description: "k", parameters: empty,
+        // The body masks interruption, so it certainly completes after the cause it records.
+        execute: (_x, ctx) =>
+          Effect.uninterruptible(
+            Effect.zipRight(Effect.zipRight(ctx.deferContext(plugin("x")), Effect.suspend(() => agentDriver().cancel(CancelCause.user))), Effect.succeed("done"))
+          )
+      })]
     })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      h.d = driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("TC(c1)")).toBe("TC(c1) TR✗(c1) INS(ns,0,[x]) CAN(ns,0,1) SE(1,1) TE(1,aborted(user))")
-    }).pipe(Effect.provide(scenario([calls(["c1", "k"]), ScriptedModel.text("done")], { tools: [k] })))
+  ), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(yield* from("TC(c1)")).toBe("TC(c1) TR✗(c1) INS(ns,0,[x]) CAN(ns,0,1) SE(1,1) TE(1,aborted(user))")
   })
 
   it.scoped("4.6: a cancel while a later call's START is suspended in ToolPre: running body ABORTED, that call ABORTED_BEFORE_DISPATCH, never-started calls get pairs", () => {

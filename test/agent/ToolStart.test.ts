@@ -313,20 +313,15 @@ describe("abort classification and commit priority for bodies that end at once (
   // starts of the group have suspended, even though a body now runs at once. So synchronous parallel
   // bodies give every TC before the results (TC(c1) TC(c2) TC(c3) TR(c1) TR(c2) TR(c3)), as they did
   // when bodies were forked children.
-  it.scoped("synchronous parallel bodies are logged as forked bodies: every start before the results", () =>
-    Effect.gen(function*() {
-      const script = [
-        calls(["c1", "t"], ["c2", "t"], ["c3", "t"]),
-        ScriptedModel.text("done")
-      ]
-      yield* run(script, { tools: [answersAtOnce] }, Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(A)
-        yield* driver.whenIdle
-        expect(yield* toolShape).toEqual(["TC(c1)", "TC(c2)", "TC(c3)", "TR(c1)", "TR(c2)", "TR(c3)"])
-        yield* idleAndChecked
-      }))
-    }))
+  agentTest("synchronous parallel bodies are logged as forked bodies: every start before the results", scenario([
+    calls(["c1", "t"], ["c2", "t"], ["c3", "t"]),
+    ScriptedModel.text("done")
+  ], { tools: [answersAtOnce] }), function*({ driver }) {
+    yield* driver.followup(A)
+    yield* driver.whenIdle
+    expect(yield* toolShape).toEqual(["TC(c1)", "TC(c2)", "TC(c3)", "TR(c1)", "TR(c2)", "TR(c3)"])
+    yield* idleAndChecked
+  })
 })
 
 describe("outcomes, order and the pool with bodies that end at once (SPEC 4.6)", () => {
@@ -756,14 +751,8 @@ describe("TX-STEP and step/end without a transaction (SPEC 4.2, 4.3, 4.4)", () =
         return PreStepDecision.enter([...decision.messages, reserved])
       })
     )
-    yield* driver.followup(A)
-    yield* driver.whenIdle
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("C"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("D"))
-    yield* driver.whenIdle
+    // Four turns, each run to idle before the next.
+    yield* Effect.forEach([A, user("B"), user("C"), user("D")], (m) => Effect.zipRight(driver.followup(m), driver.whenIdle), { discard: true })
     expect(yield* shape).toEqual([
       ...OPEN_A, "SS(1,1)", "UM(A)", "UM(N)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)",
       "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "TE(2,error(DUPLICATE_MESSAGE))",

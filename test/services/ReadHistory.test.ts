@@ -19,13 +19,16 @@ import { Tool, Tools } from "../../src/services/Tools.js"
 import type { ToolOutput } from "../../src/services/Tools.js"
 import { scenario, user } from "../agent/harness.js"
 
-/** A tool answering `needle-N` followed by `size` characters of `x`. */
-const page = (size: number) =>
+/** A tool named `page` answering `text(n)`. */
+const pageTool = (text: (n: number) => string) =>
   Tool.make("page", {
     description: "",
     parameters: Schema.Struct({ n: Schema.Number }),
-    execute: ({ n }) => Effect.succeed(`needle-${n} ` + "x".repeat(size))
+    execute: ({ n }) => Effect.succeed(text(n))
   })
+
+/** A tool answering `needle-N` followed by `size` characters of `x`. */
+const page = (size: number) => pageTool((n) => `needle-${n} ` + "x".repeat(size))
 
 const call = (id: string, name: string, args: Record<string, unknown>) =>
   ScriptedModel.response({ toolCalls: [{ id, name, arguments: args }] })
@@ -50,35 +53,33 @@ const readHistory = (params: Record<string, unknown>, options?: ReadHistoryOptio
     return { text: output.content as string, isError: output.isError === true }
   })
 
+/** Prompts "A", waits for the turn to end and returns the log. */
+const promptA = Effect.gen(function*() {
+  const driver = yield* Driver
+  yield* driver.followup(user("A"))
+  yield* driver.whenIdle
+  return yield* logEvents
+})
+
+/** A test over one agent `layer`: `body` reads the log that `prompts` returns. */
+const overAgent = <E, R>(
+  name: string,
+  layer: Layer.Layer<any, any, never>,
+  prompts: Effect.Effect<ReadonlyArray<SessionEvent>, any, any>,
+  body: (events: ReadonlyArray<SessionEvent>) => Effect.Effect<void, E, R>
+) => it.scoped(name, () => Effect.flatMap(prompts, body).pipe(Effect.provide(layer)) as Effect.Effect<void, unknown, never>)
+
+/** A test over one agent `layer`: `body` reads the log after the turn of prompt "A". */
+const afterPromptA = <E, R>(
+  name: string,
+  layer: Layer.Layer<any, any, never>,
+  body: (events: ReadonlyArray<SessionEvent>) => Effect.Effect<void, E, R>
+) => overAgent(name, layer, promptA, body)
+
 describe("read_history: the agent's option", () => {
-  it.scoped("offered in every request; a pruned placeholder quotes the call that reads the result back, and that call does", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const events = yield* logEvents
-      const requests = yield* (yield* ScriptedModel).requests
-      expect(requests.every((r) => r.tools.some((t) => t.name === "read_history"))).toBe(true)
-      // The shared registry is untouched: the tool is the agent's own.
-      expect((yield* (yield* Tools).list).map((t) => t.name)).toEqual(["page"])
-      // Threshold pruned the oldest results before step 5; c1's placeholder names its seq.
-      const r1 = resultOf(events, "c1")
-      const pruned = events.find((e): e is EventOf<"tool/result"> => {
-        const op = (e as EventOf<"tool/result">).surfaceOp
-        return e.type === "tool/result" && typeof op === "object" && op.start === r1.seq
-      })!
-      expect(textOf(pruned)).toContain(`Read it back with read_history {"from":${r1.seq},"to":${r1.seq}}.]`)
-      // The model's search (step 5) found the shadowed result.
-      const found = textOf(resultOf(events, "h1"))
-      expect(found).toContain(`#${r1.seq} tool result of page (call c1) [shadowed]:`)
-      expect(found).toContain("needle-1 xxx")
-      expect(found).not.toContain("needle-4")
-      // The quoted call reads the whole original text.
-      const back = yield* readHistory({ from: r1.seq, to: r1.seq })
-      expect(back.isError).toBe(false)
-      expect(back.text).toContain(`needle-1 ${"x".repeat(8_000)}`)
-      expect(checkLog(events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  afterPromptA(
+    "offered in every request; a pruned placeholder quotes the call that reads the result back, and that call does",
+    scenario([
       call("c1", "page", { n: 1 }),
       call("c2", "page", { n: 2 }),
       call("c3", "page", { n: 3 }),
@@ -91,59 +92,80 @@ describe("read_history: the agent's option", () => {
         readHistory: { maxChars: 20_000 },
         compaction: { contextWindow: 10_000, protectRecentTokens: 2_500, minimumPruneTokens: 100 }
       }
-    }))))
+    }),
+    (events) =>
+      Effect.gen(function*() {
+        const requests = yield* (yield* ScriptedModel).requests
+        expect(requests.every((r) => r.tools.some((t) => t.name === "read_history"))).toBe(true)
+        // The shared registry is untouched: the tool is the agent's own.
+        expect((yield* (yield* Tools).list).map((t) => t.name)).toEqual(["page"])
+        // Threshold pruned the oldest results before step 5; c1's placeholder names its seq.
+        const r1 = resultOf(events, "c1")
+        const pruned = events.find((e): e is EventOf<"tool/result"> => {
+          const op = (e as EventOf<"tool/result">).surfaceOp
+          return e.type === "tool/result" && typeof op === "object" && op.start === r1.seq
+        })!
+        expect(textOf(pruned)).toContain(`Read it back with read_history {"from":${r1.seq},"to":${r1.seq}}.]`)
+        // The model's search (step 5) found the shadowed result.
+        const found = textOf(resultOf(events, "h1"))
+        expect(found).toContain(`#${r1.seq} tool result of page (call c1) [shadowed]:`)
+        expect(found).toContain("needle-1 xxx")
+        expect(found).not.toContain("needle-4")
+        // The quoted call reads the whole original text.
+        const back = yield* readHistory({ from: r1.seq, to: r1.seq })
+        expect(back.isError).toBe(false)
+        expect(back.text).toContain(`needle-1 ${"x".repeat(8_000)}`)
+        expect(checkLog(events, { closed: true })).toEqual([])
+      })
+  )
 
-  it.scoped("a capped result's note quotes the call for the missing part; its pages stay under the cap and read on", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const events = yield* logEvents
-      const shown = textOf(resultOf(events, "c1"))
-      expect(shown).toContain(`To see the missing part, read it with read_history {"toolCallId":"c1","offset":600}.]`)
-      expect(shown).not.toContain("MIDDLE")
-      const first = resultOf(events, "h1")
-      expect(first.data.meta).toBeUndefined()
-      expect(textOf(first).length).toBeLessThanOrEqual(1_000)
-      expect(textOf(first)).toContain("full output of call c1 (page, seq")
-      expect(textOf(first)).toContain("characters 600-1,300 of 5,010")
-      expect(textOf(first)).toContain("MIDDLE")
-      expect(textOf(first)).toContain(`[page full; read on with read_history {"toolCallId":"c1","offset":1300}]`)
-      const last = textOf(resultOf(events, "h2"))
-      expect(last).toContain("characters 4,800-5,010 of 5,010")
-      expect(last).not.toContain("read on")
-      expect(checkLog(events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  afterPromptA(
+    "a capped result's note quotes the call for the missing part; its pages stay under the cap and read on",
+    scenario([
       call("c1", "page", { n: 1 }),
       call("h1", "read_history", { toolCallId: "c1", offset: 600 }),
       call("h2", "read_history", { toolCallId: "c1", offset: 4_800 }),
       ScriptedModel.text("done")
     ], {
-      tools: [Tool.make("page", {
-        description: "",
-        parameters: Schema.Struct({ n: Schema.Number }),
-        execute: () => Effect.succeed("needle-1 " + "x".repeat(900) + "MIDDLE" + "y".repeat(4_095))
-      })],
+      tools: [pageTool(() => "needle-1 " + "x".repeat(900) + "MIDDLE" + "y".repeat(4_095))],
       agent: { readHistory: true, compaction: { contextWindow: 100_000, maxToolResultChars: 1_000 } }
-    }))))
+    }),
+    (events) =>
+      Effect.sync(() => {
+        const shown = textOf(resultOf(events, "c1"))
+        expect(shown).toContain(`To see the missing part, read it with read_history {"toolCallId":"c1","offset":600}.]`)
+        expect(shown).not.toContain("MIDDLE")
+        const first = resultOf(events, "h1")
+        expect(first.data.meta).toBeUndefined()
+        expect(textOf(first).length).toBeLessThanOrEqual(1_000)
+        expect(textOf(first)).toContain("full output of call c1 (page, seq")
+        expect(textOf(first)).toContain("characters 600-1,300 of 5,010")
+        expect(textOf(first)).toContain("MIDDLE")
+        expect(textOf(first)).toContain(`[page full; read on with read_history {"toolCallId":"c1","offset":1300}]`)
+        const last = textOf(resultOf(events, "h2"))
+        expect(last).toContain("characters 4,800-5,010 of 5,010")
+        expect(last).not.toContain("read on")
+        expect(checkLog(events, { closed: true })).toEqual([])
+      })
+  )
 
-  it.scoped("without the option: no read_history in requests, and placeholders and notes advise calling the tool again", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const events = yield* logEvents
-      const requests = yield* (yield* ScriptedModel).requests
-      expect(requests.some((r) => r.tools.some((t) => t.name === "read_history"))).toBe(false)
-      expect(textOf(resultOf(events, "c1"))).toContain("call the tool again with a narrower request")
-      expect(textOf(resultOf(events, "c1"))).not.toContain("read_history")
-      // The model calling it anyway gets the loop's unknown-tool error.
-      expect(resultOf(events, "h1").data.message.content[0].isError).toBe(true)
-    }).pipe(Effect.provide(scenario([
+  afterPromptA(
+    "without the option: no read_history in requests, and placeholders and notes advise calling the tool again",
+    scenario([
       call("c1", "page", { n: 1 }),
       call("h1", "read_history", { from: 0 }),
       ScriptedModel.text("done")
-    ], { tools: [page(5_000)], agent: { compaction: { contextWindow: 100_000, maxToolResultChars: 1_000 } } }))))
+    ], { tools: [page(5_000)], agent: { compaction: { contextWindow: 100_000, maxToolResultChars: 1_000 } } }),
+    (events) =>
+      Effect.gen(function*() {
+        const requests = yield* (yield* ScriptedModel).requests
+        expect(requests.some((r) => r.tools.some((t) => t.name === "read_history"))).toBe(false)
+        expect(textOf(resultOf(events, "c1"))).toContain("call the tool again with a narrower request")
+        expect(textOf(resultOf(events, "c1"))).not.toContain("read_history")
+        // The model calling it anyway gets the loop's unknown-tool error.
+        expect(resultOf(events, "h1").data.message.content[0].isError).toBe(true)
+      })
+  )
 
   it.scoped("agents sharing one Tools layer each read their own log", () =>
     Effect.gen(function*() {
@@ -171,18 +193,18 @@ describe("read_history: the agent's option", () => {
       expect(inB).not.toContain("the secret of a")
     }))
 
-  it.scoped("a bad request through the loop is an error result and the turn goes on", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const events = yield* logEvents
-      const result = resultOf(events, "h1")
-      expect(result.data.message.content[0].isError).toBe(true)
-      expect(textOf(result)).toContain("give a seq range")
-      const end = events.at(-1) as EventOf<"turn/end">
-      expect(end.data.reason.kind).toBe("completed")
-    }).pipe(Effect.provide(scenario([call("h1", "read_history", {}), ScriptedModel.text("done")], { agent: { readHistory: true } }))))
+  afterPromptA(
+    "a bad request through the loop is an error result and the turn goes on",
+    scenario([call("h1", "read_history", {}), ScriptedModel.text("done")], { agent: { readHistory: true } }),
+    (events) =>
+      Effect.sync(() => {
+        const result = resultOf(events, "h1")
+        expect(result.data.message.content[0].isError).toBe(true)
+        expect(textOf(result)).toContain("give a seq range")
+        const end = events.at(-1) as EventOf<"turn/end">
+        expect(end.data.reason.kind).toBe("completed")
+      })
+  )
 })
 
 describe("read_history: ranges, searches, pages and refusals", () => {
@@ -199,12 +221,13 @@ describe("read_history: ranges, searches, pages and refusals", () => {
     }
     return yield* logEvents
   })
+  const overSession = <E, R>(name: string, body: (events: ReadonlyArray<SessionEvent>) => Effect.Effect<void, E, R>) =>
+    overAgent(name, session, run, body)
   const messageSeqs = (events: ReadonlyArray<SessionEvent>) =>
     events.filter((e) => e.type === "user/message" || e.type === "tool/result" || e.type === "assistant/message").map((e) => e.seq)
 
-  it.scoped("a range in pages: following each page's call shows every message once, in order, each whole", () =>
+  overSession("a range in pages: following each page's call shows every message once, in order, each whole", (events) =>
     Effect.gen(function*() {
-      const events = yield* run
       const seen: Array<number> = []
       let next: Record<string, unknown> | undefined = { from: 0 }
       let pages = 0
@@ -223,11 +246,10 @@ describe("read_history: ranges, searches, pages and refusals", () => {
       // An entry split over pages is listed on each of them.
       expect([...new Set(seen)]).toEqual(messageSeqs(events))
       for (let i = 0; i < 6; i++) expect(body).toContain(`needle-${i} `)
-    }).pipe(Effect.provide(session)))
+    }))
 
-  it.scoped("a search lists matching messages with snippets, skips its own calls and results, and pages by seq", () =>
+  overSession("a search lists matching messages with snippets, skips its own calls and results, and pages by seq", (events) =>
     Effect.gen(function*() {
-      const events = yield* run
       const all = yield* readHistory({ query: "Needle-" })
       const listed = [...all.text.matchAll(/^#(\d+) /gm)].map((m) => Number(m[1]))
       expect(listed).toEqual(["c0", "c1", "c2", "c3", "c4", "c5"].map((id) => resultOf(events, id).seq))
@@ -240,11 +262,10 @@ describe("read_history: ranges, searches, pages and refusals", () => {
         text: `read_history: matches of "no such text" in seqs 0-${events.length - 1}\nno matches`,
         isError: false
       })
-    }).pipe(Effect.provide(session)))
+    }))
 
-  it.scoped("bad requests are refused with what to do, and change nothing", () =>
+  overSession("bad requests are refused with what to do, and change nothing", (events) =>
     Effect.gen(function*() {
-      const events = yield* run
       const last = events.length - 1
       const refused = (params: Record<string, unknown>) => Effect.map(readHistory(params), (r) => (r.isError ? r.text : `accepted: ${r.text}`))
       expect(yield* refused({})).toContain(`read_history: give a seq range (read_history {"from":10,"to":20})`)
@@ -262,5 +283,5 @@ describe("read_history: ranges, searches, pages and refusals", () => {
         `read_history: offset 709 is past the end of seq ${c0}'s text (709 characters)`
       )
       expect((yield* logEvents).length).toBe(events.length)
-    }).pipe(Effect.provide(session)))
+    }))
 })

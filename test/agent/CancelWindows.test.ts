@@ -750,48 +750,43 @@ describe("D4, D7 and defects after an abort", () => {
     expect(errors[0]!.error).toBeInstanceOf(PersistenceError)
   })
 
-  it.scoped("D7: a failing ToolPost answers every call, ends the step and the turn with TOOL_INTERNAL_ERROR", () =>
-    Effect.gen(function*() {
-      const interruptedBodies = yield* Ref.make<ReadonlyArray<string>>([])
-      const p = Tool.make("p", {
+  const interruptedBodies: Array<string> = []
+  const boom = new Error("post hook broke")
+  agentTest("D7: a failing ToolPost answers every call, ends the step and the turn with TOOL_INTERNAL_ERROR", scenario(
+    [calls(["c1", "p"], ["c2", "p"], ["c3", "p"])],
+    {
+      tools: [Tool.make("p", {
         description: "c1 answers at once, the others never",
         parameters: empty,
         mode: "parallel",
         execute: (_params, ctx) =>
-          ctx.callId === "c1"
-            ? Effect.succeed("ok")
-            : Never.pipe(Effect.onInterrupt(() => Ref.update(interruptedBodies, (all) => [...all, ctx.callId])))
-      })
-      const boom = new Error("post hook broke")
-      yield* Effect.gen(function*() {
-        const driver = yield* Driver
-        const hooks = yield* Hooks
-        yield* hooks.onToolPost((input, next) => input.callId === "c1" ? Effect.fail(boom) : next())
-        const live = yield* recordLiveOf(driver)
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        expect(yield* shape).toEqual([
-          ...STEP_A, ...toolResponse(3), "TC(c1)", "TC(c2)", "TR?(c1)", "TR?(c2)", "TC(c3)", "TR?(c3)", "SE(1,1)",
-          "TE(1,error(TOOL_INTERNAL_ERROR))"
-        ])
-        const events = yield* eventsOf
-        const codes = events.filter((e) => e.type === "tool/result").map((e) => (e as EventOf<"tool/result">).data.error?.code)
-        expect(codes).toEqual(["TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR"])
-        expect(yield* Ref.get(interruptedBodies)).toEqual(["c2"])
-        expect(turnEndsOf(events)).toEqual([
-          { kind: "error", error: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" } }
-        ])
-        yield* settle
-        const errors = yield* live.errors
-        expect(errors.length).toBe(1)
-        expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
-        expect(errors[0]!.error).toBe(boom)
-        yield* idleAndChecked
-      }).pipe(Effect.provide(scenario(
-        [calls(["c1", "p"], ["c2", "p"], ["c3", "p"])],
-        { tools: [p], maxParallelToolCalls: 2 }
-      )))
-    }))
+          ctx.callId === "c1" ? Effect.succeed("ok") : Never.pipe(Effect.onInterrupt(() => Effect.sync(() => interruptedBodies.push(ctx.callId))))
+      })],
+      maxParallelToolCalls: 2
+    }
+  ), function*({ driver, hooks }) {
+    yield* hooks.onToolPost((input, next) => input.callId === "c1" ? Effect.fail(boom) : next())
+    const live = yield* recordLiveOf(driver)
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      ...STEP_A, ...toolResponse(3), "TC(c1)", "TC(c2)", "TR?(c1)", "TR?(c2)", "TC(c3)", "TR?(c3)", "SE(1,1)",
+      "TE(1,error(TOOL_INTERNAL_ERROR))"
+    ])
+    const events = yield* eventsOf
+    const codes = events.filter((e) => e.type === "tool/result").map((e) => (e as EventOf<"tool/result">).data.error?.code)
+    expect(codes).toEqual(["TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR"])
+    expect(interruptedBodies).toEqual(["c2"])
+    expect(turnEndsOf(events)).toEqual([
+      { kind: "error", error: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" } }
+    ])
+    yield* settle
+    const errors = yield* live.errors
+    expect(errors.length).toBe(1)
+    expect([errors[0]!.turn, errors[0]!.step]).toEqual([1, 1])
+    expect(errors[0]!.error).toBe(boom)
+    yield* idleAndChecked
+  })
 
   agentTest("a defect raised in a pre-step listener's interruption finalizer is published after the abort", scenario([]), function*({ driver, preStep }) {
     const entered = yield* Deferred.make<void>()

@@ -199,6 +199,8 @@ export interface StoreUnderTest {
   readonly use: <A, E>(program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) => Effect.Effect<A, unknown>
   /** The committed events of a session as they read back from JSON, read outside any agent. */
   readonly rows: (session?: string) => Effect.Effect<Array<SessionEvent>>
+  /** The ids of the stored sessions, in order (SQLite: read from the file on a connection of its own). */
+  readonly sessions: Effect.Effect<ReadonlyArray<string>>
   /** `whenIdle`, flush, then the closing conditions: `checkLog` clean and the committed rows equal to the live log. */
   readonly close: (session?: string) => Effect.Effect<ReadonlyArray<SessionEvent>, unknown, Driver | SessionLog>
   /** Runs `body` against an agent over this store (session "s" unless `options` say otherwise), then `close`. */
@@ -248,6 +250,7 @@ const memoryStore = (snapshot?: StoreSnapshot): Effect.Effect<StoreUnderTest, ne
         (session) => Effect.map(Effect.orDie(store.load(sid(session))), (loaded) => json(loaded.events) as Array<SessionEvent>)
       ),
       use: (program) => program(store),
+      sessions: Effect.map(Effect.orDie(store.list), (headers) => headers.map((h) => h.sessionId as string).sort()),
       image: Effect.flatMap(Context.get(ctx, MemoryStoreControl).snapshot, memoryStore)
     }
   })
@@ -256,6 +259,14 @@ const sqliteStore = (file: string): StoreUnderTest => {
   return {
     ...storeOver((script, options = {}) => onFile(file, script, options), (session) => Effect.sync(() => fileRows(file, session))),
     use: (program) => withStore(file, program),
+    sessions: Effect.sync(() => {
+      const db = new Database(file, { readonly: true })
+      try {
+        return (db.prepare("SELECT id FROM sessions ORDER BY id").all() as Array<{ readonly id: string }>).map((r) => r.id)
+      } finally {
+        db.close()
+      }
+    }),
     image: Effect.promise(async () => {
       const copy = freshFile()
       const db = new Database(file, { readonly: true })

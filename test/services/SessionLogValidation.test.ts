@@ -5,30 +5,15 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Chunk, Context, Effect, Either, Exit, Fiber, Layer, Option, Scope, Stream, TestClock } from "effect"
-import { CancelCause, checkLog, CORE_EVENT_TYPES, deriveMessages, Driver, foldInbox, Inbox, InvalidEvent, MalformedLog, MemoryStoreControl, ScriptedModel, SessionLog, SessionStore, SqliteSessionStore } from "../../src/index.js"
-import { agentOver, asId, events, notation, plugin, recordLive, requests, scenario, settle, shape, until, user } from "../agent/harness.js"
+import { CancelCause, checkLog, CORE_EVENT_TYPES, deriveMessages, Driver, foldInbox, Inbox, InvalidEvent, MalformedLog, ScriptedModel, SessionLog, SessionStore, SqliteSessionStore } from "../../src/index.js"
+import { agentTest, asId, events, notation, plugin, recordLive, requests, scenario, settle, shape, until, user } from "../agent/harness.js"
 import type { SessionEvent } from "../../src/index.js"
 import { ev } from "../fixtures/handLog.js"
 import { echo, header, malformedCases, mutate, outcome, outcomeReason, richLog, richProgram, richScript, sid, withStore } from "../fixtures/richLog.js"
 import { raw, sqliteRun, tempFiles } from "../fixtures/sqliteFile.js"
+import { buildIn, failureOf } from "../agent/stores.js"
 
 const { freshFile } = tempFiles("tiller-log-validation-")
-
-const failureOf = <E>(exit: Exit.Exit<unknown, E>) =>
-  Exit.isFailure(exit) ? Option.getOrUndefined(Cause.failureOption(exit.cause)) : undefined
-
-/** Builds an agent over the given store context in a scope the test closes itself. */
-const buildIn = (
-  storeCtx: Context.Context<SessionStore | MemoryStoreControl>,
-  script: Parameters<typeof agentOver>[0],
-  options: Parameters<typeof agentOver>[1] = {}
-) =>
-  Effect.gen(function*() {
-    const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
-  })
-
 
 describe("§5.1 a flaw in a stored log is MalformedLog {seq} on resume (memory store)", () => {
   for (const [name, seq, f] of malformedCases) {
@@ -117,6 +102,14 @@ describe("§5.1 live appends: invalid surface replacements and extension payload
     surfaceOp: { op: "replace" as const, start, end },
     ...(cites !== undefined ? { sourceEventSeqs: cites } : {})
   })
+  // The rich script's tool turn, prompted by "A"; the log after it.
+  const toolTurn = [richScript()[0]!, richScript()[1]!]
+  const afterPromptA = Effect.gen(function*() {
+    const driver = yield* Driver
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    return yield* SessionLog
+  })
   const invalid = (es: ReadonlyArray<SessionEvent>): ReadonlyArray<readonly [string, unknown]> => [
     ["A8 UM~ role assistant", um({ ...summary("S1"), role: "assistant" }, 4, 26, [4, 17, 19, 26])],
     ["A8 UM~ empty id", um(summary(""), 4, 26, [4, 17, 19, 26])],
@@ -162,12 +155,9 @@ describe("§5.1 live appends: invalid surface replacements and extension payload
       Effect.gen(function*() {
         const { store, run } = yield* withStore
         yield* run(
-          [richScript()[0]!, richScript()[1]!],
+          toolTurn,
           Effect.gen(function*() {
-            const driver = yield* Driver
-            const log = yield* SessionLog
-            yield* driver.followup(user("A"))
-            yield* driver.whenIdle
+            const log = yield* afterPromptA
             yield* log.flush
             const before = { events: yield* log.events, surface: yield* log.surface, messages: yield* log.messages }
             expect(before.surface).toEqual([4, 17, 19, 26])
@@ -188,12 +178,9 @@ describe("§5.1 live appends: invalid surface replacements and extension payload
     Effect.gen(function*() {
       const { store, run } = yield* withStore
       const live = yield* run(
-        [richScript()[0]!, richScript()[1]!],
+        toolTurn,
         Effect.gen(function*() {
-          const driver = yield* Driver
-          const log = yield* SessionLog
-          yield* driver.followup(user("A"))
-          yield* driver.whenIdle
+          const log = yield* afterPromptA
           const es = yield* log.events
           const note = yield* log.append({ type: "x/declared", data: { why: "audit" } })
           // A TR~ may cite other earlier seqs (its tool/call, the note) besides the shadowed one.
@@ -257,70 +244,63 @@ describe("§5.1 live appends: invalid surface replacements and extension payload
 })
 
 describe("5.1/8.5 SessionLog.append acceptance", () => {
-  it.scoped("5.1: SessionLog.append refuses an empty type, ignorable false, non-lossless data, reserved core types and R6 violations, writing nothing", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const refuse = (input: Parameters<typeof log.append>[0]) => Effect.flip(log.append(input))
-      const inputs: Array<[Parameters<typeof log.append>[0], string | undefined]> = [
-        [{ type: "", data: {}, ignorable: true }, undefined],
-        [{ type: "x/ext", data: {}, ignorable: false as unknown as true }, undefined],
-        [{ type: "x/ext", data: { n: Number.NaN }, ignorable: true }, undefined],
-        [{ type: "x/ext", data: { d: new Date(0) }, ignorable: true }, undefined],
-        [{ type: "x/ext", data: {} }, undefined],
-        [{ type: "tool/result", data: {}, surfaceOp: "append" }, "reserved"],
-        [{ type: "agent/inbox/spliced", data: { target: "next-step", start: 0, inserted: [user("Z")] } }, "reserved"],
-        [{ type: "step/end", data: { turn: 1, step: 1 } }, "reserved"],
-        [{ type: "request/header", data: { header: { provider: "p", model: "m", tools: [] }, reason: "initial" } }, "reserved"],
-        [{ type: "compaction/end", data: { turn: null } }, undefined]
-      ]
-      for (const [input, reason] of inputs) {
-        const error = yield* refuse(input)
-        expect(error, JSON.stringify(input.type)).toBeInstanceOf(InvalidEvent)
-        if (reason !== undefined) expect(error).toMatchObject({ reason })
-      }
-      const r6 = yield* refuse({ type: "compaction/end", data: { turn: null } })
-      expect(r6).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
-      expect(yield* events).toEqual([])
-      expect(yield* Inbox.pipe(Effect.flatMap((i) => i.idState(asId("Z"))))).toEqual(Option.none())
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("5.1: SessionLog.append refuses an empty type, ignorable false, non-lossless data, reserved core types and R6 violations, writing nothing", scenario([]), function*({ log }) {
+    const refuse = (input: Parameters<typeof log.append>[0]) => Effect.flip(log.append(input))
+    const inputs: Array<[Parameters<typeof log.append>[0], string | undefined]> = [
+      [{ type: "", data: {}, ignorable: true }, undefined],
+      [{ type: "x/ext", data: {}, ignorable: false as unknown as true }, undefined],
+      [{ type: "x/ext", data: { n: Number.NaN }, ignorable: true }, undefined],
+      [{ type: "x/ext", data: { d: new Date(0) }, ignorable: true }, undefined],
+      [{ type: "x/ext", data: {} }, undefined],
+      [{ type: "tool/result", data: {}, surfaceOp: "append" }, "reserved"],
+      [{ type: "agent/inbox/spliced", data: { target: "next-step", start: 0, inserted: [user("Z")] } }, "reserved"],
+      [{ type: "step/end", data: { turn: 1, step: 1 } }, "reserved"],
+      [{ type: "request/header", data: { header: { provider: "p", model: "m", tools: [] }, reason: "initial" } }, "reserved"],
+      [{ type: "compaction/end", data: { turn: null } }, undefined]
+    ]
+    for (const [input, reason] of inputs) {
+      const error = yield* refuse(input)
+      expect(error, JSON.stringify(input.type)).toBeInstanceOf(InvalidEvent)
+      if (reason !== undefined) expect(error).toMatchObject({ reason })
+    }
+    const r6 = yield* refuse({ type: "compaction/end", data: { turn: null } })
+    expect(r6).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
+    expect(yield* events).toEqual([])
+    expect(yield* Inbox.pipe(Effect.flatMap((i) => i.idState(asId("Z"))))).toEqual(Option.none())
+  })
 
-  it.scoped("2.1/A3: an appended extension event is a deep-frozen snapshot; the ack follows durability", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const data = { list: [1, 2], nested: { a: "x" } }
-      const event = yield* log.append({ type: "x/ext", data, ignorable: true })
-      data.list.push(3)
-      data.nested.a = "changed"
-      expect(event).toMatchObject({ type: "x/ext", seq: 0, time: 0, ignorable: true, data: { list: [1, 2], nested: { a: "x" } } })
-      expect((yield* events)[0]!.data).toEqual({ list: [1, 2], nested: { a: "x" } })
-      expect(Object.isFrozen(event.data)).toBe(true)
-      expect(Object.isFrozen((event.data as any).nested)).toBe(true)
-      expect(yield* log.durableSeq).toBe(0)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("2.1/A3: an appended extension event is a deep-frozen snapshot; the ack follows durability", scenario([]), function*({ log }) {
+    const data = { list: [1, 2], nested: { a: "x" } }
+    const event = yield* log.append({ type: "x/ext", data, ignorable: true })
+    data.list.push(3)
+    data.nested.a = "changed"
+    expect(event).toMatchObject({ type: "x/ext", seq: 0, time: 0, ignorable: true, data: { list: [1, 2], nested: { a: "x" } } })
+    expect((yield* events)[0]!.data).toEqual({ list: [1, 2], nested: { a: "x" } })
+    expect(Object.isFrozen(event.data)).toBe(true)
+    expect(Object.isFrozen((event.data as any).nested)).toBe(true)
+    expect(yield* log.durableSeq).toBe(0)
+  })
 
   // 3.1 check order is "... message/event validity → InvalidEvent; identity → DuplicateMessage": an event
   // invalid for another reason than its known id is that InvalidEvent.
-  it.scoped("3.1 check order: an invalid replacement user/message with a known id fails InvalidEvent, not DuplicateMessage", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("X"))
-      yield* driver.whenIdle
-      const before = yield* events
-      const s = before.find((e) => e.type === "user/message")!.seq
-      // Known id and an endpoint that is not on the surface.
-      const e1 = yield* Effect.flip(log.append({ type: "user/message", data: user("X", "again"), surfaceOp: { op: "replace", start: 0, end: 0 }, sourceEventSeqs: [0] }))
-      expect(e1).toBeInstanceOf(InvalidEvent)
-      // Known id and an invalid message shape.
-      const e2 = yield* Effect.flip(log.append({
-        type: "user/message",
-        data: { id: "X", role: "user", content: "not blocks", source: { kind: "compaction" } },
-        surfaceOp: { op: "replace", start: s, end: s },
-        sourceEventSeqs: [s]
-      }))
-      expect(e2).toBeInstanceOf(InvalidEvent)
-      expect(yield* events).toEqual(before)
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("3.1 check order: an invalid replacement user/message with a known id fails InvalidEvent, not DuplicateMessage", scenario([ScriptedModel.text("ok")]), function*({ driver, log }) {
+    yield* driver.followup(user("X"))
+    yield* driver.whenIdle
+    const before = yield* events
+    const s = before.find((e) => e.type === "user/message")!.seq
+    // Known id and an endpoint that is not on the surface.
+    const e1 = yield* Effect.flip(log.append({ type: "user/message", data: user("X", "again"), surfaceOp: { op: "replace", start: 0, end: 0 }, sourceEventSeqs: [0] }))
+    expect(e1).toBeInstanceOf(InvalidEvent)
+    // Known id and an invalid message shape.
+    const e2 = yield* Effect.flip(log.append({
+      type: "user/message",
+      data: { id: "X", role: "user", content: "not blocks", source: { kind: "compaction" } },
+      surfaceOp: { op: "replace", start: s, end: s },
+      sourceEventSeqs: [s]
+    }))
+    expect(e2).toBeInstanceOf(InvalidEvent)
+    expect(yield* events).toEqual(before)
+  })
 })
 
 describe("5.1/D6 loop appends are validated like any other", () => {
@@ -353,58 +333,50 @@ describe("5.1/D6 loop appends are validated like any other", () => {
 })
 
 describe("5.1 acceptance on append", () => {
-  it.scoped("5.1 A5: surface metadata on an extension event is rejected with no change", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      expect(yield* Effect.flip(log.append({ type: "x/e", data: {}, ignorable: true, sourceEventSeqs: [] }))).toBeInstanceOf(InvalidEvent)
-      expect(yield* Effect.flip(log.append({ type: "x/e", data: {}, ignorable: true, surfaceOp: "append" }))).toBeInstanceOf(InvalidEvent)
-      expect(yield* events).toEqual([])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("5.1 A5: surface metadata on an extension event is rejected with no change", scenario([]), function*({ log }) {
+    expect(yield* Effect.flip(log.append({ type: "x/e", data: {}, ignorable: true, sourceEventSeqs: [] }))).toBeInstanceOf(InvalidEvent)
+    expect(yield* Effect.flip(log.append({ type: "x/e", data: {}, ignorable: true, surfaceOp: "append" }))).toBeInstanceOf(InvalidEvent)
+    expect(yield* events).toEqual([])
+  })
 
-  it.scoped("5.2: with invariants off the relational rules are not applied on append (a compaction/start {turn: 1} while idle is accepted)", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const e = yield* log.append({ type: "compaction/start", data: { turn: 1 } })
-      expect(e.seq).toBe(0)
-      expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: {} }))).toBeInstanceOf(InvalidEvent)
-    }).pipe(Effect.provide(scenario([], { agent: { invariants: "off" } }))))
+  agentTest("5.2: with invariants off the relational rules are not applied on append (a compaction/start {turn: 1} while idle is accepted)", scenario([], { agent: { invariants: "off" } }), function*({ log }) {
+    const e = yield* log.append({ type: "compaction/start", data: { turn: 1 } })
+    expect(e.seq).toBe(0)
+    expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: {} }))).toBeInstanceOf(InvalidEvent)
+  })
 
-  it.scoped("3.8: prepend inserts at the front; snapshot reads both lists", () =>
-    Effect.gen(function*() {
-      const inbox = yield* Inbox
-      const live = yield* recordLive
-      yield* inbox.append("next-turn", user("A"))
-      yield* inbox.prepend("next-turn", user("B"))
-      yield* inbox.prepend("next-step", user("C"))
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "INS(nt,0,[B])", "INS(ns,0,[C])"])
-      const snap = yield* inbox.snapshot
-      expect([snap.nextTurn.map((m) => m.id), snap.nextStep.map((m) => m.id)]).toEqual([["B", "A"], ["C"]])
-      expect(Object.isFrozen(snap.nextTurn)).toBe(true)
-      expect(yield* inbox.hasPending).toBe(true)
-      expect((yield* live).length).toBe(3)
-      expect(yield* requests).toEqual([])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("3.8: prepend inserts at the front; snapshot reads both lists", scenario([]), function*({ inbox }) {
+    const live = yield* recordLive
+    yield* inbox.append("next-turn", user("A"))
+    yield* inbox.prepend("next-turn", user("B"))
+    yield* inbox.prepend("next-step", user("C"))
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "INS(nt,0,[B])", "INS(ns,0,[C])"])
+    const snap = yield* inbox.snapshot
+    expect([snap.nextTurn.map((m) => m.id), snap.nextStep.map((m) => m.id)]).toEqual([["B", "A"], ["C"]])
+    expect(Object.isFrozen(snap.nextTurn)).toBe(true)
+    expect(yield* inbox.hasPending).toBe(true)
+    expect((yield* live).length).toBe(3)
+    expect(yield* requests).toEqual([])
+  })
 })
 
 describe("2.1 lossless JSON on append", () => {
-  it.scoped("2.1: -0, NaN, Infinity, undefined, sparse arrays, class instances, BigInt and cycles are rejected", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const cyclic: Record<string, unknown> = {}
-      cyclic.self = cyclic
-      const sparse = [1, , 3]
-      const bad: ReadonlyArray<unknown> = [-0, NaN, Infinity, { a: undefined }, sparse, new Map(), new Date(0), 1n, cyclic, () => 1, Symbol("s")]
-      for (const data of bad) {
-        const exit = yield* Effect.exit(log.append({ type: "x/e", data, ignorable: true }))
-        expect(Exit.isFailure(exit) && Option.getOrUndefined(Cause.failureOption(exit.cause)), String(typeof data)).toBeInstanceOf(InvalidEvent)
-      }
-      const input = { a: [1, { b: "c" }], d: null, e: true }
-      const stored = yield* log.append({ type: "x/e", data: input, ignorable: true })
-      input.a.push(2)
-      expect(stored.data).toEqual({ a: [1, { b: "c" }], d: null, e: true })
-      expect(Object.isFrozen(stored.data)).toBe(true)
-      expect(stored.seq).toBe(0)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("2.1: -0, NaN, Infinity, undefined, sparse arrays, class instances, BigInt and cycles are rejected", scenario([]), function*({ log }) {
+    const cyclic: Record<string, unknown> = {}
+    cyclic.self = cyclic
+    const sparse = [1, , 3]
+    const bad: ReadonlyArray<unknown> = [-0, NaN, Infinity, { a: undefined }, sparse, new Map(), new Date(0), 1n, cyclic, () => 1, Symbol("s")]
+    for (const data of bad) {
+      const exit = yield* Effect.exit(log.append({ type: "x/e", data, ignorable: true }))
+      expect(Exit.isFailure(exit) && Option.getOrUndefined(Cause.failureOption(exit.cause)), String(typeof data)).toBeInstanceOf(InvalidEvent)
+    }
+    const input = { a: [1, { b: "c" }], d: null, e: true }
+    const stored = yield* log.append({ type: "x/e", data: input, ignorable: true })
+    input.a.push(2)
+    expect(stored.data).toEqual({ a: [1, { b: "c" }], d: null, e: true })
+    expect(Object.isFrozen(stored.data)).toBe(true)
+    expect(stored.seq).toBe(0)
+  })
 })
 
 describe("§2.1/§5.1 A5 envelope of appended extension events", () => {
@@ -497,70 +469,61 @@ describe("§5.1/§5.2 invariants option", () => {
 })
 
 describe("§2.1 time", () => {
-  it.scoped("2.1: an appended event's time is the Clock time at commit, whatever extra key the input carries", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      yield* TestClock.adjust(777)
-      const input = { type: "x/ext", data: {}, ignorable: true, time: 5 } as Parameters<typeof log.append>[0]
-      const exit = yield* Effect.exit(log.append(input))
-      // Either the extra key is refused, or it is ignored and the Clock decides.
-      if (Exit.isSuccess(exit)) expect(exit.value.time).toBe(777)
-      else expect(Option.getOrUndefined(Cause.failureOption(exit.cause))).toBeInstanceOf(InvalidEvent)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("2.1: an appended event's time is the Clock time at commit, whatever extra key the input carries", scenario([]), function*({ log }) {
+    yield* TestClock.adjust(777)
+    const input = { type: "x/ext", data: {}, ignorable: true, time: 5 } as Parameters<typeof log.append>[0]
+    const exit = yield* Effect.exit(log.append(input))
+    // Either the extra key is refused, or it is ignored and the Clock decides.
+    if (Exit.isSuccess(exit)) expect(exit.value.time).toBe(777)
+    else expect(Option.getOrUndefined(Cause.failureOption(exit.cause))).toBeInstanceOf(InvalidEvent)
+  })
 })
 
 describe("SPEC 8.5 SessionLog", () => {
-  it.scoped("8.5: a fresh session: header, firstLiveSeq 0, durableSeq -1, empty events, messages and surface", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      expect(log.sessionId).toBe("s")
-      expect(log.header).toEqual({ formatVersion: 1, sessionId: "s", createdAt: 0, seedLength: 0 })
-      expect(log.firstLiveSeq).toBe(0)
-      expect(yield* log.durableSeq).toBe(-1)
-      expect(yield* log.events).toEqual([])
-      expect(yield* log.messages).toEqual([])
-      expect(yield* log.surface).toEqual([])
-      yield* log.flush
-      expect(yield* log.durableSeq).toBe(-1)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("8.5: a fresh session: header, firstLiveSeq 0, durableSeq -1, empty events, messages and surface", scenario([]), function*({ log }) {
+    expect(log.sessionId).toBe("s")
+    expect(log.header).toEqual({ formatVersion: 1, sessionId: "s", createdAt: 0, seedLength: 0 })
+    expect(log.firstLiveSeq).toBe(0)
+    expect(yield* log.durableSeq).toBe(-1)
+    expect(yield* log.events).toEqual([])
+    expect(yield* log.messages).toEqual([])
+    expect(yield* log.surface).toEqual([])
+    yield* log.flush
+    expect(yield* log.durableSeq).toBe(-1)
+  })
 
-  it.scoped("8.5: append returns the stored event (seq, Clock time, data, ignorable), acknowledged durable; other core types are reserved", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const data = { n: 1, list: [1, 2] }
-      const e = yield* log.append({ type: "x/ext", data, ignorable: true })
-      expect(e).toEqual({ type: "x/ext", seq: 0, time: 0, data: { n: 1, list: [1, 2] }, ignorable: true })
-      expect(yield* log.durableSeq).toBe(0)
-      expect((yield* log.events)[0]).toEqual(e)
-      data.list.push(3)
-      expect((yield* log.events)[0]!.data).toEqual({ n: 1, list: [1, 2] })
-      for (
-        const type of [
-          "turn/end", "step/start", "step/end", "assistant/chunk", "assistant/message", "tool/call", "tool/result",
-          "request/header", "llm/retry", "agent/inbox/spliced"
-        ]
-      ) {
-        const error = yield* Effect.flip(log.append({ type, data: {} }))
-        expect(error, type).toBeInstanceOf(InvalidEvent)
-        expect(error, type).toMatchObject({ type, reason: "reserved" })
-      }
-      expect((yield* log.events).length).toBe(1)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("8.5: append returns the stored event (seq, Clock time, data, ignorable), acknowledged durable; other core types are reserved", scenario([]), function*({ log }) {
+    const data = { n: 1, list: [1, 2] }
+    const e = yield* log.append({ type: "x/ext", data, ignorable: true })
+    expect(e).toEqual({ type: "x/ext", seq: 0, time: 0, data: { n: 1, list: [1, 2] }, ignorable: true })
+    expect(yield* log.durableSeq).toBe(0)
+    expect((yield* log.events)[0]).toEqual(e)
+    data.list.push(3)
+    expect((yield* log.events)[0]!.data).toEqual({ n: 1, list: [1, 2] })
+    for (
+      const type of [
+        "turn/end", "step/start", "step/end", "assistant/chunk", "assistant/message", "tool/call", "tool/result",
+        "request/header", "llm/retry", "agent/inbox/spliced"
+      ]
+    ) {
+      const error = yield* Effect.flip(log.append({ type, data: {} }))
+      expect(error, type).toBeInstanceOf(InvalidEvent)
+      expect(error, type).toMatchObject({ type, reason: "reserved" })
+    }
+    expect((yield* log.events).length).toBe(1)
+  })
 
-  it.scoped("8.5/3.10: stream(fromSeq) replays seq >= fromSeq then follows; a fromSeq beyond the end starts at that seq", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const inbox = yield* Inbox
-      for (const id of ["A", "B", "C"]) yield* inbox.append("next-turn", user(id))
-      const fromOne = yield* Effect.fork(Stream.runCollect(Stream.take(log.stream(1), 4)))
-      const ahead = yield* Effect.fork(Stream.runCollect(Stream.take(log.stream(5), 1)))
-      const all = yield* Effect.fork(Stream.runCollect(Stream.take(log.stream(), 6)))
-      yield* settle
-      for (const id of ["D", "E", "F"]) yield* inbox.append("next-step", user(id))
-      expect(Chunk.toReadonlyArray(yield* Fiber.join(fromOne)).map((e) => e.seq)).toEqual([1, 2, 3, 4])
-      expect(Chunk.toReadonlyArray(yield* Fiber.join(ahead)).map((e) => e.seq)).toEqual([5])
-      expect(Chunk.toReadonlyArray(yield* Fiber.join(all)).map((e) => e.seq)).toEqual([0, 1, 2, 3, 4, 5])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("8.5/3.10: stream(fromSeq) replays seq >= fromSeq then follows; a fromSeq beyond the end starts at that seq", scenario([]), function*({ log, inbox }) {
+    for (const id of ["A", "B", "C"]) yield* inbox.append("next-turn", user(id))
+    const fromOne = yield* Effect.fork(Stream.runCollect(Stream.take(log.stream(1), 4)))
+    const ahead = yield* Effect.fork(Stream.runCollect(Stream.take(log.stream(5), 1)))
+    const all = yield* Effect.fork(Stream.runCollect(Stream.take(log.stream(), 6)))
+    yield* settle
+    for (const id of ["D", "E", "F"]) yield* inbox.append("next-step", user(id))
+    expect(Chunk.toReadonlyArray(yield* Fiber.join(fromOne)).map((e) => e.seq)).toEqual([1, 2, 3, 4])
+    expect(Chunk.toReadonlyArray(yield* Fiber.join(ahead)).map((e) => e.seq)).toEqual([5])
+    expect(Chunk.toReadonlyArray(yield* Fiber.join(all)).map((e) => e.seq)).toEqual([0, 1, 2, 3, 4, 5])
+  })
 
   it.scoped("8.5/3.7: after disposal the log is readable, flush succeeds, stream replays then ends, events and statusChanges end", () =>
     Effect.gen(function*() {
@@ -581,30 +544,24 @@ describe("SPEC 8.5 SessionLog", () => {
       expect((yield* log.messages).length).toBe(2)
     }))
 
-  it.scoped("8.5: stream delivers every in-memory append, also before it is durable", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const driver = yield* Driver
-      const control = yield* MemoryStoreControl
-      yield* control.hold
-      const ack = yield* Effect.fork(driver.inject(plugin("H")))
-      const first = yield* Stream.runHead(log.stream(0))
-      expect(Option.map(first, (e) => e.type)).toEqual(Option.some("agent/inbox/spliced"))
-      expect(yield* log.durableSeq).toBe(-1)
-      expect(Option.isNone(yield* Fiber.poll(ack))).toBe(true)
-      yield* control.release
-      yield* Fiber.join(ack)
-      expect(yield* log.durableSeq).toBe(0)
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("8.5: stream delivers every in-memory append, also before it is durable", scenario([]), function*({ log, driver, control }) {
+    yield* control.hold
+    const ack = yield* Effect.fork(driver.inject(plugin("H")))
+    const first = yield* Stream.runHead(log.stream(0))
+    expect(Option.map(first, (e) => e.type)).toEqual(Option.some("agent/inbox/spliced"))
+    expect(yield* log.durableSeq).toBe(-1)
+    expect(Option.isNone(yield* Fiber.poll(ack))).toBe(true)
+    yield* control.release
+    yield* Fiber.join(ack)
+    expect(yield* log.durableSeq).toBe(0)
+  })
 
-  it.scoped("8.5/2.9: append refuses an undeclared type without ignorable, and ignorable other than true; nothing is written", () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: {} }))).toBeInstanceOf(InvalidEvent)
-      expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: {}, ignorable: false as unknown as true }))).toBeInstanceOf(InvalidEvent)
-      expect(yield* Effect.flip(log.append({ type: "", data: {}, ignorable: true }))).toBeInstanceOf(InvalidEvent)
-      expect(yield* log.events).toEqual([])
-      const declared = yield* log.append({ type: "x/declared", data: { ok: true } })
-      expect(declared).toEqual({ type: "x/declared", seq: 0, time: 0, data: { ok: true } })
-    }).pipe(Effect.provide(scenario([], { agent: { eventTypes: ["x/declared"] } }))))
+  agentTest("8.5/2.9: append refuses an undeclared type without ignorable, and ignorable other than true; nothing is written", scenario([], { agent: { eventTypes: ["x/declared"] } }), function*({ log }) {
+    expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: {} }))).toBeInstanceOf(InvalidEvent)
+    expect(yield* Effect.flip(log.append({ type: "x/undeclared", data: {}, ignorable: false as unknown as true }))).toBeInstanceOf(InvalidEvent)
+    expect(yield* Effect.flip(log.append({ type: "", data: {}, ignorable: true }))).toBeInstanceOf(InvalidEvent)
+    expect(yield* log.events).toEqual([])
+    const declared = yield* log.append({ type: "x/declared", data: { ok: true } })
+    expect(declared).toEqual({ type: "x/declared", seq: 0, time: 0, data: { ok: true } })
+  })
 })

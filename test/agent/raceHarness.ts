@@ -958,8 +958,8 @@ export const undercovered = (seen: ReadonlyMap<string, number>, min: number): Re
 
 /**
  * One half of the race property: `Math.ceil(totalRuns() / 2)` random programs (or the replayed
- * one), then the coverage check over them. Each test file runs one half, so vitest can give the two
- * halves separate workers.
+ * one), then the coverage check over them: each half must reach every required situation on its
+ * own, so the coverage check runs twice on independent programs.
  */
 export const raceSuite = (part: 1 | 2): void => {
   const seed = replaySeed()

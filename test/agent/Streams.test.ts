@@ -6,6 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Duration, Effect, Exit, Layer, Ref, Schema, Scope, Stream, TestClock } from "effect"
 import { Agent, CancelCause, checkLog, Driver, Hooks, LlmFailure as LlmFailureSchema, Model, ModelError, RequestErrorAction, RequestHeader as RequestHeaderSchema, ScriptedModel, SessionId, SessionLog, SessionStore, StreamChunk as StreamChunkSchema, Tool, Tools, ToolSchema as ToolSchemaSchema } from "../../src/index.js"
 import { agentOver, agentTest, closeOut, dataOfType, events, gate, open, reasons, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
+import { resumeAfterRun } from "./resumeAfterRun.js"
 import type { ModelRequest, SessionEvent, StreamChunk } from "../../src/index.js"
 import { calls, empty, okTool } from "./toolFixtures.js"
 
@@ -481,17 +482,7 @@ describe("4.5 / 5.1 D6: chunks that are JSON but not StreamChunks", () => {
   // Regression test (fixed; the text says what tiller did before): SPEC 5.1 "Hence a log accepted live can always be loaded by an agent with the same … options (D6)".
   it.scoped("5.1 D6: after a model sent a schema-invalid chunk the session can still be resumed", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(agentOver([ScriptedModel.chunks(schemaBad[0]![1])]).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-      const driver = Context.get(ctx, Driver)
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* Scope.close(scope, Exit.void)
-      const scope2 = yield* Scope.make()
-      const reopened = yield* Effect.either(Layer.buildWithScope(agentOver([], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope2))
-      expect(reopened._tag === "Left" ? (reopened.left as any)._tag : "Right").toBe("Right")
-      yield* Scope.close(scope2, Exit.void)
+      expect(yield* resumeAfterRun([ScriptedModel.chunks(schemaBad[0]![1])])).toBe("Right")
     }))
 })
 

@@ -3,9 +3,10 @@
  * checkpoints and cancels from hooks, order of START checks.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Data, Deferred, Effect, Exit, Fiber, Layer, Schema, Scope } from "effect"
-import { CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, MemoryStoreControl as MemoryStoreControlTag, PreStepDecision, RequestErrorAction, ScriptedModel, SessionStore, Tool, ToolPreDecision, Tools } from "../../src/index.js"
-import { agentOver, agentTest, closeOut, dataOfType, events, gate, open, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
+import { Context, Data, Deferred, Effect, Fiber, Layer, Schema } from "effect"
+import { CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, MemoryStoreControl as MemoryStoreControlTag, PreStepDecision, RequestErrorAction, ScriptedModel, Tool, ToolPreDecision, Tools } from "../../src/index.js"
+import { agentTest, closeOut, dataOfType, events, gate, open, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, toolShape, until, untilEvent, user } from "./harness.js"
+import { resumeAfterRun } from "./resumeAfterRun.js"
 import { calls, empty, okTool, resultsByCall } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
@@ -29,6 +30,14 @@ const plainError = new Error("plain went wrong")
 class Boom extends Data.TaggedError("Boom")<{ readonly message: string; readonly code: string }> {}
 
 let ran = 0
+
+/** Prompts `A` and waits until `n` tool bodies have started and every other fiber has run. */
+const promptUntilStarted = (driver: Context.Tag.Service<Driver>, started: ReadonlyArray<string>, n: number) =>
+  Effect.gen(function*() {
+    yield* driver.followup(user("A"))
+    yield* until(Effect.sync(() => started.length === n))
+    yield* settle
+  })
 
 describe("4.6 tools: contexts, conclusion, arguments", () => {
   const bodyGate = gate()
@@ -138,82 +147,70 @@ describe("4.6 tools: contexts, conclusion, arguments", () => {
 })
 
 describe("4.6: tools", () => {
-  it.scoped("4.6 grouping: an unknown tool between parallel calls is exclusive (a barrier)", () => {
+  {
     const g = gate()
     const started: Array<string> = []
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started.length === 1))
-      yield* settle
-      expect((yield* shape).filter((x) => x.startsWith("TC") || x.startsWith("TR"))).toEqual(["TC(c1)"])
+    agentTest("4.6 grouping: an unknown tool between parallel calls is exclusive (a barrier)", scenario([calls(["c1", "p"], ["c2", "nope"], ["c3", "p"]), ScriptedModel.text("done")], { tools: [gatedTool("p", "parallel", g, started)] }), function*({ driver }) {
+      yield* promptUntilStarted(driver, started, 1)
+      expect(yield* toolShape).toEqual(["TC(c1)"])
       yield* open(g)
       expect(yield* closeOut).toEqual([])
-      expect((yield* shape).filter((x) => x.startsWith("TC") || x.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TR?(c2)", "TC(c3)", "TR(c3)"])
+      expect(yield* toolShape).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TR?(c2)", "TC(c3)", "TR(c3)"])
       const r = yield* resultsByCall
       expect(r.c2).toEqual({ text: "Error: unknown tool nope", isError: true, error: { name: "UnknownToolError", code: "UNKNOWN_TOOL" }, meta: undefined })
-    }).pipe(Effect.provide(scenario([calls(["c1", "p"], ["c2", "nope"], ["c3", "p"]), ScriptedModel.text("done")], { tools: [gatedTool("p", "parallel", g, started)] })))
-  })
+    })
+  }
 
-  it.scoped("4.6 grouping: a parallel call after an exclusive one starts only after it committed", () => {
+  {
     const g = gate()
     const started: Array<string> = []
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started.length === 1))
-      yield* settle
+    agentTest("4.6 grouping: a parallel call after an exclusive one starts only after it committed", scenario([calls(["c1", "x"], ["c2", "p"], ["c3", "p"]), ScriptedModel.text("done")], {
+      tools: [gatedTool("x", "exclusive", g, started), gatedTool("p", "parallel", g, started)]
+    }), function*({ driver }) {
+      yield* promptUntilStarted(driver, started, 1)
       expect(started).toEqual(["c1"])
       yield* open(g)
       expect(yield* closeOut).toEqual([])
-      const tctr = (yield* shape).filter((x) => x.startsWith("TC") || x.startsWith("TR"))
+      const tctr = yield* toolShape
       expect(tctr.slice(0, 3)).toEqual(["TC(c1)", "TR(c1)", "TC(c2)"])
       expect(tctr.filter((x) => x.startsWith("TR"))).toEqual(["TR(c1)", "TR(c2)", "TR(c3)"])
-    }).pipe(Effect.provide(scenario([calls(["c1", "x"], ["c2", "p"], ["c3", "p"]), ScriptedModel.text("done")], {
-      tools: [gatedTool("x", "exclusive", g, started), gatedTool("p", "parallel", g, started)]
-    })))
-  })
+    })
+  }
 
-  it.scoped("4.6 grouping: the mode is read just before the start, so setMode by an earlier result applies", () => {
+  {
     const g = gate()
     const started: Array<string> = []
-    return Effect.gen(function*() {
+    agentTest("4.6 grouping: the mode is read just before the start, so setMode by an earlier result applies", scenario([calls(["c1", "a"], ["c2", "b"], ["c3", "b"]), ScriptedModel.text("done")], {
+      tools: [gatedTool("b", "exclusive", g, started)]
+    }), function*({ driver }) {
       const tools = yield* Tools
-      const driver = yield* Driver
       const setter = Tool.make("a", { description: "a", parameters: empty, mode: "exclusive", execute: () => Effect.as(tools.setMode("b", "parallel"), "set") })
       yield* tools.register(setter)
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started.length === 2))
-      yield* settle
-      expect((yield* shape).filter((x) => x.startsWith("TC") || x.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TC(c3)"])
+      yield* promptUntilStarted(driver, started, 2)
+      expect(yield* toolShape).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TC(c3)"])
       yield* open(g)
       expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([calls(["c1", "a"], ["c2", "b"], ["c3", "b"]), ScriptedModel.text("done")], {
-      tools: [gatedTool("b", "exclusive", g, started)]
-    })))
-  })
+    })
+  }
 
-  it.scoped("4.6 pool: with cap 2 releasing c1 gives TC(c1) TC(c2) TR(c1) TC(c3)", () => {
+  {
     const gs = { c1: gate(), c2: gate(), c3: gate() } as Record<string, Deferred.Deferred<void>>
     const started: Array<string> = []
     const p = Tool.make("p", {
       description: "p", parameters: empty, mode: "parallel",
       execute: (_x, ctx) => Effect.zipRight(Effect.zipRight(Effect.sync(() => started.push(ctx.callId)), Deferred.await(gs[ctx.callId]!)), Effect.succeed("ok"))
     })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* until(Effect.sync(() => started.length === 2))
-      yield* settle
+    agentTest("4.6 pool: with cap 2 releasing c1 gives TC(c1) TC(c2) TR(c1) TC(c3)", scenario([calls(["c1", "p"], ["c2", "p"], ["c3", "p"]), ScriptedModel.text("done")], { tools: [p], maxParallelToolCalls: 2 }), function*({ driver }) {
+      yield* promptUntilStarted(driver, started, 2)
       expect(started).toEqual(["c1", "c2"])
       yield* open(gs.c1!)
       yield* until(Effect.sync(() => started.length === 3))
-      expect((yield* shape).filter((x) => x.startsWith("TC") || x.startsWith("TR"))).toEqual(["TC(c1)", "TC(c2)", "TR(c1)", "TC(c3)"])
+      expect(yield* toolShape).toEqual(["TC(c1)", "TC(c2)", "TR(c1)", "TC(c3)"])
       yield* open(gs.c2!)
       yield* open(gs.c3!)
       expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([calls(["c1", "p"], ["c2", "p"], ["c3", "p"]), ScriptedModel.text("done")], { tools: [p], maxParallelToolCalls: 2 })))
-  })
+    })
+  }
 
   it.scoped("4.6 mapping: typed failures (plain Error, tagged error with code, string) and a defect", () =>
     Effect.gen(function*() {
@@ -499,22 +496,9 @@ describe("4.6 COMMIT 2 / 5.1 D6: the final output of ToolPost", () => {
   // `isError: undefined`; resuming the session then fails with MalformedLog {seq: 12}.
   it.scoped("5.1 D6 / 4.6: whatever ToolPost returns, the live log stays loadable (resume opens)", () =>
     Effect.gen(function*() {
-      const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(agentOver(postScript(), { tools: [okTool("t")] }).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-      yield* Effect.provideService(
-        Context.get(ctx, Hooks).onToolPost((_, next) => Effect.map(next(), (o) => ({ content: o.content, additionalContexts: [], concludesTurn: false }) as any)),
-        Scope.Scope,
-        scope
-      )
-      const driver = Context.get(ctx, Driver)
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* Scope.close(scope, Exit.void)
-      const scope2 = yield* Scope.make()
-      const reopened = yield* Effect.either(Layer.buildWithScope(agentOver([], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope2))
-      expect(reopened._tag === "Left" ? (reopened.left as any)._tag : "Right").toBe("Right")
-      yield* Scope.close(scope2, Exit.void)
+      const resumed = yield* resumeAfterRun(postScript(), { tools: [okTool("t")] }, (ctx) =>
+        Context.get(ctx, Hooks).onToolPost((_, next) => Effect.map(next(), (o) => ({ content: o.content, additionalContexts: [], concludesTurn: false }) as any)))
+      expect(resumed).toBe("Right")
     }))
 })
 

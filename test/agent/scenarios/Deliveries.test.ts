@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Option, Ref, Stream, TestClock } from "effect"
-import { CancelCause, Driver, Hooks, Inbox, MemoryStoreControl, PreStep, PreStepDecision, PreStepRejected, ScriptedModel, SessionId, SessionLog, Tool } from "../../../src/index.js"
-import { asId, closeOut, dataOfType, gate, liveNotation, open, plugin, recordLive, requests, scenario, settle, shape, TEXT, texts, token, until, user } from "../harness.js"
+import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, PreStepRejected, ScriptedModel, SessionId, SessionLog, Tool } from "../../../src/index.js"
+import { agentTest, asId, closeOut, dataOfType, gate, liveNotation, open, plugin, recordLive, requests, scenario, settle, shape, TEXT, texts, token, until, user } from "../harness.js"
 import { calls, captured, empty, from, onBoth } from "./bothStores.js"
 import type { PreStepInput, UserMessage } from "../../../src/index.js"
 
@@ -601,70 +601,58 @@ describe("§4.8 / §7.3 on both stores: waking work at a later boundary", () => 
 describe("P2-P19 on the memory store: held acknowledgements, observers, idle injects, pre-step decisions", () => {
   const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM"]
 
-  it.scoped("P2: a wake is committed before followup completes; a held store delays the acknowledgement", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const control = yield* MemoryStoreControl
-      const live = yield* recordLive
-      const G = gate()
-      yield* (yield* PreStep).register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
-      yield* driver.followup(user("A"))
-      expect(yield* driver.status).toBe("running")
-      expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"])
-      expect(yield* log.durableSeq).toBe(2)
-      expect((yield* live).map(liveNotation)).toEqual(["inserted(A)", "status(running)", "claimed(A,1)"])
-      yield* control.hold
-      const fiber = yield* Effect.fork(driver.followup(user("B")))
-      yield* settle
-      expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
-      yield* control.release
-      yield* Fiber.join(fiber)
-      expect(yield* log.durableSeq).toBe(3)
-      yield* open(G)
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]))))
+  agentTest("P2: a wake is committed before followup completes; a held store delays the acknowledgement", scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]), function*({ driver, log, control }) {
+    const live = yield* recordLive
+    const G = gate()
+    yield* (yield* PreStep).register((_input, next) => Effect.zipRight(Deferred.await(G), next()))
+    yield* driver.followup(user("A"))
+    expect(yield* driver.status).toBe("running")
+    expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)"])
+    expect(yield* log.durableSeq).toBe(2)
+    expect((yield* live).map(liveNotation)).toEqual(["inserted(A)", "status(running)", "claimed(A,1)"])
+    yield* control.hold
+    const fiber = yield* Effect.fork(driver.followup(user("B")))
+    yield* settle
+    expect(Option.isNone(yield* Fiber.poll(fiber))).toBe(true)
+    yield* control.release
+    yield* Fiber.join(fiber)
+    expect(yield* log.durableSeq).toBe(3)
+    yield* open(G)
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("P4: a follow-up issued from a log observer is not lost", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const inbox = yield* Inbox
-      const live = yield* recordLive
-      const A = user("A")
-      const B = user("B")
-      yield* Effect.forkScoped(
-        Stream.runForEach(log.stream(0), (e) =>
-          e.type === "agent/inbox/spliced" && (e.data as any).inserted.some((m: UserMessage) => m.id === "A")
-            ? Effect.ignore(driver.followup(B))
-            : Effect.void)
-      )
-      yield* driver.followup(A)
-      yield* until(Effect.map(inbox.idState(B.id), Option.isSome))
-      yield* driver.whenIdle
-      expect(yield* texts).toEqual(["A", "B"])
-      const ums = yield* dataOfType("step/start")
-      expect(ums.map((d) => d.turn)).toEqual([1, 2])
-      expect((yield* live).filter((e) => e.type === "agent/error")).toEqual([])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]))))
+  agentTest("P4: a follow-up issued from a log observer is not lost", scenario([ScriptedModel.text("one"), ScriptedModel.text("two")]), function*({ driver, log, inbox }) {
+    const live = yield* recordLive
+    const A = user("A")
+    const B = user("B")
+    yield* Effect.forkScoped(
+      Stream.runForEach(log.stream(0), (e) =>
+        e.type === "agent/inbox/spliced" && (e.data as any).inserted.some((m: UserMessage) => m.id === "A")
+          ? Effect.ignore(driver.followup(B))
+          : Effect.void)
+    )
+    yield* driver.followup(A)
+    yield* until(Effect.map(inbox.idState(B.id), Option.isSome))
+    yield* driver.whenIdle
+    expect(yield* texts).toEqual(["A", "B"])
+    const ums = yield* dataOfType("step/start")
+    expect(ums.map((d) => d.turn)).toEqual([1, 2])
+    expect((yield* live).filter((e) => e.type === "agent/error")).toEqual([])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("P5: idle inject stages durably without a turn", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const inbox = yield* Inbox
-      const live = yield* recordLive
-      const C = plugin("C")
-      yield* driver.inject(C)
-      expect(yield* shape).toEqual(["INS(ns,0,[C])"])
-      expect(yield* log.durableSeq).toBe(0)
-      expect(yield* driver.status).toBe("idle")
-      yield* driver.whenIdle
-      expect((yield* live).map(liveNotation)).toEqual(["inserted(C)"])
-      expect(yield* requests).toEqual([])
-      expect(yield* inbox.nextStep).toEqual([C])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("x")]))))
+  agentTest("P5: idle inject stages durably without a turn", scenario([ScriptedModel.text("x")]), function*({ driver, log, inbox }) {
+    const live = yield* recordLive
+    const C = plugin("C")
+    yield* driver.inject(C)
+    expect(yield* shape).toEqual(["INS(ns,0,[C])"])
+    expect(yield* log.durableSeq).toBe(0)
+    expect(yield* driver.status).toBe("idle")
+    yield* driver.whenIdle
+    expect((yield* live).map(liveNotation)).toEqual(["inserted(C)"])
+    expect(yield* requests).toEqual([])
+    expect(yield* inbox.nextStep).toEqual([C])
+  })
 
   const holderP7: { driver?: Driver["Type"]; passed?: { id: string; role: "user"; content: Array<{ type: "text"; text: string }>; source: { kind: string } } } = {}
   const noticer = Tool.make("noticer", {
@@ -680,27 +668,25 @@ describe("P2-P19 on the memory store: held acknowledgements, observers, idle inj
         return "ok"
       })
   })
-  it.scoped("P7: injection from a tool body waits for the next step", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      holderP7.driver = driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...CALL,
-        "TC(c1)", "INS(ns,0,[C1])", "INS(ns,1,[C2])", "TR(c1)", "SE(1,1)",
-        "CLM(ns,0,2)", "SS(1,2)", "UM(C1)", "UM(C2)", ...TEXT, "SE(1,2)", "TE(1,completed)"
-      ])
-      const rs = yield* requests
-      expect(rs[1]!.messages.slice(-4).map(token)).toEqual(["tool-call c1", "tool-result c1", "C1", "C2"])
-      // Mutating the object passed to inject changes nothing in the log.
-      holderP7.passed!.content[0]!.text = "MUTATED"
-      expect(yield* texts).toEqual(["A", "C1", "C2"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "noticer", arguments: {} }] }), ScriptedModel.text("done")],
-      { tools: [noticer] }
-    ))))
+  agentTest("P7: injection from a tool body waits for the next step", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "noticer", arguments: {} }] }), ScriptedModel.text("done")],
+    { tools: [noticer] }
+  ), function*({ driver }) {
+    holderP7.driver = driver
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...CALL,
+      "TC(c1)", "INS(ns,0,[C1])", "INS(ns,1,[C2])", "TR(c1)", "SE(1,1)",
+      "CLM(ns,0,2)", "SS(1,2)", "UM(C1)", "UM(C2)", ...TEXT, "SE(1,2)", "TE(1,completed)"
+    ])
+    const rs = yield* requests
+    expect(rs[1]!.messages.slice(-4).map(token)).toEqual(["tool-call c1", "tool-result c1", "C1", "C2"])
+    // Mutating the object passed to inject changes nothing in the log.
+    holderP7.passed!.content[0]!.text = "MUTATED"
+    expect(yield* texts).toEqual(["A", "C1", "C2"])
+    expect(yield* closeOut).toEqual([])
+  })
 
   const holderP11: { driver?: Driver["Type"] } = {}
   const finalize = Tool.make("finalize", {
@@ -709,152 +695,134 @@ describe("P2-P19 on the memory store: held acknowledgements, observers, idle inj
     execute: () =>
       Effect.as(Effect.orDie(holderP11.driver!.steer(user("S"))), { content: "done", concludesTurn: true })
   })
-  it.scoped("P11: steering while a concluding tool runs is not lost", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      holderP11.driver = driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const rs = yield* requests
-      expect(rs).toHaveLength(2)
-      expect((yield* shape).filter((s) => s.startsWith("TE"))).toEqual(["TE(1,completed)"])
-      const second = rs[1]!.messages.map(token)
-      expect(second.indexOf("S")).toBeGreaterThan(second.indexOf("tool-result c1"))
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "finalize", arguments: {} }] }), ScriptedModel.text("after")],
-      { tools: [finalize] }
-    ))))
+  agentTest("P11: steering while a concluding tool runs is not lost", scenario(
+    [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "finalize", arguments: {} }] }), ScriptedModel.text("after")],
+    { tools: [finalize] }
+  ), function*({ driver }) {
+    holderP11.driver = driver
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const rs = yield* requests
+    expect(rs).toHaveLength(2)
+    expect((yield* shape).filter((s) => s.startsWith("TE"))).toEqual(["TE(1,completed)"])
+    const second = rs[1]!.messages.map(token)
+    expect(second.indexOf("S")).toBeGreaterThan(second.indexOf("tool-result c1"))
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("P12: a pre-step rewrite keeps identity", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* (yield* PreStep).register((input) =>
-        Effect.succeed(PreStepDecision.enter([{ ...input.messages[0]!, content: [{ type: "text", text: "REWRITTEN" }] }]))
-      )
-      yield* driver.followup(user("A", "original"))
-      yield* driver.whenIdle
-      const ums = yield* dataOfType("user/message")
-      expect(ums.map((d) => [d.id, d.content[0].text])).toEqual([["A", "REWRITTEN"]])
-      const rs = yield* requests
-      expect(rs[0]!.messages.map(token)).toEqual(["REWRITTEN"])
-      expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("entered"))
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("P12: a pre-step rewrite keeps identity", scenario([ScriptedModel.text("ok")]), function*({ driver, inbox }) {
+    yield* (yield* PreStep).register((input) =>
+      Effect.succeed(PreStepDecision.enter([{ ...input.messages[0]!, content: [{ type: "text", text: "REWRITTEN" }] }]))
+    )
+    yield* driver.followup(user("A", "original"))
+    yield* driver.whenIdle
+    const ums = yield* dataOfType("user/message")
+    expect(ums.map((d) => [d.id, d.content[0].text])).toEqual([["A", "REWRITTEN"]])
+    const rs = yield* requests
+    expect(rs[0]!.messages.map(token)).toEqual(["REWRITTEN"])
+    expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("entered"))
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("P13: enter with an extra sourced message", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const X = plugin("X")
-      yield* (yield* PreStep).register((input) => Effect.succeed(PreStepDecision.enter([...input.messages, X])))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(3, 6)).toEqual(["SS(1,1)", "UM(A)", "UM(X)"])
-      const rs = yield* requests
-      expect(rs[0]!.messages).toEqual([user("A"), X])
-      expect(yield* inbox.idState(asId("X"))).toEqual(Option.some("entered"))
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("P13: enter with an extra sourced message", scenario([ScriptedModel.text("ok")]), function*({ driver, inbox }) {
+    const X = plugin("X")
+    yield* (yield* PreStep).register((input) => Effect.succeed(PreStepDecision.enter([...input.messages, X])))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(3, 6)).toEqual(["SS(1,1)", "UM(A)", "UM(X)"])
+    const rs = yield* requests
+    expect(rs[0]!.messages).toEqual([user("A"), X])
+    expect(yield* inbox.idState(asId("X"))).toEqual(Option.some("entered"))
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("P13: adding a message pending in next-turn ends the turn DUPLICATE_MESSAGE with no step; it stays pending", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const G = gate()
-      const B = user("B")
-      yield* (yield* PreStep).register((input, next) =>
-        input.turn === 1
-          ? Effect.zipRight(Deferred.await(G), Effect.succeed(PreStepDecision.enter([...input.messages, B])))
-          : next()
-      )
-      yield* driver.followup(user("A"))
-      yield* driver.followup(B)
-      yield* open(G)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "TE(1,error(DUPLICATE_MESSAGE))",
-        "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
-      ])
-      expect(yield* inbox.idState(B.id)).toEqual(Option.some("entered"))
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
+  agentTest("P13: adding a message pending in next-turn ends the turn DUPLICATE_MESSAGE with no step; it stays pending", scenario([ScriptedModel.text("ok")]), function*({ driver, inbox }) {
+    const G = gate()
+    const B = user("B")
+    yield* (yield* PreStep).register((input, next) =>
+      input.turn === 1
+        ? Effect.zipRight(Deferred.await(G), Effect.succeed(PreStepDecision.enter([...input.messages, B])))
+        : next()
+    )
+    yield* driver.followup(user("A"))
+    yield* driver.followup(B)
+    yield* open(G)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "TE(1,error(DUPLICATE_MESSAGE))",
+      "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+    ])
+    expect(yield* inbox.idState(B.id)).toEqual(Option.some("entered"))
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("P16 variant: an inject alone after a rejected claim waits for the next wake", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      const G = gate()
-      yield* (yield* PreStep).register((input, next) =>
-        input.turn === 1 ? Effect.zipRight(Deferred.await(G), Effect.succeed(PreStepDecision.reject())) : next()
-      )
-      yield* driver.followup(user("P"))
-      yield* driver.inject(plugin("C"))
-      yield* open(G)
-      yield* driver.whenIdle
-      expect(yield* shape).toEqual(["INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[C])", "TE(1,blocked)"])
-      expect(yield* driver.status).toBe("idle")
-      expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["C"])
-      expect(yield* requests).toEqual([])
-      yield* driver.followup(user("W"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(5, 12)).toEqual(["INS(nt,0,[W])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(C)", "UM(W)"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("one")]))))
+  agentTest("P16 variant: an inject alone after a rejected claim waits for the next wake", scenario([ScriptedModel.text("one")]), function*({ driver, inbox }) {
+    const G = gate()
+    yield* (yield* PreStep).register((input, next) =>
+      input.turn === 1 ? Effect.zipRight(Deferred.await(G), Effect.succeed(PreStepDecision.reject())) : next()
+    )
+    yield* driver.followup(user("P"))
+    yield* driver.inject(plugin("C"))
+    yield* open(G)
+    yield* driver.whenIdle
+    expect(yield* shape).toEqual(["INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[C])", "TE(1,blocked)"])
+    expect(yield* driver.status).toBe("idle")
+    expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["C"])
+    expect(yield* requests).toEqual([])
+    yield* driver.followup(user("W"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(5, 12)).toEqual(["INS(nt,0,[W])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(C)", "UM(W)"])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("P19 (a, b, d, e): waterfall composition", () =>
-    Effect.gen(function*() {
-      const preStep = yield* PreStep
-      const order = yield* Ref.make<ReadonlyArray<string>>([])
-      const note = (s: string) => Ref.update(order, (a) => [...a, s])
-      const X = plugin("X")
-      const Y = plugin("Y")
-      const A = user("A")
-      const mode = yield* Ref.make<"a" | "b">("a")
-      let defaultArray: ReadonlyArray<UserMessage> | undefined
-      let frozen: boolean | undefined
-      yield* preStep.register((input, next) =>
-        Effect.gen(function*() {
-          yield* note("L1")
-          if ((yield* Ref.get(mode)) === "b") return PreStepDecision.enter([A])
-          const d = yield* next()
-          return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, Y]) : d
-        })
-      )
-      yield* preStep.register((input, next) =>
-        Effect.gen(function*() {
-          yield* note("L2")
-          frozen = Object.isFrozen(input.messages) && input.messages.every((m) => Object.isFrozen(m))
-          const d = yield* next()
-          if (d._tag === "Enter") defaultArray = d.messages
-          return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, X]) : d
-        })
-      )
-      yield* preStep.register((_input, next) => Effect.zipRight(note("L3"), next()), { prepend: true })
-      const input: PreStepInput = { sessionId: SessionId.make("s"), turn: 1, step: 1, boundary: "initial", messages: Object.freeze([A]) }
-      const entered = yield* preStep.run(input)
-      expect(entered.map((m) => m.id)).toEqual(["A", "X", "Y"])
-      expect(yield* Ref.get(order)).toEqual(["L3", "L1", "L2"])
-      expect(frozen).toBe(true)
-      expect(defaultArray).not.toBe(input.messages)
-      yield* Ref.set(order, [])
-      yield* Ref.set(mode, "b")
-      expect((yield* preStep.run(input)).map((m) => m.id)).toEqual(["A"])
-      expect(yield* Ref.get(order)).toEqual(["L3", "L1"])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("P19 (a, b, d, e): waterfall composition", scenario([]), function*({ preStep }) {
+    const order = yield* Ref.make<ReadonlyArray<string>>([])
+    const note = (s: string) => Ref.update(order, (a) => [...a, s])
+    const X = plugin("X")
+    const Y = plugin("Y")
+    const A = user("A")
+    const mode = yield* Ref.make<"a" | "b">("a")
+    let defaultArray: ReadonlyArray<UserMessage> | undefined
+    let frozen: boolean | undefined
+    yield* preStep.register((input, next) =>
+      Effect.gen(function*() {
+        yield* note("L1")
+        if ((yield* Ref.get(mode)) === "b") return PreStepDecision.enter([A])
+        const d = yield* next()
+        return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, Y]) : d
+      })
+    )
+    yield* preStep.register((input, next) =>
+      Effect.gen(function*() {
+        yield* note("L2")
+        frozen = Object.isFrozen(input.messages) && input.messages.every((m) => Object.isFrozen(m))
+        const d = yield* next()
+        if (d._tag === "Enter") defaultArray = d.messages
+        return d._tag === "Enter" ? PreStepDecision.enter([...d.messages, X]) : d
+      })
+    )
+    yield* preStep.register((_input, next) => Effect.zipRight(note("L3"), next()), { prepend: true })
+    const input: PreStepInput = { sessionId: SessionId.make("s"), turn: 1, step: 1, boundary: "initial", messages: Object.freeze([A]) }
+    const entered = yield* preStep.run(input)
+    expect(entered.map((m) => m.id)).toEqual(["A", "X", "Y"])
+    expect(yield* Ref.get(order)).toEqual(["L3", "L1", "L2"])
+    expect(frozen).toBe(true)
+    expect(defaultArray).not.toBe(input.messages)
+    yield* Ref.set(order, [])
+    yield* Ref.set(mode, "b")
+    expect((yield* preStep.run(input)).map((m) => m.id)).toEqual(["A"])
+    expect(yield* Ref.get(order)).toEqual(["L3", "L1"])
+  })
 
-  it.scoped("P19 (c): a listener calling next() twice ends the turn error with no step", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* (yield* PreStep).register((_input, next) => Effect.zipRight(next(), next()))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s.filter((x) => x.startsWith("SS"))).toEqual([])
-      expect(s[s.length - 1]).toMatch(/^TE\(1,error\(/)
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([]))))
+  agentTest("P19 (c): a listener calling next() twice ends the turn error with no step", scenario([]), function*({ driver }) {
+    yield* (yield* PreStep).register((_input, next) => Effect.zipRight(next(), next()))
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s.filter((x) => x.startsWith("SS"))).toEqual([])
+    expect(s[s.length - 1]).toMatch(/^TE\(1,error\(/)
+    expect(yield* closeOut).toEqual([])
+  })
 
   it.effect("P2/3.1: the acknowledgement of a delivery waits for durability under TestClock (no Clock wait)", () =>
     Effect.gen(function*() {

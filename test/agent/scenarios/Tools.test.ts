@@ -5,7 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Schema, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, RequestErrorAction, ScriptedModel, SessionLog, Tool, ToolPreDecision, Tools } from "../../../src/index.js"
-import { closeOut, dataOfType, gate, open, plugin, requests, scenario, settle, shape, TEXT, token, until, untilEvent, user } from "../harness.js"
+import { agentTest, closeOut, dataOfType, gate, open, plugin, requests, scenario, settle, shape, TEXT, token, until, untilEvent, user } from "../harness.js"
 import { calls, captured, empty, fileRows, freshFile, from, onBoth, runOn } from "./bothStores.js"
 import type { ScriptEntry, ToolDefinition } from "../../../src/index.js"
 
@@ -767,17 +767,15 @@ describe("§4.6 P23-P24 on the memory store: the pool of one and contexts of two
         return "ok"
       })
   })
-  it.scoped("P23: cap 1 is fully serial", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(live1).toEqual(["start-c1", "end-c1", "start-c2", "end-c2", "start-c3", "end-c3"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario(
-      [calls("p", ["c1", "c2", "c3"]), ScriptedModel.text("done")],
-      { tools: [p23serial], maxParallelToolCalls: 1 }
-    ))))
+  agentTest("P23: cap 1 is fully serial", scenario(
+    [calls("p", ["c1", "c2", "c3"]), ScriptedModel.text("done")],
+    { tools: [p23serial], maxParallelToolCalls: 1 }
+  ), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(live1).toEqual(["start-c1", "end-c1", "start-c2", "end-c2", "start-c3", "end-c3"])
+    expect(yield* closeOut).toEqual([])
+  })
 
   it.effect("P23: Tools.layer dies at build for maxParallelToolCalls 0 and 1.5", () =>
     Effect.gen(function*() {

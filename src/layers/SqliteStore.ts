@@ -4,7 +4,8 @@
  * One database file holds every session: `sessions` has one row per session (its header as JSON,
  * the caller's `createdAt` and the stored log length) and `events` one row per logical event,
  * keyed `(session_id, seq)`. The layer creates the file with mode 0600, turns on WAL and runs its
- * own migrations. `create` is one `BEGIN IMMEDIATE` transaction; an `append` advances
+ * own migrations (internal/durability/SqliteOpen); a `leases` row names the process holding a
+ * session (internal/durability/SqliteLease). `create` is one `BEGIN IMMEDIATE` transaction; an `append` advances
  * `sessions.length` only if it still equals `events[0].seq` (the optimistic check against a second
  * writer) and inserts the rows with a few cached multi-row INSERTs, in a `BEGIN IMMEDIATE`
  * transaction that appends of other sessions arriving at the same time share (group commit: their
@@ -30,26 +31,22 @@
  * @since 0.1.0
  */
 import { seqProblem } from "../internal/durability/Contiguity.js"
-import * as Migrator from "@effect/sql/Migrator"
-import * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
-import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
-import { Cause, Context, Duration, Effect, Either, ExecutionStrategy, Exit, Layer, Option, Scope } from "effect"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
+import type { Scope } from "effect"
+import { Cause, Duration, Effect, Either, Exit, Layer, Option } from "effect"
+import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
 import { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { decodeHeader } from "../internal/durability/StoredHeader.js"
-import type { ProcessLease } from "../internal/durability/Lease.js"
 import { withProcessLease } from "../internal/durability/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as Checkpointer from "../internal/durability/Checkpointer.js"
 import * as SqliteDirect from "../internal/durability/SqliteDirect.js"
 import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/durability/SqliteDirect.js"
+import * as SqliteLease from "../internal/durability/SqliteLease.js"
 import * as SyncAppend from "../internal/durability/SyncAppend.js"
-import { MIGRATION_COUNT, migrations, migrationsApplied } from "../internal/durability/SqliteSchema.js"
+import { ALL_SESSIONS, isFile, open, SYNCHRONOUS } from "../internal/durability/SqliteOpen.js"
 import { encodeRows, eventsOf, eventsOfText, headerOf, parseJson, rowBytes } from "../internal/durability/SqliteRows.js"
 
 /**
@@ -81,34 +78,9 @@ const busyTimeoutOf = (options: SqliteSessionStoreOptions): Duration.Duration =>
   return decoded._tag === "Some" ? decoded.value : Duration.zero
 }
 
-/** A failure as `PersistenceError`, its SQLite code (if any) leading its message. */
-const persistenceError = (sessionId: string, operation: string) => (cause: unknown): PersistenceError =>
-  cause instanceof PersistenceError ? cause : new PersistenceError({ sessionId, operation, cause: SqliteDirect.withSqliteCode(cause) })
-
 /** `PersistenceError.refail` for SQLite: the SQLite code leads the message. */
 const refail = (sessionId: string, operation: string) => <A, E, R>(self: Effect.Effect<A, E, R>) =>
-  Effect.mapError(self, persistenceError(sessionId, operation))
-
-const ALL_SESSIONS = "*"
-
-// How many times `open` waits for another process's migration and migrates again.
-const MIGRATION_ATTEMPTS = 5
-
-const SELECT_LEASE = "SELECT pid, host FROM leases WHERE session_id = ?"
-const TAKE_LEASE = "INSERT OR REPLACE INTO leases (session_id, pid, host) VALUES (?, ?, ?)"
-const DROP_LEASE = "DELETE FROM leases WHERE session_id = ? AND pid = ? AND host = ?"
-
-// Whether process `pid` of this host is alive (signal 0 checks without signalling).
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as { readonly code?: unknown }).code === "EPERM"
-  }
-}
-
-const SYNCHRONOUS = { OFF: "OFF", NORMAL: "NORMAL", FULL: "FULL" } as const
+  Effect.mapError(self, SqliteDirect.persistenceError(sessionId, operation))
 
 const INSERT_SESSION = "INSERT INTO sessions (id, header, created_at, length) VALUES (?, ?, ?, ?) " +
   "ON CONFLICT (id) DO NOTHING RETURNING id"
@@ -166,102 +138,6 @@ const insertEvents = (conn: Connection, id: SessionId, firstSeq: number, rows: R
     pushTriples(triples, id, firstSeq, rows)
     return insertTriples(conn, triples)
   })
-
-// Creates the database file with mode 0600 (the client would create it with the umask's mode); an
-// existing file keeps its mode. SQLite gives the -wal and -shm files the database file's mode.
-const createPrivateFile = (filename: string): Effect.Effect<void, PersistenceError> =>
-  Effect.try({
-    try: () => {
-      if (filename === "" || filename === ":memory:") return
-      let fd: number
-      try {
-        fd = fs.openSync(filename, "wx", 0o600)
-      } catch (cause) {
-        if ((cause as { readonly code?: unknown }).code === "EEXIST") return
-        throw cause
-      }
-      try {
-        fs.fchmodSync(fd, 0o600)
-      } finally {
-        fs.closeSync(fd)
-      }
-    },
-    catch: (cause) => new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
-  })
-
-const isFile = (filename: string): boolean => filename !== "" && filename !== ":memory:"
-
-/**
- * Opens the client in the current scope, sets the pragmas and runs the migrations. Each step that
- * may meet another process's lock (turning a fresh file to WAL, a migration) waits for it with
- * `wait`, never inside the driver: the client opens without touching the file (WAL is set here)
- * and its first statement sets SQLite's busy timeout to 0.
- */
-const openOnce = (options: SqliteSessionStoreOptions, wait: ReturnType<typeof SqliteDirect.waitForLock>) =>
-  Effect.gen(function*() {
-    yield* createPrivateFile(options.filename)
-    const client = yield* Layer.build(SqliteClient.layer({ filename: options.filename, disableWAL: true }))
-    const sql = Context.get(client, SqlClient.SqlClient)
-    // Even a pragma may meet a lock: preparing it reads the schema, which another process turning
-    // the file to WAL or migrating it holds for a moment.
-    yield* wait(sql.unsafe("PRAGMA busy_timeout = 0"))
-    yield* wait(sql.unsafe(`PRAGMA synchronous = ${SYNCHRONOUS[options.synchronous ?? "NORMAL"]}`))
-    if (isFile(options.filename)) {
-      const [mode] = yield* wait(sql<{ readonly journal_mode: string }>`PRAGMA journal_mode = WAL`)
-      if (mode?.journal_mode !== "wal") {
-        const cause = `could not enable WAL (journal_mode is ${mode?.journal_mode})`
-        return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
-      }
-      // Checkpoints run on a worker thread instead (internal/durability/Checkpointer).
-      yield* wait(sql.unsafe("PRAGMA wal_autocheckpoint = 0"))
-    }
-    // A migration that meets a lock dies inside the migrator: as a failure, it can wait and run again.
-    const migrate = wait(
-      Migrator.make({})({ loader: migrations, table: "tiller_migrations" }).pipe(
-        Effect.provideService(SqlClient.SqlClient, sql),
-        Effect.catchAllDefect(Effect.fail)
-      )
-    )
-    yield* migrate
-    // The migrator stands aside ("already running") when another process migrates the same fresh
-    // file at the same moment, possibly before that migration committed: wait for the other
-    // process's write lock to go, then migrate again, until every migration is recorded.
-    for (let attempt = 1; (yield* wait(migrationsApplied(sql))) < MIGRATION_COUNT; attempt++) {
-      if (attempt > MIGRATION_ATTEMPTS) {
-        const cause = `the schema's migrations are still incomplete after ${MIGRATION_ATTEMPTS} attempts`
-        return yield* new PersistenceError({ sessionId: ALL_SESSIONS, operation: "open", cause })
-      }
-      yield* wait(sql.unsafe("BEGIN IMMEDIATE"))
-      yield* sql.unsafe("ROLLBACK")
-      yield* migrate
-    }
-    return sql
-  }).pipe(
-    // The driver throws from its constructor (a missing directory, a file that is not a database)
-    // and the migrator dies when a migration fails: while opening, every defect is a storage failure.
-    Effect.catchAllDefect(Effect.fail)
-  )
-
-/** How long one connection waits for a lock while opening before a fresh connection tries. */
-const OPEN_CONNECTION_WAIT = Duration.seconds(1)
-
-/**
- * Opens the store's connection (see `openOnce`). A connection that opened a fresh file while other
- * processes turned it to WAL and migrated it can stay busy after every other process is gone
- * (SQLite then answers `SQLITE_BUSY` to each of its statements while a new connection reads the
- * file at once): each connection waits a moment, then is closed and a new one tries, until
- * `busyTimeout` has passed.
- */
-const open = (options: SqliteSessionStoreOptions, timeout: Duration.Duration) =>
-  Effect.gen(function*() {
-    const outer = yield* Effect.scope
-    const attempt = Effect.flatMap(Scope.fork(outer, ExecutionStrategy.sequential), (scope) =>
-      openOnce(options, SqliteDirect.waitForLock(options.filename, Duration.min(timeout, OPEN_CONNECTION_WAIT))).pipe(
-        Scope.extend(scope),
-        Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit))
-      ))
-    return yield* SqliteDirect.waitForLock(options.filename, timeout)(attempt)
-  }).pipe(refail(ALL_SESSIONS, "open"))
 
 /**
  * Builds the SQLite store in the current scope (the database closes with the scope).
@@ -340,7 +216,7 @@ export const make = (
           if (inserted.length === 0) return yield* new SessionExists({ sessionId })
           yield* insertEvents(conn, sessionId, 0, rows.right)
         })).pipe(
-          Effect.catchTag("SqlError", (error) => Effect.fail(persistenceError(sessionId, "create")(error)))
+          Effect.catchTag("SqlError", (error) => Effect.fail(SqliteDirect.persistenceError(sessionId, "create")(error)))
         )
       checkpointer?.wrote(rowBytes(rows.right) + headerJson.length)
     })
@@ -531,7 +407,7 @@ export const make = (
     const loadText = (id: SessionId) =>
       Effect.try({
         try: () => direct?.read(id),
-        catch: persistenceError(id, "load")
+        catch: SqliteDirect.persistenceError(id, "load")
       }).pipe(
         Effect.catchIf((error) => SqliteDirect.isBusy(error.cause), () => Effect.succeed(undefined)),
         Effect.map((stored) => {
@@ -592,38 +468,10 @@ export const make = (
       return headers as ReadonlyArray<SessionHeader>
     }).pipe(refail(ALL_SESSIONS, "list"), Effect.withSpan("SessionStore.list"))
 
-    // Another process holding a session (a live pid on this host, or any pid on another host, which
-    // cannot be checked) makes the open fail with AgentBusy; a lease left by a process that died is
-    // taken over. This process's own leases are governed by the in-process lease.
-    const host = os.hostname()
-    const heldElsewhere = (id: SessionId, rows: ReadonlyArray<unknown>): AgentBusy | undefined => {
-      const holder = rows[0] as { readonly pid: number; readonly host: string } | undefined
-      return holder !== undefined && holder.pid !== process.pid && (holder.host !== host || alive(holder.pid))
-        ? new AgentBusy({ sessionId: id, operation: "open", phase: "open" })
-        : undefined
-    }
-    const processLease: ProcessLease = {
-      check: (id) =>
-        Effect.flatMap(query(SELECT_LEASE, [id]).pipe(refail(id, "open")), (rows) => {
-          const busy = heldElsewhere(id, rows)
-          return busy === undefined ? Effect.void : Effect.fail(busy)
-        }),
-      acquire: (id, length) =>
-        transaction(
-          "BEGIN IMMEDIATE",
-          Effect.gen(function*() {
-            const busy = heldElsewhere(id, yield* conn.execute(SELECT_LEASE, [id], undefined))
-            if (busy !== undefined) return yield* busy
-            yield* conn.execute(TAKE_LEASE, [id, process.pid, host], undefined)
-            if (length === undefined) return true
-            const [stored] = yield* conn.execute(SELECT_LENGTH, [id], undefined)
-            return (stored as { readonly length: number } | undefined)?.length === length
-          })
-        ).pipe(Effect.catchTag("SqlError", (cause) => Effect.fail(persistenceError(id, "open")(cause)))),
-      release: (id) => Effect.ignore(query(DROP_LEASE, [id, process.pid, host]))
-    }
-
-    const store = withProcessLease({ create, load, append, exists, list } satisfies SessionStore["Type"], processLease)
+    const store = withProcessLease(
+      { create, load, append, exists, list } satisfies SessionStore["Type"],
+      SqliteLease.make({ conn, query, transaction })
+    )
     // An append at once on the direct connection, while no transaction of the client's is open and no
     // group is being written; anything else (a refused length check, a failure) writes nothing and is
     // left to `append`, which reports it. Acknowledgements still go through group commit: a

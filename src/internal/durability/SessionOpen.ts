@@ -6,7 +6,8 @@
  * resuming (this module, `Lease`, `StoredHeader`, `DecodedEvents`), the group-commit writer fiber
  * (`Writer`, `WriterSignal`, `SyncAppend`, `DurableWaiters`, `Checkpointer`), the seq rules every
  * store applies (`Contiguity`), the in-memory store behind `SessionStore.layerMemory`
- * (`MemoryStore`) and the SQLite connection's own calls (`SqliteDirect`).
+ * (`MemoryStore`) and the SQLite store's machinery: opening its file (`SqliteOpen`), its lease
+ * across processes (`SqliteLease`) and its connection's own calls (`SqliteDirect`).
  *
  * @since 0.1.0
  */

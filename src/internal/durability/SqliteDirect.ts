@@ -14,7 +14,8 @@
  * file-backed store only: a second connection to `:memory:` would open another, empty database.
  *
  * This module also holds what the store knows about the driver's failures: the SQLite result code
- * of an error (`SQLITE_BUSY`, `SQLITE_FULL`, ...), put first in its message, and the wait for
+ * of an error (`SQLITE_BUSY`, `SQLITE_FULL`, ...), put first in its message (and in the store's
+ * `PersistenceError`), and the wait for
  * another process's lock. better-sqlite3 is synchronous: its own busy timeout would wait for a lock
  * inside the call, blocking the event loop (every session and timer of the process). Every
  * connection of the store runs with a busy timeout of 0, so a statement that needs a lock another
@@ -28,6 +29,7 @@ import { SqlError } from "@effect/sql/SqlError"
 import Database from "better-sqlite3"
 import type { Scope } from "effect"
 import { Clock, Duration, Effect, Schedule } from "effect"
+import { PersistenceError } from "../../domain/Errors.js"
 
 /**
  * One session as stored: its header text, its recorded length and its event rows' text in seq order.
@@ -206,6 +208,16 @@ export const withSqliteCode = (error: unknown): unknown => {
     message: `${driver.code}: ${driver.message}`
   })
 }
+
+/**
+ * A failure of `operation` on session `sessionId` as `PersistenceError`, its SQLite code (if any)
+ * leading its message (see {@link withSqliteCode}); a `PersistenceError` is returned as it is.
+ *
+ * @since 0.1.0
+ * @category failures
+ */
+export const persistenceError = (sessionId: string, operation: string) => (cause: unknown): PersistenceError =>
+  cause instanceof PersistenceError ? cause : new PersistenceError({ sessionId, operation, cause: withSqliteCode(cause) })
 
 /**
  * The message of a lock wait that gave up.

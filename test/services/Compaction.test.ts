@@ -9,7 +9,7 @@ import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
-import type { Message, StreamChunk, Usage } from "../../src/domain/Values.js"
+import type { Message, StreamChunk, Usage, UserMessage } from "../../src/domain/Values.js"
 import { CancelCause } from "../../src/domain/Values.js"
 import { Agent } from "../../src/layers/Agent.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
@@ -24,7 +24,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { notation, scenario, TEXT, user } from "../agent/harness.js"
+import { agentTest, notation, scenario, TEXT, user } from "../agent/harness.js"
 
 /** An agent with compaction composed over it (the public layer, over the agent's public services). */
 const withCompaction = (
@@ -46,6 +46,10 @@ const toolCall = (id: string, name: string, u?: Usage) =>
 
 const logEvents = Effect.flatMap(SessionLog, (log) => log.events)
 
+/** Prompts each message in turn, waiting for its turn to end. */
+const prompt = (...messages: ReadonlyArray<UserMessage>) =>
+  Effect.flatMap(Driver, (driver) => Effect.forEach(messages, (m) => Effect.zipRight(driver.followup(m), driver.whenIdle), { discard: true }))
+
 const clean = Effect.map(logEvents, (events) => checkLog(events, { closed: true }))
 
 describe("Compaction: the context budget", () => {
@@ -62,12 +66,9 @@ describe("Compaction: the context budget", () => {
   it.scoped("use is the last reported prompt and answer plus an estimate of what was appended since", () =>
     Effect.gen(function*() {
       const compaction = yield* Compaction
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
+      yield* prompt(user("A"))
       expect(yield* compaction.contextUsage).toEqual({ used: 1_050, window: 10_000, fraction: 0.105 })
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
+      yield* prompt(user("B"))
       // Reported 2,000 + 10 with the tool call; then the result (4,000 / 4 + 4) and "done" (1 + 4).
       expect((yield* compaction.contextUsage).used).toBe(2_010 + 1_004 + 5)
     }).pipe(Effect.provide(withCompaction([
@@ -79,11 +80,9 @@ describe("Compaction: the context budget", () => {
   it.scoped("the window comes from the table for the model in use when no contextWindow is given", () =>
     Effect.gen(function*() {
       const compaction = yield* Compaction
-      const driver = yield* Driver
       // Before any request: the configured model's window.
       expect((yield* compaction.contextUsage).window).toBe(128_000)
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
+      yield* prompt(user("A"))
       // The request header names the scenario's model "m": not in the table, the default.
       expect((yield* compaction.contextUsage).window).toBe(32_768)
     }).pipe(Effect.provide(withCompaction([ScriptedModel.text("a")], { compaction: { model: "gpt-4o" } }))))
@@ -106,46 +105,29 @@ describe("Compaction: the tool-result cap", () => {
     execute: () => Effect.succeed({ content: full, meta: { lines: 1 } })
   })
 
-  it.scoped("a 10 MB result: the log keeps it whole (in meta), the next request carries head + tail and a note", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const tr = resultOf(yield* logEvents, "c1")
-      const shown = textOfResult(tr)
-      expect(shown.startsWith("HEAD")).toBe(true)
-      expect(shown.endsWith("TAIL")).toBe(true)
-      expect(shown).toContain("9,950,000 of 10,000,000 characters cut from the middle of this tool result")
-      expect(shown).toContain("tool result of call c1")
-      expect(shown.length).toBeLessThan(50_000 + 400)
-      const meta = tr.data.meta as { readonly lines: number; readonly "tiller/cut": { readonly text: string; readonly characters: number } }
-      expect(meta.lines).toBe(1)
-      expect(meta["tiller/cut"].characters).toBe(10_000_000)
-      expect(meta["tiller/cut"].text === full).toBe(true)
-      const requests = yield* (yield* ScriptedModel).requests
-      const last = requests[1]!.messages.at(-1)!
-      expect(last.content[0]!.type === "tool-result" && last.content[0].content[0]).toEqual({ type: "text", text: shown })
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction([toolCall("c1", "dump"), ScriptedModel.text("done")], {
+  agentTest("a 10 MB result: the log keeps it whole (in meta), the next request carries head + tail and a note", withCompaction([toolCall("c1", "dump"), ScriptedModel.text("done")], {
       tools: [dump],
       compaction: { contextWindow: 200_000 }
-    }))))
+    }), function*({ driver }) {
+    yield* prompt(user("A"))
+    const tr = resultOf(yield* logEvents, "c1")
+    const shown = textOfResult(tr)
+    expect(shown.startsWith("HEAD")).toBe(true)
+    expect(shown.endsWith("TAIL")).toBe(true)
+    expect(shown).toContain("9,950,000 of 10,000,000 characters cut from the middle of this tool result")
+    expect(shown).toContain("tool result of call c1")
+    expect(shown.length).toBeLessThan(50_000 + 400)
+    const meta = tr.data.meta as { readonly lines: number; readonly "tiller/cut": { readonly text: string; readonly characters: number } }
+    expect(meta.lines).toBe(1)
+    expect(meta["tiller/cut"].characters).toBe(10_000_000)
+    expect(meta["tiller/cut"].text === full).toBe(true)
+    const requests = yield* (yield* ScriptedModel).requests
+    const last = requests[1]!.messages.at(-1)!
+    expect(last.content[0]!.type === "tool-result" && last.content[0].content[0]).toEqual({ type: "text", text: shown })
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("per-tool limits override the default; a ToolPost listener's own output is capped too", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      // A listener registered after compaction (an MCP bridge, say) makes "other"'s output 200,000 characters.
-      yield* (yield* Hooks).onToolPost((input, next) =>
-        Effect.map(next(), (output) => input.name === "other" ? { ...output, content: [{ type: "text" as const, text: "y".repeat(200_000) }] } : output))
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const events = yield* logEvents
-      expect(textOfResult(resultOf(events, "c1")).length).toBeLessThan(100 + 400)
-      expect(textOfResult(resultOf(events, "c2"))).toBe("x".repeat(60_000))
-      const other = textOfResult(resultOf(events, "c3"))
-      expect(other.startsWith("y".repeat(30_000)) && other.length < 50_000 + 400).toBe(true)
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction([
+  agentTest("per-tool limits override the default; a ToolPost listener's own output is capped too", withCompaction([
       ScriptedModel.response({
         toolCalls: [
           { id: "c1", name: "small", arguments: {} },
@@ -157,7 +139,18 @@ describe("Compaction: the tool-result cap", () => {
     ], {
       tools: [sized("small", 1_000), sized("free", 60_000), sized("other", 60_000)],
       compaction: { contextWindow: 200_000, toolResultLimits: { small: 100, free: Infinity } }
-    }))))
+    }), function*({ driver }) {
+    // A listener registered after compaction (an MCP bridge, say) makes "other"'s output 200,000 characters.
+    yield* (yield* Hooks).onToolPost((input, next) =>
+      Effect.map(next(), (output) => input.name === "other" ? { ...output, content: [{ type: "text" as const, text: "y".repeat(200_000) }] } : output))
+    yield* prompt(user("A"))
+    const events = yield* logEvents
+    expect(textOfResult(resultOf(events, "c1")).length).toBeLessThan(100 + 400)
+    expect(textOfResult(resultOf(events, "c2"))).toBe("x".repeat(60_000))
+    const other = textOfResult(resultOf(events, "c3"))
+    expect(other.startsWith("y".repeat(30_000)) && other.length < 50_000 + 400).toBe(true)
+    expect(yield* clean).toEqual([])
+  })
 })
 
 const S = SessionId.make("s")
@@ -191,11 +184,9 @@ describe("Compaction: pruning", () => {
   it.scoped("manual: a turn:null prune bracket around TR~ of the old results; the next request sees placeholders; resume keeps them", () =>
     Effect.gen(function*() {
       const before = yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
         const log = yield* SessionLog
         const compaction = yield* Compaction
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
+        yield* prompt(user("A"))
         const used = (yield* compaction.contextUsage).used
         const length = (yield* log.events).length
         const report = yield* compaction.compact
@@ -215,8 +206,7 @@ describe("Compaction: pruning", () => {
         expect(used - after).toBeGreaterThan(900)
         // The shadowed result stays in the log, whole.
         expect(textOfResult(r1)).toBe("x".repeat(4_000))
-        yield* driver.followup(user("B"))
-        yield* driver.whenIdle
+        yield* prompt(user("B"))
         const requests = yield* (yield* ScriptedModel).requests
         expect(resultTexts(requests.at(-1)!.messages)).toEqual([
           "r1:[tool result pruned", "r2:xxxxxxxxxxxxxxxxxxx", "r3:xxxxxxxxxxxxxxxxxxx", "r4:xxxxxxxxxxxxxxxxxxx"
@@ -236,15 +226,12 @@ describe("Compaction: pruning", () => {
       }).pipe(Effect.provide(agentOn({ resume: S }, [], { ...pruneOptions, threshold: 0.0001 }, readAndKeep))))
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 
-  it.scoped("manual with nothing worth pruning writes nothing", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const length = (yield* logEvents).length
-      expect((yield* (yield* Compaction).compact).pruned).toBe(0)
-      expect((yield* logEvents).length).toBe(length)
-    }).pipe(Effect.provide(withCompaction([ScriptedModel.text("a")], { compaction: pruneOptions }))))
+  agentTest("manual with nothing worth pruning writes nothing", withCompaction([ScriptedModel.text("a")], { compaction: pruneOptions }), function*({ driver }) {
+    yield* prompt(user("A"))
+    const length = (yield* logEvents).length
+    expect((yield* (yield* Compaction).compact).pruned).toBe(0)
+    expect((yield* logEvents).length).toBe(length)
+  })
 })
 
 const overflowFailure = { message: "prompt is too long: 210000 tokens > 200000 maximum", code: "CONTEXT_OVERFLOW", status: 400 }
@@ -268,113 +255,76 @@ const P = "[tool result pruned"
 const X = "xxxxxxxxxxxxxxxxxxx"
 
 describe("Compaction: triggers", () => {
-  it.scoped("threshold: a pre-step prunes when use passes 0.8 of the window, with a numeric bracket before the step opens", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      // About 4,050 tokens after r4 (≥ 3,200): r4 and r3 are recent, r2 and r1 are pruned.
-      expect(yield* tailFrom("compaction/start")).toEqual([
-        "compaction/start", "TR~(r1)", "TR~(r2)", "compaction/end", "SS(1,5)", ...TEXT, "SE(1,5)", "TE(1,completed)"
-      ])
-      const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
-      expect(start.data).toMatchObject({ turn: 1, kind: "prune", trigger: "threshold" })
-      expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${X}`, `r4:${X}`])
-      expect((yield* (yield* Compaction).contextUsage).fraction).toBeLessThan(0.8)
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("threshold: a pre-step prunes when use passes 0.8 of the window, with a numeric bracket before the step opens", withCompaction(
       [toolCall("r1", "read"), toolCall("r2", "read"), toolCall("r3", "read"), toolCall("r4", "read"), ScriptedModel.text("done")],
       { tools: [sized("read", 4_000)], compaction: { contextWindow: 4_000, protectRecentTokens: 1_500, minimumPruneTokens: 500, maxToolResultChars: 100_000 } }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(user("A"))
+    // About 4,050 tokens after r4 (≥ 3,200): r4 and r3 are recent, r2 and r1 are pruned.
+    expect(yield* tailFrom("compaction/start")).toEqual([
+      "compaction/start", "TR~(r1)", "TR~(r2)", "compaction/end", "SS(1,5)", ...TEXT, "SE(1,5)", "TE(1,completed)"
+    ])
+    const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
+    expect(start.data).toMatchObject({ turn: 1, kind: "prune", trigger: "threshold" })
+    expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${X}`, `r4:${X}`])
+    expect((yield* (yield* Compaction).contextUsage).fraction).toBeLessThan(0.8)
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("below the threshold nothing is pruned", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("below the threshold nothing is pruned", withCompaction(
       [toolCall("r1", "read"), toolCall("r2", "read"), toolCall("r3", "read"), toolCall("r4", "read"), ScriptedModel.text("done")],
       { tools: [sized("read", 4_000)], compaction: { contextWindow: 6_000, protectRecentTokens: 1_500, minimumPruneTokens: 500 } }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(user("A"))
+    expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+  })
 
   const overflowOptions: CompactionOptions = { contextWindow: 100_000, protectRecentTokens: 1_500, threshold: 0.99 }
 
-  it.scoped("overflow: the request-error listener prunes, then the step retries once and succeeds", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      // Overflow keeps only a quarter of the recent protection (375 tokens): r4.
-      expect(yield* tailFrom("compaction/start")).toEqual([
-        "compaction/start", "TR~(r1)", "TR~(r2)", "TR~(r3)", "compaction/end", "RT(1)", ...TEXT, "SE(1,5)", "TE(1,completed)"
-      ])
-      const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
-      expect(start.data).toMatchObject({ turn: 1, kind: "prune", trigger: "overflow" })
-      expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${P}`, `r4:${X}`])
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("overflow: the request-error listener prunes, then the step retries once and succeeds", withCompaction(
       [...fourResults.slice(0, 4), ScriptedModel.fail(overflowFailure), ScriptedModel.text("done")],
       { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: overflowOptions }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(user("A"))
+    // Overflow keeps only a quarter of the recent protection (375 tokens): r4.
+    expect(yield* tailFrom("compaction/start")).toEqual([
+      "compaction/start", "TR~(r1)", "TR~(r2)", "TR~(r3)", "compaction/end", "RT(1)", ...TEXT, "SE(1,5)", "TE(1,completed)"
+    ])
+    const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
+    expect(start.data).toMatchObject({ turn: 1, kind: "prune", trigger: "overflow" })
+    expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${P}`, `r4:${X}`])
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("overflow: an HTTP 413 is an overflow too", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* turnEnds)).toEqual([{ kind: "completed" }])
-      expect((yield* logEvents).find((e) => e.type === "compaction/start")!.data).toMatchObject({ trigger: "overflow" })
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("overflow: an HTTP 413 is an overflow too", withCompaction(
       [...fourResults.slice(0, 4), ScriptedModel.fail({ message: "Request Entity Too Large", code: "INVALID_REQUEST", status: 413 }), ScriptedModel.text("done")],
       { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: overflowOptions }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(user("A"))
+    expect((yield* turnEnds)).toEqual([{ kind: "completed" }])
+    expect((yield* logEvents).find((e) => e.type === "compaction/start")!.data).toMatchObject({ trigger: "overflow" })
+  })
 
-  it.scoped("overflow: a second overflow in the step is a typed failure that ends the turn error(CONTEXT_OVERFLOW) saying what to do", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* tailFrom("compaction/start")).toEqual([
-        "compaction/start", "TR~(r1)", "TR~(r2)", "TR~(r3)", "compaction/end", "RT(1)", "CH(finish error)", "SE(1,5)",
-        "TE(1,error(CONTEXT_OVERFLOW))"
-      ])
-      const [reason] = yield* turnEnds
-      const error = (reason as { readonly error: { readonly message: string; readonly code: string } }).error
-      expect(error.code).toBe("CONTEXT_OVERFLOW")
-      expect(error.message).toContain("the request overflowed again after compacting the conversation")
-      expect(error.message).toContain("Start a new session or fork this one at an earlier point")
-      expect(error.message).toContain("prompt is too long")
-      expect(yield* (yield* ScriptedModel).remaining).toBe(1)
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("overflow: a second overflow in the step is a typed failure that ends the turn error(CONTEXT_OVERFLOW) saying what to do", withCompaction(
       [...fourResults.slice(0, 4), ScriptedModel.fail(overflowFailure), ScriptedModel.fail(overflowFailure), ScriptedModel.text("never")],
       { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: overflowOptions }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(user("A"))
+    expect(yield* tailFrom("compaction/start")).toEqual([
+      "compaction/start", "TR~(r1)", "TR~(r2)", "TR~(r3)", "compaction/end", "RT(1)", "CH(finish error)", "SE(1,5)",
+      "TE(1,error(CONTEXT_OVERFLOW))"
+    ])
+    const [reason] = yield* turnEnds
+    const error = (reason as { readonly error: { readonly message: string; readonly code: string } }).error
+    expect(error.code).toBe("CONTEXT_OVERFLOW")
+    expect(error.message).toContain("the request overflowed again after compacting the conversation")
+    expect(error.message).toContain("Start a new session or fork this one at an earlier point")
+    expect(error.message).toContain("prompt is too long")
+    expect(yield* (yield* ScriptedModel).remaining).toBe(1)
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("overflow: the circuit breaker stops compaction after failures until a manual compaction closes it", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const compaction = yield* Compaction
-      // Turn 1: nothing to prune (a failure: the breaker opens at 1).
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      // Turn 2: results to prune, but the breaker is open: no compaction, the turn fails at once.
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      const reasons = (yield* turnEnds).map((r) => (r as { readonly error: { readonly message: string } }).error.message)
-      expect(reasons[0]).toContain("there is nothing left to compact")
-      expect(reasons[1]).toContain("automatic compaction stopped after repeated failures")
-      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
-      // A manual compaction closes it: turn 3's overflow is recovered.
-      expect((yield* compaction.compact).pruned).toBe(2)
-      yield* driver.followup(user("C"))
-      yield* driver.whenIdle
-      expect((yield* turnEnds).at(-1)).toEqual({ kind: "completed" })
-      const triggers = (yield* logEvents).filter((e) => e.type === "compaction/start").map((e) => (e.data as { readonly trigger: string }).trigger)
-      expect(triggers).toEqual(["manual", "overflow"])
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("overflow: the circuit breaker stops compaction after failures until a manual compaction closes it", withCompaction(
       [
         ScriptedModel.fail(overflowFailure),
         ...fourResults.slice(0, 4),
@@ -383,27 +333,28 @@ describe("Compaction: triggers", () => {
         ScriptedModel.text("c")
       ],
       { tools: [sized("read", 4_000), sized("keep", 4_000)], compaction: { ...overflowOptions, maxConsecutiveFailures: 1 } }
-    ))))
+    ), function*({ driver }) {
+    const compaction = yield* Compaction
+    // Turn 1: nothing to prune (a failure: the breaker opens at 1).
+    yield* prompt(user("A"))
+    // Turn 2: results to prune, but the breaker is open: no compaction, the turn fails at once.
+    yield* prompt(user("B"))
+    const reasons = (yield* turnEnds).map((r) => (r as { readonly error: { readonly message: string } }).error.message)
+    expect(reasons[0]).toContain("there is nothing left to compact")
+    expect(reasons[1]).toContain("automatic compaction stopped after repeated failures")
+    expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+    // A manual compaction closes it: turn 3's overflow is recovered.
+    expect((yield* compaction.compact).pruned).toBe(2)
+    yield* prompt(user("C"))
+    expect((yield* turnEnds).at(-1)).toEqual({ kind: "completed" })
+    const triggers = (yield* logEvents).filter((e) => e.type === "compaction/start").map((e) => (e.data as { readonly trigger: string }).trigger)
+    expect(triggers).toEqual(["manual", "overflow"])
+    expect(yield* clean).toEqual([])
+  })
 })
 
 describe("Compaction: the circuit breaker", () => {
-  it.scoped("a threshold prune that freed tokens but left use above the threshold is no failure: the first overflow still compacts and the retry succeeds", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      // r4's response reports 6,010 tokens: the threshold prune frees r1 and r2 and use stays above 3,200.
-      const starts = (yield* logEvents).filter((e): e is EventOf<"compaction/start"> => e.type === "compaction/start")
-      expect(starts.map((e) => e.data)).toMatchObject([
-        { trigger: "threshold", kind: "prune" },
-        { trigger: "overflow", kind: "prune" }
-      ])
-      const thresholdEnd = (yield* logEvents).find((e) => e.type === "compaction/end")!.data as { readonly tokensAfter: number }
-      expect(thresholdEnd.tokensAfter).toBeGreaterThan(3_200)
-      expect(yield* turnEnds).toEqual([{ kind: "completed" }])
-      expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${P}`, `r4:${X}`])
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("a threshold prune that freed tokens but left use above the threshold is no failure: the first overflow still compacts and the retry succeeds", withCompaction(
       [
         toolCall("r1", "read"),
         toolCall("r2", "read"),
@@ -413,7 +364,20 @@ describe("Compaction: the circuit breaker", () => {
         ScriptedModel.text("done")
       ],
       { tools: [sized("read", 4_000)], compaction: { contextWindow: 4_000, protectRecentTokens: 1_500, summary: false, maxConsecutiveFailures: 1 } }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(user("A"))
+    // r4's response reports 6,010 tokens: the threshold prune frees r1 and r2 and use stays above 3,200.
+    const starts = (yield* logEvents).filter((e): e is EventOf<"compaction/start"> => e.type === "compaction/start")
+    expect(starts.map((e) => e.data)).toMatchObject([
+      { trigger: "threshold", kind: "prune" },
+      { trigger: "overflow", kind: "prune" }
+    ])
+    const thresholdEnd = (yield* logEvents).find((e) => e.type === "compaction/end")!.data as { readonly tokensAfter: number }
+    expect(thresholdEnd.tokensAfter).toBeGreaterThan(3_200)
+    expect(yield* turnEnds).toEqual([{ kind: "completed" }])
+    expect(yield* requestResults).toEqual([`r1:${P}`, `r2:${P}`, `r3:${P}`, `r4:${X}`])
+    expect(yield* clean).toEqual([])
+  })
 })
 
 const big = (id: string) => user(id, `${id} ${"x".repeat(2_000)}`)
@@ -433,13 +397,7 @@ const summaryScript = [
   ScriptedModel.text("d")
 ]
 const summaryOptions: CompactionOptions = { contextWindow: 4_000, summary: { keepRecentTokens: 10 } }
-const fourTurns = Effect.gen(function*() {
-  const driver = yield* Driver
-  for (const message of [big("A"), big("B"), user("C"), user("D")]) {
-    yield* driver.followup(message)
-    yield* driver.whenIdle
-  }
-})
+const fourTurns = prompt(big("A"), big("B"), user("C"), user("D"))
 
 const cheapRequests: Array<ModelRequest> = []
 const cheap: Context.Tag.Service<Model> = {
@@ -540,128 +498,77 @@ describe("Compaction: summaries", () => {
       { compaction: { ...summaryOptions, summary: { keepRecentTokens: 10, model: { service: cheap, provider: "cheap", model: "small" } } } }
     ))))
 
-  it.scoped("pinned instructions are never replaced, and the range never separates a tool call from its result", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      const rules = userMessage({ id: "I", text: "RULES", source: { kind: "instructions" } })
-      yield* driver.followup(rules)
-      yield* driver.whenIdle
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const before = yield* log.messages
-      const report = yield* (yield* Compaction).compact
-      const events = yield* logEvents
-      const replacement = events.find((e): e is EventOf<"user/message"> => e.type === "user/message" && (e as { readonly surfaceOp?: unknown }).surfaceOp !== "append")!
-      // The tail reaches 1,005 tokens at r2's result: the cut goes back to r2's call; I stays before the range.
-      const ok = events.find((e) => e.type === "assistant/message")!
-      expect(replacement.surfaceOp).toEqual({ op: "replace", start: ok.seq, end: resultOf(events, "r1").seq })
-      expect(report.summarised).toEqual({ start: ok.seq, end: resultOf(events, "r1").seq, nodes: 4 })
-      const after = yield* log.messages
-      expect(after[0]).toEqual(rules)
-      expect(sourceOf(after[1]!).kind).toBe("compaction")
-      expect(after.slice(2)).toEqual(before.slice(5))
-      expect(after[2]!.content.some((b) => b.type === "tool-call" && b.id === "r2")).toBe(true)
-      expect(after[3]!.content[0]).toMatchObject({ type: "tool-result", toolCallId: "r2" })
-      const asked = textOfMessage((yield* requests).at(-1)!.messages[0]!)
-      expect(asked).toContain("[calls read (r1) with {}]\n[result of r1] xxx")
-      expect(asked).not.toContain("RULES")
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("pinned instructions are never replaced, and the range never separates a tool call from its result", withCompaction(
       [ScriptedModel.text("ok"), toolCall("r1", "read"), toolCall("r2", "read"), ScriptedModel.text("done"), ScriptedModel.text("SUMMARY")],
       { tools: [sized("read", 4_000)], compaction: { contextWindow: 100_000, summary: { keepRecentTokens: 1_005 } } }
-    ))))
+    ), function*({ driver, log }) {
+    const rules = userMessage({ id: "I", text: "RULES", source: { kind: "instructions" } })
+    yield* prompt(rules)
+    yield* prompt(user("A"))
+    const before = yield* log.messages
+    const report = yield* (yield* Compaction).compact
+    const events = yield* logEvents
+    const replacement = events.find((e): e is EventOf<"user/message"> => e.type === "user/message" && (e as { readonly surfaceOp?: unknown }).surfaceOp !== "append")!
+    // The tail reaches 1,005 tokens at r2's result: the cut goes back to r2's call; I stays before the range.
+    const ok = events.find((e) => e.type === "assistant/message")!
+    expect(replacement.surfaceOp).toEqual({ op: "replace", start: ok.seq, end: resultOf(events, "r1").seq })
+    expect(report.summarised).toEqual({ start: ok.seq, end: resultOf(events, "r1").seq, nodes: 4 })
+    const after = yield* log.messages
+    expect(after[0]).toEqual(rules)
+    expect(sourceOf(after[1]!).kind).toBe("compaction")
+    expect(after.slice(2)).toEqual(before.slice(5))
+    expect(after[2]!.content.some((b) => b.type === "tool-call" && b.id === "r2")).toBe(true)
+    expect(after[3]!.content[0]).toMatchObject({ type: "tool-result", toolCallId: "r2" })
+    const asked = textOfMessage((yield* requests).at(-1)!.messages[0]!)
+    expect(asked).toContain("[calls read (r1) with {}]\n[result of r1] xxx")
+    expect(asked).not.toContain("RULES")
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("overflow with nothing to prune: a summary (the open step's message stays), then the retry succeeds", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      for (const message of [big("A"), big("B"), user("C")]) {
-        yield* driver.followup(message)
-        yield* driver.whenIdle
-      }
-      expect(yield* shapeFrom("compaction/start")).toEqual([
-        "compaction/start", "compaction/summary", "UM~", "compaction/end", "RT(1)", ...TEXT, "SE(3,1)", "TE(3,completed)"
-      ])
-      const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
-      // An overflow keeps a quarter of the tail (2 of 10 tokens): A, a, B and b are summarised.
-      expect(start.data).toMatchObject({ turn: 3, kind: "summary", trigger: "overflow", range: { nodes: 4 } })
-      const retried = (yield* requests).at(-1)!.messages
-      expect(retried.map((m) => sourceOf(m).kind === "compaction" ? "S" : textOfMessage(m).slice(0, 1))).toEqual(["S", "C"])
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("overflow with nothing to prune: a summary (the open step's message stays), then the retry succeeds", withCompaction(
       [ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.fail(overflowFailure), ScriptedModel.text("SUMMARY"), ScriptedModel.text("c")],
       { compaction: { contextWindow: 100_000, threshold: 0.99, summary: { keepRecentTokens: 10 } } }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(big("A"), big("B"), user("C"))
+    expect(yield* shapeFrom("compaction/start")).toEqual([
+      "compaction/start", "compaction/summary", "UM~", "compaction/end", "RT(1)", ...TEXT, "SE(3,1)", "TE(3,completed)"
+    ])
+    const start = (yield* logEvents).find((e) => e.type === "compaction/start")!
+    // An overflow keeps a quarter of the tail (2 of 10 tokens): A, a, B and b are summarised.
+    expect(start.data).toMatchObject({ turn: 3, kind: "summary", trigger: "overflow", range: { nodes: 4 } })
+    const retried = (yield* requests).at(-1)!.messages
+    expect(retried.map((m) => sourceOf(m).kind === "compaction" ? "S" : textOfMessage(m).slice(0, 1))).toEqual(["S", "C"])
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("overflow whose summary request fails: the bracket closes with an error and the turn ends error(CONTEXT_OVERFLOW) saying so", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      for (const message of [big("A"), big("B"), user("C")]) {
-        yield* driver.followup(message)
-        yield* driver.whenIdle
-      }
-      expect(yield* shapeFrom("compaction/start")).toEqual([
-        "compaction/start", "compaction/end", "SE(3,1)", "TE(3,error(CONTEXT_OVERFLOW))"
-      ])
-      const last = (yield* turnEnds).at(-1) as { readonly error: { readonly message: string } }
-      expect(last.error.message).toContain("there was nothing to prune and the summary request failed")
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("overflow whose summary request fails: the bracket closes with an error and the turn ends error(CONTEXT_OVERFLOW) saying so", withCompaction(
       [ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.fail(overflowFailure), ScriptedModel.fail({ message: "overloaded", code: "OVERLOADED" })],
       { compaction: { contextWindow: 100_000, threshold: 0.99, summary: { keepRecentTokens: 10 } } }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(big("A"), big("B"), user("C"))
+    expect(yield* shapeFrom("compaction/start")).toEqual([
+      "compaction/start", "compaction/end", "SE(3,1)", "TE(3,error(CONTEXT_OVERFLOW))"
+    ])
+    const last = (yield* turnEnds).at(-1) as { readonly error: { readonly message: string } }
+    expect(last.error.message).toContain("there was nothing to prune and the summary request failed")
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("summaries off: pruning only; an overflow with nothing to prune is nothing-to-compact", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      for (const message of [big("A"), big("B")]) {
-        yield* driver.followup(message)
-        yield* driver.whenIdle
-      }
-      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
-      const [, reason] = yield* turnEnds
-      expect((reason as { readonly error: { readonly message: string } }).error.message).toContain("there is nothing left to compact")
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("summaries off: pruning only; an overflow with nothing to prune is nothing-to-compact", withCompaction(
       [ScriptedModel.text("a"), ScriptedModel.fail(overflowFailure)],
       { compaction: { contextWindow: 100_000, threshold: 0.99, summary: false } }
-    ))))
+    ), function*({ driver }) {
+    yield* prompt(big("A"), big("B"))
+    expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+    const [, reason] = yield* turnEnds
+    expect((reason as { readonly error: { readonly message: string } }).error.message).toContain("there is nothing left to compact")
+  })
 })
 
 const asking = Deferred.unsafeMake<void>(FiberId.none)
 
 describe("Compaction: failures and cancellation", () => {
-  it.scoped("a summary request that fails, or outlasts its timeout, is a ModelError: the bracket closes with an error and nothing is replaced", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      for (const message of [big("A"), big("B"), user("C")]) {
-        yield* driver.followup(message)
-        yield* driver.whenIdle
-      }
-      const messages = yield* log.messages
-      const compaction = yield* Compaction
-      const failed = yield* Effect.flip(compaction.compact)
-      expect(failed._tag).toBe("ModelError")
-      expect((failed as { readonly failure: { readonly code: string } }).failure.code).toBe("OVERLOADED")
-      const hanging = yield* Effect.fork(compaction.compactWith({ focus: "x" }))
-      yield* TestClock.adjust("1 minute")
-      const timedOut = yield* Effect.flip(Fiber.join(hanging))
-      expect((timedOut as { readonly failure: { readonly code: string; readonly message: string } }).failure).toEqual({
-        code: "TIMEOUT",
-        message: "the summary request took longer than 1m"
-      })
-      const brackets = (yield* logEvents).filter((e) => e.type.startsWith("compaction/"))
-      expect(brackets.map((e) => [e.type, (e.data as { readonly error?: unknown }).error ?? null])).toEqual([
-        ["compaction/start", null],
-        ["compaction/end", { message: "compaction did not complete" }],
-        ["compaction/start", null],
-        ["compaction/end", { message: "compaction did not complete" }]
-      ])
-      expect(yield* log.messages).toEqual(messages)
-      // The agent goes on.
-      expect(yield* driver.status).toBe("idle")
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("a summary request that fails, or outlasts its timeout, is a ModelError: the bracket closes with an error and nothing is replaced", withCompaction(
       [
         ScriptedModel.text("a"),
         ScriptedModel.text("b"),
@@ -670,47 +577,64 @@ describe("Compaction: failures and cancellation", () => {
         ScriptedModel.hang()
       ],
       { compaction: { contextWindow: 100_000, summary: { keepRecentTokens: 10, timeout: "1 minute" } } }
-    ))))
+    ), function*({ driver, log }) {
+    yield* prompt(big("A"), big("B"), user("C"))
+    const messages = yield* log.messages
+    const compaction = yield* Compaction
+    const failed = yield* Effect.flip(compaction.compact)
+    expect(failed._tag).toBe("ModelError")
+    expect((failed as { readonly failure: { readonly code: string } }).failure.code).toBe("OVERLOADED")
+    const hanging = yield* Effect.fork(compaction.compactWith({ focus: "x" }))
+    yield* TestClock.adjust("1 minute")
+    const timedOut = yield* Effect.flip(Fiber.join(hanging))
+    expect((timedOut as { readonly failure: { readonly code: string; readonly message: string } }).failure).toEqual({
+      code: "TIMEOUT",
+      message: "the summary request took longer than 1m"
+    })
+    const brackets = (yield* logEvents).filter((e) => e.type.startsWith("compaction/"))
+    expect(brackets.map((e) => [e.type, (e.data as { readonly error?: unknown }).error ?? null])).toEqual([
+      ["compaction/start", null],
+      ["compaction/end", { message: "compaction did not complete" }],
+      ["compaction/start", null],
+      ["compaction/end", { message: "compaction did not complete" }]
+    ])
+    expect(yield* log.messages).toEqual(messages)
+    // The agent goes on.
+    expect(yield* driver.status).toBe("idle")
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("a cancel during a threshold summary closes its bracket with an error; the turn ends aborted and nothing is replaced", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      for (const message of [big("A"), big("B"), user("C")]) {
-        yield* driver.followup(message)
-        yield* driver.whenIdle
-      }
-      const messages = yield* log.messages
-      yield* driver.followup(user("D"))
-      yield* Deferred.await(asking)
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect(yield* shapeFrom("compaction/start")).toEqual(["compaction/start", "compaction/end", "TE(4,aborted(user))"])
-      expect((yield* logEvents).find((e) => e.type === "compaction/end")!.data).toMatchObject({ turn: 4, error: { message: "compaction did not complete" } })
-      expect(yield* log.messages).toEqual(messages)
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction(
+  agentTest("a cancel during a threshold summary closes its bracket with an error; the turn ends aborted and nothing is replaced", withCompaction(
       [...summaryScript.slice(0, 3), ScriptedModel.hang(undefined, { awaitBefore: Deferred.succeed(asking, undefined) })],
       { compaction: summaryOptions }
-    ))))
+    ), function*({ driver, log }) {
+    yield* prompt(big("A"), big("B"), user("C"))
+    const messages = yield* log.messages
+    yield* driver.followup(user("D"))
+    yield* Deferred.await(asking)
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect(yield* shapeFrom("compaction/start")).toEqual(["compaction/start", "compaction/end", "TE(4,aborted(user))"])
+    expect((yield* logEvents).find((e) => e.type === "compaction/end")!.data).toMatchObject({ turn: 4, error: { message: "compaction did not complete" } })
+    expect(yield* log.messages).toEqual(messages)
+    expect(yield* clean).toEqual([])
+  })
 
-  it.scoped("never during a turn: a manual compaction while a tool call is open is AgentBusy and writes nothing", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const started = yield* Deferred.make<void>()
-      yield* (yield* Hooks).onToolPre((_, next) => Effect.zipRight(Deferred.succeed(started, undefined), next()))
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(started)
-      const busy = yield* Effect.flip((yield* Compaction).compactWith({ focus: "x" }))
-      expect(busy).toMatchObject({ _tag: "AgentBusy", operation: "runMaintenance", phase: "running" })
-      yield* TestClock.adjust("1 second")
-      yield* driver.whenIdle
-      expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
-      expect(yield* clean).toEqual([])
-    }).pipe(Effect.provide(withCompaction([toolCall("c1", "block"), ScriptedModel.text("done")], {
+  agentTest("never during a turn: a manual compaction while a tool call is open is AgentBusy and writes nothing", withCompaction([toolCall("c1", "block"), ScriptedModel.text("done")], {
       tools: [Tool.make("block", { description: "", parameters: Schema.Struct({}), execute: () => Effect.as(Effect.sleep("1 second"), "done") })],
       compaction: { contextWindow: 100_000 }
-    }))))
+    }), function*({ driver }) {
+    const started = yield* Deferred.make<void>()
+    yield* (yield* Hooks).onToolPre((_, next) => Effect.zipRight(Deferred.succeed(started, undefined), next()))
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(started)
+    const busy = yield* Effect.flip((yield* Compaction).compactWith({ focus: "x" }))
+    expect(busy).toMatchObject({ _tag: "AgentBusy", operation: "runMaintenance", phase: "running" })
+    yield* TestClock.adjust("1 second")
+    yield* driver.whenIdle
+    expect((yield* logEvents).some((e) => e.type.startsWith("compaction/"))).toBe(false)
+    expect(yield* clean).toEqual([])
+  })
 })
 
 describe("Compaction: hooks", () => {
@@ -718,7 +642,6 @@ describe("Compaction: hooks", () => {
     Effect.gen(function*() {
       yield* fourTurns
       const compaction = yield* Compaction
-      const driver = yield* Driver
       const pre: Array<PreCompactInput> = []
       const post: Array<PostCompactInput> = []
       yield* compaction.onPreCompact((input, next) =>
@@ -744,8 +667,7 @@ describe("Compaction: hooks", () => {
       expect(textOfMessage((yield* requests).at(-1)!.messages[0]!)).toContain("Focus on: f\nKeep the test names.")
       expect(post).toEqual([{ sessionId: post[0]!.sessionId, turn: null, trigger: "manual", report }])
       // The context is injected: it enters turn 5's first step, before the follow-up.
-      yield* driver.followup(user("E"))
-      yield* driver.whenIdle
+      yield* prompt(user("E"))
       const entered = (yield* requests).at(-1)!.messages.slice(-2)
       expect(entered.map(sourceOf)).toEqual([{ kind: "compaction-context", trigger: "manual" }, { kind: "user" }])
       expect(textOfMessage(entered[0]!)).toBe("Re-read AGENTS.md")
@@ -773,9 +695,7 @@ describe("Compaction: hooks", () => {
       const compaction = yield* Compaction
       const post: Array<PostCompactInput> = []
       yield* compaction.onPostCompact((input) => Effect.sync(() => post.push(input)).pipe(Effect.as(["CONTEXT"])))
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
+      yield* prompt(user("A"))
       expect(post.map((p) => [p.turn, p.trigger])).toEqual([[1, "overflow"]])
       const turn1 = yield* requests
       // The failed attempt and its retry (step 5, attempts 1 and 2) end the turn: no step for the context.
@@ -786,8 +706,7 @@ describe("Compaction: hooks", () => {
       const headers = (yield* logEvents).filter((e): e is EventOf<"request/header"> => e.type === "request/header")
       expect(headers.at(-1)!.data).toMatchObject({ reason: "change", header: { system: retried!.system } })
       // The next turn's request still holds it, under the same logged header; no message carries it.
-      yield* driver.followup(user("E"))
-      yield* driver.whenIdle
+      yield* prompt(user("E"))
       const next = (yield* requests).at(-1)!
       expect(next.system).toBe(retried!.system)
       expect(next.messages.at(-1)).toMatchObject({ source: { kind: "user" } })
@@ -825,16 +744,11 @@ describe("Compaction: summaries in the session's lifecycle", () => {
   it.scoped("fork at a boundary before a compaction restores full detail; resume derives the same history and compacts nothing at open", () =>
     Effect.gen(function*() {
       const { after, boundary, full } = yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
         const log = yield* SessionLog
-        for (const message of [big("A"), big("B"), user("C")]) {
-          yield* driver.followup(message)
-          yield* driver.whenIdle
-        }
+        yield* prompt(big("A"), big("B"), user("C"))
         const full = yield* log.messages
         const boundary = (yield* log.events).length - 1
-        yield* driver.followup(user("D"))
-        yield* driver.whenIdle
+        yield* prompt(user("D"))
         expect((yield* log.events).filter((e) => e.type === "compaction/start").length).toBe(1)
         expect(yield* clean).toEqual([])
         return { after: yield* log.messages, boundary, full }

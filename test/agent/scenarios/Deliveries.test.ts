@@ -7,7 +7,32 @@ import { Deferred, Effect, Exit, Fiber, Option, Ref, Stream, TestClock } from "e
 import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, PreStepRejected, ScriptedModel, SessionId, SessionLog, Tool } from "../../../src/index.js"
 import { agentTest, asId, closeOut, dataOfType, gate, liveNotation, open, plugin, recordLive, requests, scenario, settle, shape, TEXT, texts, token, until, user } from "../harness.js"
 import { calls, captured, empty, from, onBoth } from "./bothStores.js"
-import type { PreStepInput, UserMessage } from "../../../src/index.js"
+import type { Services } from "./bothStores.js"
+import type { PreStepInput, ScriptEntry, UserMessage } from "../../../src/index.js"
+
+/**
+ * A case whose pre-step listener waits for a gate the body opens once `deliver` has returned, then
+ * answers with `decide`; `after` runs once the gate is open and gives the case's result.
+ */
+const heldPreStep = <D, X = void>(
+  script: ReadonlyArray<ScriptEntry>,
+  decide: (input: PreStepInput, next: () => Effect.Effect<PreStepDecision, unknown>) => Effect.Effect<PreStepDecision, unknown>,
+  deliver: (d: Driver["Type"]) => Effect.Effect<D, unknown, Services>,
+  after: (d: Driver["Type"], delivered: D) => Effect.Effect<X, unknown, Services> = () => Effect.void as Effect.Effect<any>
+) =>
+() => {
+  const G = gate()
+  return {
+    script,
+    body: Effect.gen(function*() {
+      yield* (yield* PreStep).register((input, next) => Effect.zipRight(Deferred.await(G), decide(input, next)))
+      const d = yield* Driver
+      const delivered = yield* deliver(d)
+      yield* open(G)
+      return yield* after(d, delivered)
+    })
+  }
+}
 
 // ---------------------------------------------------------------------------------------------------
 describe("§9 P1-P19 on both stores: deliveries and pre-step", () => {
@@ -211,27 +236,14 @@ describe("§9 P1-P19 on both stores: deliveries and pre-step", () => {
 
   it.scoped("P15/C4: a rejection does not stall later follow-ups — TE(blocked) TS(2) CLM in one chain", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const G = gate()
-        return {
-          script: [ScriptedModel.text("ok")],
-          body: Effect.gen(function*() {
-            const pre = yield* PreStep
-            yield* pre.register((input, next) =>
-              Effect.zipRight(
-                Deferred.await(G),
-                input.messages.some((m) => m.content.some((b) => b.type === "text" && b.text.includes("secret")))
-                  ? Effect.succeed(PreStepDecision.reject())
-                  : next()
-              )
-            )
-            const d = yield* Driver
-            yield* d.followup(user("X", "secret"))
-            yield* d.followup(user("Y", "safe"))
-            yield* open(G)
-          })
-        }
-      })
+      const run = yield* onBoth(heldPreStep(
+        [ScriptedModel.text("ok")],
+        (input, next) =>
+          input.messages.some((m) => m.content.some((b) => b.type === "text" && b.text.includes("secret")))
+            ? Effect.succeed(PreStepDecision.reject())
+            : next(),
+        (d) => Effect.zipRight(d.followup(user("X", "secret")), d.followup(user("Y", "safe")))
+      ))
       expect(run.shape).toEqual([
         "INS(nt,0,[X])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[Y])", "TE(1,blocked)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)",
         "UM(Y)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
@@ -243,27 +255,18 @@ describe("§9 P1-P19 on both stores: deliveries and pre-step", () => {
 
   it.scoped("P16: a steer after a rejected claim runs next with the injected context; P's turn is blocked; a later follow-up is turn 3", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const G = gate()
-        return {
-          script: [ScriptedModel.text("a"), ScriptedModel.text("b")],
-          body: Effect.gen(function*() {
-            const pre = yield* PreStep
-            yield* pre.register((input, next) =>
-              input.turn === 1 ? Effect.zipRight(Deferred.await(G), Effect.succeed(PreStepDecision.reject())) : next()
-            )
-            const d = yield* Driver
-            yield* d.followup(user("P"))
-            yield* d.inject(plugin("C"))
-            yield* d.steer(user("S"))
-            yield* open(G)
+      const run = yield* onBoth(heldPreStep(
+        [ScriptedModel.text("a"), ScriptedModel.text("b")],
+        (input, next) => input.turn === 1 ? Effect.succeed(PreStepDecision.reject()) : next(),
+        (d) => Effect.all([d.followup(user("P")), d.inject(plugin("C")), d.steer(user("S"))]),
+        (d) =>
+          Effect.gen(function*() {
             yield* d.whenIdle
             yield* d.followup(user("W"))
             yield* d.whenIdle
             return { turns: (yield* dataOfType("turn/start")).map((x) => x.turn), texts: yield* texts }
           })
-        }
-      })
+      ))
       expect(run.shape.slice(0, 19)).toEqual([
         "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[C])", "INS(ns,1,[S])", "TE(1,blocked)", "TS(2)",
         "CLM(ns,0,2)", "SS(2,1)", "UM(C)", "UM(S)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
@@ -274,27 +277,20 @@ describe("§9 P1-P19 on both stores: deliveries and pre-step", () => {
 
   it.scoped("P17: a failing pre-step does not strand the queue; one agent/error for turn 1", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const G = gate()
-        return {
-          script: [ScriptedModel.text("a")],
-          body: Effect.gen(function*() {
-            const live = yield* recordLive
-            const failure = new Error("prompt hook broke")
-            const pre = yield* PreStep
-            yield* pre.register((input, next) => input.turn === 1 ? Effect.zipRight(Deferred.await(G), Effect.fail(failure)) : next())
-            const d = yield* Driver
-            yield* d.followup(user("F"))
-            yield* d.followup(user("S2"))
-            yield* open(G)
+      const failure = new Error("prompt hook broke")
+      const run = yield* onBoth(heldPreStep(
+        [ScriptedModel.text("a")],
+        (input, next) => input.turn === 1 ? Effect.fail(failure) : next(),
+        (d) => Effect.zipLeft(recordLive, Effect.zipRight(d.followup(user("F")), d.followup(user("S2")))),
+        (d, live) =>
+          Effect.gen(function*() {
             yield* d.whenIdle
             const errors = (yield* live).filter((e) => e.type === "agent/error")
             expect(errors).toHaveLength(1)
             expect(errors[0]).toMatchObject({ turn: 1, step: 1 })
             expect((errors[0] as any).error).toBe(failure)
           })
-        }
-      })
+      ))
       expect(run.shape).toEqual([
         "INS(nt,0,[F])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[S2])", "TE(1,error(UNKNOWN))", "TS(2)", "CLM(nt,0,1)",
         "SS(2,1)", "UM(S2)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
@@ -309,26 +305,16 @@ describe("§9 P1-P19 on both stores: deliveries and pre-step", () => {
 
   it.scoped("P18/D15: an empty initial entry makes no model call; the chain continues", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const G = gate()
-        return {
-          script: [ScriptedModel.text("b")],
-          body: Effect.gen(function*() {
-            const pre = yield* PreStep
-            yield* pre.register((input, next) =>
-              input.messages.some((m) => m.id === "A")
-                ? Effect.zipRight(Deferred.await(G), Effect.succeed(PreStepDecision.enter([])))
-                : next()
-            )
-            const d = yield* Driver
-            yield* d.followup(user("A"))
-            yield* d.followup(user("B"))
-            yield* open(G)
+      const run = yield* onBoth(heldPreStep(
+        [ScriptedModel.text("b")],
+        (input, next) => input.messages.some((m) => m.id === "A") ? Effect.succeed(PreStepDecision.enter([])) : next(),
+        (d) => Effect.zipRight(d.followup(user("A")), d.followup(user("B"))),
+        (d) =>
+          Effect.gen(function*() {
             yield* d.whenIdle
             expect(yield* (yield* Inbox).idState(asId("A"))).toEqual(Option.some("claimed"))
           })
-        }
-      })
+      ))
       expect(run.shape).toEqual([
         "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "TE(1,completed)", "TS(2)", "CLM(nt,0,1)", "SS(2,1)",
         "UM(B)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"

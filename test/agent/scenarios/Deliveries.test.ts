@@ -7,7 +7,7 @@ import { Deferred, Effect, Exit, Fiber, Option, Ref, Stream, TestClock } from "e
 import { CancelCause, Driver, Hooks, Inbox, PreStep, PreStepDecision, PreStepRejected, ScriptedModel, SessionId, SessionLog, Tool } from "../../../src/index.js"
 import { agentTest, asId, closeOut, dataOfType, gate, liveNotation, open, plugin, recordLive, requests, scenario, settle, shape, TEXT, texts, token, until, user } from "../harness.js"
 import { calls, captured, empty, from, onBoth } from "./bothStores.js"
-import type { Services } from "./bothStores.js"
+import type { Case, Services } from "./bothStores.js"
 import type { PreStepInput, ScriptEntry, UserMessage } from "../../../src/index.js"
 
 /**
@@ -33,6 +33,22 @@ const heldPreStep = <D, X = void>(
     })
   }
 }
+
+/** A case that registers `listener` (given the agent's driver) as a pre-step listener, then follows up A. */
+const withListener = (
+  script: ReadonlyArray<ScriptEntry>,
+  listener: (d: Driver["Type"]) => (input: PreStepInput, next: () => Effect.Effect<PreStepDecision, unknown>) => Effect.Effect<PreStepDecision, unknown>,
+  options: Case<void>["options"] = {}
+) =>
+(): Case<void> => ({
+  script,
+  options,
+  body: Effect.gen(function*() {
+    const d = yield* Driver
+    yield* (yield* PreStep).register(listener(d))
+    yield* d.followup(user("A"))
+  })
+})
 
 // ---------------------------------------------------------------------------------------------------
 describe("§9 P1-P19 on both stores: deliveries and pre-step", () => {
@@ -327,19 +343,10 @@ describe("§9 P1-P19 on both stores: deliveries and pre-step", () => {
 describe("§4.3 / §4.4 / §4.9 on both stores: pre-step listeners (enter, reject, steer)", () => {
   it.scoped("4.9: a steer made by the step-1 listener misses step 1 and enters step 2 of the same turn", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const driver = captured()
-        return {
-          script: [ScriptedModel.text("a"), ScriptedModel.text("b")],
-          body: Effect.gen(function*() {
-            const d = yield* driver.capture
-            yield* (yield* PreStep).register((input, next) =>
-              input.step === 1 ? Effect.zipRight(Effect.orDie(driver.get.steer(user("S"))), next()) : next()
-            )
-            yield* d.followup(user("A"))
-          })
-        }
-      })
+      const run = yield* onBoth(withListener(
+        [ScriptedModel.text("a"), ScriptedModel.text("b")],
+        (d) => (input, next) => input.step === 1 ? Effect.zipRight(Effect.orDie(d.steer(user("S"))), next()) : next()
+      ))
       expect(run.shape).toEqual([
         "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[S])", "SS(1,1)", "UM(A)", "RH(initial)", ...TEXT, "SE(1,1)",
         "CLM(ns,0,1)", "SS(1,2)", "UM(S)", ...TEXT, "SE(1,2)", "TE(1,completed)"
@@ -350,19 +357,10 @@ describe("§4.3 / §4.4 / §4.9 on both stores: pre-step listeners (enter, rejec
 
   it.scoped("4.9/7.3: a steer made by a rejecting initial listener runs in the next turn (TE blocked, TS(2), CLM(ns) in one chain)", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const driver = captured()
-        return {
-          script: [ScriptedModel.text("s")],
-          body: Effect.gen(function*() {
-            const d = yield* driver.capture
-            yield* (yield* PreStep).register((input, next) =>
-              input.turn === 1 ? Effect.as(Effect.orDie(driver.get.steer(user("S"))), PreStepDecision.reject("later")) : next()
-            )
-            yield* d.followup(user("A"))
-          })
-        }
-      })
+      const run = yield* onBoth(withListener(
+        [ScriptedModel.text("s")],
+        (d) => (input, next) => input.turn === 1 ? Effect.as(Effect.orDie(d.steer(user("S"))), PreStepDecision.reject("later")) : next()
+      ))
       expect(run.shape).toEqual([
         "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[S])", "TE(1,blocked)", "TS(2)", "CLM(ns,0,1)", "SS(2,1)",
         "UM(S)", "RH(initial)", ...TEXT, "SE(2,1)", "TE(2,completed)"
@@ -373,17 +371,7 @@ describe("§4.3 / §4.4 / §4.9 on both stores: pre-step listeners (enter, rejec
 
   it.scoped("4.8/7.3: an inject made by a rejecting initial listener is not waking work — idle, the context stays pending", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const driver = captured()
-        return {
-          script: [],
-          body: Effect.gen(function*() {
-            const d = yield* driver.capture
-            yield* (yield* PreStep).register(() => Effect.as(Effect.orDie(driver.get.inject(plugin("C"))), PreStepDecision.reject()))
-            yield* d.followup(user("A"))
-          })
-        }
-      })
+      const run = yield* onBoth(withListener([], (d) => () => Effect.as(Effect.orDie(d.inject(plugin("C"))), PreStepDecision.reject())))
       expect(run.shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(ns,0,[C])", "TE(1,blocked)"])
       expect(run.inbox).toEqual({ nextTurn: [], nextStep: ["C"] })
       expect(run.trace).toEqual(["idle", "running", "idle"])
@@ -471,16 +459,11 @@ describe("§4.3 / §4.4 / §4.9 on both stores: pre-step listeners (enter, rejec
 
   it.scoped("4.3: a later-boundary listener failure ends error with live agent/error for step k+1", () =>
     Effect.gen(function*() {
-      const run = yield* onBoth(() => ({
-        script: [calls("t", ["c1"])],
-        options: { tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })] },
-        body: Effect.gen(function*() {
-          yield* (yield* PreStep).register((input, next): Effect.Effect<PreStepDecision, unknown> =>
-            input.boundary === "later" ? Effect.fail({ code: "HOOK", message: "later broke" }) : next()
-          )
-          yield* (yield* Driver).followup(user("A"))
-        })
-      }))
+      const run = yield* onBoth(withListener(
+        [calls("t", ["c1"])],
+        () => (input, next) => input.boundary === "later" ? Effect.fail({ code: "HOOK", message: "later broke" }) : next(),
+        { tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })] }
+      ))
       expect(run.shape.slice(-3)).toEqual(["TR(c1)", "SE(1,1)", "TE(1,error(HOOK))"])
       expect((run.events[run.events.length - 1]!.data as any).reason).toEqual({ kind: "error", error: { message: "later broke", code: "HOOK" } })
       expect(run.live).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "error(1,2)", "status(idle)"])

@@ -6,14 +6,40 @@ import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Stream, TestClock } from "effect"
 import { CancelCause, Driver, Hooks, Inbox, MaintenanceAborted, PreStep, PreStepDecision, ScriptedModel, Tool } from "../../src/index.js"
 import { agentTest, closeOut, dataOfType, events, from, gate, liveNotation, liveNotations, open, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, TEXT, turnStarts, until, untilEvent, user } from "./harness.js"
-import type { UserMessage } from "../../src/index.js"
+import type { AgentServices } from "./harness.js"
+import type { AgentStatus, ScriptEntry, UserMessage } from "../../src/index.js"
 import { calls, empty, holder } from "./toolFixtures.js"
 
 const hold = gate()
 
 
-// Keep `until` referenced for future probes.
-void until
+/**
+ * A test over a call `c1` of a tool `t` whose uninterruptible body waits (then answers "late"), with
+ * `replies` after it: prompt `A`; once the body started, `during`; the body is released, the closed
+ * log is checked, then `check` (given the status trace recorded from the start).
+ */
+const whileBodyRuns = (
+  name: string,
+  replies: ReadonlyArray<ScriptEntry>,
+  during: (services: AgentServices) => Generator<any, void, any>,
+  check: (status: Effect.Effect<ReadonlyArray<AgentStatus>>) => Generator<any, void, any>
+) => {
+  const release = gate()
+  const started = gate()
+  const t = Tool.make("t", {
+    description: "t", parameters: empty,
+    execute: () => Effect.uninterruptible(Effect.zipRight(open(started), Effect.as(Deferred.await(release), "late")))
+  })
+  agentTest(name, scenario([calls(["c1", "t"]), ...replies], { tools: [t] }), function*(services) {
+    const status = yield* recordStatus
+    yield* services.driver.followup(user("A"))
+    yield* Deferred.await(started)
+    yield* Effect.gen(() => during(services))
+    yield* open(release)
+    expect(yield* closeOut).toEqual([])
+    yield* Effect.gen(() => check(status))
+  })
+}
 
 describe("7.6 the latch", () => {
   const G1 = gate()
@@ -192,50 +218,24 @@ describe("more windows: latch, parked work, internal failure, request hook, retr
     ])))
   })
 
-  it.scoped("7.6: a latched steer removed before convergence produces no turn", () => {
-    const gb = gate()
-    const started = gate()
-    const t = Tool.make("t", {
-      description: "t", parameters: empty,
-      execute: () => Effect.uninterruptible(Effect.zipRight(open(started), Effect.as(Deferred.await(gb), "late")))
-    })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(started)
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.steer(user("S"))
-      expect(yield* inbox.remove(user("S").id)).toBe(true)
-      yield* open(gb)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("TC(c1)")).toBe("TC(c1) INS(nt,0,[S]) CAN(nt,0,1) TR✗(c1) SE(1,1) TE(1,aborted(user))")
-      expect((yield* requests).length).toBe(1)
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("after")], { tools: [t] })))
+  whileBodyRuns("7.6: a latched steer removed before convergence produces no turn", [ScriptedModel.text("after")], function*({ driver, inbox }) {
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.steer(user("S"))
+    expect(yield* inbox.remove(user("S").id)).toBe(true)
+  }, function*() {
+    expect(yield* from("TC(c1)")).toBe("TC(c1) INS(nt,0,[S]) CAN(nt,0,1) TR✗(c1) SE(1,1) TE(1,aborted(user))")
+    expect((yield* requests).length).toBe(1)
   })
 
-  it.scoped("4.8 / 7.6: after a keepInbox abort the latched replay claims the oldest next-turn item (parked B), then the chain continues to the latched W", () => {
-    const gb = gate()
-    const started = gate()
-    const t = Tool.make("t", {
-      description: "t", parameters: empty,
-      execute: () => Effect.uninterruptible(Effect.zipRight(open(started), Effect.as(Deferred.await(gb), "late")))
-    })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      const status = yield* recordStatus
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(started)
-      yield* driver.followup(user("B"))
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.followup(user("W"))
-      yield* open(gb)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("TE(1,aborted(user))")).toBe(
-        "TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(B) SE(2,1) TE(2,completed) TS(3) CLM(nt,0,1) SS(3,1) UM(W) SE(3,1) TE(3,completed)"
-      )
-      expect(yield* status).toEqual(["idle", "running", "idle"])
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("b"), ScriptedModel.text("w")], { tools: [t] })))
+  whileBodyRuns("4.8 / 7.6: after a keepInbox abort the latched replay claims the oldest next-turn item (parked B), then the chain continues to the latched W", [ScriptedModel.text("b"), ScriptedModel.text("w")], function*({ driver }) {
+    yield* driver.followup(user("B"))
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.followup(user("W"))
+  }, function*(status) {
+    expect(yield* from("TE(1,aborted(user))")).toBe(
+      "TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(B) SE(2,1) TE(2,completed) TS(3) CLM(nt,0,1) SS(3,1) UM(W) SE(3,1) TE(3,completed)"
+    )
+    expect(yield* status).toEqual(["idle", "running", "idle"])
   })
 
   it.scoped("4.6 D7: a ToolPost failure (after suspending) while a later body runs: it is interrupted and awaited; every call without a result gets TOOL_INTERNAL_ERROR in model order", () => {
@@ -355,25 +355,12 @@ describe("wakingSteers and latch membership across edits and failures", () => {
     }).pipe(Effect.provide(scenario([ScriptedModel.text("one"), ScriptedModel.text("two")])))
   })
 
-  it.scoped("3.2 / 7.6: replace(B.id, B2) of a latched follow-up moves the latch: the replay runs B2", () => {
-    const gb = gate()
-    const started = gate()
-    const t = Tool.make("t", {
-      description: "t", parameters: empty,
-      execute: () => Effect.uninterruptible(Effect.zipRight(open(started), Effect.as(Deferred.await(gb), "late")))
-    })
-    return Effect.gen(function*() {
-      const driver = yield* Driver
-      const inbox = yield* Inbox
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(started)
-      yield* driver.cancel(CancelCause.user, { keepInbox: true })
-      yield* driver.followup(user("B"))
-      expect(yield* inbox.replace(user("B").id, user("B2"))).toBe(true)
-      yield* open(gb)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* from("TE(1,aborted(user))")).toBe("TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(B2) SE(2,1) TE(2,completed)")
-    }).pipe(Effect.provide(scenario([calls(["c1", "t"]), ScriptedModel.text("b")], { tools: [t] })))
+  whileBodyRuns("3.2 / 7.6: replace(B.id, B2) of a latched follow-up moves the latch: the replay runs B2", [ScriptedModel.text("b")], function*({ driver, inbox }) {
+    yield* driver.cancel(CancelCause.user, { keepInbox: true })
+    yield* driver.followup(user("B"))
+    expect(yield* inbox.replace(user("B").id, user("B2"))).toBe(true)
+  }, function*() {
+    expect(yield* from("TE(1,aborted(user))")).toBe("TE(1,aborted(user)) TS(2) CLM(nt,0,1) SS(2,1) UM(B2) SE(2,1) TE(2,completed)")
   })
 
   it.scoped("4.9 / 7.5: contexts and a body's inject keep insertion order; a broad cancel from a later body removes the earlier call's context", () => {

@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, Stream } from "effect"
 import { AgentBusy, AgentDisposed, CancelCause, checkLog, Driver, DuplicateMessage, Hooks, Inbox, InvalidSplice, MaintenanceAborted, MalformedLog, PreStep, ScriptedModel, SessionLog, Tool } from "../../../src/index.js"
 import { asId, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, recordStatus, requests, settle, shape, TEXT, texts, token, until, untilEvent, user } from "../harness.js"
-import { calls, captured, empty, header, ids, json, onBoth, stores } from "./bothStores.js"
+import { calls, captured, empty, header, ids, json, onBoth, stores, storeTest } from "./bothStores.js"
 import type { DriverEvent } from "../../../src/index.js"
 
 describe("P31-P37 cancellation in the loop, on both stores", () => {
@@ -315,69 +315,66 @@ describe.each(stores)("P38-P41 over the $name store: disposal, inbox mutations, 
       expect(seen).toEqual(["idle", "running", "idle"])
     }))
 
-  it.scoped("P39 (a, b, c, e): inbox mutations are committed exactly", () =>
+  storeTest(openStore, "P39 (a, b, c, e): inbox mutations are committed exactly", [ScriptedModel.text("ok")], (store) =>
     Effect.gen(function*() {
-      const store = yield* openStore
-      yield* store.run([ScriptedModel.text("ok")], Effect.gen(function*() {
-        const inbox = yield* Inbox
-        const driver = yield* Driver
-        const live = yield* recordLive
-        const O = user("O")
-        const N = plugin("N")
-        const R = user("R")
-        yield* inbox.append("next-turn", O)
-        yield* inbox.append("next-step", N)
-        expect(yield* inbox.replace(asId("missing"), user("Z"))).toBe(false)
-        expect(yield* shape).toEqual(["INS(nt,0,[O])", "INS(ns,0,[N])"])
-        expect((yield* store.rows()).map(notation)).toEqual(["INS(nt,0,[O])", "INS(ns,0,[N])"])
-        yield* live
-        expect(yield* inbox.replace(O.id, R)).toBe(true)
-        expect((yield* shape).slice(-1)).toEqual(["REP(nt,0,[R])"])
-        expect((yield* live).map(liveNotation)).toEqual(["discarded(O)", "inserted(R)"])
-        expect(yield* inbox.idState(O.id)).toEqual(Option.some("discarded"))
-        const N2 = plugin("N", "N prime")
-        expect(yield* inbox.replace(N.id, N2)).toBe(true)
-        expect(yield* inbox.nextStep).toEqual([N2])
-        const dupPending = yield* Effect.flip(inbox.replace(R.id, user("N")))
-        expect(dupPending).toBeInstanceOf(DuplicateMessage)
-        expect(dupPending).toMatchObject({ _tag: "DuplicateMessage", id: "N", state: "pending" })
-        expect(yield* Effect.flip(inbox.replace(R.id, user("O")))).toMatchObject({ _tag: "DuplicateMessage", id: "O", state: "discarded" })
-        // (b)
-        const before = (yield* shape).length
-        yield* inbox.splice("next-turn", 0, 0, [user("F"), user("V")])
-        expect((yield* shape).slice(before)).toEqual(["INS(nt,0,[F,V])"])
-        expect(ids(yield* inbox.splice("next-turn", -1, 1, []))).toEqual(["R"])
-        expect((yield* shape).slice(-1)).toEqual(["CAN(nt,2,1)"])
-        expect(yield* inbox.remove(R.id)).toBe(false)
-        const dupF = yield* Effect.flip(inbox.append("next-step", user("F")))
-        expect(dupF).toBeInstanceOf(DuplicateMessage)
-        expect(dupF).toMatchObject({ _tag: "DuplicateMessage", state: "pending" })
-        const length = (yield* shape).length
-        expect(yield* Effect.flip(inbox.splice("next-turn", NaN, 0, [user("H")]))).toBeInstanceOf(InvalidSplice)
-        expect(yield* inbox.splice("next-turn", 5, 0, [])).toEqual([])
-        expect((yield* shape).length).toBe(length)
-        expect(yield* store.rows()).toHaveLength(length)
-        expect(yield* inbox.idState(asId("H"))).toEqual(Option.none())
-        // (c)
-        yield* live
-        yield* inbox.clear
-        expect((yield* shape).slice(-2)).toEqual(["CAN(ns,0,1)", "CAN(nt,0,2)"])
-        expect((yield* live).map(liveNotation)).toEqual(["discarded(N)", "discarded(F)", "discarded(V)"])
-        yield* inbox.clear
-        expect((yield* shape).length).toBe(length + 2)
-        // (e)
-        yield* driver.inject(plugin("C"))
-        yield* inbox.remove(asId("C"))
-        yield* driver.followup(user("P"))
-        expect((yield* shape).slice(length + 2, length + 7)).toEqual(["INS(ns,0,[C])", "CAN(ns,0,1)", "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)"])
-        const l = (yield* live).map(liveNotation)
-        expect(l.filter((s) => s.startsWith("inserted"))).toEqual(["inserted(C)", "inserted(P)"])
-        expect(l.filter((s) => s.startsWith("discarded"))).toEqual(["discarded(C)"])
-        expect(l.filter((s) => s.startsWith("claimed"))).toEqual(["claimed(P,1)"])
-        yield* driver.whenIdle
-        expect((yield* requests).map((r) => r.messages.map(token))).toEqual([["P"]])
-        expect(JSON.stringify(yield* requests)).not.toContain("\"C\"")
-      }))
+      const inbox = yield* Inbox
+      const driver = yield* Driver
+      const live = yield* recordLive
+      const O = user("O")
+      const N = plugin("N")
+      const R = user("R")
+      yield* inbox.append("next-turn", O)
+      yield* inbox.append("next-step", N)
+      expect(yield* inbox.replace(asId("missing"), user("Z"))).toBe(false)
+      expect(yield* shape).toEqual(["INS(nt,0,[O])", "INS(ns,0,[N])"])
+      expect((yield* store.rows()).map(notation)).toEqual(["INS(nt,0,[O])", "INS(ns,0,[N])"])
+      yield* live
+      expect(yield* inbox.replace(O.id, R)).toBe(true)
+      expect((yield* shape).slice(-1)).toEqual(["REP(nt,0,[R])"])
+      expect((yield* live).map(liveNotation)).toEqual(["discarded(O)", "inserted(R)"])
+      expect(yield* inbox.idState(O.id)).toEqual(Option.some("discarded"))
+      const N2 = plugin("N", "N prime")
+      expect(yield* inbox.replace(N.id, N2)).toBe(true)
+      expect(yield* inbox.nextStep).toEqual([N2])
+      const dupPending = yield* Effect.flip(inbox.replace(R.id, user("N")))
+      expect(dupPending).toBeInstanceOf(DuplicateMessage)
+      expect(dupPending).toMatchObject({ _tag: "DuplicateMessage", id: "N", state: "pending" })
+      expect(yield* Effect.flip(inbox.replace(R.id, user("O")))).toMatchObject({ _tag: "DuplicateMessage", id: "O", state: "discarded" })
+      // (b)
+      const before = (yield* shape).length
+      yield* inbox.splice("next-turn", 0, 0, [user("F"), user("V")])
+      expect((yield* shape).slice(before)).toEqual(["INS(nt,0,[F,V])"])
+      expect(ids(yield* inbox.splice("next-turn", -1, 1, []))).toEqual(["R"])
+      expect((yield* shape).slice(-1)).toEqual(["CAN(nt,2,1)"])
+      expect(yield* inbox.remove(R.id)).toBe(false)
+      const dupF = yield* Effect.flip(inbox.append("next-step", user("F")))
+      expect(dupF).toBeInstanceOf(DuplicateMessage)
+      expect(dupF).toMatchObject({ _tag: "DuplicateMessage", state: "pending" })
+      const length = (yield* shape).length
+      expect(yield* Effect.flip(inbox.splice("next-turn", NaN, 0, [user("H")]))).toBeInstanceOf(InvalidSplice)
+      expect(yield* inbox.splice("next-turn", 5, 0, [])).toEqual([])
+      expect((yield* shape).length).toBe(length)
+      expect(yield* store.rows()).toHaveLength(length)
+      expect(yield* inbox.idState(asId("H"))).toEqual(Option.none())
+      // (c)
+      yield* live
+      yield* inbox.clear
+      expect((yield* shape).slice(-2)).toEqual(["CAN(ns,0,1)", "CAN(nt,0,2)"])
+      expect((yield* live).map(liveNotation)).toEqual(["discarded(N)", "discarded(F)", "discarded(V)"])
+      yield* inbox.clear
+      expect((yield* shape).length).toBe(length + 2)
+      // (e)
+      yield* driver.inject(plugin("C"))
+      yield* inbox.remove(asId("C"))
+      yield* driver.followup(user("P"))
+      expect((yield* shape).slice(length + 2, length + 7)).toEqual(["INS(ns,0,[C])", "CAN(ns,0,1)", "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)"])
+      const l = (yield* live).map(liveNotation)
+      expect(l.filter((s) => s.startsWith("inserted"))).toEqual(["inserted(C)", "inserted(P)"])
+      expect(l.filter((s) => s.startsWith("discarded"))).toEqual(["discarded(C)"])
+      expect(l.filter((s) => s.startsWith("claimed"))).toEqual(["claimed(P,1)"])
+      yield* driver.whenIdle
+      expect((yield* requests).map((r) => r.messages.map(token))).toEqual([["P"]])
+      expect(JSON.stringify(yield* requests)).not.toContain("\"C\"")
     }))
 
   it.scoped("P39 (d): resuming a log whose event 0 is an out-of-range splice fails MalformedLog {seq: 0}", () =>
@@ -395,69 +392,63 @@ describe.each(stores)("P38-P41 over the $name store: disposal, inbox mutations, 
       expect(yield* store.rows()).toHaveLength(1)
     }))
 
-  it.scoped("P40 (a, d): a wake during maintenance is latched; the task exit opens the turn; AgentBusy during the task", () =>
+  storeTest(openStore, "P40 (a, d): a wake during maintenance is latched; the task exit opens the turn; AgentBusy during the task", [ScriptedModel.text("w")], (store) =>
     Effect.gen(function*() {
-      const store = yield* openStore
-      yield* store.run([ScriptedModel.text("w")], Effect.gen(function*() {
-        const driver = yield* Driver
-        const live = yield* recordLive
-        const trace = yield* recordStatus
-        const G = gate()
-        const task = yield* Effect.fork(driver.runMaintenance(Deferred.await(G).pipe(Effect.as(42))))
-        yield* settle
-        expect(yield* Effect.flip(driver.runMaintenance(Effect.void))).toMatchObject({ _tag: "AgentBusy", phase: "maintenance" })
-        yield* driver.followup(user("W"))
-        expect(yield* shape).toEqual(["INS(nt,0,[W])"])
-        expect((yield* store.rows()).map(notation)).toEqual(["INS(nt,0,[W])"])
-        expect(yield* driver.status).toBe("idle")
-        expect((yield* live).map(liveNotation)).toEqual(["inserted(W)"])
-        yield* open(G)
-        expect(yield* Fiber.join(task)).toBe(42)
-        yield* driver.whenIdle
-        expect((yield* shape).slice(0, 5)).toEqual(["INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(W)"])
-        expect(yield* texts).toEqual(["W"])
-        expect(yield* trace).toEqual(["idle", "running", "idle"])
-      }))
+      const driver = yield* Driver
+      const live = yield* recordLive
+      const trace = yield* recordStatus
+      const G = gate()
+      const task = yield* Effect.fork(driver.runMaintenance(Deferred.await(G).pipe(Effect.as(42))))
+      yield* settle
+      expect(yield* Effect.flip(driver.runMaintenance(Effect.void))).toMatchObject({ _tag: "AgentBusy", phase: "maintenance" })
+      yield* driver.followup(user("W"))
+      expect(yield* shape).toEqual(["INS(nt,0,[W])"])
+      expect((yield* store.rows()).map(notation)).toEqual(["INS(nt,0,[W])"])
+      expect(yield* driver.status).toBe("idle")
+      expect((yield* live).map(liveNotation)).toEqual(["inserted(W)"])
+      yield* open(G)
+      expect(yield* Fiber.join(task)).toBe(42)
+      yield* driver.whenIdle
+      expect((yield* shape).slice(0, 5)).toEqual(["INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(W)"])
+      expect(yield* texts).toEqual(["W"])
+      expect(yield* trace).toEqual(["idle", "running", "idle"])
     }))
 
-  it.scoped("P40 (b, c, d): a removed latch opens no turn; a broad cancel fails MaintenanceAborted; AgentBusy while running", () =>
+  storeTest(openStore, "P40 (b, c, d): a removed latch opens no turn; a broad cancel fails MaintenanceAborted; AgentBusy while running", [ScriptedModel.hang({ text: "b" })], () =>
     Effect.gen(function*() {
-      const store = yield* openStore
-      yield* store.run([ScriptedModel.hang({ text: "b" })], Effect.gen(function*() {
-        const driver = yield* Driver
-        const inbox = yield* Inbox
-        // (b)
-        const G = gate()
-        const first = yield* Effect.fork(driver.runMaintenance(Deferred.await(G)))
-        yield* settle
-        yield* driver.followup(user("W"))
-        expect(yield* inbox.remove(asId("W"))).toBe(true)
-        yield* open(G)
-        yield* Fiber.join(first)
-        yield* driver.whenIdle
-        expect(yield* shape).toEqual(["INS(nt,0,[W])", "CAN(nt,0,1)"])
-        expect(yield* requests).toEqual([])
-        // (c)
-        const second = yield* Effect.fork(driver.runMaintenance(Effect.never))
-        yield* settle
-        yield* driver.followup(user("A"))
-        yield* driver.cancel(CancelCause.user)
-        expect((yield* shape).slice(2)).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)"])
-        const failure = yield* Effect.flip(Fiber.join(second))
-        expect(failure).toBeInstanceOf(MaintenanceAborted)
-        expect(failure).toMatchObject({ cause: { kind: "user" } })
-        yield* driver.followup(user("B"))
-        yield* untilEvent((e) => e.type === "assistant/chunk")
-        // (d)
-        const busy = yield* Effect.flip(driver.runMaintenance(Effect.void))
-        expect(busy).toBeInstanceOf(AgentBusy)
-        expect(busy).toMatchObject({ operation: "runMaintenance", phase: "running" })
-        yield* driver.cancel(CancelCause.user)
-        yield* driver.whenIdle
-        expect(yield* texts).toEqual(["B"])
-        expect((yield* dataOfType("turn/start")).map((x) => x.turn)).toEqual([1])
-        expect(yield* requests).toHaveLength(1)
-      }))
+      const driver = yield* Driver
+      const inbox = yield* Inbox
+      // (b)
+      const G = gate()
+      const first = yield* Effect.fork(driver.runMaintenance(Deferred.await(G)))
+      yield* settle
+      yield* driver.followup(user("W"))
+      expect(yield* inbox.remove(asId("W"))).toBe(true)
+      yield* open(G)
+      yield* Fiber.join(first)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual(["INS(nt,0,[W])", "CAN(nt,0,1)"])
+      expect(yield* requests).toEqual([])
+      // (c)
+      const second = yield* Effect.fork(driver.runMaintenance(Effect.never))
+      yield* settle
+      yield* driver.followup(user("A"))
+      yield* driver.cancel(CancelCause.user)
+      expect((yield* shape).slice(2)).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)"])
+      const failure = yield* Effect.flip(Fiber.join(second))
+      expect(failure).toBeInstanceOf(MaintenanceAborted)
+      expect(failure).toMatchObject({ cause: { kind: "user" } })
+      yield* driver.followup(user("B"))
+      yield* untilEvent((e) => e.type === "assistant/chunk")
+      // (d)
+      const busy = yield* Effect.flip(driver.runMaintenance(Effect.void))
+      expect(busy).toBeInstanceOf(AgentBusy)
+      expect(busy).toMatchObject({ operation: "runMaintenance", phase: "running" })
+      yield* driver.cancel(CancelCause.user)
+      yield* driver.whenIdle
+      expect(yield* texts).toEqual(["B"])
+      expect((yield* dataOfType("turn/start")).map((x) => x.turn)).toEqual([1])
+      expect(yield* requests).toHaveLength(1)
     }))
 
   it.scoped("P41: a pending injection survives a close and a resume; a crash image taken after inject holds it", () =>

@@ -7,7 +7,7 @@ import { Cause, Effect, Exit, Layer, Option, TestClock } from "effect"
 import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, ForkError, forkSession, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, repairClosers, ScriptedModel, SessionLog, SessionNotFound, SessionStore, Tool } from "../../../src/index.js"
 import { closeOut, dataOfType, events, notation, plugin, requests, scenario, shape, token, untilEvent, user } from "../harness.js"
 import { ev } from "../stores.js"
-import { empty, header, ids, json, sid, stores } from "./bothStores.js"
+import { empty, header, ids, json, sid, stores, storeTest } from "./bothStores.js"
 import type { ScriptEntry, SessionEvent } from "../../../src/index.js"
 
 const hangingTool = Tool.make("slow", { description: "never ends", parameters: empty, execute: () => Effect.never })
@@ -361,21 +361,18 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
       )
     }))
 
-  it.scoped("P45: live compaction/start {turn: 1} while idle fails InvalidEvent {rule: R6} and commits nothing", () =>
+  storeTest(openStore, "P45: live compaction/start {turn: 1} while idle fails InvalidEvent {rule: R6} and commits nothing", [ScriptedModel.text("ok")], () =>
     Effect.gen(function*() {
-      const store = yield* openStore
-      yield* store.run([ScriptedModel.text("ok")], Effect.gen(function*() {
-        const log = yield* SessionLog
-        const driver = yield* Driver
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        yield* log.flush
-        const before = yield* events
-        const error = yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 1 } }))
-        expect(error).toBeInstanceOf(InvalidEvent)
-        expect(error).toMatchObject({ rule: "R6" })
-        expect(yield* events).toEqual(before)
-      }))
+      const log = yield* SessionLog
+      const driver = yield* Driver
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      yield* log.flush
+      const before = yield* events
+      const error = yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 1 } }))
+      expect(error).toBeInstanceOf(InvalidEvent)
+      expect(error).toMatchObject({ rule: "R6" })
+      expect(yield* events).toEqual(before)
     }))
 
   it.scoped("P45: opening a stored log that violates a rule fails MalformedLog and leaves the store as it was", () =>

@@ -12,6 +12,20 @@ import type { ScriptEntry, ToolDefinition } from "../../../src/index.js"
 const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]
 const toolShape = (s: ReadonlyArray<string>) => s.filter((x) => x.startsWith("TC") || x.startsWith("TR"))
 
+/** Follows up A, waits for the first llm/retry and counts the requests 1 ms before `delayMs` has passed; then lets the retry run. */
+const requestsJustBeforeRetry = (delayMs: number) =>
+  Effect.gen(function*() {
+    const d = yield* Driver
+    yield* d.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    yield* TestClock.adjust(delayMs - 1)
+    yield* settle
+    const before = (yield* requests).length
+    yield* TestClock.adjust(1)
+    yield* d.whenIdle
+    return before
+  })
+
 // ---------------------------------------------------------------------------------------------------
 describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
   it.scoped("P20/C2: tool round trip — TR cites its TC; step 2 has no claim and no RH", () =>
@@ -489,17 +503,7 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
     Effect.gen(function*() {
       const run = yield* onBoth(() => ({
         script: [ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow", retryAfterMs: 5000 }), ScriptedModel.text("ok")],
-        body: Effect.gen(function*() {
-          const d = yield* Driver
-          yield* d.followup(user("A"))
-          yield* untilEvent((e) => e.type === "llm/retry")
-          yield* TestClock.adjust(4999)
-          yield* settle
-          const before = (yield* requests).length
-          yield* TestClock.adjust(1)
-          yield* d.whenIdle
-          return before
-        })
+        body: requestsJustBeforeRetry(5000)
       }))
       expect(run.extra).toBe(1)
       expect(run.events.find((e) => e.type === "llm/retry")!.data).toMatchObject({ attempt: 1, delayMs: 5000 })
@@ -518,15 +522,7 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
               ? Effect.sync(() => (inputs.push([input.turn, input.step, input.attempt, input.failure.code]), RequestErrorAction.retry(Duration.micros(2_600n))))
               : next()
           )
-          const d = yield* Driver
-          yield* d.followup(user("A"))
-          yield* untilEvent((e) => e.type === "llm/retry")
-          yield* TestClock.adjust(2)
-          yield* settle
-          const before = (yield* requests).length
-          yield* TestClock.adjust(1)
-          yield* d.whenIdle
-          return { inputs, before }
+          return { inputs, before: yield* requestsJustBeforeRetry(3) }
         })
       }))
       expect(run.extra).toEqual({ inputs: [[1, 1, 1, "AUTH"]], before: 1 })

@@ -3,7 +3,7 @@
  * and checks that both agree; a table of both stores for scenarios whose agents outlive each other
  * (disposal, resume, fork); and helpers to open, close and read a session's file directly.
  */
-import { afterAll, expect } from "@effect/vitest"
+import { afterAll, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
 import { Context, Effect, Layer, Random, Schema } from "effect"
 import type { Scope } from "effect"
@@ -285,3 +285,12 @@ export const stores: ReadonlyArray<{ readonly name: string; readonly open: Effec
   { name: "memory", open: memoryStore() },
   { name: "SQLite", open: Effect.sync(() => sqliteStore(freshFile())) }
 ]
+
+/** A test over a fresh store from `open`: `body`, given the store, runs against one agent over it, then `close`. */
+export const storeTest = (
+  open: Effect.Effect<StoreUnderTest, never, Scope.Scope>,
+  name: string,
+  script: ReadonlyArray<ScriptEntry>,
+  body: (store: StoreUnderTest) => Effect.Effect<unknown, unknown, Services>,
+  options: Parameters<typeof agentOver>[1] = {}
+) => it.scoped(name, () => Effect.flatMap(open, (store) => store.run(script, body(store), options)))

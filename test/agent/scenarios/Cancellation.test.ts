@@ -7,7 +7,8 @@ import { Cause, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, St
 import { AgentBusy, AgentDisposed, CancelCause, checkLog, Driver, DuplicateMessage, Hooks, Inbox, InvalidSplice, MaintenanceAborted, MalformedLog, PreStep, ScriptedModel, SessionLog, Tool } from "../../../src/index.js"
 import { asId, dataOfType, events, gate, liveNotation, notation, open, plugin, recordLive, recordStatus, requests, settle, shape, TEXT, texts, token, until, untilEvent, user } from "../harness.js"
 import { calls, captured, empty, header, ids, json, onBoth, stores, storeTest } from "./bothStores.js"
-import type { DriverEvent } from "../../../src/index.js"
+import type { DriverEvent, ScriptEntry } from "../../../src/index.js"
+import type { StoreUnderTest } from "./bothStores.js"
 
 describe("P31-P37 cancellation in the loop, on both stores", () => {
   it.scoped("P31/C5: cancel while streaming — AM! citing both chunks, SE, TE(aborted(user)); the next request sees the prefix", () =>
@@ -247,13 +248,19 @@ describe("P31-P37 cancellation in the loop, on both stores", () => {
     }))
 })
 
+/** An agent over `store` built in a scope the test closes itself, and its driver. */
+const buildOver = (store: StoreUnderTest, script: ReadonlyArray<ScriptEntry>) =>
+  Effect.gen(function*() {
+    const scope = yield* Scope.make()
+    const ctx = yield* Layer.buildWithScope(store.agent(script), scope)
+    return { scope, ctx, driver: Context.get(ctx, Driver) }
+  })
+
 describe.each(stores)("P38-P41 over the $name store: disposal, inbox mutations, maintenance, resume", ({ open: openStore }) => {
   it.scoped("P38: disposal keeps the queued tail in the store; an agent resuming it runs T then W", () =>
     Effect.gen(function*() {
       const store = yield* openStore
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(store.agent([ScriptedModel.hang({ text: "partial" })]), scope)
-      const driver = Context.get(ctx, Driver)
+      const { scope, ctx, driver } = yield* buildOver(store, [ScriptedModel.hang({ text: "partial" })])
       // Observers live in the test's scope, so they see what disposal publishes.
       const trace = yield* Effect.provide(recordStatus, ctx)
       const collected: Array<DriverEvent> = []
@@ -301,9 +308,7 @@ describe.each(stores)("P38-P41 over the $name store: disposal, inbox mutations, 
   it.scoped("P38: the status trace of a disposed agent ends idle", () =>
     Effect.gen(function*() {
       const store = yield* openStore
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(store.agent([ScriptedModel.hang({ text: "partial" })]), scope)
-      const driver = Context.get(ctx, Driver)
+      const { scope, ctx, driver } = yield* buildOver(store, [ScriptedModel.hang({ text: "partial" })])
       const seen: Array<string> = []
       // statusChanges ends on disposal (SPEC 3.7 step 5), so the collector completes.
       const collector = yield* Effect.fork(Stream.runForEach(driver.statusChanges, (status) => Effect.sync(() => seen.push(status))))
@@ -454,9 +459,7 @@ describe.each(stores)("P38-P41 over the $name store: disposal, inbox mutations, 
   it.scoped("P41: a pending injection survives a close and a resume; a crash image taken after inject holds it", () =>
     Effect.gen(function*() {
       const store = yield* openStore
-      const scope = yield* Scope.make()
-      const ctx = yield* Layer.buildWithScope(store.agent([ScriptedModel.text("a")]), scope)
-      const driver = Context.get(ctx, Driver)
+      const { scope, ctx, driver } = yield* buildOver(store, [ScriptedModel.text("a")])
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       yield* driver.inject(plugin("N"))

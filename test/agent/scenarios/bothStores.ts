@@ -71,14 +71,12 @@ export const fileRows = (file: string, session = "s"): Array<SessionEvent> => {
 }
 
 /** The agent of the SPEC 9 harness over a SQLite file (the store is closed with the layer). */
-export const onFile = (file: string, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
+const onFile = (file: string, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
   agentOver(script, options).pipe(Layer.provideMerge(sqlite(file)))
 
-/** Flushes, then checks the closing conditions: `checkLog` clean and the file equal to the live log. */
-export const closeOnFile = (file: string, session = "s") => closeOn((s) => Effect.sync(() => fileRows(file, s)))(session)
 
 /** Runs `program` against a SQLite store alone, opened on `file` and closed afterwards. */
-export const withStore = <A, E>(file: string, program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
+const withStore = <A, E>(file: string, program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
   Effect.scoped(Effect.flatMap(Effect.map(Layer.build(sqlite(file)), (ctx) => Context.get(ctx, SessionStore)), program))
 
 /** What a scenario body may use: the agent's services and a scope. */

@@ -8,7 +8,7 @@ import { Agent, CancelCause, Driver, Hooks, RequestErrorAction, ScriptedModel, S
 import { agentOver, agentTest, closeOut, dataOfType, events, liveNotation, plugin, reasons, recordLive, requests, scenario, settle, shape, texts, until, untilEvent, user } from "./harness.js"
 import type { LlmFailure, ModelRequest, RequestConfig } from "../../src/index.js"
 import { buildIn } from "./stores.js"
-import { calls, empty, okTool } from "./toolFixtures.js"
+import { calls, empty, okTool, zetaTool } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
 
@@ -21,53 +21,9 @@ const readTool = Tool.make("read", {
   execute: ({ path }) =>
     Effect.succeed({ content: `contents of ${path}`, additionalContexts: [plugin("ctx-1", "file was read")] })
 })
-const zetaTool = Tool.make("zeta", {
-  description: "Last tool",
-  parameters: Schema.Struct({}),
-  mode: "parallel",
-  execute: () => Effect.succeed("z")
-})
 
 describe("4.5 requests and retries", () => {
-  it.scoped("4.5 default policy: jittered 1 s then 2 s; OVERLOADED, NETWORK, TIMEOUT, retryable:true and 5xx retried; input of onRequestError", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      const seen: Array<unknown> = []
-      yield* hooks.onRequestError((input, next) => {
-        seen.push({ turn: input.turn, step: input.step, attempt: input.attempt, code: input.failure.code, sid: input.sessionId })
-        return next()
-      })
-      const fiber = yield* Effect.fork(Effect.gen(function*() {
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        yield* driver.followup(user("B"))
-        yield* driver.whenIdle
-        yield* driver.followup(user("C"))
-        yield* driver.whenIdle
-      }))
-      for (let i = 0; i < 20; i++) {
-        yield* settle
-        yield* TestClock.adjust(Duration.seconds(3))
-      }
-      yield* Fiber.join(fiber)
-      const retries = yield* dataOfType("llm/retry")
-      expect(retries.map((r) => [r.turn, r.attempt, r.failure.code])).toEqual([
-        [1, 1, "OVERLOADED"], [1, 2, "NETWORK"],
-        [2, 1, "TIMEOUT"], [2, 2, "WHATEVER"],
-        [3, 1, "HTTP"]
-      ])
-      for (const r of retries) {
-        const base = r.attempt === 1 ? 1000 : 2000
-        expect(r.delayMs).toBeGreaterThanOrEqual(base * 0.8)
-        expect(r.delayMs).toBeLessThanOrEqual(base * 1.2)
-        expect(Number.isInteger(r.delayMs)).toBe(true)
-      }
-      expect((yield* dataOfType("turn/end")).map((d) => d.reason.kind)).toEqual(["completed", "completed", "error"])
-      expect((yield* dataOfType("turn/end"))[2]!.reason.error).toMatchObject({ code: "HTTP", status: 499 })
-      expect(seen[0]).toEqual({ turn: 1, step: 1, attempt: 1, code: "OVERLOADED", sid: "s" })
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 default policy: jittered 1 s then 2 s; OVERLOADED, NETWORK, TIMEOUT, retryable:true and 5xx retried; input of onRequestError", scenario([
       ScriptedModel.fail({ message: "o", code: "OVERLOADED" }),
       ScriptedModel.fail({ message: "n", code: "NETWORK" }),
       ScriptedModel.text("one"),
@@ -76,7 +32,42 @@ describe("4.5 requests and retries", () => {
       ScriptedModel.text("two"),
       ScriptedModel.fail({ message: "h", code: "HTTP", status: 502 }),
       ScriptedModel.fail({ message: "h", code: "HTTP", status: 499 })
-    ]))))
+    ]), function*({ driver, hooks }) {
+    const seen: Array<unknown> = []
+    yield* hooks.onRequestError((input, next) => {
+      seen.push({ turn: input.turn, step: input.step, attempt: input.attempt, code: input.failure.code, sid: input.sessionId })
+      return next()
+    })
+    const fiber = yield* Effect.fork(Effect.gen(function*() {
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      yield* driver.followup(user("B"))
+      yield* driver.whenIdle
+      yield* driver.followup(user("C"))
+      yield* driver.whenIdle
+    }))
+    for (let i = 0; i < 20; i++) {
+      yield* settle
+      yield* TestClock.adjust(Duration.seconds(3))
+    }
+    yield* Fiber.join(fiber)
+    const retries = yield* dataOfType("llm/retry")
+    expect(retries.map((r) => [r.turn, r.attempt, r.failure.code])).toEqual([
+      [1, 1, "OVERLOADED"], [1, 2, "NETWORK"],
+      [2, 1, "TIMEOUT"], [2, 2, "WHATEVER"],
+      [3, 1, "HTTP"]
+    ])
+    for (const r of retries) {
+      const base = r.attempt === 1 ? 1000 : 2000
+      expect(r.delayMs).toBeGreaterThanOrEqual(base * 0.8)
+      expect(r.delayMs).toBeLessThanOrEqual(base * 1.2)
+      expect(Number.isInteger(r.delayMs)).toBe(true)
+    }
+    expect((yield* dataOfType("turn/end")).map((d) => d.reason.kind)).toEqual(["completed", "completed", "error"])
+    expect((yield* dataOfType("turn/end"))[2]!.reason.error).toMatchObject({ code: "HTTP", status: 499 })
+    expect(seen[0]).toEqual({ turn: 1, step: 1, attempt: 1, code: "OVERLOADED", sid: "s" })
+    expect(yield* closeOut).toEqual([])
+  })
 
   agentTest("4.5: a status of 600 is not retryable by the default policy", scenario([ScriptedModel.fail({ message: "x", code: "HTTP", status: 600 })]), function*({ driver }) {
     yield* driver.followup(user("A"))
@@ -276,23 +267,20 @@ describe("4.5 requests", () => {
       Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer([ScriptedModel.text("x")]), Tools.layer()))
     ))))
 
-  it.scoped("4.5 Q2: a header changed by onRequest logs RH(change); an unchanged one logs nothing", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequest((input, next) => input.turn === 2 ? Effect.map(next(), (c) => ({ ...c, system: "changed" })) : next())
-      for (const id of ["A", "B", "C"]) {
-        yield* driver.followup(user(id))
-        yield* driver.whenIdle
-      }
-      // Q1: after the first request the seed is the config of the last logged header.
-      expect((yield* shape).filter((s) => s.startsWith("RH"))).toEqual(["RH(initial)", "RH(change)"])
-      const rs = yield* requests
-      expect(rs.map((r) => r.system)).toEqual(["sys", "changed", "changed"])
-      expect(rs[0]).toMatchObject({ provider: "p", model: "m", system: "sys", maxTokens: 100, temperature: 0.5, tools: [] })
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.text("c")], {
+  agentTest("4.5 Q2: a header changed by onRequest logs RH(change); an unchanged one logs nothing", scenario([ScriptedModel.text("a"), ScriptedModel.text("b"), ScriptedModel.text("c")], {
       agent: { system: "sys", maxTokens: 100, temperature: 0.5 }
-    }))))
+    }), function*({ driver, hooks }) {
+    yield* hooks.onRequest((input, next) => input.turn === 2 ? Effect.map(next(), (c) => ({ ...c, system: "changed" })) : next())
+    for (const id of ["A", "B", "C"]) {
+      yield* driver.followup(user(id))
+      yield* driver.whenIdle
+    }
+    // Q1: after the first request the seed is the config of the last logged header.
+    expect((yield* shape).filter((s) => s.startsWith("RH"))).toEqual(["RH(initial)", "RH(change)"])
+    const rs = yield* requests
+    expect(rs.map((r) => r.system)).toEqual(["sys", "changed", "changed"])
+    expect(rs[0]).toMatchObject({ provider: "p", model: "m", system: "sys", maxTokens: 100, temperature: 0.5, tools: [] })
+  })
 
   agentTest("4.5 Q5: a stream that ends without finish gets a synthetic finish error NO_FINISH", scenario([ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 0, text: "x" }])]), function*({ driver }) {
     yield* driver.followup(user("A"))
@@ -307,41 +295,36 @@ describe("4.5 requests", () => {
     expect(s.slice(-5)).toEqual(["RH(initial)", "CH(block-start)", "CH(finish error)", "SE(1,1)", "TE(1,error(MALFORMED_STREAM))"])
   })
 
-  it.scoped("4.5: a listener's Retry is logged with the rounded delay and slept on the Clock; retryAfterMs raises the default delay", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const hooks = yield* Hooks
-      yield* hooks.onRequestError((input, next) => input.attempt === 1 ? Effect.succeed({ _tag: "Retry" as const, delay: decimalDelay }) : next())
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      expect((yield* dataOfType("llm/retry"))[0]!.delayMs).toBe(1501)
-      yield* TestClock.adjust("1501 millis")
-      yield* until(Effect.map(dataOfType("llm/retry"), (a) => a.length === 2))
-      expect((yield* dataOfType("llm/retry"))[1]!.delayMs).toBe(5000)
-      yield* TestClock.adjust("5 seconds")
-      yield* driver.whenIdle
-      expect(yield* texts).toEqual(["A"])
-      expect((yield* shape).slice(-1)).toEqual(["TE(1,completed)"])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5: a listener's Retry is logged with the rounded delay and slept on the Clock; retryAfterMs raises the default delay", scenario([
       ScriptedModel.fail({ message: "x", code: "OVERLOADED" }),
       ScriptedModel.fail({ message: "y", code: "X", status: 500, retryAfterMs: 5000 }),
       ScriptedModel.text("ok")
-    ]))))
+    ]), function*({ driver, hooks }) {
+    yield* hooks.onRequestError((input, next) => input.attempt === 1 ? Effect.succeed({ _tag: "Retry" as const, delay: decimalDelay }) : next())
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    expect((yield* dataOfType("llm/retry"))[0]!.delayMs).toBe(1501)
+    yield* TestClock.adjust("1501 millis")
+    yield* until(Effect.map(dataOfType("llm/retry"), (a) => a.length === 2))
+    expect((yield* dataOfType("llm/retry"))[1]!.delayMs).toBe(5000)
+    yield* TestClock.adjust("5 seconds")
+    yield* driver.whenIdle
+    expect(yield* texts).toEqual(["A"])
+    expect((yield* shape).slice(-1)).toEqual(["TE(1,completed)"])
+  })
 
-  it.scoped("4.5: retryable false, a provider-side aborted finish and an unknown code are not retried", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      for (const id of ["A", "B", "C"]) {
-        yield* driver.followup(user(id))
-        yield* driver.whenIdle
-      }
-      expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
-      expect((yield* shape).filter((s) => s.startsWith("TE"))).toEqual(["TE(1,error(RATE_LIMIT))", "TE(2,error(ABORTED))", "TE(3,error(WEIRD))"])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5: retryable false, a provider-side aborted finish and an unknown code are not retried", scenario([
       ScriptedModel.fail({ message: "x", code: "RATE_LIMIT", status: 429, retryable: false }),
       ScriptedModel.fail({ message: "y", code: "ABORTED" }, { finish: "aborted" }),
       ScriptedModel.fail({ message: "z", code: "WEIRD", status: 400 })
-    ]))))
+    ]), function*({ driver }) {
+    for (const id of ["A", "B", "C"]) {
+      yield* driver.followup(user(id))
+      yield* driver.whenIdle
+    }
+    expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
+    expect((yield* shape).filter((s) => s.startsWith("TE"))).toEqual(["TE(1,error(RATE_LIMIT))", "TE(2,error(ABORTED))", "TE(3,error(WEIRD))"])
+  })
 
   agentTest("3.10/6.2: every event time is the Clock time at commit", scenario([ScriptedModel.text("a")]), function*({ driver }) {
     yield* TestClock.adjust("3 seconds")
@@ -402,33 +385,31 @@ describe("4.5 Q1 seed on resume", () => {
 })
 
 describe("4.5 Q2/Q3 / 8.8: the ModelRequest of each step", () => {
-  it.scoped("4.5 Q3: the first request carries exactly the ModelRequest fields; RH(initial) logs the same header", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const [r] = yield* requests
-      expect(Object.keys(r!).sort()).toEqual(
-        ["attempt", "maxTokens", "messages", "model", "provider", "sessionId", "step", "system", "temperature", "tools", "turn"]
-      )
-      const expectedTools = [
-        { name: "read", description: "Reads a file", parameters: JSONSchema.make(ReadParams) },
-        { name: "zeta", description: "Last tool", parameters: JSONSchema.make(Schema.Struct({})) }
-      ]
-      expect({ ...r!, messages: undefined }).toEqual({
-        sessionId: "s", turn: 1, step: 1, attempt: 1, provider: "p", model: "m", system: "be brief",
-        maxTokens: 100, temperature: 0, tools: expectedTools, messages: undefined
-      })
-      const [rh] = yield* dataOfType("request/header")
-      expect(rh).toEqual({
-        header: { provider: "p", model: "m", system: "be brief", maxTokens: 100, temperature: 0, tools: expectedTools },
-        reason: "initial"
-      })
-      expect(r!.tools).toEqual(yield* Effect.flatMap(Tools, (t) => t.list))
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")], {
+  agentTest("4.5 Q3: the first request carries exactly the ModelRequest fields; RH(initial) logs the same header", scenario([ScriptedModel.text("ok")], {
       tools: [zetaTool, readTool],
       agent: { model: { provider: "p", model: "m" }, system: "be brief", maxTokens: 100, temperature: 0 }
-    }))))
+    }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const [r] = yield* requests
+    expect(Object.keys(r!).sort()).toEqual(
+      ["attempt", "maxTokens", "messages", "model", "provider", "sessionId", "step", "system", "temperature", "tools", "turn"]
+    )
+    const expectedTools = [
+      { name: "read", description: "Reads a file", parameters: JSONSchema.make(ReadParams) },
+      { name: "zeta", description: "Last tool", parameters: JSONSchema.make(Schema.Struct({})) }
+    ]
+    expect({ ...r!, messages: undefined }).toEqual({
+      sessionId: "s", turn: 1, step: 1, attempt: 1, provider: "p", model: "m", system: "be brief",
+      maxTokens: 100, temperature: 0, tools: expectedTools, messages: undefined
+    })
+    const [rh] = yield* dataOfType("request/header")
+    expect(rh).toEqual({
+      header: { provider: "p", model: "m", system: "be brief", maxTokens: 100, temperature: 0, tools: expectedTools },
+      reason: "initial"
+    })
+    expect(r!.tools).toEqual(yield* Effect.flatMap(Tools, (t) => t.list))
+  })
 
   agentTest("4.5 Q3: absent optional config fields are absent keys of the request and of the header", scenario([ScriptedModel.text("ok")]), function*({ driver }) {
     yield* driver.followup(user("A"))
@@ -442,44 +423,7 @@ describe("4.5 Q2/Q3 / 8.8: the ModelRequest of each step", () => {
     expect(rh!.header.tools).toEqual([])
   })
 
-  it.scoped("4.5/2.8: step 2 sees the assistant message (reasoning, text, tool call, replayState), the tool result and the tool's context", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const reqs = yield* requests
-      expect(reqs.map((r) => [r.turn, r.step, r.attempt])).toEqual([[1, 1, 1], [1, 2, 1]])
-      const m = reqs[1]!.messages
-      expect(m.map((x) => x.role)).toEqual(["user", "assistant", "user", "user"])
-      expect(m[0]).toEqual(user("A"))
-      expect({ ...m[1]!, id: "x" }).toEqual({
-        id: "x",
-        role: "assistant",
-        content: [
-          { type: "reasoning", text: "think" },
-          { type: "text", text: "calling" },
-          { type: "tool-call", id: "c1", name: "read", arguments: "{\"path\":\"a.txt\"}" }
-        ],
-        source: { kind: "model", provider: "p", model: "m", replayState: { opaque: [1, "x", null] } }
-      })
-      expect({ ...m[2]!, id: "x" }).toEqual({
-        id: "x",
-        role: "user",
-        content: [{ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "contents of a.txt" }] }],
-        source: { kind: "tool", callId: "c1" }
-      })
-      expect(m[3]).toEqual(plugin("ctx-1", "file was read"))
-      // Model-visible ⇔ logged: the history and the header as logged.
-      expect(m).toEqual(yield* log.messages.pipe(Effect.map((all) => all.slice(0, 4))))
-      const rhs = yield* dataOfType("request/header")
-      expect(rhs.map((d) => d.reason)).toEqual(["initial"])
-      const { messages: _m, sessionId: _s, turn: _t, step: _k, attempt: _a, ...header } = reqs[1]!
-      expect(header).toEqual(rhs[0]!.header)
-      // The replay-state chunk is logged like any other chunk.
-      const chunks = (yield* dataOfType("assistant/chunk")).map((d) => d.chunk)
-      expect(chunks.filter((c) => c.type === "replay-state")).toEqual([{ type: "replay-state", state: { opaque: [1, "x", null] } }])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5/2.8: step 2 sees the assistant message (reasoning, text, tool call, replayState), the tool result and the tool's context", scenario([
       ScriptedModel.response({
         reasoning: "think",
         text: "calling",
@@ -487,41 +431,56 @@ describe("4.5 Q2/Q3 / 8.8: the ModelRequest of each step", () => {
         replayState: { opaque: [1, "x", null] }
       }),
       ScriptedModel.text("done")
-    ], { tools: [readTool] }))))
+    ], { tools: [readTool] }), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const reqs = yield* requests
+    expect(reqs.map((r) => [r.turn, r.step, r.attempt])).toEqual([[1, 1, 1], [1, 2, 1]])
+    const m = reqs[1]!.messages
+    expect(m.map((x) => x.role)).toEqual(["user", "assistant", "user", "user"])
+    expect(m[0]).toEqual(user("A"))
+    expect({ ...m[1]!, id: "x" }).toEqual({
+      id: "x",
+      role: "assistant",
+      content: [
+        { type: "reasoning", text: "think" },
+        { type: "text", text: "calling" },
+        { type: "tool-call", id: "c1", name: "read", arguments: "{\"path\":\"a.txt\"}" }
+      ],
+      source: { kind: "model", provider: "p", model: "m", replayState: { opaque: [1, "x", null] } }
+    })
+    expect({ ...m[2]!, id: "x" }).toEqual({
+      id: "x",
+      role: "user",
+      content: [{ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "contents of a.txt" }] }],
+      source: { kind: "tool", callId: "c1" }
+    })
+    expect(m[3]).toEqual(plugin("ctx-1", "file was read"))
+    // Model-visible ⇔ logged: the history and the header as logged.
+    expect(m).toEqual(yield* log.messages.pipe(Effect.map((all) => all.slice(0, 4))))
+    const rhs = yield* dataOfType("request/header")
+    expect(rhs.map((d) => d.reason)).toEqual(["initial"])
+    const { messages: _m, sessionId: _s, turn: _t, step: _k, attempt: _a, ...header } = reqs[1]!
+    expect(header).toEqual(rhs[0]!.header)
+    // The replay-state chunk is logged like any other chunk.
+    const chunks = (yield* dataOfType("assistant/chunk")).map((d) => d.chunk)
+    expect(chunks.filter((c) => c.type === "replay-state")).toEqual([{ type: "replay-state", state: { opaque: [1, "x", null] } }])
+  })
 
-  it.scoped("2.8/4.5: an empty assistant message (lone stop finish) is not sent to the model in a later turn", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      yield* driver.followup(user("B"))
-      expect(yield* closeOut).toEqual([])
-      const reqs = yield* requests
-      expect(reqs[1]!.messages).toEqual([user("A"), user("B")])
-      expect((yield* dataOfType("assistant/message"))[0]!.message.content).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  agentTest("2.8/4.5: an empty assistant message (lone stop finish) is not sent to the model in a later turn", scenario([
       ScriptedModel.chunks([{ type: "finish", finish: { kind: "stop" } }]),
       ScriptedModel.text("ok")
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    yield* driver.followup(user("B"))
+    expect(yield* closeOut).toEqual([])
+    const reqs = yield* requests
+    expect(reqs[1]!.messages).toEqual([user("A"), user("B")])
+    expect((yield* dataOfType("assistant/message"))[0]!.message.content).toEqual([])
+  })
 
-  it.scoped("4.5 assembler: usage and replayState are the last chunk's values; every chunk is logged and cited", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const es = yield* events
-      const chunkSeqs = es.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
-      expect(chunkSeqs).toHaveLength(9)
-      const am = es.find((e) => e.type === "assistant/message")!
-      expect((am as Loose).sourceEventSeqs).toEqual(chunkSeqs)
-      const d = am.data as Loose
-      expect(d.usage).toEqual({ inputTokens: 5, outputTokens: 6 })
-      expect(d.message.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: { v: 2 } })
-      expect(d.message.content).toEqual([{ type: "text", text: "ab" }])
-      yield* driver.followup(user("B"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* requests)[1]!.messages[1]!.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: { v: 2 } })
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 assembler: usage and replayState are the last chunk's values; every chunk is logged and cited", scenario([
       ScriptedModel.chunks([
         { type: "usage", usage: { inputTokens: 1, outputTokens: 1 } },
         { type: "replay-state", state: { v: 1 } },
@@ -534,7 +493,22 @@ describe("4.5 Q2/Q3 / 8.8: the ModelRequest of each step", () => {
         { type: "finish", finish: { kind: "stop" } }
       ]),
       ScriptedModel.text("ok")
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const es = yield* events
+    const chunkSeqs = es.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
+    expect(chunkSeqs).toHaveLength(9)
+    const am = es.find((e) => e.type === "assistant/message")!
+    expect((am as Loose).sourceEventSeqs).toEqual(chunkSeqs)
+    const d = am.data as Loose
+    expect(d.usage).toEqual({ inputTokens: 5, outputTokens: 6 })
+    expect(d.message.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: { v: 2 } })
+    expect(d.message.content).toEqual([{ type: "text", text: "ab" }])
+    yield* driver.followup(user("B"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* requests)[1]!.messages[1]!.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: { v: 2 } })
+  })
 
   agentTest("7.4/4.5: an interrupted prefix is sent to the model in the next turn; the failed attempt's text is not", scenario([ScriptedModel.hang({ text: "partial" }), ScriptedModel.text("ok")]), function*({ driver }) {
     yield* driver.followup(user("A"))
@@ -562,36 +536,33 @@ describe("4.5 Q2/Q3 / 8.8: the ModelRequest of each step", () => {
 })
 
 describe("4.5 Q1 / 8.7: onRequest", () => {
-  it.scoped("4.5 Q1: onRequest sees a frozen seed from the agent options; its config becomes the request and RH(initial)", () =>
-    Effect.gen(function*() {
-      const hooks = yield* Hooks
-      const driver = yield* Driver
-      const seen: Array<Loose> = []
-      yield* hooks.onRequest((input, next) =>
-        Effect.map(next(), (config): RequestConfig => {
-          seen.push({ ...input, frozen: Object.isFrozen(input.config), same: config === input.config })
-          return { ...config, system: "S2", maxTokens: 77 }
-        })
-      )
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(seen).toHaveLength(1)
-      expect(seen[0]).toEqual({
-        sessionId: "s", turn: 1, step: 1, attempt: 1,
-        config: { provider: "p", model: "m", system: "S", maxTokens: 10, temperature: 0.5 },
-        frozen: true,
-        same: true
-      })
-      const [r] = yield* requests
-      expect([r!.system, r!.maxTokens, r!.temperature]).toEqual(["S2", 77, 0.5])
-      const [rh] = yield* dataOfType("request/header")
-      expect(rh).toEqual({
-        header: { provider: "p", model: "m", system: "S2", maxTokens: 77, temperature: 0.5, tools: [] },
-        reason: "initial"
-      })
-    }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")], {
+  agentTest("4.5 Q1: onRequest sees a frozen seed from the agent options; its config becomes the request and RH(initial)", scenario([ScriptedModel.text("ok")], {
       agent: { model: { provider: "p", model: "m" }, system: "S", maxTokens: 10, temperature: 0.5 }
-    }))))
+    }), function*({ hooks, driver }) {
+    const seen: Array<Loose> = []
+    yield* hooks.onRequest((input, next) =>
+      Effect.map(next(), (config): RequestConfig => {
+        seen.push({ ...input, frozen: Object.isFrozen(input.config), same: config === input.config })
+        return { ...config, system: "S2", maxTokens: 77 }
+      })
+    )
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(seen).toHaveLength(1)
+    expect(seen[0]).toEqual({
+      sessionId: "s", turn: 1, step: 1, attempt: 1,
+      config: { provider: "p", model: "m", system: "S", maxTokens: 10, temperature: 0.5 },
+      frozen: true,
+      same: true
+    })
+    const [r] = yield* requests
+    expect([r!.system, r!.maxTokens, r!.temperature]).toEqual(["S2", 77, 0.5])
+    const [rh] = yield* dataOfType("request/header")
+    expect(rh).toEqual({
+      header: { provider: "p", model: "m", system: "S2", maxTokens: 77, temperature: 0.5, tools: [] },
+      reason: "initial"
+    })
+  })
 
   agentTest("4.5 Q1/Q7: onRequest runs again for a retry with attempt 2; an unchanged config logs no second RH", scenario([ScriptedModel.fail({ message: "nope", code: "WHATEVER" }), ScriptedModel.text("ok")]), function*({ hooks, driver }) {
     const attempts: Array<number> = []
@@ -659,69 +630,62 @@ describe("4.5 D10 / 8.7: request-error recovery", () => {
     expect((yield* reasons).map((r) => r.error)).toEqual(cases.map(([failure]) => failure))
   })
 
-  it.scoped("4.5 D10: attempt 2 backs off 2 s (jittered), attempt 3 is never retried; the listener's own Retry is what the loop logs", () =>
-    Effect.gen(function*() {
-      const hooks = yield* Hooks
-      const driver = yield* Driver
-      const defaults: Array<readonly [number, string, number]> = []
-      yield* hooks.onRequestError((input, next) =>
-        Effect.map(next(), (action) => {
-          defaults.push([input.attempt, action._tag, action._tag === "Retry" ? Duration.toMillis(action.delay) : -1])
-          return input.attempt < 3 ? RequestErrorAction.retry(Duration.millis(input.attempt)) : action
-        })
-      )
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      yield* TestClock.adjust(1)
-      yield* untilEvent((e) => e.type === "llm/retry" && (e.data as Loose).attempt === 2)
-      yield* TestClock.adjust(2)
-      expect(yield* closeOut).toEqual([])
-      expect(defaults.map(([a, t]) => [a, t])).toEqual([[1, "Retry"], [2, "Retry"], [3, "Fail"]])
-      expect(defaults[1]![2]).toBeGreaterThanOrEqual(1600)
-      expect(defaults[1]![2]).toBeLessThanOrEqual(2400)
-      expect((yield* dataOfType("llm/retry")).map((d) => [d.attempt, d.delayMs])).toEqual([[1, 1], [2, 2]])
-      expect((yield* requests).map((r) => r.attempt)).toEqual([1, 2, 3])
-      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "c", code: "OVERLOADED" } }])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 D10: attempt 2 backs off 2 s (jittered), attempt 3 is never retried; the listener's own Retry is what the loop logs", scenario([
       ScriptedModel.fail({ message: "a", code: "OVERLOADED" }),
       ScriptedModel.fail({ message: "b", code: "OVERLOADED" }),
       ScriptedModel.fail({ message: "c", code: "OVERLOADED" })
-    ]))))
-
-  it.scoped("4.5 D10: retryAfterMs above the 30 s cap is the delay (max, not min); the retry waits exactly that long", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      expect((yield* dataOfType("llm/retry"))[0]).toEqual({
-        turn: 1, step: 1, attempt: 1, delayMs: 45000,
-        failure: { message: "slow down", code: "RATE_LIMIT", retryAfterMs: 45000, requestId: "req-1" }
+    ]), function*({ hooks, driver }) {
+    const defaults: Array<readonly [number, string, number]> = []
+    yield* hooks.onRequestError((input, next) =>
+      Effect.map(next(), (action) => {
+        defaults.push([input.attempt, action._tag, action._tag === "Retry" ? Duration.toMillis(action.delay) : -1])
+        return input.attempt < 3 ? RequestErrorAction.retry(Duration.millis(input.attempt)) : action
       })
-      yield* TestClock.adjust(44999)
-      yield* settle
-      expect(yield* requests).toHaveLength(1)
-      yield* TestClock.adjust(1)
-      expect(yield* closeOut).toEqual([])
-      expect(yield* requests).toHaveLength(2)
-    }).pipe(Effect.provide(scenario([
+    )
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    yield* TestClock.adjust(1)
+    yield* untilEvent((e) => e.type === "llm/retry" && (e.data as Loose).attempt === 2)
+    yield* TestClock.adjust(2)
+    expect(yield* closeOut).toEqual([])
+    expect(defaults.map(([a, t]) => [a, t])).toEqual([[1, "Retry"], [2, "Retry"], [3, "Fail"]])
+    expect(defaults[1]![2]).toBeGreaterThanOrEqual(1600)
+    expect(defaults[1]![2]).toBeLessThanOrEqual(2400)
+    expect((yield* dataOfType("llm/retry")).map((d) => [d.attempt, d.delayMs])).toEqual([[1, 1], [2, 2]])
+    expect((yield* requests).map((r) => r.attempt)).toEqual([1, 2, 3])
+    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "c", code: "OVERLOADED" } }])
+  })
+
+  agentTest("4.5 D10: retryAfterMs above the 30 s cap is the delay (max, not min); the retry waits exactly that long", scenario([
       ScriptedModel.fail({ message: "slow down", code: "RATE_LIMIT", retryAfterMs: 45000, requestId: "req-1" }),
       ScriptedModel.text("ok")
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    expect((yield* dataOfType("llm/retry"))[0]).toEqual({
+      turn: 1, step: 1, attempt: 1, delayMs: 45000,
+      failure: { message: "slow down", code: "RATE_LIMIT", retryAfterMs: 45000, requestId: "req-1" }
+    })
+    yield* TestClock.adjust(44999)
+    yield* settle
+    expect(yield* requests).toHaveLength(1)
+    yield* TestClock.adjust(1)
+    expect(yield* closeOut).toEqual([])
+    expect(yield* requests).toHaveLength(2)
+  })
 
-  it.scoped("4.5 Q7: a provider-side aborted finish with a retryable failure goes through recovery and is retried", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      yield* TestClock.adjust("2 seconds")
-      expect(yield* closeOut).toEqual([])
-      const chunks = (yield* dataOfType("assistant/chunk")).map((d) => d.chunk)
-      expect(chunks[0]).toEqual({ type: "finish", finish: { kind: "aborted", failure: { message: "cut", code: "OVERLOADED" } } })
-      expect(yield* reasons).toEqual([{ kind: "completed" }])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 Q7: a provider-side aborted finish with a retryable failure goes through recovery and is retried", scenario([
       ScriptedModel.fail({ message: "cut", code: "OVERLOADED" }, { finish: "aborted" }),
       ScriptedModel.text("ok")
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    yield* TestClock.adjust("2 seconds")
+    expect(yield* closeOut).toEqual([])
+    const chunks = (yield* dataOfType("assistant/chunk")).map((d) => d.chunk)
+    expect(chunks[0]).toEqual({ type: "finish", finish: { kind: "aborted", failure: { message: "cut", code: "OVERLOADED" } } })
+    expect(yield* reasons).toEqual([{ kind: "completed" }])
+  })
 
   agentTest("4.5/4.7: an onRequestError failure is a turn failure mapped to {message, code}; no retry is logged", scenario([ScriptedModel.fail({ message: "m", code: "OVERLOADED" }), ScriptedModel.text("ok")]), function*({ hooks, driver }) {
     yield* hooks.onRequestError(() => Effect.fail({ message: "hook broke", code: "HOOKX" }))

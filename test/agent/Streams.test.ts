@@ -8,7 +8,7 @@ import { Agent, CancelCause, checkLog, Driver, Hooks, LlmFailure as LlmFailureSc
 import { agentOver, agentTest, closeOut, dataOfType, events, gate, open, reasons, requests, scenario, settle, shape, until, untilEvent, user } from "./harness.js"
 import { resumeAfterRun } from "./resumeAfterRun.js"
 import type { ModelRequest, SessionEvent, StreamChunk } from "../../src/index.js"
-import { calls, empty, okTool } from "./toolFixtures.js"
+import { calls, empty, okTool, zetaTool } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
 
@@ -53,27 +53,9 @@ const SessionLogLater = {
 
 const gateBroke = new Error("gate broke")
 const installLogReader = Effect.flatMap(SessionLog, (log) => Ref.set(logRef, log.events))
-const zetaTool = Tool.make("zeta", {
-  description: "Last tool",
-  parameters: Schema.Struct({}),
-  mode: "parallel",
-  execute: () => Effect.succeed("z")
-})
 
 describe("4.5 assembler edge cases", () => {
-  it.scoped("4.5 assembler: on max-tokens tool calls and replayState are dropped; usage is the last usage chunk", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const am = (yield* dataOfType("assistant/message"))[0]!
-      expect(am.message.content).toEqual([{ type: "text", text: "cut" }])
-      expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m" })
-      expect(am.usage).toEqual({ inputTokens: 5, outputTokens: 6 })
-      expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "max-tokens" })
-      expect(yield* dataOfType("tool/call")).toEqual([])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([
+  agentTest("4.5 assembler: on max-tokens tool calls and replayState are dropped; usage is the last usage chunk", scenario([ScriptedModel.chunks([
       { type: "block-start", index: 0, block: "text" },
       { type: "text-delta", index: 0, text: "cut" },
       { type: "block-end", index: 0 },
@@ -84,18 +66,19 @@ describe("4.5 assembler edge cases", () => {
       { type: "replay-state", state: { r: 1 } },
       { type: "usage", usage: { inputTokens: 5, outputTokens: 6 } },
       { type: "finish", finish: { kind: "max-tokens" } }
-    ])]))))
+    ])]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const am = (yield* dataOfType("assistant/message"))[0]!
+    expect(am.message.content).toEqual([{ type: "text", text: "cut" }])
+    expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m" })
+    expect(am.usage).toEqual({ inputTokens: 5, outputTokens: 6 })
+    expect((yield* dataOfType("turn/end"))[0]!.reason).toEqual({ kind: "max-tokens" })
+    expect(yield* dataOfType("tool/call")).toEqual([])
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("4.5 assembler: the last replay-state wins, also when it is null; blocks keep block-start order with interleaved deltas", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const am = (yield* dataOfType("assistant/message"))[0]!
-      expect(am.message.content).toEqual([{ type: "reasoning", text: "r1r2" }, { type: "text", text: "t1t2" }])
-      expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: null })
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([
+  agentTest("4.5 assembler: the last replay-state wins, also when it is null; blocks keep block-start order with interleaved deltas", scenario([ScriptedModel.chunks([
       { type: "block-start", index: 0, block: "reasoning" },
       { type: "block-start", index: 1, block: "text" },
       { type: "text-delta", index: 1, text: "t1" },
@@ -107,40 +90,34 @@ describe("4.5 assembler edge cases", () => {
       { type: "block-end", index: 1 },
       { type: "replay-state", state: null },
       { type: "finish", finish: { kind: "stop" } }
-    ])]))))
+    ])]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const am = (yield* dataOfType("assistant/message"))[0]!
+    expect(am.message.content).toEqual([{ type: "reasoning", text: "r1r2" }, { type: "text", text: "t1t2" }])
+    expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: null })
+    expect(yield* closeOut).toEqual([])
+  })
 
-  it.scoped("2.8/4.5 Q6: a stop with no content still records an AM citing its chunks; derived history omits it", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const log = yield* SessionLog
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const es = yield* events
-      const am = es.find((e) => e.type === "assistant/message")!
-      expect((am.data as any).message.content).toEqual([])
-      const chunkSeqs = es.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
-      expect((am as { readonly sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs).toEqual(chunkSeqs)
-      expect((yield* log.messages).map((m) => m.role)).toEqual(["user"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([ScriptedModel.chunks([
+  agentTest("2.8/4.5 Q6: a stop with no content still records an AM citing its chunks; derived history omits it", scenario([ScriptedModel.chunks([
       { type: "block-start", index: 0, block: "text" },
       { type: "block-end", index: 0 },
       { type: "finish", finish: { kind: "stop" } }
-    ])]))))
+    ])]), function*({ driver, log }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const es = yield* events
+    const am = es.find((e) => e.type === "assistant/message")!
+    expect((am.data as any).message.content).toEqual([])
+    const chunkSeqs = es.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
+    expect((am as { readonly sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs).toEqual(chunkSeqs)
+    expect((yield* log.messages).map((m) => m.role)).toEqual(["user"])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("4.5 stream order and tools order", () => {
-  it.scoped("4.5 Q5: a block-start may reuse a closed index (a new block); reusing an open index is MALFORMED_STREAM", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* dataOfType("assistant/message"))[0]!.message.content).toEqual([{ type: "text", text: "a" }, { type: "text", text: "b" }])
-      yield* driver.followup(user("B"))
-      yield* driver.whenIdle
-      expect((yield* dataOfType("turn/end"))[1]!.reason).toMatchObject({ kind: "error", error: { code: "MALFORMED_STREAM" } })
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 Q5: a block-start may reuse a closed index (a new block); reusing an open index is MALFORMED_STREAM", scenario([
       ScriptedModel.chunks([
         { type: "block-start", index: 0, block: "text" },
         { type: "text-delta", index: 0, text: "a" },
@@ -155,7 +132,15 @@ describe("4.5 stream order and tools order", () => {
         { type: "block-start", index: 0, block: "text" },
         { type: "finish", finish: { kind: "stop" } }
       ])
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* dataOfType("assistant/message"))[0]!.message.content).toEqual([{ type: "text", text: "a" }, { type: "text", text: "b" }])
+    yield* driver.followup(user("B"))
+    yield* driver.whenIdle
+    expect((yield* dataOfType("turn/end"))[1]!.reason).toMatchObject({ kind: "error", error: { code: "MALFORMED_STREAM" } })
+    expect(yield* closeOut).toEqual([])
+  })
 
   const mk = (name: string) => Tool.make(name, { description: name, parameters: empty, execute: () => Effect.succeed(name) })
   agentTest("4.5 Q2: the header's tools are sorted by name in code-unit order", scenario([ScriptedModel.text("ok")], { tools: [mk("b"), mk("a"), mk("_x"), mk("B")] }), function*({ driver }) {
@@ -245,27 +230,25 @@ describe("4.5: steps", () => {
     expect(yield* requests).toHaveLength(2)
   })
 
-  it.scoped("4.5 D10: at most 3 attempts; the third failure fails the turn with that LlmFailure verbatim", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      const f = { message: "down", code: "X", status: 503, requestId: "req-1" }
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "llm/retry")
-      yield* TestClock.adjust("2 seconds")
-      yield* untilEvent((e) => e.type === "llm/retry" && (e.data as Loose).attempt === 2)
-      const rt2 = (yield* dataOfType("llm/retry"))[1]!
-      expect(rt2.delayMs).toBeGreaterThanOrEqual(1600)
-      expect(rt2.delayMs).toBeLessThanOrEqual(2400)
-      yield* TestClock.adjust("3 seconds")
-      expect(yield* closeOut).toEqual([])
-      expect(yield* reasons).toEqual([{ kind: "error", error: f }])
-      expect((yield* shape).filter((x) => x.startsWith("RT") || x.startsWith("RH"))).toEqual(["RH(initial)", "RT(1)", "RT(2)"])
-      expect((yield* requests).map((r) => r.attempt)).toEqual([1, 2, 3])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 D10: at most 3 attempts; the third failure fails the turn with that LlmFailure verbatim", scenario([
       ScriptedModel.fail({ message: "down", code: "X", status: 503, requestId: "req-1" }),
       ScriptedModel.fail({ message: "down", code: "X", status: 503, requestId: "req-1" }),
       ScriptedModel.fail({ message: "down", code: "X", status: 503, requestId: "req-1" })
-    ]))))
+    ]), function*({ driver }) {
+    const f = { message: "down", code: "X", status: 503, requestId: "req-1" }
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "llm/retry")
+    yield* TestClock.adjust("2 seconds")
+    yield* untilEvent((e) => e.type === "llm/retry" && (e.data as Loose).attempt === 2)
+    const rt2 = (yield* dataOfType("llm/retry"))[1]!
+    expect(rt2.delayMs).toBeGreaterThanOrEqual(1600)
+    expect(rt2.delayMs).toBeLessThanOrEqual(2400)
+    yield* TestClock.adjust("3 seconds")
+    expect(yield* closeOut).toEqual([])
+    expect(yield* reasons).toEqual([{ kind: "error", error: f }])
+    expect((yield* shape).filter((x) => x.startsWith("RT") || x.startsWith("RH"))).toEqual(["RH(initial)", "RT(1)", "RT(2)"])
+    expect((yield* requests).map((r) => r.attempt)).toEqual([1, 2, 3])
+  })
 
   agentTest("4.5 D10: retryable:false wins over status 429 → no retry", scenario([ScriptedModel.fail({ message: "no", code: "RATE_LIMIT", status: 429, retryable: false })]), function*({ driver }) {
     yield* driver.followup(user("A"))
@@ -539,32 +522,28 @@ describe("4.5 Q5 / 4.6: more", () => {
       () => Stream.concat(Stream.fromIterable([...textChunks, stop]), Stream.die(new Error("late defect")))
     ]).layer))))
 
-  it.scoped("4.6: a concluding result with a context still takes another step (next-step non-empty afterwards)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const s = yield* shape
-      expect(s.slice(s.indexOf("SE(1,1)"), s.indexOf("SE(1,1)") + 4)).toEqual(["SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", "UM(X)"])
-      expect(yield* requests).toHaveLength(2)
-      expect((yield* reasons).map((r) => r.kind)).toEqual(["completed"])
-    }).pipe(Effect.provide(scenario([calls(["c1", "fin"], ["c2", "ctx"]), ScriptedModel.text("done")], {
+  agentTest("4.6: a concluding result with a context still takes another step (next-step non-empty afterwards)", scenario([calls(["c1", "fin"], ["c2", "ctx"]), ScriptedModel.text("done")], {
       tools: [
         okTool("fin", "exclusive", Effect.succeed({ content: "done", concludesTurn: true })),
         Tool.make("ctx", { description: "c", parameters: empty, execute: () => Effect.succeed({ content: "ok", additionalContexts: [user("X")] }) })
       ]
-    }))))
+    }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const s = yield* shape
+    expect(s.slice(s.indexOf("SE(1,1)"), s.indexOf("SE(1,1)") + 4)).toEqual(["SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", "UM(X)"])
+    expect(yield* requests).toHaveLength(2)
+    expect((yield* reasons).map((r) => r.kind)).toEqual(["completed"])
+  })
 
-  it.scoped("4.6: a concluding result without contexts ends the turn after the batch (both calls commit)", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect((yield* shape).filter((x) => /^(TC|TR|SE|TE)/.test(x))).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TR(c2)", "SE(1,1)", "TE(1,completed)"])
-      expect(yield* requests).toHaveLength(1)
-    }).pipe(Effect.provide(scenario([calls(["c1", "fin"], ["c2", "t"])], {
+  agentTest("4.6: a concluding result without contexts ends the turn after the batch (both calls commit)", scenario([calls(["c1", "fin"], ["c2", "t"])], {
       tools: [okTool("fin", "exclusive", Effect.succeed({ content: "done", concludesTurn: true })), okTool("t")]
-    }))))
+    }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect((yield* shape).filter((x) => /^(TC|TR|SE|TE)/.test(x))).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TR(c2)", "SE(1,1)", "TE(1,completed)"])
+    expect(yield* requests).toHaveLength(1)
+  })
 })
 
 describe("4.5 stream failures", () => {
@@ -583,26 +562,18 @@ describe("4.5 stream failures", () => {
     expect(finish.chunk).toEqual({ type: "finish", finish: { kind: "error", failure: { message: "model died", code: "UNKNOWN" } } })
   })
 
-  it.scoped("4.5: a chunk that is not a valid StreamChunk is a turn failure INVALID_EVENT, not offered to retry", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      const s = yield* shape
-      expect(s[s.length - 1]).toBe("TE(1,error(INVALID_EVENT))")
-      expect(s.filter((x) => x.startsWith("RT"))).toEqual([])
-      expect(checkLog(yield* events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5: a chunk that is not a valid StreamChunk is a turn failure INVALID_EVENT, not offered to retry", scenario([
       ScriptedModel.chunks([{ type: "usage", usage: { inputTokens: Number.NaN, outputTokens: 1 } }, { type: "finish", finish: { kind: "stop" } }])
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    const s = yield* shape
+    expect(s[s.length - 1]).toBe("TE(1,error(INVALID_EVENT))")
+    expect(s.filter((x) => x.startsWith("RT"))).toEqual([])
+    expect(checkLog(yield* events, { closed: true })).toEqual([])
+  })
 
-  it.scoped("4.5 Q5: chunks after the finish chunk are not logged; a failing afterFinish is ignored", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-5)).toEqual(["CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 Q5: chunks after the finish chunk are not logged; a failing afterFinish is ignored", scenario([
       ScriptedModel.chunks([
         { type: "block-start", index: 0, block: "text" },
         { type: "text-delta", index: 0, text: "x" },
@@ -610,20 +581,22 @@ describe("4.5 stream failures", () => {
         { type: "finish", finish: { kind: "stop" } },
         { type: "block-start", index: 1, block: "text" }
       ], { afterFinish: Effect.fail("late") })
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-5)).toEqual(["CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"])
+  })
 
-  it.scoped("8.8: during runs after the first chunk has been logged", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* installLogReader
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      expect(yield* Ref.get(seenAtDuring)).toBe(1)
-    }).pipe(Effect.provide(scenario([
+  agentTest("8.8: during runs after the first chunk has been logged", scenario([
       ScriptedModel.text("x", {
         during: Effect.flatMap(SessionLogLater.get, (count) => Ref.set(seenAtDuring, count))
       })
-    ]))))
+    ]), function*({ driver }) {
+    yield* installLogReader
+    yield* driver.followup(user("A"))
+    yield* driver.whenIdle
+    expect(yield* Ref.get(seenAtDuring)).toBe(1)
+  })
 })
 
 describe("7.4 interrupted prefix", () => {
@@ -635,21 +608,19 @@ describe("7.4 interrupted prefix", () => {
     expect((yield* shape).slice(-4)).toEqual(["CH(block-start)", "CH(text-delta)", "SE(1,1)", "TE(1,aborted(user))"])
   })
 
-  it.scoped("7.4: tool-call blocks are dropped from the prefix; reasoning is kept; usage is carried", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "usage")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      const am = (yield* dataOfType("assistant/message"))[0]!
-      expect(am.interrupted).toBe(true)
-      expect(am.message.content).toEqual([{ type: "reasoning", text: "think" }])
-      expect(am.usage).toEqual({ inputTokens: 4, outputTokens: 2 })
-      expect(checkLog(yield* events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  agentTest("7.4: tool-call blocks are dropped from the prefix; reasoning is kept; usage is carried", scenario([
       ScriptedModel.hang({ reasoning: "think", toolCall: { id: "c1", name: "t", arguments: "{\"a\"" }, usage: { inputTokens: 4, outputTokens: 2 } })
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "usage")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    const am = (yield* dataOfType("assistant/message"))[0]!
+    expect(am.interrupted).toBe(true)
+    expect(am.message.content).toEqual([{ type: "reasoning", text: "think" }])
+    expect(am.usage).toEqual({ inputTokens: 4, outputTokens: 2 })
+    expect(checkLog(yield* events, { closed: true })).toEqual([])
+  })
 })
 
 describe("SPEC 4.5 Q5: a defect of the model stream", () => {
@@ -730,21 +701,7 @@ describe("SPEC 4.5 Q5 / 7.4: a model stream that interrupts itself", () => {
 })
 
 describe("4.5 assembler and synthetic finishes", () => {
-  it.scoped("4.5 assembler: blocks keep the order of their block-start whatever the indexes; a closed index may be reused; empty text is dropped", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      const am = (yield* dataOfType("assistant/message"))[0]!
-      expect(am.message.content).toEqual([
-        { type: "text", text: "t1t2" },
-        { type: "reasoning", text: "r" },
-        { type: "tool-call", id: "c1", name: "zeta", arguments: "{}" }
-      ])
-      expect((yield* dataOfType("tool/result"))[0]!.message.content[0]).toMatchObject({ toolCallId: "c1", isError: false })
-      const second = (yield* requests)[1]!
-      expect(second.messages[1]!.content).toEqual(am.message.content)
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 assembler: blocks keep the order of their block-start whatever the indexes; a closed index may be reused; empty text is dropped", scenario([
       ScriptedModel.chunks([
         { type: "block-start", index: 5, block: "text" },
         { type: "block-start", index: 2, block: "reasoning" },
@@ -762,35 +719,44 @@ describe("4.5 assembler and synthetic finishes", () => {
         { type: "finish", finish: { kind: "stop" } }
       ]),
       ScriptedModel.text("ok")
-    ], { tools: [zetaTool] }))))
+    ], { tools: [zetaTool] }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    const am = (yield* dataOfType("assistant/message"))[0]!
+    expect(am.message.content).toEqual([
+      { type: "text", text: "t1t2" },
+      { type: "reasoning", text: "r" },
+      { type: "tool-call", id: "c1", name: "zeta", arguments: "{}" }
+    ])
+    expect((yield* dataOfType("tool/result"))[0]!.message.content[0]).toMatchObject({ toolCallId: "c1", isError: false })
+    const second = (yield* requests)[1]!
+    expect(second.messages[1]!.content).toEqual(am.message.content)
+  })
 
-  it.scoped("4.5 Q5/Q7: synthetic NO_FINISH and MALFORMED_STREAM finishes are offered to request-error recovery (a listener may retry them)", () =>
-    Effect.gen(function*() {
-      const hooks = yield* Hooks
-      const driver = yield* Driver
-      const seen: Array<string> = []
-      yield* hooks.onRequestError((input) =>
-        Effect.sync(() => {
-          seen.push(input.failure.code)
-          return RequestErrorAction.retry(Duration.zero)
-        })
-      )
-      yield* driver.followup(user("A"))
-      expect(yield* closeOut).toEqual([])
-      expect(seen).toEqual(["NO_FINISH", "MALFORMED_STREAM"])
-      expect((yield* dataOfType("llm/retry")).map((d) => [d.attempt, d.failure.code])).toEqual([[1, "NO_FINISH"], [2, "MALFORMED_STREAM"]])
-      expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(finish error)", "RT(1)",
-        "CH(finish error)", "RT(2)",
-        "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
-      ])
-      expect((yield* requests).map((r) => r.attempt)).toEqual([1, 2, 3])
-    }).pipe(Effect.provide(scenario([
+  agentTest("4.5 Q5/Q7: synthetic NO_FINISH and MALFORMED_STREAM finishes are offered to request-error recovery (a listener may retry them)", scenario([
       ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }]),
       ScriptedModel.chunks([{ type: "text-delta", index: 3, text: "x" }]),
       ScriptedModel.text("ok")
-    ]))))
+    ]), function*({ hooks, driver }) {
+    const seen: Array<string> = []
+    yield* hooks.onRequestError((input) =>
+      Effect.sync(() => {
+        seen.push(input.failure.code)
+        return RequestErrorAction.retry(Duration.zero)
+      })
+    )
+    yield* driver.followup(user("A"))
+    expect(yield* closeOut).toEqual([])
+    expect(seen).toEqual(["NO_FINISH", "MALFORMED_STREAM"])
+    expect((yield* dataOfType("llm/retry")).map((d) => [d.attempt, d.failure.code])).toEqual([[1, "NO_FINISH"], [2, "MALFORMED_STREAM"]])
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
+      "CH(block-start)", "CH(finish error)", "RT(1)",
+      "CH(finish error)", "RT(2)",
+      "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+    ])
+    expect((yield* requests).map((r) => r.attempt)).toEqual([1, 2, 3])
+  })
 
   it.scoped("4.5 Q5: a stream failure that is not a ModelError gives code UNKNOWN even when it carries a code and a status; not retried", () =>
     Effect.gen(function*() {

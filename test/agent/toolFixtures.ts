@@ -45,3 +45,11 @@ export const makeHandle = Effect.map(Deferred.make<DriverService>(), (handle) =>
 
 /** A slot for the driver, filled by the test, for tool bodies and script entries built before the agent. */
 export const holder = () => ({ d: undefined as DriverService | undefined })
+
+/** A parallel tool `zeta` without parameters answering "z". */
+export const zetaTool = Tool.make("zeta", {
+  description: "Last tool",
+  parameters: Schema.Struct({}),
+  mode: "parallel",
+  execute: () => Effect.succeed("z")
+})

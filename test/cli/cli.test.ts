@@ -2,8 +2,6 @@ import { describe, expect, it } from "@effect/vitest"
 import type { Scope } from "effect"
 import { Deferred, Effect, Fiber, Schema, TestClock } from "effect"
 import * as fs from "node:fs"
-import * as http from "node:http"
-import type { AddressInfo } from "node:net"
 import * as path from "node:path"
 import { MAX_WAIT_MS, wait } from "../../src/cli/BuiltinTools.js"
 import { hoistGlobalOptions } from "../../src/cli/Commands.js"
@@ -13,6 +11,7 @@ import { SessionStore } from "../../src/services/SessionStore.js"
 import type { Conversation } from "./harness.js"
 import { converse, expectInOrder, fifo, jsonLines, tempDir, tiller } from "./harness.js"
 import * as ProviderServer from "./ProviderServer.js"
+import { serve } from "../layers/fake/HttpServer.js"
 
 const TIMEOUT = 180_000
 
@@ -364,21 +363,8 @@ describe("tiller CLI", () => {
 const silentServer: Effect.Effect<{ readonly url: string; readonly arrived: Effect.Effect<void> }, never, Scope.Scope> = Effect.gen(
   function*() {
     const arrived = yield* Deferred.make<void>()
-    const server = http.createServer((request) => {
-      request.resume()
-      Deferred.unsafeDone(arrived, Effect.void)
-    })
-    const port = yield* Effect.acquireRelease(
-      Effect.async<number>((resume) => {
-        server.listen(0, "127.0.0.1", () => resume(Effect.succeed((server.address() as AddressInfo).port)))
-      }),
-      () =>
-        Effect.async<void>((resume) => {
-          server.closeAllConnections()
-          server.close(() => resume(Effect.void))
-        })
-    )
-    return { url: `http://127.0.0.1:${port}/v1`, arrived: Deferred.await(arrived) }
+    const server = yield* serve(() => Deferred.unsafeDone(arrived, Effect.void))
+    return { url: `${server.url}/v1`, arrived: Deferred.await(arrived) }
   }
 )
 

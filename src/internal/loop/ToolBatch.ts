@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Either, Exit, Fiber, FiberRef, Option, Runtime, STM, TRef } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, STM, TRef } from "effect"
 import type { DriverEvent } from "../../domain/DriverEvent.js"
 import type { MessageId } from "../../domain/Ids.js"
 import { stateOf } from "../../domain/KnownIds.js"
@@ -15,8 +15,7 @@ import type { ToolCallInfo } from "../../domain/Seams.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../../domain/Tool.js"
 import { abortable, awaitCause, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import { peek } from "../state/Peek.js"
-import type { StopWatch } from "./StopWatch.js"
-import { untilStopOr } from "./StopWatch.js"
+import * as SettledBodies from "./SettledBodies.js"
 import { originalError } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
@@ -89,13 +88,8 @@ export const runTools = (
       committed: false,
       mode: undefined
     }))
-    // Indexes of calls whose bodies ended, oldest first; `wake` signals the one waiter (the scheduler).
-    const settled: Array<number> = []
-    // How many of `settled`, from the front, a forked body would have shown by now (see `takeVisible`).
-    let visible = 0
-    // Whether a task is queued to note that this fiber suspended (see `noteSuspension`).
-    let probing = false
-    let wake: (() => void) | undefined
+    // The calls whose bodies ended, and which of them a forked body's log would show by now.
+    const settled = SettledBodies.make()
     const defects: Array<unknown> = []
     let concluded = false
     let nextStart = 0
@@ -226,13 +220,7 @@ export const runTools = (
           ctx.bodies.delete(fiber)
           call.exit = exit
           call.endedAfterCause = Option.isSome(causeNow(ds))
-          settled.push(call.index)
-          // A body that ended on another fiber's time shows that this fiber has suspended since every
-          // earlier end, so a forked body would have run by now: all of them are visible.
-          if (!endedAtOnce) visible = settled.length
-          const signal = wake
-          wake = undefined
-          signal?.()
+          settled.ended(call.index, endedAtOnce)
         })
         return true
       })
@@ -353,80 +341,31 @@ export const runTools = (
 
     const inFlight = () => calls.filter((c) => c.fiber !== undefined)
 
-    // Completes when a body has settled (the signal carries nothing: the queue is read again).
-    const settleSignal = Effect.async<void>((resume) => {
-      if (settled.length > 0) return resume(Effect.void)
-      wake = () => resume(Effect.void)
-      return Effect.sync(() => {
-        wake = undefined
-      })
-    })
-
-    // The same, or the stop watch firing: registered as callbacks, without forking.
-    const settleOrStop = (watch: StopWatch) =>
-      untilStopOr<"settled" | "stop">(
-        watch,
-        (done) => {
-          wake = () => done(Effect.succeed("settled"))
-          return () => {
-            wake = undefined
-          }
-        },
-        () => Effect.succeed("stop")
-      )
-
     const poisoned = () => Option.isSome(peek(session.poisoned))
 
     // Waits until a body has ended, a cause is recorded or the session is poisoned (its activity
     // stops: SPEC 6.3). Bodies started before it already ran until they first suspended.
     const nextSettled: Effect.Effect<"settled" | "cause" | "poisoned"> = Effect.suspend(() => {
-      if (settled.length > 0) return Effect.succeed("settled" as const)
+      if (settled.pending()) return Effect.succeed("settled" as const)
       if (poisoned()) return Effect.succeed("poisoned" as const)
       const watch = ds.stopWatch
       if (watch !== undefined && !watch.stopped) {
-        return Effect.flatMap(settleOrStop(watch), (woken) =>
+        return Effect.flatMap(settled.signalOrStop(watch), (woken) =>
           woken === "stop" && Option.isSome(causeNow(ds)) ? Effect.succeed("cause" as const) : nextSettled)
       }
       return Effect.flatMap(
-        Effect.raceFirst(Effect.as(settleSignal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
+        Effect.raceFirst(Effect.as(settled.signal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
         (woken) => woken === "cause" ? Effect.succeed("cause" as const) : nextSettled
       )
     })
 
-    // Classifies the first `count` bodies that ended, oldest first, by their exit and whether a cause
-    // was recorded when each ended.
-    const take = (count: number) => {
-      for (let i = 0; i < count; i++) {
-        const call = calls[settled.shift()!]!
+    // Classifies bodies that ended, oldest first, by their exit and whether a cause was recorded
+    // when each ended.
+    const take = (indexes: ReadonlyArray<number>) => {
+      for (const index of indexes) {
+        const call = calls[index]!
         if (call.fiber !== undefined && call.exit !== undefined) settle(call, call.exit, call.endedAfterCause)
       }
-      visible = 0
-    }
-
-    // Every body that ended; taken when no further call can start and this fiber waits.
-    const takeSettled = () => take(settled.length)
-
-    // The bodies a forked body's log would show before the next START (SPEC 4.6 START step 6: the
-    // body is forked, so it runs once this fiber suspends). A body runs at once, on this stack; one
-    // that ended there is held back until this fiber is known to have suspended since (a body ended
-    // on another fiber's time, or the task of `noteSuspension` ran) or this fiber waits. Every end
-    // before that point is taken, so a COMMIT that is ready runs before the next START.
-    const takeVisible = () => {
-      if (visible > 0) take(visible)
-    }
-
-    // Queues a task behind this fiber on its scheduler. The task runs only once this fiber has
-    // suspended (or yielded), which is when a forked body would run: every body that ended by then
-    // becomes visible. Queued before a START while bodies that ended on this stack are held back.
-    const noteSuspension = () => {
-      if (probing || settled.length === visible) return
-      const fiber = Option.getOrUndefined(Fiber.getCurrentFiber())
-      if (fiber === undefined) return
-      probing = true
-      fiber.getFiberRef(FiberRef.currentScheduler).scheduleTask(() => {
-        probing = false
-        visible = settled.length
-      }, fiber.getFiberRef(FiberRef.currentSchedulingPriority))
     }
 
     // Whether every started, uncommitted call in [from, to) is parallel (one open group).
@@ -449,7 +388,7 @@ export const runTools = (
 
     const schedule = Effect.gen(function*() {
       while (nextCommit < calls.length) {
-        takeVisible()
+        take(settled.takeVisible())
         if (calls[nextCommit]!.outcome !== undefined) {
           // Commits have priority; bodies that end meanwhile are looked at again before a START.
           yield* commitReady
@@ -469,7 +408,7 @@ export const runTools = (
             : pendingCommits === 0
           if (canStart) {
             call.mode = mode
-            noteSuspension()
+            settled.noteSuspension()
             const began = yield* start(call)
             if (!began) stopped = true
             else nextStart++
@@ -482,7 +421,7 @@ export const runTools = (
         }
         // Wait for a body to end, a cause or the poison.
         const woken = yield* nextSettled
-        if (woken === "settled") takeSettled()
+        if (woken === "settled") take(settled.takeAll())
         else {
           // No further call starts; running bodies are interrupted (a poisoned session's commits
           // then stop the activity).

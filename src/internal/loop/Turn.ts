@@ -3,8 +3,8 @@
  * the step itself, turn-stopping listeners and the boundary claim, ending in TX-CLOSE.
  *
  * The `loop/` room: the agent loop that the driver runs. A turn (this module) repeats steps
- * (`Step`: request, streamed attempt, retries) and their tool batches (`ToolBatch`, `ToolOutcome`,
- * `ToolRegistry`), every write through `LoopTransaction`; the driver's phase machine (`Phase`),
+ * (`Step`: request, streamed attempt, retries) and their tool batches (`ToolBatch`, `SettledBodies`,
+ * `ToolOutcome`, `ToolRegistry`), every write through `LoopTransaction`; the driver's phase machine (`Phase`),
  * cooperative cancellation (`Activity`, `StopWatch`), hooks and the pre-step waterfall
  * (`HooksRunner`, `Waterfall`), and what one step hands back (`StepResult`) live beside it.
  *

@@ -29,9 +29,11 @@ import {
   pieceClient,
   prompt,
   requestFor,
+  resultParts,
   sourceFor,
   streamRun,
-  toolResult
+  toolResult,
+  userParts
 } from "../fixtures/adapterHarness.js"
 import * as AnthropicServer from "./fake/AnthropicServer.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
@@ -61,12 +63,7 @@ describe("AnthropicModel request body", () => {
       }
     }]
     const messages: ReadonlyArray<Message> = [
-      {
-        id: MessageId.make("ctx"),
-        role: "user",
-        content: [{ type: "text", text: "The repo uses pnpm." }],
-        source: { kind: "plugin", plugin: "facts" }
-      },
+      userParts("ctx", [{ type: "text", text: "The repo uses pnpm." }], { kind: "plugin", plugin: "facts" }),
       prompt("q", "Add 19 and 0, and the weather."),
       assistant("a1", [
         { type: "reasoning", text: "unsigned thoughts are not sent" },
@@ -76,12 +73,7 @@ describe("AnthropicModel request body", () => {
       ]),
       toolResult("call_1", "19"),
       toolResult("call_2", "sunny, 18 °C"),
-      {
-        id: MessageId.make("steer"),
-        role: "user",
-        content: [{ type: "text", text: "look" }, { type: "image", mediaType: "image/png", data: "AQID" }],
-        source: { kind: "steer" }
-      }
+      userParts("steer", [{ type: "text", text: "look" }, { type: "image", mediaType: "image/png", data: "AQID" }], { kind: "steer" })
     ]
     expect(AnthropicModel.toAnthropicRequest(
       request({ system: "Be brief.", messages, tools, temperature: 0.2 }),
@@ -189,12 +181,7 @@ describe("AnthropicModel request body", () => {
         }],
         source: { kind: "tool", callId: "c1" }
       },
-      {
-        id: MessageId.make("r2"),
-        role: "user",
-        content: [{ type: "tool-result", toolCallId: "c2", isError: false, content: [] }],
-        source: { kind: "tool", callId: "c2" }
-      }
+      resultParts("r2", "c2", false, [])
     ]
     expect(bodyOf(messages).messages[2]).toStrictEqual({
       role: "user",
@@ -262,12 +249,7 @@ describe("AnthropicModel request body", () => {
   it("empty text is never sent, whitespace-only text only beside text of its own message (the API rejects it alone)", () => {
     const search = { type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: { query: "news" } }
     expect(bodyOf([
-      {
-        id: MessageId.make("q"),
-        role: "user",
-        content: [{ type: "text", text: "" }, { type: "text", text: " \n" }, { type: "text", text: "news?" }],
-        source: { kind: "prompt" }
-      },
+      userParts("q", [{ type: "text", text: "" }, { type: "text", text: " \n" }, { type: "text", text: "news?" }]),
       assistant("a1", [{ type: "text", text: " " }, { type: "text", text: "Apple." }], {
         anthropic: { content: [{ type: "text" }, search, { type: "text" }] }
       }),

@@ -37,7 +37,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
 import { events, notation, plugin, shape, user } from "../agent/harness.js"
 import type { Run } from "../fixtures/adapterHarness.js"
-import { agentOver, ofType, pieceClient, requestFor, sourceFor, streamRun } from "../fixtures/adapterHarness.js"
+import { agentOver, assistantFrom, ofType, pieceClient, requestFor, resultParts, sourceFor, streamRun, userParts } from "../fixtures/adapterHarness.js"
 import type { ChatCompletionsServer, Reply } from "./fake/ChatCompletionsServer.js"
 import * as Fake from "./fake/ChatCompletionsServer.js"
 import * as Chunks from "../fixtures/streamChunks.js"
@@ -68,6 +68,7 @@ const tillerUsage = { inputTokens: 12, outputTokens: 5, totalTokens: 17 }
 const say = (text: string) => [Fake.chunk({ role: "assistant", content: text }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]
 
 const modelSource = sourceFor("openai-compatible", "fake-model")
+const assistant = assistantFrom(modelSource)
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -75,30 +76,15 @@ describe("OpenAiCompatibleModel request", () => {
   it.scoped("posts the system prompt, every message as its own message in order, tools and limits", () =>
     Effect.gen(function*() {
       const messages: ReadonlyArray<Message> = [
-        { id: MessageId.make("u1"), role: "user", content: [{ type: "text", text: "first" }], source: { kind: "prompt" } },
-        {
-          id: MessageId.make("u2"),
-          role: "user",
-          content: [{ type: "text", text: "context" }],
-          source: { kind: "plugin", plugin: "p" }
-        },
-        {
-          id: MessageId.make("a1"),
-          role: "assistant",
-          content: [
-            { type: "reasoning", text: "think" },
-            { type: "text", text: "calling" },
-            { type: "tool-call", id: "c1", name: "lookup", arguments: "{\"q\":\"x\"}" },
-            { type: "tool-call", id: "c2", name: "chart", arguments: "{}" }
-          ],
-          source: modelSource
-        },
-        {
-          id: MessageId.make("r1"),
-          role: "user",
-          content: [{ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "found" }] }],
-          source: { kind: "tool", callId: "c1" }
-        },
+        userParts("u1", [{ type: "text", text: "first" }]),
+        userParts("u2", [{ type: "text", text: "context" }], { kind: "plugin", plugin: "p" }),
+        assistant("a1", [
+          { type: "reasoning", text: "think" },
+          { type: "text", text: "calling" },
+          { type: "tool-call", id: "c1", name: "lookup", arguments: "{\"q\":\"x\"}" },
+          { type: "tool-call", id: "c2", name: "chart", arguments: "{}" }
+        ]),
+        resultParts("r1", "c1", false, [{ type: "text", text: "found" }]),
         {
           id: MessageId.make("r2"),
           role: "user",
@@ -110,14 +96,9 @@ describe("OpenAiCompatibleModel request", () => {
           }],
           source: { kind: "tool", callId: "c2" }
         },
-        {
-          id: MessageId.make("u3"),
-          role: "user",
-          content: [{ type: "text", text: "look" }, { type: "image", mediaType: "image/jpeg", data: "BAUG" }],
-          source: { kind: "steer" }
-        },
-        { id: MessageId.make("a2"), role: "assistant", content: [{ type: "reasoning", text: "only" }], source: modelSource },
-        { id: MessageId.make("u4"), role: "user", content: [{ type: "text", text: "last" }], source: { kind: "prompt" } }
+        userParts("u3", [{ type: "text", text: "look" }, { type: "image", mediaType: "image/jpeg", data: "BAUG" }], { kind: "steer" }),
+        assistant("a2", [{ type: "reasoning", text: "only" }]),
+        userParts("u4", [{ type: "text", text: "last" }])
       ]
       const tools: ReadonlyArray<ToolSchema> = [
         {

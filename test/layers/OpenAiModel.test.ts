@@ -18,7 +18,7 @@ import type { ModelRequest } from "../../src/services/Model.js"
 import { Model } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { events, notation, user } from "../agent/harness.js"
-import { add, agentOver, ofType, prompt, requestFor, sourceFor, streamRun, toolResult } from "../fixtures/adapterHarness.js"
+import { add, agentOver, assistantFrom, ofType, prompt, requestFor, sourceFor, streamRun, toolResult, userParts } from "../fixtures/adapterHarness.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as Fake from "./fake/ResponsesServer.js"
 import * as Chunks from "../fixtures/streamChunks.js"
@@ -28,6 +28,7 @@ const apiKey = Redacted.make(KEY)
 
 const request = requestFor("openai", "gpt-test")
 const modelSource = sourceFor("openai", "gpt-test")
+const assistant = assistantFrom(modelSource)
 
 /** An assistant message with this adapter's replay state: two reasoning items around its text. */
 const replayed: Message = {
@@ -61,23 +62,13 @@ describe("OpenAiModel request body", () => {
   it("instructions, each user-role message its own item, tool results as their text, tools without strict", () => {
     const messages: ReadonlyArray<Message> = [
       prompt("u1", "The repo uses pnpm."),
-      {
-        id: MessageId.make("u2"),
-        role: "user",
-        content: [{ type: "text", text: "What is 12 + 7? Look:" }, { type: "image", mediaType: "image/png", data: "AQID" }],
-        source: { kind: "prompt" }
-      },
-      {
-        id: MessageId.make("a1"),
-        role: "assistant",
-        content: [
-          { type: "reasoning", text: "an addition" },
-          { type: "text", text: "Adding." },
-          { type: "tool-call", id: "call_1", name: "add", arguments: "{\"a\":12,\"b\":7}" },
-          { type: "tool-call", id: "call_2", name: "clock", arguments: "" }
-        ],
-        source: modelSource
-      },
+      userParts("u2", [{ type: "text", text: "What is 12 + 7? Look:" }, { type: "image", mediaType: "image/png", data: "AQID" }]),
+      assistant("a1", [
+        { type: "reasoning", text: "an addition" },
+        { type: "text", text: "Adding." },
+        { type: "tool-call", id: "call_1", name: "add", arguments: "{\"a\":12,\"b\":7}" },
+        { type: "tool-call", id: "call_2", name: "clock", arguments: "" }
+      ]),
       toolResult("call_1", "19"),
       {
         id: MessageId.make("r-call_2"),

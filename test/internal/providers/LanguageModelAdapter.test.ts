@@ -6,15 +6,15 @@ import * as Tool from "@effect/ai/Tool"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option, Ref, Schema, Stream } from "effect"
 import { ModelError } from "../../../src/domain/Errors.js"
-import { MessageId } from "../../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../../src/domain/Values.js"
 import type { ModelRequest } from "../../../src/services/Model.js"
 import { Model } from "../../../src/services/Model.js"
 import * as Chunks from "../../fixtures/streamChunks.js"
 import type { Run as StreamRun } from "../../fixtures/adapterHarness.js"
-import { requestFor, sourceFor, streamRun } from "../../fixtures/adapterHarness.js"
+import { assistantFrom, requestFor, resultParts, sourceFor, streamRun, userParts } from "../../fixtures/adapterHarness.js"
 
 const modelSource = sourceFor("p", "m")
+const assistant = assistantFrom(modelSource)
 const request = requestFor("p", "m")
 
 /** What the fake provider saw, and what came out of `Model.stream`. */
@@ -87,37 +87,17 @@ describe("LanguageModelAdapter request", () => {
   it.effect("sends the system prompt, each message in order, and the tool-call round trip", () =>
     Effect.gen(function*() {
       const messages: ReadonlyArray<Message> = [
-        { id: MessageId.make("u1"), role: "user", content: [{ type: "text", text: "first" }], source: { kind: "prompt" } },
-        {
-          id: MessageId.make("u2"),
-          role: "user",
-          content: [{ type: "text", text: "second" }, { type: "image", mediaType: "image/png", data: "AQID" }],
-          source: { kind: "steer" }
-        },
-        {
-          id: MessageId.make("a1"),
-          role: "assistant",
-          content: [
-            { type: "reasoning", text: "think" },
-            { type: "text", text: "calling" },
-            { type: "tool-call", id: "c1", name: "lookup", arguments: "{\"q\":\"x\"}" },
-            { type: "tool-call", id: "c2", name: "raw", arguments: "{not json" }
-          ],
-          source: modelSource
-        },
-        {
-          id: MessageId.make("r1"),
-          role: "user",
-          content: [{ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "found" }] }],
-          source: { kind: "tool", callId: "c1" }
-        },
-        {
-          id: MessageId.make("r2"),
-          role: "user",
-          content: [{ type: "tool-result", toolCallId: "c2", isError: true, content: [{ type: "text", text: "bad" }] }],
-          source: { kind: "tool", callId: "c2" }
-        },
-        { id: MessageId.make("u3"), role: "user", content: [{ type: "text", text: "third" }], source: { kind: "prompt" } }
+        userParts("u1", [{ type: "text", text: "first" }]),
+        userParts("u2", [{ type: "text", text: "second" }, { type: "image", mediaType: "image/png", data: "AQID" }], { kind: "steer" }),
+        assistant("a1", [
+          { type: "reasoning", text: "think" },
+          { type: "text", text: "calling" },
+          { type: "tool-call", id: "c1", name: "lookup", arguments: "{\"q\":\"x\"}" },
+          { type: "tool-call", id: "c2", name: "raw", arguments: "{not json" }
+        ]),
+        resultParts("r1", "c1", false, [{ type: "text", text: "found" }]),
+        resultParts("r2", "c2", true, [{ type: "text", text: "bad" }]),
+        userParts("u3", [{ type: "text", text: "third" }])
       ]
       const { options } = yield* run(request({ system: "be brief", messages }), [stopPart])
       expect(options).toHaveLength(1)
@@ -163,7 +143,7 @@ describe("LanguageModelAdapter request", () => {
   it.effect("omits the system message when there is no system prompt", () =>
     Effect.gen(function*() {
       const messages: ReadonlyArray<Message> = [
-        { id: MessageId.make("u1"), role: "user", content: [{ type: "text", text: "hi" }], source: { kind: "prompt" } }
+        userParts("u1", [{ type: "text", text: "hi" }])
       ]
       const { options } = yield* run(request({ messages }), [stopPart])
       expect(options[0]!.prompt.content.map((message) => message.role)).toStrictEqual(["user"])
@@ -173,12 +153,7 @@ describe("LanguageModelAdapter request", () => {
     Effect.gen(function*() {
       const content = [{ type: "text" as const, text: "chart" }, { type: "image" as const, mediaType: "image/png", data: "AQID" }]
       const messages: ReadonlyArray<Message> = [
-        {
-          id: MessageId.make("r1"),
-          role: "user",
-          content: [{ type: "tool-result", toolCallId: "c9", isError: false, content }],
-          source: { kind: "tool", callId: "c9" }
-        }
+        userParts("r1", [{ type: "tool-result", toolCallId: "c9", isError: false, content }], { kind: "tool", callId: "c9" })
       ]
       const { options } = yield* run(request({ messages }), [stopPart])
       expect(view(options[0]!.prompt)).toStrictEqual([

@@ -352,18 +352,16 @@ describe("8.8 ScriptedModel", () => {
 
   // 8.8: "awaitBefore runs as soon as the stream is pulled, before the first chunk — also for entries that
   // emit no chunk (hang({}))"; chunks(cs, {then: "hang"}) hangs after its chunks until interrupted.
-  it.scoped("8.8/K5: chunks(…, {then: hang}) logs its chunks then hangs; a cancel writes the prefix AM!", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as { chunk: { type: string } }).chunk.type === "text-delta")
-      yield* driver.cancel(CancelCause.user)
-      yield* driver.whenIdle
-      expect((yield* shape).slice(-6)).toEqual(["RH(initial)", "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  agentTest("8.8/K5: chunks(…, {then: hang}) logs its chunks then hangs; a cancel writes the prefix AM!", scenario([
       ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 0, text: "so far" }], { then: "hang" })
-    ]))))
+    ]), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as { chunk: { type: string } }).chunk.type === "text-delta")
+    yield* driver.cancel(CancelCause.user)
+    yield* driver.whenIdle
+    expect((yield* shape).slice(-6)).toEqual(["RH(initial)", "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("8.8 Model.layerLanguageModel", () => {
@@ -467,22 +465,20 @@ describe("8.8 Model.layerLanguageModel", () => {
 describe("8.8 ScriptedModel effects", () => {
   // 8.8: "afterFinish after the finish chunk has been consumed (so, for a stop/max-tokens finish, after the
   // assistant/message is recorded and before any tool starts)".
-  it.scoped("8.8: afterFinish runs after the AM is recorded and before any tool starts", () =>
-    Effect.gen(function*() {
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* Deferred.await(G3in)
-      const during = yield* shape
-      expect(during[during.length - 1]).toBe("AM")
-      expect(during.some((s) => s.startsWith("TC"))).toBe(false)
-      yield* open(G3)
-      yield* driver.whenIdle
-      expect((yield* shape).filter((s) => s.startsWith("TC") || s.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)"])
-      expect(yield* closeOut).toEqual([])
-    }).pipe(Effect.provide(scenario([
+  agentTest("8.8: afterFinish runs after the AM is recorded and before any tool starts", scenario([
       ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }], afterFinish: Effect.zipRight(open(G3in), Deferred.await(G3)) }),
       ScriptedModel.text("done")
-    ], { tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })] }))))
+    ], { tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })] }), function*({ driver }) {
+    yield* driver.followup(user("A"))
+    yield* Deferred.await(G3in)
+    const during = yield* shape
+    expect(during[during.length - 1]).toBe("AM")
+    expect(during.some((s) => s.startsWith("TC"))).toBe(false)
+    yield* open(G3)
+    yield* driver.whenIdle
+    expect((yield* shape).filter((s) => s.startsWith("TC") || s.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)"])
+    expect(yield* closeOut).toEqual([])
+  })
 })
 
 describe("8.8 Model.layerLanguageModel request mapping", () => {

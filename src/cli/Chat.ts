@@ -5,8 +5,7 @@
  *
  * @since 0.1.0
  */
-import type { Scope } from "effect"
-import { Clock, Context, Effect, Either, FiberRef, Option, Stream, SubscriptionRef } from "effect"
+import { Clock, Context, Effect, Either, Option, Stream } from "effect"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
@@ -25,6 +24,7 @@ import { compactOpen } from "./Compact.js"
 import * as InputHistory from "./InputHistory.js"
 import * as Output from "./Output.js"
 import * as PendingInput from "./PendingInput.js"
+import { CANCEL_GRACE, cancelRunningTurn, follow, saved, terminating, withinGrace } from "./SessionCommand.js"
 import type { InputEvent } from "./Terminal.js"
 import { chatView, describeReason, statusLine, textOf, timeline } from "./Timeline.js"
 
@@ -69,49 +69,6 @@ const HELP = [
 /** Two Ctrl-C presses at the idle prompt within this many milliseconds exit the chat. */
 const EXIT_PRESS_WINDOW_MS = 2000
 
-/** How long an interrupted command waits for the cancelled turn to end before it exits anyway. */
-const CANCEL_GRACE = "5 seconds"
-
-/**
- * Whether the process is being terminated (SIGTERM) rather than interrupted by the user (Ctrl-C);
- * the entry point sets it. A terminated command does not cancel the running turn as the user: it
- * leaves the turn to the session's disposal, which ends it `aborted(disposed)` and keeps the
- * pending input (SPEC 3.7, D9), as a clean shutdown should.
- *
- * @since 0.1.0
- * @category references
- */
-export const currentTerminating: FiberRef.FiberRef<() => boolean> = FiberRef.unsafeMake<() => boolean>(() => false)
-
-/** Whether this command was interrupted by a termination (SIGTERM), see {@link currentTerminating}. */
-const terminating: Effect.Effect<boolean> = Effect.map(FiberRef.get(currentTerminating), (isTerminating) => isTerminating())
-
-/**
- * Follows the log from `fromSeq`, handing each chunk of events to `print`; `caughtUp` waits until
- * every event appended before it was called has been printed.
- */
-const follow = (
-  log: SessionLog["Type"],
-  fromSeq: number,
-  print: (events: ReadonlyArray<SessionEvent>) => Effect.Effect<void>
-): Effect.Effect<{ readonly caughtUp: Effect.Effect<void> }, never, Scope.Scope> =>
-  Effect.gen(function*() {
-    const printed = yield* SubscriptionRef.make(fromSeq - 1)
-    yield* log.stream(fromSeq).pipe(
-      Stream.runForEachChunk((chunk) => {
-        const events = Array.from(chunk)
-        return Effect.zipRight(print(events), SubscriptionRef.set(printed, events[events.length - 1]!.seq))
-      }),
-      Effect.forkScoped
-    )
-    const caughtUp = Effect.flatMap(log.events, (events) =>
-      printed.changes.pipe(
-        Stream.takeUntil((seq) => seq >= events.length - 1),
-        Stream.runDrain
-      ))
-    return { caughtUp }
-  })
-
 /** The latest turn of `events` and, while it is open, its latest step. */
 const latestPosition = (events: ReadonlyArray<SessionEvent>): { readonly turn: number; readonly step: number; readonly inTurn: boolean } => {
   let step = 0
@@ -123,37 +80,6 @@ const latestPosition = (events: ReadonlyArray<SessionEvent>): { readonly turn: n
   }
   return { turn: 0, step: 0, inTurn: false }
 }
-
-/**
- * Cancels the running turn as the user, keeping pending input (an interrupt never discards it: only
- * `/cancel` does), and waits up to {@link CANCEL_GRACE} for the agent to become idle. Run by an
- * interrupted command (SIGINT), so the log records why the turn ended instead of leaving it to the
- * session's disposal.
- */
-const cancelRunningTurn = (driver: Driver["Type"]): Effect.Effect<void> =>
-  Effect.gen(function*() {
-    if ((yield* driver.status) === "idle") return
-    yield* Effect.ignore(driver.cancel(CancelCause.user, { keepInbox: true }))
-    yield* Effect.ignore(Effect.timeout(Effect.interruptible(driver.whenIdle), CANCEL_GRACE))
-  })
-
-/** `effect` with at most {@link CANCEL_GRACE} to finish, also where interruption is masked. */
-const withinGrace = (effect: Effect.Effect<void>): Effect.Effect<void> =>
-  Effect.ignore(Effect.timeout(Effect.interruptible(effect), CANCEL_GRACE))
-
-/**
- * Waits until every event is stored; fails with a readable refusal when the store rejected a write
- * (for one, another process wrote to the same session meanwhile).
- */
-const saved = (log: SessionLog["Type"]): Effect.Effect<void, CliError> =>
-  Effect.catchAll(log.flush, (error) =>
-    Effect.flatMap(log.durableSeq, (durable) =>
-      Effect.fail(
-        new CliError({
-          reason: `session ${log.sessionId}: not every event was saved (${error.message}); ` +
-            `the stored log ends at seq ${durable} (see tiller log ${log.sessionId})`
-        })
-      )))
 
 /**
  * An interactive (or piped) chat on `sessionId`, created when it is not stored.

@@ -16,11 +16,11 @@ import { ValidationError } from "@effect/cli"
 import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as Runtime from "@effect/platform/Runtime"
 import { Cause, Effect, Exit } from "effect"
-import { currentTerminating } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
 import { cli } from "./Commands.js"
 import * as Help from "./Help.js"
 import * as Output from "./Output.js"
+import { currentTerminating } from "./SessionCommand.js"
 
 // Options that take a value. @effect/cli drops a repeated option left without one (`run hi --inject`)
 // and would take the next option as the value (`--inject --json`): both are refused here first.

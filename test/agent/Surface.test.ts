@@ -11,6 +11,10 @@ import { ev, found } from "../fixtures/handLog.js"
 import { outcomeReason } from "../fixtures/richLog.js"
 import { c1, c2, summary, SurfaceLog, twoTurns, u } from "../fixtures/surfaceLog.js"
 
+/** A `user/message` that replaces the surface from seq `start` to seq `end` with `data`, citing `cites`. */
+const replacement = (data: UserMessage, start: number, end: number, cites: ReadonlyArray<number>) =>
+  ({ type: "user/message", data, surfaceOp: { op: "replace", start, end }, sourceEventSeqs: cites }) as const
+
 /** The surface metadata of an event (present on message events only). */
 const meta = (e: SessionEvent | undefined) => e as { readonly surfaceOp?: unknown; readonly sourceEventSeqs?: ReadonlyArray<number> } | undefined
 
@@ -179,12 +183,7 @@ describe("6.7 / 3.9 replacement messages through SessionLog.append", () => {
     yield* runTwoTurns
     const before = yield* log.surface
     expect(before.length).toBe(6)
-    const event = yield* log.append({
-      type: "user/message",
-      data: summary("S"),
-      surfaceOp: { op: "replace", start: before[0]!, end: before[3]! },
-      sourceEventSeqs: before.slice(0, 4)
-    })
+    const event = yield* log.append(replacement(summary("S"), before[0]!, before[3]!, before.slice(0, 4)))
     expect(event.seq).toBe((yield* log.events).length - 1)
     expect(yield* log.surface).toStrictEqual([event.seq, before[4], before[5]])
     expect((yield* log.messages).map(token)).toStrictEqual(["S", "B", "b"])
@@ -203,12 +202,7 @@ describe("6.7 / 3.9 replacement messages through SessionLog.append", () => {
     const surface = yield* log.surface
     const cases: ReadonlyArray<readonly [string, string]> = [["P", "pending"], ["R", "discarded"], [am.message.id, "entered"], [tr.message.id, "entered"], ["A", "entered"]]
     for (const [id, state] of cases) {
-      const error = yield* Effect.flip(log.append({
-        type: "user/message",
-        data: summary(id),
-        surfaceOp: { op: "replace", start: surface[4]!, end: surface[4]! },
-        sourceEventSeqs: [surface[4]!]
-      }))
+      const error = yield* Effect.flip(log.append(replacement(summary(id), surface[4]!, surface[4]!, [surface[4]!])))
       expect(error).toBeInstanceOf(DuplicateMessage)
       expect(error).toMatchObject({ id, state })
     }
@@ -221,30 +215,15 @@ describe("6.7 / 3.9 replacement messages through SessionLog.append", () => {
     const surface = yield* log.surface
     const length = (yield* log.events).length
     // missing a shadowed citation
-    const bad = yield* Effect.flip(log.append({
-      type: "user/message",
-      data: summary("S"),
-      surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-      sourceEventSeqs: [surface[0]!]
-    }))
+    const bad = yield* Effect.flip(log.append(replacement(summary("S"), surface[0]!, surface[1]!, [surface[0]!])))
     expect(bad).toBeInstanceOf(InvalidEvent)
     expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.none())
     // a known id with an invalid range: InvalidEvent, not DuplicateMessage
-    const both = yield* Effect.flip(log.append({
-      type: "user/message",
-      data: summary("A"),
-      surfaceOp: { op: "replace", start: surface[3]!, end: surface[0]! },
-      sourceEventSeqs: [surface[0]!, surface[1]!, surface[2]!, surface[3]!]
-    }))
+    const both = yield* Effect.flip(log.append(replacement(summary("A"), surface[3]!, surface[0]!, [surface[0]!, surface[1]!, surface[2]!, surface[3]!])))
     expect(both).toBeInstanceOf(InvalidEvent)
     expect((yield* log.events).length).toBe(length)
     // the same fresh id is then accepted
-    const ok = yield* log.append({
-      type: "user/message",
-      data: summary("S"),
-      surfaceOp: { op: "replace", start: surface[0]!, end: surface[3]! },
-      sourceEventSeqs: [surface[0]!, surface[1]!, surface[2]!, surface[3]!]
-    })
+    const ok = yield* log.append(replacement(summary("S"), surface[0]!, surface[3]!, [surface[0]!, surface[1]!, surface[2]!, surface[3]!]))
     expect(ok.seq).toBe(length)
     expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.some("entered"))
   })
@@ -255,12 +234,7 @@ describe("6.7 / 3.9 replacement messages through SessionLog.append", () => {
     const length = (yield* log.events).length
     const at = surface[4]!
     for (const cites of [[at, at], [at, length], [at, length + 5], []]) {
-      const error = yield* Effect.flip(log.append({
-        type: "user/message",
-        data: summary("S"),
-        surfaceOp: { op: "replace", start: at, end: at },
-        sourceEventSeqs: cites
-      }))
+      const error = yield* Effect.flip(log.append(replacement(summary("S"), at, at, cites)))
       expect(error).toBeInstanceOf(InvalidEvent)
     }
     const noCites = yield* Effect.flip(log.append({ type: "user/message", data: summary("S"), surfaceOp: { op: "replace", start: at, end: at } }))
@@ -322,12 +296,7 @@ describe("6.7 / 3.9 replacement messages through SessionLog.append", () => {
     const length = (yield* log.events).length
     for (const [start, end] of [[1, 1], [2, 2], [0, 1], [2, 3]] as const) {
       const cites = surface.slice(start, end + 1)
-      expect(yield* Effect.flip(log.append({
-        type: "user/message",
-        data: summary("S"),
-        surfaceOp: { op: "replace", start: surface[start]!, end: surface[end]! },
-        sourceEventSeqs: cites
-      }))).toBeInstanceOf(InvalidEvent)
+      expect(yield* Effect.flip(log.append(replacement(summary("S"), surface[start]!, surface[end]!, cites)))).toBeInstanceOf(InvalidEvent)
     }
     expect((yield* log.events).length).toBe(length)
   })
@@ -352,12 +321,7 @@ describe("6.4 / 6.6 resume and fork keep the surface", () => {
         })
         const surface = yield* log.surface
         expect(surface[2]).toBe(pruned.seq)
-        yield* log.append({
-          type: "user/message",
-          data: summary("S"),
-          surfaceOp: { op: "replace", start: surface[1]!, end: surface[2]! },
-          sourceEventSeqs: [tr.seq, ...surface.slice(1, 3)]
-        })
+        yield* log.append(replacement(summary("S"), surface[1]!, surface[2]!, [tr.seq, ...surface.slice(1, 3)]))
         return { surface: yield* log.surface, messages: yield* log.messages, length: (yield* log.events).length }
       }))
       const ctx = yield* Layer.build(agentOver([ScriptedModel.text("c")], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx))))
@@ -382,12 +346,7 @@ describe("6.4 / 6.6 resume and fork keep the surface", () => {
         yield* Effect.provide(runTwoTurns, ctx)
         const log = Context.get(ctx, SessionLog)
         const surface = yield* log.surface
-        const event = yield* log.append({
-          type: "user/message",
-          data: summary("S"),
-          surfaceOp: { op: "replace", start: surface[0]!, end: surface[3]! },
-          sourceEventSeqs: surface.slice(0, 4)
-        })
+        const event = yield* log.append(replacement(summary("S"), surface[0]!, surface[3]!, surface.slice(0, 4)))
         return event.seq
       }))
       const before = yield* Effect.provide(forkSession({ source: SessionId.make("s"), boundary: boundary - 1, childId: SessionId.make("full") }), storeCtx)
@@ -414,12 +373,7 @@ describe("3.9 / 5.2 / 5.1 identity and checking modes around replacements", () =
     expect(yield* (yield* Inbox).idState(asId("X"))).toStrictEqual(Option.some("claimed"))
     const surface = yield* log.surface
     const length = (yield* log.events).length
-    const error = yield* Effect.flip(log.append({
-      type: "user/message",
-      data: summary("X"),
-      surfaceOp: { op: "replace", start: surface[4]!, end: surface[4]! },
-      sourceEventSeqs: [surface[4]!]
-    }))
+    const error = yield* Effect.flip(log.append(replacement(summary("X"), surface[4]!, surface[4]!, [surface[4]!])))
     expect(error).toBeInstanceOf(DuplicateMessage)
     expect(error).toMatchObject({ id: "X", state: "claimed" })
     expect((yield* log.events).length).toBe(length)
@@ -429,19 +383,9 @@ describe("3.9 / 5.2 / 5.1 identity and checking modes around replacements", () =
     yield* runTwoTurns
     const surface = yield* log.surface
     const length = (yield* log.events).length
-    const dup = yield* Effect.flip(log.append({
-      type: "user/message",
-      data: summary("A"),
-      surfaceOp: { op: "replace", start: surface[4]!, end: surface[4]! },
-      sourceEventSeqs: [surface[4]!]
-    }))
+    const dup = yield* Effect.flip(log.append(replacement(summary("A"), surface[4]!, surface[4]!, [surface[4]!])))
     expect(dup).toMatchObject({ _tag: "DuplicateMessage", id: "A", state: "entered" })
-    const split = yield* Effect.flip(log.append({
-      type: "user/message",
-      data: summary("S"),
-      surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-      sourceEventSeqs: [surface[0]!, surface[1]!]
-    }))
+    const split = yield* Effect.flip(log.append(replacement(summary("S"), surface[0]!, surface[1]!, [surface[0]!, surface[1]!])))
     expect(split).toBeInstanceOf(InvalidEvent)
     expect((yield* log.events).length).toBe(length)
   })
@@ -520,12 +464,7 @@ describe("2.1 / 2.8 / 6.5 replacement snapshots and repaired surfaces", () => {
     yield* runTwoTurns
     const surface = yield* log.surface
     const length = (yield* log.events).length
-    const error = yield* Effect.flip(log.append({
-      type: "user/message",
-      data: summary("interrupted-tool-result-c1-3"),
-      surfaceOp: { op: "replace", start: surface[4]!, end: surface[4]! },
-      sourceEventSeqs: [surface[4]!]
-    }))
+    const error = yield* Effect.flip(log.append(replacement(summary("interrupted-tool-result-c1-3"), surface[4]!, surface[4]!, [surface[4]!])))
     expect(error).toBeInstanceOf(InvalidEvent)
     expect((yield* log.events).length).toBe(length)
     expect(yield* (yield* Inbox).idState(asId("interrupted-tool-result-c1-3"))).toStrictEqual(Option.none())
@@ -549,18 +488,8 @@ describe("2.1 / 2.8 / 6.5 replacement snapshots and repaired surfaces", () => {
       expect(yield* log.surface).toStrictEqual([4, amSeq, stored, stored + 1])
       expect(yield* log.messages).toStrictEqual(deriveMessages(all))
       // shadowing the call and only one of its results is refused
-      expect(yield* Effect.flip(driver.runMaintenance(log.append({
-        type: "user/message",
-        data: summary("S"),
-        surfaceOp: { op: "replace", start: amSeq, end: stored },
-        sourceEventSeqs: [amSeq, stored]
-      })))).toBeInstanceOf(InvalidEvent)
-      const event = yield* driver.runMaintenance(log.append({
-        type: "user/message",
-        data: summary("S"),
-        surfaceOp: { op: "replace", start: 4, end: stored + 1 },
-        sourceEventSeqs: [4, amSeq, stored, stored + 1]
-      }))
+      expect(yield* Effect.flip(driver.runMaintenance(log.append(replacement(summary("S"), amSeq, stored, [amSeq, stored]))))).toBeInstanceOf(InvalidEvent)
+      const event = yield* driver.runMaintenance(log.append(replacement(summary("S"), 4, stored + 1, [4, amSeq, stored, stored + 1])))
       expect(yield* log.surface).toStrictEqual([event.seq])
       const repairId = `interrupted-tool-result-c1-${stored}`
       expect(((all[stored]!.data as { message: { id: string } }).message.id)).toBe(repairId)
@@ -642,18 +571,8 @@ describe("§2.8/§6.7 replacement ranges and the open step", () => {
         ? Effect.gen(function*() {
           const surface = yield* log.surface
           // surface = [UM(A), AM(a), UM(B)]; UM(B) belongs to the open step.
-          outcomes.push(outcomeReason(yield* Effect.exit(log.append({
-            type: "user/message",
-            data: summary("S2"),
-            surfaceOp: { op: "replace", start: surface[1]!, end: surface[2]! },
-            sourceEventSeqs: [surface[1]!, surface[2]!]
-          }))))
-          outcomes.push(outcomeReason(yield* Effect.exit(log.append({
-            type: "user/message",
-            data: summary("S1"),
-            surfaceOp: { op: "replace", start: surface[0]!, end: surface[1]! },
-            sourceEventSeqs: [surface[0]!, surface[1]!]
-          }))))
+          outcomes.push(outcomeReason(yield* Effect.exit(log.append(replacement(summary("S2"), surface[1]!, surface[2]!, [surface[1]!, surface[2]!])))))
+          outcomes.push(outcomeReason(yield* Effect.exit(log.append(replacement(summary("S1"), surface[0]!, surface[1]!, [surface[0]!, surface[1]!])))))
           return yield* next()
         })
         : next())

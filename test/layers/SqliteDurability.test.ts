@@ -2,36 +2,17 @@
  * An agent on the SQLite store (SPEC 6.1-6.4, 3.7): acknowledgement means committed in the file, the
  * writer, fail-stop then reopen, disposal then resume, opening.
  */
-import { afterAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Schema, Scope, TestClock } from "effect"
-import * as fs from "node:fs"
-import * as os from "node:os"
-import * as path from "node:path"
 import { AgentBusy, AgentDisposed, checkLog, Driver, DuplicateMessage, forkSession, Inbox, PersistenceError, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore, Tool } from "../../src/index.js"
 import { agentOver, asId, events, notation, plugin, settle, until, untilEvent, user } from "../agent/harness.js"
 import type { ScriptEntry, SessionEvent, ToolDefinition } from "../../src/index.js"
+import { storedEvents, storedShape, tempFiles } from "../fixtures/sqliteFile.js"
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-f9-"))
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
-let files = 0
-const freshFile = () => path.join(dir, `sessions-${++files}.db`)
+const { freshFile } = tempFiles("tiller-f9-")
 
 const sid = (s: string) => SessionId.make(s)
-
-/** The committed events of a session, read from the file on a connection of its own. */
-const rawEvents = (file: string, id: string): Array<SessionEvent> => {
-  const db = new Database(file, { readonly: true })
-  try {
-    const rows = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all(id) as Array<
-      { readonly seq: number; readonly row: string }
-    >
-    return rows.map((r) => JSON.parse(r.row) as SessionEvent)
-  } finally {
-    db.close()
-  }
-}
-const rawShape = (file: string, id: string) => rawEvents(file, id).map(notation)
 
 /** Runs `statements` on a connection of its own (used to make the store's writes fail or succeed again). */
 const rawExec = (file: string, statements: string) =>
@@ -130,7 +111,7 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
         // includes the operation's own record.
         const committed = (expected: string) =>
           Effect.gen(function*() {
-            const stored = rawEvents(filename, "ack")
+            const stored = storedEvents(filename, "ack")
             const memory = yield* log.events
             expect(stored).toEqual(memory.slice(0, stored.length))
             expect(stored.map(notation)).toContain(expected)
@@ -167,8 +148,8 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
         expect(canceled.map(notation)).toContain("CAN(ns,0,1)")
         yield* driver.whenIdle
         yield* log.flush
-        expect(rawEvents(filename, "ack")).toEqual(yield* log.events)
-        expect(rawShape(filename, "ack").slice(-1)).toEqual(["TE(1,aborted(user))"])
+        expect(storedEvents(filename, "ack")).toEqual(yield* log.events)
+        expect(storedShape(filename, "ack").slice(-1)).toEqual(["TE(1,aborted(user))"])
         expect(yield* log.durableSeq).toBe((yield* log.events).length - 1)
       }).pipe(on(ctx))
     }))
@@ -194,12 +175,12 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
         yield* settle
         // One append is in flight: the five later events wait for it, none is written yet.
         expect(appends).toEqual([[0]])
-        expect(rawEvents(filename, "gc")).toEqual([])
+        expect(storedEvents(filename, "gc")).toEqual([])
         yield* Deferred.succeed(control.gate, undefined)
         yield* Fiber.join(first)
         yield* Fiber.join(rest)
         expect(appends).toEqual([[0], [1, 2, 3, 4, 5]])
-        expect(rawShape(filename, "gc")).toEqual(["C0", "C1", "C2", "C3", "C4", "C5"].map((id, i) => `INS(ns,${i},[${id}])`))
+        expect(storedShape(filename, "gc")).toEqual(["C0", "C1", "C2", "C3", "C4", "C5"].map((id, i) => `INS(ns,${i},[${id}])`))
         expect(yield* log.durableSeq).toBe(5)
       }).pipe(on(ctx))
     }))
@@ -239,10 +220,10 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
           yield* Fiber.join(earlier)
           if (name === "remove" || name === "replace") expect(result, name).toBe(false)
           if (name === "duplicate") expect(result).toEqual(new DuplicateMessage({ id: asId("C0"), state: "pending" }))
-          expect(rawShape(filename, "nop").slice(-1), name).toEqual([`INS(ns,${count},[H-${name}])`])
+          expect(storedShape(filename, "nop").slice(-1), name).toEqual([`INS(ns,${count},[H-${name}])`])
         }
         // Nothing was written for the operations themselves.
-        expect(rawShape(filename, "nop")).toEqual(["C0", ...operations.map(([name]) => `H-${name}`)].map((id, i) => `INS(ns,${i},[${id}])`))
+        expect(storedShape(filename, "nop")).toEqual(["C0", ...operations.map(([name]) => `H-${name}`)].map((id, i) => `INS(ns,${i},[${id}])`))
       }).pipe(on(ctx))
     }))
 
@@ -258,17 +239,17 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
       const driver = Context.get(ctx, Driver)
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
-      const before = rawEvents(filename, "fl")
+      const before = storedEvents(filename, "fl")
       const memory = yield* log.events
       expect(before).toEqual(memory.slice(0, before.length))
       yield* log.flush
-      expect(rawEvents(filename, "fl")).toEqual(memory)
+      expect(storedEvents(filename, "fl")).toEqual(memory)
       expect(yield* log.durableSeq).toBe(memory.length - 1)
       yield* driver.followup(user("B"))
       yield* driver.whenIdle
       yield* dispose
       const final = yield* log.events
-      expect(rawEvents(filename, "fl")).toEqual(final)
+      expect(storedEvents(filename, "fl")).toEqual(final)
       expect(final.map(notation).slice(-1)).toEqual(["TE(2,completed)"])
     }))
 })
@@ -286,7 +267,7 @@ describe("§6.2 writer on SQLite", () => {
       const memory = yield* log.events
       yield* TestClock.adjust("200 millis")
       yield* until(Effect.map(log.durableSeq, (seq) => seq === memory.length - 1))
-      expect(rawEvents(filename, "win")).toEqual(memory)
+      expect(storedEvents(filename, "win")).toEqual(memory)
       yield* dispose
     }))
 
@@ -310,13 +291,13 @@ describe("§6.2 writer on SQLite", () => {
       const errors = live.filter((e) => e.type === "agent/error")
       expect(errors).toHaveLength(1)
       expect((errors[0] as { error: unknown }).error).toBeInstanceOf(PersistenceError)
-      const stored = rawEvents(filename, "wf")
+      const stored = storedEvents(filename, "wf")
       expect(stored.length).toBe((yield* log.durableSeq) + 1)
       expect(stored.map(notation).slice(-1)).toEqual(["RH(initial)"])
       yield* first.dispose
       yield* rawExec(filename, HEAL_WRITES)
       const second = yield* acquire([], { sessionId: "wf", resume: true })
-      expect(rawEvents(filename, "wf").slice(stored.length).map(notation)).toEqual(["SE(1,1)", "TE(1,interrupted)", "ES"])
+      expect(storedEvents(filename, "wf").slice(stored.length).map(notation)).toEqual(["SE(1,1)", "TE(1,interrupted)", "ES"])
       expect(yield* Context.get(second.ctx, Inbox).idState(asId("B"))).toEqual(Option.none())
       yield* second.dispose
     }))
@@ -335,7 +316,7 @@ describe("§6.2 writer on SQLite", () => {
       yield* driver.whenIdle
       expect(yield* driver.status).toBe("idle")
       yield* first.dispose
-      const stored = rawEvents(filename, "cf")
+      const stored = storedEvents(filename, "cf")
       expect(stored.map(notation).slice(-1)).toEqual(["INS(nt,0,[F])"])
       yield* rawExec(filename, HEAL_WRITES)
       const second = yield* acquire([], { sessionId: "cf", resume: true })
@@ -385,11 +366,11 @@ describe("§6.2 writer on SQLite", () => {
       yield* rawExec(filename, FAIL_WRITES)
       yield* Effect.exit(Context.get(first.ctx, Driver).inject(plugin("C")))
       yield* first.dispose
-      const stored = rawEvents(filename, "rf")
+      const stored = storedEvents(filename, "rf")
       expect(stored.map(notation).slice(-1)).toEqual(["TC(k)"])
       const resumeFailure = yield* Effect.flip(acquire([], { sessionId: "rf", resume: true }))
       expect(resumeFailure).toBeInstanceOf(PersistenceError)
-      expect(rawEvents(filename, "rf")).toEqual(stored)
+      expect(storedEvents(filename, "rf")).toEqual(stored)
       const forkFailure = yield* Effect.flip(forkSession({ source: sid("rf"), boundary: 0, childId: sid("rf-kid") }).pipe(Effect.provideService(SessionStore, store)))
       expect(forkFailure).toBeInstanceOf(PersistenceError)
       expect(yield* store.exists(sid("rf-kid"))).toBe(false)
@@ -402,7 +383,7 @@ describe("§6.2 writer on SQLite", () => {
       yield* second.dispose
       const third = yield* acquire([], { sessionId: "rf", resume: true })
       yield* third.dispose
-      expect(rawEvents(filename, "rf").slice(stored.length).map(notation)).toEqual(["TR?(k)", "SE(1,1)", "TE(1,interrupted)", "ES"])
+      expect(storedEvents(filename, "rf").slice(stored.length).map(notation)).toEqual(["TR?(k)", "SE(1,1)", "TE(1,interrupted)", "ES"])
       const created = yield* acquire([], { sessionId: "fresh" })
       yield* created.dispose
       expect((yield* store.load(sid("fresh"))).events).toEqual([])
@@ -426,7 +407,7 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
       const memory = yield* log.events
       expect(memory.map(notation)).toEqual(["INS(ns,0,[A])", "INS(ns,1,[B])"])
       expect(yield* log.durableSeq).toBe(0)
-      expect(rawShape(filename, "po")).toEqual(["INS(ns,0,[A])"])
+      expect(storedShape(filename, "po")).toEqual(["INS(ns,0,[A])"])
       // Every later mutation fails with PersistenceError and changes nothing.
       expect(yield* Effect.flip(driver.followup(user("C")))).toBeInstanceOf(PersistenceError)
       expect(yield* Effect.flip(inbox.append("next-turn", user("D")))).toBeInstanceOf(PersistenceError)
@@ -439,7 +420,7 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
       expect(yield* driver.status).toBe("idle")
       // Disposal of a poisoned session cannot fail; the file keeps only what was committed.
       yield* first.dispose
-      expect(rawShape(filename, "po")).toEqual(["INS(ns,0,[A])"])
+      expect(storedShape(filename, "po")).toEqual(["INS(ns,0,[A])"])
       // Storage works again: the session resumes from the file.
       yield* rawExec(filename, HEAL_WRITES)
       const second = yield* acquire([ScriptedModel.text("hi")], { sessionId: "po", resume: true })
@@ -456,11 +437,11 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
         yield* driver2.followup(user("C"))
         yield* driver2.whenIdle
         yield* log2.flush
-        expect(rawShape(filename, "po").slice(0, 6)).toEqual(["INS(ns,0,[A])", "ES", "INS(ns,1,[B])", "INS(nt,0,[C])", "TS(1)", "CLM(ns,0,2)"])
-        expect(checkLog(rawEvents(filename, "po"), { closed: true })).toEqual([])
+        expect(storedShape(filename, "po").slice(0, 6)).toEqual(["INS(ns,0,[A])", "ES", "INS(ns,1,[B])", "INS(nt,0,[C])", "TS(1)", "CLM(ns,0,2)"])
+        expect(checkLog(storedEvents(filename, "po"), { closed: true })).toEqual([])
       }).pipe(on(second.ctx))
       yield* second.dispose
-      expect((yield* store.load(sid("po"))).events).toEqual(rawEvents(filename, "po"))
+      expect((yield* store.load(sid("po"))).events).toEqual(storedEvents(filename, "po"))
     }))
 
   it.scoped("6.3/6.4/6.5: poisoned while a tool body runs: the file ends inside the turn; resume repairs it (unknown and not-started results) durably; a second resume adds nothing", () =>
@@ -482,13 +463,13 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
         expect(yield* driver.status).toBe("idle")
       }).pipe(on(first.ctx))
       yield* first.dispose
-      const stored = rawEvents(filename, "rp")
+      const stored = storedEvents(filename, "rp")
       expect(stored.map(notation).slice(-3)).toEqual(["CH(finish stop)", "AM", "TC(a)"])
       yield* rawExec(filename, HEAL_WRITES)
       yield* TestClock.setTime(5_000)
       const second = yield* acquire([ScriptedModel.text("after")], { sessionId: "rp", resume: true, tools: [quickTool] })
       // The closers and the end-seed are committed before the layer is handed out.
-      const repaired = rawEvents(filename, "rp")
+      const repaired = storedEvents(filename, "rp")
       expect(repaired.slice(0, stored.length)).toEqual(stored)
       expect(repaired.slice(stored.length).map(notation)).toEqual(["TR?(a)", "TR?(b)", "SE(1,1)", "TE(1,interrupted)", "ES"])
       const tc = stored[stored.length - 1]!
@@ -519,10 +500,10 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
         expect(yield* Context.get(second.ctx, Inbox).hasPending).toBe(false)
       }).pipe(on(second.ctx))
       yield* second.dispose
-      expect(rawEvents(filename, "rp")).toEqual(repaired)
+      expect(storedEvents(filename, "rp")).toEqual(repaired)
       // A second resume: no repair, no second end-seed; the next turn is 2.
       const third = yield* acquire([ScriptedModel.text("after")], { sessionId: "rp", resume: true, tools: [quickTool] })
-      expect(rawEvents(filename, "rp")).toEqual(repaired)
+      expect(storedEvents(filename, "rp")).toEqual(repaired)
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const log = yield* SessionLog
@@ -530,7 +511,7 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
         yield* driver.followup(user("B"))
         yield* driver.whenIdle
         yield* log.flush
-        const after = rawEvents(filename, "rp").slice(repaired.length).map(notation)
+        const after = storedEvents(filename, "rp").slice(repaired.length).map(notation)
         expect(after.slice(0, 6)).toEqual(["INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(resume)"])
         const request = (yield* Context.get(third.ctx, ScriptedModel).requests)[0]!
         expect(request.messages.map((m) => m.id).slice(-3)).toEqual([
@@ -538,7 +519,7 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
           `interrupted-tool-result-b-${rb!.seq}`,
           "B"
         ])
-        expect(checkLog(rawEvents(filename, "rp"), { closed: true })).toEqual([])
+        expect(checkLog(storedEvents(filename, "rp"), { closed: true })).toEqual([])
       }).pipe(on(third.ctx))
       yield* third.dispose
     }))
@@ -563,7 +544,7 @@ describe("§3.7 disposal (D9) on SQLite, then resume", () => {
       yield* first.dispose
       expect(yield* Effect.flip(driver.followup(user("late")))).toBeInstanceOf(AgentDisposed)
       const final = yield* log.events
-      const stored = rawEvents(filename, "dp")
+      const stored = storedEvents(filename, "dp")
       expect(stored).toEqual(final)
       const shape = stored.map(notation)
       expect(shape.slice(-3)).toEqual(["TR✗(k)", "SE(1,1)", "TE(1,aborted(disposed))"])
@@ -593,7 +574,7 @@ describe("§3.7 disposal (D9) on SQLite, then resume", () => {
         yield* driver2.followup(user("G"))
         yield* driver2.whenIdle
         yield* log2.flush
-        const es = rawEvents(filename, "dp")
+        const es = storedEvents(filename, "dp")
         expect(es).toEqual(yield* log2.events)
         const turns = typeSeq(es, "turn/start").map((seq) => (es[seq]!.data as { turn: number }).turn)
         expect(turns).toEqual([1, 2, 3, 4])
@@ -627,7 +608,7 @@ describe("§3.7 disposal keeps the draining step's contexts (D8/D9)", () => {
       yield* Context.get(first.ctx, Driver).followup(user("A"))
       yield* Deferred.await(started)
       yield* first.dispose
-      expect(rawShape(filename, "dc").slice(-4)).toEqual(["TR✗(k)", "INS(ns,0,[ctx1])", "SE(1,1)", "TE(1,aborted(disposed))"])
+      expect(storedShape(filename, "dc").slice(-4)).toEqual(["TR✗(k)", "INS(ns,0,[ctx1])", "SE(1,1)", "TE(1,aborted(disposed))"])
       const second = yield* acquire([], { sessionId: "dc", resume: true })
       expect((yield* Context.get(second.ctx, Inbox).nextStep).map((m) => m.id)).toEqual(["ctx1"])
       yield* second.dispose
@@ -645,7 +626,7 @@ describe("§6.4/§6.1 opening on SQLite", () => {
         header: { formatVersion: 1, sessionId: "new", createdAt: 4_242, seedLength: 0 },
         events: []
       })
-      expect(rawEvents(filename, "new")).toEqual([])
+      expect(storedEvents(filename, "new")).toEqual([])
       const busy = yield* Effect.flip(acquire([], { sessionId: "new", resume: true }))
       expect(busy).toBeInstanceOf(AgentBusy)
       expect(busy).toMatchObject({ sessionId: "new", operation: "open" })
@@ -659,6 +640,6 @@ describe("§6.4/§6.1 opening on SQLite", () => {
       yield* again.dispose
       const third = yield* acquire([], { sessionId: "new", resume: true })
       yield* third.dispose
-      expect(rawShape(filename, "new")).toEqual(["ES"])
+      expect(storedShape(filename, "new")).toEqual(["ES"])
     }))
 })

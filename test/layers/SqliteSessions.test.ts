@@ -2,7 +2,7 @@
  * Sessions and fork over the SQLite store (SPEC 6.6, 8.10): lifetime, idle release, opening after a
  * release elsewhere, failed opens, fork and resume through the file.
  */
-import { afterAll, describe, expect, it } from "@effect/vitest"
+import { describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
 import { Context, Effect, Exit, Layer, Option, Schema, Scope, TestClock } from "effect"
 import * as fs from "node:fs"
@@ -14,28 +14,12 @@ import * as Path from "node:path"
 import { Agent, AgentBusy, AgentDisposed, checkLog, Driver, DuplicateMessage, ForkError, forkSession, Inbox, PersistenceError, ScriptedModel, SessionExists, SessionId, SessionLog, SessionNotFound, Sessions, SessionStore, SqliteSessionStore, Tool, Tools } from "../../src/index.js"
 import { agentOver, asId, events, notation, plugin, settle, until, untilEvent, user } from "../agent/harness.js"
 import type { ScriptEntry, SessionEvent, ToolDefinition, UserMessage } from "../../src/index.js"
+import { storedEvents, storedShape, tempFiles } from "../fixtures/sqliteFile.js"
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-f9-"))
-afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
-let files = 0
-const freshFile = () => path.join(dir, `sessions-${++files}.db`)
+const { freshFile } = tempFiles("tiller-f9-")
 
 const sid = (s: string) => SessionId.make(s)
-
-/** The committed events of a session, read from the file on a connection of its own. */
-const rawEvents = (file: string, id: string): Array<SessionEvent> => {
-  const db = new Database(file, { readonly: true })
-  try {
-    const rows = db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all(id) as Array<
-      { readonly seq: number; readonly row: string }
-    >
-    return rows.map((r) => JSON.parse(r.row) as SessionEvent)
-  } finally {
-    db.close()
-  }
-}
-const rawShape = (file: string, id: string) => rawEvents(file, id).map(notation)
-const rawShapeEffect = (file: string, id: string) => Effect.sync(() => rawShape(file, id))
+const rawShapeEffect = (file: string, id: string) => Effect.sync(() => storedShape(file, id))
 
 type AgentServices = Context.Context<
   Layer.Layer.Success<ReturnType<typeof agentOver>>
@@ -142,7 +126,7 @@ describe("§8.10 Sessions over SQLite", () => {
         // alpha is still live (within its time-to-live): the fork flushes it first.
         const kid = yield* sessions.fork({ source: sid("alpha"), childId: sid("kid") })
         expect(kid).toBe("kid")
-        const alphaEvents = rawEvents(filename, "alpha")
+        const alphaEvents = storedEvents(filename, "alpha")
         expect(alphaEvents.map(notation).slice(-1)).toEqual(["TE(1,completed)"])
         const listed = yield* sessions.list
         expect(listed).toEqual([
@@ -168,7 +152,7 @@ describe("§8.10 Sessions over SQLite", () => {
         yield* TestClock.adjust("61 seconds")
         yield* until(Effect.map(Effect.exit(alphaDriver.inject(plugin("probe"))), Exit.isFailure))
         expect(yield* Effect.flip(alphaDriver.inject(plugin("probe2")))).toBeInstanceOf(AgentDisposed)
-        expect(rawEvents(filename, "alpha")).toEqual(alphaEvents)
+        expect(storedEvents(filename, "alpha")).toEqual(alphaEvents)
         // Reopened transparently: resumed from the file, ES appended, turn 2 next.
         yield* TestClock.setTime(100_000)
         const again = yield* open("alpha")
@@ -186,7 +170,7 @@ describe("§8.10 Sessions over SQLite", () => {
         const relisted = yield* sessions.list
         expect(relisted.map((s) => s.sessionId)).toEqual(["alpha", "beta", "kid"])
         expect(relisted[0]).toMatchObject({ title: "Hello alpha", createdAt: 1_000, updatedAt: 100_000, turns: 2 })
-        expect(relisted[0]!.events).toBe(rawEvents(filename, "alpha").length)
+        expect(relisted[0]!.events).toBe(storedEvents(filename, "alpha").length)
         expect(relisted[2]).toMatchObject({ turns: 1, updatedAt: 3_000 })
       }).pipe(Effect.provide(layerCtx))
     }))
@@ -205,7 +189,7 @@ describe("§8.10 Sessions over SQLite", () => {
         expect(refused).toBeInstanceOf(ForkError)
         expect(refused).toMatchObject({ reason: "open-turn", source: "run", childId: "child" })
         // The flush made the open turn's events durable; the fork read them.
-        const stored = rawEvents(filename, "run")
+        const stored = storedEvents(filename, "run")
         expect(stored).toEqual((yield* Context.get(run.ctx, SessionLog).events).slice(0, stored.length))
         expect(stored.map(notation)).toContain("CH(text-delta)")
         expect(yield* Effect.flip(sessions.fork({ source: sid("nobody") }))).toBeInstanceOf(SessionNotFound)
@@ -242,7 +226,7 @@ describe("§8.10 Sessions over SQLite: lifetime", () => {
       const memory = yield* log.events
       expect(memory.map(notation).slice(-1)).toEqual(["TE(1,completed)"])
       yield* Scope.close(scope, Exit.void)
-      expect(rawEvents(filename, "z")).toEqual(memory)
+      expect(storedEvents(filename, "z")).toEqual(memory)
       expect(yield* Effect.flip(driver.inject(plugin("late")))).toBeInstanceOf(AgentDisposed)
       // A row damaged on disk: opening the session through a new Sessions layer is MalformedLog at its seq.
       const db = new Database(filename)
@@ -288,7 +272,7 @@ describe("§8.10/§3.7 Sessions idle release of a running session", () => {
       expect(yield* driver.status).toBe("running")
       yield* TestClock.adjust("31 seconds")
       yield* until(Effect.map(rawShapeEffect(filename, "t"), (shape) => shape.includes("TE(1,aborted(disposed))")))
-      const stored = rawShape(filename, "t")
+      const stored = storedShape(filename, "t")
       expect(stored.slice(-1)).toEqual(["TE(1,aborted(disposed))"])
       expect(stored.filter((s) => s.startsWith("CAN("))).toEqual([])
       const again = yield* Effect.scoped(Effect.flatMap(sessions.open(sid("t")), (c) =>
@@ -307,7 +291,7 @@ describe("§6.6 fork on SQLite", () => {
       const filename = freshFile()
       const { acquire, store } = yield* sqliteStore(filename)
       const source = yield* buildSource(acquire)
-      expect(rawEvents(filename, "src")).toEqual(source)
+      expect(storedEvents(filename, "src")).toEqual(source)
       expect(source.filter((e) => e.type === "turn/end").map(notation)).toEqual(["TE(1,completed)", "TE(2,completed)", "TE(3,aborted(user))"])
       yield* TestClock.setTime(7_000)
       const fork = (options: Parameters<typeof forkSession>[0]) => forkSession(options).pipe(Effect.provideService(SessionStore, store))
@@ -328,7 +312,7 @@ describe("§6.6 fork on SQLite", () => {
         expect(child.header).toEqual({ formatVersion: 1, sessionId: childId, createdAt: 7_000, parent: { sessionId: "src", boundary: b }, seedLength: b + 1 })
         expect(child.events.slice(0, b + 1)).toEqual(source.slice(0, b + 1))
         expect(child.events.slice(b + 1)).toEqual([{ type: "session/end-seed", seq: b + 1, time: 7_000, data: {} }])
-        expect(rawEvents(filename, childId)).toEqual(child.events)
+        expect(storedEvents(filename, childId)).toEqual(child.events)
       }
       // Boundaries outside the turns: before turn 1, between turns (around the splice and the extension event), and after turn 3.
       expect(accepted).toBeGreaterThanOrEqual(6)
@@ -367,13 +351,13 @@ describe("§6.6 fork on SQLite", () => {
         yield* driver.followup(user("N"))
         yield* driver.whenIdle
         yield* log.flush
-        const after = rawEvents(filename, childId).slice(source.length + 1).map(notation)
+        const after = storedEvents(filename, childId).slice(source.length + 1).map(notation)
         expect(after.slice(0, 6)).toEqual(["INS(nt,0,[N])", "TS(4)", "CLM(nt,0,1)", "SS(4,1)", "UM(N)", "RH(resume)"])
-        expect(checkLog(rawEvents(filename, childId), { seedLength: source.length + 1, closed: true })).toEqual([])
+        expect(checkLog(storedEvents(filename, childId), { seedLength: source.length + 1, closed: true })).toEqual([])
       }).pipe(on(child.ctx))
       yield* child.dispose
       // The source is untouched and keeps its pending input.
-      expect(rawEvents(filename, "src")).toEqual(source)
+      expect(storedEvents(filename, "src")).toEqual(source)
       const again = yield* acquire([], { sessionId: "src", resume: true })
       yield* Effect.gen(function*() {
         const inbox = yield* Inbox

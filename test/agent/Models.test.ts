@@ -65,6 +65,16 @@ const agentOverLanguageModel = (fake: Fake, tools: ReadonlyArray<any> = [], syst
 
 const usage = { inputTokens: 3, outputTokens: 4, totalTokens: 7 }
 
+/** The parts of one text block `t` with the single delta `delta`. */
+const textParts = (delta: string): Array<Response.StreamPartEncoded> => [
+  { type: "text-start", id: "t" },
+  { type: "text-delta", id: "t", delta },
+  { type: "text-end", id: "t" }
+]
+
+/** {@link textParts}, then a stop finish with {@link usage}. */
+const textReply = (delta: string): Array<Response.StreamPartEncoded> => [...textParts(delta), { type: "finish", reason: "stop", usage }]
+
 /** A prompt message as plain data (type-id brands left out). */
 const plain = (value: unknown): unknown => {
   if (Array.isArray(value)) return value.map(plain)
@@ -83,10 +93,7 @@ const turns: ReadonlyArray<ReadonlyArray<Response.StreamPartEncoded>> = [
     { type: "finish", reason: "tool-calls", usage }
   ],
   [
-    { type: "text-start", id: "t" },
-    { type: "text-delta", id: "t", delta: "pong" },
-    { type: "text-end", id: "t" },
-    { type: "finish", reason: "stop", usage }
+    ...textReply("pong")
   ]
 ]
 
@@ -104,10 +111,7 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
       },
       {
         parts: [
-          { type: "text-start", id: "t" },
-          { type: "text-delta", id: "t", delta: "done" },
-          { type: "text-end", id: "t" },
-          { type: "finish", reason: "stop", usage }
+          ...textReply("done")
         ] as ReadonlyArray<Response.StreamPartEncoded>
       }
     ])
@@ -180,10 +184,7 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
       },
       {
         parts: [
-          { type: "text-start", id: "t" },
-          { type: "text-delta", id: "t", delta: "ok" },
-          { type: "text-end", id: "t" },
-          { type: "finish", reason: "stop", usage }
+          ...textReply("ok")
         ] as ReadonlyArray<Response.StreamPartEncoded>
       }
     ])
@@ -217,9 +218,7 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
     const fake = fakeLanguageModel([
       {
         parts: [
-          { type: "text-start", id: "t" },
-          { type: "text-delta", id: "t", delta: "long" },
-          { type: "text-end", id: "t" },
+          ...textParts("long"),
           { type: "tool-call", id: "c1", name: "read", params: { path: "x" } },
           { type: "finish", reason: "length", usage }
         ] as ReadonlyArray<Response.StreamPartEncoded>
@@ -402,9 +401,7 @@ describe("8.8 Model.layerLanguageModel", () => {
         { type: "reasoning-start", id: "r" },
         { type: "reasoning-delta", id: "r", delta: "think" },
         { type: "reasoning-end", id: "r" },
-        { type: "text-start", id: "t" },
-        { type: "text-delta", id: "t", delta: "hi" },
-        { type: "text-end", id: "t" },
+        ...textParts("hi"),
         { type: "tool-params-start", id: "c1", name: "f" },
         { type: "tool-params-delta", id: "c1", delta: "{\"a\":" },
         { type: "tool-params-delta", id: "c1", delta: "1}" },

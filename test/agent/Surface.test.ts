@@ -15,6 +15,10 @@ import { c1, c2, summary, SurfaceLog, twoTurns, u } from "../fixtures/surfaceLog
 const replacement = (data: UserMessage, start: number, end: number, cites: ReadonlyArray<number>) =>
   ({ type: "user/message", data, surfaceOp: { op: "replace", start, end }, sourceEventSeqs: cites }) as const
 
+/** A `tool/result` with `data` that replaces the one surface entry at seq `seq`, citing it. */
+const resultReplacing = <D>(data: D, seq: number) =>
+  ({ type: "tool/result", data, surfaceOp: { op: "replace", start: seq, end: seq }, sourceEventSeqs: [seq] }) as const
+
 /** The surface metadata of an event (present on message events only). */
 const meta = (e: SessionEvent | undefined) => e as { readonly surfaceOp?: unknown; readonly sourceEventSeqs?: ReadonlyArray<number> } | undefined
 
@@ -256,32 +260,12 @@ describe("6.7 / 3.9 replacement messages through SessionLog.append", () => {
       message: { ...d.message, content: [{ ...d.message.content[0]!, content: [{ type: "text", text }] }], ...patch }
     })
     for (const patch of [{ id: "other" }, { source: { kind: "tool", callId: "c9" } }, { source: { kind: "tool", callId: "c1", extra: 1 } }]) {
-      expect(yield* Effect.flip(log.append({
-        type: "tool/result",
-        data: pruned("x", patch),
-        surfaceOp: { op: "replace", start: trEvent.seq, end: trEvent.seq },
-        sourceEventSeqs: [trEvent.seq]
-      }))).toBeInstanceOf(InvalidEvent)
+      expect(yield* Effect.flip(log.append(resultReplacing(pruned("x", patch), trEvent.seq)))).toBeInstanceOf(InvalidEvent)
     }
-    const first = yield* log.append({
-      type: "tool/result",
-      data: pruned("p1"),
-      surfaceOp: { op: "replace", start: trEvent.seq, end: trEvent.seq },
-      sourceEventSeqs: [trEvent.seq]
-    })
+    const first = yield* log.append(resultReplacing(pruned("p1"), trEvent.seq))
     // the original is shadowed: it is no longer an endpoint
-    expect(yield* Effect.flip(log.append({
-      type: "tool/result",
-      data: pruned("p2"),
-      surfaceOp: { op: "replace", start: trEvent.seq, end: trEvent.seq },
-      sourceEventSeqs: [trEvent.seq]
-    }))).toBeInstanceOf(InvalidEvent)
-    const second = yield* log.append({
-      type: "tool/result",
-      data: pruned("p2"),
-      surfaceOp: { op: "replace", start: first.seq, end: first.seq },
-      sourceEventSeqs: [first.seq]
-    })
+    expect(yield* Effect.flip(log.append(resultReplacing(pruned("p2"), trEvent.seq)))).toBeInstanceOf(InvalidEvent)
+    const second = yield* log.append(resultReplacing(pruned("p2"), first.seq))
     const messages = yield* log.messages
     expect(messages.map(token)).toStrictEqual(["A", "tool-call c1", "tool-result c1", "done", "B", "b"])
     expect(messages[2]).toStrictEqual((second.data as { message: unknown }).message)
@@ -313,12 +297,7 @@ describe("6.4 / 6.6 resume and fork keep the surface", () => {
         const before = yield* log.surface
         const tr = (yield* log.events)[before[2]!]!
         const d = tr.data as { turn: number; step: number; message: { content: ReadonlyArray<Record<string, unknown>> } }
-        const pruned = yield* log.append({
-          type: "tool/result",
-          data: { turn: d.turn, step: d.step, message: { ...d.message, content: [{ ...d.message.content[0], content: [{ type: "text", text: "pruned" }] }] } },
-          surfaceOp: { op: "replace", start: tr.seq, end: tr.seq },
-          sourceEventSeqs: [tr.seq]
-        })
+        const pruned = yield* log.append(resultReplacing({ turn: d.turn, step: d.step, message: { ...d.message, content: [{ ...d.message.content[0], content: [{ type: "text", text: "pruned" }] }] } }, tr.seq))
         const surface = yield* log.surface
         expect(surface[2]).toBe(pruned.seq)
         yield* log.append(replacement(summary("S"), surface[1]!, surface[2]!, [tr.seq, ...surface.slice(1, 3)]))

@@ -10,7 +10,6 @@ import * as HttpClient from "@effect/platform/HttpClient"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Layer, Option, Redacted, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
-import type { EventOf } from "../../src/domain/Event.js"
 import { MessageId } from "../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
 import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
@@ -18,13 +17,13 @@ import * as AnthropicModel from "../../src/layers/AnthropicModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import type { ModelRequest } from "../../src/services/Model.js"
 import { Model } from "../../src/services/Model.js"
-import { SessionLog } from "../../src/services/SessionLog.js"
 import { events, notation, user } from "../agent/harness.js"
 import {
   add,
   agentOver,
   assistantFrom,
   clock,
+  firstRetry,
   ofType,
   pieceClient,
   prompt,
@@ -541,13 +540,8 @@ describe("AnthropicModel in an agent", () => {
       ])
       yield* Effect.gen(function*() {
         const driver = yield* Driver
-        const log = yield* SessionLog
         yield* driver.followup(user("q", "hi"))
-        const retry = yield* log.stream().pipe(
-          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
-          Stream.runHead,
-          Effect.map(Option.getOrThrow)
-        )
+        const retry = yield* firstRetry
         expect(retry.data.failure).toStrictEqual({
           message: "Anthropic (HTTP 529): Overloaded",
           code: "OVERLOADED",

@@ -25,7 +25,6 @@ import {
 } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
-import type { EventOf } from "../../src/domain/Event.js"
 import { MessageId } from "../../src/domain/Ids.js"
 import type { Json } from "../../src/domain/Json.js"
 import type { Message, ToolSchema } from "../../src/domain/Values.js"
@@ -37,7 +36,7 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
 import { events, notation, plugin, shape, user } from "../agent/harness.js"
 import type { Run } from "../fixtures/adapterHarness.js"
-import { agentOver, assistantFrom, ofType, pieceClient, requestFor, resultParts, sourceFor, streamRun, userParts } from "../fixtures/adapterHarness.js"
+import { agentOver, assistantFrom, firstRetry, ofType, pieceClient, requestFor, resultParts, sourceFor, streamRun, userParts } from "../fixtures/adapterHarness.js"
 import type { ChatCompletionsServer, Reply } from "./fake/ChatCompletionsServer.js"
 import * as Fake from "./fake/ChatCompletionsServer.js"
 import * as Chunks from "../fixtures/streamChunks.js"
@@ -901,14 +900,9 @@ describe("OpenAiCompatibleModel in an agent", () => {
       ])
       yield* Effect.gen(function*() {
         const driver = yield* Driver
-        const log = yield* SessionLog
         const live = yield* driver.subscribe
         yield* driver.followup(user("A"))
-        const retry = yield* log.stream().pipe(
-          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
-          Stream.runHead,
-          Effect.map(Option.getOrThrow)
-        )
+        const retry = yield* firstRetry
         expect(retry.data.attempt).toBe(1)
         expect(retry.data.failure).toMatchObject({ code: "RATE_LIMIT", status: 429, retryable: true })
         expect(retry.data.failure.message).toContain("Bearer [redacted]")
@@ -1038,13 +1032,8 @@ describe("OpenAiCompatibleModel in an agent", () => {
       ])
       yield* Effect.gen(function*() {
         const driver = yield* Driver
-        const log = yield* SessionLog
         yield* driver.followup(user("A"))
-        const retry = yield* log.stream().pipe(
-          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
-          Stream.runHead,
-          Effect.map(Option.getOrThrow)
-        )
+        const retry = yield* firstRetry
         expect(retry.data.failure).toStrictEqual({
           message: `${hostOf(server)} (HTTP 500): The engine is dead (EngineDeadError)`,
           code: "SERVICE_UNAVAILABLE",

@@ -8,7 +8,6 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Either, Layer, Option, Redacted, Stream, TestClock } from "effect"
 import type { ModelError } from "../../src/domain/Errors.js"
-import type { EventOf } from "../../src/domain/Event.js"
 import { MessageId } from "../../src/domain/Ids.js"
 import type { Message, ToolSchema } from "../../src/domain/Values.js"
 import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
@@ -16,9 +15,20 @@ import * as OpenAiModel from "../../src/layers/OpenAiModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import type { ModelRequest } from "../../src/services/Model.js"
 import { Model } from "../../src/services/Model.js"
-import { SessionLog } from "../../src/services/SessionLog.js"
 import { events, notation, user } from "../agent/harness.js"
-import { add, agentOver, assistantFrom, ofType, prompt, requestFor, sourceFor, streamRun, toolResult, userParts } from "../fixtures/adapterHarness.js"
+import {
+  add,
+  agentOver,
+  assistantFrom,
+  firstRetry,
+  ofType,
+  prompt,
+  requestFor,
+  sourceFor,
+  streamRun,
+  toolResult,
+  userParts
+} from "../fixtures/adapterHarness.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as Fake from "./fake/ResponsesServer.js"
 import * as Chunks from "../fixtures/streamChunks.js"
@@ -476,13 +486,8 @@ describe("OpenAiModel in an agent", () => {
       ])
       yield* Effect.gen(function*() {
         const driver = yield* Driver
-        const log = yield* SessionLog
         yield* driver.followup(user("q", "hello"))
-        const retry = yield* log.stream().pipe(
-          Stream.filter((e): e is EventOf<"llm/retry"> => e.type === "llm/retry"),
-          Stream.runHead,
-          Effect.map(Option.getOrThrow)
-        )
+        const retry = yield* firstRetry
         expect(retry.data.failure).toStrictEqual({
           code: "RATE_LIMIT",
           retryable: true,

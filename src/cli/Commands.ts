@@ -108,7 +108,7 @@ const resumeCommand = Command.make("resume", {
       }))
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
-      yield* chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) })
+      yield* withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
     }))).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
 
 const runCommand = Command.make("run", {

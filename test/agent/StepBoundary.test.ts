@@ -9,7 +9,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Ref, Scope, Stream, TestClock } from "effect"
 import { AgentBusy, CancelCause, checkLog, deriveMessages, Driver, Inbox, PersistenceError, PreStep, PreStepDecision, ScriptedModel, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
 import { agentOver, agentTest, events, gate, idleAndChecked, liveNotation, notation, open, pending, plugin, reasons, recordLive, recordStatus, requests, scenario, settle, shape, STEP_A, TEXT, toolResponse, until, user } from "./harness.js"
-import type { PreStepInput, PreStepListener, ScriptEntry, ToolContext } from "../../src/index.js"
+import type { PreStepFailed, PreStepInput, PreStepListener, ScriptEntry, ToolContext } from "../../src/index.js"
 import { empty } from "./toolFixtures.js"
 
 // ---------------------------------------------------------------------------------------------------
@@ -108,7 +108,7 @@ const atStep = <E>(
   preStep: PreStepService,
   step: number,
   listener: (next: Parameters<PreStepListener<E>>[1]) => Effect.Effect<PreStepDecision, E>
-) => preStep.register<E>((input, next) => (input.turn === 1 && input.step === step ? listener(next) : next()))
+) => preStep.register<E | PreStepFailed>((input, next) => (input.turn === 1 && input.step === step ? listener(next) : next()))
 
 /** A scripted text `text` that signals `reached` when the model is asked for it and waits for `release`. */
 const heldText = (text: string) => {

@@ -17,6 +17,7 @@ import { SessionId } from "../domain/Ids.js"
 import { decodeOwnedJson } from "../internal/durability/DecodedEvents.js"
 import { checkStoredHeader } from "../internal/durability/StoredHeader.js"
 import { CliError } from "./CliError.js"
+import { alive } from "../internal/durability/SqliteLease.js"
 
 /**
  * A stored session read as far as it decodes: `events` is the prefix before `damage`, if any.
@@ -75,16 +76,6 @@ export interface Reader {
 export interface Holder {
   readonly pid: number
   readonly host: string
-}
-
-/** Whether process `pid` of this host is alive (a process of another user counts as alive). */
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as { readonly code?: unknown }).code === "EPERM"
-  }
 }
 
 /**

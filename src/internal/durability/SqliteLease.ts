@@ -36,8 +36,14 @@ const TAKE_LEASE = "INSERT OR REPLACE INTO leases (session_id, pid, host) VALUES
 const DROP_LEASE = "DELETE FROM leases WHERE session_id = ? AND pid = ? AND host = ?"
 const SELECT_LENGTH = "SELECT length FROM sessions WHERE id = ?"
 
-// Whether process `pid` of this host is alive (signal 0 checks without signalling).
-const alive = (pid: number): boolean => {
+/**
+ * Whether process `pid` of this host is alive (signal 0 checks without signalling; a process of
+ * another user counts as alive).
+ *
+ * @since 0.1.0
+ * @category predicates
+ */
+export const alive = (pid: number): boolean => {
   try {
     process.kill(pid, 0)
     return true

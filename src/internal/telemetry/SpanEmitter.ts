@@ -7,7 +7,7 @@
  */
 import { Context, Exit, Option } from "effect"
 import type * as Tracer from "effect/Tracer"
-import type { SpanAction } from "./SpanFold.js"
+import type { SpanAction } from "./SpanAction.js"
 
 /**
  * The failure a span ends with: its `name` is the error type, its `message` the description.

@@ -1,6 +1,7 @@
 /**
  * The relational rules R1-R17 of SPEC 5.2 as an incremental state machine: one `relate` call per
- * event, constant work per event apart from the event's own payload.
+ * event, constant work per event apart from the event's own payload. The state the rules fold lives
+ * in `RelationState`.
  *
  * @since 0.1.0
  */
@@ -12,6 +13,8 @@ import type { KnownIds } from "./KnownIds.js"
 import { isKnown } from "./KnownIds.js"
 import type { SpliceShape } from "./Splice.js"
 import type { ToolCallBlock, UserMessage } from "./Values.js"
+import type { Relations, StepRelations } from "./RelationState.js"
+import { copy, copyStep, emptyStep, patched, withChunk, withStep } from "./RelationState.js"
 
 /**
  * One violated rule at one event.
@@ -22,70 +25,6 @@ import type { ToolCallBlock, UserMessage } from "./Values.js"
 export interface RuleViolation {
   readonly rule: RuleId
   readonly message: string
-}
-
-interface AssistantAnchor {
-  readonly calls: ReadonlyArray<ToolCallBlock>
-  readonly interrupted: boolean
-}
-
-interface StepRelations {
-  readonly attempt: number
-  readonly chunkSeqs: GrowOnly.GrowOnly<number>
-  readonly finish: "stop" | "max-tokens" | "error" | "aborted" | undefined
-  readonly anchor: AssistantAnchor | undefined
-  readonly callSeqs: ReadonlyMap<string, number>
-  readonly lastCallIndex: number
-  readonly answered: ReadonlySet<string>
-  readonly lastResultIndex: number
-}
-
-/**
- * Where the claim rule (R7) stands.
- *
- * @since 0.1.0
- * @category models
- */
-export type ClaimPhase = "none" | "after-turn-start" | "after-initial-ns" | "boundary" | "boundary-claimed"
-
-/**
- * The relational state after a prefix of the log.
- *
- * @since 0.1.0
- * @category models
- */
-export interface Relations {
-  readonly lastTurn: number
-  readonly turnOpen: boolean
-  readonly lastStep: number
-  readonly stepOpen: boolean
-  readonly maxTokensInTurn: boolean
-  readonly claimPhase: ClaimPhase
-  readonly entering: boolean
-  readonly claimedForStep: ReadonlySet<string>
-  readonly headerSeen: boolean
-  readonly bracket: { readonly turn: number | null } | undefined
-  readonly step: StepRelations | undefined
-}
-
-/**
- * The state before the first event.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const initialRelations: Relations = {
-  lastTurn: 0,
-  turnOpen: false,
-  lastStep: 0,
-  stepOpen: false,
-  maxTokensInTurn: false,
-  claimPhase: "none",
-  entering: false,
-  claimedForStep: new Set(),
-  headerSeen: false,
-  bracket: undefined,
-  step: undefined
 }
 
 /**
@@ -101,17 +40,6 @@ export interface EventFacts {
   readonly nextStepLength?: number | undefined
   /** The event lies in the inherited seed, where the inbox is not folded (claims removed unknown messages). */
   readonly inSeed?: boolean | undefined
-}
-
-const emptyStep: StepRelations = {
-  attempt: 1,
-  chunkSeqs: GrowOnly.empty(),
-  finish: undefined,
-  anchor: undefined,
-  callSeqs: new Map(),
-  lastCallIndex: -1,
-  answered: new Set(),
-  lastResultIndex: -1
 }
 
 // Records a violation of `rule` (a plain function: no closure per event).
@@ -383,57 +311,6 @@ const relateCore = (
     }
   }
 }
-
-// The state after one more chunk of the open attempt (chunks are most of a log: see `copy`).
-const withChunk = (s: Relations, step: StepRelations, seq: number, finish: StepRelations["finish"]): Relations => {
-  const nextStep = copyStep(step)
-  nextStep.chunkSeqs = GrowOnly.push(step.chunkSeqs, seq)
-  nextStep.finish = finish
-  return withStep(s, nextStep)
-}
-
-// `s` with the open step's relations replaced.
-const withStep = (s: Relations, step: StepRelations): Relations => {
-  const next = copy(s)
-  next.step = step
-  return next
-}
-
-type Mutable<A> = { -readonly [K in keyof A]: A[K] }
-
-// A fresh copy to change before returning it: field by field, which is several times faster than
-// object spread on these records.
-const copy = (s: Relations): Mutable<Relations> => ({
-  lastTurn: s.lastTurn,
-  turnOpen: s.turnOpen,
-  lastStep: s.lastStep,
-  stepOpen: s.stepOpen,
-  maxTokensInTurn: s.maxTokensInTurn,
-  claimPhase: s.claimPhase,
-  entering: s.entering,
-  claimedForStep: s.claimedForStep,
-  headerSeen: s.headerSeen,
-  bracket: s.bracket,
-  step: s.step
-})
-
-/**
- * `s` with `patch` applied, as a fresh object built by {@link copy}. Not an object spread: in V8 a
- * spread of an object that itself came from a spread with overridden keys takes a slow path (about
- * 0.5-0.8 µs against 0.06 µs on node 20), and the fold feeds each result into the next event.
- */
-const patched = (s: Relations, patch: Partial<Relations>): Relations => Object.assign(copy(s), patch)
-
-const copyStep = (step: StepRelations): Mutable<StepRelations> => ({
-  attempt: step.attempt,
-  chunkSeqs: step.chunkSeqs,
-  finish: step.finish,
-  anchor: step.anchor,
-  callSeqs: step.callSeqs,
-  lastCallIndex: step.lastCallIndex,
-  answered: step.answered,
-  lastResultIndex: step.lastResultIndex
-})
 
 // No id claimed (sets of claimed ids are copied before they change, so one empty set serves all).
 const noIds: ReadonlySet<string> = new Set()

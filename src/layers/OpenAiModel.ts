@@ -9,8 +9,9 @@
  * separate, tool results become `function_call_output` items carrying the result's text (their
  * images follow in one user item), and assistant messages are rebuilt from their replay state
  * (encrypted reasoning items in their original place before text and calls), else from their text
- * and tool calls. The events of the response are decoded by `internal/providers/ResponsesEvents`; HTTP,
- * timeouts and failure classification are `internal/providers/ProviderHttp`'s.
+ * and tool calls (the replay state is read by `internal/providers/ResponsesReplay`). The events of
+ * the response are decoded by `internal/providers/ResponsesEvents`; HTTP, timeouts and failure
+ * classification are `internal/providers/ProviderHttp`'s.
  *
  * Models without reasoning refuse `include: ["reasoning.encrypted_content"]` with a 400
  * ("Encrypted content is not supported with this model."): the request is then sent again at once
@@ -33,6 +34,7 @@ import { providerParameters } from "../internal/providers/ProviderParameters.js"
 import * as ProviderHttp from "../internal/providers/ProviderHttp.js"
 import type { Timeouts } from "../internal/providers/ProviderTimeouts.js"
 import * as ResponsesEvents from "../internal/providers/ResponsesEvents.js"
+import * as ResponsesReplay from "../internal/providers/ResponsesReplay.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
 
@@ -84,7 +86,7 @@ export type InputItem =
   }
   | { readonly type: "function_call"; readonly call_id: string; readonly name: string; readonly arguments: string }
   | { readonly type: "function_call_output"; readonly call_id: string; readonly output: string }
-  | Extract<ResponsesEvents.ReplayItem, { readonly type: "reasoning" }>
+  | Extract<ResponsesReplay.ReplayItem, { readonly type: "reasoning" }>
 
 type AssistantMessage = Extract<Message, { readonly role: "assistant" }>
 type TextContent = Extract<AssistantMessage["content"][number], { readonly type: "text" }>
@@ -125,7 +127,7 @@ const functionCallOutput = (block: ToolResultBlock): InputItem => ({
 const assistantItems = (message: AssistantMessage, reasoning: boolean): Array<InputItem> => {
   const texts = message.content.filter((block): block is TextContent => block.type === "text" && block.text !== "")
   const calls = message.content.filter((block): block is ToolCallContent => block.type === "tool-call")
-  const entries = ResponsesEvents.replayItems(message.source.replayState)
+  const entries = ResponsesReplay.replayItems(message.source.replayState)
   if (entries === undefined) {
     return message.content.flatMap((block) =>
       block.type === "text"
@@ -263,7 +265,7 @@ const rejectsReplayedReasoning = (error: ModelError): boolean =>
 const replaysReasoning = (request: ModelRequest): boolean =>
   request.messages.some((message) =>
     message.role === "assistant" &&
-    (ResponsesEvents.replayItems(message.source.replayState) ?? []).some((item) => item.type === "reasoning")
+    (ResponsesReplay.replayItems(message.source.replayState) ?? []).some((item) => item.type === "reasoning")
   )
 
 /**

@@ -403,29 +403,6 @@ describe("ResponsesEvents", () => {
     ])
   })
 
-  it("replayItems reads this adapter's key only: ids dropped, a missing summary empty, unusable entries skipped", () => {
-    expect(ResponsesEvents.replayItems({ anthropic: { content: [] } })).toBeUndefined()
-    expect(ResponsesEvents.replayItems(undefined)).toBeUndefined()
-    expect(ResponsesEvents.replayItems({ openai: { items: "no" } })).toBeUndefined()
-    expect(ResponsesEvents.replayItems({
-      openai: {
-        items: [
-          { type: "reasoning", id: "rs_1", encrypted_content: "enc-1" },
-          { type: "reasoning", id: "rs_2", summary: [] },
-          { type: "message", id: "msg_1" },
-          { type: "function_call" },
-          { type: "function_call", call_id: "call_1", arguments: "{}" },
-          { type: "web_search_call", id: "ws_1" },
-          "junk"
-        ]
-      }
-    })).toStrictEqual([
-      { type: "reasoning", summary: [], encrypted_content: "enc-1" },
-      { type: "message" },
-      { type: "function_call", call_id: "call_1" }
-    ])
-  })
-
   it("unknown events are ignored; a data line that is not JSON fails with MALFORMED_STREAM; nothing after the end counts", () => {
     expect(decode([created, { type: "response.some_future_event", payload: 1 }, completed(usage(1, 1)), textDelta("m", 0, "late")]).chunks)
       .toEqual([

@@ -16,34 +16,24 @@
  *
  * Choice: an automatic trigger prunes first and summarises only when pruning did not bring the
  * context under the threshold (overflow: also when there was nothing to prune); a manual compaction
- * summarises, and prunes only when there is nothing to summarise (or summaries are off).
+ * summarises, and prunes only when there is nothing to summarise (or summaries are off). The
+ * brackets themselves are written by `CompactionBrackets`.
  *
  * @since 0.1.0
  */
 import { Context, Duration, Effect, Layer, Option, STM, TRef } from "effect"
 import type { Scope } from "effect"
 import type { AgentBusy, MaintenanceAborted } from "../domain/Errors.js"
-import { ContextOverflow, ModelError } from "../domain/Errors.js"
+import { ContextOverflow } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
 import { newUserMessage } from "../domain/Message.js"
 import type { LlmFailure, UserMessage } from "../domain/Values.js"
 import type { ContextUsage } from "../internal/compaction/Budget.js"
 import { advance, contextWindowOf, emptyBudget, tokensOfMessage, usageOf } from "../internal/compaction/Budget.js"
-import type { LogView, PruneRules } from "../internal/compaction/Prune.js"
+import type { PruneRules } from "../internal/compaction/Prune.js"
 import { planPrune } from "../internal/compaction/Prune.js"
 import type { SummaryRange } from "../internal/compaction/Summary.js"
-import {
-  collectSummary,
-  DEFAULT_PINNED_SOURCES,
-  openStepStartOf,
-  planSummary,
-  SUMMARY_REQUEST_SOURCE_KIND,
-  SUMMARY_SOURCE_KIND,
-  SUMMARY_SYSTEM,
-  summaryInstruction,
-  summaryText,
-  transcriptOf
-} from "../internal/compaction/Summary.js"
+import { DEFAULT_PINNED_SOURCES, openStepStartOf, planSummary } from "../internal/compaction/Summary.js"
 import { Breaker } from "../internal/compaction/Breaker.js"
 import * as SystemContext from "../internal/compaction/SystemContext.js"
 import { capToolOutput, DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
@@ -58,6 +48,8 @@ import type {
   PreCompactInput
 } from "./CompactionHooks.js"
 import { COMPACTION_CONTEXT_SOURCE_KIND, PreCompactDecision } from "./CompactionHooks.js"
+import * as CompactionBrackets from "./CompactionBrackets.js"
+import type { Snapshot } from "./CompactionBrackets.js"
 import type { CompactError, CompactionOptions, CompactOptions } from "./CompactionOptions.js"
 import { Driver } from "./Driver.js"
 import type { Waterfall } from "./Hooks.js"
@@ -119,10 +111,6 @@ export class Compaction extends Context.Tag("tiller/Compaction")<Compaction, {
 export const isContextOverflow = (failure: LlmFailure): boolean =>
   failure.code === "CONTEXT_OVERFLOW" || failure.status === 413
 
-interface Snapshot extends LogView {
-  readonly length: number
-}
-
 // What one compaction did, and the context its post-compaction hooks added.
 interface Outcome {
   readonly report: CompactionReport
@@ -130,8 +118,6 @@ interface Outcome {
   readonly failed: boolean
   readonly context: ReadonlyArray<string>
 }
-
-const sortedUnique = (seqs: ReadonlyArray<number>) => Array.from(new Set(seqs)).sort((a, b) => a - b)
 
 /**
  * Builds the service and registers its listeners in the current scope.
@@ -206,126 +192,21 @@ export const make = (
       })
     }
 
-    // An interrupted or failed bracket is closed with an error (SPEC 6.7).
-    const closeOnFailure = <A, E, R>(body: Effect.Effect<A, E, R>, bracket: object) =>
-      Effect.onExit(body, (exit) =>
-        exit._tag === "Success"
-          ? Effect.void
-          : Effect.ignore(log.append({ type: "compaction/end", data: { ...bracket, error: { message: "compaction did not complete" } } })))
-
-    // One prune: plan, then ⟨compaction/start⟩ TR~… ⟨compaction/end⟩, each through SessionLog.append.
-    const prune = (trigger: CompactionTrigger, turn: number | null) =>
-      Effect.gen(function*() {
-        const view = yield* snapshot
-        const before = refresh(view)
-        const plan = planPrune(view, rules(before.window, trigger))
-        if (plan.results.length === 0) return 0
-        const bracket = { turn, kind: "prune", trigger }
-        const start = yield* log.append({ type: "compaction/start", data: { ...bracket, tokensBefore: before.used } })
-        return yield* closeOnFailure(
-          Effect.gen(function*() {
-            for (const result of plan.results) {
-              yield* log.append({
-                type: "tool/result",
-                data: result.data,
-                surfaceOp: { op: "replace", start: result.seq, end: result.seq },
-                sourceEventSeqs: [result.seq, start.seq]
-              })
-            }
-            const after = yield* contextUsage
-            yield* log.append({
-              type: "compaction/end",
-              data: { ...bracket, pruned: plan.results.map((r) => r.seq), tokensBefore: before.used, tokensAfter: after.used }
-            })
-            return plan.results.length
-          }),
-          bracket
-        )
-      })
-
-    // One summary: ⟨compaction/start⟩ (the model writes the summary) ⟨compaction/summary⟩ UM~(S) ⟨compaction/end⟩.
-    const summarise = (
-      trigger: CompactionTrigger,
-      position: { readonly turn: number | null; readonly step: number },
-      focus: string | undefined,
-      instructions: ReadonlyArray<string>
-    ) =>
-      Effect.gen(function*() {
-        const view = yield* snapshot
-        const before = refresh(view)
-        const range = planSummaryOf(view, before.window, trigger)
-        if (range === undefined || summary === undefined) return undefined
-        const { turn } = position
-        const bracket = { turn, kind: "summary", trigger }
-        const replaced = { start: range.start, end: range.end, nodes: range.seqs.length }
-        const start = yield* log.append({
-          type: "compaction/start",
-          data: { ...bracket, tokensBefore: before.used, range: replaced, ...(focus === undefined ? {} : { focus }) }
-        })
-        return yield* closeOnFailure(
-          Effect.gen(function*() {
-            const maxTokens = summary.maxTokens ?? Math.max(256, Math.min(8_000, Math.floor(before.window / 8)))
-            const names = summary.model ?? {
-              provider: budget.header?.provider ?? "unknown",
-              model: budget.header?.model ?? options.model ?? "unknown"
-            }
-            const transcript = transcriptOf(view, range, Math.max(4_000, Math.floor((before.window - maxTokens) * 4 * 0.8)))
-            const request = yield* newUserMessage({
-              content: [
-                { type: "text", text: transcript },
-                { type: "text", text: summaryInstruction(range.previous !== undefined, focus, instructions) }
-              ],
-              source: { kind: SUMMARY_REQUEST_SOURCE_KIND, trigger }
-            })
-            const timeout = Duration.decode(summary.timeout ?? "5 minutes")
-            const text = yield* collectSummary((summary.model?.service ?? sessionModel).stream({
-              sessionId: log.sessionId,
-              turn: turn ?? 0,
-              step: position.step,
-              attempt: 1,
-              provider: names.provider,
-              model: names.model,
-              system: SUMMARY_SYSTEM,
-              maxTokens,
-              tools: [],
-              messages: [request]
-            })).pipe(Effect.timeoutFail({
-              duration: timeout,
-              onTimeout: () =>
-                new ModelError({
-                  failure: { message: `the summary request took longer than ${Duration.format(timeout)}`, code: "TIMEOUT" }
-                })
-            }))
-            const written = yield* log.append({
-              type: "compaction/summary",
-              data: {
-                ...bracket,
-                provider: names.provider,
-                model: names.model,
-                characters: text.length,
-                updates: range.previous?.seq ?? null
-              }
-            })
-            const message = yield* newUserMessage({
-              text: summaryText(range, text, recall),
-              source: { kind: SUMMARY_SOURCE_KIND, trigger, start: range.start, end: range.end }
-            })
-            yield* log.append({
-              type: "user/message",
-              data: message,
-              surfaceOp: { op: "replace", start: range.start, end: range.end },
-              sourceEventSeqs: sortedUnique([...range.seqs, start.seq, written.seq])
-            })
-            const after = yield* contextUsage
-            yield* log.append({
-              type: "compaction/end",
-              data: { ...bracket, replaced, tokensBefore: before.used, tokensAfter: after.used }
-            })
-            return replaced
-          }),
-          bracket
-        )
-      })
+    const writers: CompactionBrackets.BracketWriters = {
+      log,
+      snapshot,
+      refresh,
+      contextUsage,
+      rules,
+      planSummary: planSummaryOf,
+      summary,
+      model: sessionModel,
+      names: () => ({
+        provider: budget.header?.provider ?? "unknown",
+        model: budget.header?.model ?? options.model ?? "unknown"
+      }),
+      recall
+    }
 
     // The pre-compaction hooks' decision; a listener's failure is a defect.
     const askPre = (input: PreCompactInput) =>
@@ -363,14 +244,14 @@ export const make = (
         if (decision._tag === "Veto") return nothing(decision.reason)
         const over = (used: number) => used + extra >= threshold * before.window
         let pruned = 0
-        if (canPrune && (trigger !== "manual" || !canSummarise)) pruned = yield* prune(trigger, position.turn)
+        if (canPrune && (trigger !== "manual" || !canSummarise)) pruned = yield* CompactionBrackets.prune(writers, trigger, position.turn)
         const afterPrune = yield* contextUsage
         const wanted = trigger === "manual" || over(afterPrune.used) || (trigger === "overflow" && pruned === 0)
         let summarised: { readonly start: number; readonly end: number; readonly nodes: number } | undefined
         let failed = false
         if (canSummarise && wanted) {
           // A manual summary's failure is the caller's; an automatic one keeps what pruning achieved.
-          const attempt = summarise(trigger, position, focus, decision.instructions)
+          const attempt = CompactionBrackets.summarise(writers, trigger, position, focus, decision.instructions)
           if (trigger === "manual") summarised = yield* attempt
           else {
             const result = yield* Effect.either(attempt)

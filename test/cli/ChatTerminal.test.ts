@@ -101,7 +101,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       yield* pane.type("!")
       yield* pane.waitForText("› say: hello world!")
       yield* pane.keys("Enter")
-      const events = yield* waitForStored(path.join(dir, DB), "keys", "the message", (events) => enteredTexts(events).length > 0)
+      const events = yield* waitForStored(path.join(dir, DB), "keys", "the message", (events) => enteredTexts(events).length > 0, pane)
       expect(enteredTexts(events)).toEqual(["say: hello world!"])
     }), TIMEOUT)
 
@@ -115,7 +115,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       yield* poll(pane.screen, (rows) => rows[0] === "› before", (rows) => `a cleared screen, not:\n${rows?.join("\n")}`)
       yield* pane.type("after")
       yield* pane.keys("Enter")
-      const events = yield* waitForStored(path.join(dir, DB), "clear", "the message", (events) => enteredTexts(events).length > 0)
+      const events = yield* waitForStored(path.join(dir, DB), "clear", "the message", (events) => enteredTexts(events).length > 0, pane)
       expect(enteredTexts(events)).toEqual(["before after"])
     }), TIMEOUT)
 
@@ -128,7 +128,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       // The whole paste is in the input (its last characters shown) before it is sent.
       yield* pane.waitForText(long.slice(-40))
       yield* pane.keys("Enter")
-      const events = yield* waitForStored(path.join(dir, DB), "long", "the message", (events) => enteredTexts(events).length > 0)
+      const events = yield* waitForStored(path.join(dir, DB), "long", "the message", (events) => enteredTexts(events).length > 0, pane)
       expect(enteredTexts(events).map((text) => text.length)).toEqual([6000])
       expect(enteredTexts(events)).toEqual([long])
     }), TIMEOUT)
@@ -142,7 +142,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       // Nothing is sent before Enter.
       expect(enteredTexts(yield* storedEvents(path.join(dir, DB), "lines"))).toEqual([])
       yield* pane.keys("Enter")
-      const events = yield* waitForStored(path.join(dir, DB), "lines", "a turn end", (events) => turnEnds(events).length > 0)
+      const events = yield* waitForStored(path.join(dir, DB), "lines", "a turn end", (events) => turnEnds(events).length > 0, pane)
       expect(enteredTexts(events)).toEqual(["first line\nsecond line\nthird line"])
       expect(events.filter((e) => e.type === "turn/start")).toHaveLength(1)
     }), TIMEOUT)
@@ -161,7 +161,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       expect(rows.filter((row) => row.includes("half typed"))).toEqual(["› half typed"])
       expect(rows[rows.length - 1]).toBe("› half typed")
       yield* pane.keys("Enter")
-      const events = yield* waitForStored(path.join(dir, DB), "typing", "the second message", (events) => enteredTexts(events).length > 1)
+      const events = yield* waitForStored(path.join(dir, DB), "typing", "the second message", (events) => enteredTexts(events).length > 1, pane)
       expect(enteredTexts(events)).toEqual(["/wait 3000", "half typed"])
     }), TIMEOUT)
 
@@ -188,7 +188,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       yield* runningWithPending(pane)
       yield* pane.keys("Escape")
       yield* pane.waitForText("(interrupted; pending input kept)")
-      const events = yield* waitForStored(path.join(dir, DB), "esc", "the turn's end", (events) => turnEnds(events).length > 0)
+      const events = yield* waitForStored(path.join(dir, DB), "esc", "the turn's end", (events) => turnEnds(events).length > 0, pane)
       expect(turnEnds(events)).toEqual(["1 aborted user"])
       expect(discarded(events)).toBe(false)
       expect(pendingOf(events)).toMatchObject({ nextStep: [{ text: "ctx" }], queued: [{ text: "later" }] })
@@ -205,7 +205,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       yield* runningWithPending(pane)
       yield* pane.keys("C-c")
       yield* pane.waitForText("(interrupted; pending input kept)")
-      const events = yield* waitForStored(path.join(dir, DB), "ctrlc", "the turn's end", (events) => turnEnds(events).length > 0)
+      const events = yield* waitForStored(path.join(dir, DB), "ctrlc", "the turn's end", (events) => turnEnds(events).length > 0, pane)
       expect(turnEnds(events)).toEqual(["1 aborted user"])
       expect(discarded(events)).toBe(false)
       expect(pendingOf(events)).toMatchObject({ nextStep: [{ text: "ctx" }], queued: [{ text: "later" }] })
@@ -261,7 +261,7 @@ describe("tiller chat on a terminal (tmux)", () => {
 
       yield* send(pane, "/drop 1")
       yield* pane.waitForText("(dropped next-step item 1: ctx)")
-      yield* waitForStored(file, "edit", "the drop", (events) => pendingOf(events).nextStep.length === 1)
+      yield* waitForStored(file, "edit", "the drop", (events) => pendingOf(events).nextStep.length === 1, pane)
 
       yield* send(pane, "/edit 2 later, rewritten")
       yield* pane.waitForText("(edited queued item 2: later, rewritten)")
@@ -272,7 +272,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       yield* pane.keys("Enter")
       yield* pane.waitForText("(edited next-step item 1: steer now and more)")
 
-      const events = yield* waitForStored(file, "edit", "both edits", (events) => pendingOf(events).nextStep[0]?.text === "steer now and more")
+      const events = yield* waitForStored(file, "edit", "both edits", (events) => pendingOf(events).nextStep[0]?.text === "steer now and more", pane)
       const after = pendingOf(events)
       expect(after).toEqual({
         nextStep: [{ id: before.nextStep[1]!.id, text: "steer now and more" }],
@@ -326,7 +326,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       yield* pane.waitForText("(cancel requested; pending input kept)")
       yield* pane.waitForText("── turn 1 ")
       yield* send(pane, "go on")
-      const events = yield* waitForStored(path.join(dir, DB), "keep", "three turn ends", (events) => turnEnds(events).length >= 3)
+      const events = yield* waitForStored(path.join(dir, DB), "keep", "three turn ends", (events) => turnEnds(events).length >= 3, pane)
       expect(turnEnds(events)).toEqual(["1 aborted user", "2 completed", "3 completed"])
       expect(steps(events)).toEqual(["1.1: /wait 10000", "2.1: ctx | steer | go on", "3.1: later"])
     }), TIMEOUT)
@@ -349,7 +349,7 @@ describe("tiller chat on a terminal (tmux)", () => {
       yield* second.keys("Up")
       yield* second.waitFor("› first line on the input line", (t) => t.endsWith("› first line"))
       yield* second.keys("Enter")
-      const events = yield* waitForStored(path.join(dir, DB), "h2", "the recalled line", (events) => enteredTexts(events).length > 0)
+      const events = yield* waitForStored(path.join(dir, DB), "h2", "the recalled line", (events) => enteredTexts(events).length > 0, second)
       expect(enteredTexts(events)).toEqual(["first line"])
     }), TIMEOUT)
 })

@@ -67,8 +67,14 @@ const timer = (signal: WriterSignal): Effect.Effect<never> => {
   return Effect.forever(Effect.gen(function*() {
     yield* armed
     const deadline = signal.deadline
-    const now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
-    if (deadline > now) yield* Effect.sleep(Duration.millis(deadline - now))
+    // Until the clock reads the deadline: a sleep may end a millisecond short by the clock's reading
+    // (Node's timers run on a monotonic clock, Date.now() on the wall), and the writer, which checks
+    // the deadline against the clock, would wait for a wake that never comes.
+    let now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    while (deadline > now) {
+      yield* Effect.sleep(Duration.millis(deadline - now))
+      now = yield* Effect.clockWith((clock) => clock.currentTimeMillis)
+    }
     elapsed = deadline
     wake(signal)
   }))

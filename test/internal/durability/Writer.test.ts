@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Layer, Option, Scheduler, Scope } from "effect"
+import { Clock, Duration, Effect, Exit, Fiber, Layer, Option, Scheduler, Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -101,6 +101,42 @@ describe("Writer: synchronous writes on the memory store", () => {
       expect(result.timerStarted).toBe(false)
       expect(result.durable).toBe(result.last)
       expect(result.poisoned).toBe(false)
+    }))
+
+  // A clock whose sleeps end up to 1 ms short of their duration by its own reading, as Node's timers
+  // (monotonic, whole milliseconds) may fire against Date.now().
+  const earlyWakingClock = (): Clock.Clock => {
+    let now = 1_000_000
+    return {
+      [Clock.ClockTypeId]: Clock.ClockTypeId,
+      unsafeCurrentTimeMillis: () => now,
+      currentTimeMillis: Effect.sync(() => now),
+      unsafeCurrentTimeNanos: () => BigInt(now) * 1_000_000n,
+      currentTimeNanos: Effect.sync(() => BigInt(now) * 1_000_000n),
+      sleep: (duration) =>
+        Effect.sync(() => {
+          now += Math.max(1, Duration.toMillis(duration) - 1)
+        })
+    }
+  }
+
+  it.scoped("a window timer that wakes 1 ms before the clock reaches its deadline still gets the batch written", () =>
+    Effect.gen(function*() {
+      const result = yield* Effect.gen(function*() {
+        const state = yield* SessionState
+        const inbox = yield* Inbox
+        const log = yield* SessionLog
+        // Two acknowledged appends, written synchronously: the writer starts its window timer.
+        yield* inbox.append("next-step", plugin("a"))
+        yield* inbox.append("next-step", plugin("b"))
+        // Events nobody awaits: only the batch window writes them.
+        yield* claimTurn
+        const last = (yield* log.events).length - 1
+        yield* Effect.repeatN(Effect.yieldNow(), 50)
+        return { timer: state.writer.windowMs !== undefined, last, durable: yield* log.durableSeq }
+      }).pipe(Effect.provide(freshSession()), Effect.withClock(earlyWakingClock()))
+      expect(result.timer).toBe(true)
+      expect(result.durable).toBe(result.last)
     }))
 
   it.effect("once the session's scope is closed, nothing is written synchronously any more", () =>

@@ -182,14 +182,14 @@ export const storedEvents = (file: string, sessionId: string): Effect.Effect<Rea
 
 /**
  * Waits until the stored events of `sessionId` satisfy `check`; answers them. The failure shows what
- * was stored and, when `pane` is given, what its screen showed.
+ * was stored and what `pane`'s screen showed.
  */
 export const waitForStored = (
   file: string,
   sessionId: string,
   what: string,
   check: (events: ReadonlyArray<any>) => boolean,
-  pane?: Pane
+  pane: Pane
 ): Effect.Effect<ReadonlyArray<any>, ScreenNotSeen> =>
   poll(
     storedEvents(file, sessionId),
@@ -197,9 +197,7 @@ export const waitForStored = (
     (last) => `session ${sessionId} never stored ${what}; it stored:\n${(last ?? []).map((e) => JSON.stringify(e)).join("\n")}`
   ).pipe(
     Effect.catchTag("ScreenNotSeen", (error) =>
-      pane === undefined
-        ? Effect.fail(error)
-        : Effect.flatMap(pane.transcript, (shown) => Effect.fail(new ScreenNotSeen({ message: `${error.message}\nthe screen showed:\n${shown}` }))))
+      Effect.flatMap(pane.transcript, (shown) => Effect.fail(new ScreenNotSeen({ message: `${error.message}\nthe screen showed:\n${shown}` }))))
   )
 
 /** The text of a stored message's content. */

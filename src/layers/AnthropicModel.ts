@@ -298,7 +298,7 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
         )
       }).pipe(Stream.withSpan("AnthropicModel.stream", { attributes: { model: options.model } }))
 
-    return Model.of({ stream })
+    return Model.make(stream)
   })
 
 /**

@@ -272,7 +272,7 @@ export const make = (
         )
       }).pipe(Stream.withSpan("OpenAiCompatibleModel.stream", { attributes: { model: options.model } }))
 
-    return Model.of({ stream })
+    return Model.make(stream)
   })
 
 /**

@@ -326,7 +326,7 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
         )
       })).pipe(Stream.withSpan("OpenAiModel.stream", { attributes: { model: options.model } }))
 
-    return Model.of({ stream })
+    return Model.make(stream)
   })
 
 /**

@@ -71,7 +71,7 @@ export const redactError = (secret: Redacted.Redacted<string> | undefined) => (e
 /** A model service with the key scrubbed from every failure, whatever produced it. */
 const scrubbed = (secret: Redacted.Redacted<string> | undefined) => (model: Model["Type"]): Model["Type"] => {
   const redact = redactError(secret)
-  return Model.of({ stream: (request) => Stream.mapError(model.stream(request), redact) })
+  return Model.make((request) => Stream.mapError(Model.toStream(Model.responseOf(model, request)), redact))
 }
 
 /**

@@ -1,8 +1,8 @@
 /**
  * ScriptedModel: a `Model` that answers each request with the next entry of a script, one chunk
  * per pull, with effects at chosen points of the stream (SPEC 8.8). The test seam of the loop.
- * The loop reads an entry with no effects, failure or hang in one batch, without running the
- * Stream (see `internal/loop/Preloaded`); anyone else consuming the stream gets one chunk per pull.
+ * Its `respond` hands the loop an entry with no effects, failure or hang as every chunk at once, and
+ * any other entry as its Stream; a consumer of `stream` gets one chunk per pull.
  *
  * @since 0.1.0
  */
@@ -10,9 +10,8 @@ import { Chunk, Context, Effect, Exit, Layer, Option, Stream } from "effect"
 import { ModelError } from "../domain/Errors.js"
 import type { Json } from "../domain/Json.js"
 import type { LlmFailure, StreamChunk, Usage } from "../domain/Values.js"
-import type { ModelRequest } from "../services/Model.js"
+import type { ModelRequest, ModelResponse, ModelShape } from "../services/Model.js"
 import { Model } from "../services/Model.js"
-import * as Preloaded from "../internal/loop/Preloaded.js"
 
 /**
  * Effects an entry runs at fixed points of its stream.
@@ -244,21 +243,25 @@ const make = (script: ReadonlyArray<ScriptEntry>) =>
         const entry = entries[state.next++]
         return entry === undefined ? Effect.fail(exhausted) : Effect.succeed(use(entry))
       })
-    const model = Model.of({
-      stream: (request) =>
-        Preloaded.make(
-          () => {
-            let played: Entry | undefined
-            const started = entryFor(request, (entry) => {
-              played = entry
-              return play(entry)
-            })
-            return withOnInterrupt(Stream.unwrap(started), () => played)
-          },
-          // The loop's reading: a plain entry's chunks at once (it has no effect to place between them).
-          entryFor(request, (next) => isPlain(next) ? next.chunks : withOnInterrupt(play(next), () => next))
-        )
-    })
+    // The loop's reading (`respond`): a plain entry's chunks at once (it has no effect to place
+    // between them), any other entry as its stream.
+    const respond = (request: ModelRequest): ModelResponse => {
+      state.requests.push(freeze(request))
+      const next = entries[state.next++]
+      if (next === undefined) return Effect.fail(exhausted)
+      return isPlain(next) ? next.chunks : withOnInterrupt(play(next), () => next)
+    }
+    const model: ModelShape = {
+      stream: (request) => {
+        let played: Entry | undefined
+        const started = entryFor(request, (entry) => {
+          played = entry
+          return play(entry)
+        })
+        return withOnInterrupt(Stream.unwrap(started), () => played)
+      },
+      respond
+    }
     const scripted = ScriptedModel.of({
       requests: Effect.sync(() => Object.freeze([...state.requests])),
       remaining: Effect.sync(() => Math.max(0, entries.length - state.next))

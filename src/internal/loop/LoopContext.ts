@@ -3,11 +3,12 @@
  *
  * @since 0.1.0
  */
-import type { Duration, Effect, Fiber, Runtime, Stream } from "effect"
-import type { ModelError, PreStepFailed, PreStepRejected } from "../../domain/Errors.js"
+import type { Duration, Effect, Fiber, Runtime } from "effect"
+import type { PreStepFailed, PreStepRejected } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
-import type { LlmFailure, RequestHeader, StreamChunk, ToolSchema, UserMessage } from "../../domain/Values.js"
+import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../../domain/Values.js"
 import type { ModelRequest } from "../../domain/ModelRequest.js"
+import type { ModelShape } from "../../domain/ModelResponse.js"
 import type { PreStepInput, RequestConfig, RequestErrorAction, ToolCallInfo, ToolPreDecision } from "../../domain/Seams.js"
 import type { NormalizedToolOutput, ToolDefinition, ToolMode } from "../../domain/Tool.js"
 import type { HookName } from "./HooksRunner.js"
@@ -81,7 +82,7 @@ export interface LoopContext {
     readonly isQuiet: () => boolean
   }
   readonly hooks: LoopHooks
-  readonly model: { readonly stream: (request: ModelRequest) => Stream.Stream<StreamChunk, ModelError> }
+  readonly model: ModelShape
   readonly tools: LoopTools
   readonly defaults: RequestDefaults
   /** Mutable: whether this driver instance made a request yet, and the last logged header. */

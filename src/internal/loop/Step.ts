@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Chunk, Duration, Effect, Either, Exit, Option, ParseResult, Stream, STM, TRef } from "effect"
+import { Cause, Duration, Effect, Either, Exit, Option, ParseResult, Stream, STM, TRef } from "effect"
 import type { SessionEvent } from "../../domain/Event.js"
 import { InvalidEvent, ModelError } from "../../domain/Errors.js"
 import type { MessageId } from "../../domain/Ids.js"
@@ -16,12 +16,14 @@ import { acceptsStreamChunkJson } from "../../domain/EventDecoder.js"
 import * as SafeDecode from "../../domain/SafeDecode.js"
 import type { RequestConfig } from "../../domain/Seams.js"
 import type { ModelRequest } from "../../domain/ModelRequest.js"
+import type { ModelResponse } from "../../domain/ModelResponse.js"
+import * as ModelResponseModule from "../../domain/ModelResponse.js"
+import { isChunks, isStream } from "../../domain/ModelResponse.js"
 import { abortable, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import { peek } from "../state/Peek.js"
-import * as Preloaded from "./Preloaded.js"
 import * as RequestView from "./RequestView.js"
 import { DEFAULT_MAX_RETRY_DELAY, refuseRetryDelay } from "./RetryPolicy.js"
 import * as StreamPull from "./StreamPull.js"
@@ -308,7 +310,7 @@ const runAttempt = (
 
     // One pulled batch of chunks: fed to the assembler in order, logged in one transaction; a
     // finish, an invalid or a malformed chunk ends the batch (later chunks are ignored).
-    const onChunks = (chunks: Chunk.Chunk<StreamChunk>): Effect.Effect<void, typeof STOP> =>
+    const onChunks = (chunks: Iterable<StreamChunk>): Effect.Effect<void, typeof STOP> =>
       Effect.suspend(() => {
         for (const chunk of chunks) {
           if (settled !== undefined) break
@@ -335,20 +337,16 @@ const runAttempt = (
         return flush()
       })
 
-    const stream = streamOf(ctx, request)
-    const open = Preloaded.openOf(stream)
-    // Opening a preloaded stream never blocks; the response it yields is read inline.
-    const opened = open === undefined ? undefined : yield* Effect.exit(open)
-    const preloaded = opened !== undefined && Exit.isSuccess(opened) && Preloaded.isChunks(opened.value)
-      ? opened.value
-      : undefined
-    const pulled: Effect.Effect<void, ModelError | typeof STOP> = opened === undefined
-      ? StreamPull.forEachChunk(stream, onChunks)
-      : Exit.isFailure(opened)
-      ? Effect.failCause(opened.cause)
-      : preloaded !== undefined
-      ? onChunks(Chunk.unsafeFromArray(preloaded)) // suspended: it reads the chunks when run
-      : StreamPull.forEachChunk(opened.value as Stream.Stream<StreamChunk, ModelError>, onChunks)
+    const response = responseOf(ctx, request)
+    // Every chunk at once is read inline (below); an Effect or a Stream is raced against the cause.
+    const chunks = isChunks(response) ? response : undefined
+    const pulled: Effect.Effect<void, ModelError | typeof STOP> = chunks !== undefined
+      ? Effect.suspend(() => onChunks(chunks))
+      : isStream(response)
+      ? StreamPull.forEachChunk(response, onChunks)
+      : Effect.isEffect(response)
+      ? Effect.flatMap(response, onChunks)
+      : Effect.die(new TypeError("the model answered neither chunks, an Effect of chunks nor a Stream"))
     // A stream that ended (or stopped being pulled) without a finish gets a synthetic one.
     const noFinish = () => {
       if (settled !== undefined || invalid !== undefined) return Effect.void
@@ -372,9 +370,9 @@ const runAttempt = (
       onSuccess: noFinish
     })
 
-    // Reading a preloaded response cannot block: it runs inline, and its transactions stop it when a
+    // Reading every chunk at once cannot block: it runs inline, and its transactions stop it when a
     // cause is recorded (as the race would). Anything else races the cause in a fiber of its own.
-    const run = preloaded !== undefined
+    const run = chunks !== undefined
       ? { _tag: "Done" as const, exit: yield* Effect.exit(consume) }
       : yield* abortable(ctx.ds, consume)
     if (invalid !== undefined) return { _tag: "Failed", failure: invalid, error: invalid }
@@ -392,11 +390,11 @@ const runAttempt = (
     return settled ?? { _tag: "Failed", failure: ownFailure("NO_FINISH", "no finish"), error: undefined }
   })
 
-// The model's stream for `request`; a `stream` that throws instead of returning one is a defect of
-// that stream (4.5 Q5), logged as its synthetic error finish.
-const streamOf = (ctx: LoopContext, request: ModelRequest): Stream.Stream<StreamChunk, ModelError> => {
+// The model's response to `request`; a model that throws instead of answering fails that response
+// (4.5 Q5), logged as its synthetic error finish.
+const responseOf = (ctx: LoopContext, request: ModelRequest): ModelResponse => {
   try {
-    return ctx.model.stream(request)
+    return ModelResponseModule.responseOf(ctx.model, request)
   } catch (defect) {
     return Stream.die(defect)
   }

@@ -159,7 +159,7 @@ const acquireDriver = (
     const ctx: LoopContext = {
       ds,
       sessionId: session.sessionId,
-      preStep: { run: preStep.run, isQuiet: () => PreStepModule.isQuiet(preStep) },
+      preStep: { run: preStep.run, isQuiet: preStep.isQuiet ?? (() => false) },
       hooks: {
         request: (input, seed) =>
           hooks.runRequest({ sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt }, seed),

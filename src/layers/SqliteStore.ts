@@ -39,13 +39,12 @@ import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "
 import { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { decodeHeader } from "../internal/durability/StoredHeader.js"
-import { withProcessLease } from "../internal/durability/Lease.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as Checkpointer from "../internal/durability/Checkpointer.js"
 import * as SqliteDirect from "../internal/durability/SqliteDirect.js"
 import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/durability/SqliteDirect.js"
 import * as SqliteLease from "../internal/durability/SqliteLease.js"
-import * as SyncAppend from "../internal/durability/SyncAppend.js"
+import type { SyncAppend } from "../internal/durability/SyncAppend.js"
 import { ALL_SESSIONS, isFile, open, SYNCHRONOUS } from "../internal/durability/SqliteOpen.js"
 import { encodeRows, eventsOf, eventsOfText, headerOf, parseJson, rowBytes } from "../internal/durability/SqliteRows.js"
 
@@ -468,16 +467,12 @@ export const make = (
       return headers as ReadonlyArray<SessionHeader>
     }).pipe(refail(ALL_SESSIONS, "list"), Effect.withSpan("SessionStore.list"))
 
-    const store = withProcessLease(
-      { create, load, append, exists, list } satisfies SessionStore["Type"],
-      SqliteLease.make({ conn, query, transaction })
-    )
     // An append at once on the direct connection, while no transaction of the client's is open and no
     // group is being written; anything else (a refused length check, a failure) writes nothing and is
     // left to `append`, which reports it. Acknowledgements still go through group commit: a
     // transaction's fixed cost is worth sharing among concurrent callers.
-    if (direct !== undefined) {
-      SyncAppend.register(store, (id, events) => {
+    const appendNow: SyncAppend | undefined = direct === undefined ? undefined : {
+      append: (id, events) => {
         if (openTransactions > 0 || leading || events.length === 0) return false
         if (seqProblem(events, events[0]!.seq) !== undefined) return false
         const rows = encodeRows(events)
@@ -489,7 +484,17 @@ export const make = (
         }
         checkpointer?.wrote(rowBytes(rows.right))
         return true
-      }, { acknowledgements: false })
+      },
+      acknowledgements: false
+    }
+    const store: SessionStore["Type"] = {
+      create,
+      load,
+      append,
+      exists,
+      list,
+      processLease: SqliteLease.make({ conn, query, transaction }),
+      ...(appendNow === undefined ? {} : { appendNow })
     }
     return store
   })

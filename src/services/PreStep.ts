@@ -51,23 +51,12 @@ export const make: Effect.Effect<Context.Tag.Service<PreStep>> = Effect.map(
       register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
         registry.register(guard(listener), options),
       // Untraced: it runs at every step boundary, and a span costs more than the waterfall itself.
-      run: (input: PreStepInput) => runRegistry(registry, input)
+      run: (input: PreStepInput) => runRegistry(registry, input),
+      isQuiet: registry.isEmpty
     }
-    quiet.set(service, registry.isEmpty)
     return service
   }
 )
-
-const quiet = new WeakMap<Context.Tag.Service<PreStep>, () => boolean>()
-
-/**
- * Whether a pre-step service built by {@link make} has no listener now, so `run` only enters the
- * batch (the loop then runs it inline instead of racing it against a cancel). Internal.
- *
- * @since 0.1.0
- * @category getters
- */
-export const isQuiet = (service: Context.Tag.Service<PreStep>): boolean => quiet.get(service)?.() ?? false
 
 /**
  * The pre-step waterfall of one agent: listeners decide each step's batch.
@@ -79,6 +68,11 @@ export class PreStep extends Context.Tag("tiller/PreStep")<PreStep, {
   readonly register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
     Effect.Effect<void, never, Scope.Scope>
   readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
+  /**
+   * Whether no listener is registered now, so `run` would only enter the batch: the loop then
+   * enters it inline instead of racing `run` against a cancel. A service without it is always run.
+   */
+  readonly isQuiet?: () => boolean
 }>() {
   /**
    * A pre-step service with its own listener list (fresh per layer build).

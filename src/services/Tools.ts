@@ -10,7 +10,7 @@ import { freezeCopy, jsonProblem } from "../domain/Json.js"
 import type { ToolDefinition, ToolMode } from "../domain/Tool.js"
 import type { ToolSchema } from "../domain/Values.js"
 import type { ToolRegistryShape } from "../internal/loop/ToolRegistry.js"
-import { attachRegistry, ToolRegistry } from "../internal/loop/ToolRegistry.js"
+import { ToolRegistry } from "../internal/loop/ToolRegistry.js"
 
 /**
  * The shapes of a tool (defined beside the domain values, which the loop and the adapters share).
@@ -72,6 +72,12 @@ export class Tools extends Context.Tag("tiller/Tools")<Tools, {
   readonly list: Effect.Effect<ReadonlyArray<ToolSchema>>
   /** The parallel pool cap (SPEC 4.6). */
   readonly maxParallelToolCalls: number
+  /**
+   * The lookups the loop reads at every step (the visible definition of a name, its mode, the list
+   * now), as plain reads of the registry's state. `Tools.layer` offers them; a service without them
+   * lists tools but cannot run them in an agent.
+   */
+  readonly registry?: ToolRegistryShape
 }>() {
   /**
    * A registry holding `options.tools`; dies at build unless `maxParallelToolCalls` is a positive
@@ -185,11 +191,12 @@ const make = (options?: ToolsOptions): Effect.Effect<Context.Context<Tools | Too
       list,
       modeOf: (name) => lookup(name)?.mode
     }
-    const tools: Context.Tag.Service<Tools> = attachRegistry({
+    const tools: Context.Tag.Service<Tools> = {
       register,
       setMode,
       list: Effect.sync(list).pipe(Effect.withSpan("Tools.list")),
-      maxParallelToolCalls
-    }, registry)
+      maxParallelToolCalls,
+      registry
+    }
     return Context.make(Tools, tools).pipe(Context.add(ToolRegistry, registry))
   })

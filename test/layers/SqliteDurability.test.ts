@@ -84,7 +84,8 @@ const holdingStore = (filename: string) => {
   const control = { appends: [] as Array<ReadonlyArray<number>>, holding: false, gate: undefined as unknown as Deferred.Deferred<void> }
   const counting = Layer.effect(
     SessionStore,
-    Effect.map(SessionStore, (store) =>
+    // Without the store's synchronous append: every write goes through the counted `append`.
+    Effect.map(SessionStore, ({ appendNow: _appendNow, ...store }) =>
       SessionStore.of({
         ...store,
         append: (id, es) =>

@@ -16,7 +16,6 @@ import { SessionId } from "../../src/domain/Ids.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
-import * as SyncAppend from "../../src/internal/durability/SyncAppend.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { Inbox } from "../../src/services/Inbox.js"
@@ -167,20 +166,20 @@ describe("SqliteSessionStore", () => {
       const all = turns(0, 72) // 1008 events
       yield* withStore(filename, (store) =>
         Effect.gen(function*() {
-          const now = SyncAppend.of(store)
+          const now = store.appendNow
           expect(now?.acknowledgements).toBe(false)
           yield* store.create(makeHeader(id), all.slice(0, 299))
-          expect(now!.appendNow(id, all.slice(299, 300))).toBe(true)
-          expect(now!.appendNow(id, all.slice(300, 1000))).toBe(true) // 700 = 2 * 256 + 128 + 32 + 16 + 8 + 4
-          expect(now!.appendNow(id, all.slice(999))).toBe(false) // stale
-          expect(now!.appendNow(id, all.slice(1001))).toBe(false) // a gap
-          expect(now!.appendNow(SessionId.make("missing"), all.slice(0, 1))).toBe(false)
+          expect(now!.append(id, all.slice(299, 300))).toBe(true)
+          expect(now!.append(id, all.slice(300, 1000))).toBe(true) // 700 = 2 * 256 + 128 + 32 + 16 + 8 + 4
+          expect(now!.append(id, all.slice(999))).toBe(false) // stale
+          expect(now!.append(id, all.slice(1001))).toBe(false) // a gap
+          expect(now!.append(SessionId.make("missing"), all.slice(0, 1))).toBe(false)
           expect((yield* store.load(id)).events).toStrictEqual(all.slice(0, 1000))
           yield* store.append(id, nonEmpty(all.slice(1000)))
         }))
       const reloaded = yield* withStore(filename, (store) => store.load(id))
       expect(reloaded.events).toStrictEqual(all)
-      const memory = yield* withStore(":memory:", (store) => Effect.succeed(SyncAppend.of(store)))
+      const memory = yield* withStore(":memory:", (store) => Effect.succeed(store.appendNow))
       expect(memory).toBeUndefined()
     }))
 

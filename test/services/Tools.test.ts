@@ -130,10 +130,10 @@ describe("Tools", () => {
       expect(yield* listed).toEqual(["echo:first"])
     }).pipe(Effect.provide(Tools.layer({ tools: [echo("first")] }))))
 
-  it.effect("the registry rides on the service (hidden) and in the built context", () =>
+  it.effect("the registry is a member of the service and is in the built context", () =>
     Effect.gen(function*() {
       const tools = yield* Tools
-      expect(Object.keys(tools).sort()).toEqual(["list", "maxParallelToolCalls", "register", "setMode"])
+      expect(Object.keys(tools).sort()).toEqual(["list", "maxParallelToolCalls", "register", "registry", "setMode"])
       const attached = ToolRegistry.fromTools(tools)
       expect(Option.isSome(attached)).toBe(true)
       // Typed away by `Layer.Layer<Tools>`, yet present in the built context.
@@ -143,7 +143,7 @@ describe("Tools", () => {
 
   it.effect("a hand-written Tools service has no registry", () =>
     Effect.gen(function*() {
-      const handWritten = { register: () => Effect.void, setMode: () => Effect.void, list: Effect.succeed([]), maxParallelToolCalls: 1 }
+      const handWritten = Tools.of({ register: () => Effect.void, setMode: () => Effect.void, list: Effect.succeed([]), maxParallelToolCalls: 1 })
       expect(ToolRegistry.fromTools(handWritten)).toEqual(Option.none())
       const exit = yield* Effect.exit(ToolRegistry.fromToolsOrDie(handWritten))
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)

@@ -1,8 +1,8 @@
 /**
  * The open lease: at most one live agent per session id per store layer instance (SPEC 6.1). The
  * lease set travels with the store service object itself, so two store layers never share leases
- * and nothing lives at module level. A store whose file other processes may open (SQLite) adds a
- * lease across processes, taken after the in-process one. The lease across processes is a row the
+ * and nothing lives at module level. A store whose file other processes may open (SQLite) offers a
+ * lease across processes (`StoreShape.processLease`), taken after the in-process one. The lease across processes is a row the
  * store writes: a resume checks it (reading only) and takes it once the log was loaded and
  * validated, so a refused resume leaves the file as it was.
  *
@@ -13,37 +13,12 @@ import { Effect } from "effect"
 import type { PersistenceError } from "../../domain/Errors.js"
 import { AgentBusy } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
+import type { ProcessLease } from "./ProcessLease.js"
 import type { StoreShape } from "./Store.js"
 
 const leaseKey: unique symbol = Symbol("tiller/internal/Lease")
-const processLeaseKey: unique symbol = Symbol("tiller/internal/Lease/process")
 
-/**
- * A store's lease across processes (a database file shared by several processes): `check` (which
- * only reads) and `acquire` fail with `AgentBusy` while another live process holds the session;
- * `acquire` given the session's loaded `length` answers whether the stored log still has that many
- * events; `release` gives the lease up.
- *
- * @since 0.1.0
- * @category models
- */
-export interface ProcessLease {
-  readonly check: (sessionId: SessionId) => Effect.Effect<void, AgentBusy | PersistenceError>
-  readonly acquire: (sessionId: SessionId, length?: number) => Effect.Effect<boolean, AgentBusy | PersistenceError>
-  readonly release: (sessionId: SessionId) => Effect.Effect<void>
-}
-
-/**
- * Gives a store a lease across processes, used by every open after the in-process lease.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const withProcessLease = <S extends object>(store: S, lease: ProcessLease): S =>
-  Object.defineProperty(store, processLeaseKey, { value: lease, enumerable: false, writable: false })
-
-const processLeaseOf = (store: StoreShape): ProcessLease | undefined =>
-  (store as { readonly [processLeaseKey]?: ProcessLease })[processLeaseKey]
+const processLeaseOf = (store: StoreShape): ProcessLease | undefined => store.processLease
 
 const leasesOf = (store: StoreShape): Set<string> => {
   const holder = store as { [leaseKey]?: Set<string> }

@@ -9,7 +9,8 @@
  */
 import { seqProblem } from "./Contiguity.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
-import * as SyncAppend from "./SyncAppend.js"
+import type { StoreShape } from "./Store.js"
+import type { SyncAppend } from "./SyncAppend.js"
 import { Chunk, Deferred, Effect, Either, Exit, HashMap, Option, Ref } from "effect"
 import { decodeStoredValue } from "./DecodedEvents.js"
 import { checkStoredHeader } from "./StoredHeader.js"
@@ -205,15 +206,18 @@ export const makeMemoryStore = (
       Effect.withSpan("SessionStore.list")
     )
 
-    const store = { create, load, append, exists, list }
     // The same commit, synchronously, when nothing holds or precedes it and no failure is injected;
     // anything else is left to `append`, which waits for what holds it or reports the failure.
-    SyncAppend.register(store, (id, events) => {
-      if (held || queued > 0 || failuresLeft > 0) return false
-      if (commitNow(id, events) !== undefined) return false
-      appendCalls += 1
-      return true
-    })
+    const appendNow: SyncAppend = {
+      append: (id, events) => {
+        if (held || queued > 0 || failuresLeft > 0) return false
+        if (commitNow(id, events) !== undefined) return false
+        appendCalls += 1
+        return true
+      },
+      acknowledgements: true
+    }
+    const store: StoreShape = { create, load, append, exists, list, appendNow }
 
     const control = {
       failAppends: Effect.fn("MemoryStoreControl.failAppends")(function*(n: number) {

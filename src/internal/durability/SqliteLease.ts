@@ -13,7 +13,7 @@ import { Effect } from "effect"
 import * as os from "node:os"
 import { AgentBusy } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
-import type { ProcessLease } from "./Lease.js"
+import type { ProcessLease } from "./ProcessLease.js"
 import { persistenceError } from "./SqliteDirect.js"
 
 /**

@@ -14,6 +14,8 @@ import type {
 } from "../../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
 import type { SessionId } from "../../domain/Ids.js"
+import type { ProcessLease } from "./ProcessLease.js"
+import type { SyncAppend } from "./SyncAppend.js"
 
 /**
  * The operations of a session store (SPEC 6.1, 8.10); every backend implements them.
@@ -41,4 +43,13 @@ export interface StoreShape {
   readonly exists: (id: SessionId) => Effect.Effect<boolean, PersistenceError>
   /** The headers of every stored session, in creation order. */
   readonly list: Effect.Effect<ReadonlyArray<SessionHeader>, PersistenceError>
+  /**
+   * A store that can also append synchronously (the memory store; the SQLite store on a file)
+   * offers it here: a session that needs durability while no append is in flight writes through it
+   * at once instead of waking its writer fiber and waiting (see `SyncAppend`). A wrapper that
+   * changes `append` leaves it out, so that every write goes through its `append`.
+   */
+  readonly appendNow?: SyncAppend
+  /** A store whose data other processes may open (a SQLite file) offers its lease across processes here. */
+  readonly processLease?: ProcessLease
 }

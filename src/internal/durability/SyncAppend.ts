@@ -1,6 +1,6 @@
 /**
- * Stores that can also append synchronously (the memory store; the SQLite store on a file). A
- * session that needs durability while no append is in flight writes its pending events through it
+ * The synchronous append a store may offer (`StoreShape.appendNow`; the memory store, the SQLite
+ * store on a file). A session that needs durability while no append is in flight writes its pending events through it
  * at once (see `WriterSignal.writeNow`), without waking its writer fiber and waiting for it. A store
  * whose every append costs a transaction writes at once only for the loop's own waits (checkpoints,
  * opening, flush), never for an operation's acknowledgement: concurrent callers share the writer's
@@ -22,37 +22,13 @@ import type { SessionId } from "../../domain/Ids.js"
 export type AppendNow = (id: SessionId, events: ReadonlyArray<SessionEvent>) => boolean
 
 /**
- * A store's synchronous append and whether acknowledgements may use it.
+ * A store's synchronous append (`StoreShape.appendNow`) and whether acknowledgements may use it.
  *
  * @since 0.1.0
  * @category models
  */
-export interface Registration {
-  readonly appendNow: AppendNow
+export interface SyncAppend {
+  readonly append: AppendNow
   /** Whether an operation's acknowledgement writes at once (`false`: it waits for group commit). */
   readonly acknowledgements: boolean
 }
-
-const registry = new WeakMap<object, Registration>()
-
-/**
- * Registers the synchronous append of `store`; `acknowledgements` defaults to `true`.
- *
- * @since 0.1.0
- * @category registration
- */
-export const register = (
-  store: object,
-  appendNow: AppendNow,
-  options: { readonly acknowledgements?: boolean } = {}
-): void => {
-  registry.set(store, { appendNow, acknowledgements: options.acknowledgements ?? true })
-}
-
-/**
- * The synchronous append registered for `store`, if any.
- *
- * @since 0.1.0
- * @category getters
- */
-export const of = (store: object): Registration | undefined => registry.get(store)

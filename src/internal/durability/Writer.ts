@@ -21,7 +21,6 @@ import type { SessionEvent } from "../../domain/Event.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import type * as GrowOnly from "../../domain/GrowOnly.js"
 import * as Outbox from "../state/Outbox.js"
-import * as SyncAppend from "./SyncAppend.js"
 import type { SessionStateShape } from "../state/SessionState.js"
 import { peek } from "../state/Peek.js"
 import type { WriterSignal } from "./WriterSignal.js"
@@ -181,8 +180,8 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   })
 
   // The synchronous write of `writeNow`: everything committed and not yet durable, in one append.
-  const registration = SyncAppend.of(state.store)
-  const appendNow = registration?.appendNow
+  const registration = state.store.appendNow
+  const appendNow = registration?.append
   const writeSync = appendNow === undefined ? undefined : () => {
     const { events } = peek(state.log)
     const durable = state.waiters.durable

@@ -2,13 +2,11 @@
  * The agent loop's view of the tool registry: a tool's definition and its current mode by name,
  * read at call time so `Tools.setMode` and (un)registrations made by earlier results apply (SPEC 4.6).
  *
- * How the loop reaches it. The public type of `Tools.layer` is `Layer.Layer<Tools>` and the agent
- * layers require only `Tools`, so the registry rides on the `Tools` service object itself: `Tools.layer`
- * attaches it under a module-private, non-enumerable symbol, and the loop calls
+ * How the loop reaches it. The agent layers require only `Tools`, so the registry is a member of the
+ * `Tools` service's shape (`registry`, which `Tools.layer` fills), and the loop calls
  * `ToolRegistry.fromTools(yield* Tools)` (or `fromToolsOrDie`). `Tools.layer` also adds the same
- * registry to its built context under this tag (a `Layer` is contravariant in what it provides, so the
- * public type stays `Layer.Layer<Tools>`); code that has it in context may `yield* ToolRegistry`.
- * A hand-written `Tools` service carries no registry: `fromTools` returns `None` for it.
+ * registry to its built context under this tag; code that has it in context may `yield* ToolRegistry`.
+ * A hand-written `Tools` service without `registry`: `fromTools` returns `None` for it.
  *
  * @since 0.1.0
  */
@@ -33,8 +31,6 @@ export interface ToolRegistryShape {
   readonly list: () => ReadonlyArray<ToolSchema>
 }
 
-const registryKey: unique symbol = Symbol("tiller/internal/ToolRegistry")
-
 /**
  * Internal lookups of the registry behind a `Tools` service built by `Tools.layer`.
  *
@@ -43,31 +39,22 @@ const registryKey: unique symbol = Symbol("tiller/internal/ToolRegistry")
  */
 export class ToolRegistry extends Context.Tag("tiller/internal/ToolRegistry")<ToolRegistry, ToolRegistryShape>() {
   /**
-   * The registry attached to a `Tools` service by `Tools.layer`, or `None` for any other implementation
-   * (the service is taken as any object, so this module needs nothing from the service module).
+   * The registry a `Tools` service offers (`Tools.layer`'s does), or `None` for a service without it
+   * (the service is taken by its `registry` member, so this module needs nothing from the service module).
    *
    * @since 0.1.0
    */
-  static readonly fromTools = (tools: object): Option.Option<ToolRegistryShape> =>
-    Option.fromNullable((tools as { readonly [registryKey]?: ToolRegistryShape })[registryKey])
+  static readonly fromTools = (tools: { readonly registry?: ToolRegistryShape }): Option.Option<ToolRegistryShape> =>
+    Option.fromNullable(tools.registry)
 
   /**
    * Like {@link ToolRegistry.fromTools}, dying with a readable message when the service has no registry.
    *
    * @since 0.1.0
    */
-  static readonly fromToolsOrDie = (tools: object): Effect.Effect<ToolRegistryShape> =>
+  static readonly fromToolsOrDie = (tools: { readonly registry?: ToolRegistryShape }): Effect.Effect<ToolRegistryShape> =>
     Option.match(ToolRegistry.fromTools(tools), {
       onNone: () => Effect.dieMessage("the Tools service was not built by Tools.layer, so the agent cannot look tools up"),
       onSome: Effect.succeed
     })
 }
-
-/**
- * Attaches `registry` to a freshly built `Tools` service object as a hidden, read-only property.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const attachRegistry = <S extends object>(service: S, registry: ToolRegistryShape): S =>
-  Object.defineProperty(service, registryKey, { value: registry, enumerable: false, writable: false, configurable: false })

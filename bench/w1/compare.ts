@@ -41,7 +41,8 @@ interface Sizes {
 }
 
 const FULL: Sizes = { steps: 1_000, warmSteps: 200, runs: 5, timeoutMillis: 20 * 60_000 }
-const QUICK: Sizes = { steps: 50, warmSteps: 10, runs: 3, timeoutMillis: 60_000 }
+// Quick is CI's smoke run: every runner once per round, two rounds, so it stays short on a busy machine.
+const QUICK: Sizes = { steps: 50, warmSteps: 10, runs: 2, timeoutMillis: 60_000 }
 
 // The repository root: the nearest directory up from the working directory holding this module's
 // source (the driver runs bundled elsewhere, so its own URL does not locate the tree).
@@ -153,7 +154,7 @@ const formatRate = (n: number): string => new Intl.NumberFormat("en-US", { maxim
 
 /**
  * Runs the comparison: full, N = 1,000 steps (200 warm-up) and 5 timed runs per system; quick,
- * N = 50 (10 warm-up) and 3 runs. Runs go round-robin over the systems, the first system rotating
+ * N = 50 (10 warm-up) and 2 runs. Runs go round-robin over the systems, the first system rotating
  * each round. A system whose runner fails (or whose dependencies cannot be installed) is reported
  * as failed with the reason and the others go on. Progress lines go to `log`.
  *

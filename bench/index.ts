@@ -3,8 +3,8 @@
  * `npm run bench -- --quick` (a CI smoke run): the session log and inbox primitives, the agent
  * loop (workload W1 beside a plain-JS floor, and the latency from `followup` to `step/start`),
  * storage on SQLite beside raw better-sqlite3 (W2 ingest, W3 acknowledged injects, W4 resume) and
- * the footprint of many sessions (W5), then W1 side by side with peer agent loops (`bench/w1/`,
- * one child process per run; the peers install into `bench/node_modules` on first use).
+ * the footprint of many sessions (W5), then W1 side by side with peer agent loops, like-for-like
+ * (`bench/w1/`, one child process per run; the peers install into `bench/node_modules` on first use).
  * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint`, `--only=compaction`
  * or `--only=peers` runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
  * workload alone, for a `node --cpu-prof` run of the bundle (`node bench/cpuprofile.mjs` summarises

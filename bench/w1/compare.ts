@@ -1,9 +1,13 @@
 /**
- * Workload W1 side by side: tiller (memory store and SQLite) against four peer agent loops (the
- * Vercel AI SDK, pi agent core, LangGraph JS, the OpenAI Agents SDK), each driven offline by its own
- * mock model. Every run is a child process of its own (a fair heap and its own peak RSS) that runs
- * one untimed warm-up and one timed W1 run and prints one JSON line; the systems take turns,
- * round-robin, with the starting system rotated every round.
+ * Workload W1 side by side, like-for-like: tiller (through the smallest public custom `Model` and
+ * through its Chat Completions adapter against an in-process HTTP server, each on the memory store
+ * and SQLite) against four peer agent loops (the Vercel AI SDK, pi agent core, LangGraph JS, the
+ * OpenAI Agents SDK), each driven offline through the smallest model its public API allows; the
+ * test doubles measured before (tiller's `ScriptedModel`, pi-ai's faux provider, the AI SDK's
+ * `MockLanguageModelV4`) run as extra labelled systems (see `systems.ts`). Every run is a child
+ * process of its own (a fair heap and its own peak RSS) that runs one untimed warm-up and one timed
+ * W1 run and prints one JSON line; the systems take turns, round-robin, with the starting system
+ * rotated every round.
  *
  * The peers live in `bench/package.json` (installed into `bench/node_modules` on first use), so
  * they never enter tiller's dependencies. The report and the chart are `renderW1Compare` and
@@ -37,7 +41,8 @@ interface Sizes {
 }
 
 const FULL: Sizes = { steps: 1_000, warmSteps: 200, runs: 5, timeoutMillis: 20 * 60_000 }
-const QUICK: Sizes = { steps: 50, warmSteps: 10, runs: 3, timeoutMillis: 60_000 }
+// Quick is CI's smoke run: every runner once per round, two rounds, so it stays short on a busy machine.
+const QUICK: Sizes = { steps: 50, warmSteps: 10, runs: 2, timeoutMillis: 60_000 }
 
 // The repository root: the nearest directory up from the working directory holding this module's
 // source (the driver runs bundled elsewhere, so its own URL does not locate the tree).
@@ -149,7 +154,7 @@ const formatRate = (n: number): string => new Intl.NumberFormat("en-US", { maxim
 
 /**
  * Runs the comparison: full, N = 1,000 steps (200 warm-up) and 5 timed runs per system; quick,
- * N = 100 (20 warm-up) and 3 runs. Runs go round-robin over the systems, the first system rotating
+ * N = 50 (10 warm-up) and 2 runs. Runs go round-robin over the systems, the first system rotating
  * each round. A system whose runner fails (or whose dependencies cannot be installed) is reported
  * as failed with the reason and the others go on. Progress lines go to `log`.
  *

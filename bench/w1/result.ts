@@ -1,12 +1,15 @@
 /**
  * The figures of a W1 comparison: every system's timed runs or why it could not run, and the
- * ratios derived from them (a system's median steps/s over the fastest peer's).
+ * ratios derived from them: a system's median steps/s over the fastest like-for-like peer's, and
+ * the targets judged on them (tiller's custom `Model` against that peer; the Chat Completions
+ * adapter's time per step against the custom `Model`'s).
  *
  * @since 0.1.0
  */
 import { median } from "../util.js"
 import type { W1Line } from "./line.js"
-import type { W1System } from "./systems.js"
+import type { TillerStore, W1System } from "./systems.js"
+import { tillerSystemId } from "./systems.js"
 
 /**
  * A system that ran: its timed runs in the order they ran.
@@ -62,12 +65,30 @@ export interface W1Compare {
 }
 
 /**
- * The goal of the issue: tiller's median steps/s at least this many times the fastest peer's.
+ * The target: tiller's custom `Model` row at least this many times the fastest like-for-like
+ * peer's median steps/s, while it writes its full durable event log.
  *
  * @since 0.1.0
  * @category goals
  */
-export const W1_RATIO_GOAL = 1.5
+export const W1_RATIO_TARGET = 1.0
+
+/**
+ * The stretch target of the same ratio.
+ *
+ * @since 0.1.0
+ * @category goals
+ */
+export const W1_RATIO_STRETCH = 1.5
+
+/**
+ * The target for the Chat Completions adapter: its time per step at most this many times the
+ * custom `Model`'s on the same store.
+ *
+ * @since 0.1.0
+ * @category goals
+ */
+export const W1_ADAPTER_RATIO_TARGET = 2.0
 
 /**
  * A ran system's median steps/s over its runs.
@@ -104,7 +125,17 @@ export const ranOutcomes = (result: W1Compare): ReadonlyArray<W1Ran> =>
   result.outcomes.filter((o): o is W1Ran => o.status === "ran")
 
 /**
- * The peer with the highest median of `rate` (wall-clock steps/s by default), if any peer ran.
+ * Whether a system is driven through the smallest model its public API allows (not a test double).
+ * Figures stored before the field existed count as like-for-like.
+ *
+ * @since 0.1.0
+ * @category statistics
+ */
+export const isLikeForLike = (system: W1System): boolean => system.testDouble !== true
+
+/**
+ * The like-for-like peer with the highest median of `rate` (wall-clock steps/s by default), if any
+ * ran; peers driven through their own test doubles are left out.
  *
  * @since 0.1.0
  * @category statistics
@@ -115,15 +146,15 @@ export const fastestPeer = (
 ): W1Ran | undefined => {
   let best: W1Ran | undefined
   for (const ran of ranOutcomes(result)) {
-    if (ran.system.tiller) continue
+    if (ran.system.tiller || !isLikeForLike(ran.system)) continue
     if (best === undefined || rate(ran) > rate(best)) best = ran
   }
   return best
 }
 
 /**
- * A ran system's median `rate` over the fastest peer's (undefined when no peer ran); the rate is
- * wall-clock steps/s by default, the ratio the goal is judged on.
+ * A ran system's median `rate` over the fastest like-for-like peer's (undefined when none ran);
+ * the rate is wall-clock steps/s by default, the ratio the target is judged on.
  *
  * @since 0.1.0
  * @category statistics
@@ -135,4 +166,26 @@ export const ratioToFastestPeer = (
 ): number | undefined => {
   const fastest = fastestPeer(result, rate)
   return fastest === undefined ? undefined : rate(ran) / rate(fastest)
+}
+
+/**
+ * The tiller system that ran with `id`, if it did.
+ *
+ * @since 0.1.0
+ * @category statistics
+ */
+export const ranSystem = (result: W1Compare, id: string): W1Ran | undefined =>
+  ranOutcomes(result).find((o) => o.system.id === id)
+
+/**
+ * On one store, the Chat Completions adapter's median time per step over the custom `Model`'s
+ * (undefined unless both ran): the ratio the adapter target is judged on.
+ *
+ * @since 0.1.0
+ * @category statistics
+ */
+export const adapterRatio = (result: W1Compare, store: TillerStore): number | undefined => {
+  const custom = ranSystem(result, tillerSystemId("custom", store))
+  const chat = ranSystem(result, tillerSystemId("chat", store))
+  return custom === undefined || chat === undefined ? undefined : medianStepsPerSec(custom) / medianStepsPerSec(chat)
 }

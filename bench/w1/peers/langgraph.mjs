@@ -3,14 +3,22 @@
  * invoked once with a recursion limit above the 2 graph steps per W1 step. None of
  * `@langchain/core`'s fake chat models can script a sequence of tool calls (`FakeListChatModel`
  * answers text only, `FakeStreamingChatModel` repeats one set of tool calls on every call), so the
- * model is a tiny `BaseChatModel` subclass returning the scripted `AIMessage`s in order.
+ * model is the smallest `BaseChatModel` subclass (`_llmType`, `_generate`, and `bindTools`, which
+ * the ReAct agent calls) returning the scripted `AIMessage`s in order; it is also the smallest model
+ * the public API allows (`SimpleChatModel` answers text only).
  */
 import { BaseChatModel } from "@langchain/core/language_models/chat_models"
 import { AIMessage } from "@langchain/core/messages"
 import { tool } from "@langchain/core/tools"
 import { createReactAgent } from "@langchain/langgraph/prebuilt"
 import { z } from "zod"
-import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, counters, main, runPeer, timed } from "./harness.mjs"
+import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, callId, counters, main, runPeer, timed } from "./harness.mjs"
+
+// Whether the messages end with the `ToolMessage` answering call `id`.
+const endsWithResult = (messages) => (id) => {
+  const last = messages[messages.length - 1]
+  return last?._getType() === "tool" && last.tool_call_id === id && last.content === ECHO_RESULT
+}
 
 /** A chat model answering each call with the next scripted message; tools bind to itself. */
 class ScriptedToolCallingChatModel extends BaseChatModel {
@@ -28,8 +36,8 @@ class ScriptedToolCallingChatModel extends BaseChatModel {
     return this
   }
 
-  async _generate() {
-    const message = this.messages[this.onCall() - 1]
+  async _generate(messages) {
+    const message = this.messages[this.onCall(endsWithResult(messages)) - 1]
     return { generations: [{ message, text: typeof message.content === "string" ? message.content : "" }] }
   }
 }
@@ -37,7 +45,7 @@ class ScriptedToolCallingChatModel extends BaseChatModel {
 const script = (steps) => {
   const messages = []
   for (let i = 1; i <= steps; i++) {
-    messages.push(new AIMessage({ content: "", tool_calls: [{ id: `call-${i}`, name: "echo", args: { i }, type: "tool_call" }] }))
+    messages.push(new AIMessage({ content: "", tool_calls: [{ id: callId(i), name: "echo", args: { i }, type: "tool_call" }] }))
   }
   messages.push(new AIMessage(FINAL_TEXT))
   return messages
@@ -62,4 +70,4 @@ const once = async (steps) => {
   return ms
 }
 
-main(runPeer("langgraph", once))
+main(runPeer({ langgraph: once }))

@@ -1,13 +1,12 @@
 /**
  * W1 on the OpenAI Agents SDK (`@openai/agents` 0.20): one `run` of an `Agent` with `maxTurns`
- * above N + 1 and tracing disabled, the model a custom implementation of the SDK's `Model`
- * interface whose `getResponse` returns the scripted outputs in order (built with the SDK's
- * `functionCall` / `assistantMessage` helpers from `@openai/agents/testing`).
+ * above N + 1 and tracing disabled, the model the smallest custom implementation of the SDK's
+ * `Model` interface (`getResponse` and `getStreamedResponse`); `getResponse` returns the scripted
+ * output items in order (plain `function_call` and `message` items, built before the timed run).
  */
 import { Agent, Usage, run, setTracingDisabled, tool } from "@openai/agents"
-import { assistantMessage, functionCall } from "@openai/agents/testing"
 import { z } from "zod"
-import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, counters, main, runPeer, timed } from "./harness.mjs"
+import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, callId, counters, main, runPeer, timed } from "./harness.mjs"
 
 setTracingDisabled(true)
 
@@ -18,8 +17,8 @@ class ScriptedResponsesModel {
     this.onCall = onCall
   }
 
-  async getResponse() {
-    const n = this.onCall()
+  async getResponse(request) {
+    const n = this.onCall(endsWithResult(request))
     return { usage: new Usage({ requests: 1 }), output: this.outputs[n - 1], responseId: `response-${n}` }
   }
 
@@ -29,10 +28,18 @@ class ScriptedResponsesModel {
   }
 }
 
+// Whether the request's input ends with the result of call `id`.
+const endsWithResult = (request) => (id) => {
+  const last = Array.isArray(request.input) ? request.input[request.input.length - 1] : undefined
+  return last?.type === "function_call_result" && last.callId === id && last.output?.text === ECHO_RESULT
+}
+
 const script = (steps) => {
   const outputs = []
-  for (let i = 1; i <= steps; i++) outputs.push([functionCall("echo", { i }, { callId: `call-${i}` })])
-  outputs.push([assistantMessage(FINAL_TEXT)])
+  for (let i = 1; i <= steps; i++) {
+    outputs.push([{ type: "function_call", id: callId(i), callId: callId(i), name: "echo", arguments: JSON.stringify({ i }), status: "completed" }])
+  }
+  outputs.push([{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: FINAL_TEXT }] }])
   return outputs
 }
 
@@ -53,4 +60,4 @@ const once = async (steps) => {
   return ms
 }
 
-main(runPeer("openai-agents", once))
+main(runPeer({ "openai-agents": once }))

@@ -79,14 +79,14 @@ const STORE_HOW: Record<TillerStore, string> = {
 }
 
 const MODEL_HOW: Record<TillerModel, string> = {
-  custom: "the smallest public custom `Model`: `Model.of({ stream })` returning `Stream.fromIterable` of the step's " +
-    "four prebuilt chunks (`customModel` in `bench/w1/tiller.ts`)",
+  custom: "the smallest public custom `Model`: `Model.make(respond)` answering with the step's four prebuilt chunks " +
+    "as one array, which the loop reads without a Stream run (`customModel` in `bench/w1/tiller.ts`)",
   chat: "`OpenAiCompatibleModel.layer` (the Chat Completions adapter) over `NodeHttpClient.layerUndici`, as the CLI " +
     "builds it, against a `node:http` server on 127.0.0.1 in the runner's process that answers each " +
     "`POST /v1/chat/completions` at once with the step's prebuilt SSE body (`bench/w1/chatServer.ts`); the request " +
     "carries the whole history, so its size grows with the step, as against a real host",
-  scripted: "`ScriptedModel` with the W1 script, tiller's test double: the loop reads its responses through a path " +
-    "no other model has (item 4 of the current work removes it)"
+  scripted: "`ScriptedModel` with the W1 script, tiller's test double, read the way every model is read " +
+    "(`Model.responseOf`: a plain entry's chunks as one array)"
 }
 
 const MODEL_LABEL: Record<TillerModel, string> = {

@@ -13,7 +13,7 @@
  * @since 0.1.0
  */
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Effect, Layer, Stream } from "effect"
+import { Effect, Layer } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -50,14 +50,12 @@ const storeLayer = (store: TillerStore, directory: string, run: number): Layer.L
 const customModel = (steps: number, onRequest: (request: ModelRequest) => void): Layer.Layer<Model> => {
   const responses = Array.from({ length: steps }, (_, k) => echoCallChunks(k + 1))
   let answered = 0
-  // the smallest public custom Model
+  // the smallest public custom Model: every chunk of a response at once (see README, "Writing your own Model")
   return Layer.succeed(
     Model,
-    Model.of({
-      stream: (request) => {
-        onRequest(request)
-        return Stream.fromIterable(responses[answered++] ?? answerChunks)
-      }
+    Model.make((request) => {
+      onRequest(request)
+      return responses[answered++] ?? answerChunks
     })
   )
 }
@@ -67,11 +65,9 @@ const scriptedModel = (steps: number, onRequest: (request: ModelRequest) => void
   Layer.effect(
     Model,
     Effect.map(Model, (scripted) =>
-      Model.of({
-        stream: (request) => {
-          onRequest(request)
-          return scripted.stream(request)
-        }
+      Model.make((request) => {
+        onRequest(request)
+        return Model.responseOf(scripted, request)
       }))
   ).pipe(Layer.provide(ScriptedModel.layer(w1Script(steps))))
 

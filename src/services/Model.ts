@@ -26,6 +26,7 @@ export type { ModelRequest } from "../domain/ModelRequest.js"
  * @category tags
  */
 export class Model extends Context.Tag("tiller/Model")<Model, {
+  /** The chunks of the response to one request. */
   readonly stream: (request: ModelRequest) => Stream.Stream<StreamChunk, ModelError>
 }>() {
   /**

@@ -76,8 +76,10 @@ export const isQuiet = (service: Context.Tag.Service<PreStep>): boolean => quiet
  * @category tags
  */
 export class PreStep extends Context.Tag("tiller/PreStep")<PreStep, {
+  /** Adds a listener for the lifetime of the current scope (outermost first; `prepend` puts it first). */
   readonly register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
     Effect.Effect<void, never, Scope.Scope>
+  /** Runs the waterfall over one claimed batch: the messages to enter, or `PreStepRejected` / `PreStepFailed`. */
   readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
 }>() {
   /**

@@ -1,10 +1,10 @@
 // ESLint (flat config) for tiller: typescript-eslint's recommended rules plus @effect/eslint-plugin,
 // whose `@effect/dprint` rule formats the code as the Effect repository does. `npm run lint` checks;
 // `npm run lint:fix` applies every formatting fix (and the few other fixable rules).
-import js from "@eslint/js"
 import * as effectEslint from "@effect/eslint-plugin"
-import globals from "globals"
+import js from "@eslint/js"
 import { defineConfig } from "eslint/config"
+import globals from "globals"
 import tseslint from "typescript-eslint"
 
 export default defineConfig(

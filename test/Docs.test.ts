@@ -69,7 +69,9 @@ describe("README and docs/", () => {
     const documents = [path.join(ROOT, "README.md"), ...filesUnder("docs", [".md"])]
     const outside = documents.flatMap((file) =>
       fs.readFileSync(file, "utf8").split("\n").flatMap((line, n) =>
-        /\.\.\/shared\b|shared design folder/.test(line) ? [`${path.relative(ROOT, file)}:${n + 1}: ${line.trim()}`] : []
+        /\.\.\/shared\b|shared design folder/.test(line)
+          ? [`${path.relative(ROOT, file)}:${n + 1}: ${line.trim()}`]
+          : []
       )
     )
     expect(outside).toEqual([])

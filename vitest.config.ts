@@ -3,7 +3,8 @@ import { defineConfig } from "vitest/config"
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
-    // The replay of real provider recordings reads ../shared at test time: `npm run test:recordings`.
+    // The replay of real provider recordings needs their folder (not in the repository; see
+    // vitest.recordings.config.ts): `npm run test:recordings`.
     exclude: ["test/layers/recordings/**", "**/node_modules/**"],
     testTimeout: 60_000,
     // Two workers on two cores: many files wait on child processes, sockets or SQLite (vitest's

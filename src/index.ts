@@ -97,3 +97,12 @@ export * as Session from "./layers/Session.js"
  */
 export * as Telemetry from "./layers/Telemetry.js"
 export type { OtlpOptions, TelemetryOptions } from "./layers/Telemetry.js"
+
+// Types that public signatures name (options, hook inputs, fold results), so applications can write them.
+export type { FoldOptions } from "./domain/LogState.js"
+export type { UserMessageInput } from "./domain/Message.js"
+export type { RequestErrorInput, RequestInput, ToolPostInput, TurnStoppingInput } from "./domain/Seams.js"
+export type { InboxLists } from "./domain/Splice.js"
+export type { SqliteSessionStoreOptions } from "./layers/SqliteStore.js"
+export type { PreStepRegisterOptions } from "./services/PreStep.js"
+export type { ToolsOptions } from "./services/Tools.js"

@@ -42,7 +42,9 @@ export type RequestErrorAction =
  * @category constructors
  */
 export const RequestErrorAction: {
+  /** Retry the same step's request after `delay` (the loop logs it as `llm/retry`). */
   readonly retry: (delay: Duration.DurationInput) => RequestErrorAction
+  /** Fail the turn with the request's failure. */
   readonly fail: RequestErrorAction
 } = {
   retry: (delay) => Object.freeze({ _tag: "Retry", delay: Duration.decode(delay) }),
@@ -67,8 +69,11 @@ export type ToolPreDecision =
  * @category constructors
  */
 export const ToolPreDecision: {
+  /** Run the call as the model asked. */
   readonly allow: ToolPreDecision
+  /** Run the call with these parameters instead of the model's. */
   readonly allowWith: (params: unknown) => ToolPreDecision
+  /** Do not run the call; its result is a `DENIED` error carrying `reason`. */
   readonly deny: (reason: string) => ToolPreDecision
 } = {
   allow: Object.freeze({ _tag: "Allow" }),
@@ -157,7 +162,9 @@ export type PreStepDecision =
  * @category constructors
  */
 export const PreStepDecision: {
+  /** Open the step with exactly these messages (the complete batch). */
   readonly enter: (messages: ReadonlyArray<UserMessage>) => PreStepDecision
+  /** Open no step: drop the claimed batch and end the turn `blocked`. */
   readonly reject: (reason?: string) => PreStepDecision
 } = {
   enter: (messages) => Object.freeze({ _tag: "Enter", messages }),

@@ -48,6 +48,7 @@ export interface ToolContext {
   readonly turn: number
   readonly step: number
   readonly callId: string
+  /** Queues a context message that enters `next-step` after this call's result. */
   readonly deferContext: (m: UserMessage) => Effect.Effect<void>
 }
 
@@ -70,5 +71,6 @@ export interface ToolDefinition<P extends Schema.Schema.AnyNoContext> {
   readonly description: string
   readonly parameters: P
   readonly mode: ToolMode
+  /** The body: decoded parameters in, the result's content (or a plain string) out. */
   readonly execute: (params: Schema.Schema.Type<P>, ctx: ToolContext) => Effect.Effect<ToolOutput | string, unknown>
 }

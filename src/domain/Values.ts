@@ -257,6 +257,7 @@ export const CancelCause = Object.assign(CancelCauseSchema, {
   user: Object.freeze({ kind: "user" as const }),
   parent: Object.freeze({ kind: "parent" as const }),
   disposed: Object.freeze({ kind: "disposed" as const }),
+  /** A cancel requested by a hook, with its reason. */
   hook: (reason: string): CancelCause => Object.freeze({ kind: "hook" as const, reason })
 })
 /**

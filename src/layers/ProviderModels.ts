@@ -24,6 +24,15 @@ import * as AnthropicModel from "./AnthropicModel.js"
 import * as OpenAiModel from "./OpenAiModel.js"
 
 /**
+ * The resolved request timeouts of a provider adapter (connect, first byte, idle), as
+ * `AnthropicModel.layer` and `OpenAiModel.layer` take them.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type { Timeouts } from "../internal/providers/ProviderTimeouts.js"
+
+/**
  * How to reach one provider model: its name, the API key, an optional base URL (for a proxy or a
  * local test server), the output-token limit sent with every request and the request timeouts
  * (each a duration such as `"30 seconds"` or a number of milliseconds).

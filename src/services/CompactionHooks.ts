@@ -79,7 +79,9 @@ export type PreCompactDecision =
  * @category constructors
  */
 export const PreCompactDecision: {
+  /** Compact, adding `instructions` to the summary request. */
   readonly proceed: (instructions?: ReadonlyArray<string>) => PreCompactDecision
+  /** Do not compact; the report says `vetoed` with `reason`. */
   readonly veto: (reason: string) => PreCompactDecision
 } = {
   proceed: (instructions = []) => Object.freeze({ _tag: "Proceed", instructions: Object.freeze([...instructions]) }),

@@ -83,6 +83,7 @@ export const make: Effect.Effect<Context.Tag.Service<Hooks>> = Effect.map(makeRe
 export class Hooks extends Context.Tag("tiller/Hooks")<Hooks, {
   readonly onRequest: Waterfall<RequestInput, RequestConfig>
   readonly onRequestError: Waterfall<RequestErrorInput, RequestErrorAction>
+  /** Adds a listener run, in registration order, when a turn is about to end naturally. */
   readonly onTurnStopping: <E>(listener: (input: TurnStoppingInput) => Effect.Effect<void, E>) =>
     Effect.Effect<void, never, Scope.Scope>
   readonly onToolPre: Waterfall<ToolCallInfo, ToolPreDecision>

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import { Context, Effect, Either, Layer, Option, STM, TRef } from "effect"
-import type { AgentDisposed, DuplicateMessage, KnownIdState, PersistenceError } from "../domain/Errors.js"
+import type { AgentDisposed, KnownIdState, PersistenceError } from "../domain/Errors.js"
 import { InvalidEvent, InvalidSplice } from "../domain/Errors.js"
 import type { MessageId } from "../domain/Ids.js"
 import { jsonSize, MAX_JSON_SIZE } from "../domain/Json.js"
@@ -25,14 +25,15 @@ import {
 } from "../internal/state/InboxOps.js"
 import type { SessionStateShape } from "../internal/state/SessionState.js"
 import { commitAcknowledged, guardWritable, SessionState } from "../internal/state/SessionState.js"
+import type { DeliveryError } from "./Driver.js"
 
 /**
- * Failures of a delivery: invalid or duplicate message, storage, disposal.
+ * Failures of a delivery (the same union as `Driver`'s).
  *
  * @since 0.1.0
  * @category models
  */
-export type DeliveryError = InvalidEvent | DuplicateMessage | PersistenceError | AgentDisposed
+export type { DeliveryError } from "./Driver.js"
 
 /**
  * Both pending lists, read atomically.
@@ -56,17 +57,23 @@ export class Inbox extends Context.Tag("tiller/Inbox")<Inbox, {
   readonly nextStep: Effect.Effect<ReadonlyArray<UserMessage>>
   readonly snapshot: Effect.Effect<InboxSnapshot>
   readonly hasPending: Effect.Effect<boolean>
+  /** Inserts `m` at the end of `target` without waking the driver (one durable splice). */
   readonly append: (target: InboxTarget, m: UserMessage) => Effect.Effect<void, DeliveryError>
+  /** Inserts `m` at the front of `target` without waking the driver. */
   readonly prepend: (target: InboxTarget, m: UserMessage) => Effect.Effect<void, DeliveryError>
+  /** `Array.prototype.splice` on one list, normalised and recorded as one splice; returns the removed messages. */
   readonly splice: (
     target: InboxTarget,
     start: number,
     deleteCount: number,
     inserted: ReadonlyArray<UserMessage>
   ) => Effect.Effect<ReadonlyArray<UserMessage>, InvalidSplice | DeliveryError>
+  /** Replaces the pending message `id` with `m` in place; `false` when `id` is not pending. */
   readonly replace: (id: MessageId, m: UserMessage) => Effect.Effect<boolean, DeliveryError>
+  /** Discards the pending message `id`; `false` when it is not pending. */
   readonly remove: (id: MessageId) => Effect.Effect<boolean, PersistenceError | AgentDisposed>
   readonly clear: Effect.Effect<void, PersistenceError | AgentDisposed>
+  /** Where a message id stands (pending, claimed, entered, discarded); none for an unknown id. */
   readonly idState: (id: MessageId) => Effect.Effect<Option.Option<KnownIdState>>
 }>() {
   /**

@@ -65,8 +65,10 @@ export const make: Effect.Effect<Context.Tag.Service<PreStep>> = Effect.map(
  * @category tags
  */
 export class PreStep extends Context.Tag("tiller/PreStep")<PreStep, {
+  /** Adds a listener for the lifetime of the current scope (outermost first; `prepend` puts it first). */
   readonly register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
     Effect.Effect<void, never, Scope.Scope>
+  /** Runs the waterfall over one claimed batch: the messages to enter, or `PreStepRejected` / `PreStepFailed`. */
   readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
   /**
    * Whether no listener is registered now, so `run` would only enter the batch: the loop then

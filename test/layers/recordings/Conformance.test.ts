@@ -4,8 +4,9 @@ import * as path from "node:path"
 import * as Recordings from "./Recordings.js"
 import { DIALECTS, replay } from "./Replay.js"
 
-// `npm run test:recordings`: every recording in ../shared/provider-recordings (or the folder named by
-// TILLER_PROVIDER_RECORDINGS) replayed through a local server into its adapter, with a real turn.
+// `npm run test:recordings`: every recording in the recordings folder (TILLER_PROVIDER_RECORDINGS,
+// else shared/provider-recordings beside the repository; see Recordings.ts) replayed through a local
+// server into its adapter, with a real turn.
 // Real sockets, so the live clock.
 
 if (!Recordings.exists()) {

@@ -1,7 +1,9 @@
 /**
- * The provider recordings, read at test time from `../shared/provider-recordings` relative to the
- * repository root (or the folder named by `TILLER_PROVIDER_RECORDINGS`); never copied into the
- * repository. Each file becomes one `Recording`: its API family (by folder), its responses (a file
+ * The provider recordings: real Anthropic Messages, OpenAI Responses and Chat Completions streams
+ * published by other projects (the folder's SOURCES.md names each one's source). They are not in the
+ * repository: read at test time from the folder named by `TILLER_PROVIDER_RECORDINGS`, else from
+ * `shared/provider-recordings` beside the repository (where CI keeps them); without either,
+ * `npm run test:recordings` stops with one line saying so (vitest.recordings.config.ts). Each file becomes one `Recording`: its API family (by folder), its responses (a file
  * with several responses back to back is split into them) and, for each response, the JSON payloads
  * in order and the bytes the replay server sends for it.
  */

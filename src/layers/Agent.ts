@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Schedule, Scope } from "effect"
-import { Context, Duration, Effect, Fiber, Layer, Option, STM, TRef } from "effect"
+import { Context, Duration, Effect, FiberSet, Layer, Option, STM, TRef } from "effect"
 import type {
   AgentBusy,
   MalformedLog,
@@ -156,10 +156,13 @@ const acquireDriver = (
     yield* Effect.forkScoped(watchStops(ds, stopWatch))
     const identity = {}
     const scope = yield* Effect.scope
-    const ctx: LoopContext = {
+    const preStepQuiet = preStep.isQuiet ?? (() => false)
+    // The loop's context, once the driver fiber runs: tool bodies start in its FiberSet, with the
+    // driver fiber's context and fiber refs (its activity identity included).
+    const loopContext = (runBody: LoopContext["runBody"]): LoopContext => ({
       ds,
       sessionId: session.sessionId,
-      preStep: { run: preStep.run, isQuiet: preStep.isQuiet ?? (() => false) },
+      preStep: { run: preStep.run, isQuiet: preStepQuiet },
       hooks: {
         request: (input, seed) =>
           hooks.runRequest({ sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt }, seed),
@@ -178,9 +181,8 @@ const acquireDriver = (
       },
       defaults: maxRetryDelay === undefined ? requestDefaults : { ...requestDefaults, maxRetryDelay: Duration.decode(maxRetryDelay) },
       requests: { first: true, lastHeader: lastHeaderOf(events) },
-      bodies: new Set(),
-      runtime: undefined
-    }
+      runBody
+    })
     // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
     const nextTurn = STM.commit(
       STM.gen(function*() {
@@ -194,17 +196,12 @@ const acquireDriver = (
       })
     )
     yield* Effect.forkScoped(
-      Effect.zipRight(
-        // The runtime tool bodies run with: the loop's own (its fiber refs do not change meanwhile).
-        Effect.map(Effect.runtime<never>(), (runtime) => {
-          ctx.runtime = runtime
-        }),
-        Effect.forever(Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch)))
-      ).pipe(
-        // Tool bodies still running go with the loop (they are no children of its fiber).
-        Effect.onInterrupt(() => Effect.suspend(() => Fiber.interruptAll(Array.from(ctx.bodies)))),
-        Effect.locally(currentActivity, identity)
-      )
+      // Tool bodies still running go with the loop: the FiberSet's scope ends with the driver fiber.
+      Effect.scoped(Effect.gen(function*() {
+        const runBody = yield* FiberSet.runtime(yield* FiberSet.make<unknown, unknown>())<never>()
+        const ctx = loopContext(runBody)
+        return yield* Effect.forever(Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch)))
+      })).pipe(Effect.locally(currentActivity, identity))
     )
     const driver = makeDriver(ds, identity, scope)
     // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).

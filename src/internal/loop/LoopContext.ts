@@ -3,7 +3,7 @@
  *
  * @since 0.1.0
  */
-import type { Duration, Effect, Fiber, Runtime } from "effect"
+import type { Duration, Effect, Fiber } from "effect"
 import type { PreStepFailed, PreStepRejected } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../../domain/Values.js"
@@ -88,12 +88,11 @@ export interface LoopContext {
   /** Mutable: whether this driver instance made a request yet, and the last logged header. */
   readonly requests: { first: boolean; lastHeader: RequestHeader | undefined }
   /**
-   * The tool bodies running now. They are started at once, as no child of the loop's fiber (see
-   * `ToolBatch`), so the loop's fiber interrupts them when it is interrupted itself.
+   * Starts a tool body at once, on the caller's stack (until it first suspends), with the loop's
+   * context and fiber refs, in the driver's `FiberSet`: a body still running when the driver stops
+   * is interrupted and awaited with it.
    */
-  readonly bodies: Set<Fiber.RuntimeFiber<unknown, unknown>>
-  /** The loop fiber's runtime (context and fiber refs) that tool bodies run with; set when the loop starts. */
-  runtime: Runtime.Runtime<never> | undefined
+  readonly runBody: <A, E>(body: Effect.Effect<A, E>) => Fiber.RuntimeFiber<A, E>
 }
 
 /**

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Either, Exit, Fiber, Option, Runtime, STM, TRef } from "effect"
+import { Cause, Effect, Either, Exit, Fiber, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../../domain/DriverEvent.js"
 import type { MessageId } from "../../domain/Ids.js"
 import { stateOf } from "../../domain/KnownIds.js"
@@ -73,8 +73,6 @@ export const runTools = (
   Effect.gen(function*() {
     const { ds, sessionId } = ctx
     const session = ds.session
-    // Tool bodies run with the loop fiber's context and fiber refs.
-    const runtime = ctx.runtime ?? (yield* Effect.runtime<never>())
     const calls: Array<CallState> = blocks.map((block, index) => ({
       block,
       index,
@@ -206,18 +204,15 @@ export const runTools = (
           deferContext: (m) => Effect.sync(() => void call.deferred.push(m))
         }
         // The body starts at once, on this stack, and runs until it first suspends: a synchronous
-        // body has ended when `runFork` returns, with no scheduler round trip before its exit is
-        // seen. Its fiber is no child of this one: it is in `ctx.bodies` while it runs, for the
-        // loop to interrupt if interrupted itself.
-        const fiber = Runtime.runFork(runtime)(Effect.suspend(() => tool.execute(call.params, context)))
+        // body has ended when `runBody` returns, with no scheduler round trip before its exit is
+        // seen. Its fiber is no child of this one: it is in the driver's FiberSet while it runs.
+        const fiber = ctx.runBody(Effect.suspend(() => tool.execute(call.params, context)))
         call.fiber = fiber
-        // Whether the body ended on this stack, before `runFork` returned.
+        // Whether the body ended on this stack, before `runBody` returned.
         const endedAtOnce = fiber.unsafePoll() !== null
         // An observer, called once the body's exit is set (at once if it already is): no effect
         // wrapped around the body for it.
-        ctx.bodies.add(fiber)
         fiber.addObserver((exit) => {
-          ctx.bodies.delete(fiber)
           call.exit = exit
           call.endedAfterCause = Option.isSome(causeNow(ds))
           settled.ended(call.index, endedAtOnce)

@@ -150,12 +150,12 @@ export const makeOtlpTracer = (
 ): Effect.Effect<Tracer.Tracer, never, HttpClient.HttpClient | Scope.Scope> =>
   Effect.flatMap(loadOtlp, ([OtlpTracer, OtlpSerialization]) =>
     OtlpTracer.make({
-    url: options.url,
-    resource: { serviceName: options.serviceName ?? "tiller" },
-    ...(options.headers === undefined ? {} : { headers: options.headers }),
-    ...(options.exportInterval === undefined ? {} : { exportInterval: options.exportInterval }),
-    ...(options.shutdownTimeout === undefined ? {} : { shutdownTimeout: options.shutdownTimeout }),
-    ...(options.maxBatchSize === undefined ? {} : { maxBatchSize: options.maxBatchSize })
+      url: options.url,
+      resource: { serviceName: options.serviceName ?? "tiller" },
+      ...(options.headers === undefined ? {} : { headers: options.headers }),
+      ...(options.exportInterval === undefined ? {} : { exportInterval: options.exportInterval }),
+      ...(options.shutdownTimeout === undefined ? {} : { shutdownTimeout: options.shutdownTimeout }),
+      ...(options.maxBatchSize === undefined ? {} : { maxBatchSize: options.maxBatchSize })
     }).pipe(Effect.provide(OtlpSerialization.layerJson)))
 
 /**

@@ -81,7 +81,8 @@ export { SessionLog } from "./services/SessionLog.js"
 export type { AppendInput } from "./services/SessionLog.js"
 export { MemoryStoreControl, SessionStore } from "./services/SessionStore.js"
 export type { StoreSnapshot } from "./services/SessionStore.js"
-export { SqliteSessionStore } from "./layers/SqliteStore.js"
+export { SqliteSessionStore } from "./layers/SqliteSessionStore.js"
+export type { SqliteSessionStoreOptions } from "./layers/SqliteStore.js"
 
 /**
  * The session preset: a session's log and inbox over a store.
@@ -103,6 +104,5 @@ export type { FoldOptions } from "./domain/LogState.js"
 export type { UserMessageInput } from "./domain/Message.js"
 export type { RequestErrorInput, RequestInput, ToolPostInput, TurnStoppingInput } from "./domain/Seams.js"
 export type { InboxLists } from "./domain/Splice.js"
-export type { SqliteSessionStoreOptions } from "./layers/SqliteStore.js"
 export type { PreStepRegisterOptions } from "./services/PreStep.js"
 export type { ToolsOptions } from "./services/Tools.js"

@@ -6,13 +6,12 @@
  *
  * @since 0.1.0
  */
-import * as OtlpSerialization from "@effect/opentelemetry/OtlpSerialization"
-import * as OtlpTracer from "@effect/opentelemetry/OtlpTracer"
 import type { HttpClient } from "@effect/platform"
 import type { Duration, Scope } from "effect"
 import { Effect, Fiber, Layer, Stream } from "effect"
 import type * as Tracer from "effect/Tracer"
 import type { SessionEvent } from "../domain/Event.js"
+import * as OptionalPeer from "../internal/peers/OptionalPeer.js"
 import { makeEmitter } from "../internal/telemetry/SpanEmitter.js"
 import { makeSpanFold } from "../internal/telemetry/SpanFold.js"
 import { SessionLog } from "../services/SessionLog.js"
@@ -131,9 +130,17 @@ export const layer = (options: TelemetryOptions = {}): Layer.Layer<never, never,
     yield* follow(log, tracer, options)
   }))
 
+// `@effect/opentelemetry` is an optional peer of tiller, loaded when an OTLP tracer is made; without
+// it, making one dies with a message saying what to install.
+const loadOtlp = Effect.orDie(OptionalPeer.load(
+  OptionalPeer.OPENTELEMETRY,
+  () => Promise.all([import("@effect/opentelemetry/OtlpTracer"), import("@effect/opentelemetry/OtlpSerialization")]),
+  (cause) => cause
+))
+
 /**
  * An OTLP/HTTP (JSON) tracer of its own, used only for the session's spans (the application's
- * `Effect.withSpan` spans are not sent through it).
+ * `Effect.withSpan` spans are not sent through it); needs the optional peer `@effect/opentelemetry`.
  *
  * @since 0.1.0
  * @category constructors
@@ -141,14 +148,15 @@ export const layer = (options: TelemetryOptions = {}): Layer.Layer<never, never,
 export const makeOtlpTracer = (
   options: OtlpOptions
 ): Effect.Effect<Tracer.Tracer, never, HttpClient.HttpClient | Scope.Scope> =>
-  OtlpTracer.make({
-    url: options.url,
-    resource: { serviceName: options.serviceName ?? "tiller" },
-    ...(options.headers === undefined ? {} : { headers: options.headers }),
-    ...(options.exportInterval === undefined ? {} : { exportInterval: options.exportInterval }),
-    ...(options.shutdownTimeout === undefined ? {} : { shutdownTimeout: options.shutdownTimeout }),
-    ...(options.maxBatchSize === undefined ? {} : { maxBatchSize: options.maxBatchSize })
-  }).pipe(Effect.provide(OtlpSerialization.layerJson))
+  Effect.flatMap(loadOtlp, ([OtlpTracer, OtlpSerialization]) =>
+    OtlpTracer.make({
+      url: options.url,
+      resource: { serviceName: options.serviceName ?? "tiller" },
+      ...(options.headers === undefined ? {} : { headers: options.headers }),
+      ...(options.exportInterval === undefined ? {} : { exportInterval: options.exportInterval }),
+      ...(options.shutdownTimeout === undefined ? {} : { shutdownTimeout: options.shutdownTimeout }),
+      ...(options.maxBatchSize === undefined ? {} : { maxBatchSize: options.maxBatchSize })
+    }).pipe(Effect.provide(OtlpSerialization.layerJson)))
 
 /**
  * Live spans of the agent's session sent by OTLP/HTTP (JSON) to `url`; the last spans are sent when

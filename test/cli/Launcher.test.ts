@@ -66,3 +66,53 @@ describe("bin/tiller.mjs, the launcher that bundles the CLI", () => {
     }
   }, 60_000)
 })
+
+/** An installed package's layout: the launcher and a packed bundle, no sources, no esbuild. */
+const installed = (bundle: string) => {
+  const root = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-installed-"))
+  fs.mkdirSync(path.join(root, "bin"))
+  fs.mkdirSync(path.join(root, "dist", "cli"), { recursive: true })
+  fs.copyFileSync(path.join(repository, "bin", "tiller.mjs"), path.join(root, "bin", "tiller.mjs"))
+  fs.copyFileSync(path.join(repository, "package.json"), path.join(root, "package.json"))
+  fs.writeFileSync(path.join(root, "dist", "cli", "tiller.mjs"), bundle)
+  return root
+}
+
+describe("bin/tiller.mjs in an installed package", () => {
+  it("runs the packed bundle and writes nothing", () => {
+    const root = installed(`console.log("packed " + process.argv.slice(2).join(" "))\n`)
+    try {
+      const before = fs.readdirSync(root, { recursive: true })
+      expect(execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs"), "run", "hello"], { encoding: "utf8" }).trim())
+        .toBe("packed run hello")
+      expect(fs.readdirSync(root, { recursive: true })).toEqual(before)
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true })
+    }
+  }, 60_000)
+
+  it("says which SQLite packages to install when one is missing, exit code 1", () => {
+    const pkg = JSON.parse(fs.readFileSync(path.join(repository, "package.json"), "utf8")) as {
+      readonly peerDependencies: Readonly<Record<string, string>>
+    }
+    const root = installed(`import Database from "better-sqlite3"\nconsole.log(Database)\n`)
+    try {
+      const run = () => execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs")], { encoding: "utf8", stdio: "pipe" })
+      expect(run).toThrow()
+      try {
+        run()
+      } catch (error) {
+        const { status, stderr } = error as { readonly status: number; readonly stderr: string }
+        expect(status).toBe(1)
+        expect(stderr).toBe(
+          "tiller: the command line stores sessions in SQLite, which needs the optional peer dependencies " +
+            "@effect/sql-sqlite-node, @effect/sql, better-sqlite3; better-sqlite3 is not installed: npm install " +
+            `@effect/sql-sqlite-node@${pkg.peerDependencies["@effect/sql-sqlite-node"]} @effect/sql@${pkg.peerDependencies["@effect/sql"]} ` +
+            `better-sqlite3@${pkg.peerDependencies["better-sqlite3"]}\n`
+        )
+      }
+    } finally {
+      fs.rmSync(root, { recursive: true, force: true })
+    }
+  }, 60_000)
+})

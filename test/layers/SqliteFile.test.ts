@@ -30,7 +30,10 @@ import type { Db, Stmt } from "../fixtures/sqliteFile.js"
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url))
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-sqlite-file-"))
-// Child scripts live inside the project, where their imports ("effect", "tsx") resolve.
+// Child scripts live inside the project, where their imports ("effect", "tsx") resolve. Under
+// node_modules no package.json says "type": "module", so they are .mts files: ES modules like the
+// sources they import (a CommonJS script would load the sources through require, and the modules
+// the SQLite store loads by import() a second time).
 fs.mkdirSync(path.join(ROOT, "node_modules", ".cache"), { recursive: true })
 const scripts = fs.mkdtempSync(path.join(ROOT, "node_modules", ".cache", "tiller-sqlite-file-"))
 afterAll(() => {
@@ -246,7 +249,7 @@ describe("§6.1 two stores / processes on one file", () => {
   it.live("6.1/8.10: processes opening a fresh file at the same moment all migrate and write (no migration race; a connection left busy by the race is replaced), three times over", () =>
     Effect.gen(function*() {
       const filename = freshFile()
-      const script = path.join(scripts, `child-${files}.ts`)
+      const script = path.join(scripts, `child-${files}.mts`)
       fs.writeFileSync(
         script,
         `import { Effect } from "effect"
@@ -274,7 +277,7 @@ Effect.runPromise(program.pipe(Effect.provide(SqliteSessionStore.layer({ filenam
   it.live("6.1: an agent held by a process keeps a lease row; a second store layer in another process is refused AgentBusy", () =>
     Effect.gen(function*() {
       const filename = freshFile()
-      const script = path.join(scripts, `child-busy-${files}.ts`)
+      const script = path.join(scripts, `child-busy-${files}.mts`)
       fs.writeFileSync(
         script,
         `import { Effect, Layer, Either } from "effect"

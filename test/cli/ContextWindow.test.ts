@@ -8,13 +8,17 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { jsonLines, tempDir, tiller } from "./harness.js"
 
+// A small window: the coding tools' schemas take about 1,700 tokens of it, four 2,000-character
+// reads fill the rest.
+const WINDOW = "3700"
+
 describe("tiller --context-window", () => {
-  it.scopedLive("a demo session past a 2000-token window prunes old tool results with threshold brackets and keeps going", () =>
+  it.scopedLive("a demo session past a small window prunes old tool results with threshold brackets and keeps going", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
       for (let i = 1; i <= 4; i++) fs.writeFileSync(path.join(dir, `f${i}.txt`), "0123456789".repeat(200))
       for (let i = 1; i <= 4; i++) {
-        const run = yield* tiller(dir, ["--context-window", "2000", "run", `/Read f${i}.txt`, "--session", "d"])
+        const run = yield* tiller(dir, ["--context-window", WINDOW, "run", `/Read f${i}.txt`, "--session", "d"])
         expect(run.code).toBe(0)
       }
       const events = jsonLines((yield* tiller(dir, ["log", "d", "--json"])).stdout)
@@ -35,7 +39,7 @@ describe("tiller --context-window", () => {
       const dir = yield* tempDir
       for (let i = 1; i <= 4; i++) fs.writeFileSync(path.join(dir, `f${i}.txt`), "0123456789".repeat(200))
       for (let i = 1; i <= 4; i++) {
-        expect((yield* tiller(dir, ["--context-window", "2000", "run", `/Read f${i}.txt`, "--session", "d"])).code).toBe(0)
+        expect((yield* tiller(dir, ["--context-window", WINDOW, "run", `/Read f${i}.txt`, "--session", "d"])).code).toBe(0)
       }
       const events = jsonLines((yield* tiller(dir, ["log", "d", "--json"])).stdout)
       const end = events.find((e) => e.type === "compaction/end")

@@ -3,13 +3,14 @@
  * killed as a whole on cancel or after `timeout` milliseconds (default {@link DEFAULT_TIMEOUT_MS},
  * at most {@link MAX_TIMEOUT_MS}). Its output (stdout and stderr together) is kept up to
  * {@link MAX_OUTPUT_CHARS} characters with a note of what was cut, however much it prints. Its
- * environment is the tools' own, without provider keys and tiller's settings (see
+ * environment is the tools' own, without credentials, provider keys and tiller's settings (see
  * {@link scrubEnvironment}).
  *
  * @since 0.1.0
  */
 import { Duration, Effect, Schema } from "effect"
 import type { ToolDefinition } from "../../domain/Tool.js"
+import { scrubbedEnvironment } from "../hooks/Command.js"
 import { refuse } from "./Confine.js"
 import { runProcess } from "./Process.js"
 import type { Workspace } from "./Workspace.js"
@@ -39,18 +40,16 @@ export const MAX_TIMEOUT_MS = 600_000
  */
 export const MAX_OUTPUT_CHARS = 30_000
 
-// Provider credentials and tiller's own settings: a command the model runs never sees them.
-const SECRET_NAMES = /^(TILLER_|OPENAI_|ANTHROPIC_|AZURE_OPENAI_|GEMINI_|GOOGLE_API_|MISTRAL_|GROQ_|DEEPSEEK_|XAI_|OPENROUTER_|COHERE_|TOGETHER_)|_API_KEY$|^API_KEY$/i
-
 /**
- * `env` without the variables a command must not see: tiller's (`TILLER_*`) and the model
- * providers' (`OPENAI_*`, `ANTHROPIC_*`, ... and any `*_API_KEY`).
+ * `env` without the variables a command must not see: credentials and provider keys (the rule the
+ * hook bridge applies to hooks: `*_API_KEY`, `*_TOKEN`, `*_SECRET`, `OPENAI_*`, `ANTHROPIC_*`, ...)
+ * and tiller's own settings (`TILLER_*`).
  *
  * @since 0.1.0
  * @category constructors
  */
 export const scrubEnvironment = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv =>
-  Object.fromEntries(Object.entries(env).filter(([name, value]) => value !== undefined && !SECRET_NAMES.test(name)))
+  Object.fromEntries(Object.entries(scrubbedEnvironment(env, {})).filter(([name]) => !/^TILLER_/i.test(name)))
 
 const Parameters = Schema.Struct({
   command: Schema.String.annotations({ description: "The command to run (with bash -c)" }),

@@ -36,8 +36,10 @@ describe("Bash", () => {
       TILLER_API_KEY: "k",
       TILLER_MODEL: "m",
       GEMINI_API_KEY: "g",
-      SOME_SERVICE_API_KEY: "x"
-    })).toEqual({ PATH: "/bin", HOME: "/root" })
+      SOME_SERVICE_API_KEY: "x",
+      GITHUB_TOKEN: "t",
+      LANG: "C"
+    })).toEqual({ PATH: "/bin", HOME: "/root", LANG: "C" })
   })
 
   it.scopedLive("runs in the working directory; reports the exit code; keys are absent from its environment", () =>

@@ -55,6 +55,33 @@ const Parameters = Schema.Struct({
 
 type Params = Schema.Schema.Type<typeof Parameters>
 
+/**
+ * The longest matching line `Grep` shows whole in content mode; a longer one is cut with a note.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const MAX_LINE_CHARS = 2000
+
+interface RipgrepMessage {
+  readonly type: string
+  readonly data: {
+    readonly path?: { readonly text?: string; readonly bytes?: string }
+    readonly lines?: { readonly text?: string; readonly bytes?: string }
+    readonly line_number?: number | null
+  }
+}
+
+/** One line of ripgrep's JSON output; `undefined` for a line that is not one. */
+const parseMessage = (line: string): RipgrepMessage | undefined => {
+  try {
+    const parsed = JSON.parse(line) as RipgrepMessage
+    return typeof parsed === "object" && parsed !== null && typeof parsed.data === "object" ? parsed : undefined
+  } catch {
+    return undefined
+  }
+}
+
 /** The text of a ripgrep JSON `text` or `bytes` field. */
 const textOf = (field: { readonly text?: string; readonly bytes?: string } | undefined): string =>
   field?.text ?? (field?.bytes === undefined ? "" : Buffer.from(field.bytes, "base64").toString("utf8"))
@@ -147,15 +174,8 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
             skipped.add(file)
             return true
           }
-          const message = JSON.parse(line) as {
-            readonly type: string
-            readonly data: {
-              readonly path?: { readonly text?: string; readonly bytes?: string }
-              readonly lines?: { readonly text?: string; readonly bytes?: string }
-              readonly line_number?: number | null
-            }
-          }
-          if (message.type !== "match" && message.type !== "context") return true
+          const message = parseMessage(line)
+          if (message === undefined || message.type !== "match" && message.type !== "context") return true
           const file = textOf(message.data.path)
           if (skipped.has(file)) return true
           if (lastLine?.file !== file && isLinked(file)) {
@@ -167,12 +187,14 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
           if (gap && entries.length > 0 && (params["-A"] ?? params["-B"] ?? params["-C"]) !== undefined && !keep("--")) return false
           lastLine = { file, line: number }
           const separator = message.type === "match" ? ":" : "-"
-          const text = textOf(message.data.lines).replace(/\r?\n$/, "")
+          const whole = textOf(message.data.lines).replace(/\r?\n$/, "")
+          const text = whole.length > MAX_LINE_CHARS ? `${whole.slice(0, MAX_LINE_CHARS)} [line cut: ${whole.length} characters]` : whole
           return keep(numbered ? `${file}${separator}${number}${separator}${text}` : `${file}${separator}${text}`)
         }
-        yield* ripgrep(workspace, "Grep", argsOf(params, root), onLine)
+        const result = yield* ripgrep(workspace, "Grep", argsOf(params, root), onLine)
         const notes = [
           ...(cut === undefined ? [] : [cut]),
+          ...(result.droppedLines === 0 ? [] : [`[${result.droppedLines} result line${result.droppedLines === 1 ? "" : "s"} too long to show left out]`]),
           ...(skipped.size === 0 ? [] : [`[${skipped.size} file${skipped.size === 1 ? "" : "s"} with several hard links left out]`])
         ]
         if (entries.length === 0) return ["No matches found", ...notes].join("\n")

@@ -30,6 +30,15 @@ export interface ProcessOptions {
 }
 
 /**
+ * The longest stdout line handed to `onLine`; a longer one is dropped (and counted), so that a
+ * line without end cannot fill the memory.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const MAX_LINE_CHARS = 1024 * 1024
+
+/**
  * How a process ended and what it wrote.
  *
  * @since 0.1.0
@@ -46,6 +55,8 @@ export interface ProcessResult {
   readonly timedOut: boolean
   /** The reader asked to stop before the process ended. */
   readonly stopped: boolean
+  /** Lines longer than {@link MAX_LINE_CHARS} that were not handed to `onLine`. */
+  readonly droppedLines: number
   /** Why the process could not start, if it could not. */
   readonly spawnError?: string
 }
@@ -115,6 +126,9 @@ export const runProcess = (options: ProcessOptions): Effect.Effect<ProcessResult
     const closed = yield* Deferred.make<void>()
     let stopped = false
     let pending = ""
+    // While a line longer than the limit goes on, its characters are skipped up to its end.
+    let dropping = false
+    let droppedLines = 0
     const child = yield* Effect.sync(() => {
       const started = spawn(options.file, [...options.args], {
         cwd: options.cwd,
@@ -139,11 +153,24 @@ export const runProcess = (options: ProcessOptions): Effect.Effect<ProcessResult
           const lines = (pending + chunk).split("\n")
           pending = lines.pop()!
           for (const line of lines) {
+            if (dropping) {
+              dropping = false
+              continue
+            }
+            if (line.length > MAX_LINE_CHARS) {
+              droppedLines++
+              continue
+            }
             if (!onLine(line)) {
               stopped = true
               killGroup(started)
               return
             }
+          }
+          if (pending.length > MAX_LINE_CHARS) {
+            if (!dropping) droppedLines++
+            dropping = true
+            pending = ""
           }
         })
       }
@@ -158,7 +185,7 @@ export const runProcess = (options: ProcessOptions): Effect.Effect<ProcessResult
     if (waited === undefined) killGroup(child)
     child.stdout?.destroy()
     child.stderr?.destroy()
-    if (options.onLine !== undefined && !stopped && pending !== "") options.onLine(pending)
+    if (options.onLine !== undefined && !stopped && !dropping && pending !== "") options.onLine(pending)
     const { cut, text } = cap.result()
     return {
       code: waited?.code ?? null,
@@ -167,6 +194,7 @@ export const runProcess = (options: ProcessOptions): Effect.Effect<ProcessResult
       cutChars: cut,
       timedOut: waited === undefined,
       stopped,
+      droppedLines,
       ...(waited?.error === undefined ? {} : { spawnError: waited.error })
     }
   })

@@ -216,6 +216,18 @@ describe("Glob and Grep", () => {
       expect(text(yield* call("Grep", { pattern: "root", path: "/etc" }))).toMatch(/^refused: \/etc is outside/)
     }))
 
+  it.scopedLive("Grep cuts long matching lines and leaves out lines too long to hold", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      fs.writeFileSync(path.join(dir, "long.txt"), `${"a".repeat(5000)}needle\n`)
+      fs.writeFileSync(path.join(dir, "huge.txt"), `${"b".repeat(3 * 1024 * 1024)}needle`)
+      const { call } = yield* codingTools(dir)
+      const found = text(yield* call("Grep", { pattern: "needle", output_mode: "content", glob: "long.txt" }))
+      expect(found).toBe(`${fs.realpathSync(dir)}/long.txt:1:${"a".repeat(2000)} [line cut: 5006 characters]`)
+      const huge = text(yield* call("Grep", { pattern: "needle", output_mode: "content", glob: "huge.txt" }))
+      expect(huge).toBe("No matches found\n[1 result line too long to show left out]")
+    }))
+
   it.scopedLive("Grep leaves out hard-linked files and does not follow symbolic links out of the root", () =>
     Effect.gen(function*() {
       const outside = yield* tempDir

@@ -35,7 +35,7 @@ const screenshot = async (page: string): Promise<void> => {
     await tab.goto(pathToFileURL(page).href)
     await tab.locator("#rows .row").first().waitFor()
     await tab.waitForFunction("window.tiller.loaded()")
-    const tool = tab.locator(".row.k-tool", { hasText: "tool read_file" })
+    const tool = tab.locator(".row.k-tool", { hasText: "tool Read" })
     await tool.locator("details summary").click()
     await tool.locator("details pre").waitFor()
     await tab.screenshot({ path: OUT })

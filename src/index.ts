@@ -61,6 +61,19 @@ export { Hooks, RequestErrorAction, ToolPreDecision } from "./services/Hooks.js"
 export type { RequestConfig, ToolCallInfo, Waterfall } from "./services/Hooks.js"
 export { HookBridge } from "./layers/HookBridge.js"
 export type { HookBridgeOptions, HookCommand, HookEvent, HookGroup, HookQuestion, HookSettings } from "./layers/HookBridge.js"
+export { CodingTools } from "./layers/CodingTools.js"
+export type { CodingToolsOptions } from "./layers/CodingTools.js"
+export { Permissions } from "./layers/Permissions.js"
+export type {
+  PermissionBehavior,
+  PermissionMode,
+  PermissionOutcome,
+  PermissionQuestion,
+  PermissionRequest,
+  PermissionRule,
+  PermissionsOptions,
+  ResolvedPermissions
+} from "./layers/Permissions.js"
 export { ReadSessionParameters, SessionReference } from "./layers/SessionReference.js"
 export type { SnapshotError, SnapshotOptions } from "./layers/SessionReference.js"
 export { forkSession } from "./services/Fork.js"

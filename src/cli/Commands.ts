@@ -13,6 +13,7 @@ import { foldOptionsOf, validateLoaded } from "../internal/durability/SessionOpe
 import { SessionStore } from "../services/SessionStore.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
+import { Permissions } from "../layers/Permissions.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { chat, runOnce } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
@@ -36,7 +37,29 @@ const model = Options.text("model").pipe(
   Options.withDefault("demo")
 )
 const noTools = Options.boolean("no-tools").pipe(
-  Options.withDescription("Offer the model no built-in tools (clock, list_dir, read_file, wait)")
+  Options.withDescription(`Offer the model no built-in tools (${BuiltinTools.NAMES.join(", ")})`)
+)
+const addDir = Options.text("add-dir").pipe(
+  Options.withDescription("A further directory the file tools may read and write besides the working directory (repeatable)"),
+  Options.repeated
+)
+const permissionMode = Options.choice("permission-mode", Permissions.MODES).pipe(
+  Options.withDescription(
+    "default: Read, Glob and Grep run, Write, Edit and Bash ask (refused in run); acceptEdits: edits run too, Bash asks; " +
+      "plan: read-only, edits and commands are refused; bypassPermissions: everything runs except what a deny rule names " +
+      "(default: the settings' permissions.defaultMode, else default)"
+  ),
+  Options.optional
+)
+const allow = Options.text("allow").pipe(
+  Options.withDescription(
+    "Allow tool calls matching RULE without asking, in Claude Code's syntax: Bash(npm test:*), Bash(git status), Edit(src/**), Read (repeatable; " +
+      "rules also come from permissions.allow/ask/deny in the settings files)"
+  ),
+  Options.repeated
+)
+const skipPermissions = Options.boolean("dangerously-skip-permissions").pipe(
+  Options.withDescription("The same as --permission-mode bypassPermissions: every tool call runs without asking, except what a deny rule names")
 )
 
 const contextWindow = Options.integer("context-window").pipe(
@@ -52,7 +75,18 @@ const readSession = Options.boolean("read-session").pipe(
   Options.withDescription("Offer the model the read-only read_session tool: it reads other sessions of this database")
 )
 
-const tiller = Command.make("tiller", { db, model, noTools, contextWindow, claudeHooks, readSession }).pipe(
+const tiller = Command.make("tiller", {
+  db,
+  model,
+  noTools,
+  contextWindow,
+  claudeHooks,
+  readSession,
+  addDir,
+  permissionMode,
+  allow,
+  skipPermissions
+}).pipe(
   Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
 )
 
@@ -81,8 +115,12 @@ const toolNames = (globals: GlobalOptions) => [
   ...(globals.readSession === true ? ["read_session"] : [])
 ]
 
-/** The hook bridge and references of a session command, as the global options say. */
-const compositionsOf = (globals: GlobalOptions) => ({ claudeHooks: globals.claudeHooks === true, db: globals.db })
+/** The hook bridge, permissions and references of a session command, as the global options say. */
+const compositionsOf = (globals: GlobalOptions) => ({
+  claudeHooks: globals.claudeHooks === true,
+  db: globals.db,
+  permissions: { mode: Environment.permissionModeOf(globals), allow: globals.allow ?? [] }
+})
 
 const chatCommand = Command.make("chat", { session: sessionOption }, ({ session }) =>
   withSessions((globals) =>

@@ -1,7 +1,9 @@
 /**
  * The compositions the CLI's session commands add to an open session: the hook bridge (settings
  * from `.tiller/settings.json`, with `--claude-hooks` also from `.claude/` and `~/.claude/`; a
- * `PreToolUse` `ask` is a question in the chat and a deny in `run`) and cross-session references
+ * `PreToolUse` `ask` is a question in the chat and a deny in `run`), the permissions (the mode and
+ * the rules of the same settings files and `--allow`; an `ask` is a question in the chat and a
+ * refusal in `run`) and cross-session references
  * (`@ID` or `@ID@SEQ` in a line attaches a snapshot of that session; `/ref ID [--upto SEQ]`).
  *
  * @since 0.1.0
@@ -12,6 +14,8 @@ import type { SessionId } from "../domain/Ids.js"
 import type { UserMessage } from "../domain/Values.js"
 import { HookBridge } from "../layers/HookBridge.js"
 import type { HookQuestion } from "../layers/HookBridge.js"
+import { Permissions } from "../layers/Permissions.js"
+import type { PermissionMode, PermissionQuestion } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import type { DeliveryError } from "../services/Driver.js"
 import { Driver } from "../services/Driver.js"
@@ -31,6 +35,8 @@ export interface CompositionOptions {
   readonly claudeHooks: boolean
   /** The database file: transcripts for hooks are written next to it. */
   readonly db: string
+  /** `--permission-mode` (or `--dangerously-skip-permissions`) and `--allow`. */
+  readonly permissions?: { readonly mode?: PermissionMode | undefined; readonly allow: ReadonlyArray<string> }
 }
 
 /**
@@ -102,16 +108,22 @@ export const setup = (
     const own = driver.sessionId
     let pending: Deferred.Deferred<boolean> | undefined
     let ended = false
-    const ask = (question: HookQuestion) =>
-      Effect.gen(function*() {
+    // One question at a time: a second one waits until the first is answered.
+    const asking = yield* Effect.makeSemaphore(1)
+    const askLine = (prompt: string) =>
+      asking.withPermits(1)(Effect.gen(function*() {
         if (ended) return false
         const answer = yield* Deferred.make<boolean>()
         pending = answer
-        yield* Output.lines([`hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`])
+        yield* Output.lines([prompt])
         return yield* Effect.ensuring(Deferred.await(answer), Effect.sync(() => {
           if (pending === answer) pending = undefined
         }))
-      })
+      }))
+    const ask = (question: HookQuestion) =>
+      askLine(`hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
+    const askPermission = (question: PermissionQuestion) =>
+      askLine(`permission: ${question.outcome.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
     const transcriptDir = options.db === ":memory:"
       ? path.join(process.cwd(), ".tiller", "transcripts")
       : path.join(path.dirname(path.resolve(options.db)), "transcripts")
@@ -120,6 +132,17 @@ export const setup = (
       claudeSettings: options.claudeHooks,
       transcriptDir,
       ...(options.interactive ? { ask } : {})
+    }).pipe(
+      Effect.provide(context),
+      Effect.mapError((error) => new CliError({ reason: error.message }))
+    )
+    yield* Permissions.register({
+      cwd: process.cwd(),
+      claudeSettings: options.claudeHooks,
+      ...(options.permissions?.mode === undefined ? {} : { mode: options.permissions.mode }),
+      rules: { allow: options.permissions?.allow ?? [] },
+      warn: (warning) => Output.errorLine(warning),
+      ...(options.interactive ? { ask: askPermission } : {})
     }).pipe(
       Effect.provide(context),
       Effect.mapError((error) => new CliError({ reason: error.message }))

@@ -18,6 +18,7 @@ import { SqliteSessionStore } from "../layers/SqliteStore.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { Sessions } from "../layers/Sessions.js"
+import type { PermissionMode } from "../layers/Permissions.js"
 import { Tools } from "../services/Tools.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { CliError } from "./CliError.js"
@@ -42,7 +43,25 @@ export interface GlobalOptions {
   readonly claudeHooks?: boolean
   /** `--read-session`: offer the model the read-only `read_session` tool over this database. */
   readonly readSession?: boolean
+  /** `--add-dir`: further directories the file tools may use. */
+  readonly addDir?: ReadonlyArray<string>
+  /** `--permission-mode`. */
+  readonly permissionMode?: Option.Option<PermissionMode>
+  /** `--allow`: rules that allow tool calls without asking. */
+  readonly allow?: ReadonlyArray<string>
+  /** `--dangerously-skip-permissions`: `--permission-mode bypassPermissions`. */
+  readonly skipPermissions?: boolean
 }
+
+/**
+ * The permission mode the global options give, if they give one (`--dangerously-skip-permissions`
+ * is `bypassPermissions`).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const permissionModeOf = (options: GlobalOptions): PermissionMode | undefined =>
+  options.skipPermissions === true ? "bypassPermissions" : Option.getOrUndefined(options.permissionMode ?? Option.none())
 
 /**
  * The default database file, relative to the working directory.
@@ -238,7 +257,18 @@ export const layer = (
       const model = yield* resolveModel(options.model)
       const retry = yield* maxRetryDelay
       yield* ensureDirectory(options.db)
-      const builtin = options.noTools ? [] : yield* BuiltinTools.make(process.cwd())
+      const mode = permissionModeOf(options)
+      if (options.skipPermissions === true && Option.isSome(options.permissionMode ?? Option.none()) && Option.getOrUndefined(options.permissionMode!) !== mode) {
+        return yield* new CliError({ reason: "--dangerously-skip-permissions and --permission-mode disagree: give one of them" })
+      }
+      const fs = yield* FileSystem.FileSystem
+      for (const dir of options.addDir ?? []) {
+        const info = yield* fs.stat(dir).pipe(
+          Effect.mapError((error) => new CliError({ reason: `--add-dir ${dir}: ${describeFileError(error)}` }))
+        )
+        if (info.type !== "Directory") return yield* new CliError({ reason: `--add-dir ${dir}: not a directory` })
+      }
+      const builtin = options.noTools ? [] : yield* BuiltinTools.make(process.cwd(), options.addDir ?? [])
       // read_session reads the same store the sessions live in.
       const tools = options.readSession === true
         ? Layer.unwrapEffect(Effect.map(SessionReference.readSessionTool(), (tool) => Tools.layer({ tools: [...builtin, tool] })))

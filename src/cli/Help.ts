@@ -65,6 +65,9 @@ const VALUE_NAMES: ReadonlyArray<readonly [RegExp, string]> = [
   [/--as text/g, "--as ID"],
   [/--at integer/g, "--at SEQ"],
   [/--inject text\.\.\./g, "[--inject TEXT]..."],
+  [/--add-dir text\.\.\./g, "[--add-dir DIR]..."],
+  [/--allow text\.\.\./g, "[--allow RULE]..."],
+  [/--permission-mode default \| acceptEdits \| plan \| bypassPermissions/g, "--permission-mode MODE"],
   [/--context-window integer/g, "--context-window TOKENS"],
   [/(--[a-z-]+) text\b/g, "$1 TEXT"],
   [/(--[a-z-]+) integer\b/g, "$1 N"]

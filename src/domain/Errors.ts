@@ -345,6 +345,22 @@ export class HookConfigError extends Schema.TaggedError<HookConfigError>("tiller
 }
 
 /**
+ * Permission settings could not be used: a settings file that is unreadable or not JSON, or a
+ * `permissions` entry that is not in Claude Code's shape (a rule that does not parse, an unknown mode).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class PermissionConfigError extends Schema.TaggedError<PermissionConfigError>("tiller/PermissionConfigError")("PermissionConfigError", {
+  path: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `permission settings ${this.path}: ${this.reason}`
+  }
+}
+
+/**
  * A hook command did not give a usable answer: it could not start, timed out, wrote too much, exited
  * with a code other than 0 or 2, or wrote output that is not the protocol's JSON. Non-blocking: it
  * is reported on the session and the action goes on.

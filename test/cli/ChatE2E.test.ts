@@ -101,7 +101,7 @@ describe("tiller chat end to end", () => {
       expect(outcome.stderr).toBe("")
       expectInOrder(outcome.stdout, [
         "tiller chat · session talk (new)\n",
-        `db ${DB} · model demo · tools: clock, list_dir, read_file, wait\n`,
+        `db ${DB} · model demo · tools: Bash, Edit, Glob, Grep, Read, Write, clock, wait\n`,
         "[running · turn 1 · pending: 0 queued, 2 next-step]\n",
         "» [cli:inject] some context\n",
         `» [user] /wait ${WAIT_MS}\n`,

@@ -89,6 +89,25 @@ describe("CLI compositions", () => {
       expect(yield* results("r")).toEqual(["DENIED"])
     }))
 
+  it.scopedLive("a permission ask is a question in the chat: y runs the command, n refuses it", () =>
+    Effect.gen(function*() {
+      const dir = project({})
+      const chat = yield* converse(dir, ["chat", "--session", "p"])
+      yield* chat.send("/Bash echo approved > approved.txt")
+      yield* chat.waitFor("permission: Bash needs approval in default mode. Run Bash {\"command\":\"echo approved > approved.txt\"}? [y/N]")
+      yield* chat.send("y")
+      yield* chat.waitFor("── turn 1 completed")
+      yield* chat.send("/Bash echo refused > refused.txt")
+      yield* chat.waitFor("Run Bash {\"command\":\"echo refused > refused.txt\"}? [y/N]")
+      yield* chat.send("n")
+      yield* chat.waitFor("── turn 2 completed")
+      expect((yield* chat.end).code).toBe(0)
+      expect(fs.readFileSync(path.join(dir, "approved.txt"), "utf8")).toBe("approved\n")
+      expect(fs.existsSync(path.join(dir, "refused.txt"))).toBe(false)
+      const results = yield* Effect.map(eventsOf(dir, "p"), (events) => events.filter((e) => e.type === "tool/result").map((e) => e.data.error?.code ?? "ok"))
+      expect(results).toEqual(["ok", "DENIED"])
+    }))
+
   it.live("--claude-hooks also reads .claude/settings.json; without it those hooks do not run", () =>
     Effect.gen(function*() {
       const dir = project({ ".claude/settings.json": promptHooks("echo from-claude-settings") })

@@ -25,6 +25,8 @@ describe("tiller --help", () => {
       }
       const top = yield* tiller(dir, ["--help"], piped)
       expect(top.stdout).toContain("$ tiller [--db FILE] [--model NAME]")
+      expect(top.stdout).toContain("[--add-dir DIR]... [--permission-mode MODE] [--allow RULE]... [--dangerously-skip-permissions] COMMAND")
+      expect(top.stdout).toMatch(/\n--permission-mode MODE\n\n {2}One of the following: default, acceptEdits, plan, bypassPermissions\n\n {2}default: Read, Glob and Grep run/)
       expect(top.stdout).toMatch(/\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] <PROMPT> +One headless turn/)
       const chat = yield* tiller(dir, ["chat", "--help"], piped)
       expect(chat.stdout).toContain("$ tiller chat [--session ID]\n")

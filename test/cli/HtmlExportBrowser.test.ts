@@ -101,10 +101,10 @@ describe("the HTML export in Chromium", () => {
       // Sources told apart by label and colour: a prompt, a steer, injected context, a compaction summary.
       const badge = (cls: string, text: string) => tab.locator(`.row.k-message.${cls}, .row.k-compaction.${cls}`, { hasText: text }).locator(".badge").first()
       const labels = [
-        badge("src-prompt", "/read_file notes.txt"),
+        badge("src-prompt", "/Read notes.txt"),
         badge("src-steer", "look at the clock too"),
         badge("src-context", "the meeting moved to 3 pm"),
-        badge("src-summary", "Goal: /read_file notes.txt")
+        badge("src-summary", "Goal: /Read notes.txt")
       ]
       expect(await Promise.all(labels.map((l) => l.textContent()))).toEqual(["prompt", "steer", "context · cli:inject", "compaction summary"])
       const colours = await Promise.all(labels.map((l) => l.evaluate((el: unknown) => (globalThis as any).getComputedStyle(el).backgroundColor as string)))
@@ -113,7 +113,7 @@ describe("the HTML export in Chromium", () => {
       expect(await tab.locator(".row.k-message", { hasText: "/wait 1500" }).locator(".badge").textContent()).toBe("prompt")
 
       // The long tool result is collapsed; opening it shows the whole text.
-      const tool = tab.locator(".row.k-tool", { hasText: "tool read_file" })
+      const tool = tab.locator(".row.k-tool", { hasText: "tool Read" })
       expect(await tool.textContent()).not.toContain("line 300 of the notes")
       await tool.locator("details summary").click()
       await expect.poll(() => tool.textContent()).toContain("line 300 of the notes")
@@ -140,9 +140,9 @@ describe("the HTML export in Chromium", () => {
       await marker.locator("details.shadowed summary").click()
       await expect.poll(() => marker.locator("details.shadowed div").allTextContents()).toEqual([
         expect.stringMatching(/^#6 \[cli:inject\] The user is in Paris\.$/),
-        expect.stringMatching(/^#7 \[user\] \/read_file notes\.txt$/),
-        expect.stringMatching(/^#\d+ assistant: Calling read_file\.$/),
-        expect.stringMatching(/^#\d+ tool result: line 1 of the notes/)
+        expect.stringMatching(/^#7 \[user\] \/Read notes\.txt$/),
+        expect.stringMatching(/^#\d+ assistant: Calling Read\.$/),
+        expect.stringMatching(/^#\d+ tool result:\s+1\s+line 1 of the notes/)
       ])
 
       // A kind filter: unticking "tool" hides the tool rows; a source filter keeps that source's messages.

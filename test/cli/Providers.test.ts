@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { DEFAULT_LINES, numberLines } from "../../src/internal/tools/ReadTool.js"
 import { tempDir, tiller } from "./harness.js"
 import type { Received } from "./ProviderServer.js"
 import * as ProviderServer from "./ProviderServer.js"
@@ -19,7 +20,7 @@ interface Provider {
   readonly name: "openai" | "anthropic" | "openai-compatible"
   readonly path: string
   readonly env: (url: string) => Record<string, string>
-  /** A response calling `read_file {"path":"notes.txt"}` (id `read`) and `clock` without arguments (id `clock`). */
+  /** A response calling `Read {"file_path":"notes.txt"}` (id `read`) and `clock` without arguments (id `clock`). */
   readonly toolTurn: string
   readonly answer: (text: string) => string
   readonly unauthorized: unknown
@@ -135,7 +136,7 @@ const PROVIDERS: ReadonlyArray<Provider> = [
     path: "/v1/responses",
     env: (url) => ({ OPENAI_API_KEY: KEY, OPENAI_BASE_URL: `${url}/v1` }),
     toolTurn: responsesStream([
-      { type: "function_call", id: "read", name: "read_file", json: ["{\"path\":", "\"notes.txt\"}"] },
+      { type: "function_call", id: "read", name: "Read", json: ["{\"file_path\":", "\"notes.txt\"}"] },
       { type: "function_call", id: "clock", name: "clock", json: ["{}"] }
     ]),
     answer: (text) => responsesStream([{ type: "message", text }]),
@@ -150,7 +151,7 @@ const PROVIDERS: ReadonlyArray<Provider> = [
     path: "/v1/messages",
     env: (url) => ({ ANTHROPIC_API_KEY: KEY, ANTHROPIC_BASE_URL: url }),
     toolTurn: anthropicMessage([
-      { type: "tool_use", id: "read", name: "read_file", json: ["", "{\"path\": ", "\"notes.txt\"}"] },
+      { type: "tool_use", id: "read", name: "Read", json: ["", "{\"file_path\": ", "\"notes.txt\"}"] },
       // A call without arguments: Anthropic streams an empty partial_json.
       { type: "tool_use", id: "clock", name: "clock", json: [""] }
     ], "tool_use"),
@@ -170,8 +171,8 @@ const PROVIDERS: ReadonlyArray<Provider> = [
     path: "/v1/chat/completions",
     env: (url) => ({ TILLER_BASE_URL: `${url}/v1`, TILLER_API_KEY: KEY }),
     toolTurn: chatStream([
-      chatChunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: "read", type: "function", function: { name: "read_file", arguments: "" } }] }, null),
-      chatChunk({ tool_calls: [{ index: 0, function: { arguments: "{\"path\":" } }] }, null),
+      chatChunk({ role: "assistant", content: null, tool_calls: [{ index: 0, id: "read", type: "function", function: { name: "Read", arguments: "" } }] }, null),
+      chatChunk({ tool_calls: [{ index: 0, function: { arguments: "{\"file_path\":" } }] }, null),
       chatChunk({ tool_calls: [{ index: 0, function: { arguments: "\"notes.txt\"}" } }] }, null),
       chatChunk({ tool_calls: [{ index: 1, id: "clock", type: "function", function: { name: "clock", arguments: "{}" } }] }, null),
       chatChunk({}, "tool_calls")
@@ -210,16 +211,16 @@ for (const provider of PROVIDERS) {
         expect(requests.map(provider.keyHeader).map(String)).toEqual([expect.stringContaining(KEY), expect.stringContaining(KEY)])
         // A tool without parameters is declared as an object with no properties.
         const declared = provider.declared(requests[0]!.body)
-        expect(declared.map((t) => t.name)).toEqual(["clock", "list_dir", "read_file", "read_history", "wait"])
+        expect(declared.map((t) => t.name)).toEqual(["Bash", "Edit", "Glob", "Grep", "Read", "Write", "clock", "read_history", "wait"])
         const clock = declared.find((t) => t.name === "clock")!.parameters
         expect(clock).toMatchObject({ type: "object", properties: {} })
         expect(Object.keys(clock).filter((key) => key === "anyOf" || key === "$id")).toEqual([])
         const [read, time] = provider.toolResults(requests[1]!.body)
-        expect(read).toEqual({ id: "read", text: WEATHER, isError: false })
+        expect(read).toEqual({ id: "read", text: numberLines(WEATHER, 1, DEFAULT_LINES), isError: false })
         expect(time).toMatchObject({ id: "clock", isError: false })
         expect(time!.text).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$/)
         expect(provider.toolResults(requests[1]!.body).length).toBe(2)
-        expect(JSON.stringify(requests[1]!.body)).not.toContain(JSON.stringify(JSON.stringify(WEATHER)))
+        expect(JSON.stringify(requests[1]!.body)).not.toContain(JSON.stringify(JSON.stringify(numberLines(WEATHER, 1, DEFAULT_LINES))))
       }), TIMEOUT)
 
     it.scopedLive("a 401: a non-zero exit, one short line on stderr naming the failure, no stack, no key", () =>

@@ -148,7 +148,7 @@ describe("tiller CLI", () => {
         "step 1.1   start",
         "entered    [cli:inject] note",
         "entered    [user] hello",
-        "model      demo:demo (initial) · tools: clock, list_dir, read_file, read_history, wait",
+        "model      demo:demo (initial) · tools: Bash, Edit, Glob, Grep, Read, Write, clock, read_history, wait",
         "assistant  Step 1 of turn 1 brought 2 messages:",
         "turn 1     end: completed",
         "turn 2     start",
@@ -213,53 +213,96 @@ describe("tiller CLI", () => {
       expect(yield* tiller(dir, ["resume", "nope"])).toMatchObject({ code: 1, stderr: "tiller: no session nope in ./.tiller/sessions.db\n" })
     }), TIMEOUT)
 
-  it.scopedLive("read_file and list_dir stay inside the working directory", () =>
+  it.scopedLive("Read and Glob stay inside the working directory and the --add-dir directories", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
+      const extra = yield* tempDir
       fs.writeFileSync(path.join(dir, "notes.txt"), "inside the box\n")
+      fs.writeFileSync(path.join(extra, "shared.txt"), "shared\n")
       fs.symlinkSync("/etc", path.join(dir, "etc-link"))
+      const real = fs.realpathSync(dir)
 
-      const escape = yield* tiller(dir, ["run", "/read_file ../etc/passwd"])
+      const escape = yield* tiller(dir, ["run", "/Read ../etc/passwd"])
       expect(escape.code).toBe(0)
       expect(escape.stdout).toBe(
-        `Step 2 of turn 1 brought 1 message:\n1. [tool] refused: ../etc/passwd is outside the working directory (${fs.realpathSync(dir)}); only paths inside it can be read\n`
+        `Step 2 of turn 1 brought 1 message:\n1. [tool] refused: ../etc/passwd is outside the working directory (${real}); only paths inside it can be used\n`
       )
-      const absolute = yield* tiller(dir, ["run", "call read_file {\"path\": \"/etc/passwd\"}"])
+      const absolute = yield* tiller(dir, ["run", "call Read {\"file_path\": \"/etc/passwd\"}"])
       expect(absolute.stdout).toContain("refused: /etc/passwd is outside the working directory")
-      const link = yield* tiller(dir, ["run", "/read_file etc-link/passwd"])
+      const link = yield* tiller(dir, ["run", "/Read etc-link/passwd"])
       expect(link.stdout).toContain("refused: etc-link/passwd is outside the working directory")
       expect(link.stdout).not.toContain("root:")
 
-      const inside = yield* tiller(dir, ["run", "/read_file notes.txt"])
-      expect(inside.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] inside the box\n\n")
+      const inside = yield* tiller(dir, ["run", "/Read notes.txt"])
+      expect(inside.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool]      1\tinside the box\n")
       // A file system failure reads as its kind, without the absolute path or the syscall.
-      const missing = yield* tiller(dir, ["run", "/read_file missing.txt"])
+      const missing = yield* tiller(dir, ["run", "/Read missing.txt"])
       expect(missing.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] cannot open missing.txt: no such file or directory\n")
-      const notDir = yield* tiller(dir, ["run", "/list_dir notes.txt/x"])
-      expect(notDir.stdout).toBe(
-        "Step 2 of turn 1 brought 1 message:\n1. [tool] cannot open notes.txt/x: a part of the path is not a directory, or it loops\n"
-      )
-      const listing = yield* tiller(dir, ["run", "/list_dir"])
-      expect(listing.stdout).toBe("Step 2 of turn 1 brought 1 message:\n1. [tool] .tiller/\netc-link/\nnotes.txt\n")
+      const listing = yield* tiller(dir, ["run", "/Glob *.txt"])
+      expect(listing.stdout).toBe(`Step 2 of turn 1 brought 1 message:\n1. [tool] ${real}/notes.txt\n`)
+
+      const shared = path.join(extra, "shared.txt")
+      expect((yield* tiller(dir, ["run", `/Read ${shared}`])).stdout).toContain("is outside the working directory")
+      expect((yield* tiller(dir, ["--add-dir", extra, "run", `/Read ${shared}`])).stdout).toContain("     1\tshared")
+      expect(yield* tiller(dir, ["--add-dir", "no-such-dir", "run", "hi"])).toMatchObject({
+        code: 1,
+        stderr: "tiller: --add-dir no-such-dir: no such file or directory\n"
+      })
 
       // With --no-tools the demo model sees no tool and only describes the message.
-      const noTools = yield* tiller(dir, ["--no-tools", "run", "/read_file notes.txt"])
-      expect(noTools.stdout).toBe("Step 1 of turn 1 brought 1 message:\n1. [user] /read_file notes.txt\n")
+      const noTools = yield* tiller(dir, ["--no-tools", "run", "/Read notes.txt"])
+      expect(noTools.stdout).toBe("Step 1 of turn 1 brought 1 message:\n1. [user] /Read notes.txt\n")
     }), TIMEOUT)
 
-  it.scopedLive("read_file on a FIFO answers at once with a refusal and the turn completes", () =>
+  it.scopedLive("run refuses what needs approval unless --permission-mode or --allow says otherwise", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const write = "call Write {\"file_path\": \"out.txt\", \"content\": \"written\\n\"}"
+      const refused = yield* tiller(dir, ["run", write])
+      expect(refused.stdout).toBe(
+        "Step 2 of turn 1 brought 1 message:\n1. [tool] Error: tool call denied: permission needed: Write needs approval in default mode " +
+          "(edits run without asking in acceptEdits mode), and nobody can approve it in a headless run; " +
+          "run with --permission-mode acceptEdits, or --allow \"Write(PATH)\"\n"
+      )
+      expect(fs.existsSync(path.join(dir, "out.txt"))).toBe(false)
+      const plan = yield* tiller(dir, ["--permission-mode", "plan", "run", write])
+      expect(plan.stdout).toContain("permission denied: Write is not allowed in plan mode")
+      expect(fs.existsSync(path.join(dir, "out.txt"))).toBe(false)
+      expect((yield* tiller(dir, ["--permission-mode", "acceptEdits", "run", write])).stdout).toContain("File created successfully at: out.txt")
+      expect(fs.readFileSync(path.join(dir, "out.txt"), "utf8")).toBe("written\n")
+
+      expect((yield* tiller(dir, ["run", "/Bash echo from bash"])).stdout).toContain("permission needed: Bash needs approval")
+      expect((yield* tiller(dir, ["--allow", "Bash(echo:*)", "run", "/Bash echo from bash"])).stdout).toBe(
+        "Step 2 of turn 1 brought 1 message:\n1. [tool] from bash\n"
+      )
+      expect((yield* tiller(dir, ["--allow", "Bash(echo:*)", "run", "/Bash echo a && touch b"])).stdout).toContain("permission needed")
+      expect((yield* tiller(dir, ["--dangerously-skip-permissions", "run", "/Bash echo a && touch b"])).stdout).toContain("[tool] a\n")
+      expect(fs.existsSync(path.join(dir, "b"))).toBe(true)
+
+      // Rules of the settings file: deny first, whatever the mode.
+      fs.mkdirSync(path.join(dir, ".tiller"), { recursive: true })
+      fs.writeFileSync(path.join(dir, ".env"), "KEY=secret\n")
+      fs.writeFileSync(path.join(dir, ".tiller", "settings.json"), JSON.stringify({ permissions: { deny: ["Read(./.env)"], allow: ["Bash(touch:*)"] } }))
+      const secret = yield* tiller(dir, ["--permission-mode", "bypassPermissions", "run", "/Read .env"])
+      expect(secret.stdout).toContain(`permission denied: Read is denied by the deny rule "Read(./.env)" (${path.join(dir, ".tiller", "settings.json")})`)
+      expect(secret.stdout).not.toContain("secret")
+      expect((yield* tiller(dir, ["run", "/Bash touch c"])).stdout).toContain("(no output)")
+      expect(yield* tiller(dir, ["--allow", "Bash(", "run", "hi"])).toMatchObject({ code: 1 })
+    }), TIMEOUT)
+
+  it.scopedLive("Read on a FIFO answers at once with a refusal and the turn completes", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
       yield* fifo(dir, "pipe")
       // Before, the open waited for a writer without bound (and the process could not exit).
-      const run = yield* Effect.timeoutFail(tiller(dir, ["run", "/read_file pipe", "--session", "f"]), {
+      const run = yield* Effect.timeoutFail(tiller(dir, ["run", "/Read pipe", "--session", "f"]), {
         duration: "60 seconds",
-        onTimeout: () => "read_file on a FIFO did not answer"
+        onTimeout: () => "Read on a FIFO did not answer"
       })
       expect(run).toEqual({
         code: 0,
         stdout: "Step 2 of turn 1 brought 1 message:\n1. [tool] refused: pipe is a FIFO (named pipe), not a regular file; " +
-          "read_file reads only regular files\n",
+          "Read reads only regular files\n",
         stderr: "session f\n"
       })
     }), TIMEOUT)

@@ -4,6 +4,7 @@ import type { AssistantMessage } from "../../src/domain/Values.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
 import { Agent } from "../../src/layers/Agent.js"
+import { CodingTools } from "../../src/layers/CodingTools.js"
 import * as DemoModel from "../../src/layers/DemoModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
@@ -47,4 +48,31 @@ describe("DemoModel", () => {
         "Step 2 of turn 1 brought 1 message:\n1. [tool] HELLO"
       ])
     }).pipe(Effect.provide(layer)))
+})
+
+describe("DemoModel with the coding tools", () => {
+  it.scoped("calls each of them: /TOOL ARG fills the first parameter, call TOOL {JSON} gives all", () =>
+    Effect.gen(function*() {
+      const tools = yield* Effect.flatMap(Tools, (t) => t.list)
+      const callOf = (text: string) => {
+        const chunks = DemoModel.respond({
+          sessionId: SessionId.make("d"),
+          turn: 1,
+          step: 1,
+          messages: [userMessage({ id: "q", text })],
+          tools
+        } as unknown as Parameters<typeof DemoModel.respond>[0])
+        const start = chunks.find((c) => c.type === "block-start" && c.block === "tool-call") as { readonly name: string } | undefined
+        const delta = chunks.find((c) => c.type === "tool-call-delta") as { readonly arguments: string } | undefined
+        return start === undefined ? undefined : `${start.name} ${delta?.arguments}`
+      }
+      expect(callOf("/Read notes.txt")).toBe("Read {\"file_path\":\"notes.txt\"}")
+      expect(callOf("/Glob **/*.ts")).toBe("Glob {\"pattern\":\"**/*.ts\"}")
+      expect(callOf("/Grep TODO")).toBe("Grep {\"pattern\":\"TODO\"}")
+      expect(callOf("/Bash ls -la")).toBe("Bash {\"command\":\"ls -la\"}")
+      expect(callOf("call Write {\"file_path\": \"a.txt\", \"content\": \"hi\"}")).toBe("Write {\"file_path\": \"a.txt\", \"content\": \"hi\"}")
+      expect(callOf("call Edit {\"file_path\": \"a.txt\", \"old_string\": \"hi\", \"new_string\": \"ho\"}")).toBe(
+        "Edit {\"file_path\": \"a.txt\", \"old_string\": \"hi\", \"new_string\": \"ho\"}"
+      )
+    }).pipe(Effect.provide(CodingTools.layer({ cwd: process.cwd() }))))
 })

@@ -23,7 +23,7 @@ import { ReadHistory } from "../../src/services/ReadHistory.js"
 import type { Model, ModelRequest } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
-import type { ToolDefinition } from "../../src/services/Tools.js"
+import type { ToolDefinition, ToolOutput } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
 import { agentTest, notation, scenario, TEXT, user } from "../agent/harness.js"
 
@@ -503,9 +503,9 @@ describe("Compaction: summaries", () => {
         const args = JSON.parse(match![1]!) as { readonly from: number; readonly to: number }
         expect(args.from).toBeLessThanOrEqual(args.to)
         expect(args.from).toBe(aSeq)
-        const page = yield* read.execute(args as never)
+        const page = (yield* read.execute(args as never, {} as never)) as ToolOutput
         expect(page.isError).toBe(false)
-        expect(String(page.content)).toContain("A xxx")
+        expect(JSON.stringify(page.content)).toContain("A xxx")
       }
       expect(yield* clean).toEqual([])
     }).pipe(Effect.provide(withCompaction([...summaryScript, ScriptedModel.text("SUMMARY-2")], { compaction: { ...summaryOptions, readHistory: true } }))))

@@ -199,7 +199,7 @@ const originalSpan = (view: LogView, seqs: ReadonlyArray<number>): { readonly lo
     seen.add(seq)
     const event = view.eventAt(seq)
     const op = (event as { readonly surfaceOp?: unknown } | undefined)?.surfaceOp
-    const sources = event?.sourceEventSeqs
+    const sources = (event as { readonly sourceEventSeqs?: ReadonlyArray<number> } | undefined)?.sourceEventSeqs
     if (typeof op === "object" && sources !== undefined) {
       const replaced = sources.filter((source) => isMessageEvent(view.eventAt(source)))
       if (replaced.length > 0) {
@@ -270,7 +270,7 @@ const entryOf = (view: LogView, event: SessionEvent): string | undefined => {
  * @since 0.1.0
  * @category constructors
  */
-export const transcriptOf = (view: LogView, range: SummaryRange, maxCharacters: number): string => {
+export const transcriptOf = (view: LogView, range: Pick<SummaryRange, "seqs" | "previous">, maxCharacters: number): string => {
   const entries: Array<string> = []
   for (const seq of range.seqs) {
     if (seq === range.previous?.seq) continue
@@ -337,7 +337,7 @@ const summaryBodyOf = (text: string): string => {
  * @since 0.1.0
  * @category constructors
  */
-export const summaryText = (range: SummaryRange, summary: string, recall = false): string =>
+export const summaryText = (range: Pick<SummaryRange, "start" | "end">, summary: string, recall = false): string =>
   `${SUMMARY_HEADING}: log seqs ${range.start}–${range.end} are compacted into it; the originals stay in the session log` +
   `${recall ? `, read them back with ${rangeCall(range.start, range.end)}` : ""}]\n\n${summary.trim()}`
 

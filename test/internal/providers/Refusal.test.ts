@@ -26,7 +26,7 @@ const decode = (decoder: Decoder, events: ReadonlyArray<SseEvent>): ReadonlyArra
   return chunks
 }
 
-const typed = (payload: { readonly type: string }): SseEvent => ({ event: payload.type, data: JSON.stringify(payload) })
+const typed = (payload: { readonly type: string; readonly [key: string]: unknown }): SseEvent => ({ event: payload.type, data: JSON.stringify(payload) })
 
 const chatDecoder = (): Decoder => {
   const decoder = ChatCompletionsEvents.make({ provider: "api.example.test", callIdPrefix: "call_1_1_1" })

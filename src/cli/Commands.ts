@@ -19,6 +19,7 @@ import { CliError, ExitWith } from "./CliError.js"
 import { compactSession } from "./Compact.js"
 import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
+import * as ForkPoint from "./ForkPoint.js"
 import { exportHtml } from "./HtmlExport.js"
 import * as Output from "./Output.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
@@ -74,7 +75,7 @@ const withSessions = <A, E>(
   Effect.flatMap(tiller, (globals) =>
     Effect.provide(body(globals), Environment.layer(options.agent ? globals : { ...globals, model: "demo" })))
 
-const newSessionId = Effect.sync(() => SessionId.make(`s-${crypto.randomUUID().replace(/-/g, "").slice(0, 12)}`))
+const newSessionId = ForkPoint.newSessionId
 
 const toolNames = (globals: GlobalOptions) => [
   ...(globals.noTools ? [] : BuiltinTools.NAMES),
@@ -255,14 +256,38 @@ const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
 
 const forkCommand = Command.make("fork", {
   id: sessionId,
-  at: Options.integer("at").pipe(
-    Options.withDescription("The last seq to copy; it must close a turn (default: the last event)"),
+  atTurn: Options.integer("at").pipe(
+    Options.withAlias("at-turn"),
+    Options.withPseudoName("N"),
+    Options.withDescription("Copy up to the end of turn N, a turn number as the chat's /fork --at N (default: the whole log)"),
     Options.optional
   ),
-  as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional)
-}, ({ as, at, id }) =>
+  atSeq: Options.integer("at-seq").pipe(
+    Options.withPseudoName("SEQ"),
+    Options.withDescription("Copy up to seq SEQ instead: a turn/end or a seq between turns (see tiller log ID)"),
+    Options.optional
+  ),
+  as: Options.text("as").pipe(
+    Options.withSchema(SessionId),
+    Options.withDescription("The new session's id (default: a new s-... id, as chat and run name sessions)"),
+    Options.optional
+  )
+}, ({ as, atSeq, atTurn, id }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
+      const point = yield* Either.match(ForkPoint.forkPointOf(Option.getOrUndefined(atTurn), Option.getOrUndefined(atSeq)), {
+        onLeft: (reason) => Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason}` })),
+        onRight: Effect.succeed
+      })
+      const boundary = point._tag === "Turn"
+        ? yield* Effect.flatMap(Environment.loadSession(id), ({ events }) =>
+          Either.match(ForkPoint.boundaryOf(events, point), {
+            onLeft: (reason) => Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason} (see tiller log ${id})` })),
+            onRight: Effect.succeed
+          }))
+        : point._tag === "Seq"
+        ? point.seq
+        : undefined
       // Another process with the session open may be inside a turn: the refusal names it.
       const openIn = Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => reader.holder(id))).pipe(
         Effect.map((holder) => holder === undefined ? "" : ` (session ${id} is open in ${ReadOnlyStore.describeHolder(holder)}, which may be running a turn)`),
@@ -271,8 +296,8 @@ const forkCommand = Command.make("fork", {
       const sessions = yield* Sessions
       const childId = yield* sessions.fork({
         source: id,
-        ...(Option.isSome(at) ? { boundary: at.value } : {}),
-        ...(Option.isSome(as) ? { childId: as.value } : {})
+        ...(boundary !== undefined ? { boundary } : {}),
+        childId: Option.isSome(as) ? as.value : yield* newSessionId
       }).pipe(
         Effect.catchTags({
           SessionNotFound: () => Effect.fail(new CliError({ reason: `no session ${id} in this database` })),
@@ -284,8 +309,8 @@ const forkCommand = Command.make("fork", {
                     error.reason === "child-exists"
                       ? `a session ${error.childId ?? ""} already exists`
                       : error.reason === "open-turn"
-                      ? `${error.boundary === undefined ? "its log ends inside a turn" : `seq ${error.boundary} is inside a turn`}${note}; --at must name the turn/end of a turn or a seq between turns (see tiller log ${id})`
-                      : `--at ${error.boundary} is not a seq of the log (see tiller log ${id})`
+                      ? `${error.boundary === undefined ? "its log ends inside a turn" : `seq ${error.boundary} is inside a turn`}${note}; --at N names an ended turn, --at-seq SEQ a turn/end or a seq between turns (see tiller log ${id})`
+                      : `--at-seq ${error.boundary} is not a seq of the log (see tiller log ${id})`
                   }`
                 })
               ))
@@ -293,7 +318,7 @@ const forkCommand = Command.make("fork", {
       )
       const { header } = yield* Environment.loadSession(childId)
       yield* Output.lines([`forked ${id} at seq ${header.parent?.boundary ?? "?"} as ${childId}`])
-    }), { agent: false })).pipe(Command.withDescription("Copy a session up to a closed turn into a new session"))
+    }), { agent: false })).pipe(Command.withDescription("Copy a session up to the end of a turn (--at N, a turn number) or up to a seq (--at-seq SEQ) into a new session"))
 
 const compactCommand = Command.make("compact", {
   id: sessionId,

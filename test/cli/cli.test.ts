@@ -206,7 +206,7 @@ describe("tiller CLI", () => {
       expect(jsonLines((yield* tiller(dir, ["log", "p", "--json"])).stdout)).toEqual(parent)
 
       const inside = parent.findIndex((e) => e.type === "step/start")
-      const refused = yield* tiller(dir, ["fork", "p", "--at", String(inside), "--as", "c2"])
+      const refused = yield* tiller(dir, ["fork", "p", "--at-seq", String(inside), "--as", "c2"])
       expect(refused.code).toBe(1)
       expect(refused.stderr).toContain(`tiller: cannot fork p: seq ${inside} is inside a turn`)
       expect((yield* tiller(dir, ["fork", "p", "--as", "child"])).stderr).toBe("tiller: cannot fork p: a session child already exists\n")

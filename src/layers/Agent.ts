@@ -67,6 +67,11 @@ export interface AgentOptions {
    * turn ends with the failure code `RETRY_DELAY_TOO_LONG`, whose message says what was asked for.
    */
   readonly maxRetryDelay?: Duration.DurationInput
+  /**
+   * The most steps one turn runs (default 100; `Infinity` for no limit). A turn that would open one
+   * more ends with `error`, failure code `MAX_STEPS`, its message naming the limit.
+   */
+  readonly maxSteps?: number
   readonly invariants?: "check" | "off"
   readonly eventTypes?: ReadonlyArray<string>
   readonly durability?: {

@@ -24,7 +24,7 @@ const prompt = (id: string) => Effect.flatMap(Driver, (driver) => Effect.zipRigh
 const events = Effect.flatMap(SessionLog, (log) => log.events)
 const turnEnds = Effect.map(events, (es) => es.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").map((e) => e.data))
 const stepsOf = (turn: number) =>
-  Effect.map(events, (es) => es.filter((e): e is EventOf<"step/start"> => e.type === "step/start" && e.data.turn === turn).length)
+  Effect.map(events, (es) => es.filter((e) => e.type === "step/start" && (e as EventOf<"step/start">).data.turn === turn).length)
 
 describe("the step limit of a turn", () => {
   agentTest(

@@ -57,6 +57,13 @@ const tiller = Command.make("tiller", { db, model, noTools, contextWindow, claud
   Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
 )
 
+const maxSteps = Options.integer("max-steps").pipe(
+  Options.withSchema(Schema.Int.pipe(Schema.positive())),
+  Options.withPseudoName("N"),
+  Options.withDescription("The most steps one turn runs (default 100); a turn that would run more ends with error MAX_STEPS, shown by tiller log"),
+  Options.optional
+)
+
 const sessionId = Args.text({ name: "ID" }).pipe(Args.withSchema(SessionId), Args.withDescription("A session id"))
 const sessionOption = Options.text("session").pipe(
   Options.withSchema(SessionId),
@@ -70,10 +77,15 @@ const sessionOption = Options.text("session").pipe(
  */
 const withSessions = <A, E>(
   body: (globals: GlobalOptions) => Effect.Effect<A, E, Sessions | SessionStore | FileSystem.FileSystem | Path.Path>,
-  options: { readonly agent: boolean } = { agent: true }
+  options: { readonly agent: boolean; readonly maxSteps?: Option.Option<number> } = { agent: true }
 ) =>
   Effect.flatMap(tiller, (globals) =>
-    Effect.provide(body(globals), Environment.layer(options.agent ? globals : { ...globals, model: "demo" })))
+    Effect.provide(
+      body(globals),
+      Environment.layer(
+        options.agent ? { ...globals, ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps }) } : { ...globals, model: "demo" }
+      )
+    ))
 
 const newSessionId = ForkPoint.newSessionId
 
@@ -85,17 +97,18 @@ const toolNames = (globals: GlobalOptions) => [
 /** The hook bridge and references of a session command, as the global options say. */
 const compositionsOf = (globals: GlobalOptions) => ({ claudeHooks: globals.claudeHooks === true, db: globals.db })
 
-const chatCommand = Command.make("chat", { session: sessionOption }, ({ session }) =>
+const chatCommand = Command.make("chat", { session: sessionOption, maxSteps }, ({ maxSteps, session }) =>
   withSessions((globals) =>
     Effect.flatMap(
       Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
       (id) => withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
-    ))).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
+    ), { agent: true, maxSteps })).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
 
 const resumeCommand = Command.make("resume", {
   given: Args.optional(sessionId),
-  last: Options.boolean("last").pipe(Options.withDescription("Continue the most recently used session (empty ones left out)"))
-}, ({ given, last }) =>
+  last: Options.boolean("last").pipe(Options.withDescription("Continue the most recently used session (empty ones left out)")),
+  maxSteps
+}, ({ given, last, maxSteps }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
       if (Option.isSome(given) === last) {
@@ -110,7 +123,7 @@ const resumeCommand = Command.make("resume", {
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
       yield* withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
-    }))).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
+    }), { agent: true, maxSteps })).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
 
 const runCommand = Command.make("run", {
   prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
@@ -119,21 +132,23 @@ const runCommand = Command.make("run", {
     Options.repeated
   ),
   json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
-  session: sessionOption
-}, ({ inject, json, prompt, session }) =>
+  session: sessionOption,
+  maxSteps
+}, ({ inject, json, maxSteps, prompt, session }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
       const id = Option.isSome(session) ? session.value : yield* newSessionId
       yield* Output.errorLine(`session ${id}`)
       yield* withLiveTelemetry(id, runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) }))
-    }))).pipe(Command.withDescription("One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"))
+    }), { agent: true, maxSteps })).pipe(Command.withDescription("One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"))
 
 const handoffCommand = Command.make("handoff", {
   id: sessionId,
   goal: Args.text({ name: "GOAL" }).pipe(Args.withDescription("What the new session is to do")),
   as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional),
-  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer"))
-}, ({ as, goal, id, json }) =>
+  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
+  maxSteps
+}, ({ as, goal, id, json, maxSteps }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
       const store = yield* SessionStore
@@ -143,7 +158,7 @@ const handoffCommand = Command.make("handoff", {
       const snapshot = yield* SessionReference.snapshot(id).pipe(Effect.mapError((error) => new CliError({ reason: error.message })))
       yield* Output.errorLine(`session ${child} (handoff from ${id} up to seq ${String(snapshot.source["upTo"])})`)
       yield* runOnce(child, goal, { contexts: [], json, compositions: compositionsOf(globals), references: [snapshot] })
-    }))).pipe(Command.withDescription("Start a new session whose first prompt is GOAL with a quoted snapshot of session ID beside it; runs that turn as run does"))
+    }), { agent: true, maxSteps })).pipe(Command.withDescription("Start a new session whose first prompt is GOAL with a quoted snapshot of session ID beside it; runs that turn as run does"))
 
 /**
  * Runs `body` over the database opened read-only: nothing is created, migrated or written (the

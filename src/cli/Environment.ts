@@ -42,6 +42,8 @@ export interface GlobalOptions {
   readonly claudeHooks?: boolean
   /** `--read-session`: offer the model the read-only `read_session` tool over this database. */
   readonly readSession?: boolean
+  /** `--max-steps` of the commands that run turns: the most steps one turn runs (default: the agent's). */
+  readonly maxSteps?: Option.Option<number>
 }
 
 /**
@@ -247,7 +249,15 @@ export const layer = (
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
       const compaction = contextWindow === undefined ? {} : { contextWindow }
       // The model may read back what compaction took out of its context (read_history).
-      return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry, compaction, readHistory: true }).pipe(
+      const maxSteps = Option.getOrUndefined(options.maxSteps ?? Option.none())
+      return Sessions.layer({
+        idleTimeToLive: 0,
+        model: model.header,
+        ...retry,
+        compaction,
+        readHistory: true,
+        ...(maxSteps === undefined ? {} : { maxSteps })
+      }).pipe(
         Layer.provideMerge(Layer.merge(model.layer, tools)),
         Layer.provideMerge(SqliteSessionStore.layer({ filename: options.db }))
       )

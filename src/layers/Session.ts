@@ -4,8 +4,8 @@
  *
  * @since 0.1.0
  */
-import type { Context, Scope } from "effect"
-import { Effect, Layer, STM, TRef } from "effect"
+import type { Context } from "effect"
+import { Effect, ExecutionStrategy, Exit, Layer, Scope, STM, TRef } from "effect"
 import type { SessionId } from "../domain/Ids.js"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
@@ -27,6 +27,7 @@ import { awaitDurable, lastSeq, SessionState } from "../internal/state/SessionSt
 export type OpenTarget = SessionTarget | { readonly open: SessionId }
 
 // `open`: resume when stored, else create; created by someone else meanwhile: resume it after all.
+// The create runs in a scope of its own, closed when it fails, so its lease does not outlive it.
 const openOrCreate = (
   store: Context.Tag.Service<SessionStore>,
   id: SessionId,
@@ -35,9 +36,12 @@ const openOrCreate = (
   Effect.flatMap(store.exists(id), (stored) =>
     stored
       ? openSessionState(store, { resume: id }, options)
-      : openSessionState(store, { sessionId: id }, options).pipe(
-        Effect.catchTag("SessionExists", () => openSessionState(store, { resume: id }, options))
-      ))
+      : Effect.flatMap(Effect.flatMap(Effect.scope, (outer) => Scope.fork(outer, ExecutionStrategy.sequential)), (attempt) =>
+        openSessionState(store, { sessionId: id }, options).pipe(
+          Scope.extend(attempt),
+          Effect.catchTag("SessionExists", () =>
+            Effect.zipRight(Scope.close(attempt, Exit.void), openSessionState(store, { resume: id }, options)))
+        )))
 
 /**
  * Opens the session state in the current scope, with a finalizer that seals it: later writes fail

@@ -25,7 +25,7 @@ describe("tiller --help", () => {
       }
       const top = yield* tiller(dir, ["--help"], piped)
       expect(top.stdout).toContain("$ tiller [--db FILE] [--model NAME]")
-      expect(top.stdout).toMatch(/\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] <PROMPT> +One headless turn/)
+      expect(top.stdout).toMatch(/\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] \[--max-steps N\] <PROMPT> +One headless turn/)
       const chat = yield* tiller(dir, ["chat", "--help"], piped)
       expect(chat.stdout).toContain("$ tiller chat [--session ID]\n")
       // The global options are listed under the subcommand too.

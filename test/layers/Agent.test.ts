@@ -93,4 +93,17 @@ describe("Agent.layer: which session it opens", () => {
         "session s already exists; to continue it use Agent.layer({ resume: \"s\" }), or { open: \"s\" } to resume it when stored and create it otherwise"
       )
     }).pipe(Effect.provide(Layer.mergeAll(SessionStore.layerMemory, scripted, Tools.layer({ tools: [] })))))
+
+  it.scoped("`open` of a session created by someone else between its look-up and its create resumes it (the failed create holds no lease)", () =>
+    Effect.gen(function*() {
+      yield* Effect.scoped(Effect.provide(prompted("q1", "first"), Agent.layer({ sessionId: SessionId.make("raced"), model: { provider: "p", model: "m" } })))
+      // A store that never admits the session is there: every create of it fails SessionExists.
+      const store = yield* SessionStore
+      const blind = Layer.succeed(SessionStore, { ...store, exists: () => Effect.succeed(false) })
+      const ids = yield* Effect.scoped(Effect.provide(
+        prompted("q2", "second"),
+        Agent.layer({ open: SessionId.make("raced"), model: { provider: "p", model: "m" } }).pipe(Layer.provide(blind))
+      ))
+      expect(ids.slice(0, 3)).toEqual(["q1", ids[1], "q2"])
+    }).pipe(Effect.provide(Layer.mergeAll(SessionStore.layerMemory, scripted, Tools.layer({ tools: [] })))))
 })

@@ -52,8 +52,8 @@ export const program = Effect.gen(function*() {
   return { types: events.map((e) => e.type), history, batches }
 })
 
-/** The layers of the example: an agent over a memory store, the scripted model and the tool. */
-export const AgentLive = Agent.layer({ sessionId: SessionId.make("example"), model: { provider: "demo", model: "scripted" } }).pipe(
+/** The layers of the example: an agent over a memory store (opened: resumed when stored, else created), the scripted model and the tool. */
+export const AgentLive = Agent.layer({ open: SessionId.make("example"), model: { provider: "demo", model: "scripted" } }).pipe(
   Layer.provide(Layer.mergeAll(SessionStore.layerMemory, model, Tools.layer({ tools: [clock] })))
 )
 

@@ -20,6 +20,7 @@ import { Sessions } from "../layers/Sessions.js"
 import * as ChatInput from "./ChatInput.js"
 import { CliError, ExitWith } from "./CliError.js"
 import * as Compositions from "./Compositions.js"
+import * as ForkPoint from "./ForkPoint.js"
 import { compactOpen } from "./Compact.js"
 import * as InputHistory from "./InputHistory.js"
 import * as Output from "./Output.js"
@@ -50,9 +51,10 @@ const HELP = [
   "  /cancel --keep  cancel the running turn and keep pending input",
   "  /status         print the status line: idle or running, turn and step, pending input",
   "  /log            print this session's timeline",
-  "  /fork [--at N] [--as ID]",
-  "                  copy this session up to the end of turn N (default: the last ended turn) into a",
-  "                  new session, to try another way from there (tiller resume ID continues it)",
+  "  /fork [--at N | --at-seq S] [--as ID]",
+  "                  copy this session up to the end of turn N (default: the last ended turn), or up",
+  "                  to seq S, into a new session, to try another way from there (tiller resume ID",
+  "                  continues it); --at-turn N is --at N, as in tiller fork",
   "  /compact [FOCUS] compact the context now (between turns): summarise older history, FOCUS steering it",
   "  /help           this help",
   "  /quit           wait until the agent is idle, then exit (end of input does the same)",
@@ -266,30 +268,31 @@ export const chat = (
         Effect.as(Output.errorLine(`tiller: ${error instanceof Error ? error.message : String(error)}`), true))
     }
 
-    // `/fork [--at N] [--as ID]`: a new session holding this one up to the end of turn N.
+    // `/fork [--at N | --at-seq S] [--as ID]`: a new session holding this one up to the end of turn N
+    // (default: the last ended turn) or up to seq S; the same words as `tiller fork` (ForkPoint).
     const forkHere = (rest: string): Effect.Effect<boolean, unknown> =>
       Effect.gen(function*() {
-        const words = rest.split(/\s+/).filter((w) => w !== "")
-        let turn: number | undefined
-        let childId: string | undefined
-        for (let i = 0; i < words.length; i++) {
-          const value = words[i + 1]
-          if (words[i] === "--at" && value !== undefined && /^\d+$/.test(value)) turn = Number(words[++i])
-          else if (words[i] === "--as" && value !== undefined) childId = words[++i]
-          else return yield* Effect.as(Output.errorLine("usage: /fork [--at N] [--as ID] (N: a turn number)"), true)
+        const parsed = ForkPoint.parseForkWords(rest)
+        if (parsed === undefined) {
+          return yield* Effect.as(Output.errorLine("usage: /fork [--at N | --at-seq S] [--as ID] (N: a turn number, S: a seq)"), true)
         }
         const events = yield* log.events
         const ends = events.filter((e) => e.type === "turn/end") as ReadonlyArray<EventOf<"turn/end">>
-        const end = turn === undefined ? ends[ends.length - 1] : ends.find((e) => e.data.turn === turn)
-        if (end === undefined) {
-          return yield* Effect.as(Output.errorLine(turn === undefined ? "no turn has ended yet: nothing to fork" : `turn ${turn} has not ended (or does not exist)`), true)
+        const last = ends[ends.length - 1]
+        if (parsed.point._tag === "End" && last === undefined) {
+          return yield* Effect.as(Output.errorLine("no turn has ended yet: nothing to fork"), true)
         }
+        const boundary = ForkPoint.boundaryOf(events, parsed.point._tag === "End" ? { _tag: "Turn", turn: last!.data.turn } : parsed.point)
+        if (Either.isLeft(boundary)) return yield* Effect.as(Output.errorLine(boundary.left), true)
+        const seq = boundary.right!
         const forked = yield* sessions.fork({
           source: sessionId,
-          boundary: end.seq,
-          ...(childId !== undefined ? { childId: SessionId.make(childId) } : {})
+          boundary: seq,
+          childId: parsed.childId !== undefined ? SessionId.make(parsed.childId) : yield* ForkPoint.newSessionId
         })
-        yield* Output.lines([`(forked at the end of turn ${end.data.turn}, seq ${end.seq}, as ${forked}; continue it with: tiller resume ${Output.shellWord(forked)})`])
+        const end = events[seq]
+        const where = end?.type === "turn/end" ? `the end of turn ${(end as EventOf<"turn/end">).data.turn}, seq ${seq}` : `seq ${seq}`
+        yield* Output.lines([`(forked at ${where}, as ${forked}; continue it with: tiller resume ${Output.shellWord(forked)})`])
         return true
       })
 

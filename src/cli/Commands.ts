@@ -20,6 +20,7 @@ import { CliError, ExitWith } from "./CliError.js"
 import { compactSession } from "./Compact.js"
 import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
+import * as ForkPoint from "./ForkPoint.js"
 import { exportHtml } from "./HtmlExport.js"
 import * as Output from "./Output.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
@@ -90,6 +91,13 @@ const tiller = Command.make("tiller", {
   Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
 )
 
+const maxSteps = Options.integer("max-steps").pipe(
+  Options.withSchema(Schema.Int.pipe(Schema.positive())),
+  Options.withPseudoName("N"),
+  Options.withDescription("The most steps one turn runs (default 100); a turn that would run more ends with error MAX_STEPS, shown by tiller log"),
+  Options.optional
+)
+
 const sessionId = Args.text({ name: "ID" }).pipe(Args.withSchema(SessionId), Args.withDescription("A session id"))
 const sessionOption = Options.text("session").pipe(
   Options.withSchema(SessionId),
@@ -103,12 +111,17 @@ const sessionOption = Options.text("session").pipe(
  */
 const withSessions = <A, E>(
   body: (globals: GlobalOptions) => Effect.Effect<A, E, Sessions | SessionStore | FileSystem.FileSystem | Path.Path>,
-  options: { readonly agent: boolean } = { agent: true }
+  options: { readonly agent: boolean; readonly maxSteps?: Option.Option<number> } = { agent: true }
 ) =>
   Effect.flatMap(tiller, (globals) =>
-    Effect.provide(body(globals), Environment.layer(options.agent ? globals : { ...globals, model: "demo" })))
+    Effect.provide(
+      body(globals),
+      Environment.layer(
+        options.agent ? { ...globals, ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps }) } : { ...globals, model: "demo" }
+      )
+    ))
 
-const newSessionId = Effect.sync(() => SessionId.make(`s-${crypto.randomUUID().replace(/-/g, "").slice(0, 12)}`))
+const newSessionId = ForkPoint.newSessionId
 
 const toolNames = (globals: GlobalOptions) => [
   ...(globals.noTools ? [] : BuiltinTools.NAMES),
@@ -122,17 +135,18 @@ const compositionsOf = (globals: GlobalOptions) => ({
   permissions: { mode: Environment.permissionModeOf(globals), allow: globals.allow ?? [] }
 })
 
-const chatCommand = Command.make("chat", { session: sessionOption }, ({ session }) =>
+const chatCommand = Command.make("chat", { session: sessionOption, maxSteps }, ({ maxSteps, session }) =>
   withSessions((globals) =>
     Effect.flatMap(
       Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
       (id) => withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
-    ))).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
+    ), { agent: true, maxSteps })).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
 
 const resumeCommand = Command.make("resume", {
   given: Args.optional(sessionId),
-  last: Options.boolean("last").pipe(Options.withDescription("Continue the most recently used session (empty ones left out)"))
-}, ({ given, last }) =>
+  last: Options.boolean("last").pipe(Options.withDescription("Continue the most recently used session (empty ones left out)")),
+  maxSteps
+}, ({ given, last, maxSteps }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
       if (Option.isSome(given) === last) {
@@ -147,7 +161,7 @@ const resumeCommand = Command.make("resume", {
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
       yield* withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
-    }))).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
+    }), { agent: true, maxSteps })).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
 
 const runCommand = Command.make("run", {
   prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
@@ -156,21 +170,23 @@ const runCommand = Command.make("run", {
     Options.repeated
   ),
   json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
-  session: sessionOption
-}, ({ inject, json, prompt, session }) =>
+  session: sessionOption,
+  maxSteps
+}, ({ inject, json, maxSteps, prompt, session }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
       const id = Option.isSome(session) ? session.value : yield* newSessionId
       yield* Output.errorLine(`session ${id}`)
       yield* withLiveTelemetry(id, runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) }))
-    }))).pipe(Command.withDescription("One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"))
+    }), { agent: true, maxSteps })).pipe(Command.withDescription("One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"))
 
 const handoffCommand = Command.make("handoff", {
   id: sessionId,
   goal: Args.text({ name: "GOAL" }).pipe(Args.withDescription("What the new session is to do")),
   as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional),
-  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer"))
-}, ({ as, goal, id, json }) =>
+  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
+  maxSteps
+}, ({ as, goal, id, json, maxSteps }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
       const store = yield* SessionStore
@@ -180,7 +196,7 @@ const handoffCommand = Command.make("handoff", {
       const snapshot = yield* SessionReference.snapshot(id).pipe(Effect.mapError((error) => new CliError({ reason: error.message })))
       yield* Output.errorLine(`session ${child} (handoff from ${id} up to seq ${String(snapshot.source["upTo"])})`)
       yield* runOnce(child, goal, { contexts: [], json, compositions: compositionsOf(globals), references: [snapshot] })
-    }))).pipe(Command.withDescription("Start a new session whose first prompt is GOAL with a quoted snapshot of session ID beside it; runs that turn as run does"))
+    }), { agent: true, maxSteps })).pipe(Command.withDescription("Start a new session whose first prompt is GOAL with a quoted snapshot of session ID beside it; runs that turn as run does"))
 
 /**
  * Runs `body` over the database opened read-only: nothing is created, migrated or written (the
@@ -293,14 +309,38 @@ const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
 
 const forkCommand = Command.make("fork", {
   id: sessionId,
-  at: Options.integer("at").pipe(
-    Options.withDescription("The last seq to copy; it must close a turn (default: the last event)"),
+  atTurn: Options.integer("at").pipe(
+    Options.withAlias("at-turn"),
+    Options.withPseudoName("N"),
+    Options.withDescription("Copy up to the end of turn N, a turn number as the chat's /fork --at N (default: the whole log)"),
     Options.optional
   ),
-  as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional)
-}, ({ as, at, id }) =>
+  atSeq: Options.integer("at-seq").pipe(
+    Options.withPseudoName("SEQ"),
+    Options.withDescription("Copy up to seq SEQ instead: a turn/end or a seq between turns (see tiller log ID)"),
+    Options.optional
+  ),
+  as: Options.text("as").pipe(
+    Options.withSchema(SessionId),
+    Options.withDescription("The new session's id (default: a new s-... id, as chat and run name sessions)"),
+    Options.optional
+  )
+}, ({ as, atSeq, atTurn, id }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
+      const point = yield* Either.match(ForkPoint.forkPointOf(Option.getOrUndefined(atTurn), Option.getOrUndefined(atSeq)), {
+        onLeft: (reason) => Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason}` })),
+        onRight: Effect.succeed
+      })
+      const boundary = point._tag === "Turn"
+        ? yield* Effect.flatMap(Environment.loadSession(id), ({ events }) =>
+          Either.match(ForkPoint.boundaryOf(events, point), {
+            onLeft: (reason) => Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason} (see tiller log ${id})` })),
+            onRight: Effect.succeed
+          }))
+        : point._tag === "Seq"
+        ? point.seq
+        : undefined
       // Another process with the session open may be inside a turn: the refusal names it.
       const openIn = Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => reader.holder(id))).pipe(
         Effect.map((holder) => holder === undefined ? "" : ` (session ${id} is open in ${ReadOnlyStore.describeHolder(holder)}, which may be running a turn)`),
@@ -309,8 +349,8 @@ const forkCommand = Command.make("fork", {
       const sessions = yield* Sessions
       const childId = yield* sessions.fork({
         source: id,
-        ...(Option.isSome(at) ? { boundary: at.value } : {}),
-        ...(Option.isSome(as) ? { childId: as.value } : {})
+        ...(boundary !== undefined ? { boundary } : {}),
+        childId: Option.isSome(as) ? as.value : yield* newSessionId
       }).pipe(
         Effect.catchTags({
           SessionNotFound: () => Effect.fail(new CliError({ reason: `no session ${id} in this database` })),
@@ -322,8 +362,8 @@ const forkCommand = Command.make("fork", {
                     error.reason === "child-exists"
                       ? `a session ${error.childId ?? ""} already exists`
                       : error.reason === "open-turn"
-                      ? `${error.boundary === undefined ? "its log ends inside a turn" : `seq ${error.boundary} is inside a turn`}${note}; --at must name the turn/end of a turn or a seq between turns (see tiller log ${id})`
-                      : `--at ${error.boundary} is not a seq of the log (see tiller log ${id})`
+                      ? `${error.boundary === undefined ? "its log ends inside a turn" : `seq ${error.boundary} is inside a turn`}${note}; --at N names an ended turn, --at-seq SEQ a turn/end or a seq between turns (see tiller log ${id})`
+                      : `--at-seq ${error.boundary} is not a seq of the log (see tiller log ${id})`
                   }`
                 })
               ))
@@ -331,7 +371,7 @@ const forkCommand = Command.make("fork", {
       )
       const { header } = yield* Environment.loadSession(childId)
       yield* Output.lines([`forked ${id} at seq ${header.parent?.boundary ?? "?"} as ${childId}`])
-    }), { agent: false })).pipe(Command.withDescription("Copy a session up to a closed turn into a new session"))
+    }), { agent: false })).pipe(Command.withDescription("Copy a session up to the end of a turn (--at N, a turn number) or up to a seq (--at-seq SEQ) into a new session"))
 
 const compactCommand = Command.make("compact", {
   id: sessionId,

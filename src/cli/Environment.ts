@@ -51,6 +51,8 @@ export interface GlobalOptions {
   readonly allow?: ReadonlyArray<string>
   /** `--dangerously-skip-permissions`: `--permission-mode bypassPermissions`. */
   readonly skipPermissions?: boolean
+  /** `--max-steps` of the commands that run turns: the most steps one turn runs (default: the agent's). */
+  readonly maxSteps?: Option.Option<number>
 }
 
 /**
@@ -277,7 +279,15 @@ export const layer = (
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
       const compaction = contextWindow === undefined ? {} : { contextWindow }
       // The model may read back what compaction took out of its context (read_history).
-      return Sessions.layer({ idleTimeToLive: 0, model: model.header, ...retry, compaction, readHistory: true }).pipe(
+      const maxSteps = Option.getOrUndefined(options.maxSteps ?? Option.none())
+      return Sessions.layer({
+        idleTimeToLive: 0,
+        model: model.header,
+        ...retry,
+        compaction,
+        readHistory: true,
+        ...(maxSteps === undefined ? {} : { maxSteps })
+      }).pipe(
         Layer.provideMerge(Layer.merge(model.layer, tools)),
         Layer.provideMerge(SqliteSessionStore.layer({ filename: options.db }))
       )

@@ -33,7 +33,10 @@ header .meta { color: #5b6474; font-size: 12px; }
 .row .seq:hover { text-decoration: underline; }
 .row .lane { background: #f0f3f9; border-left: 3px solid #c9d3e6; min-height: 100%; padding: 0 6px; font-size: 12px; }
 .row.inbox .lane { background: #e8eefb; border-left-color: #6f8fd8; }
-.row.target { outline: 2px solid #f5a524; outline-offset: -2px; background: #fff8e6; }
+/* A row a link scrolls to stops below the sticky header (its height, kept in --tiller-header by the
+   script; a generous default without it) and is marked, whether the page or the browser scrolled. */
+.row { scroll-margin-top: var(--tiller-header, 12rem); }
+.row.target, .row:target { outline: 2px solid #f5a524; outline-offset: -2px; background: #fff8e6; }
 .d0 .main { font-weight: 600; font-size: 15px; }
 .d0 { background: #fff; border-top: 2px solid #9aa5b8; margin-top: 10px; }
 .d1 .main { padding-left: 14px; }
@@ -308,6 +311,11 @@ function tillerStart(doc, data) {
   function el(tag, cls, text) { var x = doc.createElement(tag); if (cls) x.className = cls; if (text !== undefined) x.textContent = text; return x; }
   var list = doc.getElementById("rows"), count = doc.getElementById("count");
   while (list.firstChild) list.removeChild(list.firstChild);
+  // The header's height, for the rows' scroll-margin-top: kept as the header grows (its controls
+  // fill in below, a narrow window wraps them).
+  var header = doc.querySelector ? doc.querySelector("header") : null;
+  function keepHeaderHeight() { if (header && doc.documentElement && doc.documentElement.style) doc.documentElement.style.setProperty("--tiller-header", (header.offsetHeight + 8) + "px"); }
+  if (header && typeof ResizeObserver !== "undefined") new ResizeObserver(keepHeaderHeight).observe(header);
   function blockOf(text, limit) {
     var lines = text.split("\n");
     if (text.length <= limit && lines.length <= 12) return el("pre", "", text);
@@ -462,7 +470,7 @@ function tillerStart(doc, data) {
   if (typeof IntersectionObserver !== "undefined") {
     new IntersectionObserver(function (entries) { if (entries[0].isIntersecting && state.rendered < state.visible.length) renderMore(); }, { rootMargin: "1500px" }).observe(sentinel);
   }
-  function fromHash() { var m = /^#seq-(\d+)$/.exec(doc.location ? doc.location.hash : ""); if (m) goTo(Number(m[1])); }
+  function fromHash() { keepHeaderHeight(); var m = /^#seq-(\d+)$/.exec(doc.location ? doc.location.hash : ""); if (m) goTo(Number(m[1])); }
   refresh();
   if (typeof window !== "undefined") window.addEventListener("hashchange", fromHash);
   fromHash();

@@ -267,7 +267,8 @@ export class SessionExists extends Schema.TaggedError<SessionExists>("tiller/Ses
   sessionId: Schema.String
 }) {
   override get message(): string {
-    return `session ${this.sessionId} already exists`
+    return `session ${this.sessionId} already exists; to continue it use Agent.layer({ resume: "${this.sessionId}" }), ` +
+      `or { open: "${this.sessionId}" } to resume it when stored and create it otherwise`
   }
 }
 

@@ -15,7 +15,6 @@ import type {
   UnsupportedLogVersion
 } from "../domain/Errors.js"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
-import type { SessionId } from "../domain/Ids.js"
 import type { RequestHeader } from "../domain/Values.js"
 import { currentActivity, watchStops } from "../internal/loop/Activity.js"
 import { makeStopWatch } from "../internal/loop/StopWatch.js"
@@ -48,6 +47,7 @@ import { Tools } from "../services/Tools.js"
 import { withAgentTool } from "../internal/loop/AgentTool.js"
 import { contextWindowOf } from "../internal/compaction/Budget.js"
 import { DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
+import type { OpenTarget } from "./Session.js"
 import { acquireState } from "./Session.js"
 
 /**
@@ -67,6 +67,11 @@ export interface AgentOptions {
    * turn ends with the failure code `RETRY_DELAY_TOO_LONG`, whose message says what was asked for.
    */
   readonly maxRetryDelay?: Duration.DurationInput
+  /**
+   * The most steps one turn runs (default 100; `Infinity` for no limit). A turn that would open one
+   * more ends with `error`, failure code `MAX_STEPS`, its message naming the limit.
+   */
+  readonly maxSteps?: number
   readonly invariants?: "check" | "off"
   readonly eventTypes?: ReadonlyArray<string>
   readonly durability?: {
@@ -250,7 +255,7 @@ const acquireDriver = (
  * @category constructors
  */
 export const acquireAgent = (
-  options: AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })
+  options: AgentOptions & OpenTarget
 ): Effect.Effect<
   Context.Context<Driver | Inbox | SessionLog | PreStep | Hooks | HooksRunner | SessionState>,
   AgentOpenError,
@@ -297,11 +302,12 @@ export type AgentServices<O> =
  */
 export const Agent = {
   /**
-   * One agent on a new (`sessionId`) or stored (`resume`) session.
+   * One agent on a new (`sessionId`), a stored (`resume`), or either (`open`: resumed when stored,
+   * else created) session.
    *
    * @since 0.1.0
    */
-  layer: <const O extends AgentOptions & ({ readonly sessionId: SessionId } | { readonly resume: SessionId })>(
+  layer: <const O extends AgentOptions & OpenTarget>(
     options: O
   ): Layer.Layer<AgentServices<O>, AgentOpenError, SessionStore | Model | Tools> =>
     // `Compaction` is in the context exactly when the option is given (see `acquireAgent`).

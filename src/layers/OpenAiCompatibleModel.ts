@@ -9,8 +9,8 @@
  * The response's deltas become tiller's chunks; the final usage chunk becomes `usage`.
  *
  * A streamed reasoning field (`reasoning_content` or `reasoning`) is recorded in the message's
- * replay state; an assistant message with tool calls sends its reasoning back in that field. A refusal is streamed as text and
- * finishes as a `REFUSAL` error.
+ * replay state; an assistant message with tool calls sends its reasoning back in that field. A refusal streams no text
+ * (as with every adapter) and finishes as a `REFUSAL` error whose message holds the refusal's words.
  *
  * The transport, the SSE framing, the timeouts and HTTP failures are `ProviderHttp`'s; the events
  * are decoded by `ChatCompletionsEvents`; every failure is classified by the one table of

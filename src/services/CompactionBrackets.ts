@@ -196,7 +196,7 @@ export const summarise = (
         yield* log.append({
           type: "user/message",
           data: message,
-          surfaceOp: { op: "replace", start: range.start, end: range.end },
+          surfaceOp: { op: "replace", start: range.first, end: range.last },
           sourceEventSeqs: sortedUnique([...range.seqs, start.seq, written.seq])
         })
         const after = yield* writers.contextUsage

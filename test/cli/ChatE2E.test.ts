@@ -275,7 +275,7 @@ describe("tiller chat end to end", () => {
       expect(yield* tiller(dir, ["--db", DB, "check", "k"])).toMatchObject({ code: 0, stderr: "" })
     }), TIMEOUT)
 
-  it.scopedLive("fork --at a turn's end --as a new id; chat on the fork continues its turn numbering", () =>
+  it.scopedLive("fork --at a turn --as a new id; chat on the fork continues its turn numbering", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
       expect((yield* tiller(dir, ["--db", DB, "run", "first", "--session", "p"])).code).toBe(0)
@@ -283,7 +283,7 @@ describe("tiller chat end to end", () => {
       const parent = jsonLines((yield* tiller(dir, ["--db", DB, "log", "p", "--json"])).stdout)
       const firstEnd = parent.find((e) => e.type === "turn/end").seq
 
-      const fork = yield* tiller(dir, ["--db", DB, "fork", "p", "--at", String(firstEnd), "--as", "branch"])
+      const fork = yield* tiller(dir, ["--db", DB, "fork", "p", "--at", "1", "--as", "branch"])
       expect(fork).toEqual({ code: 0, stdout: `forked p at seq ${firstEnd} as branch\n`, stderr: "" })
       const sessions = yield* tiller(dir, ["--db", DB, "sessions"])
       expect(sessions.stdout).toMatch(new RegExp(`\\nbranch +1 +${firstEnd + 2} .*\\(fork of p at seq ${firstEnd}\\)\\n`))
@@ -337,7 +337,7 @@ describe("tiller chat end to end", () => {
       const end = source.find((e) => e.type === "turn/end").seq
 
       // The fork at the turn's end: nothing the source left pending is the child's (SPEC D11).
-      expect((yield* tiller(dir, ["--db", DB, "fork", "src", "--at", String(end), "--as", "child"])).code).toBe(0)
+      expect((yield* tiller(dir, ["--db", DB, "fork", "src", "--at-seq", String(end), "--as", "child"])).code).toBe(0)
       const onChild = yield* chatRun(dir, ["--db", DB, "chat", "--session", "child"], { input: "/status\n/queue new\n/quit\n" })
       expect(onChild.code).toBe(0)
       expectInOrder(onChild.stdout, [
@@ -434,6 +434,34 @@ describe("tiller chat end to end", () => {
       const side = jsonLines((yield* tiller(dir, ["--db", DB, "log", "side", "--json"])).stdout)
       expect(side.slice(0, ends[0] + 1)).toEqual(source.slice(0, ends[0] + 1))
       expect(yield* tiller(dir, ["--db", DB, "check", "side"])).toMatchObject({ code: 0 })
+    }), TIMEOUT)
+
+  it.scopedLive("--at is a turn number in tiller fork and in /fork alike, --at-seq a seq; forks are named s-... as chats are", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      expect((yield* tiller(dir, ["--db", DB, "run", "first", "--session", "f"])).code).toBe(0)
+      expect((yield* tiller(dir, ["--db", DB, "run", "second", "--session", "f"])).code).toBe(0)
+      const source = jsonLines((yield* tiller(dir, ["--db", DB, "log", "f", "--json"])).stdout)
+      const ends = source.filter((e) => e.type === "turn/end").map((e) => e.seq)
+      // The same turn, from the command line and from the chat.
+      const cli = yield* tiller(dir, ["--db", DB, "fork", "f", "--at", "1"])
+      expect(cli.code).toBe(0)
+      expect(cli.stdout).toMatch(new RegExp(`^forked f at seq ${ends[0]} as s-[0-9a-f]{12}\\n$`))
+      expect((yield* tiller(dir, ["--db", DB, "fork", "f", "--at-turn", "1", "--as", "t1"])).stdout).toBe(`forked f at seq ${ends[0]} as t1\n`)
+      expect((yield* tiller(dir, ["--db", DB, "fork", "f", "--at-seq", String(ends[0]), "--as", "s1"])).stdout).toBe(`forked f at seq ${ends[0]} as s1\n`)
+      expect(yield* tiller(dir, ["--db", DB, "fork", "f", "--at", "9"])).toMatchObject({
+        code: 1,
+        stderr: "tiller: cannot fork f: turn 9 has not ended (or does not exist) (see tiller log f)\n"
+      })
+      expect((yield* tiller(dir, ["--db", DB, "fork", "f", "--at", "1", "--at-seq", "3"])).stderr).toContain("not both")
+      const chat = yield* chatRun(dir, ["--db", DB, "chat", "--session", "f"], { input: `/fork --at 1\n/fork --at-seq ${ends[0]} --as c1\n/quit\n` })
+      expect(chat.code).toBe(0)
+      expect(chat.stdout).toMatch(new RegExp(`\\(forked at the end of turn 1, seq ${ends[0]}, as s-[0-9a-f]{12}; continue it with: tiller resume s-[0-9a-f]{12}\\)\\n`))
+      expect(chat.stdout).toContain(`(forked at the end of turn 1, seq ${ends[0]}, as c1; continue it with: tiller resume c1)\n`)
+      const help = yield* tiller(dir, ["fork", "--help"])
+      expect(help.stdout).toContain("(--at, --at-turn N)")
+      expect(help.stdout).toContain("--at-seq SEQ")
+      expect(help.stdout).toContain("a turn number as the chat's /fork --at N")
     }), TIMEOUT)
 
   it.scopedLive("check on a corrupted database: a rule violation and an unreadable row exit 1 with readable messages", () =>

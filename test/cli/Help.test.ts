@@ -27,14 +27,14 @@ describe("tiller --help", () => {
       expect(top.stdout).toContain("$ tiller [--db FILE] [--model NAME]")
       expect(top.stdout).toContain("[--add-dir DIR]... [--permission-mode MODE] [--allow RULE]... [--dangerously-skip-permissions] COMMAND")
       expect(top.stdout).toMatch(/\n--permission-mode MODE\n\n {2}One of the following: default, acceptEdits, plan, bypassPermissions\n\n {2}default: Read, Glob and Grep run/)
-      expect(top.stdout).toMatch(/\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] <PROMPT> +One headless turn/)
+      expect(top.stdout).toMatch(/\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] \[--max-steps N\] <PROMPT> +One headless turn/)
       const chat = yield* tiller(dir, ["chat", "--help"], piped)
-      expect(chat.stdout).toContain("$ tiller chat [--session ID]\n")
+      expect(chat.stdout).toContain("$ tiller chat [--session ID] [--max-steps N]\n")
       // The global options are listed under the subcommand too.
       expect(chat.stdout).toMatch(/GLOBAL OPTIONS[^\n]*\n\n--db FILE\n\n {2}The SQLite file that holds the sessions/)
       expect(chat.stdout).toContain("--model NAME")
       const run = yield* tiller(dir, ["run", "--help"], piped)
-      expect(run.stdout).toContain("$ tiller run [--inject TEXT]... [--json] [--session ID] <PROMPT>\n")
+      expect(run.stdout).toContain("$ tiller run [--inject TEXT]... [--json] [--session ID] [--max-steps N] <PROMPT>\n")
       // Help writes nothing: no database appears.
       expect(yield* tiller(dir, ["sessions"])).toMatchObject({ stdout: `no sessions in ./.tiller/sessions.db\n` })
     }), TIMEOUT)

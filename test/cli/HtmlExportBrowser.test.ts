@@ -197,6 +197,38 @@ describe("the HTML export in Chromium", () => {
       await context.close()
     }), 90_000)
 
+  it.live("a deep link FILE#seq-N shows its row below the sticky header, highlighted", () =>
+    Effect.promise(async () => {
+      const { context, errors, leaks } = await offline()
+      // Rows near the start, in the middle and near the end: each seen whole below the header.
+      const seqs = [seqOf("llm/retry"), seqOf("user/message", (e) => e.data.content[0].text === "look at the clock too"), events[Math.floor(events.length / 2)].seq, events.at(-3).seq]
+      for (const seq of seqs) {
+        const linked = await context.newPage()
+        await linked.goto(`${pathToFileURL(page).href}#seq-${seq}`)
+        const target = linked.locator(".row.target")
+        await target.waitFor()
+        // Let any scroll the navigation does settle before measuring.
+        await linked.waitForTimeout(300)
+        const header = (await linked.locator("header").boundingBox())!
+        const box = (await target.boundingBox())!
+        const where = `seq ${seq}: row at ${box.y}-${box.y + box.height}, header to ${header.y + header.height}`
+        expect(box.y, where).toBeGreaterThanOrEqual(header.y + header.height)
+        expect(box.y + box.height, where).toBeLessThanOrEqual(900)
+        // Highlighted: the row the link names matches :target and carries the marked colours.
+        const id = (await target.getAttribute("id"))!
+        const shown = linked.locator(`[id="${id}"]`)
+        const style = await shown.evaluate((el: any) => {
+          const computed = (globalThis as any).getComputedStyle(el)
+          return { background: computed.backgroundColor as string, outline: computed.outlineStyle as string }
+        })
+        expect(style, where).toEqual({ background: "rgb(255, 248, 230)", outline: "solid" })
+        await linked.close()
+      }
+      expect(errors).toEqual([])
+      expect(leaks).toEqual([])
+      await context.close()
+    }), 90_000)
+
   it.live("a session of 100,000 events shows its first rows within the budget, answers a click, then reads the rest", () =>
     Effect.promise(async () => {
       const big = repeatSession(events, 100_000) as ReadonlyArray<SessionEvent>

@@ -113,7 +113,7 @@ describe("read-only commands", () => {
       expect(check.code).toBe(0)
       const fork = yield* tiller(dir, ["--db", "t.db", "fork", "busy"])
       expect(fork.code).toBe(1)
-      expect(fork.stderr).toMatch(/^tiller: cannot fork busy: its log ends inside a turn \(session busy is open in pid \d+, which may be running a turn\); --at must name/)
+      expect(fork.stderr).toMatch(/^tiller: cannot fork busy: its log ends inside a turn \(session busy is open in pid \d+, which may be running a turn\); --at N names an ended turn, --at-seq SEQ a turn\/end/)
       expect(fork.stderr).not.toContain("undefined")
       yield* chat.send("/quit")
       expect((yield* chat.exit).code).toBe(0)

@@ -206,11 +206,38 @@ describe("tiller CLI", () => {
       expect(jsonLines((yield* tiller(dir, ["log", "p", "--json"])).stdout)).toEqual(parent)
 
       const inside = parent.findIndex((e) => e.type === "step/start")
-      const refused = yield* tiller(dir, ["fork", "p", "--at", String(inside), "--as", "c2"])
+      const refused = yield* tiller(dir, ["fork", "p", "--at-seq", String(inside), "--as", "c2"])
       expect(refused.code).toBe(1)
       expect(refused.stderr).toContain(`tiller: cannot fork p: seq ${inside} is inside a turn`)
       expect((yield* tiller(dir, ["fork", "p", "--as", "child"])).stderr).toBe("tiller: cannot fork p: a session child already exists\n")
       expect(yield* tiller(dir, ["resume", "nope"])).toMatchObject({ code: 1, stderr: "tiller: no session nope in ./.tiller/sessions.db\n" })
+    }), TIMEOUT)
+
+  it.scopedLive("--max-steps N: run, chat, resume and handoff end a turn that would run more steps with MAX_STEPS; log shows why", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const reason = "error: the turn reached its step limit of 1 step (maxSteps, --max-steps) with the model still calling tools; " +
+        "a new prompt continues from the tool results (MAX_STEPS)"
+      // The demo model calls the clock in step 1 and would answer in step 2.
+      const run = yield* tiller(dir, ["run", "/clock now", "--max-steps", "1", "--session", "m"])
+      expect(run.code).toBe(1)
+      expect(run.stderr).toContain(`turn 1 of session m ended: ${reason}`)
+      const log = yield* tiller(dir, ["log", "m"])
+      expect(log.stdout).toContain(`turn 1     end: ${reason}`)
+      // Without the option the same prompt completes in two steps.
+      expect((yield* tiller(dir, ["run", "/clock now", "--session", "n"])).code).toBe(0)
+      const chat = yield* tiller(dir, ["chat", "--session", "c", "--max-steps", "1"], { input: "/clock now\n/quit\n" })
+      expect(chat.code).toBe(0)
+      expect(chat.stdout).toContain("MAX_STEPS")
+      const resume = yield* tiller(dir, ["resume", "c", "--max-steps", "1"], { input: "/clock again\n/quit\n" })
+      expect(resume.stdout).toContain("MAX_STEPS")
+      const handoff = yield* tiller(dir, ["handoff", "n", "/clock now", "--as", "h", "--max-steps", "1"])
+      expect(handoff.code).toBe(1)
+      expect((yield* tiller(dir, ["log", "h"])).stdout).toContain(`turn 1     end: ${reason}`)
+      for (const command of ["run", "chat", "resume", "handoff"]) {
+        expect((yield* tiller(dir, [command, "--help"])).stdout, command).toContain("--max-steps N")
+      }
+      expect((yield* tiller(dir, ["run", "x", "--max-steps", "0"])).code).toBe(2)
     }), TIMEOUT)
 
   it.scopedLive("Read and Glob stay inside the working directory and the --add-dir directories", () =>

@@ -60,3 +60,50 @@ describe("Agent.layer: the compaction option", () => {
       Layer.provideMerge(environment)
     ))))
 })
+
+describe("Agent.layer: which session it opens", () => {
+  const prompted = (id: string, text: string) =>
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      yield* driver.followup(userMessage({ id, text }))
+      yield* driver.whenIdle
+      return (yield* (yield* SessionLog).messages).map((m) => m.id)
+    })
+  const scripted = ScriptedModel.layer([ScriptedModel.text("one"), ScriptedModel.text("two")])
+
+  it.scoped("`open` creates a session that is not stored and resumes one that is: the same program runs twice on one store", () =>
+    Effect.gen(function*() {
+      const agent = Agent.layer({ open: SessionId.make("again"), model: { provider: "p", model: "m" } })
+      const first = yield* Effect.scoped(Effect.provide(prompted("q1", "first"), agent))
+      const second = yield* Effect.scoped(Effect.provide(prompted("q2", "second"), agent))
+      expect(first).toEqual(["q1", first[1]])
+      expect(second.slice(0, 3)).toEqual(["q1", first[1], "q2"])
+      const { events, header } = yield* (yield* SessionStore).load(SessionId.make("again"))
+      expect(header.sessionId).toBe("again")
+      expect(events.filter((e) => e.type === "turn/start").map((e) => e.data)).toEqual([{ turn: 1 }, { turn: 2 }])
+      expect(checkLog(events, { closed: true })).toEqual([])
+    }).pipe(Effect.provide(Layer.mergeAll(SessionStore.layerMemory, scripted, Tools.layer({ tools: [] })))))
+
+  it.scoped("`sessionId` on a stored session fails with SessionExists, whose message names `resume` and `open`", () =>
+    Effect.gen(function*() {
+      yield* Effect.scoped(Effect.provide(prompted("q1", "first"), Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } })))
+      const error = yield* Effect.flip(Effect.scoped(Effect.provide(prompted("q2", "second"), Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } }))))
+      expect(error._tag).toBe("SessionExists")
+      expect(error.message).toBe(
+        "session s already exists; to continue it use Agent.layer({ resume: \"s\" }), or { open: \"s\" } to resume it when stored and create it otherwise"
+      )
+    }).pipe(Effect.provide(Layer.mergeAll(SessionStore.layerMemory, scripted, Tools.layer({ tools: [] })))))
+
+  it.scoped("`open` of a session created by someone else between its look-up and its create resumes it (the failed create holds no lease)", () =>
+    Effect.gen(function*() {
+      yield* Effect.scoped(Effect.provide(prompted("q1", "first"), Agent.layer({ sessionId: SessionId.make("raced"), model: { provider: "p", model: "m" } })))
+      // A store that never admits the session is there: every create of it fails SessionExists.
+      const store = yield* SessionStore
+      const blind = Layer.succeed(SessionStore, { ...store, exists: () => Effect.succeed(false) })
+      const ids = yield* Effect.scoped(Effect.provide(
+        prompted("q2", "second"),
+        Agent.layer({ open: SessionId.make("raced"), model: { provider: "p", model: "m" } }).pipe(Layer.provide(blind))
+      ))
+      expect(ids.slice(0, 3)).toEqual(["q1", ids[1], "q2"])
+    }).pipe(Effect.provide(Layer.mergeAll(SessionStore.layerMemory, scripted, Tools.layer({ tools: [] })))))
+})

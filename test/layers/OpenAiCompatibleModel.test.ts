@@ -386,7 +386,7 @@ describe("OpenAiCompatibleModel chunks", () => {
         Chunks.stop
       ])
     }))
-  it.scoped("delta.refusal is streamed as text and finishes as a non-retryable REFUSAL error", () =>
+  it.scoped("delta.refusal streams no text and finishes as a non-retryable REFUSAL error holding its words", () =>
     Effect.gen(function*() {
       const { label, run: out } = yield* run([Fake.sse([
         Fake.chunk({ role: "assistant", content: null, refusal: "" }),
@@ -397,7 +397,6 @@ describe("OpenAiCompatibleModel chunks", () => {
       ])])
       expect(out.error).toStrictEqual(Option.none())
       expect(out.chunks).toStrictEqual([
-        ...Chunks.textBlock(0, "I'm sorry, I can't", " assist with that request."),
         { type: "usage", usage: tillerUsage },
         {
           type: "finish",
@@ -996,7 +995,7 @@ describe("OpenAiCompatibleModel in an agent", () => {
       }).pipe(Effect.provide(agent(server)))
     }))
 
-  it.scoped("a refusal is kept as streamed text and ends the turn with REFUSAL, without a retry", () =>
+  it.scoped("a refusal streams no text chunk and ends the turn with REFUSAL holding its words, without a retry", () =>
     Effect.gen(function*() {
       const server = yield* Fake.make([
         Fake.sse([Fake.chunk({ role: "assistant", content: null, refusal: "" }), Fake.chunk({ refusal: "I can't help with that." }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]),
@@ -1008,7 +1007,7 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), ...textChunks, "CH(usage)", "CH(finish error)",
+          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(usage)", "CH(finish error)",
           "SE(1,1)", "TE(1,error(REFUSAL))"
         ])
         expect(checkLog(all, { closed: true })).toStrictEqual([])

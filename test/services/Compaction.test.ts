@@ -19,10 +19,11 @@ import { Compaction, PreCompactDecision } from "../../src/services/Compaction.js
 import { Driver } from "../../src/services/Driver.js"
 import { forkSession } from "../../src/services/Fork.js"
 import { Hooks } from "../../src/services/Hooks.js"
+import { ReadHistory } from "../../src/services/ReadHistory.js"
 import type { Model, ModelRequest } from "../../src/services/Model.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
-import type { ToolDefinition } from "../../src/services/Tools.js"
+import type { ToolDefinition, ToolOutput } from "../../src/services/Tools.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
 import { agentTest, notation, scenario, TEXT, user } from "../agent/harness.js"
 
@@ -465,9 +466,13 @@ describe("Compaction: summaries", () => {
         "compaction/start", "compaction/summary", "UM~", "compaction/end"
       ])
       const cSeq = (yield* logEvents).filter((e) => e.type === "assistant/message")[2]!.seq
-      expect(added[0]!.data).toMatchObject({ turn: null, kind: "summary", trigger: "manual", focus: "the D work", range: { start: firstSeq, end: cSeq, nodes: 3 } })
+      const aSeq = (yield* logEvents).find((e) => e.type === "user/message" && (e.data as Message).id === "A")!.seq
+      // The range covers the originals, low to high: the previous summary counts by what it replaced.
+      expect(added[0]!.data).toMatchObject({ turn: null, kind: "summary", trigger: "manual", focus: "the D work", range: { start: aSeq, end: cSeq, nodes: 3 } })
       expect(added[1]!.data).toMatchObject({ updates: firstSeq })
-      expect(report).toMatchObject({ trigger: "manual", pruned: 0, summarised: { start: firstSeq, nodes: 3 } })
+      expect(report).toMatchObject({ trigger: "manual", pruned: 0, summarised: { start: aSeq, end: cSeq, nodes: 3 } })
+      // The replace op still names the range's surface endpoints in surface order.
+      expect((added[2] as EventOf<"user/message">).surfaceOp).toEqual({ op: "replace", start: firstSeq, end: cSeq })
       const asked = textOfMessage((yield* requests).at(-1)!.messages[0]!)
       expect(asked.startsWith("<previous-summary>\nSUMMARY-1\n</previous-summary>\n\n<conversation>\n[user] C\n[assistant] c\n</conversation>")).toBe(true)
       expect(asked).toContain("Update the previous summary above")
@@ -479,6 +484,31 @@ describe("Compaction: summaries", () => {
       expect(messages[0]!.id).not.toBe(first.id)
       expect(yield* clean).toEqual([])
     }).pipe(Effect.provide(withCompaction([...summaryScript, ScriptedModel.text("SUMMARY-2")], { compaction: summaryOptions }))))
+
+  it.scoped("an automatic summary then a manual one: every range is low to high and the suggested read_history call works", () =>
+    Effect.gen(function*() {
+      yield* fourTurns
+      yield* (yield* Compaction).compact
+      const events = yield* logEvents
+      const starts = events.filter((e) => e.type === "compaction/start").map((e) => (e.data as { readonly range: { readonly start: number; readonly end: number } }).range)
+      expect(starts.length).toBe(2)
+      for (const range of starts) expect(range.start).toBeLessThanOrEqual(range.end)
+      const summaries = events.filter((e) => e.type === "user/message" && sourceOf(e.data as Message).kind === "compaction")
+      const aSeq = events.find((e) => e.type === "user/message" && (e.data as Message).id === "A")!.seq
+      const read = yield* ReadHistory.tool()
+      for (const summary of summaries) {
+        const text = textOfMessage(summary.data as Message)
+        const match = /read them back with read_history (\{[^}]*\})/.exec(text)
+        expect(match).not.toBeNull()
+        const args = JSON.parse(match![1]!) as { readonly from: number; readonly to: number }
+        expect(args.from).toBeLessThanOrEqual(args.to)
+        expect(args.from).toBe(aSeq)
+        const page = (yield* read.execute(args as never, {} as never)) as ToolOutput
+        expect(page.isError).toBe(false)
+        expect(JSON.stringify(page.content)).toContain("A xxx")
+      }
+      expect(yield* clean).toEqual([])
+    }).pipe(Effect.provide(withCompaction([...summaryScript, ScriptedModel.text("SUMMARY-2")], { compaction: { ...summaryOptions, readHistory: true } }))))
 
   it.scoped("a configured summary model writes the summary instead of the session's, under its own names", () =>
     Effect.gen(function*() {

@@ -65,15 +65,27 @@ export interface SummaryRules {
 }
 
 /**
- * A range to summarise: its endpoints, every shadowed seq, their estimated tokens, and the previous
- * summary inside it (its seq and text).
+ * A range to summarise: the span of log seqs it covers (`start` ≤ `end`), its first and last surface
+ * nodes (the replace op's endpoints, in surface order), every shadowed seq, their estimated tokens,
+ * and the previous summary inside it (its seq and text).
+ *
+ * The span covers the originals: a replacement node in the range (a previous summary, a pruned
+ * result) counts by the messages it replaced, so `read_history` over the span reads all of them.
+ * Surface order is not seq order (a summary written late sits first), so the span is never taken
+ * from the endpoints.
  *
  * @since 0.1.0
  * @category models
  */
 export interface SummaryRange {
+  /** The lowest log seq the summary covers. */
   readonly start: number
+  /** The highest log seq the summary covers (never below `start`). */
   readonly end: number
+  /** The range's first surface node (the replace op's `start`). */
+  readonly first: number
+  /** The range's last surface node (the replace op's `end`). */
+  readonly last: number
   readonly seqs: ReadonlyArray<number>
   readonly tokens: number
   readonly previous: { readonly seq: number; readonly text: string } | undefined
@@ -164,7 +176,41 @@ export const planSummary = (view: LogView, rules: SummaryRules): SummaryRange | 
     const message = messageOf(event)
     if (message !== undefined) tokens += tokensOfMessage(message)
   }
-  return { start: seqs[0]!, end: seqs[seqs.length - 1]!, seqs, tokens, previous }
+  const span = originalSpan(view, seqs)
+  return { start: span.low, end: span.high, first: seqs[0]!, last: seqs[seqs.length - 1]!, seqs, tokens, previous }
+}
+
+const isMessageEvent = (event: SessionEvent | undefined): boolean =>
+  event?.type === "user/message" || event?.type === "assistant/message" || event?.type === "tool/result"
+
+/**
+ * The lowest and highest seq of the original messages behind surface nodes: a replacement counts by
+ * the messages among its `sourceEventSeqs` (followed through earlier replacements), any other node
+ * by its own seq.
+ */
+const originalSpan = (view: LogView, seqs: ReadonlyArray<number>): { readonly low: number; readonly high: number } => {
+  let low = Number.POSITIVE_INFINITY
+  let high = Number.NEGATIVE_INFINITY
+  const seen = new Set<number>()
+  const pending = [...seqs]
+  while (pending.length > 0) {
+    const seq = pending.pop()!
+    if (seen.has(seq)) continue
+    seen.add(seq)
+    const event = view.eventAt(seq)
+    const op = (event as { readonly surfaceOp?: unknown } | undefined)?.surfaceOp
+    const sources = (event as { readonly sourceEventSeqs?: ReadonlyArray<number> } | undefined)?.sourceEventSeqs
+    if (typeof op === "object" && sources !== undefined) {
+      const replaced = sources.filter((source) => isMessageEvent(view.eventAt(source)))
+      if (replaced.length > 0) {
+        pending.push(...replaced)
+        continue
+      }
+    }
+    low = Math.min(low, seq)
+    high = Math.max(high, seq)
+  }
+  return { low, high }
 }
 
 /**
@@ -224,7 +270,7 @@ const entryOf = (view: LogView, event: SessionEvent): string | undefined => {
  * @since 0.1.0
  * @category constructors
  */
-export const transcriptOf = (view: LogView, range: SummaryRange, maxCharacters: number): string => {
+export const transcriptOf = (view: LogView, range: Pick<SummaryRange, "seqs" | "previous">, maxCharacters: number): string => {
   const entries: Array<string> = []
   for (const seq of range.seqs) {
     if (seq === range.previous?.seq) continue
@@ -291,7 +337,7 @@ const summaryBodyOf = (text: string): string => {
  * @since 0.1.0
  * @category constructors
  */
-export const summaryText = (range: SummaryRange, summary: string, recall = false): string =>
+export const summaryText = (range: Pick<SummaryRange, "start" | "end">, summary: string, recall = false): string =>
   `${SUMMARY_HEADING}: log seqs ${range.start}–${range.end} are compacted into it; the originals stay in the session log` +
   `${recall ? `, read them back with ${rangeCall(range.start, range.end)}` : ""}]\n\n${summary.trim()}`
 

@@ -27,6 +27,8 @@ export interface RequestDefaults {
   readonly temperature?: number
   /** The longest a `Retry` may sleep (default 60 s). */
   readonly maxRetryDelay?: Duration.Duration
+  /** The most steps a turn runs (default `DEFAULT_MAX_STEPS`, see `StepLimit`). */
+  readonly maxSteps?: number
 }
 
 /**

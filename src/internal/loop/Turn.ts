@@ -29,6 +29,7 @@ import { peek, poke } from "../state/Peek.js"
 import { repairClosers } from "../../domain/Repair.js"
 import { claimSTM } from "../state/InboxOps.js"
 import { runStep } from "./Step.js"
+import { stepLimitFailure } from "./StepLimit.js"
 import { enteredByDefault } from "../../domain/Seams.js"
 
 const completed: TurnEndReason = { kind: "completed" }
@@ -112,6 +113,8 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       // What TX-STEP does on the phase and fold it reads: close the turn, or open the step.
       const decide = (phase: Phase, known: KnownIds): StepDecision => {
         if (Option.isSome(causeOf(phase))) return { _tag: "Close", reason: completed }
+        const limited = stepLimitFailure(step, ctx.defaults.maxSteps)
+        if (limited !== undefined) return { _tag: "Close", reason: errorReason(limited), report: { step, error: limited } }
         const invalid = checked.find(Either.isLeft)
         if (invalid !== undefined) {
           const failure = ownFailure("INVALID_MESSAGE", `pre-step entered an invalid message: ${invalid.left}`)

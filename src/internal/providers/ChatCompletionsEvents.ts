@@ -157,14 +157,14 @@ const parsePayload = (data: string): unknown => {
  * A decoder for one response from the host named `provider` (the prefix of every failure message).
  *
  * Block indexes are allocated in order of the blocks' starts. Reasoning and text deltas extend the
- * open block of their kind and close the other one; a refusal is text. The first tool call delta
+ * open block of their kind and close the other one; a refusal streams no text. The first tool call delta
  * closes both. Tool calls are tracked by their `index` (a delta with a new `id` at a known index is
  * a new call, as some hosts send every call at index 0); a call's block starts once its name is
  * known, with the call's `id` or, when the host sends none, `{callIdPrefix}_{n}`. The finish reason
  * closes every open block (a call without arguments gets `{}`; arguments that are not JSON fail
  * unless the reason is `length`). At `[DONE]`, or at the end of a body that had a finish reason,
  * come the usage, the replay state (the reasoning field, when reasoning was streamed) and the
- * finish; a refusal finishes as a `REFUSAL` error. A body that ends with neither is a retryable
+ * finish; a refusal finishes as a `REFUSAL` error whose message holds its words. A body that ends with neither is a retryable
  * `NETWORK` failure: the host cut the response.
  *
  * @since 0.1.0
@@ -326,10 +326,9 @@ export const make = (context: { readonly provider: string; readonly callIdPrefix
     const content = delta?.content ?? undefined
     if (content !== undefined && content !== "") textDelta(out, content)
     const refused = delta?.refusal ?? undefined
-    if (refused !== undefined && refused !== "") {
-      refusal += refused
-      textDelta(out, refused)
-    }
+    // A refusal is not text: its words are the REFUSAL failure's message, never a text chunk (no
+    // message would hold it: an error finish writes none).
+    if (refused !== undefined && refused !== "") refusal += refused
     const toolCalls = delta?.tool_calls ?? undefined
     if (toolCalls !== undefined && toolCalls.length > 0) {
       reasoning = close(out, reasoning)

@@ -3,7 +3,7 @@
  * tiller's stream chunks, and the replay state it leaves for the next request.
  *
  * Output items become blocks in the order they start: a `message` item is one text block (its
- * `output_text` and `refusal` parts), each summary part of a `reasoning` item one reasoning block
+ * `output_text` parts; a `refusal` part streams no text, its words are the `REFUSAL` failure's), each summary part of a `reasoning` item one reasoning block
  * (its text exactly as streamed), a `function_call` item one tool-call block whose id is the item's
  * `call_id`. Provider-executed items (`web_search_call`, `file_search_call`, ...) and items of an
  * unknown type produce no block and never fail the stream; unknown event types are ignored.
@@ -271,10 +271,7 @@ export const makeDecoder = (): ResponsesDecoder => {
     if (state.kind === "message" && !state.streamed) {
       for (const part of item.content ?? []) {
         if (part.type === "output_text") appendText(out, state, part.text ?? "")
-        if (part.type === "refusal") {
-          state.refusal += part.refusal ?? ""
-          appendText(out, state, part.refusal ?? "")
-        }
+        if (part.type === "refusal") state.refusal += part.refusal ?? ""
       }
     }
     if (state.kind === "reasoning" && !state.streamed) {
@@ -383,9 +380,10 @@ export const makeDecoder = (): ResponsesDecoder => {
       case "response.output_text.delta":
         return delta(decodeDelta(json), "message", (out, state, event) => appendText(out, state, event.delta))
       case "response.refusal.delta":
-        return delta(decodeDelta(json), "message", (out, state, event) => {
+        // A refusal is not text: its words are the REFUSAL failure's message, never a text chunk.
+        return delta(decodeDelta(json), "message", (_out, state, event) => {
           state.refusal += event.delta
-          appendText(out, state, event.delta)
+          state.streamed = true
         })
       case "response.reasoning_summary_text.delta":
       case "response.reasoning_text.delta":

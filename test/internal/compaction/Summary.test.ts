@@ -141,7 +141,7 @@ describe("planSummary", () => {
   })
 
   it("finds the previous summary in the range: its text without the heading", () => {
-    const previous = summaryText({ start: 0, end: 9, seqs: [], tokens: 0, previous: undefined }, "OLD SUMMARY")
+    const previous = summaryText({ start: 0, end: 9 }, "OLD SUMMARY")
     const view = viewOf(logOf([{ u: previous, kind: "compaction" }, { u: "B" }, { a: "b" }, { u: "C" }, { a: "c" }]))
     const range = planSummary(view, rules(5))!
     expect(range.previous).toEqual({ seq: 0, text: "OLD SUMMARY" })

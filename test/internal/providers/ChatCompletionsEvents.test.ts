@@ -207,7 +207,7 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
 })
 
 describe("ChatCompletionsEvents refusals", () => {
-  it("delta.refusal is streamed as text and the response finishes with a non-retryable REFUSAL error", () => {
+  it("delta.refusal streams no text: the response finishes with a non-retryable REFUSAL error holding its words", () => {
     const out = decode([
       data(chunk({ role: "assistant", content: null, refusal: "" })),
       data(chunk({ refusal: "I'm sorry," })),
@@ -218,7 +218,6 @@ describe("ChatCompletionsEvents refusals", () => {
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
-      ...Chunks.textBlock(0, "I'm sorry,", " I can't assist with that request."),
       Chunks.usage({ inputTokens: 79, outputTokens: 11, totalTokens: 90, reasoningTokens: 0 }),
       {
         type: "finish",
@@ -234,10 +233,10 @@ describe("ChatCompletionsEvents refusals", () => {
     ])
   })
 
-  it("a long refusal is shortened in the failure message, never in the text", () => {
+  it("a long refusal is shortened in the failure message, and streams no text", () => {
     const long = "no ".repeat(200)
     const out = decode([data(chunk({ refusal: long })), data(chunk({}, "stop")), DONE])
-    expect(out.chunks[1]).toStrictEqual({ type: "text-delta", index: 0, text: long })
+    expect(out.chunks.filter((c) => c.type !== "finish")).toStrictEqual([])
     const finish = out.chunks.at(-1)
     expect(finish?.type === "finish" && finish.finish.kind === "error" ? finish.finish.failure.message.length : 0).toBe(300)
   })

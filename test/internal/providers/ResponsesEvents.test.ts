@@ -261,7 +261,7 @@ describe("ResponsesEvents", () => {
     })
   })
 
-  it("a refusal is streamed as text and finishes with a REFUSAL error", () => {
+  it("a refusal streams no text and finishes with a REFUSAL error holding its words", () => {
     const { chunks, failure } = decode([
       created,
       message("msg_1", 0, "added", []),
@@ -274,7 +274,6 @@ describe("ResponsesEvents", () => {
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
-      ...Chunks.textBlock(0, "I'm sorry, ", "I can't help with that."),
       Chunks.usage({ inputTokens: 10, outputTokens: 9, totalTokens: 19, reasoningTokens: 0, cacheReadTokens: 0 }),
       {
         type: "finish",

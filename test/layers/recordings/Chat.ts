@@ -24,10 +24,8 @@ const expectResponse = (payloads: ReadonlyArray<any>, done: boolean): ExpectedRe
     for (const choice of p.choices ?? []) {
       const d = choice.delta ?? {}
       if (typeof d.content === "string") text += d.content
-      if (typeof d.refusal === "string") {
-        text += d.refusal
-        refusal += d.refusal
-      }
+      // A refusal streams no text: its words are the REFUSAL failure's message.
+      if (typeof d.refusal === "string") refusal += d.refusal
       for (const field of ["reasoning_content", "reasoning"]) {
         if (typeof d[field] === "string" && d[field] !== "") {
           reasoning += d[field]

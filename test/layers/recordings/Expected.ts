@@ -31,7 +31,7 @@ export type ExpectedFinish =
 
 /** One recorded response as tiller must see it. */
 export interface ExpectedResponse {
-  /** Every text delta of the response, concatenated (refusal text included). */
+  /** Every text delta of the response, concatenated (a refusal streams none: its words are in the REFUSAL failure). */
   readonly text: string
   /** Every reasoning delta, concatenated. */
   readonly reasoning: string

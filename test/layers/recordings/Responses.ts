@@ -43,7 +43,7 @@ const expectResponse = (payloads: ReadonlyArray<any>): ExpectedResponse => {
         text += p.delta
         break
       case "response.refusal.delta":
-        text += p.delta
+        // A refusal streams no text: its words are the REFUSAL failure's message.
         refusal += p.delta
         break
       case "response.reasoning_summary_text.delta":

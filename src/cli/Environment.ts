@@ -42,6 +42,8 @@ export interface GlobalOptions {
   readonly claudeHooks?: boolean
   /** `--read-session`: offer the model the read-only `read_session` tool over this database. */
   readonly readSession?: boolean
+  /** `--prices FILE`: model prices over tiller's table and the settings' (see `PriceSettings`). */
+  readonly prices?: Option.Option<string>
 }
 
 /**

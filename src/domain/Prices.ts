@@ -54,6 +54,8 @@ export const PRICES_AS_OF = "2025-11-01"
  * @category constants
  */
 export const PRICES: PriceTable = {
+  // tiller's offline demo model costs nothing.
+  "demo": { input: 0, output: 0 },
   // Anthropic: cache reads at 0.1x input, five-minute cache writes at 1.25x input.
   "claude-opus-4-5": { input: 5, output: 25, cacheRead: 0.5, cacheWrite: 6.25 },
   "claude-opus-4-1": { input: 15, output: 75, cacheRead: 1.5, cacheWrite: 18.75 },

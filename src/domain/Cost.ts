@@ -186,6 +186,6 @@ export const tallyJson = (tally: Tally) => ({
   cacheReadTokens: tally.cacheReadTokens,
   cacheWriteTokens: tally.cacheWriteTokens,
   outputTokens: tally.outputTokens,
-  usd: tally.unpriced.length > 0 && tally.usd === 0 ? null : Number(tally.usd.toFixed(6)),
+  usd: tally.unpriced.length > 0 && tally.usd === 0 ? null : Number(tally.usd.toFixed(9)),
   unpriced: tally.unpriced
 })

@@ -355,11 +355,11 @@ const exportCommand = Command.make("export", {
   id: sessionId,
   html: Options.file("html").pipe(Options.withDescription("The HTML file to write: one self-contained page with the session's timeline"))
 }, ({ html, id }) =>
-  withReader((reader) =>
+  withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
-      yield* exportHtml(header, events, html)
+      yield* exportHtml(header, events, html, yield* pricesOf(globals))
     }))).pipe(Command.withDescription("Export a session as one self-contained HTML page (timeline, inbox lane, search, filters, links to a seq)"))
 
 /**

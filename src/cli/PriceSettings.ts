@@ -8,7 +8,7 @@
  * @since 0.1.0
  */
 import { FileSystem, Path } from "@effect/platform"
-import { Effect, Either, ParseResult, Schema } from "effect"
+import { Effect, Either, Option, ParseResult, Schema } from "effect"
 import type { PriceTable } from "../domain/Prices.js"
 import * as Prices from "../domain/Prices.js"
 import { CliError } from "./CliError.js"
@@ -19,15 +19,16 @@ const Settings = Schema.Struct({ prices: Schema.optional(Prices.PriceTable) })
 const readJson = (file: string, optional: boolean) =>
   Effect.gen(function*() {
     const fs = yield* FileSystem.FileSystem
-    const text = yield* fs.readFileString(file).pipe(
-      Effect.map((t): string | undefined => t),
+    const read = yield* fs.readFileString(file).pipe(
+      Effect.map(Option.some),
       Effect.catchAll((error) =>
         optional && error._tag === "SystemError" && error.reason === "NotFound"
-          ? Effect.succeed(undefined)
+          ? Effect.succeedNone
           : Effect.fail(new CliError({ reason: `cannot read the prices in ${file}: ${error.message}` }))
       )
     )
-    if (text === undefined) return undefined
+    if (Option.isNone(read)) return undefined
+    const text = read.value
     const parsed = Either.try(() => JSON.parse(text) as unknown)
     if (Either.isLeft(parsed)) return yield* new CliError({ reason: `${file} is not valid JSON` })
     return parsed.right

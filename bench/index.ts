@@ -5,8 +5,8 @@
  * storage on SQLite beside raw better-sqlite3 (W2 ingest, W3 acknowledged injects, W4 resume) and
  * the footprint of many sessions (W5), then W1 side by side with peer agent loops, like-for-like
  * (`bench/w1/`, one child process per run; the peers install into `bench/node_modules` on first use).
- * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint`, `--only=compaction`
- * or `--only=peers` runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
+ * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint`, `--only=compaction`,
+ * `--only=caching` (prompt caching through each adapter, `bench/caching.ts`) or `--only=peers` runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
  * workload alone, for a `node --cpu-prof` run of the bundle (`node bench/cpuprofile.mjs` summarises
  * the profile). `--write` also writes the report to
  * `bench/RESULTS.md` and the charts to `bench/w4.svg` and `bench/w1.svg`; nothing else in the
@@ -27,6 +27,8 @@ import * as path from "node:path"
 import { DateTime, Effect } from "effect"
 import type { IdleFigures, RunningFigures } from "./footprint.js"
 import { idle, running } from "./footprint.js"
+import type { CachingFigures } from "./caching.js"
+import { caching, cachingReport } from "./caching.js"
 import type { CompactionRun, StepCost } from "./compaction.js"
 import { compactionRun, stepCost, stepRatio } from "./compaction.js"
 import { injectClaimRun } from "./inbox.js"
@@ -195,8 +197,8 @@ const resumeRunsOf = (s: Sizes) => (events: number): number =>
   s.resumeRuns[s.resumeSizes.indexOf(events)] ?? s.storageRuns
 const writeResults = args.has("--write")
 
-type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "compaction" | "peers"
-const groups: ReadonlyArray<Group> = ["log", "loop", "w1", "storage", "w2", "w3", "w4", "footprint", "compaction", "peers"]
+type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "compaction" | "caching" | "peers"
+const groups: ReadonlyArray<Group> = ["log", "loop", "w1", "storage", "w2", "w3", "w4", "footprint", "compaction", "caching", "peers"]
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="))?.slice("--only=".length)
 const only = groups.find((g) => g === onlyArg)
 if (onlyArg !== undefined && only === undefined) {
@@ -211,6 +213,7 @@ const runsInjects = only === undefined || only === "storage" || only === "w3"
 const runsResume = only === undefined || only === "storage" || only === "w4"
 const runsFootprint = only === undefined || only === "footprint"
 const runsCompaction = only === undefined || only === "compaction"
+const runsCaching = only === undefined || only === "caching"
 const runsPeers = only === undefined || only === "peers"
 
 const log = (line: string) => Effect.sync(() => console.error(line))
@@ -357,11 +360,22 @@ const benchmarks = (s: Sizes): Effect.Effect<Figures, unknown> =>
     const storageFigures = runsIngest || runsInjects || runsResume ? yield* storage(s) : undefined
     const footprintFigures = runsFootprint ? yield* footprint(s) : undefined
     const compactionFigures = runsCompaction ? yield* compaction(s) : undefined
+    if (runsCaching) yield* Effect.sync(() => console.error("prompt caching: a 20-step tool session through each adapter ..."))
+    const cachingFigures = runsCaching ? yield* caching() : undefined
     // W1 side by side with the peers: one child process per run, after tiller's own groups.
     const peers = runsPeers
       ? yield* Effect.promise(() => runW1Compare({ quick: s.label === "quick", log: (line) => console.error(line) }))
       : undefined
-    return { primitives: log, loop, latency, storage: storageFigures, footprint: footprintFigures, compaction: compactionFigures, peers }
+    return {
+      primitives: log,
+      loop,
+      latency,
+      storage: storageFigures,
+      footprint: footprintFigures,
+      compaction: compactionFigures,
+      caching: cachingFigures,
+      peers
+    }
   })
 
 const throughputTable = (results: ReadonlyArray<Throughput>): string =>
@@ -499,6 +513,7 @@ interface Figures {
   readonly storage: StorageFigures | undefined
   readonly footprint: FootprintFigures | undefined
   readonly compaction: CompactionFigures | undefined
+  readonly caching: ReadonlyArray<CachingFigures> | undefined
   readonly peers: W1Compare | undefined
 }
 
@@ -999,6 +1014,7 @@ const report = (s: Sizes, when: string, figures: Figures): string =>
     ...(figures.storage === undefined ? [] : storageReport(s, figures.storage)),
     ...(figures.footprint === undefined ? [] : footprintReport(figures.footprint)),
     ...(figures.compaction === undefined ? [] : compactionReport(figures.compaction)),
+    ...(figures.caching === undefined ? [] : cachingReport(figures.caching)),
     ...(figures.peers === undefined ? [] : [renderW1Compare(figures.peers)])
   ].join("\n")
 

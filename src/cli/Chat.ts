@@ -6,9 +6,12 @@
  * @since 0.1.0
  */
 import { Clock, Context, Effect, Either, Option, Stream } from "effect"
+import * as Cost from "../domain/Cost.js"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { newUserMessage } from "../domain/Message.js"
+import type { PriceTable } from "../domain/Prices.js"
+import * as Prices from "../domain/Prices.js"
 import { CancelCause } from "../domain/Values.js"
 import type { MessageSource, UserMessage } from "../domain/Values.js"
 import { Compaction } from "../services/Compaction.js"
@@ -27,7 +30,7 @@ import * as Output from "./Output.js"
 import * as PendingInput from "./PendingInput.js"
 import { CANCEL_GRACE, cancelRunningTurn, follow, saved, terminating, withinGrace } from "./SessionCommand.js"
 import type { InputEvent } from "./Terminal.js"
-import { chatView, describeReason, statusLine, textOf, timeline } from "./Timeline.js"
+import { chatView, describeReason, spentNote, statusLine, textOf, timeline } from "./Timeline.js"
 
 /**
  * The source of a message injected from the CLI.
@@ -96,6 +99,8 @@ export const chat = (
     readonly db: string
     readonly model: string
     readonly compositions?: Compositions.CompositionOptions
+    /** The prices the status line bills with (default: tiller's table). */
+    readonly prices?: PriceTable
   }
 ) =>
   Effect.scoped(Effect.gen(function*() {
@@ -111,8 +116,11 @@ export const chat = (
     // The share of the context window in use, for the status line (the CLI's agents manage their context).
     const compaction = Context.getOption(context as Context.Context<unknown>, Compaction)
     const usage = Effect.map(Effect.transposeOption(Option.map(compaction, (c) => c.contextUsage)), Option.getOrUndefined)
+    // What the session has spent so far, a fold over its log (its copied seed left out).
+    const spentOf = (events: ReadonlyArray<SessionEvent>) =>
+      spentNote(Cost.sessionCost(events, options.prices ?? Prices.PRICES, { from: log.header.seedLength }).total)
     const status = (s: "idle" | "running", position: Parameters<typeof statusLine>[1]) =>
-      Effect.map(usage, (u) => statusLine(s, position, u))
+      Effect.zipWith(usage, log.events, (u, events) => statusLine(s, position, u, spentOf(events)))
     const view = chatView(log.header.seedLength)
     // On a terminal, the line editor owns the screen from here on (all output goes through it).
     const input = yield* ChatInput.open(InputHistory.fileOf(options.db))
@@ -154,7 +162,7 @@ export const chat = (
     // The driver's status, the latest turn and step and the pending lists now (the view may lag).
     const currentStatus = Effect.map(
       Effect.all([driver.status, log.events, inbox.snapshot, usage]),
-      ([status, events, pending, used]) => statusLine(status, { ...latestPosition(events), pending }, used)
+      ([status, events, pending, used]) => statusLine(status, { ...latestPosition(events), pending }, used, spentOf(events))
     )
     // A note on a line of its own (also when streamed text is mid-line), then the status line.
     const acknowledge = (note: string) =>

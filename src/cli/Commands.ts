@@ -8,6 +8,8 @@ import { Args, Command, Options } from "@effect/cli"
 import type { FileSystem, Path } from "@effect/platform"
 import { Config, Effect, Either, Option, Schema } from "effect"
 import { checkLog } from "../domain/Check.js"
+import * as Cost from "../domain/Cost.js"
+import type { PriceTable } from "../domain/Prices.js"
 import { SessionId } from "../domain/Ids.js"
 import { foldOptionsOf, validateLoaded } from "../internal/durability/SessionOpen.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -22,6 +24,7 @@ import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
 import * as ForkPoint from "./ForkPoint.js"
 import { exportHtml } from "./HtmlExport.js"
+import * as PriceSettings from "./PriceSettings.js"
 import * as Output from "./Output.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
 import { timeline } from "./Timeline.js"
@@ -76,6 +79,12 @@ const readSession = Options.boolean("read-session").pipe(
   Options.withDescription("Offer the model the read-only read_session tool: it reads other sessions of this database")
 )
 
+const prices = Options.text("prices").pipe(
+  Options.withDescription("A JSON file of model prices in USD per million tokens ({\"MODEL\": {\"input\", \"output\", \"cacheRead\", \"cacheWrite\"}}) over tiller's table and .tiller/settings.json's \"prices\" (env TILLER_PRICES)"),
+  Options.withFallbackConfig(Config.string("TILLER_PRICES")),
+  Options.optional
+)
+
 const tiller = Command.make("tiller", {
   db,
   model,
@@ -86,7 +95,8 @@ const tiller = Command.make("tiller", {
   addDir,
   permissionMode,
   allow,
-  skipPermissions
+  skipPermissions,
+  prices
 }).pipe(
   Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
 )
@@ -128,6 +138,9 @@ const toolNames = (globals: GlobalOptions) => [
   ...(globals.readSession === true ? ["read_session"] : [])
 ]
 
+/** The price table of the global options: tiller's, the settings', `--prices`. */
+const pricesOf = (globals: GlobalOptions) => PriceSettings.load(Option.getOrUndefined(globals.prices ?? Option.none()))
+
 /** The hook bridge, permissions and references of a session command, as the global options say. */
 const compositionsOf = (globals: GlobalOptions) => ({
   claudeHooks: globals.claudeHooks === true,
@@ -139,7 +152,9 @@ const chatCommand = Command.make("chat", { session: sessionOption, maxSteps }, (
   withSessions((globals) =>
     Effect.flatMap(
       Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
-      (id) => withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
+      (id) =>
+        Effect.flatMap(pricesOf(globals), (prices) =>
+          withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals), prices }), prices))
     ), { agent: true, maxSteps })).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
 
 const resumeCommand = Command.make("resume", {
@@ -160,7 +175,8 @@ const resumeCommand = Command.make("resume", {
       }))
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
-      yield* withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals) }))
+      const prices = yield* pricesOf(globals)
+      yield* withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals), prices }), prices)
     }), { agent: true, maxSteps })).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
 
 const runCommand = Command.make("run", {
@@ -202,7 +218,7 @@ const handoffCommand = Command.make("handoff", {
  * Runs `body` over the database opened read-only: nothing is created, migrated or written (the
  * commands that only read: `sessions`, `log`, `check`).
  */
-const withReader = <A, E>(body: (reader: ReadOnlyStore.Reader, globals: GlobalOptions) => Effect.Effect<A, E>) =>
+const withReader = <A, E, R>(body: (reader: ReadOnlyStore.Reader, globals: GlobalOptions) => Effect.Effect<A, E, R>) =>
   Effect.flatMap(tiller, (globals) => Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => body(reader, globals))))
 
 /** A damaged session's note in `sessions`. */
@@ -211,6 +227,20 @@ const damageNote = (damage: ReadOnlyStore.Listed["damage"]) =>
 
 /** A session with nothing in it: no turn, no pending input, nothing damaged (a chat that got no input). */
 const isEmpty = (s: ReadOnlyStore.Listed) => s.turns === 0 && s.status === "idle" && s.damage === undefined
+
+/**
+ * What a session spent, for `sessions --json`: its tokens and cost folded over its own events
+ * (a fork's copied seed left out); `null` when its log cannot be read.
+ */
+const spentJson = (reader: ReadOnlyStore.Reader, s: ReadOnlyStore.Listed, prices: PriceTable) =>
+  reader.load(s.sessionId).pipe(
+    Effect.map(({ events, header }) => {
+      const { total } = Cost.sessionCost(events, prices, { from: header.seedLength })
+      const { unpriced, usd, ...usage } = Cost.tallyJson(total)
+      return { usage, cost: { usd, unpriced, text: Cost.describeCost(total) } }
+    }),
+    Effect.orElseSucceed(() => ({ usage: null, cost: null }))
+  )
 
 /** A session in `sessions --json`. */
 const sessionJson = (s: ReadOnlyStore.Listed) => ({
@@ -227,7 +257,7 @@ const sessionJson = (s: ReadOnlyStore.Listed) => ({
 const sessionsCommand = Command.make("sessions", {
   all: Options.boolean("all").pipe(Options.withDescription("Also list empty sessions (no turn, nothing pending)")),
   json: Options.boolean("json").pipe(
-    Options.withDescription("Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf and damage")
+    Options.withDescription("Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf, damage, usage (tokens) and cost (usd, models without a price)")
   )
 }, ({ all, json }) =>
   withReader((reader, globals) =>
@@ -235,7 +265,11 @@ const sessionsCommand = Command.make("sessions", {
       const stored = yield* reader.list
       // Most recently used first; empty sessions only with --all.
       const list = stored.filter((s) => all || !isEmpty(s)).sort((a, b) => b.updatedAt - a.updatedAt)
-      if (json) return yield* Output.lines([JSON.stringify(list.map(sessionJson), null, 2)])
+      if (json) {
+        const prices = yield* pricesOf(globals)
+        const rows = yield* Effect.forEach(list, (s) => Effect.map(spentJson(reader, s, prices), (spent) => ({ ...sessionJson(s), ...spent })))
+        return yield* Output.lines([JSON.stringify(rows, null, 2)])
+      }
       const hidden = stored.length - list.length
       const note = hidden === 0 ? "" : ` (${hidden} empty session${hidden === 1 ? "" : "s"} left out; --all lists them)`
       if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}${note}`])
@@ -256,14 +290,14 @@ const logCommand = Command.make("log", {
   id: sessionId,
   json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines"))
 }, ({ id, json }) =>
-  withReader((reader) =>
+  withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
       // The events before a damaged row are printed; then the damage is the command's failure.
       if (json) yield* Output.lines(events.map((event) => JSON.stringify(event)))
       else {
-        const renderer = timeline(header)
-        yield* Output.lines([...renderer.heading, ...events.flatMap((event) => renderer.render(event))])
+        const renderer = timeline(header, yield* pricesOf(globals))
+        yield* Output.lines([...renderer.heading, ...events.flatMap((event) => renderer.render(event)), ...renderer.total()])
       }
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
     }))).pipe(Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended"))
@@ -389,22 +423,22 @@ const traceCommand = Command.make("trace", {
   ),
   content: Options.boolean("content").pipe(Options.withDescription("Include message content (text, tool arguments and results)"))
 }, ({ content, endpoint, id }) =>
-  withReader((reader) =>
+  withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
-      yield* traceSession(header, events, { content, ...(Option.isSome(endpoint) ? { endpoint: endpoint.value } : {}) })
+      yield* traceSession(header, events, { content, prices: yield* pricesOf(globals), ...(Option.isSome(endpoint) ? { endpoint: endpoint.value } : {}) })
     }))).pipe(Command.withDescription("Send a stored session's spans (OpenTelemetry GenAI conventions, original timestamps) to an OTLP/HTTP endpoint"))
 
 const exportCommand = Command.make("export", {
   id: sessionId,
   html: Options.file("html").pipe(Options.withDescription("The HTML file to write: one self-contained page with the session's timeline"))
 }, ({ html, id }) =>
-  withReader((reader) =>
+  withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
-      yield* exportHtml(header, events, html)
+      yield* exportHtml(header, events, html, yield* pricesOf(globals))
     }))).pipe(Command.withDescription("Export a session as one self-contained HTML page (timeline, inbox lane, search, filters, links to a seq)"))
 
 /**
@@ -431,7 +465,7 @@ export const command = tiller.pipe(
 
 const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume", "compact", "handoff", "trace", "export"])
 const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools", "--claude-hooks", "--read-session"])
-const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window"]
+const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window", "--prices"]
 
 /**
  * `argv` with the global options that follow the subcommand moved in front of it, so that

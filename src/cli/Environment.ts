@@ -53,6 +53,8 @@ export interface GlobalOptions {
   readonly skipPermissions?: boolean
   /** `--max-steps` of the commands that run turns: the most steps one turn runs (default: the agent's). */
   readonly maxSteps?: Option.Option<number>
+  /** `--prices FILE`: model prices over tiller's table and the settings' (see `PriceSettings`). */
+  readonly prices?: Option.Option<string>
 }
 
 /**

@@ -12,11 +12,15 @@ import { FileSystem } from "@effect/platform"
 import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
 import { Effect } from "effect"
 import { gzipSync } from "node:zlib"
+import * as Cost from "../domain/Cost.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
+import type { PriceTable } from "../domain/Prices.js"
+import * as Prices from "../domain/Prices.js"
 import { CliError } from "./CliError.js"
 import { describeFileError } from "./FileErrors.js"
 import { PAGE_SCRIPT, PAGE_STYLE } from "./HtmlPage.js"
 import * as Output from "./Output.js"
+import { describeTokens } from "./Timeline.js"
 
 /** Text safe inside an HTML element (`&`, `<`, `>`, quotes escaped). */
 const escapeHtml = (text: string): string =>
@@ -128,9 +132,16 @@ export const dataElements = (
 export const renderHtml = (
   header: SessionHeader,
   events: ReadonlyArray<SessionEvent>,
-  options?: { readonly compressAbove?: number; readonly partEvents?: number }
+  options?: { readonly compressAbove?: number; readonly partEvents?: number; readonly prices?: PriceTable }
 ): string => {
   const title = `tiller session ${header.sessionId}`
+  // What the session cost, a fold over its usage (its copied seed left out): in the heading, and
+  // per turn beside each turn's tokens (the page reads `tiller-cost`).
+  const cost = Cost.sessionCost(events, options?.prices ?? Prices.PRICES, { from: header.seedLength })
+  const spent = cost.total.inputTokens + cost.total.outputTokens === 0
+    ? ""
+    : ` · ${describeTokens(cost.total)} · cost ${Cost.describeCost(cost.total)}`
+  const turnCosts = Object.fromEntries([...cost.turns].map(([turn, tally]) => [String(turn), Cost.describeCost(tally)]))
   const data = dataElements(header, embeddedEvents(events), options?.compressAbove, options?.partEvents)
   const first = events[0]
   const last = events[events.length - 1]
@@ -148,7 +159,7 @@ export const renderHtml = (
     `<h1>${escapeHtml(title)}</h1>`,
     `<div class="meta">${events.length} events · created ${escapeHtml(new Date(header.createdAt).toISOString())} · ${escapeHtml(span)}${
       header.parent === undefined ? "" : ` · fork of ${escapeHtml(header.parent.sessionId)} at seq ${header.parent.boundary}`
-    }</div>`,
+    }${escapeHtml(spent)}</div>`,
     "<div class=\"controls\">",
     "<input id=\"search\" type=\"search\" placeholder=\"search text, tools, sources…\" aria-label=\"search\">",
     "<label>source <select id=\"source\" aria-label=\"source\"><option value=\"\">all sources</option></select></label>",
@@ -157,6 +168,7 @@ export const renderHtml = (
     "<span id=\"count\"></span>",
     "</div></header>",
     "<main id=\"timeline\"><div class=\"lanes\"><span>seq</span><span>conversation</span><span>inbox</span></div><div id=\"rows\"><div class=\"empty\">reading the session…</div></div></main>",
+    `<script type="application/json" id="tiller-cost">${scriptJson(turnCosts)}</script>`,
     data.first,
     `<script>${PAGE_SCRIPT}</script>`,
     ...data.later,
@@ -174,10 +186,11 @@ export const renderHtml = (
 export const exportHtml = (
   header: SessionHeader,
   events: ReadonlyArray<SessionEvent>,
-  file: string
+  file: string,
+  prices?: PriceTable
 ): Effect.Effect<void, CliError> =>
   Effect.gen(function*() {
-    const page = renderHtml(header, events)
+    const page = renderHtml(header, events, prices === undefined ? {} : { prices })
     const fs = yield* FileSystem.FileSystem
     yield* fs.writeFileString(file, page).pipe(
       Effect.mapError((error) => new CliError({ reason: `cannot write ${file}: ${describeFileError(error)}` }))

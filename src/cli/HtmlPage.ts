@@ -134,6 +134,9 @@ function tillerFold(header) {
   var targetOf = {}, toolRows = {}, attempts = {}, sources = {};
   var turnRow = null, stepRow = null, turn = 0, step = 0, inStep = false, prev = null, compaction = null;
   var totals = { turns: 0, input: 0, output: 0 };
+  // What each turn cost, as the exporter folded it from the log's usage.
+  var costNode = typeof document !== "undefined" ? document.getElementById("tiller-cost") : null;
+  var turnCosts = costNode ? JSON.parse(costNode.textContent) : {};
   function add(row) {
     row.i = rows.length;
     row.turn = turnRow !== null || row.kind === "turn" ? turn : 0;
@@ -163,7 +166,8 @@ function tillerFold(header) {
           changed.push(turnRow.i);
           turnRow.reason = d.reason.kind;
           turnRow.stats = tillerReason(d.reason) + " · " + turnRow.steps + " step" + (turnRow.steps === 1 ? "" : "s") + " · " +
-            tillerDuration(e.time - turnRow.start) + " · " + turnRow.input + " in / " + turnRow.output + " out tokens";
+            tillerDuration(e.time - turnRow.start) + " · " + turnRow.input + " in / " + turnRow.output + " out tokens" +
+            (turnCosts[d.turn] ? " · " + turnCosts[d.turn] : "");
         }
         add({ kind: "turn-end", depth: 1, seqs: [e.seq], label: "turn " + d.turn + " ended", text: tillerReason(d.reason), cls: "reason-" + d.reason.kind });
         if (d.reason.kind === "blocked" || (d.reason.kind === "aborted" && d.reason.reason.kind === "hook")) {

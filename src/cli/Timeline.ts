@@ -7,10 +7,12 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
+import * as Cost from "../domain/Cost.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { InboxLists } from "../domain/Splice.js"
 import { applySplice, emptyInbox, spliceShape } from "../domain/Splice.js"
-import type { MessageSource, StreamChunk, TurnEndReason } from "../domain/Values.js"
+import type { PriceTable } from "../domain/Prices.js"
+import type { MessageSource, StreamChunk, TurnEndReason, Usage } from "../domain/Values.js"
 
 type Block = { readonly type: string; readonly text?: string; readonly content?: ReadonlyArray<Block> }
 
@@ -213,13 +215,51 @@ const indent = (label: string, text: string, width: number): Array<string> => {
 }
 
 /**
- * The full timeline of `tiller log`: one entry per event except streamed chunks.
+ * A usage in words: `1,200 in (1,000 cache read, 100 cache write) / 50 out tokens`.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const describeTokens = (tally: Pick<Cost.Tally, "inputTokens" | "outputTokens" | "cacheReadTokens" | "cacheWriteTokens">): string => {
+  const cache = [
+    tally.cacheReadTokens > 0 ? `${tokens(tally.cacheReadTokens)} cache read` : undefined,
+    tally.cacheWriteTokens > 0 ? `${tokens(tally.cacheWriteTokens)} cache write` : undefined
+  ].filter((s) => s !== undefined)
+  return `${tokens(tally.inputTokens)} in${cache.length === 0 ? "" : ` (${cache.join(", ")})`} / ${tokens(tally.outputTokens)} out tokens`
+}
+
+/**
+ * The full timeline of `tiller log`: one entry per event except streamed chunks. With `prices`,
+ * each answer, each turn's end and the `total` line say what they cost (a fold over the log's
+ * usage), or that the model has no price.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const timeline = (header: SessionHeader): Renderer & { readonly heading: ReadonlyArray<string> } => {
+export const timeline = (
+  header: SessionHeader,
+  prices?: PriceTable
+): Renderer & { readonly heading: ReadonlyArray<string>; readonly total: () => ReadonlyArray<string> } => {
   const fold: Fold = { seedLength: header.seedLength, lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
+  let turnTally = Cost.empty
+  let sessionTally = Cost.empty
+  let steps = 0
+  const stepTally = (event: EventOf<"assistant/message">, usage: Usage): Cost.Tally | undefined => {
+    if (prices === undefined) return undefined
+    const tally = Cost.tallyOf(usage, event.data.message.source.provider, event.data.message.source.model, prices)
+    turnTally = Cost.add(turnTally, tally)
+    // A fork's copied seed is billed to the session it came from.
+    if (event.seq >= header.seedLength) {
+      sessionTally = Cost.add(sessionTally, tally)
+      steps++
+    }
+    return tally
+  }
+  const total = (): ReadonlyArray<string> =>
+    prices === undefined ? [] : [
+      `total: ${steps} model response${steps === 1 ? "" : "s"} · ${describeTokens(sessionTally)} · ${Cost.describeCost(sessionTally)}` +
+      (header.seedLength > 0 ? " (the copied seed not included)" : "")
+    ]
   const heading = [
     `session ${header.sessionId} · created ${new Date(header.createdAt).toISOString()}`,
     ...(header.parent !== undefined
@@ -233,9 +273,14 @@ export const timeline = (header: SessionHeader): Renderer & { readonly heading: 
     const entry = (label: string, text: string) => indent(`${head}${label.padEnd(10)} `, text, head.length + 11)
     switch (event.type) {
       case "turn/start":
+        turnTally = Cost.empty
         return entry(`turn ${fold.turn}`, "start")
-      case "turn/end":
-        return entry(`turn ${fold.turn}`, `end: ${describeReason((event as EventOf<"turn/end">).data.reason)}`)
+      case "turn/end": {
+        const spent = prices === undefined || turnTally.inputTokens + turnTally.outputTokens === 0
+          ? ""
+          : ` · ${describeTokens(turnTally)} · ${Cost.describeCost(turnTally)}`
+        return entry(`turn ${fold.turn}`, `end: ${describeReason((event as EventOf<"turn/end">).data.reason)}${spent}`)
+      }
       case "step/start":
       case "step/end": {
         const data = (event as EventOf<"step/start">).data
@@ -252,9 +297,14 @@ export const timeline = (header: SessionHeader): Renderer & { readonly heading: 
         const data = (event as EventOf<"assistant/message">).data
         const text = textOf(data.message.content.filter((b) => b.type === "text"))
         const calls = data.message.content.filter((b) => b.type === "tool-call").length
+        const tally = data.usage === undefined ? undefined : stepTally(event as EventOf<"assistant/message">, data.usage)
         const note = [
           calls > 0 ? `${calls} tool call${calls === 1 ? "" : "s"}` : undefined,
-          data.usage !== undefined ? `${data.usage.inputTokens} in / ${data.usage.outputTokens} out tokens` : undefined,
+          data.usage === undefined
+            ? undefined
+            : tally === undefined
+            ? `${data.usage.inputTokens} in / ${data.usage.outputTokens} out tokens`
+            : `${describeTokens(tally)}, ${Cost.describeCost(tally)}`,
           data.interrupted === true ? "interrupted" : undefined
         ].filter((s) => s !== undefined)
         return entry("assistant", `${preview(text, 20, 2000)}${note.length > 0 ? ` (${note.join(", ")})` : ""}`)
@@ -310,7 +360,7 @@ export const timeline = (header: SessionHeader): Renderer & { readonly heading: 
         return entry(event.type, JSON.stringify(event.data))
     }
   }
-  return { heading, render, position: () => positionOf(fold) }
+  return { heading, render, total, position: () => positionOf(fold) }
 }
 
 /**
@@ -409,7 +459,21 @@ export const chatView = (seedLength = 0): {
 }
 
 /**
- * The chat's status line; with `usage`, the share of the context window in use (`ctx 63%`).
+ * What a session has spent, for the status line: `$0.0123 · 12,000 in (10,000 cache read) / 300 out
+ * tokens`, or the tokens and `no price for model X`; `undefined` when nothing was billed (no
+ * tokens, or only a free model's).
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const spentNote = (tally: Cost.Tally): string | undefined =>
+  tally.inputTokens + tally.outputTokens === 0 || (tally.usd === 0 && tally.unpriced.length === 0)
+    ? undefined
+    : `${Cost.describeCost(tally)} · ${describeTokens(tally)}`
+
+/**
+ * The chat's status line; with `usage`, the share of the context window in use (`ctx 63%`); with
+ * `spent`, what the session has cost so far (see `spentNote`).
  *
  * @since 0.1.0
  * @category formatting
@@ -417,11 +481,13 @@ export const chatView = (seedLength = 0): {
 export const statusLine = (
   status: "idle" | "running",
   position: ReturnType<Renderer["position"]>,
-  usage?: { readonly fraction: number }
+  usage?: { readonly fraction: number },
+  spent?: string
 ): string => {
   const where = status === "running"
     ? `turn ${position.turn}${position.step > 0 ? ` step ${position.step}` : ""}`
     : `${position.turn} turn${position.turn === 1 ? "" : "s"}`
   const ctx = usage === undefined ? "" : ` · ctx ${Math.round(usage.fraction * 100)}%`
-  return `[${status} · ${where} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step${ctx}]`
+  const cost = spent === undefined ? "" : ` · ${spent}`
+  return `[${status} · ${where} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step${ctx}${cost}]`
 }

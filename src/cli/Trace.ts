@@ -9,6 +9,7 @@
 import { HttpClient, HttpClientError } from "@effect/platform"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Config, Context, Effect, Exit, Layer, Option, Scope } from "effect"
+import type { PriceTable } from "../domain/Prices.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
 import * as Telemetry from "../layers/Telemetry.js"
@@ -90,7 +91,8 @@ const reportingClient = (report: { failures: Array<string>; accepted: number }) 
  */
 export const withLiveTelemetry = <A, E, R>(
   id: SessionId,
-  body: Effect.Effect<A, E, R>
+  body: Effect.Effect<A, E, R>,
+  prices?: PriceTable
 ): Effect.Effect<A, E | CliError, R | Sessions> =>
   Effect.flatMap(otlpSettings(), (settings): Effect.Effect<A, E | CliError, R | Sessions> => {
     if (settings === undefined) return body
@@ -124,7 +126,9 @@ export const withLiveTelemetry = <A, E, R>(
           Scope.extend(sessionScope),
           Effect.mapError((error) => new CliError({ reason: `cannot open ${id} for telemetry: ${error.message}` }))
         )
-        yield* Telemetry.follow(Context.get(context, SessionLog), tracer, { content: settings.content }).pipe(Scope.extend(followScope))
+        yield* Telemetry.follow(Context.get(context, SessionLog), tracer, { content: settings.content, ...(prices === undefined ? {} : { prices }) }).pipe(
+          Scope.extend(followScope)
+        )
       })
       return yield* Effect.zipRight(start, body).pipe(Effect.onExit((exit) => close(exit)))
     })
@@ -140,7 +144,7 @@ export const withLiveTelemetry = <A, E, R>(
 export const traceSession = (
   header: SessionHeader,
   events: ReadonlyArray<SessionEvent>,
-  options: { readonly endpoint?: string; readonly content: boolean }
+  options: { readonly endpoint?: string; readonly content: boolean; readonly prices?: PriceTable }
 ): Effect.Effect<void, CliError | ExitWith> =>
   Effect.gen(function*() {
     const settings = yield* otlpSettings(options.endpoint)
@@ -160,7 +164,11 @@ export const traceSession = (
         maxBatchSize: Number.MAX_SAFE_INTEGER,
         shutdownTimeout: "60 seconds"
       }).pipe(Effect.provideService(HttpClient.HttpClient, client))
-      return Telemetry.replayTo(tracer, events, { sessionId: header.sessionId, content: options.content || settings.content })
+      return Telemetry.replayTo(tracer, events, {
+        sessionId: header.sessionId,
+        content: options.content || settings.content,
+        ...(options.prices === undefined ? {} : { prices: options.prices })
+      })
     })).pipe(Effect.provide(NodeHttpClient.layerUndici))
     if (spans > 0 && report.accepted === 0) {
       yield* Output.errorLine(`could not send the spans of ${id} to ${settings.url}: ${report.failures[report.failures.length - 1] ?? "no answer"}`)

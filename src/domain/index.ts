@@ -4,6 +4,7 @@
  * @since 0.1.0
  */
 export * from "./Check.js"
+export * as Cost from "./Cost.js"
 export type { DriverEvent } from "./DriverEvent.js"
 export * from "./Errors.js"
 export {
@@ -16,6 +17,7 @@ export {
 export { MessageId, SessionId } from "./Ids.js"
 export type { Json } from "./Json.js"
 export { newUserMessage, userMessage } from "./Message.js"
+export * as Prices from "./Prices.js"
 export { repairClosers } from "./Repair.js"
 export { foldInbox } from "./Splice.js"
 export { deriveMessages } from "./Surface.js"

@@ -14,6 +14,12 @@
  * The model sent is `options.model`, whatever `request.model` says; `max_tokens` is
  * `request.maxTokens`, else `options.maxTokens`, else 4096 (the API requires it).
  *
+ * Prompt caching is on unless `promptCaching: false`: `cache_control` breakpoints on the last tool,
+ * the system prompt, the newest message and the previous request's newest message (at most four;
+ * see `internal/providers/AnthropicCache`), with the TTL `cacheTtl` ("5m" by default, or "1h").
+ * The body lists `tools`, `system` and `messages` last, in the order the provider caches them, so a
+ * request's bytes up to its newest message are a prefix of the next request's.
+ *
  * @since 0.1.0
  */
 import * as HttpClient from "@effect/platform/HttpClient"
@@ -21,6 +27,7 @@ import type { Context } from "effect"
 import { Effect, Either, Layer, Predicate, Redacted, Stream } from "effect"
 import type { ModelError } from "../domain/Errors.js"
 import type { ImageBlock, LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema } from "../domain/Values.js"
+import * as AnthropicCache from "../internal/providers/AnthropicCache.js"
 import * as AnthropicEvents from "../internal/providers/AnthropicEvents.js"
 import { providerParameters } from "../internal/providers/ProviderParameters.js"
 import * as ProviderHttp from "../internal/providers/ProviderHttp.js"
@@ -30,7 +37,8 @@ import { Model } from "../services/Model.js"
 
 /**
  * Options of {@link layer}: the model name sent with every request, the API key, the base URL (for
- * a proxy or a local test server), the default `max_tokens` and the resolved timeouts.
+ * a proxy or a local test server), the default `max_tokens`, the resolved timeouts, and prompt
+ * caching (`promptCaching`, default on; `cacheTtl`, default "5m").
  *
  * @since 0.1.0
  * @category models
@@ -41,6 +49,10 @@ export interface Options {
   readonly baseUrl?: string | undefined
   readonly maxTokens?: number | undefined
   readonly timeouts: Timeouts
+  /** Place `cache_control` breakpoints (default `true`). */
+  readonly promptCaching?: boolean | undefined
+  /** How long a cached prefix lives: "5m" (default) or "1h". */
+  readonly cacheTtl?: AnthropicCache.CacheTtl | undefined
 }
 
 /**
@@ -244,23 +256,40 @@ const toAnthropicTool = (schema: ToolSchema) => ({
 
 /**
  * The JSON body of one streamed Messages API request. `system` is left out when empty, `tools`
- * when there are none, `temperature` when not given.
+ * when there are none, `temperature` when not given. With `promptCaching` (default on) the last
+ * tool, the system prompt (then a one-block array) and the rolling messages carry `cache_control`.
+ * `tools`, `system` and `messages` come last, in the provider's cache order.
  *
  * @since 0.1.0
  * @category conversions
  */
 export const toAnthropicRequest = (
   request: ModelRequest,
-  options: { readonly model: string; readonly maxTokens?: number | undefined }
-) => ({
-  model: options.model,
-  max_tokens: request.maxTokens ?? options.maxTokens ?? DEFAULT_MAX_TOKENS,
-  ...(request.system === undefined || request.system === "" ? {} : { system: request.system }),
-  messages: toAnthropicMessages(request.messages),
-  ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toAnthropicTool) }),
-  ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
-  stream: true
-})
+  options: {
+    readonly model: string
+    readonly maxTokens?: number | undefined
+    readonly promptCaching?: boolean | undefined
+    readonly cacheTtl?: AnthropicCache.CacheTtl | undefined
+  }
+) => {
+  const caching = options.promptCaching ?? true
+  const control = AnthropicCache.cacheControl(options.cacheTtl ?? "5m")
+  const tools = request.tools.map(toAnthropicTool)
+  const hasSystem = request.system !== undefined && request.system !== ""
+  const messages = toAnthropicMessages(request.messages)
+  const budget = AnthropicCache.MAX_BREAKPOINTS - (caching && tools.length > 0 ? 1 : 0) - (caching && hasSystem ? 1 : 0)
+  return {
+    model: options.model,
+    max_tokens: request.maxTokens ?? options.maxTokens ?? DEFAULT_MAX_TOKENS,
+    ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
+    stream: true,
+    ...(tools.length === 0 ? {} : { tools: caching ? AnthropicCache.markTools(tools, control) : tools }),
+    ...(!hasSystem ? {} : {
+      system: caching ? [{ type: "text", text: request.system, cache_control: control }] : request.system
+    }),
+    messages: caching ? AnthropicCache.markMessages(messages, control, budget) : messages
+  }
+}
 
 /**
  * Builds the `Model` service over the `HttpClient` in context.
@@ -277,6 +306,7 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
       headers: {
         "anthropic-version": "2023-06-01",
         "content-type": "application/json",
+        ...((options.promptCaching ?? true) && options.cacheTtl === "1h" ? { "anthropic-beta": AnthropicCache.EXTENDED_TTL_BETA } : {}),
         ...(options.apiKey === undefined ? {} : { "x-api-key": Redacted.value(options.apiKey) })
       },
       secret: options.apiKey,

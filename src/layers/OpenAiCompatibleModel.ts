@@ -205,6 +205,9 @@ const toChatTool = (schema: ToolSchema) => ({
 
 /**
  * The JSON body of one streamed Chat Completions request. `tools` is left out when there are none.
+ * No cache field is sent (hosts cache prefixes by themselves, and some refuse fields they do not
+ * know); `tools` and `messages` come last, in prompt order, so a request's bytes up to its newest
+ * message are a prefix of the next request's.
  *
  * @since 0.1.0
  * @category conversions
@@ -216,12 +219,12 @@ export const toChatRequest = (
   const maxTokens = request.maxTokens ?? options.maxTokens
   return {
     model: options.model,
-    messages: toChatMessages(request),
     stream: true,
     stream_options: { include_usage: true },
-    ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toChatTool) }),
     ...(maxTokens === undefined ? {} : { max_tokens: maxTokens }),
-    ...(request.temperature === undefined ? {} : { temperature: request.temperature })
+    ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
+    ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toChatTool) }),
+    messages: toChatMessages(request)
   }
 }
 

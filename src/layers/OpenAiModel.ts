@@ -23,6 +23,11 @@
  * The model sent is `options.model`, whatever `request.model` says; `max_output_tokens` is
  * `request.maxTokens`, else `options.maxTokens`, and `temperature` is sent when given.
  *
+ * The API caches request prefixes by itself; `prompt_cache_key` (the session id, or
+ * `options.promptCacheKey`; none with `promptCaching: false`) routes a session's requests to the
+ * same cache. The body lists `tools`, `instructions` and `input` last, in prompt order, so a
+ * request's bytes up to its newest item are a prefix of the next request's.
+ *
  * @since 0.1.0
  */
 import * as HttpClient from "@effect/platform/HttpClient"
@@ -40,7 +45,8 @@ import { Model } from "../services/Model.js"
 
 /**
  * Options of {@link layer}: the model name sent with every request, the API key, the base URL (for
- * a proxy or a local test server), the default `max_output_tokens` and the resolved timeouts.
+ * a proxy or a local test server), the default `max_output_tokens`, the resolved timeouts and the
+ * prompt cache key (`promptCacheKey`, default the session id; `promptCaching: false` sends none).
  *
  * @since 0.1.0
  * @category models
@@ -51,6 +57,10 @@ export interface Options {
   readonly baseUrl?: string | undefined
   readonly maxTokens?: number | undefined
   readonly timeouts: Timeouts
+  /** Send a `prompt_cache_key` (default `true`). */
+  readonly promptCaching?: boolean | undefined
+  /** The `prompt_cache_key` sent (default: the request's session id). */
+  readonly promptCacheKey?: string | undefined
 }
 
 /**
@@ -225,7 +235,9 @@ const toResponsesTool = (schema: ToolSchema) => ({
  * The JSON body of one streamed Responses API request. `instructions` is left out when the system
  * prompt is empty, `tools` when there are none, `max_output_tokens` and `temperature` when not
  * given; `encryptedReasoning: false` leaves out `include` and the stored reasoning items,
- * `replayReasoning: false` only the stored reasoning items.
+ * `replayReasoning: false` only the stored reasoning items. `prompt_cache_key` is the session id
+ * unless `promptCacheKey` names another or `promptCaching` is `false`. `tools`, `instructions` and
+ * `input` come last, in prompt order.
  *
  * @since 0.1.0
  * @category conversions
@@ -237,20 +249,23 @@ export const toResponsesRequest = (
     readonly maxTokens?: number | undefined
     readonly encryptedReasoning?: boolean | undefined
     readonly replayReasoning?: boolean | undefined
+    readonly promptCaching?: boolean | undefined
+    readonly promptCacheKey?: string | undefined
   }
 ) => {
   const maxTokens = request.maxTokens ?? options.maxTokens
   const reasoning = options.encryptedReasoning ?? true
   return {
     model: options.model,
-    ...(request.system === undefined || request.system === "" ? {} : { instructions: request.system }),
-    input: toInputItems(request.messages, { reasoning: reasoning && (options.replayReasoning ?? true) }),
-    ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toResponsesTool) }),
     ...(maxTokens === undefined ? {} : { max_output_tokens: maxTokens }),
     ...(request.temperature === undefined ? {} : { temperature: request.temperature }),
     stream: true,
     store: false,
-    ...(reasoning ? { include: ["reasoning.encrypted_content"] } : {})
+    ...(reasoning ? { include: ["reasoning.encrypted_content"] } : {}),
+    ...((options.promptCaching ?? true) ? { prompt_cache_key: options.promptCacheKey ?? request.sessionId } : {}),
+    ...(request.tools.length === 0 ? {} : { tools: request.tools.map(toResponsesTool) }),
+    ...(request.system === undefined || request.system === "" ? {} : { instructions: request.system }),
+    input: toInputItems(request.messages, { reasoning: reasoning && (options.replayReasoning ?? true) })
   }
 }
 

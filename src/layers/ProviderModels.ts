@@ -34,8 +34,10 @@ export type { Timeouts } from "../internal/providers/ProviderTimeouts.js"
 
 /**
  * How to reach one provider model: its name, the API key, an optional base URL (for a proxy or a
- * local test server), the output-token limit sent with every request and the request timeouts
- * (each a duration such as `"30 seconds"` or a number of milliseconds).
+ * local test server), the output-token limit sent with every request, the request timeouts (each a
+ * duration such as `"30 seconds"` or a number of milliseconds) and prompt caching: `promptCaching`
+ * (default on) and, for Anthropic, `cacheTtl` ("5m" or "1h"); for OpenAI, `promptCacheKey` (default:
+ * the session id).
  *
  * @since 0.1.0
  * @category models
@@ -48,6 +50,12 @@ export interface ProviderOptions {
   readonly connectTimeout?: Duration.DurationInput | undefined
   readonly firstByteTimeout?: Duration.DurationInput | undefined
   readonly idleTimeout?: Duration.DurationInput | undefined
+  /** Ask the provider to cache the request prefix (default `true`). */
+  readonly promptCaching?: boolean | undefined
+  /** Anthropic: how long a cached prefix lives, "5m" (default) or "1h". */
+  readonly cacheTtl?: "5m" | "1h" | undefined
+  /** OpenAI: the `prompt_cache_key` sent instead of the session id. */
+  readonly promptCacheKey?: string | undefined
 }
 
 /**
@@ -104,7 +112,9 @@ export const layerOpenAi = (
         apiKey: options.apiKey,
         baseUrl: options.baseUrl,
         maxTokens: options.maxTokens,
-        timeouts
+        timeouts,
+        promptCaching: options.promptCaching,
+        promptCacheKey: options.promptCacheKey
       })
       return scrubbed(options.apiKey)(model)
     })
@@ -113,7 +123,8 @@ export const layerOpenAi = (
 /**
  * `anthropic:MODEL`: the Anthropic Messages API (`POST {baseUrl}/v1/messages`, default base URL
  * `https://api.anthropic.com`), streamed; `maxTokens` defaults to 4096. Signed thinking blocks are
- * kept with the assistant message and sent back in order. A timeout option or variable that is not
+ * kept with the assistant message and sent back in order. Prompt-cache breakpoints are placed
+ * unless `promptCaching: false` (TTL `cacheTtl`). A timeout option or variable that is not
  * a positive duration fails the layer with `ConfigError`.
  *
  * @since 0.1.0
@@ -131,7 +142,9 @@ export const layerAnthropic = (
         apiKey: options.apiKey,
         baseUrl: options.baseUrl,
         maxTokens: options.maxTokens,
-        timeouts
+        timeouts,
+        promptCaching: options.promptCaching,
+        cacheTtl: options.cacheTtl
       })
       return scrubbed(options.apiKey)(model)
     })

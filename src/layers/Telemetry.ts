@@ -11,6 +11,7 @@ import type { Duration, Scope } from "effect"
 import { Effect, Fiber, Layer, Stream } from "effect"
 import type * as Tracer from "effect/Tracer"
 import type { SessionEvent } from "../domain/Event.js"
+import type { PriceTable } from "../domain/Prices.js"
 import * as OptionalPeer from "../internal/peers/OptionalPeer.js"
 import { makeEmitter } from "../internal/telemetry/SpanEmitter.js"
 import { makeSpanFold } from "../internal/telemetry/SpanFold.js"
@@ -18,13 +19,15 @@ import { SessionLog } from "../services/SessionLog.js"
 
 /**
  * What the spans record: message content (entered text, model output, tool arguments and results)
- * is left out unless `content` is true.
+ * is left out unless `content` is true; `tiller.cost.usd` is billed with `prices` (default:
+ * tiller's table, `domain/Prices`).
  *
  * @since 0.1.0
  * @category models
  */
 export interface TelemetryOptions {
   readonly content?: boolean
+  readonly prices?: PriceTable
 }
 
 /**

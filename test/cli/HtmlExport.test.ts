@@ -59,9 +59,31 @@ describe("the HTML export", () => {
       const { events, header } = yield* seen
       const hostile = { ...events[0]!, data: { note: "</script><script>alert(1)</script>\u2028" } } as SessionEvent
       const page = renderHtml(header, [hostile])
-      expect(page.match(/<\/script>/g)!.length).toBe(2)
+      // The cost per turn, the data and the page's script.
+      expect(page.match(/<\/script>/g)!.length).toBe(3)
       expect(embedded(page).events[0].data.note).toBe("</script><script>alert(1)</script>\u2028")
     }))
+
+  it("the heading says what the session cost and each turn's cost is embedded for its heading; no price is said", () => {
+    const header = { sessionId: "priced", createdAt: 0, seedLength: 0, formatVersion: 1 } as unknown as Parameters<typeof renderHtml>[0]
+    const answer = (seq: number, model: string) => ({
+      seq,
+      time: 0,
+      type: "assistant/message",
+      surfaceOp: "append",
+      data: {
+        turn: 1,
+        step: 1,
+        attempt: 1,
+        message: { id: `m${seq}`, role: "assistant", content: [], source: { kind: "model", provider: "anthropic", model } },
+        usage: { inputTokens: 100, outputTokens: 10, cacheReadTokens: 10_000, cacheWriteTokens: 0 }
+      }
+    }) as unknown as SessionEvent
+    const priced = renderHtml(header, [answer(0, "claude-sonnet-4-5")])
+    expect(priced).toContain("10,100 in (10,000 cache read) / 10 out tokens · cost $0.0034</div>")
+    expect(priced).toContain("<script type=\"application/json\" id=\"tiller-cost\">{\"1\":\"$0.0034\"}</script>")
+    expect(renderHtml(header, [answer(0, "mystery-1")])).toContain("cost no price for model mystery-1</div>")
+  })
 
   it.effect("its script folds the events into the timeline: turns, sources, tools, retries, hooks, reasons, inbox, compaction", () =>
     Effect.gen(function*() {

@@ -149,7 +149,7 @@ describe("read-only commands", () => {
       expect(sessions[1].status).toMatch(/^(pending input|interrupted)$/)
       expect(sessions[2]).toMatchObject({ status: "idle", turns: 1, title: "older" })
       for (const s of sessions) {
-        expect(Object.keys(s)).toEqual(["id", "status", "lastUsed", "turns", "events", "title", "forkOf", "damage"])
+        expect(Object.keys(s)).toEqual(["id", "status", "lastUsed", "turns", "events", "title", "forkOf", "damage", "usage", "cost"])
         expect(s.events).toBeGreaterThan(0)
         expect(rows.find((row) => row.startsWith(`${s.id} `))).toMatch(new RegExp(` ${s.events} +${s.status} +${s.lastUsed.replace(/\./g, "\\.")} `))
       }

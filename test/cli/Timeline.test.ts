@@ -5,7 +5,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import { emptyInbox } from "../../src/domain/Splice.js"
-import { describeCompaction, statusLine } from "../../src/cli/Timeline.js"
+import { describeCompaction, spentNote, statusLine } from "../../src/cli/Timeline.js"
+import * as Cost from "../../src/domain/Cost.js"
+import * as Prices from "../../src/domain/Prices.js"
 
 const event = (type: string, data: unknown): SessionEvent => ({ type, data, seq: 1, time: 0 }) as unknown as SessionEvent
 
@@ -47,5 +49,19 @@ describe("Timeline: compaction brackets", () => {
     const position = { turn: 3, step: 0, inTurn: false, pending: emptyInbox }
     expect(statusLine("idle", position, { fraction: 0.634 })).toBe("[idle · 3 turns · pending: 0 queued, 0 next-step · ctx 63%]")
     expect(statusLine("idle", position)).toBe("[idle · 3 turns · pending: 0 queued, 0 next-step]")
+  })
+
+  it("the status line says what the session has spent, or that its model has no price; a free session says nothing", () => {
+    const position = { turn: 3, step: 0, inTurn: false, pending: emptyInbox }
+    const usage = { inputTokens: 200, outputTokens: 50, cacheReadTokens: 10_000, cacheWriteTokens: 0 }
+    const priced = spentNote(Cost.tallyOf(usage, "anthropic", "claude-haiku-4-5", Prices.PRICES))
+    expect(statusLine("idle", position, { fraction: 0.1 }, priced)).toBe(
+      "[idle · 3 turns · pending: 0 queued, 0 next-step · ctx 10% · $0.0014 · 10,200 in (10,000 cache read) / 50 out tokens]"
+    )
+    // OpenAI-style usage counts the cached input within inputTokens.
+    expect(spentNote(Cost.tallyOf({ ...usage, inputTokens: 10_200 }, "openai-compatible", "llama3.1", Prices.PRICES))).toBe(
+      "no price for model llama3.1 · 10,200 in (10,000 cache read) / 50 out tokens"
+    )
+    expect(spentNote(Cost.tallyOf(usage, "demo", "demo", Prices.PRICES))).toBeUndefined()
   })
 })

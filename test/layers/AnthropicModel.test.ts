@@ -13,6 +13,7 @@ import { checkLog } from "../../src/domain/Check.js"
 import { MessageId } from "../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
 import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
+import * as AnthropicCache from "../../src/internal/providers/AnthropicCache.js"
 import * as AnthropicModel from "../../src/layers/AnthropicModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import type { ModelRequest } from "../../src/services/Model.js"
@@ -41,7 +42,7 @@ import * as Chunks from "../fixtures/streamChunks.js"
 
 const KEY = "sk-ant-test-5e4d3c2b1a"
 const apiKey = Redacted.make(KEY)
-const options = { model: "claude-test" }
+const options = { model: "claude-test", promptCaching: false }
 
 const request = requestFor("anthropic", "claude-test")
 const modelSource = sourceFor("anthropic", "claude-test")
@@ -285,6 +286,103 @@ describe("AnthropicModel request body", () => {
   })
 })
 
+const cacheMarks = (body: unknown): number => (JSON.stringify(body).match(/"cache_control"/g) ?? []).length
+
+describe("AnthropicModel prompt caching", () => {
+  const tools: ReadonlyArray<ToolSchema> = [
+    { name: "add", description: "Adds", parameters: { type: "object", properties: {} } },
+    { name: "clock", description: "Time", parameters: { type: "object", properties: {} } }
+  ]
+  const history: ReadonlyArray<Message> = [
+    prompt("q", "Add 1 and 2."),
+    assistant("a1", [{ type: "tool-call", id: "c1", name: "add", arguments: "{\"a\":1,\"b\":2}" }]),
+    toolResult("c1", "3"),
+    assistant("a2", [{ type: "tool-call", id: "c2", name: "clock", arguments: "" }]),
+    toolResult("c2", "12:00")
+  ]
+  const mark = { type: "ephemeral" }
+
+  it("marks the last tool, the system prompt, the newest message and the previous request's newest: four", () => {
+    const body = AnthropicModel.toAnthropicRequest(request({ system: "Be brief.", tools, messages: history }), { model: "m" })
+    expect(body.tools).toStrictEqual([
+      { name: "add", description: "Adds", input_schema: { type: "object", properties: {} } },
+      { name: "clock", description: "Time", input_schema: { type: "object", properties: {} }, cache_control: mark }
+    ])
+    expect(body.system).toStrictEqual([{ type: "text", text: "Be brief.", cache_control: mark }])
+    expect(body.messages).toStrictEqual([
+      { role: "user", content: [{ type: "text", text: "Add 1 and 2." }] },
+      { role: "assistant", content: [{ type: "tool_use", id: "c1", name: "add", input: { a: 1, b: 2 } }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "c1", content: "3", is_error: false, cache_control: mark }] },
+      { role: "assistant", content: [{ type: "tool_use", id: "c2", name: "clock", input: {} }] },
+      { role: "user", content: [{ type: "tool_result", tool_use_id: "c2", content: "12:00", is_error: false, cache_control: mark }] }
+    ])
+    expect(cacheMarks(body)).toBe(AnthropicCache.MAX_BREAKPOINTS)
+    // The cached parts come last, in the provider's cache order.
+    expect(Object.keys(body).slice(-3)).toStrictEqual(["tools", "system", "messages"])
+  })
+
+  it("never more than four marks, whatever the history; without tools or system only the messages are marked", () => {
+    for (let n = 1; n <= 12; n++) {
+      const messages = history.slice(0, Math.min(n, history.length))
+      for (const extra of [{}, { system: "S" }, { tools }, { system: "S", tools }]) {
+        const body = AnthropicModel.toAnthropicRequest(request({ ...extra, messages }), { model: "m" })
+        expect(cacheMarks(body)).toBeLessThanOrEqual(AnthropicCache.MAX_BREAKPOINTS)
+      }
+    }
+    const bare = AnthropicModel.toAnthropicRequest(request({ messages: history }), { model: "m" })
+    expect(cacheMarks(bare)).toBe(2)
+    expect(cacheMarks(AnthropicModel.toAnthropicRequest(request({ messages: history.slice(0, 1) }), { model: "m" }))).toBe(1)
+  })
+
+  it("ttl 1h marks every breakpoint with ttl: \"1h\"", () => {
+    const body = AnthropicModel.toAnthropicRequest(request({ system: "S", tools, messages: history }), { model: "m", cacheTtl: "1h" })
+    expect(JSON.stringify(body).match(/"cache_control":\{[^}]*\}/g)).toStrictEqual(
+      Array(4).fill("\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}")
+    )
+  })
+
+  it("promptCaching: false sends no mark and the system prompt as a string", () => {
+    const body = AnthropicModel.toAnthropicRequest(request({ system: "S", tools, messages: history }), { model: "m", promptCaching: false })
+    expect(cacheMarks(body)).toBe(0)
+    expect(body.system).toBe("S")
+  })
+
+  it("a thinking block is never marked: the message's last block that may carry a mark gets it", () => {
+    const messages = [
+      prompt("q", "Go."),
+      assistant("a1", [{ type: "text", text: "Thinking last:" }], {
+        anthropic: { content: [{ type: "text" }, { type: "thinking", thinking: "t", signature: "sig" }] }
+      })
+    ]
+    const body = AnthropicModel.toAnthropicRequest(request({ messages }), { model: "m" })
+    expect(body.messages[1]).toStrictEqual({
+      role: "assistant",
+      content: [{ type: "text", text: "Thinking last:", cache_control: mark }, { type: "thinking", thinking: "t", signature: "sig" }]
+    })
+    // The message before the newest assistant message is the previous request's newest.
+    expect(body.messages[0]).toStrictEqual({ role: "user", content: [{ type: "text", text: "Go.", cache_control: mark }] })
+  })
+
+  it.scoped("over HTTP, ttl 1h sends the extended-TTL beta flag; cache reads and writes land in the usage", () =>
+    Effect.gen(function*() {
+      const server = yield* ResponsesServer.listen([
+        AnthropicServer.streamed({ text: ["ok"], usage: { input: 5, output: 2, cached: 1200, cacheWrite: 300 } })
+      ])
+      const out = yield* streamRun(request({ messages: [prompt("q", "hello")] })).pipe(
+        Effect.provide(
+          AnthropicModel.layer({ model: "claude-test", apiKey, baseUrl: server.url, timeouts: DEFAULT_TIMEOUTS, cacheTtl: "1h" }).pipe(
+            Layer.provide(FetchHttpClient.layer)
+          )
+        )
+      )
+      const received = yield* server.requests
+      expect(received[0]!.headers["anthropic-beta"]).toBe(AnthropicCache.EXTENDED_TTL_BETA)
+      expect(out.chunks).toContainEqual(
+        Chunks.usage({ inputTokens: 5, outputTokens: 2, totalTokens: 7, cacheReadTokens: 1200, cacheWriteTokens: 300 })
+      )
+    }))
+})
+
 // ---------------------------------------------------------------------------------------------------
 
 const modelLayer = (server: FakeServer, key: Redacted.Redacted<string> | undefined = apiKey) =>
@@ -314,10 +412,12 @@ describe("AnthropicModel over HTTP", () => {
       expect(sent.headers["x-api-key"]).toBe(KEY)
       expect(sent.headers["anthropic-version"]).toBe("2023-06-01")
       expect(sent.headers["content-type"]).toBe("application/json")
+      expect(sent.headers["anthropic-beta"]).toBeUndefined()
+      // Caching is on by default: the newest message carries the rolling breakpoint.
       expect(sent.body).toStrictEqual({
         model: "claude-test",
         max_tokens: 4096,
-        messages: [{ role: "user", content: [{ type: "text", text: "hello" }] }],
+        messages: [{ role: "user", content: [{ type: "text", text: "hello", cache_control: { type: "ephemeral" } }] }],
         stream: true
       })
       expect(out).toStrictEqual({
@@ -510,8 +610,11 @@ describe("AnthropicModel in an agent", () => {
 
       const received = yield* server.requests
       expect(received).toHaveLength(2)
+      // Breakpoints: the last tool, the system prompt, the newest message and the previous
+      // request's newest message (four, the provider's limit).
+      const mark = { type: "ephemeral" }
       expect(received[1]!.body.messages).toStrictEqual([
-        { role: "user", content: [{ type: "text", text: "Add 1 and 2, and tell the time." }] },
+        { role: "user", content: [{ type: "text", text: "Add 1 and 2, and tell the time.", cache_control: mark }] },
         {
           role: "assistant",
           content: [
@@ -525,11 +628,13 @@ describe("AnthropicModel in an agent", () => {
           role: "user",
           content: [
             { type: "tool_result", tool_use_id: "toolu_1", content: "3", is_error: false },
-            { type: "tool_result", tool_use_id: "toolu_2", content: "12:00", is_error: false }
+            { type: "tool_result", tool_use_id: "toolu_2", content: "12:00", is_error: false, cache_control: mark }
           ]
         }
       ])
-      expect(received[1]!.body.system).toBe("Be brief.")
+      expect(received[1]!.body.system).toStrictEqual([{ type: "text", text: "Be brief.", cache_control: mark }])
+      expect(received[1]!.body.tools.map((tool: { cache_control?: unknown }) => tool.cache_control)).toStrictEqual([undefined, mark])
+      expect(received[0]!.body.messages[0].content[0].cache_control).toStrictEqual(mark)
     }))
 
   it.scoped("a 529 is retried in the same step (llm/retry in the log), then the turn completes", () =>

@@ -8,7 +8,7 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Either, Layer, Option, Redacted, Stream, TestClock } from "effect"
 import type { ModelError } from "../../src/domain/Errors.js"
-import { MessageId } from "../../src/domain/Ids.js"
+import { MessageId, SessionId } from "../../src/domain/Ids.js"
 import type { Message, ToolSchema } from "../../src/domain/Values.js"
 import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
 import * as OpenAiModel from "../../src/layers/OpenAiModel.js"
@@ -150,7 +150,8 @@ describe("OpenAiModel request body", () => {
       temperature: 0.3,
       stream: true,
       store: false,
-      include: ["reasoning.encrypted_content"]
+      include: ["reasoning.encrypted_content"],
+      prompt_cache_key: "s"
     })
   })
 
@@ -162,8 +163,18 @@ describe("OpenAiModel request body", () => {
       max_output_tokens: 64,
       stream: true,
       store: false,
-      include: ["reasoning.encrypted_content"]
+      include: ["reasoning.encrypted_content"],
+      prompt_cache_key: "s"
     })
+  })
+
+  it("prompt_cache_key is the session id, or the option's key; promptCaching: false sends none; tools, instructions, input last", () => {
+    const req = request({ sessionId: SessionId.make("s-42"), system: "S", messages: [prompt("u1", "hi")] })
+    const byDefault = OpenAiModel.toResponsesRequest(req, { model: "m" })
+    expect(byDefault.prompt_cache_key).toBe("s-42")
+    expect(Object.keys(byDefault).slice(-2)).toStrictEqual(["instructions", "input"])
+    expect(OpenAiModel.toResponsesRequest(req, { model: "m", promptCacheKey: "team-a" }).prompt_cache_key).toBe("team-a")
+    expect("prompt_cache_key" in OpenAiModel.toResponsesRequest(req, { model: "m", promptCaching: false })).toBe(false)
   })
 
   it("a reasoning item with encrypted content goes back (without its id) before its function_call, in the original order", () => {
@@ -264,7 +275,8 @@ describe("OpenAiModel over HTTP", () => {
         model: "gpt-test",
         stream: true,
         store: false,
-        include: ["reasoning.encrypted_content"]
+        include: ["reasoning.encrypted_content"],
+        prompt_cache_key: "s"
       })
     }))
 

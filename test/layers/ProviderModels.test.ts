@@ -145,7 +145,14 @@ const anthropic: Provider = {
     message: expect.stringContaining("Anthropic: a stream event is not JSON")
   },
   keyHeader: (request) => request.headers["x-api-key"],
-  history: (body) => ({ system: body.system, messages: body.messages }),
+  // The history as sent, without the prompt-cache marks (AnthropicModel.test.ts checks those).
+  history: (body) => ({
+    system: Array.isArray(body.system) ? body.system.map((block: { text: string }) => block.text).join("") : body.system,
+    messages: body.messages.map((message: { content: ReadonlyArray<Record<string, unknown>> }) => ({
+      ...message,
+      content: message.content.map(({ cache_control: _, ...block }) => block)
+    }))
+  }),
   reasoningChunks: ["CH(block-start)", "CH(reasoning-delta)", "CH(reasoning-delta)", "CH(block-end)"],
   // The signed thinking block, kept for the next request.
   replayChunks: ["CH(replay-state)"],

@@ -102,6 +102,21 @@ describe("Telemetry.layer", () => {
       expect(keys.filter((k) => k.includes("text") || k.includes("messages") || k.includes("arguments") || k.includes("result.") && !k.includes("seq") && !k.includes("is_error"))).toEqual([])
     }))
 
+  it.effect("each chat span and turn carries its cost at the given prices, or says the model has no price", () =>
+    Effect.gen(function*() {
+      const priced = recordingTracer()
+      yield* runWith(Telemetry.layer({ prices: { m: { input: 1, output: 2 } } }).pipe(Layer.provide(Layer.setTracer(priced.tracer))))
+      const [, first, , , , turn1] = sessionSpans(priced.ended) as [RecordedSpan, ...Array<RecordedSpan>]
+      expect(first!.attributes["tiller.cost.usd"]).toBeCloseTo((120 * 1 + 30 * 2) / 1e6, 12)
+      expect(turn1!.attributes["tiller.cost.usd"]).toBeCloseTo((280 * 1 + 35 * 2) / 1e6, 12)
+      const unpriced = recordingTracer()
+      yield* runWith(Telemetry.layer().pipe(Layer.provide(Layer.setTracer(unpriced.tracer))))
+      const [, plain, , , , plainTurn] = sessionSpans(unpriced.ended) as [RecordedSpan, ...Array<RecordedSpan>]
+      expect(plain!.attributes["tiller.cost.unpriced"]).toBe("no price for model m")
+      expect(plain!.attributes["tiller.cost.usd"]).toBeUndefined()
+      expect(plainTurn!.attributes["tiller.cost.unpriced"]).toBe("no price for model m")
+    }))
+
   it.effect("content: true records entered text, the model's output and tool arguments and results", () =>
     Effect.gen(function*() {
       const { ended, tracer } = recordingTracer()

@@ -71,7 +71,10 @@ const WireUsage = Schema.Struct({
   completion_tokens: OptionalCount,
   total_tokens: OptionalCount,
   prompt_cache_hit_tokens: OptionalCount,
-  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: OptionalCount }))),
+  cached_tokens: OptionalCount,
+  cache_read_input_tokens: OptionalCount,
+  cache_creation_input_tokens: OptionalCount,
+  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: OptionalCount, cache_write_tokens: OptionalCount }))),
   completion_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ reasoning_tokens: OptionalCount })))
 })
 
@@ -102,13 +105,23 @@ const reasoningOf = (delta: WireDelta | undefined): { readonly field: ReasoningF
   return reasoning === "" ? undefined : { field: "reasoning", text: reasoning }
 }
 
+/**
+ * The usage of a chunk. Hosts report the cached part of the prompt (included in `prompt_tokens`)
+ * in different places: OpenAI, xAI, Alibaba, DeepSeek and OpenRouter in
+ * `prompt_tokens_details.cached_tokens`, DeepSeek also as `prompt_cache_hit_tokens`, Moonshot as
+ * `cached_tokens`, LiteLLM in front of Anthropic as `cache_read_input_tokens`; the tokens written to
+ * the cache as OpenRouter's `prompt_tokens_details.cache_write_tokens` or LiteLLM's
+ * `cache_creation_input_tokens`.
+ */
 const toUsage = (usage: typeof WireUsage.Type): Usage | undefined =>
   usageOf({
     inputTokens: usage.prompt_tokens,
     outputTokens: usage.completion_tokens,
     totalTokens: usage.total_tokens,
     reasoningTokens: usage.completion_tokens_details?.reasoning_tokens,
-    cacheReadTokens: usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens
+    cacheReadTokens: usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ?? usage.cached_tokens ??
+      usage.cache_read_input_tokens,
+    cacheWriteTokens: usage.prompt_tokens_details?.cache_write_tokens ?? usage.cache_creation_input_tokens
   })
 
 /**

@@ -18,6 +18,7 @@ export interface RawCounts {
   readonly totalTokens?: number | null | undefined
   readonly reasoningTokens?: number | null | undefined
   readonly cacheReadTokens?: number | null | undefined
+  readonly cacheWriteTokens?: number | null | undefined
 }
 
 const count = (value: number | null | undefined): number | undefined =>
@@ -36,11 +37,13 @@ export const usageOf = (raw: RawCounts): Usage | undefined => {
   const totalTokens = count(raw.totalTokens)
   const reasoningTokens = count(raw.reasoningTokens)
   const cacheReadTokens = count(raw.cacheReadTokens)
+  const cacheWriteTokens = count(raw.cacheWriteTokens)
   return {
     inputTokens: inputTokens ?? 0,
     outputTokens: outputTokens ?? 0,
     ...(totalTokens === undefined ? {} : { totalTokens }),
     ...(reasoningTokens === undefined ? {} : { reasoningTokens }),
-    ...(cacheReadTokens === undefined ? {} : { cacheReadTokens })
+    ...(cacheReadTokens === undefined ? {} : { cacheReadTokens }),
+    ...(cacheWriteTokens === undefined ? {} : { cacheWriteTokens })
   }
 }

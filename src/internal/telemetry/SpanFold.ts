@@ -10,7 +10,10 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
+import * as Cost from "../../domain/Cost.js"
 import type { EventOf, SessionEvent } from "../../domain/Event.js"
+import type { PriceTable } from "../../domain/Prices.js"
+import * as Prices from "../../domain/Prices.js"
 import type { InboxLists } from "../../domain/Splice.js"
 import { applySplice, emptyInbox, spliceShape } from "../../domain/Splice.js"
 import type { LlmFailure, MessageSource, StreamChunk, TurnEndReason, UserMessage } from "../../domain/Values.js"
@@ -27,6 +30,8 @@ export interface SpanFoldOptions {
   readonly sessionId: string
   /** Record message content (entered text, output text, tool arguments and results). Default false. */
   readonly content?: boolean
+  /** The prices of `tiller.cost.usd` (default: tiller's table, `domain/Prices`). */
+  readonly prices?: PriceTable
 }
 
 /**
@@ -83,6 +88,16 @@ const reasonText = (reason: TurnEndReason): string => {
 }
 
 /**
+ * The cost attributes of a tally: `tiller.cost.usd` when every model had a price, else
+ * `tiller.cost.unpriced` naming the models without one (and the partial `tiller.cost.usd` of the
+ * priced ones, if any).
+ */
+const costAttributes = (tally: Cost.Tally): Record<string, string | number> => ({
+  ...(tally.unpriced.length === 0 || tally.usd > 0 ? { "tiller.cost.usd": Number(tally.usd.toFixed(9)) } : {}),
+  ...(tally.unpriced.length === 0 ? {} : { "tiller.cost.unpriced": `no price for model ${tally.unpriced.join(", ")}` })
+})
+
+/**
  * A fresh fold for one session.
  *
  * @since 0.1.0
@@ -100,6 +115,8 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
   let turn = 0
   let turnInput = 0
   let turnOutput = 0
+  let turnTally = Cost.empty
+  const prices = options.prices ?? Prices.PRICES
   let steps = 0
   let stepTime = 0
   let headerTime: number | undefined
@@ -191,6 +208,7 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         turnKey = `turn:${turn}`
         turnInput = 0
         turnOutput = 0
+        turnTally = Cost.empty
         steps = 0
         openSpan(out, {
           _tag: "Open",
@@ -232,6 +250,7 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
             "tiller.turn.end_seq": e.seq,
             "gen_ai.usage.input_tokens": turnInput,
             "gen_ai.usage.output_tokens": turnOutput,
+            ...costAttributes(turnTally),
             ...(reason.kind === "error" ? { "error.type": reason.error.code } : {})
           }
         })
@@ -287,9 +306,13 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         if (chat === undefined) break
         const calls = message.content.filter((b) => b.type === "tool-call").length
         const finish = interrupted === true ? "interrupted" : finishKind
-        if (usage !== undefined) {
-          turnInput += usage.inputTokens
-          turnOutput += usage.outputTokens
+        const tally = usage === undefined
+          ? undefined
+          : Cost.tallyOf(usage, message.source.provider, message.source.model, prices)
+        if (tally !== undefined) {
+          turnInput += tally.inputTokens
+          turnOutput += tally.outputTokens
+          turnTally = Cost.add(turnTally, tally)
         }
         out.push({
           _tag: "Attributes",
@@ -298,8 +321,10 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
             "gen_ai.response.model": message.source.model,
             "gen_ai.response.id": message.id,
             "gen_ai.response.finish_reasons": [finishReason(finish, calls)],
-            ...(usage === undefined ? {} : { "gen_ai.usage.input_tokens": usage.inputTokens, "gen_ai.usage.output_tokens": usage.outputTokens }),
+            ...(tally === undefined ? {} : { "gen_ai.usage.input_tokens": tally.inputTokens, "gen_ai.usage.output_tokens": tally.outputTokens }),
             ...(usage?.cacheReadTokens === undefined ? {} : { "gen_ai.usage.cache_read.input_tokens": usage.cacheReadTokens }),
+            ...(usage?.cacheWriteTokens === undefined ? {} : { "gen_ai.usage.cache_creation.input_tokens": usage.cacheWriteTokens }),
+            ...(tally === undefined ? {} : costAttributes(tally)),
             ...(usage?.reasoningTokens === undefined ? {} : { "gen_ai.usage.reasoning.output_tokens": usage.reasoningTokens }),
             "tiller.message.seq": e.seq,
             ...(content ? { "gen_ai.output.messages": JSON.stringify([{ role: "assistant", parts: message.content }]) } : {})

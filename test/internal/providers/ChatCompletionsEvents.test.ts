@@ -148,6 +148,28 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
     expect(later.chunks.slice(-2)).toStrictEqual([{ type: "usage", usage: { inputTokens: 7, outputTokens: 3 } }, stop])
   })
 
+  it("cached prompt tokens wherever a host reports them; cache writes from OpenRouter and LiteLLM", () => {
+    const usageOf = (usage: Record<string, unknown>) =>
+      decode([data(chunk({ content: "ok" }, "stop")), data(usageChunk({ prompt_tokens: 100, completion_tokens: 5, ...usage })), DONE])
+        .chunks.find((c) => c.type === "usage")
+    // xAI (recorded): prompt_tokens_details.cached_tokens.
+    expect(usageOf({ prompt_tokens_details: { text_tokens: 100, cached_tokens: 96 } })).toStrictEqual(
+      Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 96 })
+    )
+    // DeepSeek's own field, Moonshot's top-level field, LiteLLM's Anthropic-style field.
+    expect(usageOf({ prompt_cache_hit_tokens: 64, prompt_cache_miss_tokens: 36 })).toStrictEqual(
+      Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 64 })
+    )
+    expect(usageOf({ cached_tokens: 80 })).toStrictEqual(Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 80 }))
+    expect(usageOf({ cache_read_input_tokens: 70, cache_creation_input_tokens: 20 })).toStrictEqual(
+      Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 70, cacheWriteTokens: 20 })
+    )
+    // OpenRouter: reads and writes in prompt_tokens_details.
+    expect(usageOf({ prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 90 } })).toStrictEqual(
+      Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 0, cacheWriteTokens: 90 })
+    )
+  })
+
   it("[DONE] completes the response: nothing after it is read; a finish reason without [DONE] completes at the end", () => {
     const out = decode([data(chunk({ content: "a" }, "stop")), DONE, { event: "message", data: "not read" }])
     expect(out.read).toBe(2)

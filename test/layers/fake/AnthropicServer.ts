@@ -35,7 +35,7 @@ export const messageEvents = (
       usage: {
         input_tokens: turn.usage.input,
         output_tokens: 1,
-        cache_creation_input_tokens: 0,
+        cache_creation_input_tokens: turn.usage.cacheWrite ?? 0,
         cache_read_input_tokens: turn.usage.cached ?? 0
       }
     }

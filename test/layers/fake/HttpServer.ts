@@ -8,12 +8,16 @@ import { Effect } from "effect"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 
-/** One request as the server received it; `body` is the parsed JSON body (its text when not JSON). */
+/**
+ * One request as the server received it; `body` is the parsed JSON body (its text when not JSON),
+ * `text` the body's bytes as UTF-8 text.
+ */
 export interface ReceivedRequest {
   readonly method: string
   readonly path: string
   readonly headers: http.IncomingHttpHeaders
   readonly body: any
+  readonly text: string
 }
 
 /** A running fake server: its base URL and what it has received so far. */
@@ -52,7 +56,7 @@ export const serve = (answer: Answer): Effect.Effect<FakeServer, never, Scope.Sc
     const received: Array<ReceivedRequest> = []
     const server = http.createServer((request, response) => {
       void readBody(request).then((text) => {
-        const entry = { method: request.method ?? "", path: request.url ?? "", headers: request.headers, body: parse(text) }
+        const entry = { method: request.method ?? "", path: request.url ?? "", headers: request.headers, body: parse(text), text }
         received.push(entry)
         answer(received.length - 1, entry, request, response)
       })

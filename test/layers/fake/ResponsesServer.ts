@@ -79,6 +79,8 @@ export interface Usage {
   readonly output: number
   readonly reasoning?: number
   readonly cached?: number
+  /** Tokens written to the provider's prompt cache (Anthropic's `cache_creation_input_tokens`). */
+  readonly cacheWrite?: number
 }
 
 /**

@@ -54,7 +54,10 @@ const SYSTEM = [
 
 /** A deterministic file of 1.5-4.5 KB, as a read_file result looks. */
 const fileText = (i: number) =>
-  Array.from({ length: 40 + ((i * 37) % 80) }, (_, line) => `// src/module${i}.ts:${line + 1}  export const value${line} = compute(${i}, ${line})`)
+  Array.from(
+    { length: 40 + ((i * 37) % 80) },
+    (_, line) => `// src/module${i}.ts:${line + 1}  export const value${line} = compute(${i}, ${line})`
+  )
     .join("\n")
 
 const readFile = Tool.make("read_file", {
@@ -162,7 +165,13 @@ const WIRES: ReadonlyArray<Wire> = [
     model: "claude-sonnet-4-5",
     billing: anthropicBilling,
     reply: (n, b) => anthropicReply(n, b),
-    layer: (url) => AnthropicModel.layer({ model: "claude-sonnet-4-5", baseUrl: url, timeouts: DEFAULT_TIMEOUTS, promptCaching: false })
+    layer: (url) =>
+      AnthropicModel.layer({
+        model: "claude-sonnet-4-5",
+        baseUrl: url,
+        timeouts: DEFAULT_TIMEOUTS,
+        promptCaching: false
+      })
   },
   {
     label: "OpenAI Responses (gpt-4.1), prompt_cache_key",
@@ -173,7 +182,9 @@ const WIRES: ReadonlyArray<Wire> = [
       const m = move(n)
       return responseEvents({
         ...(m.text === undefined ? {} : { text: [m.text] }),
-        ...(m.call === undefined ? {} : { toolCalls: [{ callId: m.call.id, name: m.call.name, arguments: [m.call.args] }] }),
+        ...(m.call === undefined
+          ? {}
+          : { toolCalls: [{ callId: m.call.id, name: m.call.name, arguments: [m.call.args] }] }),
         usage: { input: b.input + b.read, output: OUTPUT, cached: b.read }
       }, { id: `resp_${n}` }).map((event) => frame(event.type as string, event)).join("")
     },
@@ -188,7 +199,15 @@ const WIRES: ReadonlyArray<Wire> = [
       const m = move(n)
       return [
         Chat.event(Chat.chunk({ role: "assistant", content: m.text ?? "" })),
-        ...(m.call === undefined ? [] : [Chat.event(Chat.chunk({ tool_calls: [Chat.toolCall(0, { id: m.call.id, name: m.call.name, arguments: m.call.args })] }))]),
+        ...(m.call === undefined
+          ? []
+          : [
+            Chat.event(
+              Chat.chunk({
+                tool_calls: [Chat.toolCall(0, { id: m.call.id, name: m.call.name, arguments: m.call.args })]
+              })
+            )
+          ]),
         Chat.event(Chat.chunk({}, m.call === undefined ? "stop" : "tool_calls")),
         Chat.event(Chat.usageChunk({
           prompt_tokens: b.input + b.read,
@@ -235,7 +254,11 @@ const runWire = (wire: Wire) =>
     const server = yield* serve((n: number, received: ReceivedRequest, _request, response) => {
       response.writeHead(200, { "content-type": "text/event-stream" }).end(wire.reply(n, bill(received.text)))
     })
-    const agent = Agent.layer({ sessionId: SessionId.make("bench-caching"), model: { provider: wire.provider, model: wire.model }, system: SYSTEM }).pipe(
+    const agent = Agent.layer({
+      sessionId: SessionId.make("bench-caching"),
+      model: { provider: wire.provider, model: wire.model },
+      system: SYSTEM
+    }).pipe(
       Layer.provideMerge(Layer.mergeAll(
         SessionStore.layerMemory,
         wire.layer(server.url).pipe(Layer.provide(FetchHttpClient.layer)),
@@ -293,7 +316,16 @@ export const cachingReport = (figures: ReadonlyArray<CachingFigures>): ReadonlyA
   `(as of ${Prices.PRICES_AS_OF}). "Billed at cache rate" is the share of all input tokens read from the cache.`,
   "",
   table(
-    ["adapter", "requests", "input tokens", "billed at cache rate", "cache writes", "cost", "cost without caching", "saving"],
+    [
+      "adapter",
+      "requests",
+      "input tokens",
+      "billed at cache rate",
+      "cache writes",
+      "cost",
+      "cost without caching",
+      "saving"
+    ],
     figures.map((f) => [
       f.label,
       String(f.requests),

@@ -34,7 +34,9 @@ const read = Tool.make("read", {
 const textChunks = (text: string, deltas: number): Array<StreamChunk> => {
   const out: Array<StreamChunk> = [{ type: "block-start", index: 0, block: "text" }]
   const piece = Math.ceil(text.length / deltas)
-  for (let i = 0; i < deltas; i++) out.push({ type: "text-delta", index: 0, text: text.slice(i * piece, (i + 1) * piece) })
+  for (let i = 0; i < deltas; i++) {
+    out.push({ type: "text-delta", index: 0, text: text.slice(i * piece, (i + 1) * piece) })
+  }
   out.push({ type: "block-end", index: 0 })
   return out
 }
@@ -52,7 +54,13 @@ const readingModel = (plan: { steps: number }, deltas: number) => {
       Stream.fromIterable(
         request.step > plan.steps ? answer : [
           ...preface,
-          { type: "block-start", index: deltas === 0 ? 0 : 1, block: "tool-call", id: `c${request.turn}-${request.step}`, name: "read" },
+          {
+            type: "block-start",
+            index: deltas === 0 ? 0 : 1,
+            block: "tool-call",
+            id: `c${request.turn}-${request.step}`,
+            name: "read"
+          },
           { type: "tool-call-delta", index: deltas === 0 ? 0 : 1, arguments: `{"i":${request.step}}` },
           { type: "block-end", index: deltas === 0 ? 0 : 1 },
           { type: "finish", finish: { kind: "stop" } }
@@ -62,7 +70,10 @@ const readingModel = (plan: { steps: number }, deltas: number) => {
 }
 
 const summaryChunks: ReadonlyArray<StreamChunk> = [
-  ...textChunks("Goal: read the file.\nDecisions: none.\nState of the work: reading.\nFiles and tools touched: read.\nOpen questions: none.", 1),
+  ...textChunks(
+    "Goal: read the file.\nDecisions: none.\nState of the work: reading.\nFiles and tools touched: read.\nOpen questions: none.",
+    1
+  ),
   { type: "finish", finish: { kind: "stop" } }
 ]
 
@@ -82,9 +93,13 @@ const agentLayer = (
     model: { provider: "bench", model: "reader" },
     compaction: {
       contextWindow: compaction.window,
-      summary: compaction.kind === "prune" ? false : { model: { service: instantSummaryModel, provider: "bench", model: "summary" } }
+      summary: compaction.kind === "prune"
+        ? false
+        : { model: { service: instantSummaryModel, provider: "bench", model: "summary" } }
     }
-  }).pipe(Layer.provide(Layer.mergeAll(SessionStore.layerMemory, Layer.succeed(Model, model), Tools.layer({ tools: [read] }))))
+  }).pipe(
+    Layer.provide(Layer.mergeAll(SessionStore.layerMemory, Layer.succeed(Model, model), Tools.layer({ tools: [read] })))
+  )
 
 /** The derived history's size: messages, characters of text, and the budget's tokens. */
 export interface HistorySize {
@@ -99,7 +114,7 @@ const charactersOf = (messages: ReadonlyArray<Message>): number => {
     for (const b of m.content) {
       if (b.type === "text" || b.type === "reasoning") n += b.text.length
       else if (b.type === "tool-call") n += b.arguments.length
-      else if (b.type === "tool-result") for (const c of b.content) if (c.type === "text") n += c.text.length
+      else if (b.type === "tool-result") { for (const c of b.content) if (c.type === "text") n += c.text.length }
     }
   }
   return n
@@ -132,11 +147,15 @@ export const compactionRun = (events: number, kind: CompactionKind): Effect.Effe
   Effect.scoped(Effect.gen(function*() {
     // About 9 events a step (W1's figure), and 2 + steps * 9 + the answer's.
     const steps = Math.round(events / 9)
-    const context = yield* Layer.build(agentLayer(`compact-${kind}`, readingModel({ steps }, 0), { window: 1_000_000_000, kind }))
+    const context = yield* Layer.build(
+      agentLayer(`compact-${kind}`, readingModel({ steps }, 0), { window: 1_000_000_000, kind })
+    )
     return yield* Effect.gen(function*() {
       const driver = yield* Driver
       const log = yield* SessionLog
-      const [, buildMillis] = yield* timed(Effect.zipRight(driver.followup(userMessage({ id: "go", text: "read it all" })), driver.whenIdle))
+      const [, buildMillis] = yield* timed(
+        Effect.zipRight(driver.followup(userMessage({ id: "go", text: "read it all" })), driver.whenIdle)
+      )
       const length = (yield* log.events).length
       const before = yield* historySize
       const [, millis] = yield* timed(Effect.zipRight((yield* Compaction).compact, log.flush))
@@ -174,7 +193,9 @@ export const stepCost = (
     const buildSteps = Math.round(events / (options.deltas + 12))
     // The steps of the next turn: the models read it when a request comes.
     const plan = { steps: buildSteps }
-    const big = yield* Layer.build(agentLayer("big", readingModel(plan, options.deltas), { window: options.window, kind: "both" }))
+    const big = yield* Layer.build(
+      agentLayer("big", readingModel(plan, options.deltas), { window: options.window, kind: "both" })
+    )
     const turnOn = (context: Context.Context<Driver | SessionLog>, id: string) =>
       Effect.gen(function*() {
         const driver = yield* Driver

@@ -23,7 +23,9 @@ for (const node of profile.nodes) for (const child of node.children ?? []) paren
 const selfTime = new Map()
 profile.samples.forEach((id, i) => selfTime.set(id, (selfTime.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0)))
 const label = (node) =>
-  `${node.callFrame.functionName || "(anonymous)"} ${node.callFrame.url.split("/").slice(-2).join("/")}:${node.callFrame.lineNumber + 1}`
+  `${node.callFrame.functionName || "(anonymous)"} ${node.callFrame.url.split("/").slice(-2).join("/")}:${
+    node.callFrame.lineNumber + 1
+  }`
 const stackOf = function*(id) {
   for (let at = id; at !== undefined; at = parents.get(at)) yield nodes.get(at)
 }

@@ -7,8 +7,8 @@
  */
 import { Context, Effect, Layer, Stream } from "effect"
 import * as path from "node:path"
-import { answerChunks, echoCallChunks, echoTool } from "./loop.js"
 import { Driver, Model, SessionId, SessionLog, Sessions, SqliteSessionStore, Tools, userMessage } from "../src/index.js"
+import { answerChunks, echoCallChunks, echoTool } from "./loop.js"
 import type { MemorySample } from "./util.js"
 import { collectGarbage, currentRss, memorySample, timed, withTempDir } from "./util.js"
 
@@ -64,7 +64,8 @@ const idleRun = (count: number): Effect.Effect<IdleRun, unknown> =>
       const before = yield* memorySample
       const [drivers, openMillis] = yield* timed(Effect.forEach(
         range(count),
-        (i) => Effect.map(sessions.open(SessionId.make(`bench-w5-idle-${i}`)), (context) => Context.get(context, Driver))
+        (i) =>
+          Effect.map(sessions.open(SessionId.make(`bench-w5-idle-${i}`)), (context) => Context.get(context, Driver))
       ))
       const holding = yield* memorySample
       // The drivers stay reachable until the sample is taken.
@@ -135,7 +136,9 @@ const runningRun = (count: number, turns: number): Effect.Effect<RunningRun, unk
           log: Context.get(context, SessionLog)
         })))
       const prompts = range(count).map((i) =>
-        range(turns).map((t) => userMessage({ id: `prompt-${i}-${t}`, text: `question ${t}` }))
+        range(turns).map((t) =>
+          userMessage({ id: `prompt-${i}-${t}`, text: `question ${t}` })
+        )
       )
       const baselineRss = (yield* memorySample).rss
       peakRss = currentRss()
@@ -149,7 +152,9 @@ const runningRun = (count: number, turns: number): Effect.Effect<RunningRun, unk
           yield* log.flush
         }), { concurrency: "unbounded", discard: true }))
       peakRss = Math.max(peakRss, currentRss())
-      if (calls !== count * turns) return yield* Effect.dieMessage(`W5 ran ${calls} tool calls, expected ${count * turns}`)
+      if (calls !== count * turns) {
+        return yield* Effect.dieMessage(`W5 ran ${calls} tool calls, expected ${count * turns}`)
+      }
       let events = 0
       for (const { log } of opened) events += (yield* log.events).length
       const afterRss = (yield* memorySample).rss

@@ -40,6 +40,14 @@ const firstFoldMs = performance.now() - t
 for (const part of parts) model.feed(part)
 const foldMs = performance.now() - t
 const embedded = first.events.length + parts.reduce((n: number, part: ReadonlyArray<unknown>) => n + part.length, 0)
-console.log(`${events.length} events: renderHtml ${renderMs.toFixed(0)} ms, page ${(Buffer.byteLength(page) / 1024 / 1024).toFixed(1)} MiB (${embedded} events embedded, ` +
-  `${first.events.length} in the first part, ${parts.length} later parts); client as node measures it: first part JSON.parse ${firstMs.toFixed(0)} ms ` +
-  `and fold ${firstFoldMs.toFixed(0)} ms, later parts inflated and parsed ${laterMs.toFixed(0)} ms, all folded ${foldMs.toFixed(0)} ms for ${model.rows.length} rows`)
+console.log(
+  `${events.length} events: renderHtml ${renderMs.toFixed(0)} ms, page ${
+    (Buffer.byteLength(page) / 1024 / 1024).toFixed(1)
+  } MiB (${embedded} events embedded, ` +
+    `${first.events.length} in the first part, ${parts.length} later parts); client as node measures it: first part JSON.parse ${
+      firstMs.toFixed(0)
+    } ms ` +
+    `and fold ${firstFoldMs.toFixed(0)} ms, later parts inflated and parsed ${laterMs.toFixed(0)} ms, all folded ${
+      foldMs.toFixed(0)
+    } ms for ${model.rows.length} rows`
+)

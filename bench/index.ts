@@ -20,17 +20,17 @@
  *
  * @since 0.1.0
  */
+import { DateTime, Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import { writeFileSync } from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { DateTime, Effect } from "effect"
-import type { IdleFigures, RunningFigures } from "./footprint.js"
-import { idle, running } from "./footprint.js"
 import type { CachingFigures } from "./caching.js"
 import { caching, cachingReport } from "./caching.js"
 import type { CompactionRun, StepCost } from "./compaction.js"
 import { compactionRun, stepCost, stepRatio } from "./compaction.js"
+import type { IdleFigures, RunningFigures } from "./footprint.js"
+import { idle, running } from "./footprint.js"
 import { injectClaimRun } from "./inbox.js"
 import type { LoopThroughput, TurnLatency } from "./loop.js"
 import { floor, percentile, turnLatency, w1 } from "./loop.js"
@@ -39,8 +39,6 @@ import { chunkAppendRun, chunkMemory, publicAppendRun } from "./sessionLog.js"
 import type { IngestFigures, InjectFigures, InjectRun, ResumeFigures } from "./storage.js"
 import { ingest, injects, resume } from "./storage.js"
 import type { Synchronous } from "./storage.js"
-import type { W1Compare } from "./w1/compare.js"
-import { renderW1Compare, runW1Compare, w1Svg } from "./w1/compare.js"
 import type { Spread, Throughput } from "./util.js"
 import {
   formatBytes,
@@ -57,6 +55,8 @@ import {
   spreadOf,
   table
 } from "./util.js"
+import type { W1Compare } from "./w1/compare.js"
+import { renderW1Compare, runW1Compare, w1Svg } from "./w1/compare.js"
 
 interface Sizes {
   readonly label: string
@@ -198,13 +198,27 @@ const resumeRunsOf = (s: Sizes) => (events: number): number =>
 const writeResults = args.has("--write")
 
 type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "compaction" | "caching" | "peers"
-const groups: ReadonlyArray<Group> = ["log", "loop", "w1", "storage", "w2", "w3", "w4", "footprint", "compaction", "caching", "peers"]
+const groups: ReadonlyArray<Group> = [
+  "log",
+  "loop",
+  "w1",
+  "storage",
+  "w2",
+  "w3",
+  "w4",
+  "footprint",
+  "compaction",
+  "caching",
+  "peers"
+]
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="))?.slice("--only=".length)
 const only = groups.find((g) => g === onlyArg)
 if (onlyArg !== undefined && only === undefined) {
   throw new Error(`--only=${onlyArg}: expected one of ${groups.join(", ")}`)
 }
-if (only !== undefined && writeResults) throw new Error("--write records a complete run; it cannot be combined with --only")
+if (only !== undefined && writeResults) {
+  throw new Error("--write records a complete run; it cannot be combined with --only")
+}
 const runsLog = only === undefined || only === "log"
 const runsW1 = only === undefined || only === "loop" || only === "w1"
 const runsLatency = only === undefined || only === "loop"
@@ -346,7 +360,9 @@ const footprint = (s: Sizes) =>
     yield* log(`W5 idle sessions on SQLite: ${formatCount(s.idleSessions)} x ${s.storageRuns} ...`)
     const idleFigures = yield* idle(s.idleSessions, s.storageRuns)
     yield* log(
-      `W5 running sessions on SQLite: ${formatCount(s.runningSessions)} x ${s.runningTurns} turns x ${s.storageRuns} ...`
+      `W5 running sessions on SQLite: ${
+        formatCount(s.runningSessions)
+      } x ${s.runningTurns} turns x ${s.storageRuns} ...`
     )
     const runningFigures = yield* running(s.runningSessions, s.runningTurns, s.storageRuns)
     return { idle: idleFigures, running: runningFigures }
@@ -360,7 +376,9 @@ const benchmarks = (s: Sizes): Effect.Effect<Figures, unknown> =>
     const storageFigures = runsIngest || runsInjects || runsResume ? yield* storage(s) : undefined
     const footprintFigures = runsFootprint ? yield* footprint(s) : undefined
     const compactionFigures = runsCompaction ? yield* compaction(s) : undefined
-    if (runsCaching) yield* Effect.sync(() => console.error("prompt caching: a 20-step tool session through each adapter ..."))
+    if (runsCaching) {
+      yield* Effect.sync(() => console.error("prompt caching: a 20-step tool session through each adapter ..."))
+    }
     const cachingFigures = runsCaching ? yield* caching() : undefined
     // W1 side by side with the peers: one child process per run, after tiller's own groups.
     const peers = runsPeers
@@ -529,8 +547,15 @@ const compaction = (s: Sizes): Effect.Effect<CompactionFigures, unknown> =>
     const prune = yield* compactionRun(s.compactionEvents, "prune")
     yield* log(`compaction: summarise a session of ${formatCount(s.compactionEvents)} events ...`)
     const summary = yield* compactionRun(s.compactionEvents, "summary")
-    yield* log(`compaction: steps on a compacted session of ${formatCount(s.compactedEvents)} events and on fresh ones ...`)
-    const steps = yield* stepCost(s.compactedEvents, { window: 50_000, steps: s.compactedSteps, runs: s.compactedRuns, deltas: 50 })
+    yield* log(
+      `compaction: steps on a compacted session of ${formatCount(s.compactedEvents)} events and on fresh ones ...`
+    )
+    const steps = yield* stepCost(s.compactedEvents, {
+      window: 50_000,
+      steps: s.compactedSteps,
+      runs: s.compactedRuns,
+      deltas: 50
+    })
     return { prune, summary, steps }
   })
 
@@ -562,10 +587,18 @@ const compactionReport = (f: CompactionFigures): ReadonlyArray<string> => {
       [false, true, true, true, false, false]
     ),
     "",
-    `Time per step of the loop on a long compacted session beside a fresh one: a session of ${formatCount(f.steps.bigEvents)} events`,
-    `(built in ${formatMillis(f.steps.buildMillis)} by read steps that also stream 50 text deltas each, on a 50,000-token window,`,
-    `compacting as it went: ${formatCount(f.steps.compactions)} compactions, ${formatCount(f.steps.surface)} nodes on its surface), then`,
-    `${f.steps.fresh.length} timed turns of ${formatCount(f.steps.steps)} steps on it, each beside the same turn on a fresh session with the same`,
+    `Time per step of the loop on a long compacted session beside a fresh one: a session of ${
+      formatCount(f.steps.bigEvents)
+    } events`,
+    `(built in ${
+      formatMillis(f.steps.buildMillis)
+    } by read steps that also stream 50 text deltas each, on a 50,000-token window,`,
+    `compacting as it went: ${formatCount(f.steps.compactions)} compactions, ${
+      formatCount(f.steps.surface)
+    } nodes on its surface), then`,
+    `${f.steps.fresh.length} timed turns of ${
+      formatCount(f.steps.steps)
+    } steps on it, each beside the same turn on a fresh session with the same`,
     "options (both compact as their windows fill). The time covers the whole loop: building each request, the model's",
     "stream, the tool, compaction and durability.",
     "",
@@ -600,8 +633,12 @@ const primitivesReport = (s: Sizes, memory: ChunkMemory, results: ReadonlyArray<
   "",
   "## Memory",
   "",
-  `One session holding ${formatCount(memory.events)} \`assistant/chunk\` text-delta events, appended 100 per transaction`,
-  `(in ${formatMillis(memory.appendMillis)}) and durable in the memory store, which shares the frozen events with the log.`,
+  `One session holding ${
+    formatCount(memory.events)
+  } \`assistant/chunk\` text-delta events, appended 100 per transaction`,
+  `(in ${
+    formatMillis(memory.appendMillis)
+  }) and durable in the memory store, which shares the frozen events with the log.`,
   "",
   memoryTable(memory),
   ""
@@ -610,10 +647,18 @@ const primitivesReport = (s: Sizes, memory: ChunkMemory, results: ReadonlyArray<
 const loopReport = (floorRun: LoopThroughput, agents: ReadonlyArray<LoopThroughput>): ReadonlyArray<string> => [
   "## Agent loop: workload W1",
   "",
-  `One session on a fresh memory store per run, ${formatCount(floorRun.steps)} steps: each an instant scripted model response`,
+  `One session on a fresh memory store per run, ${
+    formatCount(floorRun.steps)
+  } steps: each an instant scripted model response`,
   "calling one trivial `echo` tool (exclusive, returns a constant string), then a final text answer. Opening",
   "the agent is untimed; one `followup`, `whenIdle` and `SessionLog.flush` (every event durable) are timed.",
-  `Median of ${floorRun.runs.length} runs after ${agents[0]?.cold !== undefined ? `${agents[0].cold.warmRuns} untimed warm-up run(s) of ${formatCount(agents[0].cold.steps)} steps (the first, cold, below the table)` : "an untimed warm-up run"}. The model is \`ScriptedModel\`, or the smallest`,
+  `Median of ${floorRun.runs.length} runs after ${
+    agents[0]?.cold !== undefined
+      ? `${agents[0].cold.warmRuns} untimed warm-up run(s) of ${
+        formatCount(agents[0].cold.steps)
+      } steps (the first, cold, below the table)`
+      : "an untimed warm-up run"
+  }. The model is \`ScriptedModel\`, or the smallest`,
   "adapter the `Model` API allows (`Stream.fromIterable` of the same chunks, prebuilt). The loop reads a",
   "`ScriptedModel` response as one batch without running it as a Stream; the second row pays for Effect's",
   "Stream machinery on every response, as any other `Model` does. The floor runs the same",
@@ -626,7 +671,11 @@ const loopReport = (floorRun: LoopThroughput, agents: ReadonlyArray<LoopThroughp
   ...agents.flatMap((r) =>
     r.cold === undefined
       ? []
-      : [`- ${r.name}: first warm-up run (cold JIT, untimed) ${formatCount(r.cold.steps)} steps in ${formatCount(r.cold.millis)} ms, ${formatCount(r.cold.steps / (r.cold.millis / 1000))} steps/s.`]
+      : [
+        `- ${r.name}: first warm-up run (cold JIT, untimed) ${formatCount(r.cold.steps)} steps in ${
+          formatCount(r.cold.millis)
+        } ms, ${formatCount(r.cold.steps / (r.cold.millis / 1000))} steps/s.`
+      ]
   ),
   ""
 ]
@@ -634,7 +683,9 @@ const loopReport = (floorRun: LoopThroughput, agents: ReadonlyArray<LoopThroughp
 const latencyReport = (latency: TurnLatency): ReadonlyArray<string> => [
   "## Latency from followup to step/start",
   "",
-  `${formatCount(latency.turns)} sequential single-step turns (a \`followup\`, then \`whenIdle\`; the model answers text at once)`,
+  `${
+    formatCount(latency.turns)
+  } sequential single-step turns (a \`followup\`, then \`whenIdle\`; the model answers text at once)`,
   "on a fresh agent after a warm-up agent. A fiber reading `SessionLog.stream(0)` records when each turn's",
   "`step/start` arrives; `followup` returns only once its delivery is durable, so the turn can start first",
   "(a negative interval).",
@@ -682,7 +733,10 @@ const ingestTable = (f: IngestFigures): string => {
     ["W2 durable ingest", "N", "runs (ms)", "rate: median (min-max)", "per event", "target", "result"],
     [
       row(`tiller: assistant/chunk, ${f.perTransaction} per STM transaction, until durable`, f.tillerMillis),
-      row(`raw better-sqlite3: JSON.stringify + ${formatCount(f.rawRowsPerTransaction)}-row INSERT per transaction`, f.rawMillis),
+      row(
+        `raw better-sqlite3: JSON.stringify + ${formatCount(f.rawRowsPerTransaction)}-row INSERT per transaction`,
+        f.rawMillis
+      ),
       [
         "tiller rate / raw rate (per run)",
         "",
@@ -739,7 +793,15 @@ const injectTable = (f: InjectFigures): string => {
   }
   const tiller = injectStats(f, f.tiller)
   return table(
-    [`W3 acknowledged injects, synchronous = ${f.synchronous}`, "runs (ms)", "acks/s: median (min-max)", "p50 latency", "p99 latency", "target", "result"],
+    [
+      `W3 acknowledged injects, synchronous = ${f.synchronous}`,
+      "runs (ms)",
+      "acks/s: median (min-max)",
+      "p50 latency",
+      "p99 latency",
+      "target",
+      "result"
+    ],
     [
       row("tiller: Driver.inject, returns once durable", f.tiller),
       row("raw better-sqlite3: one single-row autocommit INSERT per ack", f.raw),
@@ -749,8 +811,24 @@ const injectTable = (f: InjectFigures): string => {
       ["floor acks/s / raw acks/s (medians)", "", formatRatio(floorRatio(f)), "", "", "-", "-"],
       row("Effect floor: a writer fiber per session resumes the callers' fibers (nothing stored)", f.effectFloor),
       ["Effect floor acks/s / raw acks/s (medians)", "", formatRatio(effectFloorRatio(f)), "", "", "-", "-"],
-      ["tiller acks/s / raw acks/s (per run)", "", ratioSpread(injectRatio(f)), "", "", `>= ${formatRatio(INJECT_RATIO_TARGET)}`, verdict(injectRatioMet(f))],
-      ["tiller p99 latency", "", "", "", latencySpread(tiller.p99), `<= ${INJECT_P99_TARGET_MS} ms`, verdict(injectLatencyMet(f))]
+      [
+        "tiller acks/s / raw acks/s (per run)",
+        "",
+        ratioSpread(injectRatio(f)),
+        "",
+        "",
+        `>= ${formatRatio(INJECT_RATIO_TARGET)}`,
+        verdict(injectRatioMet(f))
+      ],
+      [
+        "tiller p99 latency",
+        "",
+        "",
+        "",
+        latencySpread(tiller.p99),
+        `<= ${INJECT_P99_TARGET_MS} ms`,
+        verdict(injectLatencyMet(f))
+      ]
     ],
     [false, true, true, true, true, true, false]
   )
@@ -758,7 +836,8 @@ const injectTable = (f: InjectFigures): string => {
 
 const per10k = (events: number, ms: number): number => ms / (events / 10_000)
 
-const resumeRatio = (size: ResumeFigures["sizes"][number]): Spread => spreadOf(size.tillerMillis.map((ms, i) => ms / size.rawMillis[i]!))
+const resumeRatio = (size: ResumeFigures["sizes"][number]): Spread =>
+  spreadOf(size.tillerMillis.map((ms, i) => ms / size.rawMillis[i]!))
 
 // The largest size's median time per 10^4 events over the smallest size's: tiller's, or the raw read's.
 const resumeGrowth = (f: ResumeFigures, side: "tillerMillis" | "rawMillis" = "tillerMillis"): number => {
@@ -767,7 +846,8 @@ const resumeGrowth = (f: ResumeFigures, side: "tillerMillis" | "rawMillis" = "ti
   return per10k(last.events, spreadOf(last[side]).median) / per10k(first.events, spreadOf(first[side]).median)
 }
 
-const resumeRatioMet = (f: ResumeFigures): boolean => f.sizes.every((size) => resumeRatio(size).median <= RESUME_RATIO_TARGET)
+const resumeRatioMet = (f: ResumeFigures): boolean =>
+  f.sizes.every((size) => resumeRatio(size).median <= RESUME_RATIO_TARGET)
 
 const resumeLinearMet = (f: ResumeFigures): boolean => resumeGrowth(f) <= RESUME_LINEARITY_TARGET
 
@@ -804,7 +884,9 @@ const resumeTable = (f: ResumeFigures): string =>
         ]
       }),
       [
-        `linearity: per 10^4 events, ${formatCount(f.sizes[f.sizes.length - 1]!.events)} / ${formatCount(f.sizes[0]!.events)}`,
+        `linearity: per 10^4 events, ${formatCount(f.sizes[f.sizes.length - 1]!.events)} / ${
+          formatCount(f.sizes[0]!.events)
+        }`,
         "",
         formatRatio(resumeGrowth(f)),
         "",
@@ -874,7 +956,9 @@ const injectFullReport = (f: InjectFigures): ReadonlyArray<string> => [
 
 const injectNormalReport = (f: InjectFigures): ReadonlyArray<string> => [
   `W3: ${f.callers} concurrent callers, each making sequential \`Driver.inject\` calls into one of ${f.sessions} sessions`,
-  `(caller i into session i mod ${f.sessions}) of one store, ${formatCount(f.injects)} acknowledged injects per run; a call`,
+  `(caller i into session i mod ${f.sessions}) of one store, ${
+    formatCount(f.injects)
+  } acknowledged injects per run; a call`,
   "returns once its `agent/inbox/spliced` event is durable. The raw side has the same callers (Effect fibers)",
   "insert the identical rows through one shared connection, each a single-row autocommit INSERT run",
   "synchronously by better-sqlite3 (so in arrival order, with no queue between caller and connection) and",
@@ -913,9 +997,9 @@ const resumeReport = (f: ResumeFigures): ReadonlyArray<string> => [
   "",
   resumeTable(f),
   "",
-  `First warm-up run (cold JIT, untimed), ${formatCount(f.cold.events)} events: tiller ${formatMillis(f.cold.tillerMillis)}, raw ${
-    formatMillis(f.cold.rawMillis)
-  } (${formatRatio(f.cold.tillerMillis / f.cold.rawMillis)}).`,
+  `First warm-up run (cold JIT, untimed), ${formatCount(f.cold.events)} events: tiller ${
+    formatMillis(f.cold.tillerMillis)
+  }, raw ${formatMillis(f.cold.rawMillis)} (${formatRatio(f.cold.tillerMillis / f.cold.rawMillis)}).`,
   ""
 ]
 
@@ -943,7 +1027,15 @@ const footprintReport = (f: FootprintFigures): ReadonlyArray<string> => {
     const open = spreadOf(runs.map((r) => r.openMillis))
     const perSession = (bytes: number) => formatBytes(bytes / f.idle.sessions)
     return table(
-      ["W5 idle sessions", "open time: median (min-max)", "per open", "RSS held", "RSS per session", "heap held", "heap per session"],
+      [
+        "W5 idle sessions",
+        "open time: median (min-max)",
+        "per open",
+        "RSS held",
+        "RSS per session",
+        "heap held",
+        "heap per session"
+      ],
       [[
         `${formatCount(f.idle.sessions)} sessions, open`,
         formatSpread(open, formatMillis),
@@ -961,7 +1053,16 @@ const footprintReport = (f: FootprintFigures): ReadonlyArray<string> => {
     const turns = r.sessions * r.turns
     const time = spreadOf(r.runs.map((run) => run.millis))
     return table(
-      ["W5 running sessions", "runs (ms)", "turns/s: median (min-max)", "steps/s", "events/s", "RSS before", "peak RSS", "RSS after (GC)"],
+      [
+        "W5 running sessions",
+        "runs (ms)",
+        "turns/s: median (min-max)",
+        "steps/s",
+        "events/s",
+        "RSS before",
+        "peak RSS",
+        "RSS after (GC)"
+      ],
       [[
         `${formatCount(r.sessions)} sessions x ${r.turns} turns of ${r.stepsPerTurn} steps`,
         r.runs.map((run) => formatCount(run.millis)).join(", "),
@@ -998,7 +1099,9 @@ const report = (s: Sizes, when: string, figures: Figures): string =>
     "",
     `machine: ${machineLine()}`,
     `${sourceLine()}; run ${
-      import.meta.url.endsWith(".ts") ? "from TypeScript under tsx (keepNames overhead included)" : "as an esbuild bundle"
+      import.meta.url.endsWith(".ts")
+        ? "from TypeScript under tsx (keepNames overhead included)"
+        : "as an esbuild bundle"
     }`,
     loadReport(),
     "",
@@ -1043,7 +1146,9 @@ const main = Effect.gen(function*() {
       }
     }
   })
-  const primitivesMet = (figures.primitives?.results ?? []).every((r) => r.target === undefined || r.perSecond >= r.target)
+  const primitivesMet = (figures.primitives?.results ?? []).every((r) =>
+    r.target === undefined || r.perSecond >= r.target
+  )
   const allMet = primitivesMet &&
     (figures.loop === undefined || figures.loop.agents.every((r) => r.stepsPerSecond >= STEP_TARGET)) &&
     (figures.storage === undefined || storageMet(figures.storage)) &&

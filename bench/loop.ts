@@ -21,8 +21,8 @@ import {
   userMessage
 } from "../src/index.js"
 import type { Run } from "./util.js"
-import { W1_ECHO_RESULT } from "./w1/line.js"
 import { currentRss, median, timed } from "./util.js"
+import { W1_ECHO_RESULT } from "./w1/line.js"
 
 // Steps per RSS sample inside the tool body: a sample costs a few µs, so it is taken rarely.
 const RSS_SAMPLE_EVERY = 64
@@ -160,7 +160,9 @@ export const w1Run = (steps: number, kind: ModelKind = "scripted"): Effect.Effec
       const events = yield* log.events
       if (calls !== steps) return yield* Effect.dieMessage(`W1 ran ${calls} tool calls, expected ${steps}`)
       const last = events[events.length - 1]
-      if (last?.type !== "turn/end") return yield* Effect.dieMessage(`W1 log ends with ${last?.type}, expected turn/end`)
+      if (last?.type !== "turn/end") {
+        return yield* Effect.dieMessage(`W1 log ends with ${last?.type}, expected turn/end`)
+      }
       return { operations: steps, millis, events: events.length, baselineRss, peakRss }
     }).pipe(Effect.provide(agentLayer("bench-w1", model, onCall)))
   })
@@ -341,7 +343,8 @@ const latencyRun = (turns: number): Effect.Effect<TurnLatency, unknown> =>
   Effect.gen(function*() {
     const script: Array<ScriptEntry> = []
     for (let i = 1; i <= turns; i++) script.push(ScriptedModel.text(`answer ${i}`))
-    const prompts = Array.from({ length: turns }, (_, i) => userMessage({ id: `prompt-${i + 1}`, text: `question ${i + 1}` }))
+    const prompts = Array.from({ length: turns }, (_, i) =>
+      userMessage({ id: `prompt-${i + 1}`, text: `question ${i + 1}` }))
     return yield* Effect.gen(function*() {
       const driver = yield* Driver
       const log = yield* SessionLog
@@ -351,7 +354,9 @@ const latencyRun = (turns: number): Effect.Effect<TurnLatency, unknown> =>
       let seen = 0
       const observer = yield* log.stream(0).pipe(
         Stream.runForEach((event: SessionEvent) => {
-          if (event.type !== "step/start") return Effect.void
+          if (event.type !== "step/start") {
+            return Effect.void
+          }
           return Effect.flatMap(nowMillis, (now) => {
             stepStartAt[(event.data as { readonly turn: number }).turn] = now
             return ++seen === turns ? Deferred.succeed(allSeen, undefined) : Effect.void

@@ -42,7 +42,9 @@ const perStep = (kind: ModelKind, label: string) =>
     const c = { ops: counter.ops, fibers: counter.fibers }
     // The two runs share every fixed cost (opening, closing), so their difference is `steps` steps.
     const per = (k: "ops" | "fibers") => ((c[k] - b[k]) - (b[k] - a[k])) / steps
-    console.log(`W1 step (${label}, memory store): ${per("ops").toFixed(0)} Effect operations, ${per("fibers").toFixed(1)} fibers`)
+    console.log(
+      `W1 step (${label}, memory store): ${per("ops").toFixed(0)} Effect operations, ${per("fibers").toFixed(1)} fibers`
+    )
   })
 
 const main = Effect.gen(function*() {

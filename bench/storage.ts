@@ -24,8 +24,8 @@ import {
   Tools,
   userMessage
 } from "../src/index.js"
-import * as SqliteStore from "../src/layers/SqliteStore.js"
 import { awaitDurable, SessionState } from "../src/internal/state/SessionState.js"
+import * as SqliteStore from "../src/layers/SqliteStore.js"
 import { appendChunks, openStep } from "./sessionLog.js"
 import { alternating, sessionLayer, timed, withTempDir } from "./util.js"
 
@@ -87,12 +87,17 @@ export interface StoredRow {
 
 /** Every event row of a store file, in insertion order, filtered by `keep`. */
 const readRows = (filename: string, keep: (row: StoredRow) => boolean): Effect.Effect<Array<StoredRow>> =>
-  Effect.scoped(Effect.map(rawDatabase(filename, false), (db) =>
-    (db.prepare("SELECT session_id, seq, row FROM events ORDER BY rowid").all() as Array<
-      { readonly session_id: string; readonly seq: number; readonly row: string }
-    >)
-      .map((r): StoredRow => ({ sessionId: r.session_id, seq: r.seq, event: JSON.parse(r.row) }))
-      .filter(keep)))
+  Effect.scoped(
+    Effect.map(
+      rawDatabase(filename, false),
+      (db) =>
+        (db.prepare("SELECT session_id, seq, row FROM events ORDER BY rowid").all() as Array<
+          { readonly session_id: string; readonly seq: number; readonly row: string }
+        >)
+          .map((r): StoredRow => ({ sessionId: r.session_id, seq: r.seq, event: JSON.parse(r.row) }))
+          .filter(keep)
+    )
+  )
 
 const nowMillis = Effect.map(Clock.currentTimeNanos, (ns) => Number(ns) / 1e6)
 
@@ -357,18 +362,19 @@ const injectFloorRun = (
       const perCaller = Math.ceil(rows.length / callers)
       const latencies: Array<number> = []
       const start = performance.now()
-      await Promise.all(range(callers).map(async (c) => {
-        for (let k = 0; k < perCaller; k++) {
-          const row = rows[c + k * callers]
-          if (row === undefined) return
-          const called = performance.now()
-          await submit(row)
-          latencies.push(performance.now() - called)
-        }
-      }))
+      await Promise.all(
+        range(callers).map(async (c) => {
+          for (let k = 0; k < perCaller; k++) {
+            const row = rows[c + k * callers]
+            if (row === undefined) return
+            const called = performance.now()
+            await submit(row)
+            latencies.push(performance.now() - called)
+          }
+        })
+      )
       return { millis: performance.now() - start, latencies }
-    }).pipe(Effect.tap(() => expectStored(db, "W3 floor rows", rows.length)))
-  ))
+    }).pipe(Effect.tap(() => expectStored(db, "W3 floor rows", rows.length)))))
 
 /**
  * One Effect floor run: the callers are Effect fibers as on the other sides, and each call suspends
@@ -465,7 +471,19 @@ export const injects = (
     const effectFloorRun = injectEffectFloorRun(callers, sessions, perCaller)
     yield* Effect.replicateEffect(effectFloorRun, warmRuns, { discard: true })
     const effectFloor = yield* Effect.replicateEffect(effectFloorRun, runs)
-    return { synchronous, callers, sessions, injects: total, warmRuns, coldTiller, coldRaw, tiller, raw, floor, effectFloor }
+    return {
+      synchronous,
+      callers,
+      sessions,
+      injects: total,
+      warmRuns,
+      coldTiller,
+      coldRaw,
+      tiller,
+      raw,
+      floor,
+      effectFloor
+    }
   })
 
 // -------------------------------------------------------------------------------------------------
@@ -534,7 +552,12 @@ const turnEvents = (turn: number, firstSeq: number, deltas: number): Array<Recor
     events.push({ type, seq, time: 1_800_000_000_000 + seq, data, ...extra })
     return seq
   }
-  const prompt = { id: `prompt-${turn}`, role: "user", content: [{ type: "text", text: `question ${turn}` }], source: { kind: "user" } }
+  const prompt = {
+    id: `prompt-${turn}`,
+    role: "user",
+    content: [{ type: "text", text: `question ${turn}` }],
+    source: { kind: "user" }
+  }
   const source = { kind: "model", provider: PROVIDER, model: MODEL }
   const chunk = (step: number, chunk: unknown) => push("assistant/chunk", { turn, step, attempt: 1, chunk })
   push("agent/inbox/spliced", { target: "next-turn", start: 0, inserted: [prompt] })
@@ -557,7 +580,12 @@ const turnEvents = (turn: number, firstSeq: number, deltas: number): Array<Recor
     turn,
     step: 1,
     attempt: 1,
-    message: { id: `assistant-${turn}-1`, role: "assistant", content: [{ type: "tool-call", id: callId, name: "echo", arguments: args }], source }
+    message: {
+      id: `assistant-${turn}-1`,
+      role: "assistant",
+      content: [{ type: "tool-call", id: callId, name: "echo", arguments: args }],
+      source
+    }
   }, { surfaceOp: "append", sourceEventSeqs: toolChunks })
   const call = push("tool/call", { turn, step: 1, callId, name: "echo", arguments: args })
   push("tool/result", {
@@ -602,7 +630,12 @@ const turnEvents = (turn: number, firstSeq: number, deltas: number): Array<Recor
 export const buildResumeLog = (filename: string, id: SessionId, events: number): Effect.Effect<void, unknown> =>
   Effect.gen(function*() {
     if (events % EVENTS_PER_TURN !== 0) return yield* Effect.dieMessage(`W4 sizes are multiples of ${EVENTS_PER_TURN}`)
-    const header: SessionHeader = { formatVersion: LOG_FORMAT_VERSION, sessionId: id, createdAt: 1_800_000_000_000, seedLength: 0 }
+    const header: SessionHeader = {
+      formatVersion: LOG_FORMAT_VERSION,
+      sessionId: id,
+      createdAt: 1_800_000_000_000,
+      seedLength: 0
+    }
     yield* Effect.scoped(Effect.flatMap(SqliteStore.make({ filename }), (store) => store.create(header, [])))
     yield* Effect.scoped(Effect.flatMap(rawDatabase(filename, false), (db) =>
       Effect.sync(() => {
@@ -718,7 +751,11 @@ export const resume = (
             yield* alternating(Math.max(0, warmRuns - 1), tiller, raw)
           }
           const [tillerMillis, rawPairs] = yield* alternating(runs(events), tiller, raw)
-          return { tillerMillis, rawMillis: rawPairs.map(([text]) => text), rawObjectMillis: rawPairs.map(([, objects]) => objects) }
+          return {
+            tillerMillis,
+            rawMillis: rawPairs.map(([text]) => text),
+            rawObjectMillis: rawPairs.map(([, objects]) => objects)
+          }
         }))
         results.push({ events, buildMillis, ...measured })
       }

@@ -27,19 +27,30 @@ const runs = Number(process.argv[3] ?? 7)
 
 const run = (telemetry: boolean) =>
   Effect.gen(function*() {
-    const agent = Agent.layer({ sessionId: SessionId.make("bench-telemetry"), model: { provider: "bench", model: "scripted" } }).pipe(
-      Layer.provide(Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer(w1Script(steps)), Tools.layer({ tools: [echoTool()] })))
+    const agent = Agent.layer({
+      sessionId: SessionId.make("bench-telemetry"),
+      model: { provider: "bench", model: "scripted" }
+    }).pipe(
+      Layer.provide(
+        Layer.mergeAll(
+          SessionStore.layerMemory,
+          ScriptedModel.layer(w1Script(steps)),
+          Tools.layer({ tools: [echoTool()] })
+        )
+      )
     )
     const layer = telemetry ? Layer.provideMerge(Telemetry.layer(), agent) : agent
     return yield* Effect.scoped(Effect.gen(function*() {
       const context = yield* Layer.build(layer)
-      const [, millis] = yield* timed(Effect.gen(function*() {
-        const d = yield* Driver
-        const log = yield* SessionLog
-        yield* d.followup(userMessage({ id: "bench-prompt", text: "Call echo until the script ends." }))
-        yield* d.whenIdle
-        yield* log.flush
-      }).pipe(Effect.provide(context)))
+      const [, millis] = yield* timed(
+        Effect.gen(function*() {
+          const d = yield* Driver
+          const log = yield* SessionLog
+          yield* d.followup(userMessage({ id: "bench-prompt", text: "Call echo until the script ends." }))
+          yield* d.whenIdle
+          yield* log.flush
+        }).pipe(Effect.provide(context))
+      )
       return millis
     }))
   })
@@ -57,7 +68,9 @@ const program = Effect.gen(function*() {
   const offStep = perStep(median(off))
   const onStep = perStep(median(on))
   console.log(`W1 ${steps} steps x ${runs} runs (alternating)`)
-  console.log(`telemetry off: ${offStep.toFixed(2)} µs/step (median; runs ${off.map((m) => m.toFixed(0)).join(", ")} ms)`)
+  console.log(
+    `telemetry off: ${offStep.toFixed(2)} µs/step (median; runs ${off.map((m) => m.toFixed(0)).join(", ")} ms)`
+  )
   console.log(`telemetry on:  ${onStep.toFixed(2)} µs/step (median; runs ${on.map((m) => m.toFixed(0)).join(", ")} ms)`)
   console.log(`on / off: ${(onStep / offStep).toFixed(3)}`)
 })

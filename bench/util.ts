@@ -4,10 +4,10 @@
  *
  * @since 0.1.0
  */
+import { Clock, Effect, Layer } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { Clock, Effect, Layer } from "effect"
 import type { PersistenceError } from "../src/index.js"
 import { Inbox, Session, SessionId, SessionLog, SessionStore } from "../src/index.js"
 import type { OpenError, SessionOptions } from "../src/internal/durability/SessionOpen.js"
@@ -353,8 +353,7 @@ export const formatSpread = (spread: Spread, format: (n: number) => string): str
  * @since 0.1.0
  * @category reporting
  */
-export const formatRatio = (ratio: number): string =>
-  ratio >= 10 ? `${integer.format(ratio)}x` : `${ratio.toFixed(2)}x`
+export const formatRatio = (ratio: number): string => ratio >= 10 ? `${integer.format(ratio)}x` : `${ratio.toFixed(2)}x`
 
 /**
  * One line of a chart: a name, a colour and its points.
@@ -370,8 +369,7 @@ export interface ChartSeries {
   readonly points: ReadonlyArray<readonly [x: number, y: number]>
 }
 
-const escapeXml = (text: string): string =>
-  text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+const escapeXml = (text: string): string => text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
 
 // Powers of ten covering [low, high], for the ticks of a log axis.
 const decades = (low: number, high: number): Array<number> => {
@@ -428,7 +426,9 @@ export const logLogChartSvg = (options: {
     )
   }
   lines.push(
-    `<text x="${(left + width - right) / 2}" y="${height - 20}" text-anchor="middle">${escapeXml(options.xLabel)}</text>`,
+    `<text x="${(left + width - right) / 2}" y="${height - 20}" text-anchor="middle">${
+      escapeXml(options.xLabel)
+    }</text>`,
     `<text x="20" y="${(top + height - bottom) / 2}" text-anchor="middle" transform="rotate(-90 20 ${
       (top + height - bottom) / 2
     })">${escapeXml(options.yLabel)}</text>`
@@ -436,9 +436,9 @@ export const logLogChartSvg = (options: {
   options.series.forEach((s, i) => {
     const points = s.points.filter(([, y]) => y > 0)
     lines.push(
-      `<polyline fill="none" stroke="${s.color}" stroke-width="2"${s.dashed === true ? ` stroke-dasharray="6 4"` : ""} points="${
-        points.map(([x, y]) => `${round(px(x))},${round(py(y))}`).join(" ")
-      }"/>`,
+      `<polyline fill="none" stroke="${s.color}" stroke-width="2"${
+        s.dashed === true ? ` stroke-dasharray="6 4"` : ""
+      } points="${points.map(([x, y]) => `${round(px(x))},${round(py(y))}`).join(" ")}"/>`,
       ...(s.dashed === true
         ? []
         : points.map(([x, y]) => `<circle cx="${round(px(x))}" cy="${round(py(y))}" r="3" fill="${s.color}"/>`)),

@@ -3,6 +3,6 @@
 // two copies of effect in one process. So require() is refused with what to do instead.
 "use strict"
 throw new Error(
-  'tiller is ESM-only: use `import { Agent } from "tiller"` in an ES module (a .mjs file, or "type": "module" in ' +
-    'package.json), or `const tiller = await import("tiller")` from CommonJS.'
+  "tiller is ESM-only: use `import { Agent } from \"tiller\"` in an ES module (a .mjs file, or \"type\": \"module\" in " +
+    "package.json), or `const tiller = await import(\"tiller\")` from CommonJS."
 )

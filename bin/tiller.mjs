@@ -33,7 +33,9 @@ const run = async (bundle) => {
     const { peerDependencies } = JSON.parse(readFileSync(join(root, "package.json"), "utf8"))
     const install = SQLITE_PEERS.map((name) => `${name}@${peerDependencies[name]}`).join(" ")
     process.stderr.write(
-      `tiller: the command line stores sessions in SQLite, which needs the optional peer dependencies ${SQLITE_PEERS.join(", ")}; ` +
+      `tiller: the command line stores sessions in SQLite, which needs the optional peer dependencies ${
+        SQLITE_PEERS.join(", ")
+      }; ` +
         `${missing} is not installed: npm install ${install}\n`
     )
     process.exit(1)
@@ -55,7 +57,9 @@ async function bundleOfSources() {
       })
 
   const hash = createHash("sha256")
-  for (const file of [...filesUnder(join(root, "src")), join(root, "package-lock.json"), fileURLToPath(import.meta.url)]) {
+  for (
+    const file of [...filesUnder(join(root, "src")), join(root, "package-lock.json"), fileURLToPath(import.meta.url)]
+  ) {
     hash.update(relative(root, file)).update("\0")
     try {
       hash.update(readFileSync(file))
@@ -79,7 +83,10 @@ async function bundleOfSources() {
       format: "esm",
       target: "node20",
       external: ["better-sqlite3"],
-      banner: { js: "import { createRequire as tillerCreateRequire } from 'node:module'; const require = tillerCreateRequire(import.meta.url);" },
+      banner: {
+        js:
+          "import { createRequire as tillerCreateRequire } from 'node:module'; const require = tillerCreateRequire(import.meta.url);"
+      },
       outfile: temporary,
       logLevel: "warning"
     })

@@ -25,7 +25,10 @@ const clock = Tool.make("clock", {
 
 // The model is scripted here: first it calls the tool, then it answers.
 const model = ScriptedModel.layer([
-  ScriptedModel.response({ text: "Let me check the clock.", toolCalls: [{ id: "call-1", name: "clock", arguments: {} }] }),
+  ScriptedModel.response({
+    text: "Let me check the clock.",
+    toolCalls: [{ id: "call-1", name: "clock", arguments: {} }]
+  }),
   ScriptedModel.text("It is late; keep it short.")
 ])
 
@@ -40,7 +43,9 @@ export const program = Effect.gen(function*() {
     return next()
   })
   // Context for the next step, without waking the agent: a user-role message whose source names its producer.
-  yield* driver.inject(userMessage({ id: "ctx", text: "The user prefers short answers.", source: { kind: "plugin", plugin: "prefs" } }))
+  yield* driver.inject(
+    userMessage({ id: "ctx", text: "The user prefers short answers.", source: { kind: "plugin", plugin: "prefs" } })
+  )
   // A prompt opens turn 1; the injected context enters the same first step, before the prompt.
   yield* driver.followup(userMessage({ id: "prompt", text: "What time is it?" }))
   // Steering joins the running turn at its next step boundary (after the tool result).
@@ -53,7 +58,10 @@ export const program = Effect.gen(function*() {
 })
 
 /** The layers of the example: an agent over a memory store (opened: resumed when stored, else created), the scripted model and the tool. */
-export const AgentLive = Agent.layer({ open: SessionId.make("example"), model: { provider: "demo", model: "scripted" } }).pipe(
+export const AgentLive = Agent.layer({
+  open: SessionId.make("example"),
+  model: { provider: "demo", model: "scripted" }
+}).pipe(
   Layer.provide(Layer.mergeAll(SessionStore.layerMemory, model, Tools.layer({ tools: [clock] })))
 )
 
@@ -61,7 +69,9 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   Effect.runPromise(Effect.scoped(Effect.provide(program, AgentLive))).then(({ batches, history }) => {
     console.log("pre-step batches:", batches)
     for (const m of history) {
-      const text = m.content.map((b) => ("text" in b ? b.text : b.type === "tool-call" ? `[call ${b.name}]` : "[result]")).join(" ")
+      const text = m.content.map((
+        b
+      ) => ("text" in b ? b.text : b.type === "tool-call" ? `[call ${b.name}]` : "[result]")).join(" ")
       console.log(`${m.role.padEnd(9)} ${m.source.kind.padEnd(6)} ${text}`)
     }
   })

@@ -34,7 +34,12 @@ const read = Tool.make("read", {
   parameters: Schema.Struct({ name: Schema.String, size: Schema.Number }),
   mode: "parallel",
   execute: ({ name, size }) =>
-    Effect.succeed(`${name}: ${(name.startsWith("blob") ? "Zm9vYmFy+/" : "lorem ipsum ").repeat(Math.ceil(size / 10))}`.slice(0, size))
+    Effect.succeed(
+      `${name}: ${(name.startsWith("blob") ? "Zm9vYmFy+/" : "lorem ipsum ").repeat(Math.ceil(size / 10))}`.slice(
+        0,
+        size
+      )
+    )
 })
 
 const textOf = (message: Message): string =>
@@ -74,16 +79,24 @@ const sessionModel = Model.of({
     Stream.suspend(() => {
       const tokens = request.messages.reduce((n, m) => n + providerTokens(textOf(m)), 0)
       if (tokens > WINDOW) {
-        const failure = { code: "CONTEXT_OVERFLOW", message: `prompt is too long: ${tokens} tokens > ${WINDOW} maximum`, status: 400 }
+        const failure = {
+          code: "CONTEXT_OVERFLOW",
+          message: `prompt is too long: ${tokens} tokens > ${WINDOW} maximum`,
+          status: 400
+        }
         return Stream.make({ type: "finish", finish: { kind: "error", failure } } as StreamChunk)
       }
       const last = request.messages[request.messages.length - 1]!
       const id = `call-${request.turn}-${request.step}`
       const ask = last.role === "user" && last.source.kind !== "tool" ? textOf(last) : ""
       const readMatch = /^read (\S+) (\d+)$/.exec(ask)
-      if (readMatch !== null) return Stream.fromIterable(callTool(id, "read", { name: readMatch[1], size: Number(readMatch[2]) }, tokens))
+      if (readMatch !== null) {
+        return Stream.fromIterable(callTool(id, "read", { name: readMatch[1], size: Number(readMatch[2]) }, tokens))
+      }
       const recallMatch = /^recall (.+)$/.exec(ask)
-      if (recallMatch !== null) return Stream.fromIterable(callTool(id, ReadHistory.name, { query: recallMatch[1] }, tokens))
+      if (recallMatch !== null) {
+        return Stream.fromIterable(callTool(id, ReadHistory.name, { query: recallMatch[1] }, tokens))
+      }
       const found = last.content[0]?.type === "tool-result" ? textOf(last).split("\n").length - 1 : 0
       return Stream.fromIterable(answer(found > 0 ? `Done (${found} lines back).` : "Done.", tokens))
     })
@@ -112,7 +125,11 @@ export const LongSessionLive = Agent.layer({
     minimumPruneTokens: 200,
     summary: { model: { service: summaryModel, provider: "scripted", model: "summariser" }, keepRecentTokens: 600 }
   }
-}).pipe(Layer.provide(Layer.mergeAll(SessionStore.layerMemory, Layer.succeed(Model, sessionModel), Tools.layer({ tools: [read] }))))
+}).pipe(
+  Layer.provide(
+    Layer.mergeAll(SessionStore.layerMemory, Layer.succeed(Model, sessionModel), Tools.layer({ tools: [read] }))
+  )
+)
 
 /** The files the session reads, with their sizes in characters: about 9 windows of tool output in all. */
 export const FILES: ReadonlyArray<readonly [string, number]> = Array.from({ length: 60 }, (_, i) =>
@@ -140,13 +157,22 @@ export const program = Effect.gen(function*() {
   const events = yield* log.events
   const brackets = events.flatMap((e) =>
     e.type === "compaction/end"
-      ? [e.data as { readonly kind: string; readonly trigger: string; readonly tokensBefore?: number; readonly tokensAfter?: number }]
+      ? [
+        e.data as {
+          readonly kind: string
+          readonly trigger: string
+          readonly tokensBefore?: number
+          readonly tokensAfter?: number
+        }
+      ]
       : []
   )
   // Every event compaction shadowed is still readable: read_history shows it by its seq.
   const readHistory = yield* ReadHistory.tool()
   const surface = new Set(yield* log.surface)
-  const shadowed = events.filter((e) => (e.type === "tool/result" || e.type === "user/message" || e.type === "assistant/message") && !surface.has(e.seq))
+  const shadowed = events.filter((e) =>
+    (e.type === "tool/result" || e.type === "user/message" || e.type === "assistant/message") && !surface.has(e.seq)
+  )
   let unreadable = 0
   for (const event of shadowed) {
     const page = yield* readHistory.execute({ from: event.seq, to: event.seq }, {} as never)
@@ -158,14 +184,31 @@ export const program = Effect.gen(function*() {
     const message = e.type === "tool/result" ? (e.data as { readonly message: Message }).message : undefined
     return message !== undefined && textOf(message).startsWith("read_history:") ? [textOf(message)] : []
   }).at(-1) ?? ""
-  const turnEnds = events.flatMap((e) => e.type === "turn/end" ? [(e.data as { readonly reason: { readonly kind: string } }).reason.kind] : [])
-  return { events, brackets, fractions, turnEnds, recalled, shadowed: shadowed.length, unreadable, problems: checkLog(events, { closed: false }) }
+  const turnEnds = events.flatMap((e) =>
+    e.type === "turn/end" ? [(e.data as { readonly reason: { readonly kind: string } }).reason.kind] : []
+  )
+  return {
+    events,
+    brackets,
+    fractions,
+    turnEnds,
+    recalled,
+    shadowed: shadowed.length,
+    unreadable,
+    problems: checkLog(events, { closed: false })
+  }
 })
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   Effect.runPromise(Effect.scoped(Effect.provide(program, LongSessionLive))).then((r) => {
-    console.log(`${r.turnEnds.length} turns (${r.turnEnds.filter((k) => k === "completed").length} completed), ${r.events.length} events`)
-    for (const b of r.brackets) console.log(`compaction ${b.kind} (${b.trigger}): ${b.tokensBefore} → ${b.tokensAfter} tokens`)
+    console.log(
+      `${r.turnEnds.length} turns (${
+        r.turnEnds.filter((k) => k === "completed").length
+      } completed), ${r.events.length} events`
+    )
+    for (const b of r.brackets) {
+      console.log(`compaction ${b.kind} (${b.trigger}): ${b.tokensBefore} → ${b.tokensAfter} tokens`)
+    }
     console.log(`highest use after a turn: ${Math.round(Math.max(...r.fractions) * 100)}% of ${WINDOW} tokens`)
     console.log(`recall file-0: ${r.recalled.split("\n").slice(0, 3).join(" | ")}`)
     console.log(`${r.shadowed} events out of context, ${r.unreadable} unreadable; log problems: ${r.problems.length}`)

@@ -26,7 +26,10 @@ await build({
   target: "node20",
   external,
   // Bundled CommonJS packages (undici, ws) call require for Node's own modules.
-  banner: { js: "import { createRequire as tillerCreateRequire } from 'node:module'; const require = tillerCreateRequire(import.meta.url);" },
+  banner: {
+    js:
+      "import { createRequire as tillerCreateRequire } from 'node:module'; const require = tillerCreateRequire(import.meta.url);"
+  },
   outfile,
   logLevel: "warning"
 })

@@ -21,7 +21,10 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? process.env.TILLER_CHROMIUM ?? "/u
 const OUT = fileURLToPath(new URL("../docs/html-export.png", import.meta.url))
 
 const screenshot = async (page: string): Promise<void> => {
-  const browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"] })
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+  })
   try {
     const context = await browser.newContext({
       offline: true,
@@ -46,7 +49,9 @@ const screenshot = async (page: string): Promise<void> => {
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-screenshot-"))
 try {
-  if (!fs.existsSync(CHROMIUM)) throw new Error(`no Chromium at ${CHROMIUM}: install Debian's chromium or set CHROMIUM_PATH`)
+  if (!fs.existsSync(CHROMIUM)) {
+    throw new Error(`no Chromium at ${CHROMIUM}: install Debian's chromium or set CHROMIUM_PATH`)
+  }
   const page = path.join(dir, "session.html")
   await Effect.runPromise(Effect.scoped(Effect.gen(function*() {
     const id = yield* buildExportedSession(dir)

@@ -19,7 +19,17 @@
 // binding is copied from the project's node_modules (same version, same Node ABI) instead of being
 // compiled again for minutes; TILLER_PACKAGE_TEST_COMPILE=1 compiles it as a user's install would.
 import { spawnSync } from "node:child_process"
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs"
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync
+} from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join, relative } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -221,27 +231,54 @@ const TSCONFIG = (lib) => ({
 try {
   console.log(`== pack (prepack: build, command line bundle) into ${work}`)
   ok(sh("npm", ["run", "prepack"], { cwd: root }), "npm run prepack")
-  const packed = JSON.parse(ok(sh("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", work], { cwd: root }), "npm pack").stdout)[0]
+  const packed = JSON.parse(
+    ok(sh("npm", ["pack", "--json", "--ignore-scripts", "--pack-destination", work], { cwd: root }), "npm pack")
+      .stdout
+  )[0]
   const tarball = join(work, packed.filename)
-  figures.push(`tarball: ${kilobytes(packed.size)} packed, ${megabytes(packed.unpackedSize)} unpacked, ${packed.entryCount} files`)
+  figures.push(
+    `tarball: ${kilobytes(packed.size)} packed, ${megabytes(packed.unpackedSize)} unpacked, ${packed.entryCount} files`
+  )
 
   check("the tarball ships dist, bin, docs and src, never tests, benchmarks, examples or scripts", () => {
     const paths = packed.files.map((file) => file.path)
-    for (const needed of ["package.json", "README.md", "dist/index.js", "dist/index.d.ts", "dist/cli/tiller.mjs", "bin/tiller.mjs", "bin/esm-only.cjs"]) {
+    for (
+      const needed of [
+        "package.json",
+        "README.md",
+        "dist/index.js",
+        "dist/index.d.ts",
+        "dist/cli/tiller.mjs",
+        "bin/tiller.mjs",
+        "bin/esm-only.cjs"
+      ]
+    ) {
       expect(paths.includes(needed), `${needed} is missing`)
     }
-    const stray = paths.filter((path) => /^(test|bench|examples|scripts|src\/cli)\//.test(path) || /\.test\.|\.tsbuildinfo$/.test(path))
+    const stray = paths.filter((path) =>
+      /^(test|bench|examples|scripts|src\/cli)\//.test(path) || /\.test\.|\.tsbuildinfo$/.test(path)
+    )
     expect(stray.length === 0, `ships ${stray.slice(0, 10).join(", ")}`)
   })
 
   console.log("== install the tarball with effect from the advertised range")
   mkdirSync(app)
-  writeFileSync(join(app, "package.json"), JSON.stringify({ name: "tiller-app", private: true, type: "module" }, null, 2))
+  writeFileSync(
+    join(app, "package.json"),
+    JSON.stringify({ name: "tiller-app", private: true, type: "module" }, null, 2)
+  )
   const npmInstall = (args, options) =>
-    ok(sh("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", ...args], options), `npm install ${args.join(" ")}`)
+    ok(
+      sh("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error", ...args], options),
+      `npm install ${args.join(" ")}`
+    )
   npmInstall([tarball, `effect@${pkg.peerDependencies.effect}`])
   const installed = (name) => JSON.parse(readFileSync(join(app, "node_modules", name, "package.json"), "utf8")).version
-  figures.push(`hello-world app (tiller + effect, memory store): node_modules ${megabytes(diskUsage(join(app, "node_modules")))}, effect ${installed("effect")}`)
+  figures.push(
+    `hello-world app (tiller + effect, memory store): node_modules ${
+      megabytes(diskUsage(join(app, "node_modules")))
+    }, effect ${installed("effect")}`
+  )
 
   check("without the SQLite peers, better-sqlite3 is neither installed nor compiled, and no esbuild or tsx", () => {
     for (const name of ["better-sqlite3", "@effect/sql-sqlite-node", "esbuild", "tsx", "typescript"]) {
@@ -258,22 +295,32 @@ try {
   // Wall time and the process's CPU time (user + system) of one import in a new process: on a busy
   // machine the wall time waits for a core, the CPU time much less.
   const timeImport = (specifier) => {
-    const script = `const c = process.cpuUsage(); const t = performance.now(); await import(${JSON.stringify(specifier)}); ` +
+    const script =
+      `const c = process.cpuUsage(); const t = performance.now(); await import(${JSON.stringify(specifier)}); ` +
       "const u = process.cpuUsage(c); process.stdout.write(JSON.stringify({ wall: performance.now() - t, cpu: (u.user + u.system) / 1000 }))"
-    const { cpu, wall } = JSON.parse(ok(sh("node", ["--input-type=module", "-e", script]), `import ${specifier}`).stdout)
+    const { cpu, wall } = JSON.parse(
+      ok(sh("node", ["--input-type=module", "-e", script]), `import ${specifier}`).stdout
+    )
     return `${wall.toFixed(0)} ms (CPU ${cpu.toFixed(0)} ms)`
   }
   const cold = timeImport("tiller")
   const warm = timeImport("tiller")
-  figures.push(`import("tiller"): ${cold} cold (first run after install), ${warm} again; import("effect") alone: ${timeImport("effect")}`)
+  figures.push(
+    `import("tiller"): ${cold} cold (first run after install), ${warm} again; import("effect") alone: ${
+      timeImport("effect")
+    }`
+  )
 
-  check("memory store without the SQLite peers: an agent runs; SqliteSessionStore.layer fails saying what to install", () => {
-    writeFileSync(join(app, "memory.mjs"), MEMORY_PROGRAM)
-    const output = JSON.parse(ok(sh("node", ["memory.mjs"]), "node memory.mjs").stdout)
-    expect(output.count === 2, `history has ${output.count} messages`)
-    expect(output.tag === "PersistenceError", `failure ${output.tag}`)
-    expect(output.message.includes("npm install @effect/sql-sqlite-node@"), `message: ${output.message}`)
-  })
+  check(
+    "memory store without the SQLite peers: an agent runs; SqliteSessionStore.layer fails saying what to install",
+    () => {
+      writeFileSync(join(app, "memory.mjs"), MEMORY_PROGRAM)
+      const output = JSON.parse(ok(sh("node", ["memory.mjs"]), "node memory.mjs").stdout)
+      expect(output.count === 2, `history has ${output.count} messages`)
+      expect(output.tag === "PersistenceError", `failure ${output.tag}`)
+      expect(output.message.includes("npm install @effect/sql-sqlite-node@"), `message: ${output.message}`)
+    }
+  )
 
   check("npx tiller without the SQLite peers says what to install", () => {
     const result = sh("npx", ["--no-install", "tiller", "run", "hello", "--json"])
@@ -282,15 +329,25 @@ try {
   })
 
   console.log("== add the SQLite peers")
-  const projectSqlite = JSON.parse(readFileSync(join(root, "node_modules", "better-sqlite3", "package.json"), "utf8")).version
+  const projectSqlite =
+    JSON.parse(readFileSync(join(root, "node_modules", "better-sqlite3", "package.json"), "utf8")).version
   const reuse = process.env.TILLER_PACKAGE_TEST_COMPILE !== "1"
   const sqliteStarted = Date.now()
-  npmInstall([...(reuse ? ["--ignore-scripts"] : []), `@effect/sql-sqlite-node@${pkg.peerDependencies["@effect/sql-sqlite-node"]}`, `better-sqlite3@${pkg.peerDependencies["better-sqlite3"]}`])
+  npmInstall([
+    ...(reuse ? ["--ignore-scripts"] : []),
+    `@effect/sql-sqlite-node@${pkg.peerDependencies["@effect/sql-sqlite-node"]}`,
+    `better-sqlite3@${pkg.peerDependencies["better-sqlite3"]}`
+  ])
   if (reuse) {
     const binding = join("build", "Release", "better_sqlite3.node")
-    if (installed("better-sqlite3") === projectSqlite && existsSync(join(root, "node_modules", "better-sqlite3", binding))) {
+    if (
+      installed("better-sqlite3") === projectSqlite && existsSync(join(root, "node_modules", "better-sqlite3", binding))
+    ) {
       mkdirSync(join(app, "node_modules", "better-sqlite3", "build", "Release"), { recursive: true })
-      cpSync(join(root, "node_modules", "better-sqlite3", binding), join(app, "node_modules", "better-sqlite3", binding))
+      cpSync(
+        join(root, "node_modules", "better-sqlite3", binding),
+        join(app, "node_modules", "better-sqlite3", binding)
+      )
       console.log(`better-sqlite3 ${projectSqlite}: binding copied from the project's build (same version, same Node)`)
     } else {
       ok(sh("npm", ["rebuild", "better-sqlite3"]), "npm rebuild better-sqlite3")
@@ -302,22 +359,38 @@ try {
 
   const tillerBefore = listing(join(app, "node_modules", "tiller"))
 
-  check("(a) node runs the ESM program: SQLite store, scripted model, a tool, inject/followup/steer, resume, fork", () => {
-    writeFileSync(join(app, "app.mjs"), PROGRAM)
-    const result = ok(sh("node", ["app.mjs"]), "node app.mjs")
-    expect(result.stdout.includes("app ok"), result.stdout)
-    expect(!/Executing an Effect versioned/.test(result.stdout + result.stderr), `two versions of effect:\n${result.stderr}`)
-  })
+  check(
+    "(a) node runs the ESM program: SQLite store, scripted model, a tool, inject/followup/steer, resume, fork",
+    () => {
+      writeFileSync(join(app, "app.mjs"), PROGRAM)
+      const result = ok(sh("node", ["app.mjs"]), "node app.mjs")
+      expect(result.stdout.includes("app ok"), result.stdout)
+      expect(
+        !/Executing an Effect versioned/.test(result.stdout + result.stderr),
+        `two versions of effect:\n${result.stderr}`
+      )
+    }
+  )
 
   const tsc = join(root, "node_modules", "typescript", "bin", "tsc")
-  check("(b) tsc --noEmit: strict, NodeNext, exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, skipLibCheck false, no @types", () => {
-    expect(!existsSync(join(app, "node_modules", "@types")), `node_modules/@types: ${existsSync(join(app, "node_modules", "@types")) ? readdirSync(join(app, "node_modules", "@types")).join(", ") : ""}`)
-    writeFileSync(join(app, "app.ts"), PROGRAM)
-    writeFileSync(join(app, "tsconfig.json"), JSON.stringify(TSCONFIG(undefined), null, 2))
-    const started = Date.now()
-    ok(sh("node", [tsc, "-p", "tsconfig.json"]), "tsc")
-    figures.push(`tsc --noEmit of the app (skipLibCheck false): ${((Date.now() - started) / 1000).toFixed(1)} s`)
-  })
+  check(
+    "(b) tsc --noEmit: strict, NodeNext, exactOptionalPropertyTypes, noPropertyAccessFromIndexSignature, skipLibCheck false, no @types",
+    () => {
+      expect(
+        !existsSync(join(app, "node_modules", "@types")),
+        `node_modules/@types: ${
+          existsSync(join(app, "node_modules", "@types"))
+            ? readdirSync(join(app, "node_modules", "@types")).join(", ")
+            : ""
+        }`
+      )
+      writeFileSync(join(app, "app.ts"), PROGRAM)
+      writeFileSync(join(app, "tsconfig.json"), JSON.stringify(TSCONFIG(undefined), null, 2))
+      const started = Date.now()
+      ok(sh("node", [tsc, "-p", "tsconfig.json"]), "tsc")
+      figures.push(`tsc --noEmit of the app (skipLibCheck false): ${((Date.now() - started) / 1000).toFixed(1)} s`)
+    }
+  )
 
   // Effect's own declarations name AbortSignal, URL and ReadableStream, which come from the DOM lib
   // (in the default lib) or @types/node: with lib ES2022 alone only those errors may appear, none in
@@ -360,6 +433,8 @@ if (failed === 0) rmSync(work, { recursive: true, force: true })
 else console.log(`left for inspection: ${work}`)
 // `--report FILE`: the counts in the shape of vitest's JSON report, for .ci/run's final line.
 const reportAt = process.argv.indexOf("--report")
-if (reportAt !== -1) writeFileSync(process.argv[reportAt + 1], JSON.stringify({ numPassedTests: passed, numFailedTests: failed }))
+if (reportAt !== -1) {
+  writeFileSync(process.argv[reportAt + 1], JSON.stringify({ numPassedTests: passed, numFailedTests: failed }))
+}
 console.log(`${passed} passed, ${failed} failed`)
 process.exit(failed === 0 ? 0 : 1)

@@ -39,9 +39,42 @@ export * as AnthropicModel from "./layers/AnthropicModel.js"
  *
  * @since 0.1.0
  */
+export { CodingTools } from "./layers/CodingTools.js"
+export type { CodingToolsOptions } from "./layers/CodingTools.js"
+export { HookBridge } from "./layers/HookBridge.js"
+export type {
+  HookBridgeOptions,
+  HookCommand,
+  HookEvent,
+  HookGroup,
+  HookQuestion,
+  HookSettings
+} from "./layers/HookBridge.js"
 export * as OpenAiModel from "./layers/OpenAiModel.js"
+export { Permissions } from "./layers/Permissions.js"
+export type {
+  PermissionBehavior,
+  PermissionMode,
+  PermissionOutcome,
+  PermissionQuestion,
+  PermissionRequest,
+  PermissionRule,
+  PermissionsOptions,
+  ResolvedPermissions
+} from "./layers/Permissions.js"
 export type { EntryOptions, PartialSpec, ResponseSpec, ScriptEntry } from "./layers/ScriptedModel.js"
-export { COMPACTION_CONTEXT_SOURCE_KIND, Compaction, isContextOverflow, PreCompactDecision } from "./services/Compaction.js"
+export { ReadSessionParameters, SessionReference } from "./layers/SessionReference.js"
+export type { SnapshotError, SnapshotOptions } from "./layers/SessionReference.js"
+export { Sessions } from "./layers/Sessions.js"
+export type { SessionServices, SessionSummary } from "./layers/Sessions.js"
+export { SqliteSessionStore } from "./layers/SqliteSessionStore.js"
+export type { SqliteSessionStoreOptions } from "./layers/SqliteStore.js"
+export {
+  Compaction,
+  COMPACTION_CONTEXT_SOURCE_KIND,
+  isContextOverflow,
+  PreCompactDecision
+} from "./services/Compaction.js"
 export type {
   CompactError,
   CompactionKind,
@@ -57,45 +90,24 @@ export type {
 } from "./services/Compaction.js"
 export { Driver } from "./services/Driver.js"
 export type { DeliveryError } from "./services/Driver.js"
-export { Hooks, RequestErrorAction, ToolPreDecision } from "./services/Hooks.js"
-export type { RequestConfig, ToolCallInfo, Waterfall } from "./services/Hooks.js"
-export { HookBridge } from "./layers/HookBridge.js"
-export type { HookBridgeOptions, HookCommand, HookEvent, HookGroup, HookQuestion, HookSettings } from "./layers/HookBridge.js"
-export { CodingTools } from "./layers/CodingTools.js"
-export type { CodingToolsOptions } from "./layers/CodingTools.js"
-export { Permissions } from "./layers/Permissions.js"
-export type {
-  PermissionBehavior,
-  PermissionMode,
-  PermissionOutcome,
-  PermissionQuestion,
-  PermissionRequest,
-  PermissionRule,
-  PermissionsOptions,
-  ResolvedPermissions
-} from "./layers/Permissions.js"
-export { ReadSessionParameters, SessionReference } from "./layers/SessionReference.js"
-export type { SnapshotError, SnapshotOptions } from "./layers/SessionReference.js"
 export { forkSession } from "./services/Fork.js"
 export type { ForkOptions } from "./services/Fork.js"
+export { Hooks, RequestErrorAction, ToolPreDecision } from "./services/Hooks.js"
+export type { RequestConfig, ToolCallInfo, Waterfall } from "./services/Hooks.js"
 export { Inbox } from "./services/Inbox.js"
 export type { InboxSnapshot } from "./services/Inbox.js"
 export { Model } from "./services/Model.js"
 export type { ModelRequest, ModelResponse, ModelShape } from "./services/Model.js"
 export { PreStep, PreStepDecision } from "./services/PreStep.js"
+export type { PreStepInput, PreStepListener } from "./services/PreStep.js"
 export { ReadHistory, ReadHistoryParameters } from "./services/ReadHistory.js"
 export type { ReadHistoryOptions } from "./services/ReadHistory.js"
-export type { PreStepInput, PreStepListener } from "./services/PreStep.js"
-export { Tool, Tools } from "./services/Tools.js"
-export type { NormalizedToolOutput, ToolContext, ToolDefinition, ToolMode, ToolOutput } from "./services/Tools.js"
-export { Sessions } from "./layers/Sessions.js"
-export type { SessionServices, SessionSummary } from "./layers/Sessions.js"
 export { SessionLog } from "./services/SessionLog.js"
 export type { AppendInput } from "./services/SessionLog.js"
 export { MemoryStoreControl, SessionStore } from "./services/SessionStore.js"
 export type { StoreSnapshot } from "./services/SessionStore.js"
-export { SqliteSessionStore } from "./layers/SqliteSessionStore.js"
-export type { SqliteSessionStoreOptions } from "./layers/SqliteStore.js"
+export { Tool, Tools } from "./services/Tools.js"
+export type { NormalizedToolOutput, ToolContext, ToolDefinition, ToolMode, ToolOutput } from "./services/Tools.js"
 
 /**
  * The session preset: a session's log and inbox over a store.

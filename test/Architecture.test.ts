@@ -94,7 +94,9 @@ describe("src/ import graph", () => {
 
   it("reads every module and resolves every relative import to a module of src/", () => {
     expect(graph.size).toBeGreaterThan(50)
-    const unresolved = [...graph].flatMap(([from, targets]) => targets.filter((to) => !graph.has(to)).map((to) => `${from} -> ${to}`))
+    const unresolved = [...graph].flatMap(([from, targets]) =>
+      targets.filter((to) => !graph.has(to)).map((to) => `${from} -> ${to}`)
+    )
     expect(unresolved).toEqual([])
   })
 

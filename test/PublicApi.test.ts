@@ -3,13 +3,84 @@
  * storage, agent and sessions layers.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Context, Deferred, Effect, Either, Exit, Fiber, JSONSchema, Layer, Option, Queue, Schema, Scope, Stream, TestClock } from "effect"
+import {
+  Chunk,
+  Context,
+  Deferred,
+  Effect,
+  Either,
+  Exit,
+  Fiber,
+  JSONSchema,
+  Layer,
+  Option,
+  Queue,
+  Schema,
+  Scope,
+  Stream,
+  TestClock
+} from "effect"
 import * as Tiller from "../src/index.js"
-import { Agent, AgentBusy, AgentDisposed, CancelCause, checkLog, CORE_EVENT_TYPES, Domain, Driver, DuplicateMessage, foldInbox, ForkError, forkSession, Hooks, Inbox, InvalidEvent, InvalidSplice, LOG_FORMAT_VERSION, MaintenanceAborted, MalformedLog, MemoryStoreControl, MessageId, Model, ModelError, newUserMessage, PersistenceError, PreStep, PreStepDecision, PreStepFailed, PreStepRejected, RequestErrorAction, ScriptedModel, SessionExists, SessionId, SessionLog, SessionNotFound, Sessions, SessionStore, Tool, ToolPreDecision, Tools, UnsupportedLogVersion, userMessage } from "../src/index.js"
-import { events, gate, liveNotation, notation, open, plugin, scenario, settle, shape, until, user } from "./agent/harness.js"
+import {
+  Agent,
+  AgentBusy,
+  AgentDisposed,
+  CancelCause,
+  checkLog,
+  CORE_EVENT_TYPES,
+  Domain,
+  Driver,
+  DuplicateMessage,
+  foldInbox,
+  ForkError,
+  forkSession,
+  Hooks,
+  Inbox,
+  InvalidEvent,
+  InvalidSplice,
+  LOG_FORMAT_VERSION,
+  MaintenanceAborted,
+  MalformedLog,
+  MemoryStoreControl,
+  MessageId,
+  Model,
+  ModelError,
+  newUserMessage,
+  PersistenceError,
+  PreStep,
+  PreStepDecision,
+  PreStepFailed,
+  PreStepRejected,
+  RequestErrorAction,
+  ScriptedModel,
+  SessionExists,
+  SessionId,
+  SessionLog,
+  SessionNotFound,
+  Sessions,
+  SessionStore,
+  Tool,
+  ToolPreDecision,
+  Tools,
+  UnsupportedLogVersion,
+  userMessage
+} from "../src/index.js"
+import type { AgentStatus, InboxTarget, KnownIdState, ModelRequest, RuleId, SessionEvent } from "../src/index.js"
+import {
+  events,
+  gate,
+  liveNotation,
+  notation,
+  open,
+  plugin,
+  scenario,
+  settle,
+  shape,
+  until,
+  user
+} from "./agent/harness.js"
 import { ev, HandLog } from "./fixtures/handLog.js"
 import { u } from "./fixtures/surfaceLog.js"
-import type { AgentStatus, InboxTarget, KnownIdState, ModelRequest, RuleId, SessionEvent } from "../src/index.js"
 
 const errorClasses = {
   PreStepRejected,
@@ -53,7 +124,6 @@ const C = u("C")
 
 const sid = (s: string) => SessionId.make(s)
 
-
 describe("SPEC 8 public API", () => {
   it("8: services are Context.Tag classes keyed tiller/<Name>", () => {
     const tags: Record<string, { readonly key: string }> = {
@@ -95,9 +165,22 @@ describe("SPEC 8 public API", () => {
   it("8.1: domain constants and CancelCause constructors", () => {
     expect(LOG_FORMAT_VERSION).toBe(1)
     expect([...CORE_EVENT_TYPES].sort()).toEqual([
-      "agent/inbox/spliced", "assistant/chunk", "assistant/message", "compaction/end", "compaction/start",
-      "compaction/summary", "llm/retry", "request/header", "session/end-seed", "step/end", "step/start",
-      "tool/call", "tool/result", "turn/end", "turn/start", "user/message"
+      "agent/inbox/spliced",
+      "assistant/chunk",
+      "assistant/message",
+      "compaction/end",
+      "compaction/start",
+      "compaction/summary",
+      "llm/retry",
+      "request/header",
+      "session/end-seed",
+      "step/end",
+      "step/start",
+      "tool/call",
+      "tool/result",
+      "turn/end",
+      "turn/start",
+      "user/message"
     ])
     expect(CancelCause.user).toEqual({ kind: "user" })
     expect(CancelCause.parent).toEqual({ kind: "parent" })
@@ -111,9 +194,28 @@ describe("SPEC 8 public API", () => {
   it("8.1: every shape of 2.3 and 2.4 has a Schema value", () => {
     for (
       const name of [
-        "TextBlock", "ImageBlock", "ReasoningBlock", "ToolCallBlock", "ToolResultBlock", "MessageSource", "UserMessage",
-        "AssistantMessage", "ToolResultMessage", "Message", "Usage", "LlmFailure", "StreamChunk", "CancelCause",
-        "TurnEndReason", "ToolSchema", "RequestHeader", "SessionHeader", "SurfaceOp", "SessionEvent", "MessageId", "SessionId"
+        "TextBlock",
+        "ImageBlock",
+        "ReasoningBlock",
+        "ToolCallBlock",
+        "ToolResultBlock",
+        "MessageSource",
+        "UserMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "Message",
+        "Usage",
+        "LlmFailure",
+        "StreamChunk",
+        "CancelCause",
+        "TurnEndReason",
+        "ToolSchema",
+        "RequestHeader",
+        "SessionHeader",
+        "SurfaceOp",
+        "SessionEvent",
+        "MessageId",
+        "SessionId"
       ]
     ) {
       expect(Schema.isSchema((Tiller as any)[name]), name).toBe(true)
@@ -129,7 +231,9 @@ describe("SPEC 8 public API", () => {
   it("8.1: userMessage is pure, defaults source user, deep-freezes, and throws InvalidEvent on invalid input", () => {
     const m = userMessage({ id: "a", text: "hi" })
     expect(m).toEqual({ id: "a", role: "user", content: [{ type: "text", text: "hi" }], source: { kind: "user" } })
-    expect(Object.isFrozen(m) && Object.isFrozen(m.content) && Object.isFrozen(m.content[0]) && Object.isFrozen(m.source)).toBe(true)
+    expect(
+      Object.isFrozen(m) && Object.isFrozen(m.content) && Object.isFrozen(m.content[0]) && Object.isFrozen(m.source)
+    ).toBe(true)
     const content = [{ type: "image" as const, mediaType: "image/png", data: "AAAA" }]
     const withContent = userMessage({ id: "b", content, source: { kind: "plugin", plugin: "x" } })
     expect(withContent.content).toEqual(content)
@@ -165,16 +269,31 @@ describe("SPEC 8 public API", () => {
   it("8.1: foldInbox returns the lists or MalformedLog", () => {
     const A = userMessage({ id: "A", text: "A" })
     const ok = foldInbox([
-      { type: "agent/inbox/spliced", seq: 0, time: 0, data: { target: "next-turn", start: 0, inserted: [A] } } as SessionEvent
+      {
+        type: "agent/inbox/spliced",
+        seq: 0,
+        time: 0,
+        data: { target: "next-turn", start: 0, inserted: [A] }
+      } as SessionEvent
     ])
     expect(Either.isRight(ok) && ok.right.nextTurn).toEqual([A])
     const bad = foldInbox([
-      { type: "agent/inbox/spliced", seq: 0, time: 0, data: { target: "next-turn", start: 1, inserted: [A] } } as SessionEvent
+      {
+        type: "agent/inbox/spliced",
+        seq: 0,
+        time: 0,
+        data: { target: "next-turn", start: 1, inserted: [A] }
+      } as SessionEvent
     ])
     expect(Either.isLeft(bad) && bad.left).toBeInstanceOf(MalformedLog)
     expect(Either.isLeft(bad) && bad.left.seq).toBe(0)
     expect(Either.isRight(foldInbox([
-      { type: "agent/inbox/spliced", seq: 0, time: 0, data: { target: "next-turn", start: 1, inserted: [A] } } as SessionEvent
+      {
+        type: "agent/inbox/spliced",
+        seq: 0,
+        time: 0,
+        data: { target: "next-turn", start: 1, inserted: [A] }
+      } as SessionEvent
     ], 1))).toBe(true)
   })
 
@@ -195,7 +314,12 @@ describe("SPEC 8 public API", () => {
     Effect.runPromise(Effect.gen(function*() {
       const params = Schema.Struct({ text: Schema.String })
       const b = Tool.make("b", { description: "B", parameters: params, execute: () => Effect.succeed("x") })
-      const a = Tool.make("a", { description: "A", parameters: Schema.Struct({}), mode: "parallel", execute: () => Effect.succeed("x") })
+      const a = Tool.make("a", {
+        description: "A",
+        parameters: Schema.Struct({}),
+        mode: "parallel",
+        execute: () => Effect.succeed("x")
+      })
       expect(b.mode).toBe("exclusive")
       expect(a.mode).toBe("parallel")
       const tools = yield* Effect.provide(Tools, Tools.layer({ tools: [b, a] }))
@@ -214,66 +338,84 @@ describe("SPEC 8 public API", () => {
     })))
 
   it("8.8: ScriptedModel.die fails with ModelError UNKNOWN; an exhausted script fails 'ScriptedModel: script exhausted'", () =>
-    Effect.runPromise(Effect.gen(function*() {
-      const model = yield* Model
-      const request: ModelRequest = {
-        sessionId: SessionId.make("s"), turn: 1, step: 1, attempt: 1, provider: "p", model: "m", tools: [], messages: []
-      }
-      const first = yield* Effect.flip(Stream.runCollect(model.stream(request)))
-      expect(first).toBeInstanceOf(ModelError)
-      expect(first.failure).toEqual({ message: "gone", code: "UNKNOWN" })
-      const second = yield* Effect.flip(Stream.runCollect(model.stream(request)))
-      expect(second.failure).toEqual({ message: "ScriptedModel: script exhausted", code: "UNKNOWN" })
-      const scripted = yield* ScriptedModel
-      expect((yield* scripted.requests).length).toBe(2)
-      expect(yield* scripted.remaining).toBe(0)
-    }).pipe(Effect.provide(ScriptedModel.layer([ScriptedModel.die("gone")])))))
+    Effect.runPromise(
+      Effect.gen(function*() {
+        const model = yield* Model
+        const request: ModelRequest = {
+          sessionId: SessionId.make("s"),
+          turn: 1,
+          step: 1,
+          attempt: 1,
+          provider: "p",
+          model: "m",
+          tools: [],
+          messages: []
+        }
+        const first = yield* Effect.flip(Stream.runCollect(model.stream(request)))
+        expect(first).toBeInstanceOf(ModelError)
+        expect(first.failure).toEqual({ message: "gone", code: "UNKNOWN" })
+        const second = yield* Effect.flip(Stream.runCollect(model.stream(request)))
+        expect(second.failure).toEqual({ message: "ScriptedModel: script exhausted", code: "UNKNOWN" })
+        const scripted = yield* ScriptedModel
+        expect((yield* scripted.requests).length).toBe(2)
+        expect(yield* scripted.remaining).toBe(0)
+      }).pipe(Effect.provide(ScriptedModel.layer([ScriptedModel.die("gone")])))
+    ))
 
   it("8.8: ScriptedModel chunk sequences of text, response and fail", () =>
-    Effect.runPromise(Effect.gen(function*() {
-      const model = yield* Model
-      const request: ModelRequest = {
-        sessionId: SessionId.make("s"), turn: 1, step: 1, attempt: 1, provider: "p", model: "m", tools: [], messages: []
-      }
-      const collect = Effect.map(Stream.runCollect(model.stream(request)), (c) => [...c])
-      expect(yield* collect).toEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "a" },
-        { type: "text-delta", index: 0, text: "b" },
-        { type: "block-end", index: 0 },
-        { type: "usage", usage: { inputTokens: 1, outputTokens: 2 } },
-        { type: "finish", finish: { kind: "stop" } }
-      ])
-      expect(yield* collect).toEqual([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "think" },
-        { type: "block-end", index: 0 },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "say" },
-        { type: "block-end", index: 1 },
-        { type: "block-start", index: 2, block: "tool-call", id: "c1", name: "t" },
-        { type: "tool-call-delta", index: 2, arguments: "{\"x\":1}" },
-        { type: "block-end", index: 2 },
-        { type: "usage", usage: { inputTokens: 1, outputTokens: 1 } },
-        { type: "replay-state", state: { r: 1 } },
-        { type: "finish", finish: { kind: "stop" } }
-      ])
-      expect(yield* collect).toEqual([
-        { type: "block-start", index: 0, block: "text" },
-        { type: "text-delta", index: 0, text: "par" },
-        { type: "finish", finish: { kind: "aborted", failure: { message: "m", code: "C" } } }
-      ])
-    }).pipe(Effect.provide(ScriptedModel.layer([
-      ScriptedModel.text("ab", { deltas: ["a", "b"], usage: { inputTokens: 1, outputTokens: 2 } }),
-      ScriptedModel.response({
-        reasoning: "think",
-        text: "say",
-        toolCalls: [{ id: "c1", name: "t", arguments: { x: 1 } }],
-        usage: { inputTokens: 1, outputTokens: 1 },
-        replayState: { r: 1 }
-      }),
-      ScriptedModel.fail({ message: "m", code: "C" }, { partial: { text: "par" }, finish: "aborted" })
-    ])))))
+    Effect.runPromise(
+      Effect.gen(function*() {
+        const model = yield* Model
+        const request: ModelRequest = {
+          sessionId: SessionId.make("s"),
+          turn: 1,
+          step: 1,
+          attempt: 1,
+          provider: "p",
+          model: "m",
+          tools: [],
+          messages: []
+        }
+        const collect = Effect.map(Stream.runCollect(model.stream(request)), (c) => [...c])
+        expect(yield* collect).toEqual([
+          { type: "block-start", index: 0, block: "text" },
+          { type: "text-delta", index: 0, text: "a" },
+          { type: "text-delta", index: 0, text: "b" },
+          { type: "block-end", index: 0 },
+          { type: "usage", usage: { inputTokens: 1, outputTokens: 2 } },
+          { type: "finish", finish: { kind: "stop" } }
+        ])
+        expect(yield* collect).toEqual([
+          { type: "block-start", index: 0, block: "reasoning" },
+          { type: "reasoning-delta", index: 0, text: "think" },
+          { type: "block-end", index: 0 },
+          { type: "block-start", index: 1, block: "text" },
+          { type: "text-delta", index: 1, text: "say" },
+          { type: "block-end", index: 1 },
+          { type: "block-start", index: 2, block: "tool-call", id: "c1", name: "t" },
+          { type: "tool-call-delta", index: 2, arguments: "{\"x\":1}" },
+          { type: "block-end", index: 2 },
+          { type: "usage", usage: { inputTokens: 1, outputTokens: 1 } },
+          { type: "replay-state", state: { r: 1 } },
+          { type: "finish", finish: { kind: "stop" } }
+        ])
+        expect(yield* collect).toEqual([
+          { type: "block-start", index: 0, block: "text" },
+          { type: "text-delta", index: 0, text: "par" },
+          { type: "finish", finish: { kind: "aborted", failure: { message: "m", code: "C" } } }
+        ])
+      }).pipe(Effect.provide(ScriptedModel.layer([
+        ScriptedModel.text("ab", { deltas: ["a", "b"], usage: { inputTokens: 1, outputTokens: 2 } }),
+        ScriptedModel.response({
+          reasoning: "think",
+          text: "say",
+          toolCalls: [{ id: "c1", name: "t", arguments: { x: 1 } }],
+          usage: { inputTokens: 1, outputTokens: 1 },
+          replayState: { r: 1 }
+        }),
+        ScriptedModel.fail({ message: "m", code: "C" }, { partial: { text: "par" }, finish: "aborted" })
+      ])))
+    ))
 
   it("8: internal modules are not exported from the root", () => {
     const names = Object.keys(Tiller)
@@ -282,10 +424,33 @@ describe("SPEC 8 public API", () => {
     }
     for (
       const required of [
-        "Agent", "Sessions", "SessionStore", "MemoryStoreControl", "SqliteSessionStore", "forkSession", "Driver", "Inbox",
-        "SessionLog", "PreStep", "PreStepDecision", "Hooks", "RequestErrorAction", "ToolPreDecision", "Model", "ScriptedModel",
-        "Tool", "Tools", "Domain", "userMessage", "newUserMessage", "deriveMessages", "foldInbox", "repairClosers", "checkLog",
-        "LOG_FORMAT_VERSION", "CORE_EVENT_TYPES"
+        "Agent",
+        "Sessions",
+        "SessionStore",
+        "MemoryStoreControl",
+        "SqliteSessionStore",
+        "forkSession",
+        "Driver",
+        "Inbox",
+        "SessionLog",
+        "PreStep",
+        "PreStepDecision",
+        "Hooks",
+        "RequestErrorAction",
+        "ToolPreDecision",
+        "Model",
+        "ScriptedModel",
+        "Tool",
+        "Tools",
+        "Domain",
+        "userMessage",
+        "newUserMessage",
+        "deriveMessages",
+        "foldInbox",
+        "repairClosers",
+        "checkLog",
+        "LOG_FORMAT_VERSION",
+        "CORE_EVENT_TYPES"
       ]
     ) {
       expect(names, required).toContain(required)
@@ -293,17 +458,21 @@ describe("SPEC 8 public API", () => {
   })
 
   it("8.10: Agent.layer on an existing id fails SessionExists; resume of a missing id fails SessionNotFound", () =>
-    Effect.runPromise(Effect.gen(function*() {
-      const store = yield* SessionStore
-      yield* store.create({ formatVersion: 1, sessionId: SessionId.make("taken"), createdAt: 0, seedLength: 0 }, [])
-      const build = (options: Parameters<typeof Agent.layer>[0]) =>
-        Effect.scoped(Effect.flip(Layer.build(Agent.layer(options).pipe(
-          Layer.provide(Layer.merge(ScriptedModel.layer([]), Tools.layer())),
-          Layer.provide(Layer.succeed(SessionStore, store))
-        ))))
-      expect(yield* build({ sessionId: SessionId.make("taken") })).toBeInstanceOf(SessionExists)
-      expect(yield* build({ resume: SessionId.make("missing") })).toBeInstanceOf(SessionNotFound)
-    }).pipe(Effect.provide(SessionStore.layerMemory))))
+    Effect.runPromise(
+      Effect.gen(function*() {
+        const store = yield* SessionStore
+        yield* store.create({ formatVersion: 1, sessionId: SessionId.make("taken"), createdAt: 0, seedLength: 0 }, [])
+        const build = (options: Parameters<typeof Agent.layer>[0]) =>
+          Effect.scoped(Effect.flip(Layer.build(
+            Agent.layer(options).pipe(
+              Layer.provide(Layer.merge(ScriptedModel.layer([]), Tools.layer())),
+              Layer.provide(Layer.succeed(SessionStore, store))
+            )
+          )))
+        expect(yield* build({ sessionId: SessionId.make("taken") })).toBeInstanceOf(SessionExists)
+        expect(yield* build({ resume: SessionId.make("missing") })).toBeInstanceOf(SessionNotFound)
+      }).pipe(Effect.provide(SessionStore.layerMemory))
+    ))
 })
 
 // 8.1 / 8.2 API -------------------------------------------------------------------------------
@@ -333,13 +502,21 @@ describe("SPEC 8.1 / 8.2 API", () => {
     for (const content of bad) {
       expect(() => userMessage({ id: "x", content: content as any }), JSON.stringify(content)).toThrow(InvalidEvent)
     }
-    expect(userMessage({ id: "x", content: [{ type: "image", mediaType: "image/png", data: "AA" }, { type: "text", text: "t" }] }).content)
+    expect(
+      userMessage({
+        id: "x",
+        content: [{ type: "image", mediaType: "image/png", data: "AA" }, { type: "text", text: "t" }]
+      }).content
+    )
       .toHaveLength(2)
   })
 
   it("8.1: newUserMessage takes content or text and a source, and returns a deep-frozen message", () =>
     Effect.runPromise(Effect.gen(function*() {
-      const m = yield* newUserMessage({ content: [{ type: "text", text: "c" }], source: { kind: "plugin", plugin: "q" } })
+      const m = yield* newUserMessage({
+        content: [{ type: "text", text: "c" }],
+        source: { kind: "plugin", plugin: "q" }
+      })
       expect(m.role).toBe("user")
       expect(m.content).toStrictEqual([{ type: "text", text: "c" }])
       expect(m.source).toStrictEqual({ kind: "plugin", plugin: "q" })
@@ -366,10 +543,36 @@ describe("SPEC 8.1 / 8.2 API", () => {
   it("8.1: Domain is a namespace alias holding the same domain values", () => {
     for (
       const name of [
-        "MessageId", "SessionId", "TextBlock", "ImageBlock", "ReasoningBlock", "ToolCallBlock", "ToolResultBlock", "MessageSource",
-        "UserMessage", "AssistantMessage", "ToolResultMessage", "Message", "Usage", "LlmFailure", "StreamChunk", "CancelCause",
-        "TurnEndReason", "ToolSchema", "RequestHeader", "SessionHeader", "SurfaceOp", "SessionEvent", "LOG_FORMAT_VERSION",
-        "CORE_EVENT_TYPES", "userMessage", "newUserMessage", "deriveMessages", "foldInbox", "repairClosers", "checkLog"
+        "MessageId",
+        "SessionId",
+        "TextBlock",
+        "ImageBlock",
+        "ReasoningBlock",
+        "ToolCallBlock",
+        "ToolResultBlock",
+        "MessageSource",
+        "UserMessage",
+        "AssistantMessage",
+        "ToolResultMessage",
+        "Message",
+        "Usage",
+        "LlmFailure",
+        "StreamChunk",
+        "CancelCause",
+        "TurnEndReason",
+        "ToolSchema",
+        "RequestHeader",
+        "SessionHeader",
+        "SurfaceOp",
+        "SessionEvent",
+        "LOG_FORMAT_VERSION",
+        "CORE_EVENT_TYPES",
+        "userMessage",
+        "newUserMessage",
+        "deriveMessages",
+        "foldInbox",
+        "repairClosers",
+        "checkLog"
       ]
     ) {
       expect((Domain as any)[name], name).toBeDefined()
@@ -401,7 +604,9 @@ describe("SPEC 8.1 / 8.2 API", () => {
     expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r", rule: "R19" })).toBe(true)
     expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r" })).toBe(true)
     expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r", rule: "R20" })).toBe(false)
-    expect(ok(AgentBusy, { _tag: "AgentBusy", sessionId: "s", operation: "runMaintenance", phase: "disposing" })).toBe(true)
+    expect(ok(AgentBusy, { _tag: "AgentBusy", sessionId: "s", operation: "runMaintenance", phase: "disposing" })).toBe(
+      true
+    )
     expect(ok(AgentBusy, { _tag: "AgentBusy", sessionId: "s", operation: "send", phase: "running" })).toBe(false)
     expect(ok(AgentBusy, { _tag: "AgentBusy", sessionId: "", operation: "open", phase: "open" })).toBe(false)
     expect(ok(ForkError, { _tag: "ForkError", source: "s", reason: "child-exists", childId: "c" })).toBe(true)
@@ -415,7 +620,11 @@ describe("SPEC 8.1 / 8.2 API", () => {
   it("8.2: errors are yieldable failures carrying their fields", () =>
     Effect.runPromise(Effect.gen(function*() {
       const e = yield* Effect.flip(Effect.gen(function*() {
-        return yield* new AgentBusy({ sessionId: SessionId.make("s"), operation: "runMaintenance", phase: "maintenance" })
+        return yield* new AgentBusy({
+          sessionId: SessionId.make("s"),
+          operation: "runMaintenance",
+          phase: "maintenance"
+        })
       }))
       expect(e._tag).toBe("AgentBusy")
       expect(e).toMatchObject({ sessionId: "s", operation: "runMaintenance", phase: "maintenance" })
@@ -446,7 +655,12 @@ describe("SPEC 8.3 Driver", () => {
       yield* Deferred.await(G)
       const busy = yield* Effect.flip(driver.runMaintenance(Effect.succeed(1)))
       expect(busy).toBeInstanceOf(AgentBusy)
-      expect(busy).toMatchObject({ _tag: "AgentBusy", sessionId: "s", operation: "runMaintenance", phase: "maintenance" })
+      expect(busy).toMatchObject({
+        _tag: "AgentBusy",
+        sessionId: "s",
+        operation: "runMaintenance",
+        phase: "maintenance"
+      })
       yield* driver.cancel(CancelCause.hook("why"))
       yield* driver.cancel(CancelCause.parent)
       const exit = yield* Fiber.await(task)
@@ -474,7 +688,14 @@ describe("SPEC 8.3 Driver", () => {
       yield* driver.whenIdle
       yield* settle
       const got = Chunk.toReadonlyArray(yield* Queue.takeAll(queue)).map(liveNotation)
-      expect(got).toEqual(["inserted(I)", "inserted(A)", "status(running)", "claimed(I,1)", "claimed(A,1)", "status(idle)"])
+      expect(got).toEqual([
+        "inserted(I)",
+        "inserted(A)",
+        "status(running)",
+        "claimed(I,1)",
+        "claimed(A,1)",
+        "status(idle)"
+      ])
     }).pipe(Effect.provide(scenario([ScriptedModel.text("ok")]))))
 
   it.scoped("8.3/3.4: cancel accepts a plain CancelCause object; it is recorded on turn/end as given", () =>
@@ -507,7 +728,10 @@ describe("SPEC 8.10 storage, agent and sessions layers", () => {
       expect(wrongSeq).toMatchObject({ sessionId: "m1" })
       const gap = yield* Effect.flip(store.append(sid("m1"), [ev(2, "x/b", {}, { ignorable: true })]))
       expect(gap).toBeInstanceOf(PersistenceError)
-      yield* store.append(sid("m1"), [ev(1, "x/b", { b: 2 }, { ignorable: true }), ev(2, "x/c", {}, { ignorable: true })])
+      yield* store.append(sid("m1"), [
+        ev(1, "x/b", { b: 2 }, { ignorable: true }),
+        ev(2, "x/c", {}, { ignorable: true })
+      ])
       const loaded = yield* store.load(sid("m1"))
       expect(loaded.header).toEqual(header)
       expect(loaded.events.map((e) => [e.seq, e.type])).toEqual([[0, "x/a"], [1, "x/b"], [2, "x/c"]])
@@ -571,16 +795,24 @@ describe("SPEC 8.10 storage, agent and sessions layers", () => {
       const store = yield* SessionStore
       const loaded = yield* store.load(sid("kid"))
       const parentEvents = yield* Context.get(a, SessionLog).events
-      expect(loaded.header).toMatchObject({ sessionId: "kid", parent: { sessionId: "one", boundary: parentEvents.length - 1 }, seedLength: parentEvents.length })
+      expect(loaded.header).toMatchObject({
+        sessionId: "kid",
+        parent: { sessionId: "one", boundary: parentEvents.length - 1 },
+        seedLength: parentEvents.length
+      })
       expect(loaded.events.length).toBe(parentEvents.length + 1)
       expect(loaded.events[loaded.events.length - 1]!.type).toBe("session/end-seed")
       const again = yield* Effect.flip(sessions.fork({ source: sid("one"), childId: sid("kid") }))
       expect(again).toMatchObject({ _tag: "ForkError", source: "one", reason: "child-exists", childId: "kid" })
-      const missing = yield* Effect.flip(forkSession({ source: sid("ghost") }).pipe(Effect.provideService(SessionStore, store)))
+      const missing = yield* Effect.flip(
+        forkSession({ source: sid("ghost") }).pipe(Effect.provideService(SessionStore, store))
+      )
       expect(missing).toBeInstanceOf(SessionNotFound)
     }).pipe(Effect.provide(
       Sessions.layer({ model: { provider: "p", model: "m" }, idleTimeToLive: "1 minute" }).pipe(
-        Layer.provideMerge(Layer.mergeAll(ScriptedModel.layer([ScriptedModel.text("ok")]), Tools.layer(), SessionStore.layerMemory))
+        Layer.provideMerge(
+          Layer.mergeAll(ScriptedModel.layer([ScriptedModel.text("ok")]), Tools.layer(), SessionStore.layerMemory)
+        )
       )
     )))
 
@@ -588,7 +820,9 @@ describe("SPEC 8.10 storage, agent and sessions layers", () => {
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
       const deps = Layer.mergeAll(ScriptedModel.layer([]), Tools.layer(), Layer.succeedContext(storeCtx))
-      yield* Layer.build(Agent.layer({ model: { provider: "p", model: "m" }, sessionId: sid("x") }).pipe(Layer.provide(deps)))
+      yield* Layer.build(
+        Agent.layer({ model: { provider: "p", model: "m" }, sessionId: sid("x") }).pipe(Layer.provide(deps))
+      )
       const sessionsCtx = yield* Layer.build(
         Sessions.layer({ model: { provider: "p", model: "m" }, idleTimeToLive: "1 minute" }).pipe(Layer.provide(deps))
       )
@@ -627,7 +861,11 @@ describe("8.10 Sessions", () => {
       const again = yield* Scope.extend(s.open(id), yield* Scope.make())
       const inbox = Context.get(again, Inbox)
       expect((yield* inbox.nextStep).map((m) => m.id)).toEqual(["C", "D"])
-      expect((yield* Context.get(again, SessionLog).events).map(notation)).toEqual(["INS(ns,0,[C])", "INS(ns,1,[D])", "ES"])
+      expect((yield* Context.get(again, SessionLog).events).map(notation)).toEqual([
+        "INS(ns,0,[C])",
+        "INS(ns,1,[D])",
+        "ES"
+      ])
     }).pipe(Effect.provide(sessions.pipe(Layer.provideMerge(deps([]))))))
 
   it.scoped("8.10 / 6.6: Sessions.fork flushes a source that is open in this process", () =>

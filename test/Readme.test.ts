@@ -56,15 +56,21 @@ const check = (blocks: ReadonlyArray<Block>): Array<string> => {
   host.readFile = (file) => files.get(file)?.code ?? readFile.call(host, file)
   host.getSourceFile = (file, language, ...rest) => {
     const block = files.get(file)
-    return block === undefined ? getSourceFile.call(host, file, language, ...rest) : ts.createSourceFile(file, block.code, language, true)
+    return block === undefined
+      ? getSourceFile.call(host, file, language, ...rest)
+      : ts.createSourceFile(file, block.code, language, true)
   }
   const program = ts.createProgram([...files.keys()], options, host)
-  const messages: Array<string> = program.getOptionsDiagnostics().map((d) => ts.flattenDiagnosticMessageText(d.messageText, "\n"))
+  const messages: Array<string> = program.getOptionsDiagnostics().map((d) =>
+    ts.flattenDiagnosticMessageText(d.messageText, "\n")
+  )
   for (const [file, block] of files) {
     const source = program.getSourceFile(file)!
     for (const diagnostic of [...program.getSyntacticDiagnostics(source), ...program.getSemanticDiagnostics(source)]) {
       const { line } = source.getLineAndCharacterOfPosition(diagnostic.start ?? 0)
-      messages.push(`${block.file}:${block.line + line}: ${ts.flattenDiagnosticMessageText(diagnostic.messageText, "\n")}`)
+      messages.push(
+        `${block.file}:${block.line + line}: ${ts.flattenDiagnosticMessageText(diagnostic.messageText, "\n")}`
+      )
     }
   }
   return messages
@@ -80,7 +86,10 @@ const BROKEN: ReadonlyArray<Block> = [
 let checked: ReadonlyArray<string> | undefined
 const diagnostics = () => {
   checked ??= check([
-    ...typeScriptBlocks(fs.readFileSync(path.join(ROOT, "README.md"), "utf8")).map((block) => ({ file: "README.md", ...block })),
+    ...typeScriptBlocks(fs.readFileSync(path.join(ROOT, "README.md"), "utf8")).map((block) => ({
+      file: "README.md",
+      ...block
+    })),
     ...BROKEN
   ])
   return checked

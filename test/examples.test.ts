@@ -18,21 +18,25 @@ describe("examples/agent.ts", () => {
 })
 
 describe("examples/long-session.ts", () => {
-  it.scoped("a session crossing its window many times keeps going; every trigger and kind compacts; nothing is lost to read_history", () =>
-    Effect.gen(function*() {
-      const r = yield* longSession
-      // The tool output alone is many windows (characters / 4 tokens).
-      expect(FILES.reduce((n, [, size]) => n + size, 0) / 4).toBeGreaterThan(8 * WINDOW)
-      expect(r.turnEnds).toEqual(Array.from({ length: FILES.length + 1 }, () => "completed"))
-      const kinds = new Set(r.brackets.map((b) => `${b.kind}/${b.trigger}`))
-      expect(kinds).toEqual(new Set(["prune/threshold", "summary/threshold", "prune/overflow", "summary/manual"]))
-      for (const b of r.brackets) expect(b.tokensAfter!).toBeLessThan(b.tokensBefore!)
-      // After every turn the session is back within its window.
-      expect(Math.max(...r.fractions)).toBeLessThanOrEqual(1)
-      expect(r.shadowed).toBeGreaterThan(100)
-      expect(r.unreadable).toBe(0)
-      expect(r.recalled).toContain("tool result of read (call call-1-1) [shadowed]:")
-      expect(r.recalled).toContain("file-0: lorem ipsum")
-      expect(r.problems).toEqual([])
-    }).pipe(Effect.provide(LongSessionLive)), { timeout: 30_000 })
+  it.scoped(
+    "a session crossing its window many times keeps going; every trigger and kind compacts; nothing is lost to read_history",
+    () =>
+      Effect.gen(function*() {
+        const r = yield* longSession
+        // The tool output alone is many windows (characters / 4 tokens).
+        expect(FILES.reduce((n, [, size]) => n + size, 0) / 4).toBeGreaterThan(8 * WINDOW)
+        expect(r.turnEnds).toEqual(Array.from({ length: FILES.length + 1 }, () => "completed"))
+        const kinds = new Set(r.brackets.map((b) => `${b.kind}/${b.trigger}`))
+        expect(kinds).toEqual(new Set(["prune/threshold", "summary/threshold", "prune/overflow", "summary/manual"]))
+        for (const b of r.brackets) expect(b.tokensAfter!).toBeLessThan(b.tokensBefore!)
+        // After every turn the session is back within its window.
+        expect(Math.max(...r.fractions)).toBeLessThanOrEqual(1)
+        expect(r.shadowed).toBeGreaterThan(100)
+        expect(r.unreadable).toBe(0)
+        expect(r.recalled).toContain("tool result of read (call call-1-1) [shadowed]:")
+        expect(r.recalled).toContain("file-0: lorem ipsum")
+        expect(r.problems).toEqual([])
+      }).pipe(Effect.provide(LongSessionLive)),
+    { timeout: 30_000 }
+  )
 })

@@ -40,8 +40,10 @@ export const w1Svg = (result: W1Compare): string => {
     `font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`,
     `<rect width="${WIDTH}" height="${height}" fill="#ffffff"/>`,
     `<text x="12" y="20" font-size="14" font-weight="600" fill="#111">${
-      escapeXml(`W1 agent loop: median steps/s relative to the fastest like-for-like peer (N = ${formatCount(result.steps)}` +
-        `${result.quick ? ", quick" : ""})`)
+      escapeXml(
+        `W1 agent loop: median steps/s relative to the fastest like-for-like peer (N = ${formatCount(result.steps)}` +
+          `${result.quick ? ", quick" : ""})`
+      )
     }</text>`,
     `<text x="12" y="36" fill="#555">${
       escapeXml(
@@ -53,7 +55,9 @@ export const w1Svg = (result: W1Compare): string => {
   outcomes.forEach((o, i) => {
     const y = TOP + i * ROW
     const mid = y + ROW / 2 + 4
-    parts.push(`<text x="${LABEL_WIDTH - 8}" y="${mid}" text-anchor="end" fill="#111">${escapeXml(o.system.label)}</text>`)
+    parts.push(
+      `<text x="${LABEL_WIDTH - 8}" y="${mid}" text-anchor="end" fill="#111">${escapeXml(o.system.label)}</text>`
+    )
     const ratio = ratios[i]
     if (o.status === "failed" || ratio === undefined) {
       parts.push(`<text x="${LABEL_WIDTH + 4}" y="${mid}" fill="#a33">could not run</text>`)
@@ -70,11 +74,21 @@ export const w1Svg = (result: W1Compare): string => {
       }</text>`
     )
   })
-  for (const [ratio, label, colour] of [[W1_RATIO_TARGET, `target ${W1_RATIO_TARGET}x`, "#555"], [W1_RATIO_STRETCH, `stretch ${W1_RATIO_STRETCH}x`, "#c05621"]] as const) {
+  for (
+    const [ratio, label, colour] of [[W1_RATIO_TARGET, `target ${W1_RATIO_TARGET}x`, "#555"], [
+      W1_RATIO_STRETCH,
+      `stretch ${W1_RATIO_STRETCH}x`,
+      "#c05621"
+    ]] as const
+  ) {
     parts.push(
-      `<line x1="${fixed(x(ratio))}" y1="${TOP - 2}" x2="${fixed(x(ratio))}" y2="${plotBottom + 2}" stroke="${colour}" ` +
+      `<line x1="${fixed(x(ratio))}" y1="${TOP - 2}" x2="${fixed(x(ratio))}" y2="${
+        plotBottom + 2
+      }" stroke="${colour}" ` +
         `stroke-dasharray="4 3"/>`,
-      `<text x="${fixed(x(ratio))}" y="${plotBottom + 16}" text-anchor="middle" fill="${colour}">${escapeXml(label)}</text>`
+      `<text x="${fixed(x(ratio))}" y="${plotBottom + 16}" text-anchor="middle" fill="${colour}">${
+        escapeXml(label)
+      }</text>`
     )
   }
   parts.push("</svg>", "")

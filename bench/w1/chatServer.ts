@@ -74,7 +74,12 @@ export const echoCallBody = (i: number): string =>
     delta: {
       role: "assistant",
       content: null,
-      tool_calls: [{ index: 0, id: `call-${i}`, type: "function", function: { name: "echo", arguments: JSON.stringify({ i }) } }]
+      tool_calls: [{
+        index: 0,
+        id: `call-${i}`,
+        type: "function",
+        function: { name: "echo", arguments: JSON.stringify({ i }) }
+      }]
     },
     finish_reason: null
   }])) + finishAndUsage("tool_calls")
@@ -85,7 +90,8 @@ export const echoCallBody = (i: number): string =>
  * @since 0.1.0
  * @category fixtures
  */
-export const answerBody: string = event(chunk([{ index: 0, delta: { role: "assistant", content: "done" }, finish_reason: null }])) +
+export const answerBody: string =
+  event(chunk([{ index: 0, delta: { role: "assistant", content: "done" }, finish_reason: null }])) +
   finishAndUsage("stop")
 
 // The text that closes a request's messages when the last one answers call `id`.

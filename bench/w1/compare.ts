@@ -15,12 +15,12 @@
  *
  * @since 0.1.0
  */
+import { Either } from "effect"
 import { buildSync } from "esbuild"
 import { execFile, execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { Either } from "effect"
 import { loadAverage, machineLine } from "../util.js"
 import type { W1Line } from "./line.js"
 import { decodeW1Line } from "./line.js"
@@ -50,7 +50,9 @@ const repositoryRoot = (): string => {
   let dir = process.cwd()
   while (!fs.existsSync(path.join(dir, "bench", "w1", "compare.ts"))) {
     const parent = path.dirname(dir)
-    if (parent === dir) throw new Error(`W1 compare: no bench/w1/compare.ts above ${process.cwd()}; run from the tiller checkout`)
+    if (parent === dir) {
+      throw new Error(`W1 compare: no bench/w1/compare.ts above ${process.cwd()}; run from the tiller checkout`)
+    }
     dir = parent
   }
   return dir
@@ -118,7 +120,13 @@ const lastLines = (text: string, count: number): string =>
 // One run of one system in a child process: its result line, or an Error with the runner's output.
 const runOnce = (root: string, system: W1System, sizes: Sizes): Promise<W1Line> =>
   new Promise((resolve, reject) => {
-    const args = ["--expose-gc", path.join(root, system.runner), ...system.args, String(sizes.steps), String(sizes.warmSteps)]
+    const args = [
+      "--expose-gc",
+      path.join(root, system.runner),
+      ...system.args,
+      String(sizes.steps),
+      String(sizes.warmSteps)
+    ]
     execFile(
       process.execPath,
       args,

@@ -4,10 +4,10 @@
  * esbuild into `node_modules/.cache/tiller-bench/` (dependencies external, as `npm run bench` does)
  * and runs it with the repository root as its working directory.
  */
+import { buildSync } from "esbuild"
 import { spawnSync } from "node:child_process"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import { buildSync } from "esbuild"
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..")
 const outfile = path.join(root, "node_modules", ".cache", "tiller-bench", "w1-run.mjs")

@@ -100,7 +100,9 @@ export const targetRows = (result: W1Compare): ReadonlyArray<ReadonlyArray<strin
 
 const targetsSection = (result: W1Compare): ReadonlyArray<string> => {
   const rows = targetRows(result)
-  if (rows.length === 0) return ["No target could be judged: tiller's custom `Model` or every like-for-like peer failed to run."]
+  if (rows.length === 0) {
+    return ["No target could be judged: tiller's custom `Model` or every like-for-like peer failed to run."]
+  }
   return [
     "Targets, as ratios of medians in this run:",
     "",
@@ -128,7 +130,9 @@ export const renderW1Compare = (result: W1Compare): string => {
     "adapter against an in-process HTTP server); the test doubles measured before (tiller's `ScriptedModel`,",
     "pi-ai's faux provider, the AI SDK's `MockLanguageModelV4`) follow as labelled rows, compared with but",
     "never compared against. Each run is a process of its own: an untimed warm-up of",
-    `${formatCount(result.warmSteps)} steps, then one timed run of N steps; ${result.runs} timed runs per system, the systems`,
+    `${
+      formatCount(result.warmSteps)
+    } steps, then one timed run of N steps; ${result.runs} timed runs per system, the systems`,
     "taking turns round-robin (the first rotating each round). Setup (building the agent and the script) is",
     "untimed. Peak RSS is the process's maximum resident set (`process.resourceUsage().maxRSS`, warm-up",
     "included), the median over its runs. The ratio is the system's median steps/s over the fastest",

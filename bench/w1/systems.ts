@@ -125,7 +125,8 @@ const peer = (
 })
 
 const AI_SDK = "ai 7.0.173"
-const AI_SDK_HOW = "One multi-step `generateText` with `stopWhen: stepCountIs(N + 1)`; the tool is `tool()` with a zod " +
+const AI_SDK_HOW =
+  "One multi-step `generateText` with `stopWhen: stepCountIs(N + 1)`; the tool is `tool()` with a zod " +
   "schema; `doGenerate` returns the scripted results. Every `ai` 7.x release declares `engines.node >= 22`: npm " +
   "installs it on Node 20 with an EBADENGINE warning, and it runs. "
 const PI = "@mariozechner/pi-agent-core 0.73.1"

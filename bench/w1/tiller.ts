@@ -146,10 +146,14 @@ export const tillerW1Run = (
       const problems: Array<string> = []
       if (calls !== steps) problems.push(`ran ${calls} tool calls, expected ${steps}`)
       if (requests !== steps + 1) problems.push(`sent ${requests} model requests, expected ${steps + 1}`)
-      if (sawResult !== steps) problems.push(`${sawResult} model requests ended with the previous tool result, expected ${steps}`)
+      if (sawResult !== steps) {
+        problems.push(`${sawResult} model requests ended with the previous tool result, expected ${steps}`)
+      }
       const last = events[events.length - 1]
       if (last?.type !== "turn/end") problems.push(`log ends with ${last?.type}, expected turn/end`)
-      if (problems.length > 0) return yield* Effect.dieMessage(`tiller ${model} ${store} W1 run incomplete: ${problems.join("; ")}`)
+      if (problems.length > 0) {
+        return yield* Effect.dieMessage(`tiller ${model} ${store} W1 run incomplete: ${problems.join("; ")}`)
+      }
       return { ms, cpuMs: (used.user + used.system) / 1000 }
     }).pipe(Effect.provide(agent))
   })

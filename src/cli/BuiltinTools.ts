@@ -6,9 +6,9 @@
  * @since 0.1.0
  */
 import { DateTime, Duration, Effect, Schema } from "effect"
+import * as CodingTools from "../layers/CodingTools.js"
 import type { ToolDefinition } from "../services/Tools.js"
 import { Tool } from "../services/Tools.js"
-import * as CodingTools from "../layers/CodingTools.js"
 
 /**
  * The names of the built-in tools, in the order the model sees them.
@@ -40,7 +40,10 @@ export const wait = Tool.make("wait", {
   mode: "parallel",
   execute: ({ ms }) => {
     if (!Number.isFinite(ms) || ms < 0) {
-      return Effect.succeed({ content: `cannot wait ${ms} ms: ms must be a number from 0 to ${MAX_WAIT_MS}`, isError: true })
+      return Effect.succeed({
+        content: `cannot wait ${ms} ms: ms must be a number from 0 to ${MAX_WAIT_MS}`,
+        isError: true
+      })
     }
     const waited = Math.min(Math.round(ms), MAX_WAIT_MS)
     return Effect.as(
@@ -69,5 +72,8 @@ export const clock = Tool.make("clock", {
  * @since 0.1.0
  * @category constructors
  */
-export const make = (root: string, addDirs: ReadonlyArray<string> = []): Effect.Effect<ReadonlyArray<ToolDefinition<any>>> =>
+export const make = (
+  root: string,
+  addDirs: ReadonlyArray<string> = []
+): Effect.Effect<ReadonlyArray<ToolDefinition<any>>> =>
   Effect.map(CodingTools.make({ cwd: root, addDirs }), (coding) => [...coding, clock, wait])

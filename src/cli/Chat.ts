@@ -14,17 +14,17 @@ import type { PriceTable } from "../domain/Prices.js"
 import * as Prices from "../domain/Prices.js"
 import { CancelCause } from "../domain/Values.js"
 import type { MessageSource, UserMessage } from "../domain/Values.js"
-import { Compaction } from "../services/Compaction.js"
 import { SessionReference } from "../layers/SessionReference.js"
+import { Sessions } from "../layers/Sessions.js"
+import { Compaction } from "../services/Compaction.js"
 import { Driver } from "../services/Driver.js"
 import { Inbox } from "../services/Inbox.js"
 import { SessionLog } from "../services/SessionLog.js"
-import { Sessions } from "../layers/Sessions.js"
 import * as ChatInput from "./ChatInput.js"
 import { CliError, ExitWith } from "./CliError.js"
+import { compactOpen } from "./Compact.js"
 import * as Compositions from "./Compositions.js"
 import * as ForkPoint from "./ForkPoint.js"
-import { compactOpen } from "./Compact.js"
 import * as InputHistory from "./InputHistory.js"
 import * as Output from "./Output.js"
 import * as PendingInput from "./PendingInput.js"
@@ -75,7 +75,9 @@ const HELP = [
 const EXIT_PRESS_WINDOW_MS = 2000
 
 /** The latest turn of `events` and, while it is open, its latest step. */
-const latestPosition = (events: ReadonlyArray<SessionEvent>): { readonly turn: number; readonly step: number; readonly inTurn: boolean } => {
+const latestPosition = (
+  events: ReadonlyArray<SessionEvent>
+): { readonly turn: number; readonly step: number; readonly inTurn: boolean } => {
   let step = 0
   for (let i = events.length - 1; i >= 0; i--) {
     const event = events[i]!
@@ -115,7 +117,10 @@ export const chat = (
     const log = Context.get(context, SessionLog)
     // The share of the context window in use, for the status line (the CLI's agents manage their context).
     const compaction = Context.getOption(context as Context.Context<unknown>, Compaction)
-    const usage = Effect.map(Effect.transposeOption(Option.map(compaction, (c) => c.contextUsage)), Option.getOrUndefined)
+    const usage = Effect.map(
+      Effect.transposeOption(Option.map(compaction, (c) => c.contextUsage)),
+      Option.getOrUndefined
+    )
     // What the session has spent so far, a fold over its log (its copied seed left out).
     const spentOf = (events: ReadonlyArray<SessionEvent>) =>
       spentNote(Cost.sessionCost(events, options.prices ?? Prices.PRICES, { from: log.header.seedLength }).total)
@@ -132,8 +137,12 @@ export const chat = (
     for (const event of stored) out += view.render(event, event.seq >= log.firstLiveSeq)
     const turns = view.position().turn
     yield* Output.lines([
-      `tiller chat · session ${sessionId} (${log.firstLiveSeq === 0 ? "new" : `resumed: ${turns} turn${turns === 1 ? "" : "s"}, ${log.firstLiveSeq} events`})`,
-      `db ${options.db} · model ${options.model} · tools: ${options.toolNames.length === 0 ? "none" : options.toolNames.join(", ")}`,
+      `tiller chat · session ${sessionId} (${
+        log.firstLiveSeq === 0 ? "new" : `resumed: ${turns} turn${turns === 1 ? "" : "s"}, ${log.firstLiveSeq} events`
+      })`,
+      `db ${options.db} · model ${options.model} · tools: ${
+        options.toolNames.length === 0 ? "none" : options.toolNames.join(", ")
+      }`,
       "Type a message, or /help for the commands."
     ])
     yield* Output.write(out)
@@ -162,13 +171,15 @@ export const chat = (
     // The driver's status, the latest turn and step and the pending lists now (the view may lag).
     const currentStatus = Effect.map(
       Effect.all([driver.status, log.events, inbox.snapshot, usage]),
-      ([status, events, pending, used]) => statusLine(status, { ...latestPosition(events), pending }, used, spentOf(events))
+      ([status, events, pending, used]) =>
+        statusLine(status, { ...latestPosition(events), pending }, used, spentOf(events))
     )
     // A note on a line of its own (also when streamed text is mid-line), then the status line.
     const acknowledge = (note: string) =>
       Effect.flatMap(currentStatus, (status) => Output.write(view.line(`(${note}) ${status}`)))
 
-    const deliver = (text: string, source?: MessageSource) => newUserMessage(source === undefined ? { text } : { text, source })
+    const deliver = (text: string, source?: MessageSource) =>
+      newUserMessage(source === undefined ? { text } : { text, source })
 
     // A waking delivery to an idle agent starts a turn, whose start line follows; one to a running
     // agent is acknowledged with the pending counts it changed.
@@ -206,7 +217,10 @@ export const chat = (
       const referencing = Effect.flatMap(compositions.mentioned(trimmed), (references) =>
         references.length === 0
           ? lineOrSteer
-          : wake(Effect.flatMap(deliver(trimmed), (m) => compositions.deliver(m, references, "steer")), "steering with references: enters the next step"))
+          : wake(
+            Effect.flatMap(deliver(trimmed), (m) => compositions.deliver(m, references, "steer")),
+            "steering with references: enters the next step"
+          ))
       const action: Effect.Effect<boolean, unknown> = (() => {
         switch (command) {
           case undefined:
@@ -233,30 +247,52 @@ export const chat = (
           case "/cancel":
             if (rest !== "" && rest !== "--keep") return usage("/cancel [--keep]")
             return driver.cancel(CancelCause.user, { keepInbox: rest === "--keep" }).pipe(
-              Effect.zipRight(acknowledge(`cancel requested; pending input ${rest === "--keep" ? "kept" : "discarded"}`)),
+              Effect.zipRight(
+                acknowledge(`cancel requested; pending input ${rest === "--keep" ? "kept" : "discarded"}`)
+              ),
               Effect.as(true)
             )
           case "/pending":
             if (rest !== "") return usage("/pending")
-            return Effect.as(Effect.flatMap(inbox.snapshot, (snapshot) => Output.lines(PendingInput.describe(PendingInput.numbered(snapshot)))), true)
+            return Effect.as(
+              Effect.flatMap(inbox.snapshot, (snapshot) =>
+                Output.lines(PendingInput.describe(PendingInput.numbered(snapshot)))),
+              true
+            )
           case "/drop":
-            if (rest === "") return usage("/drop N (/pending lists the numbers)")
+            if (rest === "") {
+              return usage("/drop N (/pending lists the numbers)")
+            }
             return Effect.flatMap(PendingInput.drop(inbox, rest), answer)
           case "/edit": {
             const [argument = "", ...words] = rest.split(/(?<=^\S+)\s/)
             const text = words.join(" ").trim()
-            if (argument === "") return usage("/edit N TEXT (/pending lists the numbers)")
-            if (text !== "") return Effect.flatMap(PendingInput.edit(inbox, argument, text), answer)
+            if (argument === "") {
+              return usage("/edit N TEXT (/pending lists the numbers)")
+            }
+            if (text !== "") {
+              return Effect.flatMap(PendingInput.edit(inbox, argument, text), answer)
+            }
             // On a terminal, the item's text goes into the input line to be edited and sent.
-            if (input.terminal === undefined) return usage("/edit N TEXT")
+            if (input.terminal === undefined) {
+              return usage("/edit N TEXT")
+            }
             const terminal = input.terminal
             return Effect.flatMap(PendingInput.lookup(inbox, argument), (item) =>
               typeof item === "string"
                 ? Effect.as(Output.errorLine(item), true)
-                : Effect.as(Effect.sync(() => terminal.prefill(`/edit ${item.number} ${PendingInput.textOfItem(item)}`)), true))
+                : Effect.as(
+                  Effect.sync(() =>
+                    terminal.prefill(`/edit ${item.number} ${PendingInput.textOfItem(item)}`)
+                  ),
+                  true
+                ))
           }
           case "/compact":
-            return Effect.as(Effect.flatMap(compactOpen(context, rest === "" ? undefined : rest), (line) => Output.lines([line])), true)
+            return Effect.as(
+              Effect.flatMap(compactOpen(context, rest === "" ? undefined : rest), (line) => Output.lines([line])),
+              true
+            )
           case "/fork":
             return forkHere(rest)
           case "/log":
@@ -272,8 +308,11 @@ export const chat = (
         }
       })()
       // A refused delivery is reported and the chat goes on; the session is unchanged.
-      return Effect.catchAll(action, (error) =>
-        Effect.as(Output.errorLine(`tiller: ${error instanceof Error ? error.message : String(error)}`), true))
+      return Effect.catchAll(
+        action,
+        (error) =>
+          Effect.as(Output.errorLine(`tiller: ${error instanceof Error ? error.message : String(error)}`), true)
+      )
     }
 
     // `/fork [--at N | --at-seq S] [--as ID]`: a new session holding this one up to the end of turn N
@@ -282,7 +321,10 @@ export const chat = (
       Effect.gen(function*() {
         const parsed = ForkPoint.parseForkWords(rest)
         if (parsed === undefined) {
-          return yield* Effect.as(Output.errorLine("usage: /fork [--at N | --at-seq S] [--as ID] (N: a turn number, S: a seq)"), true)
+          return yield* Effect.as(
+            Output.errorLine("usage: /fork [--at N | --at-seq S] [--as ID] (N: a turn number, S: a seq)"),
+            true
+          )
         }
         const events = yield* log.events
         const ends = events.filter((e) => e.type === "turn/end") as ReadonlyArray<EventOf<"turn/end">>
@@ -290,7 +332,10 @@ export const chat = (
         if (parsed.point._tag === "End" && last === undefined) {
           return yield* Effect.as(Output.errorLine("no turn has ended yet: nothing to fork"), true)
         }
-        const boundary = ForkPoint.boundaryOf(events, parsed.point._tag === "End" ? { _tag: "Turn", turn: last!.data.turn } : parsed.point)
+        const boundary = ForkPoint.boundaryOf(
+          events,
+          parsed.point._tag === "End" ? { _tag: "Turn", turn: last!.data.turn } : parsed.point
+        )
         if (Either.isLeft(boundary)) return yield* Effect.as(Output.errorLine(boundary.left), true)
         const seq = boundary.right!
         const forked = yield* sessions.fork({
@@ -299,8 +344,12 @@ export const chat = (
           childId: parsed.childId !== undefined ? SessionId.make(parsed.childId) : yield* ForkPoint.newSessionId
         })
         const end = events[seq]
-        const where = end?.type === "turn/end" ? `the end of turn ${(end as EventOf<"turn/end">).data.turn}, seq ${seq}` : `seq ${seq}`
-        yield* Output.lines([`(forked at ${where}, as ${forked}; continue it with: tiller resume ${Output.shellWord(forked)})`])
+        const where = end?.type === "turn/end"
+          ? `the end of turn ${(end as EventOf<"turn/end">).data.turn}, seq ${seq}`
+          : `seq ${seq}`
+        yield* Output.lines([
+          `(forked at ${where}, as ${forked}; continue it with: tiller resume ${Output.shellWord(forked)})`
+        ])
         return true
       })
 
@@ -340,7 +389,9 @@ export const chat = (
           `pending input kept: ${pending.nextTurn.length} queued, ${pending.nextStep.length} next-step (it runs with the next turn)`
         ])
       }
-      yield* Output.lines([`session ${sessionId} is saved; continue it with: tiller resume ${Output.shellWord(sessionId)}`])
+      yield* Output.lines([
+        `session ${sessionId} is saved; continue it with: tiller resume ${Output.shellWord(sessionId)}`
+      ])
     })
 
     yield* Effect.gen(function*() {
@@ -360,7 +411,10 @@ export const chat = (
           yield* cancelRunningTurn(driver)
           yield* withinGrace(caughtUp)
           yield* Effect.timeout(Effect.interruptible(saved(log)), CANCEL_GRACE).pipe(
-            Effect.matchEffect({ onFailure: (error) => Output.errorLine(`tiller: ${error.message}`), onSuccess: () => goodbye })
+            Effect.matchEffect({
+              onFailure: (error) => Output.errorLine(`tiller: ${error.message}`),
+              onSuccess: () => goodbye
+            })
           )
         })
       )
@@ -412,7 +466,9 @@ export const runOnce = (
       const endAt = lastOf("turn/end", events.length)
       if (endAt === -1) return Option.none()
       const answerAt = lastOf("assistant/message", endAt)
-      const answer = answerAt > lastOf("turn/start", endAt) ? events[answerAt] as EventOf<"assistant/message"> : undefined
+      const answer = answerAt > lastOf("turn/start", endAt)
+        ? events[answerAt] as EventOf<"assistant/message">
+        : undefined
       return Option.some({
         end: events[endAt] as EventOf<"turn/end">,
         text: answer === undefined ? "" : textOf(answer.data.message.content.filter((b) => b.type === "text"))
@@ -426,7 +482,10 @@ export const runOnce = (
         yield* Effect.flatMap(newUserMessage({ text, source: INJECT_SOURCE }), driver.inject)
       }
       const message = yield* newUserMessage({ text: prompt })
-      const references = [...(options.references ?? []), ...(compositions === undefined ? [] : yield* compositions.mentioned(prompt))]
+      const references = [
+        ...(options.references ?? []),
+        ...(compositions === undefined ? [] : yield* compositions.mentioned(prompt))
+      ]
       yield* references.length === 0
         ? driver.followup(message)
         : Effect.provide(SessionReference.deliver(message, references), context)

@@ -49,36 +49,48 @@ const TICK = "120 millis"
  */
 export const open = (
   historyFile: string | undefined
-): Effect.Effect<ChatInput, never, Scope.Scope | FileSystem.FileSystem> => Effect.gen(function*() {
-  const progress = Progress.make()
-  if (process.stdin.isTTY !== true || process.stdout.isTTY !== true) {
-    return { events: Stream.map(stdinLines, (text): InputEvent => ({ _tag: "line", text })), terminal: undefined, progress }
-  }
-  const history = yield* InputHistory.open(historyFile)
-  const queue = yield* Queue.unbounded<InputEvent>()
-  const terminal = yield* Effect.acquireRelease(
-    Effect.sync(() => {
-      const terminal = new Terminal(process.stdin, process.stdout, (event) => Queue.unsafeOffer(queue, event), undefined, history.entries)
-      terminal.start()
-      Output.setSink(terminal)
-      return terminal
-    }),
-    (terminal) =>
+): Effect.Effect<ChatInput, never, Scope.Scope | FileSystem.FileSystem> =>
+  Effect.gen(function*() {
+    const progress = Progress.make()
+    if (process.stdin.isTTY !== true || process.stdout.isTTY !== true) {
+      return {
+        events: Stream.map(stdinLines, (text): InputEvent => ({ _tag: "line", text })),
+        terminal: undefined,
+        progress
+      }
+    }
+    const history = yield* InputHistory.open(historyFile)
+    const queue = yield* Queue.unbounded<InputEvent>()
+    const terminal = yield* Effect.acquireRelease(
       Effect.sync(() => {
-        Output.setSink(undefined)
-        terminal.close()
-      })
-  )
-  if (Progress.enabled(process.env, true)) {
-    let frame = 0
-    yield* Clock.currentTimeMillis.pipe(
-      Effect.flatMap((now) => Effect.sync(() => terminal.setStatus(progress.line(now, frame++)))),
-      Effect.repeat(Schedule.spaced(TICK)),
-      Effect.ensuring(Effect.sync(() => terminal.setStatus(undefined))),
-      Effect.forkScoped
+        const terminal = new Terminal(
+          process.stdin,
+          process.stdout,
+          (event) => Queue.unsafeOffer(queue, event),
+          undefined,
+          history.entries
+        )
+        terminal.start()
+        Output.setSink(terminal)
+        return terminal
+      }),
+      (terminal) =>
+        Effect.sync(() => {
+          Output.setSink(undefined)
+          terminal.close()
+        })
     )
-  }
-  // A sent line is saved as it is taken, so that a chat that ends any way keeps it.
-  const events = Stream.tap(Stream.fromQueue(queue), (event) => event._tag === "line" ? history.add(event.text) : Effect.void)
-  return { events, terminal, progress }
-})
+    if (Progress.enabled(process.env, true)) {
+      let frame = 0
+      yield* Clock.currentTimeMillis.pipe(
+        Effect.flatMap((now) => Effect.sync(() => terminal.setStatus(progress.line(now, frame++)))),
+        Effect.repeat(Schedule.spaced(TICK)),
+        Effect.ensuring(Effect.sync(() => terminal.setStatus(undefined))),
+        Effect.forkScoped
+      )
+    }
+    // A sent line is saved as it is taken, so that a chat that ends any way keeps it.
+    const events = Stream.tap(Stream.fromQueue(queue), (event) =>
+      event._tag === "line" ? history.add(event.text) : Effect.void)
+    return { events, terminal, progress }
+  })

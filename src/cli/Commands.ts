@@ -9,13 +9,13 @@ import type { FileSystem, Path } from "@effect/platform"
 import { Config, Effect, Either, Option, Schema } from "effect"
 import { checkLog } from "../domain/Check.js"
 import * as Cost from "../domain/Cost.js"
-import type { PriceTable } from "../domain/Prices.js"
 import { SessionId } from "../domain/Ids.js"
+import type { PriceTable } from "../domain/Prices.js"
 import { foldOptionsOf, validateLoaded } from "../internal/durability/SessionOpen.js"
-import { SessionStore } from "../services/SessionStore.js"
+import { Permissions } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
-import { Permissions } from "../layers/Permissions.js"
+import { SessionStore } from "../services/SessionStore.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { chat, runOnce } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
@@ -24,8 +24,8 @@ import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
 import * as ForkPoint from "./ForkPoint.js"
 import { exportHtml } from "./HtmlExport.js"
-import * as PriceSettings from "./PriceSettings.js"
 import * as Output from "./Output.js"
+import * as PriceSettings from "./PriceSettings.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
 import { timeline } from "./Timeline.js"
 import { traceSession, withLiveTelemetry } from "./Trace.js"
@@ -36,7 +36,9 @@ const db = Options.text("db").pipe(
   Options.withDefault(Environment.DEFAULT_DB)
 )
 const model = Options.text("model").pipe(
-  Options.withDescription(`The model (env TILLER_MODEL; default demo). This version has: ${Environment.MODELS.join(", ")}`),
+  Options.withDescription(
+    `The model (env TILLER_MODEL; default demo). This version has: ${Environment.MODELS.join(", ")}`
+  ),
   Options.withFallbackConfig(Config.string("TILLER_MODEL")),
   Options.withDefault("demo")
 )
@@ -44,7 +46,9 @@ const noTools = Options.boolean("no-tools").pipe(
   Options.withDescription(`Offer the model no built-in tools (${BuiltinTools.NAMES.join(", ")})`)
 )
 const addDir = Options.text("add-dir").pipe(
-  Options.withDescription("A further directory the file tools may read and write besides the working directory (repeatable)"),
+  Options.withDescription(
+    "A further directory the file tools may read and write besides the working directory (repeatable)"
+  ),
   Options.repeated
 )
 const permissionMode = Options.choice("permission-mode", Permissions.MODES).pipe(
@@ -63,24 +67,32 @@ const allow = Options.text("allow").pipe(
   Options.repeated
 )
 const skipPermissions = Options.boolean("dangerously-skip-permissions").pipe(
-  Options.withDescription("The same as --permission-mode bypassPermissions: every tool call runs without asking, except what a deny rule names")
+  Options.withDescription(
+    "The same as --permission-mode bypassPermissions: every tool call runs without asking, except what a deny rule names"
+  )
 )
 
 const contextWindow = Options.integer("context-window").pipe(
-  Options.withDescription("The model's context window in tokens (default: known per model, else 32768); old tool results are pruned near it"),
+  Options.withDescription(
+    "The model's context window in tokens (default: known per model, else 32768); old tool results are pruned near it"
+  ),
   Options.withSchema(Schema.Int.pipe(Schema.positive())),
   Options.optional
 )
 
 const claudeHooks = Options.boolean("claude-hooks").pipe(
-  Options.withDescription("Also run the hooks of .claude/settings.json, .claude/settings.local.json and ~/.claude/settings.json (those of .tiller/settings.json always run)")
+  Options.withDescription(
+    "Also run the hooks of .claude/settings.json, .claude/settings.local.json and ~/.claude/settings.json (those of .tiller/settings.json always run)"
+  )
 )
 const readSession = Options.boolean("read-session").pipe(
   Options.withDescription("Offer the model the read-only read_session tool: it reads other sessions of this database")
 )
 
 const prices = Options.text("prices").pipe(
-  Options.withDescription("A JSON file of model prices in USD per million tokens ({\"MODEL\": {\"input\", \"output\", \"cacheRead\", \"cacheWrite\"}}) over tiller's table and .tiller/settings.json's \"prices\" (env TILLER_PRICES)"),
+  Options.withDescription(
+    "A JSON file of model prices in USD per million tokens ({\"MODEL\": {\"input\", \"output\", \"cacheRead\", \"cacheWrite\"}}) over tiller's table and .tiller/settings.json's \"prices\" (env TILLER_PRICES)"
+  ),
   Options.withFallbackConfig(Config.string("TILLER_PRICES")),
   Options.optional
 )
@@ -104,7 +116,9 @@ const tiller = Command.make("tiller", {
 const maxSteps = Options.integer("max-steps").pipe(
   Options.withSchema(Schema.Int.pipe(Schema.positive())),
   Options.withPseudoName("N"),
-  Options.withDescription("The most steps one turn runs (default 100); a turn that would run more ends with error MAX_STEPS, shown by tiller log"),
+  Options.withDescription(
+    "The most steps one turn runs (default 100); a turn that would run more ends with error MAX_STEPS, shown by tiller log"
+  ),
   Options.optional
 )
 
@@ -127,7 +141,9 @@ const withSessions = <A, E>(
     Effect.provide(
       body(globals),
       Environment.layer(
-        options.agent ? { ...globals, ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps }) } : { ...globals, model: "demo" }
+        options.agent
+          ? { ...globals, ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps }) }
+          : { ...globals, model: "demo" }
       )
     ))
 
@@ -148,18 +164,38 @@ const compositionsOf = (globals: GlobalOptions) => ({
   permissions: { mode: Environment.permissionModeOf(globals), allow: globals.allow ?? [] }
 })
 
-const chatCommand = Command.make("chat", { session: sessionOption, maxSteps }, ({ maxSteps, session }) =>
-  withSessions((globals) =>
-    Effect.flatMap(
-      Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
-      (id) =>
-        Effect.flatMap(pricesOf(globals), (prices) =>
-          withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals), prices }), prices))
-    ), { agent: true, maxSteps })).pipe(Command.withDescription("Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"))
+const chatCommand = Command.make(
+  "chat",
+  { session: sessionOption, maxSteps },
+  ({ maxSteps, session }) =>
+    withSessions((globals) =>
+      Effect.flatMap(
+        Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
+        (id) =>
+          Effect.flatMap(pricesOf(globals), (prices) =>
+            withLiveTelemetry(
+              id,
+              chat(id, {
+                toolNames: toolNames(globals),
+                db: globals.db,
+                model: globals.model,
+                compositions: compositionsOf(globals),
+                prices
+              }),
+              prices
+            ))
+      ), { agent: true, maxSteps })
+).pipe(
+  Command.withDescription(
+    "Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"
+  )
+)
 
 const resumeCommand = Command.make("resume", {
   given: Args.optional(sessionId),
-  last: Options.boolean("last").pipe(Options.withDescription("Continue the most recently used session (empty ones left out)")),
+  last: Options.boolean("last").pipe(
+    Options.withDescription("Continue the most recently used session (empty ones left out)")
+  ),
   maxSteps
 }, ({ given, last, maxSteps }) =>
   withSessions((globals) =>
@@ -169,15 +205,29 @@ const resumeCommand = Command.make("resume", {
       }
       const id = Option.isSome(given) ? given.value : yield* Effect.scoped(Effect.gen(function*() {
         const reader = yield* ReadOnlyStore.open(globals.db)
-        const list = (yield* reader.list).filter((s) => !isEmpty(s) && s.damage === undefined).sort((a, b) => b.updatedAt - a.updatedAt)
+        const list = (yield* reader.list).filter((s) => !isEmpty(s) && s.damage === undefined).sort((a, b) =>
+          b.updatedAt - a.updatedAt
+        )
         if (list.length === 0) return yield* new CliError({ reason: `no session to resume in ${globals.db}` })
         return list[0]!.sessionId
       }))
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
       const prices = yield* pricesOf(globals)
-      yield* withLiveTelemetry(id, chat(id, { toolNames: toolNames(globals), db: globals.db, model: globals.model, compositions: compositionsOf(globals), prices }), prices)
-    }), { agent: true, maxSteps })).pipe(Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one"))
+      yield* withLiveTelemetry(
+        id,
+        chat(id, {
+          toolNames: toolNames(globals),
+          db: globals.db,
+          model: globals.model,
+          compositions: compositionsOf(globals),
+          prices
+        }),
+        prices
+      )
+    }), { agent: true, maxSteps })).pipe(
+    Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one")
+  )
 
 const runCommand = Command.make("run", {
   prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
@@ -193,13 +243,24 @@ const runCommand = Command.make("run", {
     Effect.gen(function*() {
       const id = Option.isSome(session) ? session.value : yield* newSessionId
       yield* Output.errorLine(`session ${id}`)
-      yield* withLiveTelemetry(id, runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) }))
-    }), { agent: true, maxSteps })).pipe(Command.withDescription("One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"))
+      yield* withLiveTelemetry(
+        id,
+        runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) })
+      )
+    }), { agent: true, maxSteps })).pipe(
+    Command.withDescription(
+      "One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"
+    )
+  )
 
 const handoffCommand = Command.make("handoff", {
   id: sessionId,
   goal: Args.text({ name: "GOAL" }).pipe(Args.withDescription("What the new session is to do")),
-  as: Options.text("as").pipe(Options.withSchema(SessionId), Options.withDescription("The new session's id"), Options.optional),
+  as: Options.text("as").pipe(
+    Options.withSchema(SessionId),
+    Options.withDescription("The new session's id"),
+    Options.optional
+  ),
   json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
   maxSteps
 }, ({ as, goal, id, json, maxSteps }) =>
@@ -208,22 +269,37 @@ const handoffCommand = Command.make("handoff", {
       const store = yield* SessionStore
       if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
       const child = Option.isSome(as) ? as.value : yield* newSessionId
-      if (yield* store.exists(child)) return yield* new CliError({ reason: `a session ${child} already exists in ${globals.db}` })
-      const snapshot = yield* SessionReference.snapshot(id).pipe(Effect.mapError((error) => new CliError({ reason: error.message })))
+      if (yield* store.exists(child)) {
+        return yield* new CliError({ reason: `a session ${child} already exists in ${globals.db}` })
+      }
+      const snapshot = yield* SessionReference.snapshot(id).pipe(
+        Effect.mapError((error) => new CliError({ reason: error.message }))
+      )
       yield* Output.errorLine(`session ${child} (handoff from ${id} up to seq ${String(snapshot.source["upTo"])})`)
       yield* runOnce(child, goal, { contexts: [], json, compositions: compositionsOf(globals), references: [snapshot] })
-    }), { agent: true, maxSteps })).pipe(Command.withDescription("Start a new session whose first prompt is GOAL with a quoted snapshot of session ID beside it; runs that turn as run does"))
+    }), { agent: true, maxSteps })).pipe(
+    Command.withDescription(
+      "Start a new session whose first prompt is GOAL with a quoted snapshot of session ID beside it; runs that turn as run does"
+    )
+  )
 
 /**
  * Runs `body` over the database opened read-only: nothing is created, migrated or written (the
  * commands that only read: `sessions`, `log`, `check`).
  */
 const withReader = <A, E, R>(body: (reader: ReadOnlyStore.Reader, globals: GlobalOptions) => Effect.Effect<A, E, R>) =>
-  Effect.flatMap(tiller, (globals) => Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => body(reader, globals))))
+  Effect.flatMap(
+    tiller,
+    (globals) => Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => body(reader, globals)))
+  )
 
 /** A damaged session's note in `sessions`. */
 const damageNote = (damage: ReadOnlyStore.Listed["damage"]) =>
-  damage === undefined ? "" : `  (unreadable${damage._tag === "MalformedLog" && damage.seq !== undefined ? ` from seq ${damage.seq}` : ""}: see tiller check)`
+  damage === undefined
+    ? ""
+    : `  (unreadable${
+      damage._tag === "MalformedLog" && damage.seq !== undefined ? ` from seq ${damage.seq}` : ""
+    }: see tiller check)`
 
 /** A session with nothing in it: no turn, no pending input, nothing damaged (a chat that got no input). */
 const isEmpty = (s: ReadOnlyStore.Listed) => s.turns === 0 && s.status === "idle" && s.damage === undefined
@@ -257,7 +333,9 @@ const sessionJson = (s: ReadOnlyStore.Listed) => ({
 const sessionsCommand = Command.make("sessions", {
   all: Options.boolean("all").pipe(Options.withDescription("Also list empty sessions (no turn, nothing pending)")),
   json: Options.boolean("json").pipe(
-    Options.withDescription("Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf, damage, usage (tokens) and cost (usd, models without a price)")
+    Options.withDescription(
+      "Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf, damage, usage (tokens) and cost (usd, models without a price)"
+    )
   )
 }, ({ all, json }) =>
   withReader((reader, globals) =>
@@ -267,7 +345,10 @@ const sessionsCommand = Command.make("sessions", {
       const list = stored.filter((s) => all || !isEmpty(s)).sort((a, b) => b.updatedAt - a.updatedAt)
       if (json) {
         const prices = yield* pricesOf(globals)
-        const rows = yield* Effect.forEach(list, (s) => Effect.map(spentJson(reader, s, prices), (spent) => ({ ...sessionJson(s), ...spent })))
+        const rows = yield* Effect.forEach(
+          list,
+          (s) => Effect.map(spentJson(reader, s, prices), (spent) => ({ ...sessionJson(s), ...spent }))
+        )
         return yield* Output.lines([JSON.stringify(rows, null, 2)])
       }
       const hidden = stored.length - list.length
@@ -277,14 +358,19 @@ const sessionsCommand = Command.make("sessions", {
       yield* Output.lines([
         `${"ID".padEnd(width)}  TURNS  EVENTS  STATUS         UPDATED                   TITLE`,
         ...list.map((s) =>
-          `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ${s.status.padEnd(13)}  ` +
+          `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ${
+            s.status.padEnd(13)
+          }  ` +
           `${new Date(s.updatedAt).toISOString()}  ${(s.title ?? "").split("\n")[0]!.slice(0, 60)}` +
-          (s.header?.parent !== undefined ? `  (fork of ${s.header.parent.sessionId} at seq ${s.header.parent.boundary})` : "") +
+          (s.header?.parent !== undefined
+            ? `  (fork of ${s.header.parent.sessionId} at seq ${s.header.parent.boundary})`
+            : "") +
           damageNote(s.damage)
         ),
         ...(note === "" ? [] : [note.trim().slice(1, -1)])
       ])
-    }))).pipe(Command.withDescription("List the stored sessions"))
+    })
+  )).pipe(Command.withDescription("List the stored sessions"))
 
 const logCommand = Command.make("log", {
   id: sessionId,
@@ -297,56 +383,76 @@ const logCommand = Command.make("log", {
       if (json) yield* Output.lines(events.map((event) => JSON.stringify(event)))
       else {
         const renderer = timeline(header, yield* pricesOf(globals))
-        yield* Output.lines([...renderer.heading, ...events.flatMap((event) => renderer.render(event)), ...renderer.total()])
-      }
-      if (damage !== undefined) return yield* new CliError({ reason: damage.message })
-    }))).pipe(Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended"))
-
-const checkCommand = Command.make("check", { id: sessionId }, ({ id }) =>
-  withReader((reader) =>
-    Effect.gen(function*() {
-      const { damage, events, header } = yield* reader.load(id)
-      if (damage !== undefined) return yield* new CliError({ reason: damage.message })
-      // A session another process has open may end inside its running turn: that is not judged.
-      const holder = yield* reader.holder(id)
-      if (holder !== undefined) {
         yield* Output.lines([
-          `session ${id} is open in ${ReadOnlyStore.describeHolder(holder)}: its running turn is not judged (R19); check again once it is closed`
+          ...renderer.heading,
+          ...events.flatMap((event) => renderer.render(event)),
+          ...renderer.total()
         ])
       }
-      const lines = checkLog(events, { seedLength: header.seedLength, closed: holder === undefined })
-        .map((v) => ({ seq: v.seq, line: `seq ${v.seq}  ${v.rule}  ${v.message}` }))
-      // The log is also judged as opening it would judge it (SPEC 6.4 step 2, D6): the acceptance
-      // rules of every event, as the CLI's agents are configured. What a resume refuses fails here too.
-      const opened = validateLoaded(header, events, foldOptionsOf({}))
-      if (Either.isLeft(opened)) {
-        const refusal = opened.left
-        const seq = refusal._tag === "MalformedLog" ? refusal.seq : undefined
-        // A relational rule's refusal is already listed by the checker at the same event.
-        if (seq === undefined || !lines.some((l) => l.seq === seq)) {
-          const line = refusal._tag === "MalformedLog" && seq !== undefined
-            ? `seq ${seq}  malformed  ${refusal.reason}`
-            : refusal.message
-          const at = lines.findIndex((l) => seq === undefined || l.seq > seq)
-          lines.splice(at < 0 ? lines.length : at, 0, { seq: seq ?? -1, line })
+      if (damage !== undefined) return yield* new CliError({ reason: damage.message })
+    })
+  )).pipe(
+    Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended")
+  )
+
+const checkCommand = Command.make(
+  "check",
+  { id: sessionId },
+  ({ id }) =>
+    withReader((reader) =>
+      Effect.gen(function*() {
+        const { damage, events, header } = yield* reader.load(id)
+        if (damage !== undefined) return yield* new CliError({ reason: damage.message })
+        // A session another process has open may end inside its running turn: that is not judged.
+        const holder = yield* reader.holder(id)
+        if (holder !== undefined) {
+          yield* Output.lines([
+            `session ${id} is open in ${
+              ReadOnlyStore.describeHolder(holder)
+            }: its running turn is not judged (R19); check again once it is closed`
+          ])
         }
-      }
-      if (lines.length === 0) {
-        return yield* Output.lines([`session ${id}: ${events.length} events, no violations`])
-      }
-      yield* Output.lines([
-        ...lines.map((l) => l.line),
-        `session ${id}: ${lines.length} violation${lines.length === 1 ? "" : "s"} in ${events.length} events`
-      ])
-      return yield* new ExitWith({ code: 1 })
-    }))).pipe(Command.withDescription("Check a session's log against the log rules, as opening it would; exit code 1 on a violation"))
+        const lines = checkLog(events, { seedLength: header.seedLength, closed: holder === undefined })
+          .map((v) => ({ seq: v.seq, line: `seq ${v.seq}  ${v.rule}  ${v.message}` }))
+        // The log is also judged as opening it would judge it (SPEC 6.4 step 2, D6): the acceptance
+        // rules of every event, as the CLI's agents are configured. What a resume refuses fails here too.
+        const opened = validateLoaded(header, events, foldOptionsOf({}))
+        if (Either.isLeft(opened)) {
+          const refusal = opened.left
+          const seq = refusal._tag === "MalformedLog" ? refusal.seq : undefined
+          // A relational rule's refusal is already listed by the checker at the same event.
+          if (seq === undefined || !lines.some((l) => l.seq === seq)) {
+            const line = refusal._tag === "MalformedLog" && seq !== undefined
+              ? `seq ${seq}  malformed  ${refusal.reason}`
+              : refusal.message
+            const at = lines.findIndex((l) => seq === undefined || l.seq > seq)
+            lines.splice(at < 0 ? lines.length : at, 0, { seq: seq ?? -1, line })
+          }
+        }
+        if (lines.length === 0) {
+          return yield* Output.lines([`session ${id}: ${events.length} events, no violations`])
+        }
+        yield* Output.lines([
+          ...lines.map((l) => l.line),
+          `session ${id}: ${lines.length} violation${lines.length === 1 ? "" : "s"} in ${events.length} events`
+        ])
+        return yield* new ExitWith({ code: 1 })
+      })
+    )
+).pipe(
+  Command.withDescription(
+    "Check a session's log against the log rules, as opening it would; exit code 1 on a violation"
+  )
+)
 
 const forkCommand = Command.make("fork", {
   id: sessionId,
   atTurn: Options.integer("at").pipe(
     Options.withAlias("at-turn"),
     Options.withPseudoName("N"),
-    Options.withDescription("Copy up to the end of turn N, a turn number as the chat's /fork --at N (default: the whole log)"),
+    Options.withDescription(
+      "Copy up to the end of turn N, a turn number as the chat's /fork --at N (default: the whole log)"
+    ),
     Options.optional
   ),
   atSeq: Options.integer("at-seq").pipe(
@@ -362,14 +468,18 @@ const forkCommand = Command.make("fork", {
 }, ({ as, atSeq, atTurn, id }) =>
   withSessions((globals) =>
     Effect.gen(function*() {
-      const point = yield* Either.match(ForkPoint.forkPointOf(Option.getOrUndefined(atTurn), Option.getOrUndefined(atSeq)), {
-        onLeft: (reason) => Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason}` })),
-        onRight: Effect.succeed
-      })
+      const point = yield* Either.match(
+        ForkPoint.forkPointOf(Option.getOrUndefined(atTurn), Option.getOrUndefined(atSeq)),
+        {
+          onLeft: (reason) => Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason}` })),
+          onRight: Effect.succeed
+        }
+      )
       const boundary = point._tag === "Turn"
         ? yield* Effect.flatMap(Environment.loadSession(id), ({ events }) =>
           Either.match(ForkPoint.boundaryOf(events, point), {
-            onLeft: (reason) => Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason} (see tiller log ${id})` })),
+            onLeft: (reason) =>
+              Effect.fail(new CliError({ reason: `cannot fork ${id}: ${reason} (see tiller log ${id})` })),
             onRight: Effect.succeed
           }))
         : point._tag === "Seq"
@@ -377,8 +487,14 @@ const forkCommand = Command.make("fork", {
         : undefined
       // Another process with the session open may be inside a turn: the refusal names it.
       const openIn = Effect.scoped(Effect.flatMap(ReadOnlyStore.open(globals.db), (reader) => reader.holder(id))).pipe(
-        Effect.map((holder) => holder === undefined ? "" : ` (session ${id} is open in ${ReadOnlyStore.describeHolder(holder)}, which may be running a turn)`),
-        Effect.orElseSucceed(() => "")
+        Effect.map((holder) =>
+          holder === undefined
+            ? ""
+            : ` (session ${id} is open in ${ReadOnlyStore.describeHolder(holder)}, which may be running a turn)`
+        ),
+        Effect.orElseSucceed(() =>
+          ""
+        )
       )
       const sessions = yield* Sessions
       const childId = yield* sessions.fork({
@@ -396,7 +512,11 @@ const forkCommand = Command.make("fork", {
                     error.reason === "child-exists"
                       ? `a session ${error.childId ?? ""} already exists`
                       : error.reason === "open-turn"
-                      ? `${error.boundary === undefined ? "its log ends inside a turn" : `seq ${error.boundary} is inside a turn`}${note}; --at N names an ended turn, --at-seq SEQ a turn/end or a seq between turns (see tiller log ${id})`
+                      ? `${
+                        error.boundary === undefined
+                          ? "its log ends inside a turn"
+                          : `seq ${error.boundary} is inside a turn`
+                      }${note}; --at N names an ended turn, --at-seq SEQ a turn/end or a seq between turns (see tiller log ${id})`
                       : `--at-seq ${error.boundary} is not a seq of the log (see tiller log ${id})`
                   }`
                 })
@@ -405,15 +525,20 @@ const forkCommand = Command.make("fork", {
       )
       const { header } = yield* Environment.loadSession(childId)
       yield* Output.lines([`forked ${id} at seq ${header.parent?.boundary ?? "?"} as ${childId}`])
-    }), { agent: false })).pipe(Command.withDescription("Copy a session up to the end of a turn (--at N, a turn number) or up to a seq (--at-seq SEQ) into a new session"))
+    }), { agent: false })).pipe(
+    Command.withDescription(
+      "Copy a session up to the end of a turn (--at N, a turn number) or up to a seq (--at-seq SEQ) into a new session"
+    )
+  )
 
 const compactCommand = Command.make("compact", {
   id: sessionId,
   focus: Options.text("focus").pipe(Options.withDescription("What the summary should keep in view"), Options.optional)
-}, ({ focus, id }) =>
-  withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), globals.db))).pipe(
-    Command.withDescription("Compact a stored session's context now: summarise its older history (or prune old tool results), losslessly")
+}, ({ focus, id }) => withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), globals.db))).pipe(
+  Command.withDescription(
+    "Compact a stored session's context now: summarise its older history (or prune old tool results), losslessly"
   )
+)
 
 const traceCommand = Command.make("trace", {
   id: sessionId,
@@ -421,25 +546,43 @@ const traceCommand = Command.make("trace", {
     Options.withDescription("The OTLP/HTTP base URL (default: OTEL_EXPORTER_OTLP_ENDPOINT; /v1/traces is appended)"),
     Options.optional
   ),
-  content: Options.boolean("content").pipe(Options.withDescription("Include message content (text, tool arguments and results)"))
+  content: Options.boolean("content").pipe(
+    Options.withDescription("Include message content (text, tool arguments and results)")
+  )
 }, ({ content, endpoint, id }) =>
   withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
-      yield* traceSession(header, events, { content, prices: yield* pricesOf(globals), ...(Option.isSome(endpoint) ? { endpoint: endpoint.value } : {}) })
-    }))).pipe(Command.withDescription("Send a stored session's spans (OpenTelemetry GenAI conventions, original timestamps) to an OTLP/HTTP endpoint"))
+      yield* traceSession(header, events, {
+        content,
+        prices: yield* pricesOf(globals),
+        ...(Option.isSome(endpoint) ? { endpoint: endpoint.value } : {})
+      })
+    })
+  )).pipe(
+    Command.withDescription(
+      "Send a stored session's spans (OpenTelemetry GenAI conventions, original timestamps) to an OTLP/HTTP endpoint"
+    )
+  )
 
 const exportCommand = Command.make("export", {
   id: sessionId,
-  html: Options.file("html").pipe(Options.withDescription("The HTML file to write: one self-contained page with the session's timeline"))
+  html: Options.file("html").pipe(
+    Options.withDescription("The HTML file to write: one self-contained page with the session's timeline")
+  )
 }, ({ html, id }) =>
   withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
       yield* exportHtml(header, events, html, yield* pricesOf(globals))
-    }))).pipe(Command.withDescription("Export a session as one self-contained HTML page (timeline, inbox lane, search, filters, links to a seq)"))
+    })
+  )).pipe(
+    Command.withDescription(
+      "Export a session as one self-contained HTML page (timeline, inbox lane, search, filters, links to a seq)"
+    )
+  )
 
 /**
  * The whole command tree.
@@ -463,7 +606,19 @@ export const command = tiller.pipe(
   ])
 )
 
-const SUBCOMMANDS: ReadonlySet<string> = new Set(["chat", "run", "sessions", "log", "check", "fork", "resume", "compact", "handoff", "trace", "export"])
+const SUBCOMMANDS: ReadonlySet<string> = new Set([
+  "chat",
+  "run",
+  "sessions",
+  "log",
+  "check",
+  "fork",
+  "resume",
+  "compact",
+  "handoff",
+  "trace",
+  "export"
+])
 const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools", "--claude-hooks", "--read-session"])
 const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window", "--prices"]
 

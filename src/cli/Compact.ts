@@ -7,9 +7,9 @@
  */
 import { Context, Effect, Option } from "effect"
 import type { SessionId } from "../domain/Ids.js"
+import { Sessions } from "../layers/Sessions.js"
 import type { CompactionReport } from "../services/Compaction.js"
 import { Compaction } from "../services/Compaction.js"
-import { Sessions } from "../layers/Sessions.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { CliError } from "./CliError.js"
 import * as Output from "./Output.js"
@@ -28,10 +28,14 @@ export const describeCompaction = (report: CompactionReport, window: number): st
   const done = [
     ...(report.summarised === undefined
       ? []
-      : [`summarised seqs ${report.summarised.start}–${report.summarised.end} (${report.summarised.nodes} messages) into one summary`]),
+      : [
+        `summarised seqs ${report.summarised.start}–${report.summarised.end} (${report.summarised.nodes} messages) into one summary`
+      ]),
     ...(report.pruned === 0 ? [] : [`pruned ${report.pruned} old tool result${report.pruned === 1 ? "" : "s"}`])
   ]
-  if (done.length === 0) return `nothing to compact (context ${format(report.tokensBefore)} of ${format(window)} tokens)`
+  if (done.length === 0) {
+    return `nothing to compact (context ${format(report.tokensBefore)} of ${format(window)} tokens)`
+  }
   return `compacted: ${done.join("; ")}; ${tokens}`
 }
 
@@ -51,7 +55,12 @@ export const compactOpen = <S>(context: Context.Context<S>, focus: string | unde
       Effect.catchTags({
         AgentBusy: (error) =>
           Effect.fail(new CliError({ reason: `cannot compact now: ${error.message}; compact when the agent is idle` })),
-        ModelError: (error) => Effect.fail(new CliError({ reason: `compaction failed, nothing was replaced: the summary request failed: ${error.message}` }))
+        ModelError: (error) =>
+          Effect.fail(
+            new CliError({
+              reason: `compaction failed, nothing was replaced: the summary request failed: ${error.message}`
+            })
+          )
       })
     )
     const { window } = yield* compaction.value.contextUsage

@@ -8,8 +8,8 @@
  *
  * @since 0.1.0
  */
-import * as path from "node:path"
 import { Context, Deferred, Effect, Exit, Scope } from "effect"
+import * as path from "node:path"
 import type { SessionId } from "../domain/Ids.js"
 import type { UserMessage } from "../domain/Values.js"
 import { HookBridge } from "../layers/HookBridge.js"
@@ -17,9 +17,9 @@ import type { HookQuestion } from "../layers/HookBridge.js"
 import { Permissions } from "../layers/Permissions.js"
 import type { PermissionMode, PermissionQuestion } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
+import type { SessionServices } from "../layers/Sessions.js"
 import type { DeliveryError } from "../services/Driver.js"
 import { Driver } from "../services/Driver.js"
-import type { SessionServices } from "../layers/Sessions.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { CliError } from "./CliError.js"
 import * as Output from "./Output.js"
@@ -53,7 +53,11 @@ export interface Compositions {
   /** Snapshots of the stored sessions that `text` mentions (`@ID`, `@ID@SEQ`), each announced. */
   readonly mentioned: (text: string) => Effect.Effect<ReadonlyArray<UserMessage>, CliError>
   /** Delivers `message` with `references` beside it (see `SessionReference.deliver`). */
-  readonly deliver: (message: UserMessage, references: ReadonlyArray<UserMessage>, wake: "followup" | "steer") => Effect.Effect<void, DeliveryError>
+  readonly deliver: (
+    message: UserMessage,
+    references: ReadonlyArray<UserMessage>,
+    wake: "followup" | "steer"
+  ) => Effect.Effect<void, DeliveryError>
   /** `/ref ID [--upto SEQ]`: injects a snapshot of ID for the next step; returns the acknowledgement. */
   readonly ref: (args: string) => Effect.Effect<string, CliError | DeliveryError>
 }
@@ -82,7 +86,9 @@ export const mentionsIn = (text: string): ReadonlyArray<{ readonly id: string; r
 /** A snapshot as the CLI reports it: a refusal is a `CliError`. */
 const snapshotOf = (id: string, upTo: number | undefined) =>
   SessionReference.snapshot(id as SessionId, upTo === undefined ? {} : { upTo }).pipe(
-    Effect.mapError((error) => new CliError({ reason: error._tag === "SessionNotFound" ? `no session ${id} in this database` : error.message }))
+    Effect.mapError((error) =>
+      new CliError({ reason: error._tag === "SessionNotFound" ? `no session ${id} in this database` : error.message })
+    )
   )
 
 /** The note printed for an attached snapshot. */
@@ -116,12 +122,17 @@ export const setup = (
         const answer = yield* Deferred.make<boolean>()
         pending = answer
         yield* Output.lines([prompt])
-        return yield* Effect.ensuring(Deferred.await(answer), Effect.sync(() => {
-          if (pending === answer) pending = undefined
-        }))
+        return yield* Effect.ensuring(
+          Deferred.await(answer),
+          Effect.sync(() => {
+            if (pending === answer) pending = undefined
+          })
+        )
       }))
     const ask = (question: HookQuestion) =>
-      askLine(`hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
+      askLine(
+        `hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`
+      )
     const askPermission = (question: PermissionQuestion) =>
       askLine(`permission: ${question.outcome.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
     const transcriptDir = options.db === ":memory:"
@@ -175,7 +186,11 @@ export const setup = (
       Effect.gen(function*() {
         const match = /^(\S+)(?:\s+--upto\s+(\d+))?$/.exec(args.trim())
         if (match === null) return yield* new CliError({ reason: "usage: /ref ID [--upto SEQ]" })
-        const snapshot = yield* Effect.provideService(snapshotOf(match[1]!, match[2] === undefined ? undefined : Number(match[2])), SessionStore, store)
+        const snapshot = yield* Effect.provideService(
+          snapshotOf(match[1]!, match[2] === undefined ? undefined : Number(match[2])),
+          SessionStore,
+          store
+        )
         yield* driver.inject(snapshot)
         return `${noteOf(snapshot).slice(1, -1)}; enters with the next step`
       })

@@ -9,16 +9,16 @@ import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Config, ConfigError, Effect, Either, Layer, Option } from "effect"
 import type { PersistenceError } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
+import { parseDuration, resolveTimeouts } from "../internal/providers/ProviderTimeouts.js"
 import * as DemoModel from "../layers/DemoModel.js"
 import * as OpenAiCompatibleModel from "../layers/OpenAiCompatibleModel.js"
+import type { PermissionMode } from "../layers/Permissions.js"
 import * as ProviderModels from "../layers/ProviderModels.js"
-import { parseDuration, resolveTimeouts } from "../internal/providers/ProviderTimeouts.js"
 import { SessionReference } from "../layers/SessionReference.js"
+import { Sessions } from "../layers/Sessions.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
-import { Sessions } from "../layers/Sessions.js"
-import type { PermissionMode } from "../layers/Permissions.js"
 import { Tools } from "../services/Tools.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { CliError } from "./CliError.js"
@@ -65,7 +65,9 @@ export interface GlobalOptions {
  * @category constructors
  */
 export const permissionModeOf = (options: GlobalOptions): PermissionMode | undefined =>
-  options.skipPermissions === true ? "bypassPermissions" : Option.getOrUndefined(options.permissionMode ?? Option.none())
+  options.skipPermissions === true
+    ? "bypassPermissions"
+    : Option.getOrUndefined(options.permissionMode ?? Option.none())
 
 /**
  * The default database file, relative to the working directory.
@@ -150,7 +152,10 @@ const optionalBaseUrl = (variable: string) =>
 
 /** The request timeouts from the environment; a value that is not a duration is refused up front. */
 const timeoutOptions = Effect.map(
-  Effect.mapError(resolveTimeouts(), (error) => new CliError({ reason: `invalid request timeout: ${configErrorText(error)}` })),
+  Effect.mapError(
+    resolveTimeouts(),
+    (error) => new CliError({ reason: `invalid request timeout: ${configErrorText(error)}` })
+  ),
   (timeouts) => ({ connectTimeout: timeouts.connect, firstByteTimeout: timeouts.firstByte, idleTimeout: timeouts.idle })
 )
 
@@ -179,7 +184,8 @@ const providerLayer = Effect.fnUntraced(function*(provider: Provider, model: str
       const baseUrl = yield* optionalBaseUrl(env.baseUrl)
       if (baseUrl === undefined) {
         return yield* new CliError({
-          reason: `model "${name}" needs the server's base URL: set ${env.baseUrl} (for example http://127.0.0.1:8080/v1)`
+          reason:
+            `model "${name}" needs the server's base URL: set ${env.baseUrl} (for example http://127.0.0.1:8080/v1)`
         })
       }
       return OpenAiCompatibleModel.layer({ baseUrl, model, apiKey: yield* optionalKey(env.apiKey), ...timeouts })
@@ -206,7 +212,9 @@ export const resolveModel = (name: string): Effect.Effect<ResolvedModel, CliErro
     }
     const model = name.slice(colon + 1).trim()
     if (model === "") {
-      return yield* new CliError({ reason: `model "${name}" names no model: write ${prefix}:MODEL, for example ${prefix}:${EXAMPLE[prefix]}` })
+      return yield* new CliError({
+        reason: `model "${name}" names no model: write ${prefix}:MODEL, for example ${prefix}:${EXAMPLE[prefix]}`
+      })
     }
     // The timeouts were resolved above, so the layer cannot fail on its configuration any more.
     const layer = Layer.orDie(yield* providerLayer(prefix, model, name))
@@ -242,7 +250,9 @@ const ensureDirectory = (db: string) =>
     const path = yield* Path.Path
     const directory = path.dirname(path.resolve(db))
     yield* fs.makeDirectory(directory, { recursive: true }).pipe(
-      Effect.mapError((error) => new CliError({ reason: `cannot create the directory ${directory} for --db ${db}: ${describeFileError(error)}` }))
+      Effect.mapError((error) =>
+        new CliError({ reason: `cannot create the directory ${directory} for --db ${db}: ${describeFileError(error)}` })
+      )
     )
   })
 
@@ -262,8 +272,13 @@ export const layer = (
       const retry = yield* maxRetryDelay
       yield* ensureDirectory(options.db)
       const mode = permissionModeOf(options)
-      if (options.skipPermissions === true && Option.isSome(options.permissionMode ?? Option.none()) && Option.getOrUndefined(options.permissionMode!) !== mode) {
-        return yield* new CliError({ reason: "--dangerously-skip-permissions and --permission-mode disagree: give one of them" })
+      if (
+        options.skipPermissions === true && Option.isSome(options.permissionMode ?? Option.none()) &&
+        Option.getOrUndefined(options.permissionMode!) !== mode
+      ) {
+        return yield* new CliError({
+          reason: "--dangerously-skip-permissions and --permission-mode disagree: give one of them"
+        })
       }
       const fs = yield* FileSystem.FileSystem
       for (const dir of options.addDir ?? []) {
@@ -275,7 +290,9 @@ export const layer = (
       const builtin = options.noTools ? [] : yield* BuiltinTools.make(process.cwd(), options.addDir ?? [])
       // read_session reads the same store the sessions live in.
       const tools = options.readSession === true
-        ? Layer.unwrapEffect(Effect.map(SessionReference.readSessionTool(), (tool) => Tools.layer({ tools: [...builtin, tool] })))
+        ? Layer.unwrapEffect(
+          Effect.map(SessionReference.readSessionTool(), (tool) => Tools.layer({ tools: [...builtin, tool] }))
+        )
         : Tools.layer({ tools: builtin })
       // Context management is always on: the window from --context-window, else the table's.
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())

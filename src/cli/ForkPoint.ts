@@ -55,15 +55,22 @@ export const forkPointOf = (turn: number | undefined, seq: number | undefined): 
  * @since 0.1.0
  * @category getters
  */
-export const boundaryOf = (events: ReadonlyArray<SessionEvent>, point: ForkPoint): Either.Either<number | undefined, string> => {
+export const boundaryOf = (
+  events: ReadonlyArray<SessionEvent>,
+  point: ForkPoint
+): Either.Either<number | undefined, string> => {
   switch (point._tag) {
     case "End":
       return Either.right(undefined)
     case "Seq":
       return Either.right(point.seq)
     case "Turn": {
-      const end = events.find((e): e is EventOf<"turn/end"> => e.type === "turn/end" && (e as EventOf<"turn/end">).data.turn === point.turn)
-      return end === undefined ? Either.left(`turn ${point.turn} has not ended (or does not exist)`) : Either.right(end.seq)
+      const end = events.find((e): e is EventOf<"turn/end"> =>
+        e.type === "turn/end" && (e as EventOf<"turn/end">).data.turn === point.turn
+      )
+      return end === undefined
+        ? Either.left(`turn ${point.turn} has not ended (or does not exist)`)
+        : Either.right(end.seq)
     }
   }
 }

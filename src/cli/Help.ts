@@ -11,7 +11,6 @@
 import type { Console } from "effect"
 import { Effect } from "effect"
 
-// eslint-disable-next-line no-control-regex
 const ANSI = /\u001b\[[0-9;]*m/g
 
 /**
@@ -122,7 +121,11 @@ export const clean = (text: string, top: string, color: boolean): string => {
     }
     out.push(section.heading)
     if (section.heading === "USAGE") {
-      out.push(...section.lines.map((line) => line.replace(/^\$ (?!tiller\b)/, "$ tiller ").replace(/^\$ tiller (\[--db.*)$/, "$ tiller $1 COMMAND")))
+      out.push(
+        ...section.lines.map((line) =>
+          line.replace(/^\$ (?!tiller\b)/, "$ tiller ").replace(/^\$ tiller (\[--db.*)$/, "$ tiller $1 COMMAND")
+        )
+      )
     } else if (section.heading === "OPTIONS") {
       const blocks = optionBlocks(section.lines)
       const own = blocks.filter((block) => !isBuiltIn(block))
@@ -142,7 +145,10 @@ export const clean = (text: string, top: string, color: boolean): string => {
   // The command list in two aligned columns again (value names changed the widths).
   const rows = [...result.matchAll(/^ {2}- (.+?) {2,}(\S.*)$/gm)]
   const width = Math.max(0, ...rows.map((m) => m[1]!.length))
-  result = result.replace(/^ {2}- (.+?) {2,}(\S.*)$/gm, (_, usage: string, description: string) => `  - ${usage.padEnd(width)}  ${description}`)
+  result = result.replace(
+    /^ {2}- (.+?) {2,}(\S.*)$/gm,
+    (_, usage: string, description: string) => `  - ${usage.padEnd(width)}  ${description}`
+  )
   if (color) result = result.replace(/^([A-Z][A-Z ()]+(?:\([^)]*\))?)$/gm, "\u001b[1m$1\u001b[0m")
   return result
 }
@@ -170,7 +176,11 @@ export const capture = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<
  * @since 0.1.0
  * @category combinators
  */
-export const plainErrors = <A, E, R>(effect: Effect.Effect<A, E, R>, color: boolean, write: (text: string) => void): Effect.Effect<A, E, R> =>
+export const plainErrors = <A, E, R>(
+  effect: Effect.Effect<A, E, R>,
+  color: boolean,
+  write: (text: string) => void
+): Effect.Effect<A, E, R> =>
   Effect.consoleWith((base) => {
     const print = (...args: ReadonlyArray<unknown>) => {
       const text = args.map(String).join(" ")

@@ -47,7 +47,11 @@ export const scriptJson = (value: unknown): string =>
 export const embeddedEvents = (events: ReadonlyArray<SessionEvent>): ReadonlyArray<SessionEvent> => {
   const answered = new Set<number>()
   for (const event of events) {
-    if (event.type === "assistant/message") for (const seq of (event as { readonly sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs ?? []) answered.add(seq)
+    if (event.type === "assistant/message") {
+      for (const seq of (event as { readonly sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs ?? []) {
+        answered.add(seq)
+      }
+    }
   }
   return answered.size === 0 ? events : events.filter((event) => !answered.has(event.seq))
 }
@@ -80,7 +84,10 @@ export const PART_EVENTS = 2_000
  * @since 0.1.0
  * @category utils
  */
-export const partsOf = (events: ReadonlyArray<SessionEvent>, size: number = PART_EVENTS): ReadonlyArray<ReadonlyArray<SessionEvent>> => {
+export const partsOf = (
+  events: ReadonlyArray<SessionEvent>,
+  size: number = PART_EVENTS
+): ReadonlyArray<ReadonlyArray<SessionEvent>> => {
   const parts: Array<Array<SessionEvent>> = []
   let part: Array<SessionEvent> = []
   for (const event of events) {
@@ -114,11 +121,20 @@ export const dataElements = (
   const parts = partsOf(events, partEvents)
   const texts = parts.map((part) => JSON.stringify(part))
   const whole = texts.reduce((sum, text) => sum + text.length, 0) <= compressAbove || parts.length === 1
-  if (whole) return { first: `<script type="application/json" id="tiller-data">${scriptJson({ header, events })}</script>`, later: [] }
+  if (whole) {
+    return {
+      first: `<script type="application/json" id="tiller-data">${scriptJson({ header, events })}</script>`,
+      later: []
+    }
+  }
   return {
-    first: `<script type="application/json" id="tiller-data">${scriptJson({ header, events: parts[0], parts: parts.length - 1 })}</script>`,
+    first: `<script type="application/json" id="tiller-data">${
+      scriptJson({ header, events: parts[0], parts: parts.length - 1 })
+    }</script>`,
     later: texts.slice(1).map((text, i) =>
-      `<script type="application/gzip+base64" data-part="${i + 1}">${gzipSync(text, { level: 1 }).toString("base64")}</script>`
+      `<script type="application/gzip+base64" data-part="${i + 1}">${
+        gzipSync(text, { level: 1 }).toString("base64")
+      }</script>`
     )
   }
 }
@@ -157,8 +173,12 @@ export const renderHtml = (
     "</head><body>",
     "<header>",
     `<h1>${escapeHtml(title)}</h1>`,
-    `<div class="meta">${events.length} events · created ${escapeHtml(new Date(header.createdAt).toISOString())} · ${escapeHtml(span)}${
-      header.parent === undefined ? "" : ` · fork of ${escapeHtml(header.parent.sessionId)} at seq ${header.parent.boundary}`
+    `<div class="meta">${events.length} events · created ${escapeHtml(new Date(header.createdAt).toISOString())} · ${
+      escapeHtml(span)
+    }${
+      header.parent === undefined
+        ? ""
+        : ` · fork of ${escapeHtml(header.parent.sessionId)} at seq ${header.parent.boundary}`
     }${escapeHtml(spent)}</div>`,
     "<div class=\"controls\">",
     "<input id=\"search\" type=\"search\" placeholder=\"search text, tools, sources…\" aria-label=\"search\">",

@@ -70,13 +70,19 @@ export const open = (file: string | undefined): Effect.Effect<InputHistory, neve
     const warn = (doing: string) => (error: unknown) =>
       warned || file === undefined ? Effect.void : Effect.zipRight(
         Effect.sync(() => (warned = true)),
-        Output.errorLine(`tiller: cannot ${doing} the input history ${file} (${describeFileError(error)}); ↑ recalls only this chat's lines`)
+        Output.errorLine(
+          `tiller: cannot ${doing} the input history ${file} (${
+            describeFileError(error)
+          }); ↑ recalls only this chat's lines`
+        )
       )
     const text = file === undefined
       ? ""
       : yield* fs.readFileString(file).pipe(
         Effect.catchAll((error) =>
-          error._tag === "SystemError" && error.reason === "NotFound" ? Effect.succeed("") : Effect.as(warn("read")(error), "")
+          error._tag === "SystemError" && error.reason === "NotFound"
+            ? Effect.succeed("")
+            : Effect.as(warn("read")(error), "")
         )
       )
     const entries = parse(text)

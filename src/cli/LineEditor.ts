@@ -156,7 +156,7 @@ const printable = (key: Key): string | undefined => {
   if (sequence === undefined || sequence === "" || key.ctrl === true || key.meta === true) return undefined
   // Escape sequences of keys this editor does not know are dropped, never inserted.
   if (sequence.includes("\u001b")) return undefined
-  // eslint-disable-next-line no-control-regex
+
   const text = sequence.replace(/\r\n?/g, "\n").replace(/[\u0000-\u0008\u000b-\u001f\u007f]/g, "")
   return text === "" ? undefined : text
 }
@@ -233,7 +233,11 @@ export const applyKey = (state: EditorState, key: Key): [EditorState, EditorActi
       return [state, { _tag: "interrupt" }]
     case "backspace":
       if (state.cursor === 0) return [state, none]
-      return [{ ...state, text: state.text.slice(0, state.cursor - 1) + state.text.slice(state.cursor), cursor: state.cursor - 1 }, none]
+      return [{
+        ...state,
+        text: state.text.slice(0, state.cursor - 1) + state.text.slice(state.cursor),
+        cursor: state.cursor - 1
+      }, none]
     case "delete":
       return [{ ...state, text: state.text.slice(0, state.cursor) + state.text.slice(state.cursor + 1) }, none]
     case "left":

@@ -30,9 +30,15 @@ export interface Numbered {
  * @since 0.1.0
  * @category constructors
  */
-export const numbered = (snapshot: { readonly nextTurn: ReadonlyArray<UserMessage>; readonly nextStep: ReadonlyArray<UserMessage> }): ReadonlyArray<Numbered> => [
+export const numbered = (
+  snapshot: { readonly nextTurn: ReadonlyArray<UserMessage>; readonly nextStep: ReadonlyArray<UserMessage> }
+): ReadonlyArray<Numbered> => [
   ...snapshot.nextStep.map((message, i) => ({ number: i + 1, list: "next-step" as const, message })),
-  ...snapshot.nextTurn.map((message, i) => ({ number: snapshot.nextStep.length + i + 1, list: "queued" as const, message }))
+  ...snapshot.nextTurn.map((message, i) => ({
+    number: snapshot.nextStep.length + i + 1,
+    list: "queued" as const,
+    message
+  }))
 ]
 
 /** The text of a message on one line, cut to `max` characters. */
@@ -53,7 +59,9 @@ export const describe = (items: ReadonlyArray<Numbered>): ReadonlyArray<string> 
     : [
       "pending input (next-step enters the next step; queued prompts run as turns of their own, in order):",
       ...items.map((item) =>
-        `  ${String(item.number).padStart(2)}. ${item.list.padEnd(9)} [${describeSource(item.message.source)}] ${oneLine(item.message, 100)}`
+        `  ${String(item.number).padStart(2)}. ${item.list.padEnd(9)} [${describeSource(item.message.source)}] ${
+          oneLine(item.message, 100)
+        }`
       ),
       "  /drop N removes an item; /edit N TEXT rewrites it"
     ]
@@ -77,7 +85,8 @@ export const lookup = (inbox: Inbox["Type"], argument: string): Effect.Effect<Nu
     const items = numbered(snapshot)
     const n = Number(argument)
     if (!/^\d+$/.test(argument) || n < 1) return `not an item number: ${JSON.stringify(argument)} (/pending lists them)`
-    return items.find((item) => item.number === n) ?? `no pending item ${n} (${items.length} pending; /pending lists them)`
+    return items.find((item) => item.number === n) ??
+      `no pending item ${n} (${items.length} pending; /pending lists them)`
   })
 
 /**

@@ -48,12 +48,16 @@ const decodeWith = <A, I>(schema: Schema.Schema<A, I>, file: string, value: unkn
  * @since 0.1.0
  * @category constructors
  */
-export const load = (pricesFile: string | undefined): Effect.Effect<PriceTable, CliError, FileSystem.FileSystem | Path.Path> =>
+export const load = (
+  pricesFile: string | undefined
+): Effect.Effect<PriceTable, CliError, FileSystem.FileSystem | Path.Path> =>
   Effect.gen(function*() {
     const path = yield* Path.Path
     const settingsFile = path.join(process.cwd(), ".tiller", "settings.json")
     const settings = yield* readJson(settingsFile, true)
-    const fromSettings = settings === undefined ? undefined : (yield* decodeWith(Settings, settingsFile, settings)).prices
+    const fromSettings = settings === undefined
+      ? undefined
+      : (yield* decodeWith(Settings, settingsFile, settings)).prices
     const fromFile = pricesFile === undefined
       ? undefined
       : yield* Effect.flatMap(readJson(pricesFile, false), (json) => decodeWith(Prices.PriceTable, pricesFile, json))

@@ -39,7 +39,9 @@ export interface Progress {
 
 const seconds = (ms: number) => `${Math.max(0, Math.floor(ms / 1000))} s`
 
-const count = (n: number) => (n >= 10_000 ? `${Math.round(n / 1000)}k` : n >= 1000 ? `${(n / 1000).toFixed(1)}k` : String(n))
+const count = (
+  n: number
+) => (n >= 10_000 ? `${Math.round(n / 1000)}k` : n >= 1000 ? `${(n / 1000).toFixed(1)}k` : String(n))
 
 /**
  * An empty progress fold.
@@ -90,14 +92,22 @@ export const make = (): Progress => {
       case "tool/call": {
         const data = (event as EventOf<"tool/call">).data
         running.set(data.callId, data.name)
-        activity = { kind: "tools", since: activity.kind === "tools" ? activity.since : event.time, names: [...running.values()] }
+        activity = {
+          kind: "tools",
+          since: activity.kind === "tools" ? activity.since : event.time,
+          names: [...running.values()]
+        }
         return
       }
       case "tool/result": {
         const block = (event as EventOf<"tool/result">).data.message.content[0]
         running.delete(block.toolCallId)
         activity = running.size > 0
-          ? { kind: "tools", since: activity.kind === "tools" ? activity.since : event.time, names: [...running.values()] }
+          ? {
+            kind: "tools",
+            since: activity.kind === "tools" ? activity.since : event.time,
+            names: [...running.values()]
+          }
           : { kind: "waiting", since: event.time }
         return
       }

@@ -15,9 +15,9 @@ import type { UnsupportedLogVersion } from "../domain/Errors.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { decodeOwnedJson } from "../internal/durability/DecodedEvents.js"
+import { alive } from "../internal/durability/SqliteLease.js"
 import { checkStoredHeader } from "../internal/durability/StoredHeader.js"
 import { CliError } from "./CliError.js"
-import { alive } from "../internal/durability/SqliteLease.js"
 
 /**
  * A stored session read as far as it decodes: `events` is the prefix before `damage`, if any.
@@ -92,7 +92,11 @@ interface Row {
   readonly row: unknown
 }
 
-const decodeRows = (id: SessionId, rows: ReadonlyArray<Row>, length: number): Pick<ReadSession, "events" | "damage"> => {
+const decodeRows = (
+  id: SessionId,
+  rows: ReadonlyArray<Row>,
+  length: number
+): Pick<ReadSession, "events" | "damage"> => {
   const events: Array<SessionEvent> = []
   for (let seq = 0; seq < rows.length; seq++) {
     const { row, seq: stored } = rows[seq]!
@@ -124,7 +128,12 @@ const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, Ma
   try {
     parsed = JSON.parse(String(text))
   } catch (cause) {
-    return Either.left(new MalformedLog({ sessionId: id, reason: `header is not JSON: ${cause instanceof Error ? cause.message : String(cause)}` }))
+    return Either.left(
+      new MalformedLog({
+        sessionId: id,
+        reason: `header is not JSON: ${cause instanceof Error ? cause.message : String(cause)}`
+      })
+    )
   }
   return checkStoredHeader(id, parsed)
 }
@@ -193,7 +202,10 @@ export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =
       }
     }
     const connection = yield* Effect.acquireRelease(
-      Effect.try({ try: () => new Database(db, { readonly: true, fileMustExist: true, timeout: 5000 }), catch: sqliteFailure(db) }),
+      Effect.try({
+        try: () => new Database(db, { readonly: true, fileMustExist: true, timeout: 5000 }),
+        catch: sqliteFailure(db)
+      }),
       (connection) => Effect.sync(() => connection.close())
     )
     const query = <A>(sql: string, ...params: ReadonlyArray<unknown>) =>
@@ -205,14 +217,22 @@ export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =
       return yield* new CliError({ reason: `${db} is not a tiller database (it has no sessions and events tables)` })
     }
     const readSession = (id: SessionId, header: unknown, length: number) =>
-      Effect.map(query<Row>("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq", id), (rows): ReadSession => {
-        const decoded = headerOf(id, header)
-        if (Either.isLeft(decoded)) {
-          const placeholder: SessionHeader = { formatVersion: 1, sessionId: id, createdAt: 0, seedLength: 0 } as SessionHeader
-          return { header: placeholder, events: [], damage: decoded.left }
+      Effect.map(
+        query<Row>("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq", id),
+        (rows): ReadSession => {
+          const decoded = headerOf(id, header)
+          if (Either.isLeft(decoded)) {
+            const placeholder: SessionHeader = {
+              formatVersion: 1,
+              sessionId: id,
+              createdAt: 0,
+              seedLength: 0
+            } as SessionHeader
+            return { header: placeholder, events: [], damage: decoded.left }
+          }
+          return { header: decoded.right, ...decodeRows(id, rows, length) }
         }
-        return { header: decoded.right, ...decodeRows(id, rows, length) }
-      })
+      )
     const load = (id: SessionId) =>
       Effect.gen(function*() {
         const [session] = yield* query<{ readonly header: unknown; readonly length: number }>(
@@ -233,10 +253,14 @@ export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =
     })
     const holder = (id: SessionId) =>
       Effect.gen(function*() {
-        const hasLeases = yield* query<{ readonly name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'leases'")
+        const hasLeases = yield* query<{ readonly name: string }>(
+          "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'leases'"
+        )
         if (hasLeases.length === 0) return undefined
         const [lease] = yield* query<Holder>("SELECT pid, host FROM leases WHERE session_id = ?", id)
-        if (lease === undefined || (lease.host === os.hostname() && (lease.pid === process.pid || !alive(lease.pid)))) return undefined
+        if (lease === undefined || (lease.host === os.hostname() && (lease.pid === process.pid || !alive(lease.pid)))) {
+          return undefined
+        }
         return lease
       })
     return { exists: true, list, load, holder }

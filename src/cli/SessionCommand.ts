@@ -39,7 +39,10 @@ export const currentTerminating: FiberRef.FiberRef<() => boolean> = FiberRef.uns
  * @since 0.1.0
  * @category interruption
  */
-export const terminating: Effect.Effect<boolean> = Effect.map(FiberRef.get(currentTerminating), (isTerminating) => isTerminating())
+export const terminating: Effect.Effect<boolean> = Effect.map(
+  FiberRef.get(currentTerminating),
+  (isTerminating) => isTerminating()
+)
 
 /**
  * Follows the log from `fromSeq`, handing each chunk of events to `print`; `caughtUp` waits until

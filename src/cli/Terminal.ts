@@ -52,7 +52,7 @@ export interface TerminalOutput extends NodeJS.EventEmitter {
 const ESC = "\u001b"
 const BRACKETED_PASTE_ON = `${ESC}[?2004h`
 const BRACKETED_PASTE_OFF = `${ESC}[?2004l`
-// eslint-disable-next-line no-control-regex
+
 const ANSI = /\u001b\[[0-9;?]*[A-Za-z]/g
 
 /** The width of `text` on the screen (escape sequences take none). */
@@ -119,7 +119,10 @@ export class Terminal {
   start(): void {
     this.input.prependListener("data", this.onData)
     // A lone Esc is told from the start of an escape sequence by a pause this long (ms).
-    readline.emitKeypressEvents(this.input as NodeJS.ReadableStream, { escapeCodeTimeout: 50 } as unknown as readline.Interface)
+    readline.emitKeypressEvents(
+      this.input as NodeJS.ReadableStream,
+      { escapeCodeTimeout: 50 } as unknown as readline.Interface
+    )
     this.input.on("keypress", this.onKeypress)
     this.input.on("data", this.afterData)
     this.output.on("resize", this.onResize)
@@ -257,7 +260,8 @@ export class Terminal {
     const cursorRow = taken + input.cursorRow
     const up = total - 1 - cursorRow
     this.output.write(
-      rows.join("\r\n") + (up > 0 ? `${ESC}[${up}A` : "") + "\r" + (input.cursorColumn > 0 ? `${ESC}[${input.cursorColumn}C` : "")
+      rows.join("\r\n") + (up > 0 ? `${ESC}[${up}A` : "") + "\r" +
+        (input.cursorColumn > 0 ? `${ESC}[${input.cursorColumn}C` : "")
     )
     this.drawnRows = total
     this.cursorRow = cursorRow

@@ -9,9 +9,9 @@
 import { Either } from "effect"
 import * as Cost from "../domain/Cost.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
+import type { PriceTable } from "../domain/Prices.js"
 import type { InboxLists } from "../domain/Splice.js"
 import { applySplice, emptyInbox, spliceShape } from "../domain/Splice.js"
-import type { PriceTable } from "../domain/Prices.js"
 import type { MessageSource, StreamChunk, TurnEndReason, Usage } from "../domain/Values.js"
 
 type Block = { readonly type: string; readonly text?: string; readonly content?: ReadonlyArray<Block> }
@@ -102,10 +102,14 @@ export const describeCompaction = (event: SessionEvent): string => {
     readonly updates?: unknown
     readonly error?: { readonly message?: unknown }
   }
-  const what = `${typeof data.kind === "string" ? data.kind : "compaction"}${typeof data.trigger === "string" ? ` (${data.trigger})` : ""}`
+  const what = `${typeof data.kind === "string" ? data.kind : "compaction"}${
+    typeof data.trigger === "string" ? ` (${data.trigger})` : ""
+  }`
   const range = (r: typeof data.range) =>
     r !== undefined && typeof r.start === "number" && typeof r.end === "number"
-      ? `history ${r.start}-${r.end}${typeof r.nodes === "number" ? ` (${r.nodes} node${r.nodes === 1 ? "" : "s"})` : ""}`
+      ? `history ${r.start}-${r.end}${
+        typeof r.nodes === "number" ? ` (${r.nodes} node${r.nodes === 1 ? "" : "s"})` : ""
+      }`
       : undefined
   switch (event.type) {
     case "compaction/start": {
@@ -118,7 +122,9 @@ export const describeCompaction = (event: SessionEvent): string => {
       return parts.filter((p) => p !== undefined).join(" · ")
     }
     case "compaction/summary": {
-      const by = typeof data.model === "string" ? ` by ${typeof data.provider === "string" ? `${data.provider}:` : ""}${data.model}` : ""
+      const by = typeof data.model === "string"
+        ? ` by ${typeof data.provider === "string" ? `${data.provider}:` : ""}${data.model}`
+        : ""
       const size = typeof data.characters === "number" ? ` (${tokens(data.characters)} characters)` : ""
       const updates = typeof data.updates === "number" ? `, updating the summary at seq ${data.updates}` : ""
       return `${what} summary written${by}${size}${updates}`
@@ -127,7 +133,9 @@ export const describeCompaction = (event: SessionEvent): string => {
       if (data.error !== undefined) {
         return `${what} end: failed (${typeof data.error.message === "string" ? data.error.message : "no message"})`
       }
-      const pruned = Array.isArray(data.pruned) ? data.pruned.filter((n): n is number => typeof n === "number") : undefined
+      const pruned = Array.isArray(data.pruned)
+        ? data.pruned.filter((n): n is number => typeof n === "number")
+        : undefined
       const replaced = pruned !== undefined
         ? `replaced ${pruned.length} tool result${pruned.length === 1 ? "" : "s"} (seqs ${seqList(pruned)})`
         : range(data.replaced) === undefined
@@ -143,8 +151,9 @@ export const describeCompaction = (event: SessionEvent): string => {
 
 const clockOf = (time: number): string => new Date(time).toISOString().slice(11, 23)
 
-const quoteList = (messages: ReadonlyArray<{ readonly source: MessageSource; readonly content: ReadonlyArray<Block> }>) =>
-  messages.map((m) => `[${describeSource(m.source)}] ${preview(textOf(m.content), 1, 80)}`).join(", ")
+const quoteList = (
+  messages: ReadonlyArray<{ readonly source: MessageSource; readonly content: ReadonlyArray<Block> }>
+) => messages.map((m) => `[${describeSource(m.source)}] ${preview(textOf(m.content), 1, 80)}`).join(", ")
 
 /**
  * A stateful renderer: feed it every event of a log in order; it returns the lines to print.
@@ -156,7 +165,12 @@ export interface Renderer {
   /** The lines for `event` (possibly none); `print: false` only advances the fold. */
   readonly render: (event: SessionEvent, print?: boolean) => ReadonlyArray<string>
   /** The latest turn and step seen, and the pending lists after the last event. */
-  readonly position: () => { readonly turn: number; readonly step: number; readonly inTurn: boolean; readonly pending: InboxLists }
+  readonly position: () => {
+    readonly turn: number
+    readonly step: number
+    readonly inTurn: boolean
+    readonly pending: InboxLists
+  }
 }
 
 interface Fold {
@@ -220,12 +234,16 @@ const indent = (label: string, text: string, width: number): Array<string> => {
  * @since 0.1.0
  * @category formatting
  */
-export const describeTokens = (tally: Pick<Cost.Tally, "inputTokens" | "outputTokens" | "cacheReadTokens" | "cacheWriteTokens">): string => {
+export const describeTokens = (
+  tally: Pick<Cost.Tally, "inputTokens" | "outputTokens" | "cacheReadTokens" | "cacheWriteTokens">
+): string => {
   const cache = [
     tally.cacheReadTokens > 0 ? `${tokens(tally.cacheReadTokens)} cache read` : undefined,
     tally.cacheWriteTokens > 0 ? `${tokens(tally.cacheWriteTokens)} cache write` : undefined
   ].filter((s) => s !== undefined)
-  return `${tokens(tally.inputTokens)} in${cache.length === 0 ? "" : ` (${cache.join(", ")})`} / ${tokens(tally.outputTokens)} out tokens`
+  return `${tokens(tally.inputTokens)} in${cache.length === 0 ? "" : ` (${cache.join(", ")})`} / ${
+    tokens(tally.outputTokens)
+  } out tokens`
 }
 
 /**
@@ -240,7 +258,14 @@ export const timeline = (
   header: SessionHeader,
   prices?: PriceTable
 ): Renderer & { readonly heading: ReadonlyArray<string>; readonly total: () => ReadonlyArray<string> } => {
-  const fold: Fold = { seedLength: header.seedLength, lists: emptyInbox, turn: 0, step: 0, inTurn: false, toolNames: new Map() }
+  const fold: Fold = {
+    seedLength: header.seedLength,
+    lists: emptyInbox,
+    turn: 0,
+    step: 0,
+    inTurn: false,
+    toolNames: new Map()
+  }
   let turnTally = Cost.empty
   let sessionTally = Cost.empty
   let steps = 0
@@ -257,13 +282,19 @@ export const timeline = (
   }
   const total = (): ReadonlyArray<string> =>
     prices === undefined ? [] : [
-      `total: ${steps} model response${steps === 1 ? "" : "s"} · ${describeTokens(sessionTally)} · ${Cost.describeCost(sessionTally)}` +
+      `total: ${steps} model response${steps === 1 ? "" : "s"} · ${describeTokens(sessionTally)} · ${
+        Cost.describeCost(sessionTally)
+      }` +
       (header.seedLength > 0 ? " (the copied seed not included)" : "")
     ]
   const heading = [
     `session ${header.sessionId} · created ${new Date(header.createdAt).toISOString()}`,
     ...(header.parent !== undefined
-      ? [`forked from ${header.parent.sessionId} at seq ${header.parent.boundary}; seqs 0-${header.seedLength - 1} are its copied seed`]
+      ? [
+        `forked from ${header.parent.sessionId} at seq ${header.parent.boundary}; seqs 0-${
+          header.seedLength - 1
+        } are its copied seed`
+      ]
       : [])
   ]
   const render = (event: SessionEvent, print = true): ReadonlyArray<string> => {
@@ -288,8 +319,13 @@ export const timeline = (
       }
       case "user/message": {
         const e = event as EventOf<"user/message">
-        const replaced = typeof e.surfaceOp === "object" ? ` (replaces history ${e.surfaceOp.start}-${e.surfaceOp.end})` : ""
-        return entry("entered", `[${describeSource(e.data.source)}] ${preview(textOf(e.data.content), 20, 2000)}${replaced}`)
+        const replaced = typeof e.surfaceOp === "object"
+          ? ` (replaces history ${e.surfaceOp.start}-${e.surfaceOp.end})`
+          : ""
+        return entry(
+          "entered",
+          `[${describeSource(e.data.source)}] ${preview(textOf(e.data.content), 20, 2000)}${replaced}`
+        )
       }
       case "assistant/chunk":
         return []
@@ -297,7 +333,9 @@ export const timeline = (
         const data = (event as EventOf<"assistant/message">).data
         const text = textOf(data.message.content.filter((b) => b.type === "text"))
         const calls = data.message.content.filter((b) => b.type === "tool-call").length
-        const tally = data.usage === undefined ? undefined : stepTally(event as EventOf<"assistant/message">, data.usage)
+        const tally = data.usage === undefined
+          ? undefined
+          : stepTally(event as EventOf<"assistant/message">, data.usage)
         const note = [
           calls > 0 ? `${calls} tool call${calls === 1 ? "" : "s"}` : undefined,
           data.usage === undefined
@@ -318,7 +356,10 @@ export const timeline = (
         const block = e.data.message.content[0]
         const name = fold.toolNames.get(block.toolCallId) ?? block.toolCallId
         if (typeof e.surfaceOp === "object") {
-          return entry("pruned", `${name} result at seq ${e.surfaceOp.start} → ${preview(textOf(block.content), 1, 200)}`)
+          return entry(
+            "pruned",
+            `${name} result at seq ${e.surfaceOp.start} → ${preview(textOf(block.content), 1, 200)}`
+          )
         }
         const status = block.isError ? "error" : "ok"
         return entry("tool done", `${name} ${status}: ${preview(textOf(block.content), 10, 1000)}`)
@@ -330,11 +371,17 @@ export const timeline = (
       case "request/header": {
         const data = (event as EventOf<"request/header">).data
         const tools = data.header.tools.map((t) => t.name).join(", ")
-        return entry("model", `${data.header.provider}:${data.header.model} (${data.reason}) · tools: ${tools === "" ? "none" : tools}`)
+        return entry(
+          "model",
+          `${data.header.provider}:${data.header.model} (${data.reason}) · tools: ${tools === "" ? "none" : tools}`
+        )
       }
       case "llm/retry": {
         const data = (event as EventOf<"llm/retry">).data
-        return entry("retry", `attempt ${data.attempt} of step ${data.turn}.${data.step} in ${data.delayMs} ms: ${data.failure.message}`)
+        return entry(
+          "retry",
+          `attempt ${data.attempt} of step ${data.turn}.${data.step} in ${data.delayMs} ms: ${data.failure.message}`
+        )
       }
       case "agent/inbox/spliced": {
         const data = (event as EventOf<"agent/inbox/spliced">).data
@@ -447,7 +494,11 @@ export const chatView = (seedLength = 0): {
       }
       case "hook/run": {
         // A hook's error or its message for the user (its decisions show as their effects).
-        const data = event.data as { readonly event?: string; readonly error?: { readonly message?: string }; readonly systemMessage?: string }
+        const data = event.data as {
+          readonly event?: string
+          readonly error?: { readonly message?: string }
+          readonly systemMessage?: string
+        }
         if (data.error?.message !== undefined) return line(`  (hook error, ignored: ${data.error.message})`)
         return data.systemMessage === undefined ? "" : line(`  (${data.event ?? "hook"} hook: ${data.systemMessage})`)
       }

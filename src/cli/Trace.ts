@@ -9,12 +9,12 @@
 import { HttpClient, HttpClientError } from "@effect/platform"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { Config, Context, Effect, Exit, Layer, Option, Scope } from "effect"
-import type { PriceTable } from "../domain/Prices.js"
 import type { SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { SessionId } from "../domain/Ids.js"
+import type { PriceTable } from "../domain/Prices.js"
+import { Sessions } from "../layers/Sessions.js"
 import * as Telemetry from "../layers/Telemetry.js"
 import { SessionLog } from "../services/SessionLog.js"
-import { Sessions } from "../layers/Sessions.js"
 import { CliError, ExitWith } from "./CliError.js"
 import * as Output from "./Output.js"
 
@@ -31,7 +31,11 @@ export interface OtlpSettings {
   readonly content: boolean
 }
 
-const optionalVar = (name: string) => Effect.map(Effect.orElseSucceed(Config.option(Config.string(name)), () => Option.none<string>()), Option.getOrUndefined)
+const optionalVar = (name: string) =>
+  Effect.map(
+    Effect.orElseSucceed(Config.option(Config.string(name)), () => Option.none<string>()),
+    Option.getOrUndefined
+  )
 
 /**
  * Reads the OTLP environment; `endpoint` (the `--endpoint` option) wins over it.
@@ -44,11 +48,14 @@ export const otlpSettings = (endpoint?: string): Effect.Effect<OtlpSettings | un
   Effect.gen(function*() {
     const env = {
       OTEL_EXPORTER_OTLP_ENDPOINT: endpoint ?? (yield* optionalVar("OTEL_EXPORTER_OTLP_ENDPOINT")),
-      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: endpoint === undefined ? yield* optionalVar("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") : undefined
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: endpoint === undefined
+        ? yield* optionalVar("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        : undefined
     }
     const url = Telemetry.tracesEndpoint(env)
     if (url === undefined) return undefined
-    const content = (yield* optionalVar("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))?.trim().toLowerCase() === "true"
+    const content =
+      (yield* optionalVar("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"))?.trim().toLowerCase() === "true"
     return {
       url,
       serviceName: (yield* optionalVar("OTEL_SERVICE_NAME"))?.trim() || "tiller",
@@ -61,7 +68,9 @@ export const otlpSettings = (endpoint?: string): Effect.Effect<OtlpSettings | un
 const describeHttpError = (error: HttpClientError.HttpClientError): string => {
   const cause = error.cause as { readonly message?: unknown; readonly code?: unknown } | undefined
   if (error._tag === "ResponseError") return `the endpoint answered ${error.response.status}`
-  return typeof cause?.message === "string" && cause.message !== "" ? `${error.message}: ${cause.message}` : error.message
+  return typeof cause?.message === "string" && cause.message !== ""
+    ? `${error.message}: ${cause.message}`
+    : error.message
 }
 
 /** The HTTP client of the exporter: a timeout per request, failures and accepted requests counted. */
@@ -73,7 +82,8 @@ const reportingClient = (report: { failures: Array<string>; accepted: number }) 
         effect.pipe(
           Effect.timeoutFail({
             duration: "10 seconds",
-            onTimeout: () => new HttpClientError.RequestError({ request, reason: "Transport", description: "no answer within 10 s" })
+            onTimeout: () =>
+              new HttpClientError.RequestError({ request, reason: "Transport", description: "no answer within 10 s" })
           }),
           Effect.tap(() => Effect.sync(() => void report.accepted++)),
           Effect.tapError((error) => Effect.sync(() => void report.failures.push(describeHttpError(error))))
@@ -110,7 +120,9 @@ export const withLiveTelemetry = <A, E, R>(
           Effect.zipRight(
             report.failures.length === 0
               ? Effect.void
-              : Output.errorLine(`telemetry: could not send spans to ${settings.url}: ${report.failures[report.failures.length - 1]}`)
+              : Output.errorLine(
+                `telemetry: could not send spans to ${settings.url}: ${report.failures[report.failures.length - 1]}`
+              )
           )
         )
       const start = Effect.gen(function*() {
@@ -126,7 +138,10 @@ export const withLiveTelemetry = <A, E, R>(
           Scope.extend(sessionScope),
           Effect.mapError((error) => new CliError({ reason: `cannot open ${id} for telemetry: ${error.message}` }))
         )
-        yield* Telemetry.follow(Context.get(context, SessionLog), tracer, { content: settings.content, ...(prices === undefined ? {} : { prices }) }).pipe(
+        yield* Telemetry.follow(Context.get(context, SessionLog), tracer, {
+          content: settings.content,
+          ...(prices === undefined ? {} : { prices })
+        }).pipe(
           Scope.extend(followScope)
         )
       })
@@ -150,7 +165,8 @@ export const traceSession = (
     const settings = yield* otlpSettings(options.endpoint)
     if (settings === undefined) {
       return yield* new CliError({
-        reason: "no OTLP endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (for example http://127.0.0.1:4318) or pass --endpoint URL"
+        reason:
+          "no OTLP endpoint: set OTEL_EXPORTER_OTLP_ENDPOINT (for example http://127.0.0.1:4318) or pass --endpoint URL"
       })
     }
     const id = header.sessionId
@@ -171,8 +187,14 @@ export const traceSession = (
       })
     })).pipe(Effect.provide(NodeHttpClient.layerUndici))
     if (spans > 0 && report.accepted === 0) {
-      yield* Output.errorLine(`could not send the spans of ${id} to ${settings.url}: ${report.failures[report.failures.length - 1] ?? "no answer"}`)
+      yield* Output.errorLine(
+        `could not send the spans of ${id} to ${settings.url}: ${
+          report.failures[report.failures.length - 1] ?? "no answer"
+        }`
+      )
       return yield* new ExitWith({ code: 1 })
     }
-    yield* Output.lines([`sent ${spans} span${spans === 1 ? "" : "s"} of ${id} (${events.length} events) to ${settings.url}`])
+    yield* Output.lines([
+      `sent ${spans} span${spans === 1 ? "" : "s"} of ${id} (${events.length} events) to ${settings.url}`
+    ])
   })

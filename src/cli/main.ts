@@ -48,7 +48,10 @@ const color = Help.useColor(process.env, process.stdout.isTTY === true)
 
 /** A usage error: said on stderr with where to look, exit code 2. */
 const usageError = (line: string, hint = "tiller --help lists the commands and options") =>
-  Effect.zipRight(Output.errorLine(`tiller: ${line} (${hint})`), Effect.fail(new ExitWith({ code: Help.USAGE_EXIT_CODE })))
+  Effect.zipRight(
+    Output.errorLine(`tiller: ${line} (${hint})`),
+    Effect.fail(new ExitWith({ code: Help.USAGE_EXIT_CODE }))
+  )
 
 /** The first argument that is neither an option nor a global option's value: the command typed. */
 const typedCommand = (args: ReadonlyArray<string>): string | undefined => {
@@ -68,7 +71,11 @@ const help = Effect.gen(function*() {
 })
 
 // The command line, refused before parsing when a value option has no value.
-const commandLine = (): Effect.Effect<void, CliError | ExitWith | Effect.Effect.Error<Cli>, Effect.Effect.Context<Cli>> => {
+const commandLine = (): Effect.Effect<
+  void,
+  CliError | ExitWith | Effect.Effect.Error<Cli>,
+  Effect.Effect.Context<Cli>
+> => {
   const args = process.argv.slice(2)
   const end = args.indexOf("--")
   if ((end === -1 ? args : args.slice(0, end)).includes("--wizard")) return usageError("unknown option --wizard")
@@ -90,7 +97,9 @@ const commandLine = (): Effect.Effect<void, CliError | ExitWith | Effect.Effect.
         }
         return yield* usageError(
           "the command line does not parse",
-          typed === undefined ? "tiller --help lists the commands and options" : `tiller ${typed} --help shows its usage`
+          typed === undefined
+            ? "tiller --help lists the commands and options"
+            : `tiller ${typed} --help shows its usage`
         )
       }))
   )

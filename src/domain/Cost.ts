@@ -38,7 +38,14 @@ export interface Tally {
  * @since 0.1.0
  * @category constants
  */
-export const empty: Tally = { inputTokens: 0, cacheReadTokens: 0, cacheWriteTokens: 0, outputTokens: 0, usd: 0, unpriced: [] }
+export const empty: Tally = {
+  inputTokens: 0,
+  cacheReadTokens: 0,
+  cacheWriteTokens: 0,
+  outputTokens: 0,
+  usd: 0,
+  unpriced: []
+}
 
 /**
  * Whether a provider counts cached input apart from `inputTokens` (Anthropic).

@@ -5,8 +5,8 @@
  */
 import { Effect, Schema } from "effect"
 import { optional } from "./Exact.js"
-import { CancelCause, LlmFailure } from "./Values.js"
 import { MessageId, SessionId } from "./Ids.js"
+import { CancelCause, LlmFailure } from "./Values.js"
 
 /**
  * Rule identifiers of the relational checker (SPEC 5.2).
@@ -15,8 +15,25 @@ import { MessageId, SessionId } from "./Ids.js"
  * @category models
  */
 export const RuleId = Schema.Literal(
-  "R1", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "R10",
-  "R11", "R12", "R13", "R14", "R15", "R16", "R17", "R18", "R19"
+  "R1",
+  "R2",
+  "R3",
+  "R4",
+  "R5",
+  "R6",
+  "R7",
+  "R8",
+  "R9",
+  "R10",
+  "R11",
+  "R12",
+  "R13",
+  "R14",
+  "R15",
+  "R16",
+  "R17",
+  "R18",
+  "R19"
 )
 
 /**
@@ -81,10 +98,12 @@ export class PreStepFailed extends Schema.TaggedError<PreStepFailed>("tiller/Pre
  * @since 0.1.0
  * @category errors
  */
-export class DuplicateMessage extends Schema.TaggedError<DuplicateMessage>("tiller/DuplicateMessage")("DuplicateMessage", {
-  id: MessageId,
-  state: KnownIdState
-}) {
+export class DuplicateMessage
+  extends Schema.TaggedError<DuplicateMessage>("tiller/DuplicateMessage")("DuplicateMessage", {
+    id: MessageId,
+    state: KnownIdState
+  })
+{
   override get message(): string {
     return `message ${this.id} is already known (${this.state})`
   }
@@ -187,7 +206,10 @@ export class PersistenceError extends Schema.TaggedError<PersistenceError>("till
    */
   static refail(sessionId: string, operation: string) {
     return <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, PersistenceError, R> =>
-      Effect.mapError(self, (cause) => cause instanceof PersistenceError ? cause : new PersistenceError({ sessionId, operation, cause }))
+      Effect.mapError(
+        self,
+        (cause) => cause instanceof PersistenceError ? cause : new PersistenceError({ sessionId, operation, cause })
+      )
   }
 
   override get message(): string {
@@ -207,7 +229,9 @@ export class MalformedLog extends Schema.TaggedError<MalformedLog>("tiller/Malfo
   reason: Schema.String
 }) {
   override get message(): string {
-    return `malformed log of session ${this.sessionId}${this.seq === undefined ? "" : ` at seq ${this.seq}`}: ${this.reason}`
+    return `malformed log of session ${this.sessionId}${
+      this.seq === undefined ? "" : ` at seq ${this.seq}`
+    }: ${this.reason}`
   }
 }
 
@@ -352,10 +376,12 @@ export class HookConfigError extends Schema.TaggedError<HookConfigError>("tiller
  * @since 0.1.0
  * @category errors
  */
-export class PermissionConfigError extends Schema.TaggedError<PermissionConfigError>("tiller/PermissionConfigError")("PermissionConfigError", {
-  path: Schema.String,
-  reason: Schema.String
-}) {
+export class PermissionConfigError
+  extends Schema.TaggedError<PermissionConfigError>("tiller/PermissionConfigError")("PermissionConfigError", {
+    path: Schema.String,
+    reason: Schema.String
+  })
+{
   override get message(): string {
     return `permission settings ${this.path}: ${this.reason}`
   }
@@ -369,12 +395,14 @@ export class PermissionConfigError extends Schema.TaggedError<PermissionConfigEr
  * @since 0.1.0
  * @category errors
  */
-export class HookCommandError extends Schema.TaggedError<HookCommandError>("tiller/HookCommandError")("HookCommandError", {
-  event: Schema.String,
-  command: Schema.String,
-  code: Schema.Literal("SPAWN_FAILED", "TIMEOUT", "OUTPUT_TOO_LARGE", "EXIT_CODE", "MALFORMED_OUTPUT"),
-  detail: Schema.String
-}) {
+export class HookCommandError
+  extends Schema.TaggedError<HookCommandError>("tiller/HookCommandError")("HookCommandError", {
+    event: Schema.String,
+    command: Schema.String,
+    code: Schema.Literal("SPAWN_FAILED", "TIMEOUT", "OUTPUT_TOO_LARGE", "EXIT_CODE", "MALFORMED_OUTPUT"),
+    detail: Schema.String
+  })
+{
   override get message(): string {
     return `${this.event} hook ${JSON.stringify(this.command)}: ${this.detail}`
   }

@@ -33,7 +33,8 @@ const isNonEmptyString = (u: unknown): boolean => typeof u === "string" && u.len
 // `Schema.Number` after the lossless JSON rule: finite and not -0.
 const isNumber = (u: unknown): boolean => typeof u === "number" && Number.isFinite(u) && (u !== 0 || 1 / u > 0)
 // `Schema.NonNegativeInt` after the lossless JSON rule (-0 passes the Schema but not the JSON rule).
-const isCount = (u: unknown): boolean => typeof u === "number" && Number.isSafeInteger(u) && (u > 0 || (u === 0 && 1 / u > 0))
+const isCount = (u: unknown): boolean =>
+  typeof u === "number" && Number.isSafeInteger(u) && (u > 0 || (u === 0 && 1 / u > 0))
 const isPositive = (u: unknown): boolean => typeof u === "number" && Number.isSafeInteger(u) && u > 0
 const isJson = (u: unknown): boolean => jsonProblem(u) === undefined
 
@@ -102,7 +103,9 @@ const isToolResultMessage = (u: unknown): boolean => {
   const content = u["content"]
   if (!Array.isArray(content) || content.length !== 1 || !isToolResultBlock(content[0])) return false
   const source = u["source"]
-  if (!isObject(source) || source["kind"] !== "tool" || !isString(source["callId"]) || keyCount(source) !== 2) return false
+  if (!isObject(source) || source["kind"] !== "tool" || !isString(source["callId"]) || keyCount(source) !== 2) {
+    return false
+  }
   return (content[0] as Fields)["toolCallId"] === source["callId"]
 }
 
@@ -272,7 +275,9 @@ const payloads: ReadonlyMap<string, PayloadCheck> = new Map<string, PayloadCheck
       keyCount(d) === 5
   ],
   ["agent/inbox/spliced", (d) => {
-    if (!isObject(d) || (d["target"] !== "next-turn" && d["target"] !== "next-step") || !isCount(d["start"])) return false
+    if (!isObject(d) || (d["target"] !== "next-turn" && d["target"] !== "next-step") || !isCount(d["start"])) {
+      return false
+    }
     if (!isArrayOf(d["inserted"], isUserMessage)) return false
     const removed = optionalField(d, "removedCount", isPositive)
     const outcome = optionalField(d, "outcome", (u) => u === "canceled")
@@ -289,8 +294,7 @@ const payloads: ReadonlyMap<string, PayloadCheck> = new Map<string, PayloadCheck
 ])
 
 // A compaction payload: `turn` (null or positive) and any other JSON fields.
-const isCompaction = (d: unknown): boolean =>
-  isObject(d) && (d["turn"] === null || isPositive(d["turn"])) && isJson(d)
+const isCompaction = (d: unknown): boolean => isObject(d) && (d["turn"] === null || isPositive(d["turn"])) && isJson(d)
 
 // The surfaced event types carry `surfaceOp` and may carry `sourceEventSeqs`.
 const surfaced: ReadonlySet<string> = new Set(["user/message", "assistant/message", "tool/result"])

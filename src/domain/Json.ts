@@ -60,7 +60,14 @@ interface Walk {
 
 const walkAt = (path: string): Walk =>
   path === EVENT_ROOT
-    ? { at: [], ancestors: [], depthLimit: MAX_JSON_DEPTH + EVENT_ENVELOPE_DEPTH, sizeLimit: Infinity, size: 0, problem: undefined }
+    ? {
+      at: [],
+      ancestors: [],
+      depthLimit: MAX_JSON_DEPTH + EVENT_ENVELOPE_DEPTH,
+      sizeLimit: Infinity,
+      size: 0,
+      problem: undefined
+    }
     : { at: [], ancestors: [], depthLimit: MAX_JSON_DEPTH, sizeLimit: MAX_JSON_SIZE, size: 0, problem: undefined }
 
 // The reason for a walk's problem: a size is the whole value's, named at its root.

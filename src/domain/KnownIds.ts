@@ -4,8 +4,8 @@
  * @since 0.1.0
  */
 import { Option } from "effect"
-import * as VersionedMap from "./VersionedMap.js"
 import type { KnownIdState } from "./Errors.js"
+import * as VersionedMap from "./VersionedMap.js"
 
 /**
  * What the log says about one id.
@@ -66,7 +66,8 @@ export const stateOfRecord = (record: IdRecord): KnownIdState =>
  * @since 0.1.0
  * @category getters
  */
-export const idState = (known: KnownIds, id: string): Option.Option<KnownIdState> => Option.fromNullable(stateOf(known, id))
+export const idState = (known: KnownIds, id: string): Option.Option<KnownIdState> =>
+  Option.fromNullable(stateOf(known, id))
 
 /**
  * The state of `id`, or `undefined` when unknown ({@link idState} without the `Option`).
@@ -119,5 +120,7 @@ export const markRemoved = (known: KnownIds, ids: Iterable<string>, removal: "cl
  */
 export const markEntered = (known: KnownIds, id: string): KnownIds => {
   const record = VersionedMap.get(known, id) ?? fresh
-  return record.entered ? known : VersionedMap.set(known, id, { pending: record.pending, entered: true, removal: record.removal })
+  return record.entered
+    ? known
+    : VersionedMap.set(known, id, { pending: record.pending, entered: true, removal: record.removal })
 }

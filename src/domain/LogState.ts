@@ -6,10 +6,10 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
-import * as GrowOnly from "./GrowOnly.js"
 import type { RuleId } from "./Errors.js"
 import type { SessionEvent, SpliceData, SurfaceOp } from "./Event.js"
 import { isCoreType } from "./Event.js"
+import * as GrowOnly from "./GrowOnly.js"
 import { jsonEquals } from "./Json.js"
 import type { KnownIds } from "./KnownIds.js"
 import { emptyKnownIds, isKnown, markEntered, markPending, markRemoved, recordOf } from "./KnownIds.js"
@@ -104,7 +104,17 @@ class FoldState implements LogState {
  * @category constructors
  */
 export const initialLogState = (seedLength = 0): LogState =>
-  new FoldState(0, seedLength, emptyPending, emptyPending, emptyKnownIds(), SurfaceHistory.empty(), initialRelations, -1, 0)
+  new FoldState(
+    0,
+    seedLength,
+    emptyPending,
+    emptyPending,
+    emptyKnownIds(),
+    SurfaceHistory.empty(),
+    initialRelations,
+    -1,
+    0
+  )
 
 /**
  * Advances the fold by one event. Always returns a best-effort next state; the event is acceptable
@@ -119,7 +129,12 @@ export const advance = (
   eventAt: (seq: number) => SessionEvent | undefined,
   options: FoldOptions
 ): { readonly state: LogState; readonly violations: ReadonlyArray<Violation> } =>
-  advanceFrom(event.seq >= state.seedLength && state.seedInbox !== emptyPending ? endSeed(state) : state, event, eventAt, options)
+  advanceFrom(
+    event.seq >= state.seedLength && state.seedInbox !== emptyPending ? endSeed(state) : state,
+    event,
+    eventAt,
+    options
+  )
 
 // At `seedLength` the seed's lists are dropped (the session's inbox starts empty, 6.6 step 6): ids
 // still pending there were never removed, so they are known as discarded.
@@ -195,9 +210,12 @@ const advanceFrom = (
       } else if (!seed) {
         violations.push({ rule: "R18", message: `invalid inbox splice: ${applied.left}` })
       } else {
-        if (shape === undefined) acceptance(violations, "invalid inbox splice: splice has none of the four valid shapes")
+        if (shape === undefined) {
+          acceptance(violations, "invalid inbox splice: splice has none of the four valid shapes")
+        }
         if (data.inserted.length > 0) {
-          mark = (known) => markRemoved(known, data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id)), "cancel")
+          mark = (known) =>
+            markRemoved(known, data.inserted.map((m) => m.id).filter((id) => !isKnown(known, id)), "cancel")
         }
       }
       break
@@ -205,7 +223,10 @@ const advanceFrom = (
     case "user/message":
     case "assistant/message":
     case "tool/result": {
-      const e = event as SessionEvent & { readonly surfaceOp: SurfaceOp; readonly sourceEventSeqs?: ReadonlyArray<number> }
+      const e = event as SessionEvent & {
+        readonly surfaceOp: SurfaceOp
+        readonly sourceEventSeqs?: ReadonlyArray<number>
+      }
       const citationProblem = e.type === "user/message" && e.surfaceOp === "append" && e.sourceEventSeqs !== undefined
         ? `an appended user/message carries no sourceEventSeqs`
         : checkCitations(e.type, e.seq, e.sourceEventSeqs)
@@ -310,11 +331,15 @@ const checkReplacement = (
   const cites = new Set(event.sourceEventSeqs ?? [])
   for (const seq of shadowed) {
     if (!cites.has(seq)) return `replacement must cite every shadowed seq (missing ${seq})`
-    if (state.openStepStart >= 0 && seq > state.openStepStart) return `replacement range holds seq ${seq} of the open step`
+    if (state.openStepStart >= 0 && seq > state.openStepStart) {
+      return `replacement range holds seq ${seq} of the open step`
+    }
   }
   if (event.type === "tool/result") {
     const target = eventAt(op.start)
-    if (from !== to || target?.type !== "tool/result") return `a tool/result replacement must shadow exactly one tool/result`
+    if (from !== to || target?.type !== "tool/result") {
+      return `a tool/result replacement must shadow exactly one tool/result`
+    }
     const before = (target.data as { readonly message: ToolResultMessage }).message
     const after = (event.data as { readonly message: ToolResultMessage }).message
     const strip = (m: ToolResultMessage) => ({ ...m, content: [{ ...m.content[0], content: [] }] })
@@ -330,7 +355,11 @@ const checkReplacement = (
     const seq = surface.buffer[i]!
     const e = eventAt(seq)
     if (e?.type === "assistant/message") {
-      for (const block of (e.data as { readonly message: { readonly content: ReadonlyArray<{ readonly type: string; readonly id?: string }> } }).message.content) {
+      for (
+        const block of (e.data as {
+          readonly message: { readonly content: ReadonlyArray<{ readonly type: string; readonly id?: string }> }
+        }).message.content
+      ) {
         if (block.type === "tool-call" && block.id !== undefined) callOwner.set(block.id, seq)
       }
     } else if (e?.type === "tool/result") {

@@ -5,8 +5,8 @@
  */
 import { Effect, Either } from "effect"
 import { InvalidEvent } from "./Errors.js"
-import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "./Ids.js"
 import { acceptsUserMessageJson } from "./EventDecoder.js"
+import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "./Ids.js"
 import { jsonProblem, losslessDecoder } from "./Json.js"
 import type { ImageBlock, MessageSource, TextBlock } from "./Values.js"
 import { UserMessage } from "./Values.js"
@@ -79,13 +79,18 @@ export const userMessage = (input: UserMessageInput): UserMessage => {
     content: hasText ? [{ type: "text", text }] : content,
     source: source ?? { kind: "user" }
   }
-  return Either.getOrThrowWith(validateUserMessage(candidate), (reason) => new InvalidEvent({ type: "user/message", reason }))
+  return Either.getOrThrowWith(
+    validateUserMessage(candidate),
+    (reason) => new InvalidEvent({ type: "user/message", reason })
+  )
 }
 
 // The input's fields, each read once (a getter or `Proxy` trap may throw: that is invalid input).
 const readInput = (input: UserMessageInput): Either.Either<Record<keyof UserMessageInput, unknown>, string> => {
   if (typeof input !== "object" || input === null) {
-    return Either.left(`input: expected an object with id and text or content, found ${input === null ? "null" : typeof input}`)
+    return Either.left(
+      `input: expected an object with id and text or content, found ${input === null ? "null" : typeof input}`
+    )
   }
   try {
     return Either.right({ id: input.id, text: input.text, content: input.content, source: input.source })

@@ -107,7 +107,12 @@ export const emptyStep: StepRelations = {
  * @since 0.1.0
  * @category updates
  */
-export const withChunk = (s: Relations, step: StepRelations, seq: number, finish: StepRelations["finish"]): Relations => {
+export const withChunk = (
+  s: Relations,
+  step: StepRelations,
+  seq: number,
+  finish: StepRelations["finish"]
+): Relations => {
   const nextStep = copyStep(step)
   nextStep.chunkSeqs = GrowOnly.push(step.chunkSeqs, seq)
   nextStep.finish = finish

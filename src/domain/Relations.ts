@@ -5,16 +5,16 @@
  *
  * @since 0.1.0
  */
-import * as GrowOnly from "./GrowOnly.js"
 import type { RuleId } from "./Errors.js"
 import type { CoreEvent, SessionEvent, SpliceData } from "./Event.js"
 import { isCoreEvent } from "./Event.js"
+import * as GrowOnly from "./GrowOnly.js"
 import type { KnownIds } from "./KnownIds.js"
 import { isKnown } from "./KnownIds.js"
-import type { SpliceShape } from "./Splice.js"
-import type { ToolCallBlock, UserMessage } from "./Values.js"
 import type { Relations, StepRelations } from "./RelationState.js"
 import { copy, copyStep, emptyStep, patched, withChunk, withStep } from "./RelationState.js"
+import type { SpliceShape } from "./Splice.js"
+import type { ToolCallBlock, UserMessage } from "./Values.js"
 
 /**
  * One violated rule at one event.
@@ -68,7 +68,9 @@ export const relate = (
   if (s.claimPhase === "after-turn-start" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
     violate(out, "R7", `turn/start ${s.lastTurn} is not followed by a claim`)
     s = patched(s, { claimPhase: "none" })
-  } else if (s.claimPhase === "after-initial-ns" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")) {
+  } else if (
+    s.claimPhase === "after-initial-ns" && !(event.type === "agent/inbox/spliced" && facts.spliceShape === "claim")
+  ) {
     s = patched(s, { claimPhase: "none" })
   }
   const entering = s.entering
@@ -178,7 +180,9 @@ const relateCore = (
       const step = stepEnclosed(s, d.turn, d.step, "assistant/chunk", out)
       if (!s.headerSeen) violate(out, "R17", `assistant/chunk before any request/header`)
       if (step === undefined) return s
-      if (d.attempt !== step.attempt) violate(out, "R10", `chunk attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      if (d.attempt !== step.attempt) {
+        violate(out, "R10", `chunk attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      }
       if (step.finish !== undefined) violate(out, "R10", `chunk after the finish chunk of attempt ${step.attempt}`)
       const finish = d.chunk.type === "finish" ? d.chunk.finish.kind : step.finish
       return withChunk(s, step, event.seq, finish)
@@ -187,7 +191,9 @@ const relateCore = (
       const d = event.data
       const step = stepEnclosed(s, d.turn, d.step, "assistant/message", out)
       if (step === undefined) return s
-      if (d.attempt !== step.attempt) violate(out, "R10", `assistant/message attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      if (d.attempt !== step.attempt) {
+        violate(out, "R10", `assistant/message attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      }
       const interrupted = d.interrupted === true
       const calls = d.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
       if (step.anchor !== undefined) violate(out, "R11", `a second assistant/message in step ${s.lastStep}`)
@@ -275,12 +281,17 @@ const relateCore = (
       const d = event.data
       const step = stepEnclosed(s, d.turn, d.step, "llm/retry", out)
       if (step === undefined) return s
-      if (d.attempt !== step.attempt) violate(out, "R10", `llm/retry attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
-      else if (step.finish !== "error" && step.finish !== "aborted") {
+      if (d.attempt !== step.attempt) {
+        violate(out, "R10", `llm/retry attempt ${d.attempt} but the step is at attempt ${step.attempt}`)
+      } else if (step.finish !== "error" && step.finish !== "aborted") {
         violate(out, "R10", `llm/retry for attempt ${d.attempt} without a failure finish`)
       } else if (step.anchor !== undefined) violate(out, "R10", `llm/retry after an assistant/message`)
       return patched(s, {
-        step: Object.assign(copyStep(step), { attempt: step.attempt + 1, chunkSeqs: GrowOnly.empty(), finish: undefined })
+        step: Object.assign(copyStep(step), {
+          attempt: step.attempt + 1,
+          chunkSeqs: GrowOnly.empty(),
+          finish: undefined
+        })
       })
     }
     case "agent/inbox/spliced":

@@ -10,7 +10,8 @@ import type { ToolCallBlock, ToolResultMessage } from "./Values.js"
 
 const OUTCOME_UNKNOWN =
   "Error: the session was interrupted while this tool call was running; its outcome is unknown. Check the current state before retrying anything with side effects."
-const NOT_STARTED = "Error: the session was interrupted before this tool call started; it did not run and may be retried."
+const NOT_STARTED =
+  "Error: the session was interrupted before this tool call started; it did not run and may be retried."
 
 /**
  * The closers for a log ending inside an open turn: synthetic results for unanswered calls of an
@@ -52,7 +53,9 @@ export const repairClosers = (events: ReadonlyArray<SessionEvent>): ReadonlyArra
       const e = events[i]!
       if (e.type === "assistant/message") {
         const d = (e as EventOf<"assistant/message">).data
-        calls = d.interrupted === true ? [] : d.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
+        calls = d.interrupted === true
+          ? []
+          : d.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
       } else if (e.type === "tool/call") {
         callSeqs.set((e as EventOf<"tool/call">).data.callId, e.seq)
       } else if (e.type === "tool/result" && (e as EventOf<"tool/result">).surfaceOp === "append") {
@@ -78,7 +81,14 @@ export const repairClosers = (events: ReadonlyArray<SessionEvent>): ReadonlyArra
         : { name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" }
       const result: EventOf<"tool/result"> = callSeq === undefined
         ? { type: "tool/result", seq, time, data: { turn, step, message, error }, surfaceOp: "append" }
-        : { type: "tool/result", seq, time, data: { turn, step, message, error }, surfaceOp: "append", sourceEventSeqs: [callSeq] }
+        : {
+          type: "tool/result",
+          seq,
+          time,
+          data: { turn, step, message, error },
+          surfaceOp: "append",
+          sourceEventSeqs: [callSeq]
+        }
       out.push(result)
       seq++
     }

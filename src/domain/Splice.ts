@@ -5,9 +5,9 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
-import * as GrowOnly from "./GrowOnly.js"
-import type { SessionEvent, SpliceData } from "./Event.js"
 import { MalformedLog } from "./Errors.js"
+import type { SessionEvent, SpliceData } from "./Event.js"
+import * as GrowOnly from "./GrowOnly.js"
 import type { InboxTarget, UserMessage } from "./Values.js"
 
 /**
@@ -109,11 +109,15 @@ export const applySplice = (
   if (spliceShape(data) === undefined) return Either.left("splice has none of the four valid shapes")
   const list = listOf(lists, data.target)
   const removedCount = data.removedCount ?? 0
-  if (!Number.isInteger(data.start) || data.start < 0) return Either.left(`start ${data.start} is not a non-negative integer`)
+  if (!Number.isInteger(data.start) || data.start < 0) {
+    return Either.left(`start ${data.start} is not a non-negative integer`)
+  }
   if (data.removedCount !== undefined && (!Number.isInteger(data.removedCount) || data.removedCount < 1)) {
     return Either.left(`removedCount ${data.removedCount} is not a positive integer`)
   }
-  if (data.start > list.length) return Either.left(`start ${data.start} is past the end of ${data.target} (length ${list.length})`)
+  if (data.start > list.length) {
+    return Either.left(`start ${data.start} is past the end of ${data.target} (length ${list.length})`)
+  }
   if (removedCount > list.length - data.start) {
     return Either.left(`removedCount ${removedCount} exceeds ${data.target} (length ${list.length}) from ${data.start}`)
   }
@@ -204,7 +208,10 @@ export const applyPending = (
   isPending: (id: string) => boolean
 ): Either.Either<{ readonly pending: PendingLists; readonly removed: ReadonlyArray<UserMessage> }, string> => {
   const list = pendingOf(pending, data.target)
-  if (data.removedCount === undefined && data.start === list.length && data.inserted.length > 0 && data.outcome === undefined) {
+  if (
+    data.removedCount === undefined && data.start === list.length && data.inserted.length > 0 &&
+    data.outcome === undefined
+  ) {
     // The common insertion at the end: validate ids, then push without copying the list.
     // One message (the usual delivery) needs no set of the ids seen.
     const seen = data.inserted.length > 1 ? new Set<string>() : undefined
@@ -231,7 +238,9 @@ export const applyPending = (
 }
 
 const withList = (pending: PendingLists, target: InboxTarget, list: GrowOnly.GrowOnly<UserMessage>): PendingLists =>
-  target === "next-turn" ? { nextTurn: list, nextStep: pending.nextStep } : { nextTurn: pending.nextTurn, nextStep: list }
+  target === "next-turn"
+    ? { nextTurn: list, nextStep: pending.nextStep }
+    : { nextTurn: pending.nextTurn, nextStep: list }
 
 /**
  * Folds every splice with `seq >= seedLength` into the two pending lists (SPEC 2.7).

@@ -4,8 +4,8 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
-import * as GrowOnly from "./GrowOnly.js"
 import type { SessionEvent, SurfaceOp } from "./Event.js"
+import * as GrowOnly from "./GrowOnly.js"
 import { freezeCopy } from "./Json.js"
 import type { Message } from "./Values.js"
 

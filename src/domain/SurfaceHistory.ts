@@ -194,7 +194,10 @@ export class SurfaceHistory {
       surface[position] = patch.seq
       messages[patch.messageIndex] = patch.message
     }
-    this.built = { surface: { buffer: surface, length: surface.length }, messages: { buffer: messages, length: messages.length } }
+    this.built = {
+      surface: { buffer: surface, length: surface.length },
+      messages: { buffer: messages, length: messages.length }
+    }
     return this.built
   }
 }

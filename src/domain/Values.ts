@@ -24,7 +24,11 @@ export type TextBlock = typeof TextBlock.Type
  * @since 0.1.0
  * @category schemas
  */
-export const ImageBlock = Schema.Struct({ type: Schema.Literal("image"), mediaType: Schema.String, data: Schema.String })
+export const ImageBlock = Schema.Struct({
+  type: Schema.Literal("image"),
+  mediaType: Schema.String,
+  data: Schema.String
+})
 /** A base64 image block. @since 0.1.0 @category models */
 export type ImageBlock = typeof ImageBlock.Type
 

@@ -7,13 +7,7 @@ export * from "./Check.js"
 export * as Cost from "./Cost.js"
 export type { DriverEvent } from "./DriverEvent.js"
 export * from "./Errors.js"
-export {
-  CORE_EVENT_TYPES,
-  LOG_FORMAT_VERSION,
-  SessionEvent,
-  SessionHeader,
-  SurfaceOp
-} from "./Event.js"
+export { CORE_EVENT_TYPES, LOG_FORMAT_VERSION, SessionEvent, SessionHeader, SurfaceOp } from "./Event.js"
 export { MessageId, SessionId } from "./Ids.js"
 export type { Json } from "./Json.js"
 export { newUserMessage, userMessage } from "./Message.js"

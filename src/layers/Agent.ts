@@ -6,6 +6,7 @@
  */
 import type { Schedule, Scope } from "effect"
 import { Context, Duration, Effect, FiberSet, Layer, Option, STM, TRef } from "effect"
+import type { DriverEvent } from "../domain/DriverEvent.js"
 import type {
   AgentBusy,
   MalformedLog,
@@ -15,20 +16,22 @@ import type {
   UnsupportedLogVersion
 } from "../domain/Errors.js"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
-import type { RequestHeader } from "../domain/Values.js"
-import { currentActivity, watchStops } from "../internal/loop/Activity.js"
-import { makeStopWatch } from "../internal/loop/StopWatch.js"
 import * as GrowOnly from "../domain/GrowOnly.js"
+import type { RequestHeader } from "../domain/Values.js"
+import { contextWindowOf } from "../internal/compaction/Budget.js"
+import { DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
+import { currentActivity, watchStops } from "../internal/loop/Activity.js"
+import { withAgentTool } from "../internal/loop/AgentTool.js"
 import { HooksRunner } from "../internal/loop/HooksRunner.js"
 import type { LoopContext } from "../internal/loop/LoopContext.js"
 import type { DriverState, Phase } from "../internal/loop/Phase.js"
 import { causeOf, getPhase, setPhase } from "../internal/loop/Phase.js"
-import { publish, SessionState } from "../internal/state/SessionState.js"
-import type { DriverEvent } from "../domain/DriverEvent.js"
+import { makeStopWatch } from "../internal/loop/StopWatch.js"
 import { ToolRegistry } from "../internal/loop/ToolRegistry.js"
 import type { ToolRegistryShape } from "../internal/loop/ToolRegistry.js"
-import * as WakeMarks from "../internal/state/WakeMarks.js"
 import { runTurnClosing } from "../internal/loop/Turn.js"
+import { publish, SessionState } from "../internal/state/SessionState.js"
+import * as WakeMarks from "../internal/state/WakeMarks.js"
 import type { CompactionOptions } from "../services/Compaction.js"
 import * as CompactionModule from "../services/Compaction.js"
 import { Compaction } from "../services/Compaction.js"
@@ -39,14 +42,11 @@ import { Inbox, makeInbox } from "../services/Inbox.js"
 import { Model } from "../services/Model.js"
 import * as PreStepModule from "../services/PreStep.js"
 import { PreStep } from "../services/PreStep.js"
-import { makeSessionLog, SessionLog } from "../services/SessionLog.js"
-import type { SessionStore } from "../services/SessionStore.js"
 import type { ReadHistoryOptions } from "../services/ReadHistory.js"
 import { makeTool as makeReadHistoryTool, ReadHistory } from "../services/ReadHistory.js"
+import { makeSessionLog, SessionLog } from "../services/SessionLog.js"
+import type { SessionStore } from "../services/SessionStore.js"
 import { Tools } from "../services/Tools.js"
-import { withAgentTool } from "../internal/loop/AgentTool.js"
-import { contextWindowOf } from "../internal/compaction/Budget.js"
-import { DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
 import type { OpenTarget } from "./Session.js"
 import { acquireState } from "./Session.js"
 
@@ -121,12 +121,19 @@ const readHistoryOptions = (options: AgentOptions): ReadHistoryOptions => {
   const compaction = options.compaction
   if (compaction === undefined) return own
   const cap = compaction.toolResultLimits?.[ReadHistory.name] ?? compaction.maxToolResultChars ??
-    Math.min(DEFAULT_MAX_TOOL_RESULT_CHARS, compaction.contextWindow ?? contextWindowOf(compaction.model ?? options.model?.model))
+    Math.min(
+      DEFAULT_MAX_TOOL_RESULT_CHARS,
+      compaction.contextWindow ?? contextWindowOf(compaction.model ?? options.model?.model)
+    )
   return { ...own, maxChars: Math.min(own.maxChars ?? 10_000, cap) }
 }
 
 /** The registry the loop reads: with `read_history` over this session's log when the option is on. */
-const withReadHistory = (registry: ToolRegistryShape, session: SessionState["Type"], options: AgentOptions): ToolRegistryShape => {
+const withReadHistory = (
+  registry: ToolRegistryShape,
+  session: SessionState["Type"],
+  options: AgentOptions
+): ToolRegistryShape => {
   if (options.readHistory === undefined || options.readHistory === false) return registry
   const view = Effect.map(STM.commit(TRef.get(session.log)), ({ events, fold }) => ({
     length: events.length,
@@ -139,7 +146,11 @@ const withReadHistory = (registry: ToolRegistryShape, session: SessionState["Typ
 // The driver of the session in the context, its fibers and disposal finalizer in the current scope.
 const acquireDriver = (
   options: AgentOptions
-): Effect.Effect<Context.Tag.Service<Driver>, never, SessionState | PreStep | HooksRunner | Model | Tools | Scope.Scope> =>
+): Effect.Effect<
+  Context.Tag.Service<Driver>,
+  never,
+  SessionState | PreStep | HooksRunner | Model | Tools | Scope.Scope
+> =>
   Effect.gen(function*() {
     const session = yield* SessionState
     const preStep = yield* PreStep
@@ -170,7 +181,10 @@ const acquireDriver = (
       preStep: { run: preStep.run, isQuiet: preStepQuiet },
       hooks: {
         request: (input, seed) =>
-          hooks.runRequest({ sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt }, seed),
+          hooks.runRequest(
+            { sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt },
+            seed
+          ),
         requestError: hooks.runRequestError,
         turnStopping: hooks.runTurnStopping,
         toolPre: hooks.runToolPre,
@@ -184,7 +198,9 @@ const acquireDriver = (
         modeOf: registry.modeOf,
         maxParallelToolCalls: tools.maxParallelToolCalls
       },
-      defaults: maxRetryDelay === undefined ? requestDefaults : { ...requestDefaults, maxRetryDelay: Duration.decode(maxRetryDelay) },
+      defaults: maxRetryDelay === undefined
+        ? requestDefaults
+        : { ...requestDefaults, maxRetryDelay: Duration.decode(maxRetryDelay) },
       requests: { first: true, lastHeader: lastHeaderOf(events) },
       runBody
     })
@@ -238,7 +254,9 @@ const acquireDriver = (
         yield* STM.commit(
           STM.gen(function*() {
             const phase = yield* TRef.get(ds.phase)
-            if (phase._tag !== "Idle" && !(yield* TRef.get(session.poisonedWatch))) return yield* STM.retry
+            if (phase._tag !== "Idle" && !(yield* TRef.get(session.poisonedWatch))) {
+              return yield* STM.retry
+            }
           })
         )
       })
@@ -311,7 +329,11 @@ export const Agent = {
     options: O
   ): Layer.Layer<AgentServices<O>, AgentOpenError, SessionStore | Model | Tools> =>
     // `Compaction` is in the context exactly when the option is given (see `acquireAgent`).
-    Layer.scopedContext(acquireAgent(options)) as Layer.Layer<never, AgentOpenError, SessionStore | Model | Tools> as Layer.Layer<
+    Layer.scopedContext(acquireAgent(options)) as Layer.Layer<
+      never,
+      AgentOpenError,
+      SessionStore | Model | Tools
+    > as Layer.Layer<
       AgentServices<O>,
       AgentOpenError,
       SessionStore | Model | Tools

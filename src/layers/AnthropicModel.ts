@@ -29,8 +29,8 @@ import type { ModelError } from "../domain/Errors.js"
 import type { ImageBlock, LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema } from "../domain/Values.js"
 import * as AnthropicCache from "../internal/providers/AnthropicCache.js"
 import * as AnthropicEvents from "../internal/providers/AnthropicEvents.js"
-import { providerParameters } from "../internal/providers/ProviderParameters.js"
 import * as ProviderHttp from "../internal/providers/ProviderHttp.js"
+import { providerParameters } from "../internal/providers/ProviderParameters.js"
 import type { Timeouts } from "../internal/providers/ProviderTimeouts.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
@@ -297,7 +297,9 @@ export const toAnthropicRequest = (
  * @since 0.1.0
  * @category constructors
  */
-export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof Model>, never, HttpClient.HttpClient> =>
+export const make = (
+  options: Options
+): Effect.Effect<Context.Tag.Service<typeof Model>, never, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const client = yield* HttpClient.HttpClient
     const endpoint: ProviderHttp.Endpoint = {
@@ -306,7 +308,9 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
       headers: {
         "anthropic-version": "2023-06-01",
         "content-type": "application/json",
-        ...((options.promptCaching ?? true) && options.cacheTtl === "1h" ? { "anthropic-beta": AnthropicCache.EXTENDED_TTL_BETA } : {}),
+        ...((options.promptCaching ?? true) && options.cacheTtl === "1h"
+          ? { "anthropic-beta": AnthropicCache.EXTENDED_TTL_BETA }
+          : {}),
         ...(options.apiKey === undefined ? {} : { "x-api-key": Redacted.value(options.apiKey) })
       },
       secret: options.apiKey,

@@ -20,8 +20,8 @@ import { makeConfinement } from "../internal/tools/Confine.js"
 import { makeEdit } from "../internal/tools/EditTool.js"
 import { makeGlob } from "../internal/tools/GlobTool.js"
 import { makeGrep } from "../internal/tools/GrepTool.js"
-import { makeRead } from "../internal/tools/ReadTool.js"
 import { makeReadRecord } from "../internal/tools/ReadRecord.js"
+import { makeRead } from "../internal/tools/ReadTool.js"
 import { makeWrite } from "../internal/tools/WriteTool.js"
 import type { ToolsOptions } from "../services/Tools.js"
 import { Tools } from "../services/Tools.js"
@@ -66,7 +66,14 @@ export const make = (options: CodingToolsOptions = {}): Effect.Effect<ReadonlyAr
       env: scrubEnvironment(options.env ?? process.env),
       ripgrep: options.ripgrep ?? "rg"
     }
-    return [makeBash(workspace), makeEdit(workspace), makeGlob(workspace), makeGrep(workspace), makeRead(workspace), makeWrite(workspace)]
+    return [
+      makeBash(workspace),
+      makeEdit(workspace),
+      makeGlob(workspace),
+      makeGrep(workspace),
+      makeRead(workspace),
+      makeWrite(workspace)
+    ]
   })
 
 /**
@@ -85,7 +92,10 @@ export const CodingTools = {
    * @since 0.1.0
    */
   layer: (
-    options: CodingToolsOptions & { readonly extra?: ReadonlyArray<ToolDefinition<any>> } & Pick<ToolsOptions, "maxParallelToolCalls"> = {}
+    options:
+      & CodingToolsOptions
+      & { readonly extra?: ReadonlyArray<ToolDefinition<any>> }
+      & Pick<ToolsOptions, "maxParallelToolCalls"> = {}
   ): Layer.Layer<Tools> =>
     Layer.unwrapEffect(Effect.map(make(options), (tools) =>
       Tools.layer({

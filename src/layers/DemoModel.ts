@@ -44,7 +44,10 @@ const toolRequest = (
   const rest = match[3]!.trim()
   if (rest.startsWith("{")) return { name, arguments: rest }
   // A bare argument fills the tool's first required string parameter.
-  const parameters = tool.parameters as { readonly properties?: Record<string, unknown>; readonly required?: ReadonlyArray<string> }
+  const parameters = tool.parameters as {
+    readonly properties?: Record<string, unknown>
+    readonly required?: ReadonlyArray<string>
+  }
   const first = parameters.required?.[0] ?? Object.keys(parameters.properties ?? {})[0]
   return { name, arguments: first === undefined || rest === "" ? "{}" : JSON.stringify({ [first]: rest }) }
 }
@@ -57,7 +60,9 @@ const summaryOf = (request: string): string => {
   return [
     `Goal: ${users[0] ?? "not stated"}`,
     `Decisions: none recorded (the demo model writes no real summary)`,
-    `State of the work: ${users.length} user message${users.length === 1 ? "" : "s"} summarised${request.includes("<previous-summary>") ? ", previous summary updated" : ""}`,
+    `State of the work: ${users.length} user message${users.length === 1 ? "" : "s"} summarised${
+      request.includes("<previous-summary>") ? ", previous summary updated" : ""
+    }`,
     `Files and tools touched: ${tools.length === 0 ? "none" : tools.join(", ")}`,
     `Open questions: none${focus === undefined ? "" : ` (focus: ${focus})`}`
   ].join("\n")
@@ -100,7 +105,9 @@ export const respond = (request: ModelRequest): ReadonlyArray<StreamChunk> => {
   const lines = entered.length === 0
     ? ["Nothing new entered this step."]
     : [
-      `Step ${request.step} of turn ${request.turn} brought ${entered.length} message${entered.length === 1 ? "" : "s"}:`,
+      `Step ${request.step} of turn ${request.turn} brought ${entered.length} message${
+        entered.length === 1 ? "" : "s"
+      }:`,
       ...entered.map((m, i) => `${i + 1}. [${describeSource(m)}] ${textOf(m)}`)
     ]
   const text = lines.join("\n")
@@ -124,4 +131,3 @@ export const respond = (request: ModelRequest): ReadonlyArray<StreamChunk> => {
 export const layer: Layer.Layer<Model> = Layer.succeed(Model, {
   stream: (request) => Stream.suspend(() => Stream.fromIterable(respond(request))).pipe(Stream.rechunk(1))
 })
-

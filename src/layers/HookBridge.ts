@@ -20,9 +20,9 @@
  *
  * @since 0.1.0
  */
-import * as path from "node:path"
 import type { Scope } from "effect"
 import { Duration, Effect, Layer, Option } from "effect"
+import * as path from "node:path"
 import { HookConfigError } from "../domain/Errors.js"
 import type { Json } from "../domain/Json.js"
 import { newUserMessage } from "../domain/Message.js"
@@ -92,7 +92,8 @@ const contextMessage = (hook: string, event: HookEvent, text: string) =>
   newUserMessage({ text, source: { kind: "hook", hook, event } })
 
 /** The first blocking reason among the runs, if any. */
-const blockOf = (runs: ReadonlyArray<HookRun>): string | undefined => runs.find((r) => r.answer.block !== undefined)?.answer.block
+const blockOf = (runs: ReadonlyArray<HookRun>): string | undefined =>
+  runs.find((r) => r.answer.block !== undefined)?.answer.block
 
 /** A tool call's arguments as a hook's `tool_input`: the raw JSON object, else the decoded parameters. */
 const toolInputOf = (raw: string, params: unknown): unknown => {
@@ -115,7 +116,11 @@ export const loadHookSettings = (options: HookBridgeOptions = {}): Effect.Effect
     const cwd = options.cwd ?? process.cwd()
     const files = options.noFiles === true
       ? []
-      : settingsFiles({ cwd, claude: options.claudeSettings === true, ...(options.home === undefined ? {} : { home: options.home }) })
+      : settingsFiles({
+        cwd,
+        claude: options.claudeSettings === true,
+        ...(options.home === undefined ? {} : { home: options.home })
+      })
     const fromFiles = yield* loadSettings(files)
     const inline = yield* Effect.try({
       try: () => (options.settings ?? []).map((document, i) => parseSettings(document, `settings[${i}]`)),
@@ -161,7 +166,9 @@ export const register = (
     // A `continue: false` outside a prompt's pre-step stops the running turn, keeping pending input.
     const stopTurn = (runs: ReadonlyArray<HookRun>) => {
       const stop = runs.find((r) => r.answer.stop !== undefined)?.answer.stop
-      return stop === undefined ? Effect.void : Effect.ignore(driver.cancel(CancelCause.hook(stop), { keepInbox: true }))
+      return stop === undefined
+        ? Effect.void
+        : Effect.ignore(driver.cancel(CancelCause.hook(stop), { keepInbox: true }))
     }
 
     if (has("UserPromptSubmit")) {
@@ -207,7 +214,8 @@ export const register = (
               }
               return { tool_name: info.name, tool_input: input, tool_use_id: info.callId }
             },
-            stopWhen: (a) => a.block !== undefined || a.permission === "deny" || a.permission === "ask" || a.stop !== undefined,
+            stopWhen: (a) =>
+              a.block !== undefined || a.permission === "deny" || a.permission === "ask" || a.stop !== undefined,
             recordExtra: { turn: info.turn, step: info.step, callId: info.callId, tool: info.name }
           })
           const last = runs[runs.length - 1]
@@ -223,18 +231,33 @@ export const register = (
               return ToolPreDecision.deny(reason ?? `denied by the PreToolUse hook ${run.hook.command}`)
             }
             if (answer.permission === "ask") {
-              const question = { hook: run.hook.command, tool: info.name, input, reason: reason ?? `the hook ${run.hook.command} asks before ${info.name} runs` }
+              const question = {
+                hook: run.hook.command,
+                tool: info.name,
+                input,
+                reason: reason ?? `the hook ${run.hook.command} asks before ${info.name} runs`
+              }
               const allowed = options.ask === undefined ? false : yield* options.ask(question)
-              yield* ctx.record({ event: "PreToolUse", hook: run.hook.command, callId: info.callId, ask: allowed ? "allowed" : "denied", headless: options.ask === undefined })
+              yield* ctx.record({
+                event: "PreToolUse",
+                hook: run.hook.command,
+                callId: info.callId,
+                ask: allowed ? "allowed" : "denied",
+                headless: options.ask === undefined
+              })
               if (!allowed) {
                 return ToolPreDecision.deny(
-                  options.ask === undefined ? `${question.reason} (needs confirmation; denied in a headless run)` : `${question.reason} (the user said no)`
+                  options.ask === undefined
+                    ? `${question.reason} (needs confirmation; denied in a headless run)`
+                    : `${question.reason} (the user said no)`
                 )
               }
             }
           }
           const decision = yield* next()
-          return replaced && decision._tag === "Allow" && decision.params === undefined ? ToolPreDecision.allowWith(input) : decision
+          return replaced && decision._tag === "Allow" && decision.params === undefined
+            ? ToolPreDecision.allowWith(input)
+            : decision
         })
       )
     }
@@ -270,7 +293,10 @@ export const register = (
             ...output,
             content: block === undefined
               ? output.content
-              : [...output.content, { type: "text" as const, text: `PostToolUse hook feedback: ${block.answer.block}` }],
+              : [...output.content, {
+                type: "text" as const,
+                text: `PostToolUse hook feedback: ${block.answer.block}`
+              }],
             additionalContexts: [...output.additionalContexts, ...contexts]
           }
         })
@@ -291,7 +317,12 @@ export const register = (
           const block = runs.find((r) => r.answer.block !== undefined)
           if (block === undefined) return
           if (count >= limit) {
-            yield* ctx.record({ event: "Stop", hook: block.hook.command, turn: input.turn, ignored: `more than ${limit} continuations of one turn` })
+            yield* ctx.record({
+              event: "Stop",
+              hook: block.hook.command,
+              turn: input.turn,
+              ignored: `more than ${limit} continuations of one turn`
+            })
             return
           }
           continued.set(input.turn, count + 1)
@@ -316,7 +347,9 @@ export const register = (
           const block = blockOf(runs)
           if (block !== undefined) return PreCompactDecision.veto(block)
           const decision = yield* next()
-          const instructions = runs.flatMap((r) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))
+          const instructions = runs.flatMap((
+            r
+          ) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))
           return decision._tag === "Proceed" && instructions.length > 0
             ? PreCompactDecision.proceed([...instructions, ...decision.instructions])
             : decision
@@ -335,8 +368,17 @@ export const register = (
             fields: () => ({ trigger, pruned: input.report.pruned, summarised: input.report.summarised !== undefined }),
             recordExtra
           })
-          const start = yield* runEvent(ctx, "SessionStart", { subject: "compact", fields: () => ({ source: "compact" }), recordExtra })
-          return [...downstream, ...[...post, ...start].flatMap((r) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))]
+          const start = yield* runEvent(ctx, "SessionStart", {
+            subject: "compact",
+            fields: () => ({ source: "compact" }),
+            recordExtra
+          })
+          return [
+            ...downstream,
+            ...[...post, ...start].flatMap((
+              r
+            ) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))
+          ]
         })
       )
     }
@@ -352,7 +394,9 @@ export const register = (
       const runs = yield* runEvent(ctx, "SessionStart", { subject: source, fields: () => ({ source }) })
       for (const run of runs) {
         if (run.answer.additionalContext === undefined) continue
-        yield* Effect.ignore(driver.inject(yield* contextMessage(run.hook.command, "SessionStart", run.answer.additionalContext)))
+        yield* Effect.ignore(
+          driver.inject(yield* contextMessage(run.hook.command, "SessionStart", run.answer.additionalContext))
+        )
       }
     }
   })
@@ -370,7 +414,9 @@ export const HookBridge = {
    *
    * @since 0.1.0
    */
-  layer: (options: HookBridgeOptions = {}): Layer.Layer<never, HookConfigError, Driver | SessionLog | PreStep | Hooks> =>
+  layer: (
+    options: HookBridgeOptions = {}
+  ): Layer.Layer<never, HookConfigError, Driver | SessionLog | PreStep | Hooks> =>
     Layer.scopedDiscard(register(options)),
   /** Registers the bridge in the current scope (see {@link register}). */
   register,

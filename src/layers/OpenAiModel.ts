@@ -35,8 +35,8 @@ import type { Context } from "effect"
 import { Effect, Either, Layer, Redacted, Ref, Stream } from "effect"
 import type { ModelError } from "../domain/Errors.js"
 import type { ImageBlock, LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema } from "../domain/Values.js"
-import { providerParameters } from "../internal/providers/ProviderParameters.js"
 import * as ProviderHttp from "../internal/providers/ProviderHttp.js"
+import { providerParameters } from "../internal/providers/ProviderParameters.js"
 import type { Timeouts } from "../internal/providers/ProviderTimeouts.js"
 import * as ResponsesEvents from "../internal/providers/ResponsesEvents.js"
 import * as ResponsesReplay from "../internal/providers/ResponsesReplay.js"
@@ -208,7 +208,10 @@ export const toInputItems = (
           out.push(functionCallOutput(block))
           const images = block.content.flatMap((part) => part.type === "image" ? [imagePart(part)] : [])
           if (images.length > 0) {
-            toolImages.push({ type: "input_text", text: `images returned by tool call ${block.toolCallId}:` }, ...images)
+            toolImages.push(
+              { type: "input_text", text: `images returned by tool call ${block.toolCallId}:` },
+              ...images
+            )
           }
           break
         }
@@ -289,7 +292,9 @@ const replaysReasoning = (request: ModelRequest): boolean =>
  * @since 0.1.0
  * @category constructors
  */
-export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof Model>, never, HttpClient.HttpClient> =>
+export const make = (
+  options: Options
+): Effect.Effect<Context.Tag.Service<typeof Model>, never, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const client = yield* HttpClient.HttpClient
     const endpoint: ProviderHttp.Endpoint = {
@@ -308,7 +313,11 @@ export const make = (options: Options): Effect.Effect<Context.Tag.Service<typeof
       onRight: (chunks: ReadonlyArray<StreamChunk>) => Effect.succeed(chunks)
     })
 
-    const attempt = (request: ModelRequest, reasoning: boolean, replay = reasoning): Stream.Stream<StreamChunk, ModelError> =>
+    const attempt = (
+      request: ModelRequest,
+      reasoning: boolean,
+      replay = reasoning
+    ): Stream.Stream<StreamChunk, ModelError> =>
       Stream.suspend(() => {
         const decoder = ResponsesEvents.makeDecoder()
         const body = toResponsesRequest(request, { ...options, encryptedReasoning: reasoning, replayReasoning: replay })

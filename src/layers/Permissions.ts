@@ -20,13 +20,29 @@ import * as path from "node:path"
 import { PermissionConfigError } from "../domain/Errors.js"
 import { settingsFiles } from "../internal/hooks/Settings.js"
 import type { PermissionSettings } from "../internal/permissions/PermissionSettings.js"
-import { loadPermissions, mergePermissions, parsePermissions, parseRules } from "../internal/permissions/PermissionSettings.js"
-import type { PermissionMode, PermissionOutcome, PermissionRequest, PermissionRule } from "../internal/permissions/Rules.js"
+import {
+  loadPermissions,
+  mergePermissions,
+  parsePermissions,
+  parseRules
+} from "../internal/permissions/PermissionSettings.js"
+import type {
+  PermissionMode,
+  PermissionOutcome,
+  PermissionRequest,
+  PermissionRule
+} from "../internal/permissions/Rules.js"
 import { EDIT_TOOLS, evaluate, PERMISSION_MODES, READ_TOOLS } from "../internal/permissions/Rules.js"
 import { Hooks, ToolPreDecision } from "../services/Hooks.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 
-export type { PermissionBehavior, PermissionMode, PermissionOutcome, PermissionRequest, PermissionRule } from "../internal/permissions/Rules.js"
+export type {
+  PermissionBehavior,
+  PermissionMode,
+  PermissionOutcome,
+  PermissionRequest,
+  PermissionRule
+} from "../internal/permissions/Rules.js"
 
 /**
  * An `ask` to answer: the call, and the outcome that asks (its reason names the rule or the mode).
@@ -55,7 +71,11 @@ export interface PermissionsOptions {
   /** The mode; default: the settings' `defaultMode`, else `default`. */
   readonly mode?: PermissionMode
   /** Rules given besides the settings files (the CLI's `--allow`), each list in Claude Code's syntax. */
-  readonly rules?: { readonly allow?: ReadonlyArray<string>; readonly ask?: ReadonlyArray<string>; readonly deny?: ReadonlyArray<string> }
+  readonly rules?: {
+    readonly allow?: ReadonlyArray<string>
+    readonly ask?: ReadonlyArray<string>
+    readonly deny?: ReadonlyArray<string>
+  }
   /** Also read the Claude Code settings files (the CLI's `--claude-hooks`). */
   readonly claudeSettings?: boolean
   /** Settings documents given inline, read after the files. */
@@ -91,17 +111,26 @@ export const load = (options: PermissionsOptions = {}): Effect.Effect<ResolvedPe
     const cwd = path.resolve(options.cwd ?? process.cwd())
     const files = options.noFiles === true
       ? []
-      : settingsFiles({ cwd, claude: options.claudeSettings === true, ...(options.home === undefined ? {} : { home: options.home }) })
+      : settingsFiles({
+        cwd,
+        claude: options.claudeSettings === true,
+        ...(options.home === undefined ? {} : { home: options.home })
+      })
     const fromFiles = yield* loadPermissions(files, cwd)
     const inline: Array<PermissionSettings> = []
-    for (const [i, document] of (options.settings ?? []).entries()) inline.push(yield* parsePermissions(document, `settings[${i}]`, cwd))
+    for (const [i, document] of (options.settings ?? []).entries()) {
+      inline.push(yield* parsePermissions(document, `settings[${i}]`, cwd))
+    }
     const given: Array<PermissionRule> = []
     for (const behavior of ["deny", "ask", "allow"] as const) {
       given.push(...(yield* parseRules(options.rules?.[behavior] ?? [], behavior, "command line", cwd)))
     }
     const merged = mergePermissions([fromFiles, ...inline, { rules: given, warnings: [] }])
     if (options.mode !== undefined && !(PERMISSION_MODES as ReadonlyArray<string>).includes(options.mode)) {
-      return yield* new PermissionConfigError({ path: "mode", reason: `unknown permission mode ${JSON.stringify(options.mode)}: use one of ${PERMISSION_MODES.join(", ")}` })
+      return yield* new PermissionConfigError({
+        path: "mode",
+        reason: `unknown permission mode ${JSON.stringify(options.mode)}: use one of ${PERMISSION_MODES.join(", ")}`
+      })
     }
     return { mode: options.mode ?? merged.defaultMode ?? "default", rules: merged.rules, warnings: merged.warnings }
   })
@@ -146,8 +175,10 @@ export const decide = (
   request: Omit<PermissionRequest, "paths">,
   places: { readonly cwd: string; readonly home: string }
 ): Effect.Effect<PermissionOutcome> =>
-  Effect.map(pathsOf(request.tool, request.input, places.cwd), (paths) =>
-    evaluate(resolved.rules, resolved.mode, { ...request, paths }, places))
+  Effect.map(
+    pathsOf(request.tool, request.input, places.cwd),
+    (paths) => evaluate(resolved.rules, resolved.mode, { ...request, paths }, places)
+  )
 
 /** How to allow what a headless run refused. */
 const howToAllow = (tool: string): string =>
@@ -163,10 +194,12 @@ const howToAllow = (tool: string): string =>
  * @since 0.1.0
  * @category constructors
  */
-export const register = (options: PermissionsOptions = {}): Effect.Effect<ResolvedPermissions, PermissionConfigError, Hooks | Scope.Scope> =>
+export const register = (
+  options: PermissionsOptions = {}
+): Effect.Effect<ResolvedPermissions, PermissionConfigError, Hooks | Scope.Scope> =>
   Effect.gen(function*() {
     const resolved = yield* load(options)
-    if (options.warn !== undefined) for (const warning of resolved.warnings) yield* options.warn(warning)
+    if (options.warn !== undefined) { for (const warning of resolved.warnings) yield* options.warn(warning) }
     const hooks = yield* Hooks
     const places = { cwd: path.resolve(options.cwd ?? process.cwd()), home: options.home ?? os.homedir() }
     yield* hooks.onToolPre((info, next) =>
@@ -177,7 +210,9 @@ export const register = (options: PermissionsOptions = {}): Effect.Effect<Resolv
         if (outcome.behavior === "ask") {
           if (options.ask === undefined) {
             return ToolPreDecision.deny(
-              `permission needed: ${outcome.reason}, and nobody can approve it in a headless run; ${howToAllow(info.name)}`
+              `permission needed: ${outcome.reason}, and nobody can approve it in a headless run; ${
+                howToAllow(info.name)
+              }`
             )
           }
           const approved = yield* options.ask({ callId: info.callId, tool: info.name, input, outcome })

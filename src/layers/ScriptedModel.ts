@@ -360,5 +360,6 @@ export class ScriptedModel extends Context.Tag("tiller/ScriptedModel")<ScriptedM
   static readonly chunks = (
     chunks: ReadonlyArray<unknown>,
     options?: EntryOptions & { readonly then?: "end" | "hang" }
-  ): ScriptEntry => entry([...chunks] as ReadonlyArray<StreamChunk>, options?.then === "hang" ? hangForever : end, options)
+  ): ScriptEntry =>
+    entry([...chunks] as ReadonlyArray<StreamChunk>, options?.then === "hang" ? hangForever : end, options)
 }

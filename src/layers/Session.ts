@@ -7,14 +7,14 @@
 import type { Context } from "effect"
 import { Effect, ExecutionStrategy, Exit, Layer, Scope, STM, TRef } from "effect"
 import type { SessionId } from "../domain/Ids.js"
-import { Inbox } from "../services/Inbox.js"
-import { SessionLog } from "../services/SessionLog.js"
-import { SessionStore } from "../services/SessionStore.js"
 import type { OpenError, SessionOptions, SessionTarget } from "../internal/durability/SessionOpen.js"
 import { openSessionState } from "../internal/durability/SessionOpen.js"
 import * as Outbox from "../internal/state/Outbox.js"
 import type { SessionStateShape } from "../internal/state/SessionState.js"
 import { awaitDurable, lastSeq, SessionState } from "../internal/state/SessionState.js"
+import { Inbox } from "../services/Inbox.js"
+import { SessionLog } from "../services/SessionLog.js"
+import { SessionStore } from "../services/SessionStore.js"
 
 /**
  * Which session an agent opens: `sessionId` creates it (`SessionExists` when it is stored),
@@ -36,12 +36,17 @@ const openOrCreate = (
   Effect.flatMap(store.exists(id), (stored) =>
     stored
       ? openSessionState(store, { resume: id }, options)
-      : Effect.flatMap(Effect.flatMap(Effect.scope, (outer) => Scope.fork(outer, ExecutionStrategy.sequential)), (attempt) =>
-        openSessionState(store, { sessionId: id }, options).pipe(
-          Scope.extend(attempt),
-          Effect.catchTag("SessionExists", () =>
-            Effect.zipRight(Scope.close(attempt, Exit.void), openSessionState(store, { resume: id }, options)))
-        )))
+      : Effect.flatMap(
+        Effect.flatMap(Effect.scope, (outer) => Scope.fork(outer, ExecutionStrategy.sequential)),
+        (attempt) =>
+          openSessionState(store, { sessionId: id }, options).pipe(
+            Scope.extend(attempt),
+            Effect.catchTag(
+              "SessionExists",
+              () => Effect.zipRight(Scope.close(attempt, Exit.void), openSessionState(store, { resume: id }, options))
+            )
+          )
+      ))
 
 /**
  * Opens the session state in the current scope, with a finalizer that seals it: later writes fail

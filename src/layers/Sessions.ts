@@ -17,10 +17,8 @@ import type {
 } from "../domain/Errors.js"
 import type { EventOf } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
-import type { AgentOptions } from "./Agent.js"
-import { acquireAgent } from "./Agent.js"
-import { peek } from "../internal/state/Peek.js"
 import { foldOptionsOf } from "../internal/durability/SessionOpen.js"
+import { peek } from "../internal/state/Peek.js"
 import type { SessionStateShape } from "../internal/state/SessionState.js"
 import { SessionState } from "../internal/state/SessionState.js"
 import type { Driver } from "../services/Driver.js"
@@ -33,6 +31,8 @@ import type { PreStep } from "../services/PreStep.js"
 import { SessionLog } from "../services/SessionLog.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { Tools } from "../services/Tools.js"
+import type { AgentOptions } from "./Agent.js"
+import { acquireAgent } from "./Agent.js"
 
 /**
  * The services of one open session.
@@ -92,7 +92,10 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
     options: ForkOptions
   ) => Effect.Effect<SessionId, ForkError | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError>
   /** Every stored session with its title, times and turn count. */
-  readonly list: Effect.Effect<ReadonlyArray<SessionSummary>, PersistenceError | SessionNotFound | MalformedLog | UnsupportedLogVersion>
+  readonly list: Effect.Effect<
+    ReadonlyArray<SessionSummary>,
+    PersistenceError | SessionNotFound | MalformedLog | UnsupportedLogVersion
+  >
 }>() {
   /**
    * Sessions over the provided store, model and tools; each session's agent is disposed after
@@ -127,10 +130,11 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
         const idOf = (key: string) => SessionId.make(key.slice(key.indexOf(":") + 1))
         // Retirements in progress: an open waits for the old agent's disposal (its lease) to finish.
         const closing = new Map<SessionId, Deferred.Deferred<void>>()
-        const awaitClosing = (id: SessionId) => Effect.suspend(() => {
-          const pending = closing.get(id)
-          return pending === undefined ? Effect.void : Deferred.await(pending)
-        })
+        const awaitClosing = (id: SessionId) =>
+          Effect.suspend(() => {
+            const pending = closing.get(id)
+            return pending === undefined ? Effect.void : Deferred.await(pending)
+          })
         // The latest failed open of each key. A failure is not kept: the next `open` tries again
         // (the agent holding it may be gone, the storage healed), so a failure leaves the map,
         // unless a newer attempt already replaced it.
@@ -149,13 +153,19 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                 ),
                 agentScope
               )
-              const agent: LiveAgent = { key, id, context, state: Context.get(context, SessionState), agentScope, users: 0, retired: false }
+              const agent: LiveAgent = {
+                key,
+                id,
+                context,
+                state: Context.get(context, SessionState),
+                agentScope,
+                users: 0,
+                retired: false
+              }
               return agent
             }).pipe(
               Effect.exit,
-              Effect.tap((exit) =>
-                Effect.sync(() => Exit.isFailure(exit) ? latest.set(key, exit) : latest.delete(key))
-              )
+              Effect.tap((exit) => Effect.sync(() => Exit.isFailure(exit) ? latest.set(key, exit) : latest.delete(key)))
             ),
           idleTimeToLive
         })
@@ -195,11 +205,16 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                     // Runs before the map's own release (finalizers run in reverse order): a
                     // retired key makes that release close the agent instead of idling it.
                     return Effect.as(
-                      Scope.addFinalizer(own, Effect.suspend(() => {
-                        if (!user) return Effect.void
-                        agent.users -= 1
-                        return agent.users === 0 && isPoisoned(agent) ? retire(agent) : Effect.void
-                      })),
+                      Scope.addFinalizer(
+                        own,
+                        Effect.suspend(() => {
+                          if (!user) {
+                            return Effect.void
+                          }
+                          agent.users -= 1
+                          return agent.users === 0 && isPoisoned(agent) ? retire(agent) : Effect.void
+                        })
+                      ),
                       {
                         agent,
                         own,
@@ -212,7 +227,9 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
                   }
                   return Scope.close(own, Exit.void).pipe(
                     Effect.zipRight(Effect.suspend(() => {
-                      if (latest.get(key) !== exit) return Effect.void
+                      if (latest.get(key) !== exit) {
+                        return Effect.void
+                      }
                       latest.delete(key)
                       return RcMap.invalidate(map, key)
                     })),
@@ -230,11 +247,15 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
             const { agent, own, use } = yield* acquire(keyOf(id))
             // Decided and counted in one synchronous step.
             const kept = yield* Effect.sync(() => {
-              if (agent.retired || (isPoisoned(agent) && agent.users === 0)) return false
+              if (agent.retired || (isPoisoned(agent) && agent.users === 0)) {
+                return false
+              }
               use()
               return true
             })
-            if (kept) return agent
+            if (kept) {
+              return agent
+            }
             yield* retire(agent)
             yield* Scope.close(own, Exit.void)
             return yield* open(id)
@@ -246,9 +267,12 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
             const key = keyOf(id)
             if (yield* RcMap.has(map, key)) {
               // An open in progress settles first; a failed one has left the map already.
-              yield* Effect.scoped(Effect.flatMap(acquire(key), ({ agent }) => retire(agent))).pipe(
-                Effect.catchAll(() => Effect.void)
-              )
+              yield* Effect.scoped(Effect.flatMap(acquire(key), ({ agent }) =>
+                retire(agent))).pipe(
+                  Effect.catchAll(() =>
+                    Effect.void
+                  )
+                )
             }
             return yield* open(id)
           })

@@ -30,7 +30,6 @@
  *
  * @since 0.1.0
  */
-import { seqProblem } from "../internal/durability/Contiguity.js"
 import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Scope } from "effect"
@@ -38,15 +37,21 @@ import { Cause, Duration, Effect, Either, Exit, Layer, Option } from "effect"
 import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
 import { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
-import { decodeHeader } from "../internal/durability/StoredHeader.js"
-import { SessionStore } from "../services/SessionStore.js"
 import * as Checkpointer from "../internal/durability/Checkpointer.js"
+import { seqProblem } from "../internal/durability/Contiguity.js"
 import * as SqliteDirect from "../internal/durability/SqliteDirect.js"
-import { insertChunks, insertEventsSql, MAX_ROWS_PER_INSERT, SELECT_SESSION } from "../internal/durability/SqliteDirect.js"
+import {
+  insertChunks,
+  insertEventsSql,
+  MAX_ROWS_PER_INSERT,
+  SELECT_SESSION
+} from "../internal/durability/SqliteDirect.js"
 import * as SqliteLease from "../internal/durability/SqliteLease.js"
-import type { SyncAppend } from "../internal/durability/SyncAppend.js"
 import { ALL_SESSIONS, isFile, open, SYNCHRONOUS } from "../internal/durability/SqliteOpen.js"
 import { encodeRows, eventsOf, eventsOfText, headerOf, parseJson, rowBytes } from "../internal/durability/SqliteRows.js"
+import { decodeHeader } from "../internal/durability/StoredHeader.js"
+import type { SyncAppend } from "../internal/durability/SyncAppend.js"
+import { SessionStore } from "../services/SessionStore.js"
 
 /**
  * Options of `SqliteSessionStore.layer`.
@@ -179,19 +184,21 @@ export const make = (
      * and run again once it is gone, for `busyTimeout` at most (`body` must be safe to run again).
      */
     const transaction = <A, E>(begin: "BEGIN" | "BEGIN IMMEDIATE", body: Effect.Effect<A, E>) =>
-      wait(lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
-        Effect.suspend(() => {
-          openTransactions++
-          return Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body)))
-        }).pipe(
-          Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
-            Exit.isSuccess(exit)
-              ? Effect.as(Effect.tapError(conn.execute("COMMIT", [], undefined), () => rollback), exit.value)
-              : Effect.zipRight(rollback, exit)
-          ),
-          Effect.ensuring(Effect.sync(() => openTransactions--))
-        )
-      )))
+      wait(
+        lock.withPermits(1)(Effect.uninterruptibleMask((restore) =>
+          Effect.suspend(() => {
+            openTransactions++
+            return Effect.zipRight(conn.execute(begin, [], undefined), Effect.exit(restore(body)))
+          }).pipe(
+            Effect.flatMap((exit): Effect.Effect<A, E | SqlError> =>
+              Exit.isSuccess(exit)
+                ? Effect.as(Effect.tapError(conn.execute("COMMIT", [], undefined), () => rollback), exit.value)
+                : Effect.zipRight(rollback, exit)
+            ),
+            Effect.ensuring(Effect.sync(() => openTransactions--))
+          )
+        ))
+      )
 
     const create = Effect.fn("SessionStore.create")(function*(
       header: SessionHeader,
@@ -214,9 +221,10 @@ export const make = (
           )
           if (inserted.length === 0) return yield* new SessionExists({ sessionId })
           yield* insertEvents(conn, sessionId, 0, rows.right)
-        })).pipe(
-          Effect.catchTag("SqlError", (error) => Effect.fail(SqliteDirect.persistenceError(sessionId, "create")(error)))
-        )
+        })
+      ).pipe(
+        Effect.catchTag("SqlError", (error) => Effect.fail(SqliteDirect.persistenceError(sessionId, "create")(error)))
+      )
       checkpointer?.wrote(rowBytes(rows.right) + headerJson.length)
     })
 
@@ -235,16 +243,24 @@ export const make = (
     // check against a second writer); a refusal is the returned error, with nothing written.
     const advance = (request: AppendRequest): Effect.Effect<PersistenceError | void, SqlError> =>
       Effect.flatMap(
-        conn.execute(ADVANCE_LENGTH, [request.firstSeq + request.events.length, request.id, request.firstSeq], undefined),
+        conn.execute(
+          ADVANCE_LENGTH,
+          [request.firstSeq + request.events.length, request.id, request.firstSeq],
+          undefined
+        ),
         (advanced) => advanced.length > 0 ? Effect.void : refusal(request)
       )
 
     // `advance` for each append of a group of distinct sessions, in one statement; the refusals by index.
-    const advanceAll = (group: ReadonlyArray<AppendRequest>): Effect.Effect<Array<PersistenceError | undefined>, SqlError> =>
+    const advanceAll = (
+      group: ReadonlyArray<AppendRequest>
+    ): Effect.Effect<Array<PersistenceError | undefined>, SqlError> =>
       Effect.flatMap(
         conn.execute(
           ADVANCE_LENGTHS,
-          [JSON.stringify(group.map((request) => [request.id, request.firstSeq, request.firstSeq + request.events.length]))],
+          [JSON.stringify(
+            group.map((request) => [request.id, request.firstSeq, request.firstSeq + request.events.length])
+          )],
           undefined
         ),
         (advanced) => {
@@ -255,8 +271,11 @@ export const make = (
 
     // One session's append inside a transaction: its length check, then its rows.
     const appendRows = (request: AppendRequest): Effect.Effect<void, PersistenceError | SqlError> =>
-      Effect.flatMap(advance(request), (refused): Effect.Effect<unknown, PersistenceError | SqlError> =>
-        refused === undefined ? insertEvents(conn, request.id, request.firstSeq, request.rows) : Effect.fail(refused))
+      Effect.flatMap(
+        advance(request),
+        (refused): Effect.Effect<unknown, PersistenceError | SqlError> =>
+          refused === undefined ? insertEvents(conn, request.id, request.firstSeq, request.rows) : Effect.fail(refused)
+      )
 
     // The usual case: every length check (one statement when the sessions are distinct, as the
     // writers' one append at a time makes them, and their ids read back as written), then the rows
@@ -299,7 +318,8 @@ export const make = (
         ), { discard: true })
       return Effect.map(Effect.exit(transaction("BEGIN IMMEDIATE", body)), (committed) => {
         group.forEach((request, i) =>
-          request.done(Exit.isFailure(committed) ? committed : results[i] ?? Exit.die("append not run")))
+          request.done(Exit.isFailure(committed) ? committed : results[i] ?? Exit.die("append not run"))
+        )
       })
     }
 
@@ -313,7 +333,9 @@ export const make = (
           for (let i = 0; i < group.length; i++) group[i]!.done(exit.value[i]!)
           return Effect.void
         }
-        if (group.length > 1 && !Option.exists(Cause.failureOption(exit.cause), SqliteDirect.isBusy)) return appendApart(group)
+        if (
+          group.length > 1 && !Option.exists(Cause.failureOption(exit.cause), SqliteDirect.isBusy)
+        ) return appendApart(group)
         group[0]!.done(exit)
         return Effect.void
       })
@@ -352,7 +374,7 @@ export const make = (
         Effect.onExit((exit) =>
           Effect.sync(() => {
             leading = false
-            if (Exit.isFailure(exit)) for (const request of queued.splice(0, queued.length)) request.done(exit)
+            if (Exit.isFailure(exit)) { for (const request of queued.splice(0, queued.length)) request.done(exit) }
           })
         )
       )
@@ -363,7 +385,8 @@ export const make = (
       events: readonly [SessionEvent, ...Array<SessionEvent>]
     ): Effect.Effect<void, PersistenceError> =>
       Effect.suspend(() => {
-        const fail = (cause: unknown) => Effect.fail(new PersistenceError({ sessionId: id, operation: "append", cause }))
+        const fail = (cause: unknown) =>
+          Effect.fail(new PersistenceError({ sessionId: id, operation: "append", cause }))
         if (events.length === 0) return fail("an append needs at least one event")
         const firstSeq = events[0].seq
         const problem = seqProblem(events, firstSeq)
@@ -397,7 +420,9 @@ export const make = (
 
     // A file's sessions are read, and appended at once, on a connection of their own (internal/durability/SqliteDirect).
     const direct = isFile(options.filename)
-      ? yield* wait(SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"])).pipe(refail(ALL_SESSIONS, "open"))
+      ? yield* wait(SqliteDirect.make(options.filename, SYNCHRONOUS[options.synchronous ?? "NORMAL"])).pipe(
+        refail(ALL_SESSIONS, "open")
+      )
       : undefined
 
     // The session read as row text, when every check passes; undefined sends `load` to the checked
@@ -435,7 +460,8 @@ export const make = (
             length: (session as { readonly length: number }).length,
             rows: rows as ReadonlyArray<{ readonly seq: number; readonly row: unknown }>
           }
-        })).pipe(refail(id, "load"))
+        })
+      ).pipe(refail(id, "load"))
       if (stored === undefined) return yield* new SessionNotFound({ sessionId: id })
       const header = yield* headerOf(id, stored.header)
       const events = yield* eventsOf(id, stored.rows)

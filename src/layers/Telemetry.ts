@@ -97,8 +97,7 @@ export const follow = (
 export const replay = (
   events: ReadonlyArray<SessionEvent>,
   options: TelemetryOptions & { readonly sessionId: string }
-): Effect.Effect<number> =>
-  Effect.map(Effect.tracer, (tracer) => replayTo(tracer, events, options))
+): Effect.Effect<number> => Effect.map(Effect.tracer, (tracer) => replayTo(tracer, events, options))
 
 /**
  * Emits the spans of a stored log to `tracer`; returns the number of spans emitted.

@@ -26,20 +26,22 @@ import type { Scope } from "effect"
 import type { AgentBusy, MaintenanceAborted } from "../domain/Errors.js"
 import { ContextOverflow } from "../domain/Errors.js"
 import type { SessionEvent } from "../domain/Event.js"
+import * as GrowOnly from "../domain/GrowOnly.js"
 import { newUserMessage } from "../domain/Message.js"
 import type { LlmFailure, UserMessage } from "../domain/Values.js"
+import { Breaker } from "../internal/compaction/Breaker.js"
 import type { ContextUsage } from "../internal/compaction/Budget.js"
 import { advance, contextWindowOf, emptyBudget, tokensOfMessage, usageOf } from "../internal/compaction/Budget.js"
 import type { PruneRules } from "../internal/compaction/Prune.js"
 import { planPrune } from "../internal/compaction/Prune.js"
 import type { SummaryRange } from "../internal/compaction/Summary.js"
 import { DEFAULT_PINNED_SOURCES, openStepStartOf, planSummary } from "../internal/compaction/Summary.js"
-import { Breaker } from "../internal/compaction/Breaker.js"
 import * as SystemContext from "../internal/compaction/SystemContext.js"
 import { capToolOutput, DEFAULT_MAX_TOOL_RESULT_CHARS } from "../internal/compaction/ToolResultCap.js"
-import * as GrowOnly from "../domain/GrowOnly.js"
 import * as WaterfallRegistry from "../internal/loop/Waterfall.js"
 import { SessionState } from "../internal/state/SessionState.js"
+import * as CompactionBrackets from "./CompactionBrackets.js"
+import type { Snapshot } from "./CompactionBrackets.js"
 import type {
   CompactionReport,
   CompactionTrigger,
@@ -48,8 +50,6 @@ import type {
   PreCompactInput
 } from "./CompactionHooks.js"
 import { COMPACTION_CONTEXT_SOURCE_KIND, PreCompactDecision } from "./CompactionHooks.js"
-import * as CompactionBrackets from "./CompactionBrackets.js"
-import type { Snapshot } from "./CompactionBrackets.js"
 import type { CompactError, CompactionOptions, CompactOptions } from "./CompactionOptions.js"
 import { Driver } from "./Driver.js"
 import type { Waterfall } from "./Hooks.js"
@@ -84,7 +84,9 @@ export class Compaction extends Context.Tag("tiller/Compaction")<Compaction, {
   /** Compacts now as a maintenance task between turns (trigger `manual`); the focus steers the summary. */
   readonly compactWith: (options: CompactOptions) => Effect.Effect<CompactionReport, CompactError>
   /** The manual compaction itself, for a caller's own `Driver.runMaintenance` (it needs the maintenance phase). */
-  readonly task: (options?: CompactOptions) => Effect.Effect<CompactionReport, Exclude<CompactError, AgentBusy | MaintenanceAborted>>
+  readonly task: (
+    options?: CompactOptions
+  ) => Effect.Effect<CompactionReport, Exclude<CompactError, AgentBusy | MaintenanceAborted>>
   /** Registers a pre-compaction listener: it may veto the compaction or add instructions for the summary. */
   readonly onPreCompact: Waterfall<PreCompactInput, PreCompactDecision>
   /** Registers a post-compaction listener: it may add context for the model (texts of one message). */
@@ -98,7 +100,8 @@ export class Compaction extends Context.Tag("tiller/Compaction")<Compaction, {
    */
   static readonly layer = (
     options: CompactionOptions = {}
-  ): Layer.Layer<Compaction, never, SessionLog | PreStep | Hooks | Driver | Model> => Layer.scoped(Compaction, make(options))
+  ): Layer.Layer<Compaction, never, SessionLog | PreStep | Hooks | Driver | Model> =>
+    Layer.scoped(Compaction, make(options))
 }
 
 /**
@@ -232,7 +235,13 @@ export const make = (
         const view = yield* snapshot
         const before = refresh(view)
         const nothing = (vetoed?: string): Outcome => ({
-          report: { trigger, pruned: 0, tokensBefore: before.used, tokensAfter: before.used, ...(vetoed === undefined ? {} : { vetoed }) },
+          report: {
+            trigger,
+            pruned: 0,
+            tokensBefore: before.used,
+            tokensAfter: before.used,
+            ...(vetoed === undefined ? {} : { vetoed })
+          },
           wrote: false,
           failed: false,
           context: []
@@ -244,7 +253,9 @@ export const make = (
         if (decision._tag === "Veto") return nothing(decision.reason)
         const over = (used: number) => used + extra >= threshold * before.window
         let pruned = 0
-        if (canPrune && (trigger !== "manual" || !canSummarise)) pruned = yield* CompactionBrackets.prune(writers, trigger, position.turn)
+        if (canPrune && (trigger !== "manual" || !canSummarise)) {
+          pruned = yield* CompactionBrackets.prune(writers, trigger, position.turn)
+        }
         const afterPrune = yield* contextUsage
         const wanted = trigger === "manual" || over(afterPrune.used) || (trigger === "overflow" && pruned === 0)
         let summarised: { readonly start: number; readonly end: number; readonly nodes: number } | undefined
@@ -252,11 +263,13 @@ export const make = (
         if (canSummarise && wanted) {
           // A manual summary's failure is the caller's; an automatic one keeps what pruning achieved.
           const attempt = CompactionBrackets.summarise(writers, trigger, position, focus, decision.instructions)
-          if (trigger === "manual") summarised = yield* attempt
-          else {
+          if (trigger === "manual") {
+            summarised = yield* attempt
+          } else {
             const result = yield* Effect.either(attempt)
-            if (result._tag === "Left") failed = true
-            else summarised = result.right
+            if (result._tag === "Left") {
+              failed = true
+            } else summarised = result.right
           }
         }
         const after = yield* contextUsage
@@ -299,7 +312,9 @@ export const make = (
       Effect.map(next(), (output) => {
         const own = options.toolResultLimits?.[input.name]
         const limit = own ?? options.maxToolResultChars ?? Math.min(DEFAULT_MAX_TOOL_RESULT_CHARS, windowNow())
-        return Number.isFinite(limit) ? capToolOutput(output, Math.max(0, Math.floor(limit)), input.callId, recall) : output
+        return Number.isFinite(limit)
+          ? capToolOutput(output, Math.max(0, Math.floor(limit)), input.callId, recall)
+          : output
       }), { prepend: true })
 
     // Trigger `threshold`: before the step opens (no tool call is open), when use passes the threshold.
@@ -313,7 +328,9 @@ export const make = (
           const usage = yield* contextUsage
           const extra = batchTokens(input.messages)
           if (usage.used + extra >= threshold * usage.window) {
-            const outcome = yield* Effect.either(compactOnce("threshold", { turn: input.turn, step: input.step }, extra, undefined))
+            const outcome = yield* Effect.either(
+              compactOnce("threshold", { turn: input.turn, step: input.step }, extra, undefined)
+            )
             if (outcome._tag === "Left") breaker.fail(false)
             else if (outcome.right.wrote) {
               context = outcome.right.context
@@ -352,13 +369,17 @@ export const make = (
           return yield* overflow("repeated")
         }
         if (breaker.refusesOverflow) return yield* overflow("breaker-open")
-        const outcome = yield* Effect.either(compactOnce("overflow", { turn: input.turn, step: input.step }, 0, undefined))
+        const outcome = yield* Effect.either(
+          compactOnce("overflow", { turn: input.turn, step: input.step }, 0, undefined)
+        )
         if (outcome._tag === "Right" && outcome.right.report.vetoed !== undefined) {
           return yield* overflow("vetoed", outcome.right.report.vetoed)
         }
         if (outcome._tag === "Left" || !outcome.right.wrote) {
           breaker.fail(true)
-          return yield* overflow(outcome._tag === "Right" && outcome.right.failed ? "summary-failed" : "nothing-to-compact")
+          return yield* overflow(
+            outcome._tag === "Right" && outcome.right.failed ? "summary-failed" : "nothing-to-compact"
+          )
         }
         if (outcome.right.failed) breaker.fail(false)
         recovering = key

@@ -79,7 +79,10 @@ const closeOnFailure = <A, E, R>(writers: BracketWriters, body: Effect.Effect<A,
     exit._tag === "Success"
       ? Effect.void
       : Effect.ignore(
-        writers.log.append({ type: "compaction/end", data: { ...bracket, error: { message: "compaction did not complete" } } })
+        writers.log.append({
+          type: "compaction/end",
+          data: { ...bracket, error: { message: "compaction did not complete" } }
+        })
       ))
 
 /**
@@ -112,7 +115,12 @@ export const prune = (writers: BracketWriters, trigger: CompactionTrigger, turn:
         const after = yield* writers.contextUsage
         yield* log.append({
           type: "compaction/end",
-          data: { ...bracket, pruned: plan.results.map((r) => r.seq), tokensBefore: before.used, tokensAfter: after.used }
+          data: {
+            ...bracket,
+            pruned: plan.results.map((r) => r.seq),
+            tokensBefore: before.used,
+            tokensAfter: after.used
+          }
         })
         return plan.results.length
       }),

@@ -14,9 +14,9 @@ import { acceptCallerMessage } from "../domain/Message.js"
 import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
 import { copyCancelCause, describeCause } from "../domain/Values.js"
 import { currentActivity } from "../internal/loop/Activity.js"
-import { acceptAt, clearSTM, deliverSTM, insertAcknowledged } from "../internal/state/InboxOps.js"
 import type { DriverState, Phase } from "../internal/loop/Phase.js"
-import { causeOf, getPhase, latchedPending, lastTurnOf, openTurn, setPhase } from "../internal/loop/Phase.js"
+import { causeOf, getPhase, lastTurnOf, latchedPending, openTurn, setPhase } from "../internal/loop/Phase.js"
+import { acceptAt, clearSTM, deliverSTM, insertAcknowledged } from "../internal/state/InboxOps.js"
 import * as Outbox from "../internal/state/Outbox.js"
 import { peek } from "../internal/state/Peek.js"
 import { awaitDurable, commit, commitAcknowledged, guardWritable, publish } from "../internal/state/SessionState.js"
@@ -100,7 +100,10 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     // A delivery that wakes nothing changes only the log (the phase is not read).
     if (!wakeup || Either.isLeft(accepted)) return insertAcknowledged(session, target, accepted, at)
     // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
-    return commitAcknowledged(session, STM.suspend(() => wake(accepted.right, target, peek(ds.phaseNow), peek(ds.disposing), at)))
+    return commitAcknowledged(
+      session,
+      STM.suspend(() => wake(accepted.right, target, peek(ds.phaseNow), peek(ds.disposing), at))
+    )
   }
 
   // A waking delivery's transaction, once the phase is read: the insertion, then the wake itself.
@@ -157,18 +160,23 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     ).pipe(Effect.withSpan("Driver.cancel"))
   }
 
-  const whenIdle: Effect.Effect<void> = Effect.flatMap(FiberRef.get(currentActivity), (activity) =>
-    activity === identity
-      ? Effect.dieMessage("whenIdle was awaited from the activity it waits for (a hook, tool body or maintenance task)")
-      : STM.commit(
-        STM.gen(function*() {
-          const phase = yield* TRef.get(ds.phase)
-          if (phase._tag === "Idle") return
-          if (yield* TRef.get(session.disposed)) return
-          if (yield* TRef.get(session.poisonedWatch)) return
-          return yield* STM.retry
-        })
-      ))
+  const whenIdle: Effect.Effect<void> = Effect.flatMap(
+    FiberRef.get(currentActivity),
+    (activity) =>
+      activity === identity
+        ? Effect.dieMessage(
+          "whenIdle was awaited from the activity it waits for (a hook, tool body or maintenance task)"
+        )
+        : STM.commit(
+          STM.gen(function*() {
+            const phase = yield* TRef.get(ds.phase)
+            if (phase._tag === "Idle") return
+            if (yield* TRef.get(session.disposed)) return
+            if (yield* TRef.get(session.poisonedWatch)) return
+            return yield* STM.retry
+          })
+        )
+  )
 
   const events = Outbox.stream(session.outbox, STM.succeed([]), Option.some)
 
@@ -207,7 +215,8 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
         })
       )
       const exit = yield* runTask(task)
-      const cause = yield* commit(session, 
+      const cause = yield* commit(
+        session,
         STM.gen(function*() {
           const phase = yield* getPhase(ds)
           const recorded = causeOf(phase)
@@ -225,7 +234,10 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       const defects = Array.from(Cause.defects(exit.cause))
       if (defects.length > 0) {
         const turn = yield* STM.commit(STM.map(getPhase(ds), lastTurnOf))
-        yield* commit(session, publish(session, defects.map((error): DriverEvent => ({ type: "agent/error", turn, step: 0, error }))))
+        yield* commit(
+          session,
+          publish(session, defects.map((error): DriverEvent => ({ type: "agent/error", turn, step: 0, error })))
+        )
         return yield* Effect.die(defects[0])
       }
       if (Option.isSome(cause)) return yield* new MaintenanceAborted({ cause: cause.value })

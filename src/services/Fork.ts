@@ -39,7 +39,11 @@ export interface ForkOptions {
 export const forkSession = (
   options: ForkOptions,
   validation: FoldOptions = { relations: true, eventTypes: new Set() }
-): Effect.Effect<SessionId, ForkError | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError, SessionStore> =>
+): Effect.Effect<
+  SessionId,
+  ForkError | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError,
+  SessionStore
+> =>
   Effect.gen(function*() {
     const store = yield* SessionStore
     const childId = options.childId ?? SessionId.make(crypto.randomUUID())

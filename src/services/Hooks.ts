@@ -5,7 +5,6 @@
  * @since 0.1.0
  */
 import { Context, Effect, FiberRef, Layer } from "effect"
-import type { NormalizedToolOutput } from "./Tools.js"
 import type { Scope } from "effect"
 import type {
   RequestConfig,
@@ -21,8 +20,8 @@ import { currentStopping } from "../internal/loop/Activity.js"
 import type { HookRegistries } from "../internal/loop/HookRegistries.js"
 import { makeRegistries } from "../internal/loop/HookRegistries.js"
 import { HooksRunner, runnerFromRegistries } from "../internal/loop/HooksRunner.js"
+import type { NormalizedToolOutput } from "./Tools.js"
 
-export type { NormalizedToolOutput } from "./Tools.js"
 export type {
   RequestConfig,
   RequestErrorInput,
@@ -34,6 +33,7 @@ export type {
 export { RequestErrorAction, ToolPreDecision } from "../domain/Seams.js"
 export type { HookRegistries } from "../internal/loop/HookRegistries.js"
 export { makeRegistries } from "../internal/loop/HookRegistries.js"
+export type { NormalizedToolOutput } from "./Tools.js"
 
 /**
  * Registers a waterfall listener for the lifetime of the current scope.
@@ -60,7 +60,10 @@ export const fromRegistries = (registries: HookRegistries): Context.Tag.Service<
   // later listeners are not started, SPEC 4.3).
   onTurnStopping: (listener) =>
     registries.turnStopping.register((input, next) =>
-      Effect.zipRight(listener(input), Effect.flatMap(FiberRef.get(currentStopping), (stopping) => stopping() ? Effect.void : next()))
+      Effect.zipRight(
+        listener(input),
+        Effect.flatMap(FiberRef.get(currentStopping), (stopping) => stopping() ? Effect.void : next())
+      )
     ),
   onToolPre: (listener, options) => registries.toolPre.register(listener, options),
   onToolPost: (listener, options) => registries.toolPost.register(listener, options)
@@ -84,8 +87,9 @@ export class Hooks extends Context.Tag("tiller/Hooks")<Hooks, {
   readonly onRequest: Waterfall<RequestInput, RequestConfig>
   readonly onRequestError: Waterfall<RequestErrorInput, RequestErrorAction>
   /** Adds a listener run, in registration order, when a turn is about to end naturally. */
-  readonly onTurnStopping: <E>(listener: (input: TurnStoppingInput) => Effect.Effect<void, E>) =>
-    Effect.Effect<void, never, Scope.Scope>
+  readonly onTurnStopping: <E>(
+    listener: (input: TurnStoppingInput) => Effect.Effect<void, E>
+  ) => Effect.Effect<void, never, Scope.Scope>
   readonly onToolPre: Waterfall<ToolCallInfo, ToolPreDecision>
   readonly onToolPost: Waterfall<ToolPostInput, NormalizedToolOutput>
 }>() {

@@ -141,11 +141,13 @@ const readInsertion = (messages: unknown): Either.Either<ReadonlyArray<unknown>,
 
 // An InvalidEvent raised by the fold for a splice we built ourselves means a broken invariant.
 const orDieInternal = <A, E>(stm: STM.STM<A, E | InvalidEvent>): STM.STM<A, Exclude<E, InvalidEvent>> =>
-  STM.catchAll(stm, (error) =>
-    error instanceof InvalidEvent ? STM.die(error) : STM.fail(error as Exclude<E, InvalidEvent>)) as STM.STM<
-      A,
-      Exclude<E, InvalidEvent>
-    >
+  STM.catchAll(
+    stm,
+    (error) => error instanceof InvalidEvent ? STM.die(error) : STM.fail(error as Exclude<E, InvalidEvent>)
+  ) as STM.STM<
+    A,
+    Exclude<E, InvalidEvent>
+  >
 
 /**
  * The service over an open session's state (what its layer provides).

@@ -6,11 +6,11 @@
 import { Cause, Context, Effect, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import { PreStepFailed, PreStepRejected } from "../domain/Errors.js"
+import type { PreStepInput } from "../domain/Seams.js"
+import { enteredByDefault, PreStepDecision } from "../domain/Seams.js"
 import type { UserMessage } from "../domain/Values.js"
 import { reportDefects } from "../internal/loop/Activity.js"
 import * as Waterfall from "../internal/loop/Waterfall.js"
-import type { PreStepInput } from "../domain/Seams.js"
-import { enteredByDefault, PreStepDecision } from "../domain/Seams.js"
 
 export type { PreStepInput } from "../domain/Seams.js"
 export { enteredByDefault, PreStepDecision } from "../domain/Seams.js"
@@ -66,8 +66,10 @@ export const make: Effect.Effect<Context.Tag.Service<PreStep>> = Effect.map(
  */
 export class PreStep extends Context.Tag("tiller/PreStep")<PreStep, {
   /** Adds a listener for the lifetime of the current scope (outermost first; `prepend` puts it first). */
-  readonly register: <E>(listener: PreStepListener<E>, options?: PreStepRegisterOptions) =>
-    Effect.Effect<void, never, Scope.Scope>
+  readonly register: <E>(
+    listener: PreStepListener<E>,
+    options?: PreStepRegisterOptions
+  ) => Effect.Effect<void, never, Scope.Scope>
   /** Runs the waterfall over one claimed batch: the messages to enter, or `PreStepRejected` / `PreStepFailed`. */
   readonly run: (input: PreStepInput) => Effect.Effect<ReadonlyArray<UserMessage>, PreStepRejected | PreStepFailed>
   /**
@@ -106,11 +108,17 @@ const runRegistry = (
             return Effect.succeed(decision.messages)
           case "Reject":
             return Effect.fail(
-              new PreStepRejected(decision.reason === undefined ? { turn, step } : { turn, step, reason: decision.reason })
+              new PreStepRejected(
+                decision.reason === undefined ? { turn, step } : { turn, step, reason: decision.reason }
+              )
             )
           default:
             return Effect.fail(
-              new PreStepFailed({ turn, step, cause: new Error(`a pre-step decision must be Enter or Reject, got ${String(decision)}`) })
+              new PreStepFailed({
+                turn,
+                step,
+                cause: new Error(`a pre-step decision must be Enter or Reject, got ${String(decision)}`)
+              })
             )
         }
       }
@@ -121,32 +129,36 @@ const runRegistry = (
 // that came out of this invocation's `next()` passes through unchanged, so failures never nest.
 // Interruption is never caught: an interrupted fiber skips failure handlers, and an interrupt-only
 // cause is re-raised as is.
-const guard = <E>(listener: PreStepListener<E>): Waterfall.Listener<PreStepInput, PreStepDecision, PreStepFailed> =>
-(input, next) =>
-  Effect.suspend(() => {
-    let downstream: PreStepFailed | undefined
-    const trackedNext = () =>
-      Effect.tapError(next(), (failed) => Effect.sync(() => (downstream = Cause.originalError(failed))))
-    return Effect.catchAllCause(
-      Effect.suspend(() => listener(input, trackedNext)),
-      (cause): Effect.Effect<never, PreStepFailed> => {
-        // Effect wraps failed objects in span-annotating proxies; `cause` carries the original value.
-        const failure = Option.map(Cause.failureOption(cause), Cause.originalError)
-        // A defect becomes a typed failure here: the loop is told, so an aborted turn still publishes it.
-        if (Option.isSome(failure)) {
-          return Effect.zipRight(reportDefects(cause), Effect.fail(
-            downstream !== undefined && failure.value === downstream
-              ? downstream
-              : new PreStepFailed({ turn: input.turn, step: input.step, cause: failure.value })
-          ))
+const guard =
+  <E>(listener: PreStepListener<E>): Waterfall.Listener<PreStepInput, PreStepDecision, PreStepFailed> =>
+  (input, next) =>
+    Effect.suspend(() => {
+      let downstream: PreStepFailed | undefined
+      const trackedNext = () =>
+        Effect.tapError(next(), (failed) => Effect.sync(() => (downstream = Cause.originalError(failed))))
+      return Effect.catchAllCause(
+        Effect.suspend(() => listener(input, trackedNext)),
+        (cause): Effect.Effect<never, PreStepFailed> => {
+          // Effect wraps failed objects in span-annotating proxies; `cause` carries the original value.
+          const failure = Option.map(Cause.failureOption(cause), Cause.originalError)
+          // A defect becomes a typed failure here: the loop is told, so an aborted turn still publishes it.
+          if (Option.isSome(failure)) {
+            return Effect.zipRight(
+              reportDefects(cause),
+              Effect.fail(
+                downstream !== undefined && failure.value === downstream
+                  ? downstream
+                  : new PreStepFailed({ turn: input.turn, step: input.step, cause: failure.value })
+              )
+            )
+          }
+          const defect = Option.map(Cause.dieOption(cause), Cause.originalError)
+          return Option.isSome(defect)
+            ? Effect.zipRight(
+              reportDefects(cause),
+              Effect.fail(new PreStepFailed({ turn: input.turn, step: input.step, cause: defect.value }))
+            )
+            : Effect.failCause(cause as Cause.Cause<never>)
         }
-        const defect = Option.map(Cause.dieOption(cause), Cause.originalError)
-        return Option.isSome(defect)
-          ? Effect.zipRight(
-            reportDefects(cause),
-            Effect.fail(new PreStepFailed({ turn: input.turn, step: input.step, cause: defect.value }))
-          )
-          : Effect.failCause(cause as Cause.Cause<never>)
-      }
-    )
-  })
+      )
+    })

@@ -35,10 +35,14 @@ const Seq = Schema.Int.pipe(Schema.nonNegative())
 export const ReadHistoryParameters = Schema.Struct({
   from: Schema.optional(Seq.annotations({ description: "First seq to read (inclusive)" })),
   to: Schema.optional(Seq.annotations({ description: "Last seq to read (inclusive); default: the end of the log" })),
-  query: Schema.optional(Schema.String.annotations({ description: "Text to search for (case-insensitive) instead of reading a range" })),
+  query: Schema.optional(
+    Schema.String.annotations({ description: "Text to search for (case-insensitive) instead of reading a range" })
+  ),
   toolCallId: Schema.optional(Schema.String.annotations({ description: "Read the full output of this tool call" })),
   offset: Schema.optional(Seq.annotations({ description: "Character offset to continue a long text from" })),
-  maxChars: Schema.optional(Schema.Int.pipe(Schema.positive()).annotations({ description: "Largest page to return, in characters" }))
+  maxChars: Schema.optional(
+    Schema.Int.pipe(Schema.positive()).annotations({ description: "Largest page to return, in characters" })
+  )
 })
 
 const DESCRIPTION = "Read back earlier parts of this session that were compacted out of your context " +
@@ -78,7 +82,9 @@ export const ReadHistory = {
   /** The tool's name, `read_history`. */
   name: READ_HISTORY,
   /** The tool over the `SessionLog` in context (register it with `Tools.register` or `Tools.layer`). */
-  tool: (options: ReadHistoryOptions = {}): Effect.Effect<ToolDefinition<typeof ReadHistoryParameters>, never, SessionLog> =>
+  tool: (
+    options: ReadHistoryOptions = {}
+  ): Effect.Effect<ToolDefinition<typeof ReadHistoryParameters>, never, SessionLog> =>
     Effect.map(SessionLog, (log) =>
       makeTool(
         Effect.map(Effect.all([log.events, log.surface]), ([events, surface]) => ({

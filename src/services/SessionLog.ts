@@ -7,14 +7,21 @@ import { Chunk, Context, Effect, Either, Layer, Option, STM, Stream, TRef } from
 import type { AgentDisposed, PersistenceError } from "../domain/Errors.js"
 import { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import type { SessionEvent, SessionHeader, SurfaceOp } from "../domain/Event.js"
+import * as GrowOnly from "../domain/GrowOnly.js"
 import type { SessionId } from "../domain/Ids.js"
 import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "../domain/Ids.js"
 import { jsonProblem, snapshotJson } from "../domain/Json.js"
 import { stateOf } from "../domain/KnownIds.js"
 import type { Message } from "../domain/Values.js"
-import * as GrowOnly from "../domain/GrowOnly.js"
 import type { Draft } from "../internal/state/SessionState.js"
-import { appendDrafts, appendPure, awaitDurable, commitAcknowledged, guardWritable, SessionState } from "../internal/state/SessionState.js"
+import {
+  appendDrafts,
+  appendPure,
+  awaitDurable,
+  commitAcknowledged,
+  guardWritable,
+  SessionState
+} from "../internal/state/SessionState.js"
 
 /**
  * Input of `SessionLog.append`: an extension event or a surface replacement.
@@ -79,13 +86,17 @@ const RESERVED = "reserved"
 const draftOf = (input: AppendInput): Either.Either<Draft, InvalidEvent> => {
   if (typeof input !== "object" || input === null) {
     const found = input === null ? "null" : typeof input
-    return Either.left(new InvalidEvent({ type: `(${found})`, reason: `input: expected an object with type and data, found ${found}` }))
+    return Either.left(
+      new InvalidEvent({ type: `(${found})`, reason: `input: expected an object with type and data, found ${found}` })
+    )
   }
   let fields: readonly [unknown, unknown, unknown, unknown, unknown]
   try {
     fields = [input.type, input.data, input.surfaceOp, input.sourceEventSeqs, input.ignorable]
   } catch {
-    return Either.left(new InvalidEvent({ type: "(unreadable)", reason: jsonProblem(input, "input") ?? "input: cannot be read" }))
+    return Either.left(
+      new InvalidEvent({ type: "(unreadable)", reason: jsonProblem(input, "input") ?? "input: cannot be read" })
+    )
   }
   const [type, data, surfaceOp, sourceEventSeqs, ignorable] = fields
   if (typeof type !== "string") {
@@ -190,7 +201,10 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
         if (tried instanceof InvalidEvent) return yield* STM.fail(tried)
         if ((yield* state.owner.phase) !== "maintenance") {
           return yield* STM.fail(
-            new InvalidEvent({ type: draft.type, reason: "a compaction bracket between turns needs the maintenance phase" })
+            new InvalidEvent({
+              type: draft.type,
+              reason: "a compaction bracket between turns needs the maintenance phase"
+            })
           )
         }
       }

@@ -37,8 +37,10 @@ export class MemoryStoreControl extends Context.Tag("tiller/MemoryStoreControl")
 
 const layerMemoryFrom = (snapshot: StoreSnapshot): Layer.Layer<SessionStore | MemoryStoreControl> =>
   Layer.effectContext(
-    Effect.map(makeMemoryStore(snapshot), ({ control, store }) =>
-      Context.make(SessionStore, store).pipe(Context.add(MemoryStoreControl, control)))
+    Effect.map(
+      makeMemoryStore(snapshot),
+      ({ control, store }) => Context.make(SessionStore, store).pipe(Context.add(MemoryStoreControl, control))
+    )
   )
 
 /**

@@ -123,7 +123,9 @@ const toolSchemaOf = (tool: ToolDefinition<any>): Effect.Effect<ToolSchema> =>
     if (problem !== undefined) {
       return Effect.dieMessage(`tool ${tool.name}: its parameter JSON Schema is not lossless JSON: ${problem}`)
     }
-    return Effect.succeed(freezeCopy({ name: tool.name, description: tool.description, parameters: parameters as Json }))
+    return Effect.succeed(
+      freezeCopy({ name: tool.name, description: tool.description, parameters: parameters as Json })
+    )
   })
 
 const make = (options?: ToolsOptions): Effect.Effect<Context.Context<Tools | ToolRegistry>> =>

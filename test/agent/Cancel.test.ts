@@ -6,7 +6,14 @@ import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Ref, Schema, Scope, Stream } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
-import { AgentBusy, AgentDisposed, DuplicateMessage, InvalidSplice, MaintenanceAborted, MalformedLog } from "../../src/domain/Errors.js"
+import {
+  AgentBusy,
+  AgentDisposed,
+  DuplicateMessage,
+  InvalidSplice,
+  MaintenanceAborted,
+  MalformedLog
+} from "../../src/domain/Errors.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../../src/domain/Event.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
@@ -23,7 +30,21 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import type { StoreSnapshot } from "../../src/services/SessionStore.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
-import { agentTest, events as eventsOf, hasChunk, liveOf, notation, plugin, scenario, shape, TEXT, texts, turnEndsOf, user, waitUntil } from "./harness.js"
+import {
+  agentTest,
+  events as eventsOf,
+  hasChunk,
+  liveOf,
+  notation,
+  plugin,
+  scenario,
+  shape,
+  TEXT,
+  texts,
+  turnEndsOf,
+  user,
+  waitUntil
+} from "./harness.js"
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -46,13 +67,16 @@ const recordLive = (driver: Context.Tag.Service<Driver>) =>
   Effect.gen(function*() {
     const queue = yield* driver.subscribe
     const seen = yield* Ref.make<ReadonlyArray<string>>([])
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(queue), (e) => Ref.update(seen, (all) => [...all, liveOf(e)]))))
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.flatMap(Queue.take(queue), (e) => Ref.update(seen, (all) => [...all, liveOf(e)])))
+    )
     return Ref.get(seen)
   })
 
 /** The status trace of a driver (starting with the current status). */
-const traceOf = (driver: Context.Tag.Service<Driver>): Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Scope.Scope> =>
-  record(driver.statusChanges, 1)
+const traceOf = (
+  driver: Context.Tag.Service<Driver>
+): Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Scope.Scope> => record(driver.statusChanges, 1)
 
 const textOf = (message: unknown): string | undefined => {
   const block = (message as { content: ReadonlyArray<{ type: string; text?: string }> }).content[0]
@@ -75,43 +99,63 @@ const S = SessionId.make("s")
 // ---------------------------------------------------------------------------------------------
 
 describe("cancellation (SPEC 7, P31-P37)", () => {
-  agentTest("P31: cancel while streaming records the interrupted prefix", scenario([ScriptedModel.hang({ text: "partial" }), ScriptedModel.text("after")]), function*({ driver, log, model }) {
-    const A = user("A")
-    const B = user("B")
-    yield* driver.followup(A)
-    yield* waitUntil(hasChunk("text-delta"), "the text-delta chunk")
-    yield* driver.cancel(CancelCause.user)
-    yield* driver.whenIdle
-    const turn1 = [
-      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-      "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-    ]
-    expect(yield* shape).toEqual(turn1)
-    const events = yield* log.events
-    const am = events.find((e) => e.type === "assistant/message") as EventOf<"assistant/message">
-    expect(am.data.interrupted).toBe(true)
-    expect(am.data.message.content).toEqual([{ type: "text", text: "partial" }])
-    const chunkSeqs = events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
-    expect(chunkSeqs).toEqual([6, 7])
-    expect(am.sourceEventSeqs).toEqual(chunkSeqs)
-    expect(turnEndsOf(events)).toEqual([userCause])
+  agentTest(
+    "P31: cancel while streaming records the interrupted prefix",
+    scenario([ScriptedModel.hang({ text: "partial" }), ScriptedModel.text("after")]),
+    function*({ driver, log, model }) {
+      const A = user("A")
+      const B = user("B")
+      yield* driver.followup(A)
+      yield* waitUntil(hasChunk("text-delta"), "the text-delta chunk")
+      yield* driver.cancel(CancelCause.user)
+      yield* driver.whenIdle
+      const turn1 = [
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "AM!",
+        "SE(1,1)",
+        "TE(1,aborted(user))"
+      ]
+      expect(yield* shape).toEqual(turn1)
+      const events = yield* log.events
+      const am = events.find((e) => e.type === "assistant/message") as EventOf<"assistant/message">
+      expect(am.data.interrupted).toBe(true)
+      expect(am.data.message.content).toEqual([{ type: "text", text: "partial" }])
+      const chunkSeqs = events.filter((e) => e.type === "assistant/chunk").map((e) => e.seq)
+      expect(chunkSeqs).toEqual([6, 7])
+      expect(am.sourceEventSeqs).toEqual(chunkSeqs)
+      expect(turnEndsOf(events)).toEqual([userCause])
 
-    yield* driver.followup(B)
-    yield* driver.whenIdle
-    expect(yield* shape).toEqual([
-      ...turn1,
-      "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
-    ])
-    const requests = yield* model.requests
-    expect(requests.length).toBe(2)
-    const second = requests[1]!.messages
-    expect(second.length).toBe(3)
-    expect(second[0]).toEqual(A)
-    expect(second[1]!.role).toBe("assistant")
-    expect((second[1] as AssistantMessage).content).toEqual([{ type: "text", text: "partial" }])
-    expect(second[2]).toEqual(B)
-    expect(checkLog(yield* log.events, { closed: true })).toEqual([])
-  })
+      yield* driver.followup(B)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        ...turn1,
+        "INS(nt,0,[B])",
+        "TS(2)",
+        "CLM(nt,0,1)",
+        "SS(2,1)",
+        "UM(B)",
+        ...TEXT,
+        "SE(2,1)",
+        "TE(2,completed)"
+      ])
+      const requests = yield* model.requests
+      expect(requests.length).toBe(2)
+      const second = requests[1]!.messages
+      expect(second.length).toBe(3)
+      expect(second[0]).toEqual(A)
+      expect(second[1]!.role).toBe("assistant")
+      expect((second[1] as AssistantMessage).content).toEqual([{ type: "text", text: "partial" }])
+      expect(second[2]).toEqual(B)
+      expect(checkLog(yield* log.events, { closed: true })).toEqual([])
+    }
+  )
 
   it.scoped("P32: cancel after the assistant message, before tools", () =>
     Effect.gen(function*() {
@@ -124,7 +168,10 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
       })
       const cancelFromStream = Effect.flatMap(Deferred.await(handle), (driver) => driver.cancel(CancelCause.user))
       const script = [
-        ScriptedModel.response({ toolCalls: [{ id: "c1", name: "danger", arguments: {} }], afterFinish: cancelFromStream }),
+        ScriptedModel.response({
+          toolCalls: [{ id: "c1", name: "danger", arguments: {} }],
+          afterFinish: cancelFromStream
+        }),
         ScriptedModel.text("after")
       ]
       yield* Effect.gen(function*() {
@@ -137,10 +184,29 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
         yield* driver.followup(user("B"))
         yield* driver.whenIdle
         expect(yield* shape).toEqual([
-          "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-          "CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM",
-          "TC(c1)", "TR⊘(c1)", "SE(1,1)", "TE(1,aborted(user))",
-          "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+          "INS(nt,0,[A])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(A)",
+          "RH(initial)",
+          "CH(block-start)",
+          "CH(tool-call-delta)",
+          "CH(block-end)",
+          "CH(finish stop)",
+          "AM",
+          "TC(c1)",
+          "TR⊘(c1)",
+          "SE(1,1)",
+          "TE(1,aborted(user))",
+          "INS(nt,0,[B])",
+          "TS(2)",
+          "CLM(nt,0,1)",
+          "SS(2,1)",
+          "UM(B)",
+          ...TEXT,
+          "SE(2,1)",
+          "TE(2,completed)"
         ])
         expect(yield* Ref.get(invocations)).toBe(0)
         const events = yield* log.events
@@ -191,22 +257,39 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
         yield* driver.whenIdle
         const toolChunks = calls.flatMap(() => ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"])
         const head = [
-          "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-          ...toolChunks, "CH(finish stop)", "AM", "TC(c1)", "TC(c2)"
+          "INS(nt,0,[A])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(A)",
+          "RH(initial)",
+          ...toolChunks,
+          "CH(finish stop)",
+          "AM",
+          "TC(c1)",
+          "TC(c2)"
         ]
         const results = keepInbox
           ? ["TR✗(c1)", "INS(ns,0,[ctx-c1])", "TR✗(c2)", "INS(ns,1,[ctx-c2])"]
           : ["TR✗(c1)", "INS(ns,0,[ctx-c1])", "CAN(ns,0,1)", "TR✗(c2)", "INS(ns,0,[ctx-c2])", "CAN(ns,0,1)"]
         const turn1 = [
-          ...head, ...results,
-          "TC(c3)", "TR⊘(c3)", "TC(c4)", "TR⊘(c4)", "SE(1,1)", "TE(1,aborted(user))"
+          ...head,
+          ...results,
+          "TC(c3)",
+          "TR⊘(c3)",
+          "TC(c4)",
+          "TR⊘(c4)",
+          "SE(1,1)",
+          "TE(1,aborted(user))"
         ]
         expect(yield* shape).toEqual(turn1)
         expect(yield* Queue.size(started)).toBe(0) // c3 and c4 never ran
         expect(yield* Ref.get(posted)).toEqual(["c1:true", "c2:true"])
         const live1 = yield* drain(live)
         expect(live1).toEqual([
-          "inserted(A)", "status(running)", "claimed(A,1)",
+          "inserted(A)",
+          "status(running)",
+          "claimed(A,1)",
           ...(keepInbox
             ? ["inserted(ctx-c1)", "inserted(ctx-c2)"]
             : ["inserted(ctx-c1)", "discarded(ctx-c1)", "inserted(ctx-c2)", "discarded(ctx-c2)"]),
@@ -218,11 +301,14 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
         yield* driver.whenIdle
         expect(yield* shape).toEqual([
           ...turn1,
-          "INS(nt,0,[W])", "TS(2)",
+          "INS(nt,0,[W])",
+          "TS(2)",
           ...(keepInbox
             ? ["CLM(ns,0,2)", "CLM(nt,0,1)", "SS(2,1)", "UM(ctx-c1)", "UM(ctx-c2)", "UM(W)"]
             : ["CLM(nt,0,1)", "SS(2,1)", "UM(W)"]),
-          ...TEXT, "SE(2,1)", "TE(2,completed)"
+          ...TEXT,
+          "SE(2,1)",
+          "TE(2,completed)"
         ])
         expect(checkLog(yield* log.events, { closed: true })).toEqual([])
       }).pipe(Effect.provide(scenario(script, { tools: [block], maxParallelToolCalls: 2 })))
@@ -246,9 +332,21 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
     yield* driver.followup(B)
     yield* driver.cancel(CancelCause.user)
     yield* driver.whenIdle
-    expect(yield* shape).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[B])", "CAN(nt,0,1)", "TE(1,aborted(user))"])
+    expect(yield* shape).toEqual([
+      "INS(nt,0,[A])",
+      "TS(1)",
+      "CLM(nt,0,1)",
+      "INS(nt,0,[B])",
+      "CAN(nt,0,1)",
+      "TE(1,aborted(user))"
+    ])
     expect(yield* drain(live)).toEqual([
-      "inserted(A)", "status(running)", "claimed(A,1)", "inserted(B)", "discarded(B)", "status(idle)"
+      "inserted(A)",
+      "status(running)",
+      "claimed(A,1)",
+      "inserted(B)",
+      "discarded(B)",
+      "status(idle)"
     ])
     expect(yield* inbox.idState(A.id)).toEqual(Option.some("claimed"))
     expect(yield* inbox.idState(B.id)).toEqual(Option.some("discarded"))
@@ -257,33 +355,60 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
     expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
   })
 
-  agentTest("P35: keepInbox parks pre-abort work (D3)", scenario([ScriptedModel.hang({ text: "a" }), ScriptedModel.text("b"), ScriptedModel.text("w")]), function*({ driver, inbox, model }) {
-    yield* driver.followup(user("A"))
-    yield* waitUntil(hasChunk("text-delta"), "the first text chunk")
-    yield* driver.followup(user("B"))
-    yield* driver.cancel(CancelCause.user, { keepInbox: true })
-    yield* driver.whenIdle
-    expect(yield* texts).toEqual(["A"])
-    expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["B"])
-    expect((yield* model.requests).length).toBe(1)
-    const turn1 = [
-      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-      "CH(block-start)", "CH(text-delta)", "INS(nt,0,[B])", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-    ]
-    expect(yield* shape).toEqual(turn1)
-    expect(yield* driver.status).toBe("idle")
+  agentTest(
+    "P35: keepInbox parks pre-abort work (D3)",
+    scenario([ScriptedModel.hang({ text: "a" }), ScriptedModel.text("b"), ScriptedModel.text("w")]),
+    function*({ driver, inbox, model }) {
+      yield* driver.followup(user("A"))
+      yield* waitUntil(hasChunk("text-delta"), "the first text chunk")
+      yield* driver.followup(user("B"))
+      yield* driver.cancel(CancelCause.user, { keepInbox: true })
+      yield* driver.whenIdle
+      expect(yield* texts).toEqual(["A"])
+      expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["B"])
+      expect((yield* model.requests).length).toBe(1)
+      const turn1 = [
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "INS(nt,0,[B])",
+        "AM!",
+        "SE(1,1)",
+        "TE(1,aborted(user))"
+      ]
+      expect(yield* shape).toEqual(turn1)
+      expect(yield* driver.status).toBe("idle")
 
-    yield* driver.followup(user("W"))
-    yield* driver.whenIdle
-    expect(yield* shape).toEqual([
-      ...turn1,
-      "INS(nt,1,[W])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)",
-      "TE(2,completed)", "TS(3)", "CLM(nt,0,1)", "SS(3,1)", "UM(W)", ...TEXT, "SE(3,1)", "TE(3,completed)"
-    ])
-    expect(yield* texts).toEqual(["A", "B", "W"])
-    expect((yield* model.requests).length).toBe(3)
-    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-  })
+      yield* driver.followup(user("W"))
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        ...turn1,
+        "INS(nt,1,[W])",
+        "TS(2)",
+        "CLM(nt,0,1)",
+        "SS(2,1)",
+        "UM(B)",
+        ...TEXT,
+        "SE(2,1)",
+        "TE(2,completed)",
+        "TS(3)",
+        "CLM(nt,0,1)",
+        "SS(3,1)",
+        "UM(W)",
+        ...TEXT,
+        "SE(3,1)",
+        "TE(3,completed)"
+      ])
+      expect(yield* texts).toEqual(["A", "B", "W"])
+      expect((yield* model.requests).length).toBe(3)
+      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+    }
+  )
 
   it.scoped("P36: a wake after a keepInbox cancel is latched and replayed", () =>
     Effect.gen(function*() {
@@ -305,12 +430,28 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
         // whenIdle resolved only after turn 2 (the latched replay) ended.
         const events = yield* eventsOf
         expect(events.map(notation)).toEqual([
-          "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "INS(nt,0,[B])",
-          "SE(1,1)", "TE(1,aborted(user))", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", ...TEXT, "SE(2,1)", "TE(2,completed)"
+          "INS(nt,0,[A])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(A)",
+          "RH(initial)",
+          "INS(nt,0,[B])",
+          "SE(1,1)",
+          "TE(1,aborted(user))",
+          "TS(2)",
+          "CLM(nt,0,1)",
+          "SS(2,1)",
+          "UM(B)",
+          ...TEXT,
+          "SE(2,1)",
+          "TE(2,completed)"
         ])
         expect(yield* trace).toEqual(["idle", "running", "idle"])
         expect(checkLog(events, { closed: true })).toEqual([])
-      }).pipe(Effect.provide(scenario([ScriptedModel.hang({}, { onInterrupt: Deferred.await(G) }), ScriptedModel.text("b")])))
+      }).pipe(
+        Effect.provide(scenario([ScriptedModel.hang({}, { onInterrupt: Deferred.await(G) }), ScriptedModel.text("b")]))
+      )
     }))
 
   it.scoped("P37: the first cause wins", () =>
@@ -328,8 +469,17 @@ describe("cancellation (SPEC 7, P31-P37)", () => {
         yield* driver.whenIdle
         const events = yield* eventsOf
         expect(events.map(notation)).toEqual([
-          "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-          "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(parent))"
+          "INS(nt,0,[A])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(A)",
+          "RH(initial)",
+          "CH(block-start)",
+          "CH(text-delta)",
+          "AM!",
+          "SE(1,1)",
+          "TE(1,aborted(parent))"
         ])
         expect(turnEndsOf(events)).toEqual([{ kind: "aborted", reason: { kind: "parent" } }])
         expect(checkLog(events, { closed: true })).toEqual([])
@@ -342,26 +492,48 @@ describe("disposal (SPEC 3.7, P38)", () => {
     Effect.gen(function*() {
       const store = yield* SessionStore
       const agentScope = yield* Scope.make()
-      const context = yield* Layer.buildWithScope(agentOn({ sessionId: S }, [ScriptedModel.hang({ text: "partial" })]), agentScope)
+      const context = yield* Layer.buildWithScope(
+        agentOn({ sessionId: S }, [ScriptedModel.hang({ text: "partial" })]),
+        agentScope
+      )
       const driver = Context.get(context, Driver)
       const log = Context.get(context, SessionLog)
       const trace = yield* traceOf(driver)
       const live = yield* recordLive(driver)
       yield* driver.followup(user("A"))
-      yield* waitUntil(Effect.map(log.events, (events) =>
-        events.some((e) => e.type === "assistant/chunk" && (e as EventOf<"assistant/chunk">).data.chunk.type === "text-delta")), "the text chunk")
+      yield* waitUntil(
+        Effect.map(log.events, (events) =>
+          events.some((e) =>
+            e.type === "assistant/chunk" && (e as EventOf<"assistant/chunk">).data.chunk.type === "text-delta"
+          )),
+        "the text chunk"
+      )
       yield* driver.followup(user("T"))
       yield* Scope.close(agentScope, Exit.void)
       const expected = [
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "INS(nt,0,[T])", "AM!", "SE(1,1)", "TE(1,aborted(disposed))"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "INS(nt,0,[T])",
+        "AM!",
+        "SE(1,1)",
+        "TE(1,aborted(disposed))"
       ]
       const stored = yield* store.load(S)
       expect(stored.events.map(notation)).toEqual(expected)
       expect(turnEndsOf(stored.events)).toEqual([{ kind: "aborted", reason: { kind: "disposed" } }])
       expect(checkLog(stored.events, { closed: true })).toEqual([])
       expect(yield* live).toEqual([
-        "inserted(A)", "status(running)", "claimed(A,1)", "inserted(T)", "status(idle)"
+        "inserted(A)",
+        "status(running)",
+        "claimed(A,1)",
+        "inserted(T)",
+        "status(idle)"
       ])
       expect(yield* trace).toEqual(["idle", "running", "idle"])
       const refused = yield* Effect.flip(driver.followup(user("X")))
@@ -372,15 +544,32 @@ describe("disposal (SPEC 3.7, P38)", () => {
         const resumed = yield* Driver
         const inbox = yield* Inbox
         const model = yield* ScriptedModel
-        expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["T"])
+        expect((yield* inbox.nextTurn).map((m) =>
+          m.id
+        )).toEqual(["T"])
         expect(yield* resumed.status).toBe("idle")
         expect((yield* shape).at(-1)).toBe("ES")
         yield* resumed.followup(user("W"))
         yield* resumed.whenIdle
         expect(yield* shape).toEqual([
-          ...expected, "ES",
-          "INS(nt,1,[W])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(T)", "RH(resume)", ...TEXT, "SE(2,1)",
-          "TE(2,completed)", "TS(3)", "CLM(nt,0,1)", "SS(3,1)", "UM(W)", ...TEXT, "SE(3,1)", "TE(3,completed)"
+          ...expected,
+          "ES",
+          "INS(nt,1,[W])",
+          "TS(2)",
+          "CLM(nt,0,1)",
+          "SS(2,1)",
+          "UM(T)",
+          "RH(resume)",
+          ...TEXT,
+          "SE(2,1)",
+          "TE(2,completed)",
+          "TS(3)",
+          "CLM(nt,0,1)",
+          "SS(3,1)",
+          "UM(W)",
+          ...TEXT,
+          "SE(3,1)",
+          "TE(3,completed)"
         ])
         expect((yield* model.requests).length).toBe(2)
         expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
@@ -455,7 +644,12 @@ describe("inbox mutations (SPEC 3.8, P39)", () => {
       const X = user("X")
       yield* store.create(
         { formatVersion: LOG_FORMAT_VERSION, sessionId: id, createdAt: 0, seedLength: 0 },
-        [{ type: "agent/inbox/spliced", seq: 0, time: 0, data: { target: "next-turn", start: 1, inserted: [X] } } as unknown as SessionEvent]
+        [{
+          type: "agent/inbox/spliced",
+          seq: 0,
+          time: 0,
+          data: { target: "next-turn", start: 1, inserted: [X] }
+        } as unknown as SessionEvent]
       )
       const error = yield* Effect.flip(Effect.scoped(Layer.build(agentOn({ resume: id }, []))))
       expect(error).toBeInstanceOf(MalformedLog)
@@ -465,27 +659,40 @@ describe("inbox mutations (SPEC 3.8, P39)", () => {
       expect(again).toBeInstanceOf(MalformedLog)
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 
-  agentTest("P39 (e): a removed injection reaches no request", scenario([ScriptedModel.text("ok")]), function*({ driver, inbox, model }) {
-    const live = yield* driver.subscribe
-    const C = plugin("C")
-    const P = user("P")
-    yield* driver.inject(C)
-    expect(yield* inbox.remove(C.id)).toBe(true)
-    yield* driver.followup(P)
-    yield* driver.whenIdle
-    expect(yield* shape).toEqual([
-      "INS(ns,0,[C])", "CAN(ns,0,1)", "INS(nt,0,[P])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(P)", "RH(initial)",
-      ...TEXT, "SE(1,1)", "TE(1,completed)"
-    ])
-    const seen = yield* drain(live)
-    expect(seen.filter((s) => s.startsWith("inserted"))).toEqual(["inserted(C)", "inserted(P)"])
-    expect(seen.filter((s) => s.startsWith("discarded"))).toEqual(["discarded(C)"])
-    expect(seen.filter((s) => s.startsWith("claimed"))).toEqual(["claimed(P,1)"])
-    const requests = yield* model.requests
-    expect(requests.length).toBe(1)
-    expect(requests[0]!.messages).toEqual([P])
-    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-  })
+  agentTest(
+    "P39 (e): a removed injection reaches no request",
+    scenario([ScriptedModel.text("ok")]),
+    function*({ driver, inbox, model }) {
+      const live = yield* driver.subscribe
+      const C = plugin("C")
+      const P = user("P")
+      yield* driver.inject(C)
+      expect(yield* inbox.remove(C.id)).toBe(true)
+      yield* driver.followup(P)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(ns,0,[C])",
+        "CAN(ns,0,1)",
+        "INS(nt,0,[P])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(P)",
+        "RH(initial)",
+        ...TEXT,
+        "SE(1,1)",
+        "TE(1,completed)"
+      ])
+      const seen = yield* drain(live)
+      expect(seen.filter((s) => s.startsWith("inserted"))).toEqual(["inserted(C)", "inserted(P)"])
+      expect(seen.filter((s) => s.startsWith("discarded"))).toEqual(["discarded(C)"])
+      expect(seen.filter((s) => s.startsWith("claimed"))).toEqual(["claimed(P,1)"])
+      const requests = yield* model.requests
+      expect(requests.length).toBe(1)
+      expect(requests[0]!.messages).toEqual([P])
+      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+    }
+  )
 })
 
 describe("maintenance (SPEC 3.6, P40)", () => {
@@ -499,66 +706,95 @@ describe("maintenance (SPEC 3.6, P40)", () => {
       return fiber
     })
 
-  agentTest("P40 (a): a wake during maintenance is latched and runs at the task's exit", scenario([ScriptedModel.text("w")]), function*({ driver, model }) {
-    const trace = yield* traceOf(driver)
-    const live = yield* driver.subscribe
-    const G = yield* Deferred.make<void>()
-    const task = yield* startTask(driver, G)
-    yield* driver.followup(user("W"))
-    expect(yield* shape).toEqual(["INS(nt,0,[W])"])
-    expect(yield* driver.status).toBe("idle")
-    expect(yield* drain(live)).toEqual(["inserted(W)"])
-    expect((yield* model.requests).length).toBe(0)
-    yield* Deferred.succeed(G, undefined)
-    expect(yield* Fiber.join(task)).toBe(42)
-    // The task-exit transaction itself opened the turn: it is logged when runMaintenance returns.
-    expect((yield* shape).slice(0, 3)).toEqual(["INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)"])
-    yield* driver.whenIdle
-    expect(yield* shape).toEqual([
-      "INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(W)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
-    ])
-    expect(yield* drain(live)).toEqual(["status(running)", "claimed(W,1)", "status(idle)"])
-    expect(yield* trace).toEqual(["idle", "running", "idle"])
-    expect((yield* model.requests).length).toBe(1)
-    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-  })
+  agentTest(
+    "P40 (a): a wake during maintenance is latched and runs at the task's exit",
+    scenario([ScriptedModel.text("w")]),
+    function*({ driver, model }) {
+      const trace = yield* traceOf(driver)
+      const live = yield* driver.subscribe
+      const G = yield* Deferred.make<void>()
+      const task = yield* startTask(driver, G)
+      yield* driver.followup(user("W"))
+      expect(yield* shape).toEqual(["INS(nt,0,[W])"])
+      expect(yield* driver.status).toBe("idle")
+      expect(yield* drain(live)).toEqual(["inserted(W)"])
+      expect((yield* model.requests).length).toBe(0)
+      yield* Deferred.succeed(G, undefined)
+      expect(yield* Fiber.join(task)).toBe(42)
+      // The task-exit transaction itself opened the turn: it is logged when runMaintenance returns.
+      expect((yield* shape).slice(0, 3)).toEqual(["INS(nt,0,[W])", "TS(1)", "CLM(nt,0,1)"])
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[W])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(W)",
+        "RH(initial)",
+        ...TEXT,
+        "SE(1,1)",
+        "TE(1,completed)"
+      ])
+      expect(yield* drain(live)).toEqual(["status(running)", "claimed(W,1)", "status(idle)"])
+      expect(yield* trace).toEqual(["idle", "running", "idle"])
+      expect((yield* model.requests).length).toBe(1)
+      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+    }
+  )
 
-  agentTest("P40 (b): a latched wake removed before the task's exit produces no turn", scenario([ScriptedModel.text("w")]), function*({ driver, inbox, model }) {
-    const trace = yield* traceOf(driver)
-    const G = yield* Deferred.make<void>()
-    const task = yield* startTask(driver, G)
-    const W = user("W")
-    yield* driver.followup(W)
-    expect(yield* inbox.remove(W.id)).toBe(true)
-    yield* Deferred.succeed(G, undefined)
-    expect(yield* Fiber.join(task)).toBe(42)
-    yield* driver.whenIdle
-    expect(yield* shape).toEqual(["INS(nt,0,[W])", "CAN(nt,0,1)"])
-    expect((yield* model.requests).length).toBe(0)
-    expect(yield* trace).toEqual(["idle"])
-    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-  })
+  agentTest(
+    "P40 (b): a latched wake removed before the task's exit produces no turn",
+    scenario([ScriptedModel.text("w")]),
+    function*({ driver, inbox, model }) {
+      const trace = yield* traceOf(driver)
+      const G = yield* Deferred.make<void>()
+      const task = yield* startTask(driver, G)
+      const W = user("W")
+      yield* driver.followup(W)
+      expect(yield* inbox.remove(W.id)).toBe(true)
+      yield* Deferred.succeed(G, undefined)
+      expect(yield* Fiber.join(task)).toBe(42)
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual(["INS(nt,0,[W])", "CAN(nt,0,1)"])
+      expect((yield* model.requests).length).toBe(0)
+      expect(yield* trace).toEqual(["idle"])
+      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+    }
+  )
 
-  agentTest("P40 (c): a broad cancel interrupts the task and clears the latch", scenario([ScriptedModel.text("b")]), function*({ driver, model }) {
-    const G = yield* Deferred.make<void>()
-    const task = yield* startTask(driver, G)
-    yield* driver.followup(user("A"))
-    yield* driver.cancel(CancelCause.user)
-    const error = yield* Effect.flip(Fiber.join(task))
-    expect(error).toBeInstanceOf(MaintenanceAborted)
-    expect((error as MaintenanceAborted).cause).toEqual({ kind: "user" })
-    expect(yield* shape).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)"])
-    expect(yield* driver.status).toBe("idle")
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
-    expect(yield* texts).toEqual(["B"])
-    expect((yield* model.requests).length).toBe(1)
-    expect(yield* shape).toEqual([
-      "INS(nt,0,[A])", "CAN(nt,0,1)", "INS(nt,0,[B])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(B)", "RH(initial)",
-      ...TEXT, "SE(1,1)", "TE(1,completed)"
-    ])
-    expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
-  })
+  agentTest(
+    "P40 (c): a broad cancel interrupts the task and clears the latch",
+    scenario([ScriptedModel.text("b")]),
+    function*({ driver, model }) {
+      const G = yield* Deferred.make<void>()
+      const task = yield* startTask(driver, G)
+      yield* driver.followup(user("A"))
+      yield* driver.cancel(CancelCause.user)
+      const error = yield* Effect.flip(Fiber.join(task))
+      expect(error).toBeInstanceOf(MaintenanceAborted)
+      expect((error as MaintenanceAborted).cause).toEqual({ kind: "user" })
+      expect(yield* shape).toEqual(["INS(nt,0,[A])", "CAN(nt,0,1)"])
+      expect(yield* driver.status).toBe("idle")
+      yield* driver.followup(user("B"))
+      yield* driver.whenIdle
+      expect(yield* texts).toEqual(["B"])
+      expect((yield* model.requests).length).toBe(1)
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])",
+        "CAN(nt,0,1)",
+        "INS(nt,0,[B])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(B)",
+        "RH(initial)",
+        ...TEXT,
+        "SE(1,1)",
+        "TE(1,completed)"
+      ])
+      expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
+    }
+  )
 
   it.scoped("P40 (d): maintenance needs an idle driver", () =>
     Effect.gen(function*() {
@@ -579,7 +815,15 @@ describe("maintenance (SPEC 3.6, P40)", () => {
         yield* Deferred.succeed(G2, undefined)
         expect(yield* Fiber.join(task)).toBe(42)
         expect(yield* shape).toEqual([
-          "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", ...TEXT, "SE(1,1)", "TE(1,completed)"
+          "INS(nt,0,[A])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(A)",
+          "RH(initial)",
+          ...TEXT,
+          "SE(1,1)",
+          "TE(1,completed)"
         ])
         expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])
       }).pipe(Effect.provide(scenario([ScriptedModel.text("a", { awaitBefore: Deferred.await(G) })])))
@@ -621,9 +865,19 @@ describe("shutdown and resume (P41)", () => {
         yield* driver.followup(user("Q"))
         yield* driver.whenIdle
         expect(yield* shape).toEqual([
-          ...stored, "ES",
-          "INS(nt,0,[Q])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(N)", "UM(Q)", "RH(resume)",
-          ...TEXT, "SE(2,1)", "TE(2,completed)"
+          ...stored,
+          "ES",
+          "INS(nt,0,[Q])",
+          "TS(2)",
+          "CLM(ns,0,1)",
+          "CLM(nt,0,1)",
+          "SS(2,1)",
+          "UM(N)",
+          "UM(Q)",
+          "RH(resume)",
+          ...TEXT,
+          "SE(2,1)",
+          "TE(2,completed)"
         ])
         expect((yield* model.requests)[0]!.messages.map((m) => textOf(m))).toEqual(["A", "one", "N", "Q"])
         expect(checkLog(yield* eventsOf, { closed: true })).toEqual([])

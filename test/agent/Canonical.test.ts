@@ -8,9 +8,12 @@ import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { PreStepDecision } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
-import { agentTest, type AgentServices, plugin, scenario, shape, user } from "./harness.js"
+import { type AgentServices, agentTest, plugin, scenario, shape, user } from "./harness.js"
 
-const closedCheck = Effect.flatMap(SessionLog, (log) => Effect.map(log.events, (events) => checkLog(events, { closed: true })))
+const closedCheck = Effect.flatMap(
+  SessionLog,
+  (log) => Effect.map(log.events, (events) => checkLog(events, { closed: true }))
+)
 
 const echo = Tool.make("echo", {
   description: "echoes its text",
@@ -38,8 +41,19 @@ const canonical = (
 
 describe("canonical sequences (SPEC 4.11)", () => {
   canonical("C1: one follow-up, text answer", scenario([ScriptedModel.text("hi")]), followupA, [
-    "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-    "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+    "INS(nt,0,[A])",
+    "TS(1)",
+    "CLM(nt,0,1)",
+    "SS(1,1)",
+    "UM(A)",
+    "RH(initial)",
+    "CH(block-start)",
+    "CH(text-delta)",
+    "CH(block-end)",
+    "CH(finish stop)",
+    "AM",
+    "SE(1,1)",
+    "TE(1,completed)"
   ])
 
   canonical(
@@ -50,9 +64,28 @@ describe("canonical sequences (SPEC 4.11)", () => {
     ], { tools: [echo] }),
     followupA,
     [
-      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-      "CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(finish stop)", "AM", "TC(c1)", "TR(c1)", "SE(1,1)",
-      "SS(1,2)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,2)", "TE(1,completed)"
+      "INS(nt,0,[A])",
+      "TS(1)",
+      "CLM(nt,0,1)",
+      "SS(1,1)",
+      "UM(A)",
+      "RH(initial)",
+      "CH(block-start)",
+      "CH(tool-call-delta)",
+      "CH(block-end)",
+      "CH(finish stop)",
+      "AM",
+      "TC(c1)",
+      "TR(c1)",
+      "SE(1,1)",
+      "SS(1,2)",
+      "CH(block-start)",
+      "CH(text-delta)",
+      "CH(block-end)",
+      "CH(finish stop)",
+      "AM",
+      "SE(1,2)",
+      "TE(1,completed)"
     ]
   )
 
@@ -61,40 +94,86 @@ describe("canonical sequences (SPEC 4.11)", () => {
     expect(yield* driver.status).toBe("idle")
     yield* driver.followup(user("A"))
   }, [
-    "INS(ns,0,[C])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(1,1)", "UM(C)", "UM(A)", "RH(initial)",
-    "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+    "INS(ns,0,[C])",
+    "INS(nt,0,[A])",
+    "TS(1)",
+    "CLM(ns,0,1)",
+    "CLM(nt,0,1)",
+    "SS(1,1)",
+    "UM(C)",
+    "UM(A)",
+    "RH(initial)",
+    "CH(block-start)",
+    "CH(text-delta)",
+    "CH(block-end)",
+    "CH(finish stop)",
+    "AM",
+    "SE(1,1)",
+    "TE(1,completed)"
   ])
 
-  canonical("C4: rejection, then the chain continues", scenario([ScriptedModel.text("y")]), function*({ driver, preStep }) {
-    const gate = yield* Deferred.make<void>()
-    yield* preStep.register((input, next) =>
-      input.messages.some((m) => m.id === "X")
-        ? Effect.as(Deferred.await(gate), PreStepDecision.reject())
-        : next()
-    )
-    yield* driver.followup(user("X"))
-    yield* driver.followup(user("Y"))
-    yield* Deferred.succeed(gate, undefined)
-  }, [
-    "INS(nt,0,[X])", "TS(1)", "CLM(nt,0,1)", "INS(nt,0,[Y])", "TE(1,blocked)", "TS(2)", "CLM(nt,0,1)",
-    "SS(2,1)", "UM(Y)", "RH(initial)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM",
-    "SE(2,1)", "TE(2,completed)"
-  ])
+  canonical(
+    "C4: rejection, then the chain continues",
+    scenario([ScriptedModel.text("y")]),
+    function*({ driver, preStep }) {
+      const gate = yield* Deferred.make<void>()
+      yield* preStep.register((input, next) =>
+        input.messages.some((m) => m.id === "X")
+          ? Effect.as(Deferred.await(gate), PreStepDecision.reject())
+          : next()
+      )
+      yield* driver.followup(user("X"))
+      yield* driver.followup(user("Y"))
+      yield* Deferred.succeed(gate, undefined)
+    },
+    [
+      "INS(nt,0,[X])",
+      "TS(1)",
+      "CLM(nt,0,1)",
+      "INS(nt,0,[Y])",
+      "TE(1,blocked)",
+      "TS(2)",
+      "CLM(nt,0,1)",
+      "SS(2,1)",
+      "UM(Y)",
+      "RH(initial)",
+      "CH(block-start)",
+      "CH(text-delta)",
+      "CH(block-end)",
+      "CH(finish stop)",
+      "AM",
+      "SE(2,1)",
+      "TE(2,completed)"
+    ]
+  )
 
-  agentTest("C5: cancel while streaming", scenario([ScriptedModel.hang({ text: "partial" })]), function*({ driver, log }) {
-    yield* driver.followup(user("A"))
-    // Wait until the text delta is logged, then cancel.
-    while (!(yield* shape).includes("CH(text-delta)")) yield* Effect.yieldNow()
-    yield* driver.cancel({ kind: "user" })
-    yield* driver.whenIdle
-    expect(yield* shape).toEqual([
-      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-      "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"
-    ])
-    const events = yield* log.events
-    expect((events[8] as { sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs).toEqual([6, 7])
-    expect(yield* closedCheck).toEqual([])
-  })
+  agentTest(
+    "C5: cancel while streaming",
+    scenario([ScriptedModel.hang({ text: "partial" })]),
+    function*({ driver, log }) {
+      yield* driver.followup(user("A"))
+      // Wait until the text delta is logged, then cancel.
+      while (!(yield* shape).includes("CH(text-delta)")) yield* Effect.yieldNow()
+      yield* driver.cancel({ kind: "user" })
+      yield* driver.whenIdle
+      expect(yield* shape).toEqual([
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "AM!",
+        "SE(1,1)",
+        "TE(1,aborted(user))"
+      ])
+      const events = yield* log.events
+      expect((events[8] as { sourceEventSeqs?: ReadonlyArray<number> }).sourceEventSeqs).toEqual([6, 7])
+      expect(yield* closedCheck).toEqual([])
+    }
+  )
 
   canonical(
     "C6: a failed request is retried inside the step",
@@ -109,8 +188,21 @@ describe("canonical sequences (SPEC 4.11)", () => {
       yield* Fiber.join(waiter)
     },
     [
-      "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "CH(finish error)", "RT(1)",
-      "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+      "INS(nt,0,[A])",
+      "TS(1)",
+      "CLM(nt,0,1)",
+      "SS(1,1)",
+      "UM(A)",
+      "RH(initial)",
+      "CH(finish error)",
+      "RT(1)",
+      "CH(block-start)",
+      "CH(text-delta)",
+      "CH(block-end)",
+      "CH(finish stop)",
+      "AM",
+      "SE(1,1)",
+      "TE(1,completed)"
     ]
   )
 })

@@ -12,7 +12,11 @@ import { closeOut, gate, open, scenario, shape, user } from "./harness.js"
 import { empty } from "./toolFixtures.js"
 
 const threeCalls = ScriptedModel.response({
-  toolCalls: [{ id: "c1", name: "t", arguments: {} }, { id: "c2", name: "t", arguments: {} }, { id: "c3", name: "t", arguments: {} }]
+  toolCalls: [{ id: "c1", name: "t", arguments: {} }, { id: "c2", name: "t", arguments: {} }, {
+    id: "c3",
+    name: "t",
+    arguments: {}
+  }]
 })
 
 // One turn: three parallel calls of `t` (default pool of 10), then a text answer; the tool events.
@@ -20,7 +24,12 @@ const toolOrder = (
   body: (callId: string) => Effect.Effect<string>,
   pre?: (info: ToolCallInfo) => Effect.Effect<void>
 ) => {
-  const tool = Tool.make("t", { description: "t", parameters: empty, mode: "parallel", execute: (_p, ctx) => body(ctx.callId) })
+  const tool = Tool.make("t", {
+    description: "t",
+    parameters: empty,
+    mode: "parallel",
+    execute: (_p, ctx) => body(ctx.callId)
+  })
   return Effect.gen(function*() {
     const driver = yield* Driver
     const hooks = yield* Hooks
@@ -38,12 +47,17 @@ describe("4.6 commits have priority over starts", () => {
     const rest = gate()
     return Effect.map(
       toolOrder(
-        (callId) => callId === "c1" ? Effect.zipRight(Deferred.await(g1), Effect.as(open(c1Done), "one")) : Effect.as(Deferred.await(rest), callId),
+        (callId) =>
+          callId === "c1"
+            ? Effect.zipRight(Deferred.await(g1), Effect.as(open(c1Done), "one"))
+            : Effect.as(Deferred.await(rest), callId),
         // c2's ToolPre lets c1 end and waits for it; c3's opens the other bodies.
         (info) =>
           info.callId === "c2"
             ? Effect.zipRight(open(g1), Deferred.await(c1Done))
-            : info.callId === "c3" ? Effect.asVoid(open(rest)) : Effect.void
+            : info.callId === "c3"
+            ? Effect.asVoid(open(rest))
+            : Effect.void
       ),
       (order) => expect(order).toBe("TC(c1) TC(c2) TR(c1) TC(c3) TR(c2) TR(c3)")
     )
@@ -54,7 +68,8 @@ describe("4.6 commits have priority over starts", () => {
     return Effect.map(
       toolOrder(
         (callId) => callId === "c1" ? Effect.succeed("one") : Effect.as(Deferred.await(rest), callId),
-        (info) => info.callId === "c2" ? Effect.yieldNow() : info.callId === "c3" ? Effect.asVoid(open(rest)) : Effect.void
+        (info) =>
+          info.callId === "c2" ? Effect.yieldNow() : info.callId === "c3" ? Effect.asVoid(open(rest)) : Effect.void
       ),
       (order) => expect(order).toBe("TC(c1) TC(c2) TR(c1) TC(c3) TR(c2) TR(c3)")
     )

@@ -4,9 +4,22 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Exit, Layer, Option, Scope, TestClock } from "effect"
-import { checkLog, Driver, forkSession, Inbox, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, Sessions, SessionStore, Tools } from "../../src/index.js"
-import { asId, events, notation, plugin, user } from "./harness.js"
+import {
+  checkLog,
+  Driver,
+  forkSession,
+  Inbox,
+  PreStep,
+  PreStepDecision,
+  ScriptedModel,
+  SessionId,
+  SessionLog,
+  Sessions,
+  SessionStore,
+  Tools
+} from "../../src/index.js"
 import type { UserMessage } from "../../src/index.js"
+import { asId, events, notation, plugin, user } from "./harness.js"
 import { buildIn, ev, header, outcome, withStore } from "./stores.js"
 
 const sid = (s: string) => SessionId.make(s)
@@ -31,7 +44,9 @@ describe("§6.6 fork: seed contents", () => {
       const child = yield* store.load(childId)
       // The seed's REP re-inserts the id it removes (a content rewrite): no R9, and the child opens.
       const violations = checkLog(child.events, { seedLength: child.header.seedLength })
-      const opened = yield* Effect.exit(run([], Effect.flatMap(SessionLog, (log) => log.events), { sessionId: "child", resume: true }))
+      const opened = yield* Effect.exit(
+        run([], Effect.flatMap(SessionLog, (log) => log.events), { sessionId: "child", resume: true })
+      )
       expect({ violations, opened: outcome(opened) }).toEqual({ violations: [], opened: "ok" })
     }))
 })
@@ -56,13 +71,20 @@ describe("§6.6/§3.9 known ids of the seed", () => {
       )
       expect(inSource).toEqual([Option.some("claimed"), Option.some("discarded")])
       expect((yield* store.load(sid("s"))).events.map(notation)).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "TE(1,completed)", "INS(ns,0,[P])", "CAN(ns,0,1)"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "TE(1,completed)",
+        "INS(ns,0,[P])",
+        "CAN(ns,0,1)"
       ])
       yield* forkSession({ source: sid("s"), childId: sid("kid") }).pipe(Effect.provideService(SessionStore, store))
       const inChild = yield* run(
         [],
-        Effect.flatMap(Inbox, (inbox) =>
-          Effect.all([inbox.idState("A" as UserMessage["id"]), inbox.idState("P" as UserMessage["id"])])),
+        Effect.flatMap(
+          Inbox,
+          (inbox) => Effect.all([inbox.idState("A" as UserMessage["id"]), inbox.idState("P" as UserMessage["id"])])
+        ),
         { sessionId: "kid", resume: true }
       )
       // The seed's splices are replayed on the seed's own lists: a claimed id keeps its state in the child.
@@ -87,9 +109,10 @@ describe("§6.6/§8.10 Sessions.fork validation", () => {
       expect(outcome(forked)).toBe("ok")
     }).pipe(
       Effect.provide(
-        Sessions.layer({ model: { provider: "p", model: "m" }, eventTypes: ["x/declared"], idleTimeToLive: "1 minute" }).pipe(
-          Layer.provideMerge(deps)
-        )
+        Sessions.layer({ model: { provider: "p", model: "m" }, eventTypes: ["x/declared"], idleTimeToLive: "1 minute" })
+          .pipe(
+            Layer.provideMerge(deps)
+          )
       )
     ))
 })
@@ -149,11 +172,21 @@ describe("§6.6 fork before the first request", () => {
           const inbox = yield* Inbox
           expect(yield* inbox.snapshot).toEqual({ nextTurn: [], nextStep: [] })
           expect(yield* inbox.idState("A" as UserMessage["id"])).toEqual(Option.some("discarded"))
-          expect(yield* Effect.flip(driver.followup(user("A")))).toMatchObject({ _tag: "DuplicateMessage", state: "discarded" })
+          expect(yield* Effect.flip(driver.followup(user("A")))).toMatchObject({
+            _tag: "DuplicateMessage",
+            state: "discarded"
+          })
           yield* driver.followup(user("B"))
           yield* driver.whenIdle
           const shape = (yield* events).map(notation)
-          expect(shape.slice(2, 8)).toEqual(["INS(nt,0,[B])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(B)", "RH(initial)"])
+          expect(shape.slice(2, 8)).toEqual([
+            "INS(nt,0,[B])",
+            "TS(1)",
+            "CLM(nt,0,1)",
+            "SS(1,1)",
+            "UM(B)",
+            "RH(initial)"
+          ])
           expect(checkLog(yield* events, { seedLength: 1, closed: true })).toEqual([])
         }),
         { sessionId: "kid", resume: true }
@@ -170,20 +203,34 @@ describe("§6.6 fork check order", () => {
       yield* store.create(header("bad"), [ev(0, "turn/end", { turn: 1, reason: { kind: "completed" } })])
       yield* store.create(header("ok"), [ev(0, "x/e", {}, { ignorable: true })])
       const fork = (source: string, boundary?: number) =>
-        Effect.flip(forkSession({ source: sid(source), childId: sid("taken"), ...(boundary !== undefined ? { boundary } : {}) })).pipe(
+        Effect.flip(
+          forkSession({ source: sid(source), childId: sid("taken"), ...(boundary !== undefined ? { boundary } : {}) })
+        ).pipe(
           Effect.provideService(SessionStore, store)
         )
-      for (const [source, boundary] of [["missing", undefined], ["v2", undefined], ["bad", undefined], ["ok", 7]] as const) {
-        expect(yield* fork(source, boundary), source).toMatchObject({ _tag: "ForkError", reason: "child-exists", source })
+      for (
+        const [source, boundary] of [["missing", undefined], ["v2", undefined], ["bad", undefined], ["ok", 7]] as const
+      ) {
+        expect(yield* fork(source, boundary), source).toMatchObject({
+          _tag: "ForkError",
+          reason: "child-exists",
+          source
+        })
       }
       // Without the collision each source fails for its own reason.
       const plain = (source: string, boundary?: number) =>
         Effect.flip(forkSession({ source: sid(source), ...(boundary !== undefined ? { boundary } : {}) })).pipe(
           Effect.provideService(SessionStore, store),
-          Effect.map((e) => (e as { _tag: string; reason?: string })._tag + ((e as { reason?: string }).reason === "invalid-boundary" ? ":invalid-boundary" : ""))
+          Effect.map((e) =>
+            (e as { _tag: string; reason?: string })._tag +
+            ((e as { reason?: string }).reason === "invalid-boundary" ? ":invalid-boundary" : "")
+          )
         )
       expect([yield* plain("missing"), yield* plain("v2"), yield* plain("bad"), yield* plain("ok", 7)]).toEqual([
-        "SessionNotFound", "UnsupportedLogVersion", "MalformedLog", "ForkError:invalid-boundary"
+        "SessionNotFound",
+        "UnsupportedLogVersion",
+        "MalformedLog",
+        "ForkError:invalid-boundary"
       ])
     }))
 })

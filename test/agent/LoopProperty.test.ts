@@ -36,11 +36,16 @@ const note = Tool.make("note", {
   execute: ({ text }) => Effect.succeed(`noted ${text}`)
 })
 
-const toScript = (entries: ReadonlyArray<{ readonly delay: number; readonly tool: boolean }>): ReadonlyArray<ScriptEntry> =>
+const toScript = (
+  entries: ReadonlyArray<{ readonly delay: number; readonly tool: boolean }>
+): ReadonlyArray<ScriptEntry> =>
   entries.map(({ delay, tool }, i) => {
     const options = { awaitBefore: Effect.sleep(`${delay} millis`) }
     return tool
-      ? ScriptedModel.response({ toolCalls: [{ id: `call-${i}`, name: "note", arguments: { text: `n${i}` } }], ...options })
+      ? ScriptedModel.response({
+        toolCalls: [{ id: `call-${i}`, name: "note", arguments: { text: `n${i}` } }],
+        ...options
+      })
       : ScriptedModel.text(`answer ${i}`, options)
   })
 
@@ -56,7 +61,9 @@ describe("loop property", () => {
         const accepted: Array<string> = []
         let n = 0
         // The clock keeps moving in the background so model delays elapse.
-        const ticker = yield* Effect.fork(Effect.forever(Effect.zipRight(TestClock.adjust("5 millis"), Effect.yieldNow())))
+        const ticker = yield* Effect.fork(
+          Effect.forever(Effect.zipRight(TestClock.adjust("5 millis"), Effect.yieldNow()))
+        )
         for (const o of ops) {
           switch (o._tag) {
             case "followup":
@@ -118,7 +125,9 @@ describe("loop property", () => {
             const d = (e as EventOf<"agent/inbox/spliced">).data
             const list = lists[d.target]
             const removed = list.splice(d.start, d.removedCount ?? 0, ...d.inserted.map((m) => m.id))
-            if (d.removedCount !== undefined && d.inserted.length === 0 && d.outcome === undefined) claimed.push(...removed)
+            if (d.removedCount !== undefined && d.inserted.length === 0 && d.outcome === undefined) {
+              claimed.push(...removed)
+            }
           } else if (e.type === "step/start") {
             stepEntered = []
           } else if (e.type === "user/message" && stepEntered !== undefined) {

@@ -4,13 +4,38 @@
  */
 import * as AiError from "@effect/ai/AiError"
 import * as LanguageModel from "@effect/ai/LanguageModel"
+import type * as Response from "@effect/ai/Response"
 import * as AiTool from "@effect/ai/Tool"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Deferred, Effect, Either, JSONSchema, Layer, Option, Ref, Schema, Stream, TestClock } from "effect"
-import { Agent, CancelCause, Driver, Model, ModelError, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, Tools } from "../../src/index.js"
-import { agentTest, closeOut, dataOfType, gate, open, plugin, reasons, scenario, shape, token, untilEvent, user } from "./harness.js"
-import type * as Response from "@effect/ai/Response"
+import {
+  Agent,
+  CancelCause,
+  Driver,
+  Model,
+  ModelError,
+  ScriptedModel,
+  SessionId,
+  SessionLog,
+  SessionStore,
+  Tool,
+  Tools
+} from "../../src/index.js"
 import type { Message, ModelRequest, StreamChunk } from "../../src/index.js"
+import {
+  agentTest,
+  closeOut,
+  dataOfType,
+  gate,
+  open,
+  plugin,
+  reasons,
+  scenario,
+  shape,
+  token,
+  untilEvent,
+  user
+} from "./harness.js"
 import { empty } from "./toolFixtures.js"
 
 type Loose = { readonly [k: string]: any }
@@ -32,7 +57,9 @@ interface Fake {
 }
 
 const fakeLanguageModel = (
-  responses: ReadonlyArray<{ readonly parts: ReadonlyArray<Response.StreamPartEncoded>; readonly failure?: AiError.AiError }>
+  responses: ReadonlyArray<
+    { readonly parts: ReadonlyArray<Response.StreamPartEncoded>; readonly failure?: AiError.AiError }
+  >
 ): Fake => {
   const options = Ref.unsafeMake<ReadonlyArray<LanguageModel.ProviderOptions>>([])
   let calls = 0
@@ -55,7 +82,11 @@ const fakeLanguageModel = (
 }
 
 const agentOverLanguageModel = (fake: Fake, tools: ReadonlyArray<any> = [], system?: string) =>
-  Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" }, ...(system !== undefined ? { system } : {}) }).pipe(
+  Agent.layer({
+    sessionId: SessionId.make("s"),
+    model: { provider: "p", model: "m" },
+    ...(system !== undefined ? { system } : {})
+  }).pipe(
     Layer.provideMerge(Layer.mergeAll(
       SessionStore.layerMemory,
       Model.layerLanguageModel.pipe(Layer.provide(fake.layer)),
@@ -73,14 +104,18 @@ const textParts = (delta: string): Array<Response.StreamPartEncoded> => [
 ]
 
 /** {@link textParts}, then a stop finish with {@link usage}. */
-const textReply = (delta: string): Array<Response.StreamPartEncoded> => [...textParts(delta), { type: "finish", reason: "stop", usage }]
+const textReply = (
+  delta: string
+): Array<Response.StreamPartEncoded> => [...textParts(delta), { type: "finish", reason: "stop", usage }]
 
 /** A prompt message as plain data (type-id brands left out). */
 const plain = (value: unknown): unknown => {
   if (Array.isArray(value)) return value.map(plain)
   if (value instanceof Uint8Array) return Array.from(value)
   if (typeof value === "object" && value !== null) {
-    return Object.fromEntries(Object.entries(value).filter(([k]) => !k.startsWith("~") && k !== "options").map(([k, v]) => [k, plain(v)]))
+    return Object.fromEntries(
+      Object.entries(value).filter(([k]) => !k.startsWith("~") && k !== "options").map(([k, v]) => [k, plain(v)])
+    )
   }
   return value
 }
@@ -148,7 +183,11 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
           name: t.name,
           description: AiTool.getDescription(t as never),
           parameters: AiTool.getJsonSchema(t as never)
-        }))).toEqual([{ name: "read", description: "Reads a file", parameters: (({ $schema: _, ...rest }) => rest)(JSONSchema.make(ReadParams) as Loose) }])
+        }))).toEqual([{
+          name: "read",
+          description: "Reads a file",
+          parameters: (({ $schema: _, ...rest }) => rest)(JSONSchema.make(ReadParams) as Loose)
+        }])
       }
       // The chunks as logged, in the order of the parts.
       const chunks = (yield* dataOfType("assistant/chunk")).map((d) => d.chunk)
@@ -162,7 +201,10 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
         { type: "usage", usage },
         { type: "finish", finish: { kind: "stop" } }
       ])
-      expect((yield* dataOfType("tool/result"))[0]!.message.content[0].content).toEqual([{ type: "text", text: "contents of a.txt" }])
+      expect((yield* dataOfType("tool/result"))[0]!.message.content[0].content).toEqual([{
+        type: "text",
+        text: "contents of a.txt"
+      }])
     }).pipe(Effect.provide(agentOverLanguageModel(fake, [readTool], "SYS")))
   })
 
@@ -196,9 +238,24 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
       yield* TestClock.adjust("2 seconds")
       expect(yield* closeOut).toEqual([])
       expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "CH(finish error)", "RT(1)",
-        "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM", "SE(1,1)", "TE(1,completed)"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "CH(finish error)",
+        "RT(1)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "CH(block-end)",
+        "CH(usage)",
+        "CH(finish stop)",
+        "AM",
+        "SE(1,1)",
+        "TE(1,completed)"
       ])
       const finish = (yield* dataOfType("assistant/chunk"))[2]!.chunk
       expect(finish.finish.kind).toBe("error")
@@ -210,7 +267,10 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
       // The failed attempt's partial text never reaches the model.
       const sent = yield* Ref.get(fake.options)
       expect((plain(sent[1]!.prompt.content) as ReadonlyArray<Loose>).map((m) => m.role)).toEqual(["user"])
-      expect((yield* log.messages).map((m: Message) => m.content[0])).toEqual([{ type: "text", text: "A" }, { type: "text", text: "ok" }])
+      expect((yield* log.messages).map((m: Message) => m.content[0])).toEqual([{ type: "text", text: "A" }, {
+        type: "text",
+        text: "ok"
+      }])
     }).pipe(Effect.provide(agentOverLanguageModel(fake)))
   })
 
@@ -270,7 +330,14 @@ describe("8.8 Model.layerLanguageModel in an agent", () => {
 
 describe("8.8 ScriptedModel", () => {
   const req = (): ModelRequest => ({
-    sessionId: SessionId.make("s"), turn: 1, step: 1, attempt: 1, provider: "p", model: "m", tools: [], messages: []
+    sessionId: SessionId.make("s"),
+    turn: 1,
+    step: 1,
+    attempt: 1,
+    provider: "p",
+    model: "m",
+    tools: [],
+    messages: []
   })
   const collect = (s: Stream.Stream<StreamChunk, ModelError>) =>
     Effect.map(Stream.runCollect(Stream.either(s)), (c) => Chunk.toReadonlyArray(c))
@@ -309,14 +376,21 @@ describe("8.8 ScriptedModel", () => {
       ])
       expect(yield* scripted.remaining).toBe(0)
       const third = yield* collect(model.stream({ ...req(), attempt: 3 }))
-      expect(third).toEqual([Either.left(new ModelError({ failure: { message: "ScriptedModel: script exhausted", code: "UNKNOWN" } }))])
+      expect(third).toEqual([
+        Either.left(new ModelError({ failure: { message: "ScriptedModel: script exhausted", code: "UNKNOWN" } }))
+      ])
       expect((yield* scripted.requests).map((r) => r.attempt)).toEqual([1, 2, 3])
     }).pipe(Effect.provide(ScriptedModel.layer([
       ScriptedModel.text("hi", { deltas: ["h", "i"], usage: { inputTokens: 1, outputTokens: 2 } }),
       ScriptedModel.response({
         reasoning: ["r1", "r2"],
         text: "t",
-        toolCalls: [{ id: "c1", name: "f", arguments: { a: 1 } }, { id: "c2", name: "g", arguments: "raw", partial: true }],
+        toolCalls: [{ id: "c1", name: "f", arguments: { a: 1 } }, {
+          id: "c2",
+          name: "g",
+          arguments: "raw",
+          partial: true
+        }],
         usage: { inputTokens: 1, outputTokens: 1 },
         replayState: { k: 1 },
         finish: "max-tokens"
@@ -337,42 +411,76 @@ describe("8.8 ScriptedModel", () => {
       const b = yield* collect(model.stream(req()))
       expect(b).toEqual([Either.left(new ModelError({ failure: { message: "dead", code: "UNKNOWN" } }))])
     }).pipe(Effect.provide(ScriptedModel.layer([
-      ScriptedModel.fail({ message: "gone", code: "ABORTED" }, { partial: { text: "p", closed: true }, finish: "aborted" }),
+      ScriptedModel.fail({ message: "gone", code: "ABORTED" }, {
+        partial: { text: "p", closed: true },
+        finish: "aborted"
+      }),
       ScriptedModel.die("dead")
     ]))))
 
   // 4.5: "A provider-side aborted finish is a failure (e.g. code ABORTED), never a cancellation."
-  agentTest("4.5/8.8: a provider-side aborted finish ends the turn error, not aborted, and is not retried", scenario([ScriptedModel.fail({ message: "gone", code: "ABORTED" }, { finish: "aborted" })]), function*({ driver }) {
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    expect(yield* reasons).toEqual([{ kind: "error", error: { message: "gone", code: "ABORTED" } }])
-    expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
-  })
+  agentTest(
+    "4.5/8.8: a provider-side aborted finish ends the turn error, not aborted, and is not retried",
+    scenario([ScriptedModel.fail({ message: "gone", code: "ABORTED" }, { finish: "aborted" })]),
+    function*({ driver }) {
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(yield* reasons).toEqual([{ kind: "error", error: { message: "gone", code: "ABORTED" } }])
+      expect((yield* shape).filter((s) => s.startsWith("RT"))).toEqual([])
+    }
+  )
 
   // 8.8: "awaitBefore runs as soon as the stream is pulled, before the first chunk — also for entries that
   // emit no chunk (hang({}))"; chunks(cs, {then: "hang"}) hangs after its chunks until interrupted.
-  agentTest("8.8/K5: chunks(…, {then: hang}) logs its chunks then hangs; a cancel writes the prefix AM!", scenario([
-      ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 0, text: "so far" }], { then: "hang" })
-    ]), function*({ driver }) {
-    yield* driver.followup(user("A"))
-    yield* untilEvent((e) => e.type === "assistant/chunk" && (e.data as { chunk: { type: string } }).chunk.type === "text-delta")
-    yield* driver.cancel(CancelCause.user)
-    yield* driver.whenIdle
-    expect((yield* shape).slice(-6)).toEqual(["RH(initial)", "CH(block-start)", "CH(text-delta)", "AM!", "SE(1,1)", "TE(1,aborted(user))"])
-    expect(yield* closeOut).toEqual([])
-  })
+  agentTest(
+    "8.8/K5: chunks(…, {then: hang}) logs its chunks then hangs; a cancel writes the prefix AM!",
+    scenario([
+      ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, {
+        type: "text-delta",
+        index: 0,
+        text: "so far"
+      }], { then: "hang" })
+    ]),
+    function*({ driver }) {
+      yield* driver.followup(user("A"))
+      yield* untilEvent((e) =>
+        e.type === "assistant/chunk" && (e.data as { chunk: { type: string } }).chunk.type === "text-delta"
+      )
+      yield* driver.cancel(CancelCause.user)
+      yield* driver.whenIdle
+      expect((yield* shape).slice(-6)).toEqual([
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "AM!",
+        "SE(1,1)",
+        "TE(1,aborted(user))"
+      ])
+      expect(yield* closeOut).toEqual([])
+    }
+  )
 })
 
 describe("8.8 Model.layerLanguageModel", () => {
   const req: ModelRequest = {
-    sessionId: SessionId.make("s"), turn: 1, step: 1, attempt: 1, provider: "p", model: "m", tools: [], messages: []
+    sessionId: SessionId.make("s"),
+    turn: 1,
+    step: 1,
+    attempt: 1,
+    provider: "p",
+    model: "m",
+    tools: [],
+    messages: []
   }
   const through = (parts: ReadonlyArray<Response.StreamPartEncoded>, failure?: unknown) =>
     Effect.gen(function*() {
       const lm = yield* LanguageModel.make({
         generateText: () => Effect.dieMessage("unused"),
         streamText: () =>
-          Stream.concat(Stream.fromIterable(parts), failure === undefined ? Stream.empty : Stream.fail(failure as AiError.AiError))
+          Stream.concat(
+            Stream.fromIterable(parts),
+            failure === undefined ? Stream.empty : Stream.fail(failure as AiError.AiError)
+          )
       })
       const out = yield* Effect.flatMap(Model, (m) => Stream.runCollect(Stream.either(m.stream(req)))).pipe(
         Effect.provide(Model.layerLanguageModel),
@@ -427,13 +535,15 @@ describe("8.8 Model.layerLanguageModel", () => {
   it.effect("8.8: stream failures map to ModelError codes: 429 RATE_LIMIT, 5xx SERVICE_UNAVAILABLE, transport NETWORK, else UNKNOWN; status copied", () =>
     Effect.gen(function*() {
       const response = (status: number) =>
-        new AiError.HttpResponseError({
-          module: "M",
-          method: "m",
-          reason: "StatusCode",
-          request: { method: "POST", url: "http://x", urlParams: [], hash: Option.none(), headers: {} },
-          response: { status, headers: {} }
-        } as unknown as ConstructorParameters<typeof AiError.HttpResponseError>[0])
+        new AiError.HttpResponseError(
+          {
+            module: "M",
+            method: "m",
+            reason: "StatusCode",
+            request: { method: "POST", url: "http://x", urlParams: [], hash: Option.none(), headers: {} },
+            response: { status, headers: {} }
+          } as unknown as ConstructorParameters<typeof AiError.HttpResponseError>[0]
+        )
       const failureOf = (out: ReadonlyArray<Either.Either<StreamChunk, ModelError>>) => {
         const last = out[out.length - 1]!
         return Either.isLeft(last) ? last.left.failure : undefined
@@ -444,17 +554,23 @@ describe("8.8 Model.layerLanguageModel", () => {
       expect([r503?.code, r503?.status]).toEqual(["SERVICE_UNAVAILABLE", 503])
       const r404 = failureOf(yield* through([], response(404)))
       expect([r404?.code, r404?.status]).toEqual(["UNKNOWN", 404])
-      const transport = new AiError.HttpRequestError({
-        module: "M",
-        method: "m",
-        reason: "Transport",
-        request: { method: "POST", url: "http://x", urlParams: [], hash: Option.none(), headers: {} }
-      } as unknown as ConstructorParameters<typeof AiError.HttpRequestError>[0])
+      const transport = new AiError.HttpRequestError(
+        {
+          module: "M",
+          method: "m",
+          reason: "Transport",
+          request: { method: "POST", url: "http://x", urlParams: [], hash: Option.none(), headers: {} }
+        } as unknown as ConstructorParameters<typeof AiError.HttpRequestError>[0]
+      )
       expect(failureOf(yield* through([], transport))?.code).toBe("NETWORK")
       // An error part.
-      const part = failureOf(yield* through([{ type: "error", error: { message: "boom", status: 529 } } as Response.StreamPartEncoded]))
+      const part = failureOf(
+        yield* through([{ type: "error", error: { message: "boom", status: 529 } } as Response.StreamPartEncoded])
+      )
       expect([part?.code, part?.status]).toEqual(["SERVICE_UNAVAILABLE", 529])
-      const plain = failureOf(yield* through([{ type: "error", error: { message: "boom" } } as Response.StreamPartEncoded]))
+      const plain = failureOf(
+        yield* through([{ type: "error", error: { message: "boom" } } as Response.StreamPartEncoded])
+      )
       expect(plain?.code).toBe("UNKNOWN")
     }))
 })
@@ -462,20 +578,27 @@ describe("8.8 Model.layerLanguageModel", () => {
 describe("8.8 ScriptedModel effects", () => {
   // 8.8: "afterFinish after the finish chunk has been consumed (so, for a stop/max-tokens finish, after the
   // assistant/message is recorded and before any tool starts)".
-  agentTest("8.8: afterFinish runs after the AM is recorded and before any tool starts", scenario([
-      ScriptedModel.response({ toolCalls: [{ id: "c1", name: "t", arguments: {} }], afterFinish: Effect.zipRight(open(G3in), Deferred.await(G3)) }),
+  agentTest(
+    "8.8: afterFinish runs after the AM is recorded and before any tool starts",
+    scenario([
+      ScriptedModel.response({
+        toolCalls: [{ id: "c1", name: "t", arguments: {} }],
+        afterFinish: Effect.zipRight(open(G3in), Deferred.await(G3))
+      }),
       ScriptedModel.text("done")
-    ], { tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })] }), function*({ driver }) {
-    yield* driver.followup(user("A"))
-    yield* Deferred.await(G3in)
-    const during = yield* shape
-    expect(during[during.length - 1]).toBe("AM")
-    expect(during.some((s) => s.startsWith("TC"))).toBe(false)
-    yield* open(G3)
-    yield* driver.whenIdle
-    expect((yield* shape).filter((s) => s.startsWith("TC") || s.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)"])
-    expect(yield* closeOut).toEqual([])
-  })
+    ], { tools: [Tool.make("t", { description: "t", parameters: empty, execute: () => Effect.succeed("ok") })] }),
+    function*({ driver }) {
+      yield* driver.followup(user("A"))
+      yield* Deferred.await(G3in)
+      const during = yield* shape
+      expect(during[during.length - 1]).toBe("AM")
+      expect(during.some((s) => s.startsWith("TC"))).toBe(false)
+      yield* open(G3)
+      yield* driver.whenIdle
+      expect((yield* shape).filter((s) => s.startsWith("TC") || s.startsWith("TR"))).toEqual(["TC(c1)", "TR(c1)"])
+      expect(yield* closeOut).toEqual([])
+    }
+  )
 })
 
 describe("8.8 Model.layerLanguageModel request mapping", () => {
@@ -490,7 +613,13 @@ describe("8.8 Model.layerLanguageModel request mapping", () => {
         generateText: () => Effect.dieMessage("unused"),
         streamText: (options) => {
           seen.push(options)
-          return Stream.fromIterable([{ type: "finish", reason: "stop", usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2 } }] as ReadonlyArray<Response.StreamPartEncoded>) as any
+          return Stream.fromIterable(
+            [{
+              type: "finish",
+              reason: "stop",
+              usage: { inputTokens: 1, outputTokens: 1, totalTokens: 2 }
+            }] as ReadonlyArray<Response.StreamPartEncoded>
+          ) as any
         }
       })
       // Capture the raw streamText options too (before provider-option processing).
@@ -516,7 +645,12 @@ describe("8.8 Model.layerLanguageModel request mapping", () => {
         {
           id: "r1",
           role: "tool",
-          content: [{ type: "tool-result", toolCallId: "c1", content: [{ type: "text", text: "one" }], isError: false }],
+          content: [{
+            type: "tool-result",
+            toolCallId: "c1",
+            content: [{ type: "text", text: "one" }],
+            isError: false
+          }],
           source: { kind: "tool", callId: "c1" }
         },
         {
@@ -527,8 +661,15 @@ describe("8.8 Model.layerLanguageModel request mapping", () => {
         }
       ] as unknown as ModelRequest["messages"]
       const request: ModelRequest = {
-        sessionId: SessionId.make("s"), turn: 1, step: 2, attempt: 1, provider: "p", model: "m", system: "be brief",
-        tools: [{ name: "f", description: "F", parameters: { type: "object", properties: {} } }], messages
+        sessionId: SessionId.make("s"),
+        turn: 1,
+        step: 2,
+        attempt: 1,
+        provider: "p",
+        model: "m",
+        system: "be brief",
+        tools: [{ name: "f", description: "F", parameters: { type: "object", properties: {} } }],
+        messages
       }
       yield* Effect.flatMap(Model, (m) => Stream.runDrain(m.stream(request))).pipe(
         Effect.provide(Model.layerLanguageModel),
@@ -570,10 +711,30 @@ describe("8.8 Model.layerLanguageModel", () => {
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       expect(yield* shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(tool-call-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM",
-        "TC(c1)", "TR(c1)", "SE(1,1)", "SS(1,2)",
-        "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM", "SE(1,2)", "TE(1,completed)"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(tool-call-delta)",
+        "CH(block-end)",
+        "CH(usage)",
+        "CH(finish stop)",
+        "AM",
+        "TC(c1)",
+        "TR(c1)",
+        "SE(1,1)",
+        "SS(1,2)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "CH(block-end)",
+        "CH(usage)",
+        "CH(finish stop)",
+        "AM",
+        "SE(1,2)",
+        "TE(1,completed)"
       ])
       expect(ran).toBe(1)
       expect(calls).toBe(2)
@@ -581,7 +742,13 @@ describe("8.8 Model.layerLanguageModel", () => {
       expect(yield* closeOut).toEqual([])
     }).pipe(Effect.provide(
       Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } }).pipe(
-        Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, Model.layerLanguageModel.pipe(Layer.provide(fake)), Tools.layer({ tools: [echo] })))
+        Layer.provideMerge(
+          Layer.mergeAll(
+            SessionStore.layerMemory,
+            Model.layerLanguageModel.pipe(Layer.provide(fake)),
+            Tools.layer({ tools: [echo] })
+          )
+        )
       )
     )))
 })

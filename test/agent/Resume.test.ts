@@ -4,9 +4,38 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Scope, Stream, TestClock } from "effect"
-import { CancelCause, checkLog, Driver, Inbox, MalformedLog, MemoryStoreControl, PersistenceError, PreStep, ScriptedModel, SessionId, SessionLog, SessionStore, Tool } from "../../src/index.js"
-import { agentOver, asId, closeOut, events, gate, ids, liveNotation, notation, open, plugin, settle, token, until, user } from "./harness.js"
+import {
+  CancelCause,
+  checkLog,
+  Driver,
+  Inbox,
+  MalformedLog,
+  MemoryStoreControl,
+  PersistenceError,
+  PreStep,
+  ScriptedModel,
+  SessionId,
+  SessionLog,
+  SessionStore,
+  Tool
+} from "../../src/index.js"
 import type { ScriptEntry, SessionEvent, StoreSnapshot, ToolDefinition, UserMessage } from "../../src/index.js"
+import {
+  agentOver,
+  asId,
+  closeOut,
+  events,
+  gate,
+  ids,
+  liveNotation,
+  notation,
+  open,
+  plugin,
+  settle,
+  token,
+  until,
+  user
+} from "./harness.js"
 import { ev, header, outcome, withStore } from "./stores.js"
 import { empty } from "./toolFixtures.js"
 
@@ -31,7 +60,11 @@ const memoryStore = (layer: Layer.Layer<SessionStore | MemoryStoreControl> = Ses
   }))
 
 /** Resumes session "s" of a crash image; returns the agent and the image's stored events. */
-const resumeImage = (image: StoreSnapshot, script: ReadonlyArray<ScriptEntry> = [], options: Parameters<typeof agentOver>[1] = {}) =>
+const resumeImage = (
+  image: StoreSnapshot,
+  script: ReadonlyArray<ScriptEntry> = [],
+  options: Parameters<typeof agentOver>[1] = {}
+) =>
   Effect.gen(function*() {
     const m = yield* memoryStore(SessionStore.layerMemoryFrom(image))
     const stored = (yield* m.store.load(sid)).events
@@ -45,7 +78,8 @@ const d = (e: SessionEvent): Loose => e.data as Loose
 
 const UNKNOWN_TEXT =
   "Error: the session was interrupted while this tool call was running; its outcome is unknown. Check the current state before retrying anything with side effects."
-const NOT_STARTED_TEXT = "Error: the session was interrupted before this tool call started; it did not run and may be retried."
+const NOT_STARTED_TEXT =
+  "Error: the session was interrupted before this tool call started; it did not run and may be retried."
 
 describe("6.4/6.5 resume of crash images taken inside a turn", () => {
   it.scoped("6.5 mid-stream with flushed chunks: SE + TE(interrupted) at the last event's time, no AM!; pending follow-up and inject restored idle; RH(resume) on the waking turn", () =>
@@ -56,7 +90,9 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
       const log = get(a.ctx, SessionLog)
       yield* TestClock.adjust("1 second")
       yield* driver.followup(user("A"))
-      yield* until(Effect.map(log.events, (es) => es.some((e) => e.type === "assistant/chunk" && d(e).chunk.type === "text-delta")))
+      yield* until(
+        Effect.map(log.events, (es) => es.some((e) => e.type === "assistant/chunk" && d(e).chunk.type === "text-delta"))
+      )
       yield* TestClock.adjust("1 second")
       yield* driver.followup(user("B"))
       yield* TestClock.adjust("1 second")
@@ -67,8 +103,16 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
 
       const r = yield* resumeImage(image, [ScriptedModel.text("b"), ScriptedModel.text("c")])
       expect(r.stored.map(notation)).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "CH(block-start)", "CH(text-delta)",
-        "INS(nt,0,[B])", "INS(ns,0,[N])"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "INS(nt,0,[B])",
+        "INS(ns,0,[N])"
       ])
       const rlog = get(r.agent.ctx, SessionLog)
       const rdriver = get(r.agent.ctx, Driver)
@@ -89,7 +133,8 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
       expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("entered"))
       expect(yield* rdriver.status).toBe("idle")
       yield* settle
-      expect(yield* (yield* ScriptedModel.pipe(Effect.provide(r.agent.ctx as Context.Context<ScriptedModel>))).requests).toEqual([])
+      expect(yield* (yield* ScriptedModel.pipe(Effect.provide(r.agent.ctx as Context.Context<ScriptedModel>))).requests)
+        .toEqual([])
       // the interrupted prefix was never recorded: history holds A only
       expect((yield* rlog.messages).map(token)).toEqual(["A"])
 
@@ -101,7 +146,17 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
       yield* rdriver.followup(user("C"))
       yield* rdriver.whenIdle
       const next = (yield* rlog.events).slice(14).map(notation)
-      expect(next.slice(0, 9)).toEqual(["INS(nt,1,[C])", "TS(2)", "CLM(ns,0,2)", "CLM(nt,0,1)", "SS(2,1)", "UM(N)", "UM(N2)", "UM(B)", "RH(resume)"])
+      expect(next.slice(0, 9)).toEqual([
+        "INS(nt,1,[C])",
+        "TS(2)",
+        "CLM(ns,0,2)",
+        "CLM(nt,0,1)",
+        "SS(2,1)",
+        "UM(N)",
+        "UM(N2)",
+        "UM(B)",
+        "RH(resume)"
+      ])
       expect(next).toContain("TS(3)")
       const reqs = yield* get(r.agent.ctx, ScriptedModel).requests
       expect(reqs.map((q) => [q.turn, q.step])).toEqual([[2, 1], [3, 1]])
@@ -117,10 +172,16 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
         parameters: empty,
         execute: () => Effect.zipRight(Deferred.succeed(started, undefined), Effect.never)
       })
-      const quick: ToolDefinition<any> = Tool.make("quick", { description: "ok", parameters: empty, execute: () => Effect.succeed("ok") })
+      const quick: ToolDefinition<any> = Tool.make("quick", {
+        description: "ok",
+        parameters: empty,
+        execute: () => Effect.succeed("ok")
+      })
       const m = yield* memoryStore()
       const a = yield* m.acquire(
-        [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "slow", arguments: {} }, { id: "c2", name: "quick", arguments: {} }] })],
+        [ScriptedModel.response({
+          toolCalls: [{ id: "c1", name: "slow", arguments: {} }, { id: "c2", name: "quick", arguments: {} }]
+        })],
         { tools: [slow, quick] }
       )
       yield* TestClock.adjust("5 seconds")
@@ -145,18 +206,39 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
         turn: 1,
         step: 1,
         error: { name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" },
-        message: { id: `interrupted-tool-result-c1-${n}`, content: [{ type: "tool-result", toolCallId: "c1", isError: true, content: [{ type: "text", text: UNKNOWN_TEXT }] }] }
+        message: {
+          id: `interrupted-tool-result-c1-${n}`,
+          content: [{
+            type: "tool-result",
+            toolCallId: "c1",
+            isError: true,
+            content: [{ type: "text", text: UNKNOWN_TEXT }]
+          }]
+        }
       })
       expect((r1 as Loose).sourceEventSeqs).toEqual([tc1.seq])
       expect(d(r2)).toMatchObject({
         turn: 1,
         step: 1,
         error: { name: "ToolNotStartedError", code: "TOOL_NOT_STARTED" },
-        message: { id: `interrupted-tool-result-c2-${n + 1}`, content: [{ type: "tool-result", toolCallId: "c2", isError: true, content: [{ type: "text", text: NOT_STARTED_TEXT }] }] }
+        message: {
+          id: `interrupted-tool-result-c2-${n + 1}`,
+          content: [{
+            type: "tool-result",
+            toolCallId: "c2",
+            isError: true,
+            content: [{ type: "text", text: NOT_STARTED_TEXT }]
+          }]
+        }
       })
       expect((r2 as Loose).sourceEventSeqs).toBeUndefined()
       expect(checkLog(all, { closed: true })).toEqual([])
-      expect((yield* get(r.agent.ctx, SessionLog).messages).map(token)).toEqual(["A", "tool-call c1", "tool-result c1", "tool-result c2"])
+      expect((yield* get(r.agent.ctx, SessionLog).messages).map(token)).toEqual([
+        "A",
+        "tool-call c1",
+        "tool-result c1",
+        "tool-result c2"
+      ])
       expect(yield* get(r.agent.ctx, Inbox).hasPending).toBe(false)
       expect(yield* get(r.agent.ctx, Driver).status).toBe("idle")
     }))
@@ -166,7 +248,11 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
       const finished = gate()
       const proceed = gate()
       const m = yield* memoryStore()
-      const quick: ToolDefinition<any> = Tool.make("quick", { description: "ok", parameters: empty, execute: () => Effect.succeed("ok") })
+      const quick: ToolDefinition<any> = Tool.make("quick", {
+        description: "ok",
+        parameters: empty,
+        execute: () => Effect.succeed("ok")
+      })
       const a = yield* m.acquire(
         [ScriptedModel.response({
           toolCalls: [{ id: "c1", name: "quick", arguments: {} }, { id: "c2", name: "quick", arguments: {} }],
@@ -215,7 +301,13 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
       yield* a.dispose
 
       const r = yield* resumeImage(image, [ScriptedModel.text("b")])
-      expect(r.stored.map(notation)).toEqual(["INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "compaction/start", "INS(ns,0,[N])"])
+      expect(r.stored.map(notation)).toEqual([
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "compaction/start",
+        "INS(ns,0,[N])"
+      ])
       const rlog = get(r.agent.ctx, SessionLog)
       const rdriver = get(r.agent.ctx, Driver)
       const all = yield* rlog.events
@@ -224,7 +316,10 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
       expect(checkLog(all, { closed: true })).toEqual([])
       expect(ids(yield* get(r.agent.ctx, Inbox).nextStep)).toEqual(["N"])
       expect(ids(yield* get(r.agent.ctx, Inbox).nextTurn)).toEqual([])
-      expect(yield* Effect.flip(rdriver.followup(user("A")))).toMatchObject({ _tag: "DuplicateMessage", state: "claimed" })
+      expect(yield* Effect.flip(rdriver.followup(user("A")))).toMatchObject({
+        _tag: "DuplicateMessage",
+        state: "claimed"
+      })
       expect(yield* rdriver.status).toBe("idle")
       yield* rdriver.followup(user("B"))
       yield* rdriver.whenIdle
@@ -244,7 +339,10 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
       yield* driver.whenIdle
       const opened = gate()
       yield* Effect.fork(driver.runMaintenance(
-        Effect.zipRight(log.append({ type: "compaction/start", data: { turn: null } }), Effect.zipRight(open(opened), Effect.never))
+        Effect.zipRight(
+          log.append({ type: "compaction/start", data: { turn: null } }),
+          Effect.zipRight(open(opened), Effect.never)
+        )
       ))
       yield* Deferred.await(opened)
       const image = yield* m.control.snapshot
@@ -259,7 +357,11 @@ describe("6.4/6.5 resume of crash images taken inside a turn", () => {
         rlog.append({ type: "compaction/start", data: { turn: null } }),
         rlog.append({ type: "compaction/end", data: { turn: null } })
       ))
-      expect((yield* rlog.events).slice(r.stored.length).map(notation)).toEqual(["ES", "compaction/start", "compaction/end"])
+      expect((yield* rlog.events).slice(r.stored.length).map(notation)).toEqual([
+        "ES",
+        "compaction/start",
+        "compaction/end"
+      ])
     }))
 
   it.scoped("6.4: resuming a repaired image a second time appends nothing; the next turn after a closed log is lastTurn + 1", () =>
@@ -296,7 +398,9 @@ describe("6.3 fail-stop through Agent.layer, then disposal and resume", () => {
       const streamed = yield* Effect.fork(Stream.runCollect(log.stream(0)))
       yield* driver.inject(plugin("P"))
       yield* driver.steer(user("A"))
-      yield* until(Effect.map(log.events, (es) => es.some((e) => e.type === "assistant/chunk" && d(e).chunk.type === "text-delta")))
+      yield* until(
+        Effect.map(log.events, (es) => es.some((e) => e.type === "assistant/chunk" && d(e).chunk.type === "text-delta"))
+      )
       yield* m.control.failAppends(3)
       const calls0 = yield* m.control.appendCalls
       expect(yield* Effect.flip(driver.inject(plugin("C")))).toBeInstanceOf(PersistenceError)
@@ -344,7 +448,11 @@ describe("6.3 fail-stop through Agent.layer, then disposal and resume", () => {
       const failures: Array<string> = []
       for (const [name, op] of ops) {
         const exit = yield* Effect.exit(op)
-        const ok = Exit.isFailure(exit) && Option.exists(Exit.causeOption(exit).pipe(Option.flatMap((c) => Option.fromNullable(JSON.stringify(c)))), (s) => s.includes("PersistenceError"))
+        const ok = Exit.isFailure(exit) &&
+          Option.exists(
+            Exit.causeOption(exit).pipe(Option.flatMap((c) => Option.fromNullable(JSON.stringify(c)))),
+            (s) => s.includes("PersistenceError")
+          )
         if (!ok) failures.push(name)
       }
       expect(failures).toEqual([])
@@ -379,7 +487,12 @@ describe("§6.4/§6.5 resume", () => {
   const crashed: ReadonlyArray<SessionEvent> = [
     { type: "agent/inbox/spliced", seq: 0, time: 1000, data: { target: "next-turn", start: 0, inserted: [A] } },
     { type: "turn/start", seq: 1, time: 2000, data: { turn: 1 } },
-    { type: "agent/inbox/spliced", seq: 2, time: 3000, data: { target: "next-turn", start: 0, removedCount: 1, inserted: [] } }
+    {
+      type: "agent/inbox/spliced",
+      seq: 2,
+      time: 3000,
+      data: { target: "next-turn", start: 0, removedCount: 1, inserted: [] }
+    }
   ] as unknown as ReadonlyArray<SessionEvent>
 
   it.scoped("2.1/6.4/6.5: resume commits the closer with the last event's time, then ES with the Clock time; firstLiveSeq is the stored length", () =>
@@ -392,7 +505,11 @@ describe("§6.4/§6.5 resume", () => {
         Effect.gen(function*() {
           const log = yield* SessionLog
           const es = yield* log.events
-          expect(es.slice(3).map((e) => [notation(e), e.seq, e.time])).toEqual([["TE(1,interrupted)", 3, 3000], ["ES", 4, 10_000]])
+          expect(es.slice(3).map((e) => [notation(e), e.seq, e.time])).toEqual([["TE(1,interrupted)", 3, 3000], [
+            "ES",
+            4,
+            10_000
+          ]])
           expect(log.firstLiveSeq).toBe(3)
           expect(yield* log.durableSeq).toBe(4)
           // 6.5: input claimed by the interrupted turn is gone; nothing is resurrected.
@@ -427,9 +544,17 @@ describe("§6.4/§6.5 resume", () => {
       const { store, run } = yield* withStore
       yield* store.create(header("bad"), [
         ev(0, "agent/inbox/spliced", { target: "next-step", start: 0, inserted: [plugin("x")] }),
-        ev(1, "agent/inbox/spliced", { target: "next-step", start: 1, removedCount: 1, inserted: [], outcome: "canceled" })
+        ev(1, "agent/inbox/spliced", {
+          target: "next-step",
+          start: 1,
+          removedCount: 1,
+          inserted: [],
+          outcome: "canceled"
+        })
       ])
-      const error = yield* Effect.flip(run([], Effect.void, { sessionId: "bad", resume: true, agent: { invariants: "off" } }))
+      const error = yield* Effect.flip(
+        run([], Effect.void, { sessionId: "bad", resume: true, agent: { invariants: "off" } })
+      )
       expect(error).toBeInstanceOf(MalformedLog)
       expect(error).toMatchObject({ seq: 1 })
       expect((error as MalformedLog).reason).toContain("invalid persisted inbox splice at seq 1")
@@ -474,7 +599,9 @@ describe("§6.5 repair and extension brackets (R6)", () => {
           const log = yield* SessionLog
           const driver = yield* Driver
           expect((yield* log.events).map(notation)).toEqual(["compaction/start", "ES"])
-          const error = yield* Effect.flip(driver.runMaintenance(log.append({ type: "compaction/end", data: { turn: null } })))
+          const error = yield* Effect.flip(
+            driver.runMaintenance(log.append({ type: "compaction/end", data: { turn: null } }))
+          )
           expect(error).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
           yield* driver.runMaintenance(log.append({ type: "compaction/start", data: { turn: null } }))
           expect((yield* log.events).map(notation)).toEqual(["compaction/start", "ES", "compaction/start"])
@@ -523,7 +650,8 @@ describe("§6.3 fail-stop then resume", () => {
           yield* driver.followup(user("B"))
           yield* driver.whenIdle
           expect(yield* closeOut).toEqual([])
-          expect((yield* events).filter((e) => e.type === "turn/start").map((e) => (e.data as { turn: number }).turn)).toEqual([1, 2])
+          expect((yield* events).filter((e) => e.type === "turn/start").map((e) => (e.data as { turn: number }).turn))
+            .toEqual([1, 2])
         }),
         { resume: true }
       )

@@ -16,15 +16,29 @@ import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tool } from "../../src/services/Tools.js"
 import { agentOver, agentTest, scenario, user } from "./harness.js"
 
-const ping = Tool.make("ping", { description: "", parameters: Schema.Struct({}), execute: () => Effect.succeed("pong") })
+const ping = Tool.make("ping", {
+  description: "",
+  parameters: Schema.Struct({}),
+  execute: () => Effect.succeed("pong")
+})
 const calls = (n: number, from = 1) =>
-  Array.from({ length: n }, (_, i) => ScriptedModel.response({ toolCalls: [{ id: `c${from + i}`, name: "ping", arguments: {} }] }))
+  Array.from(
+    { length: n },
+    (_, i) => ScriptedModel.response({ toolCalls: [{ id: `c${from + i}`, name: "ping", arguments: {} }] })
+  )
 
-const prompt = (id: string) => Effect.flatMap(Driver, (driver) => Effect.zipRight(driver.followup(user(id)), driver.whenIdle))
+const prompt = (id: string) =>
+  Effect.flatMap(Driver, (driver) => Effect.zipRight(driver.followup(user(id)), driver.whenIdle))
 const events = Effect.flatMap(SessionLog, (log) => log.events)
-const turnEnds = Effect.map(events, (es) => es.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").map((e) => e.data))
+const turnEnds = Effect.map(
+  events,
+  (es) => es.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").map((e) => e.data)
+)
 const stepsOf = (turn: number) =>
-  Effect.map(events, (es) => es.filter((e) => e.type === "step/start" && (e as EventOf<"step/start">).data.turn === turn).length)
+  Effect.map(
+    events,
+    (es) => es.filter((e) => e.type === "step/start" && (e as EventOf<"step/start">).data.turn === turn).length
+  )
 
 describe("the step limit of a turn", () => {
   agentTest(
@@ -39,21 +53,27 @@ describe("the step limit of a turn", () => {
           kind: "error",
           error: {
             code: "MAX_STEPS",
-            message: "the turn reached its step limit of 3 steps (maxSteps, --max-steps) with the model still calling tools; a new prompt continues from the tool results",
+            message:
+              "the turn reached its step limit of 3 steps (maxSteps, --max-steps) with the model still calling tools; a new prompt continues from the tool results",
             retryable: false
           }
         }
       }])
       // Step 3's call ran and its result is logged; no step 4 was opened, no fourth request made.
       const all = yield* events
-      const results = all.filter((e): e is EventOf<"tool/result"> => e.type === "tool/result").map((e) => e.data.message.content[0].toolCallId)
+      const results = all.filter((e): e is EventOf<"tool/result"> => e.type === "tool/result").map((e) =>
+        e.data.message.content[0].toolCallId
+      )
       expect(results).toEqual(["c1", "c2", "c3"])
       expect((yield* (yield* ScriptedModel).requests).length).toBe(3)
       expect(checkLog(all, { closed: true })).toEqual([])
       // The next prompt is a turn of its own, with its own limit.
       yield* prompt("B")
       expect(yield* stepsOf(2)).toBe(3)
-      expect((yield* turnEnds).map((e) => e.reason.kind === "error" ? e.reason.error.code : e.reason.kind)).toEqual(["MAX_STEPS", "completed"])
+      expect((yield* turnEnds).map((e) => e.reason.kind === "error" ? e.reason.error.code : e.reason.kind)).toEqual([
+        "MAX_STEPS",
+        "completed"
+      ])
     }
   )
 
@@ -65,7 +85,9 @@ describe("the step limit of a turn", () => {
       expect(yield* stepsOf(1)).toBe(DEFAULT_MAX_STEPS)
       const [end] = yield* turnEnds
       expect(end!.reason).toMatchObject({ kind: "error", error: { code: "MAX_STEPS" } })
-      expect(end!.reason.kind === "error" ? end!.reason.error.message : "").toContain(`step limit of ${DEFAULT_MAX_STEPS} steps`)
+      expect(end!.reason.kind === "error" ? end!.reason.error.message : "").toContain(
+        `step limit of ${DEFAULT_MAX_STEPS} steps`
+      )
     }
   )
 
@@ -76,7 +98,10 @@ describe("the step limit of a turn", () => {
       yield* prompt("A")
       yield* prompt("B")
       expect([yield* stepsOf(1), yield* stepsOf(2)]).toEqual([3, 3])
-      expect((yield* turnEnds).map((e) => e.reason.kind === "error" ? e.reason.error.code : e.reason.kind)).toEqual(["completed", "MAX_STEPS"])
+      expect((yield* turnEnds).map((e) => e.reason.kind === "error" ? e.reason.error.code : e.reason.kind)).toEqual([
+        "completed",
+        "MAX_STEPS"
+      ])
     }
   )
 
@@ -84,12 +109,14 @@ describe("the step limit of a turn", () => {
     Effect.gen(function*() {
       const store = yield* SessionStore
       yield* Effect.scoped(Effect.provide(prompt("A"), agentOver(calls(3), { tools: [ping], agent: { maxSteps: 2 } })))
-      yield* Effect.scoped(Effect.gen(function*() {
-        const all = yield* events
-        const reasons = all.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").map((e) => e.data.reason)
-        expect(reasons.map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["MAX_STEPS"])
-        expect(checkLog(all, { closed: true })).toEqual([])
-      }).pipe(Effect.provide(agentOver([], { resume: true }))))
+      yield* Effect.scoped(
+        Effect.gen(function*() {
+          const all = yield* events
+          const reasons = all.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").map((e) => e.data.reason)
+          expect(reasons.map((r) => r.kind === "error" ? r.error.code : r.kind)).toEqual(["MAX_STEPS"])
+          expect(checkLog(all, { closed: true })).toEqual([])
+        }).pipe(Effect.provide(agentOver([], { resume: true })))
+      )
       expect((yield* store.load(SessionId.make("s"))).events.at(-1)?.type).toBe("session/end-seed")
     }).pipe(Effect.provide(Layer.fresh(SessionStore.layerMemory))))
 })

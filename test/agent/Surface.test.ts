@@ -4,12 +4,41 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Context, Effect, Exit, Layer, Option, Schema } from "effect"
-import { checkLog, deriveMessages, Driver, DuplicateMessage, forkSession, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, ScriptedModel, SessionId, SessionLog, SessionStore, Tool, userMessage } from "../../src/index.js"
-import { agentOver, agentTest, asId, closeOut, dataOfType, events, plugin, requests, scenario, token, user } from "./harness.js"
+import {
+  checkLog,
+  deriveMessages,
+  Driver,
+  DuplicateMessage,
+  forkSession,
+  Inbox,
+  InvalidEvent,
+  MalformedLog,
+  PreStep,
+  PreStepDecision,
+  ScriptedModel,
+  SessionId,
+  SessionLog,
+  SessionStore,
+  Tool,
+  userMessage
+} from "../../src/index.js"
 import type { ScriptEntry, SessionEvent, UserMessage } from "../../src/index.js"
 import { ev, found } from "../fixtures/handLog.js"
 import { outcomeReason } from "../fixtures/richLog.js"
 import { c1, c2, summary, SurfaceLog, twoTurns, u } from "../fixtures/surfaceLog.js"
+import {
+  agentOver,
+  agentTest,
+  asId,
+  closeOut,
+  dataOfType,
+  events,
+  plugin,
+  requests,
+  scenario,
+  token,
+  user
+} from "./harness.js"
 
 /** A `user/message` that replaces the surface from seq `start` to seq `end` with `data`, citing `cites`. */
 const replacement = (data: UserMessage, start: number, end: number, cites: ReadonlyArray<number>) =>
@@ -20,7 +49,8 @@ const resultReplacing = <D>(data: D, seq: number) =>
   ({ type: "tool/result", data, surfaceOp: { op: "replace", start: seq, end: seq }, sourceEventSeqs: [seq] }) as const
 
 /** The surface metadata of an event (present on message events only). */
-const meta = (e: SessionEvent | undefined) => e as { readonly surfaceOp?: unknown; readonly sourceEventSeqs?: ReadonlyArray<number> } | undefined
+const meta = (e: SessionEvent | undefined) =>
+  e as { readonly surfaceOp?: unknown; readonly sourceEventSeqs?: ReadonlyArray<number> } | undefined
 
 const tokens = (events: ReadonlyArray<SessionEvent>) => deriveMessages(events).map(token)
 
@@ -55,7 +85,6 @@ const runTwoTurns = Effect.gen(function*() {
   yield* driver.whenIdle
 })
 
-
 const empty = Schema.Struct({})
 
 const ENVELOPE = new Set(["type", "seq", "time", "data", "surfaceOp", "sourceEventSeqs", "ignorable"])
@@ -81,7 +110,12 @@ describe("2.8 surface and derived history (hand-built logs)", () => {
     b.umr(summary("S"), 4, 22, [start, start + 1, 4, 13, 15, 22]).comp("end", null)
     expect(tokens(b.events)).toStrictEqual(["S", "B", "b"])
     const s = deriveMessages(b.events)[0]!
-    expect(s).toStrictEqual({ id: "S", role: "user", content: [{ type: "text", text: "S" }], source: { kind: "compaction", by: "audit" } })
+    expect(s).toStrictEqual({
+      id: "S",
+      role: "user",
+      content: [{ type: "text", text: "S" }],
+      source: { kind: "compaction", by: "audit" }
+    })
     for (let n = 0; n <= b.events.length; n++) expect(found(b.events.slice(0, n))).toStrictEqual([])
     expect(found(b.events, { closed: true })).toStrictEqual([])
     // lossless: the prefix before the replacement derives the full history
@@ -144,7 +178,9 @@ describe("2.8 / 6.4 surface state after resume of a hand-built log", () => {
       expect(yield* log.surface).toStrictEqual([sSeq, 29, 34])
       expect(yield* log.messages).toStrictEqual(deriveMessages(valid))
       expect((yield* log.messages).map(token)).toStrictEqual(["S", "B", "b"])
-      for (const id of ["S", "A", "am-1-1", "tr-c1"]) expect(yield* inbox.idState(asId(id))).toStrictEqual(Option.some("entered"))
+      for (const id of ["S", "A", "am-1-1", "tr-c1"]) {
+        expect(yield* inbox.idState(asId(id))).toStrictEqual(Option.some("entered"))
+      }
       const all = yield* log.events
       expect(all.length).toBe(valid.length + 1)
       expect(all.at(-1)!.type).toBe("session/end-seed")
@@ -183,107 +219,166 @@ describe("2.8 / 6.4 surface state after resume of a hand-built log", () => {
 })
 
 describe("6.7 / 3.9 replacement messages through SessionLog.append", () => {
-  agentTest("6.7/2.5: a replacement user/message is class F: accepted while idle without a bracket or maintenance; surface and known ids follow", scenario(toolScript, { tools: [echo] }), function*({ log, inbox }) {
-    yield* runTwoTurns
-    const before = yield* log.surface
-    expect(before.length).toBe(6)
-    const event = yield* log.append(replacement(summary("S"), before[0]!, before[3]!, before.slice(0, 4)))
-    expect(event.seq).toBe((yield* log.events).length - 1)
-    expect(yield* log.surface).toStrictEqual([event.seq, before[4], before[5]])
-    expect((yield* log.messages).map(token)).toStrictEqual(["S", "B", "b"])
-    expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.some("entered"))
-    expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
-  })
-
-  agentTest("3.9: a replacement with a pending, discarded, assistant or tool-result id fails DuplicateMessage {id, state}; nothing written", scenario(toolScript, { tools: [echo] }), function*({ driver, log, inbox }) {
-    yield* runTwoTurns
-    yield* driver.inject(user("P"))
-    yield* driver.inject(user("R"))
-    expect(yield* inbox.remove(asId("R"))).toBe(true)
-    const all = yield* log.events
-    const am = all.find((e) => e.type === "assistant/message")!.data as { message: { id: string } }
-    const tr = all.find((e) => e.type === "tool/result")!.data as { message: { id: string } }
-    const surface = yield* log.surface
-    const cases: ReadonlyArray<readonly [string, string]> = [["P", "pending"], ["R", "discarded"], [am.message.id, "entered"], [tr.message.id, "entered"], ["A", "entered"]]
-    for (const [id, state] of cases) {
-      const error = yield* Effect.flip(log.append(replacement(summary(id), surface[4]!, surface[4]!, [surface[4]!])))
-      expect(error).toBeInstanceOf(DuplicateMessage)
-      expect(error).toMatchObject({ id, state })
+  agentTest(
+    "6.7/2.5: a replacement user/message is class F: accepted while idle without a bracket or maintenance; surface and known ids follow",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log, inbox }) {
+      yield* runTwoTurns
+      const before = yield* log.surface
+      expect(before.length).toBe(6)
+      const event = yield* log.append(replacement(summary("S"), before[0]!, before[3]!, before.slice(0, 4)))
+      expect(event.seq).toBe((yield* log.events).length - 1)
+      expect(yield* log.surface).toStrictEqual([event.seq, before[4], before[5]])
+      expect((yield* log.messages).map(token)).toStrictEqual(["S", "B", "b"])
+      expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.some("entered"))
+      expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
     }
-    expect((yield* log.events).length).toBe(all.length)
-    expect(yield* log.surface).toStrictEqual(surface)
-  })
+  )
 
-  agentTest("3.9/3.1: a rejected replacement does not make its id known; validity is checked before identity", scenario(toolScript, { tools: [echo] }), function*({ log, inbox }) {
-    yield* runTwoTurns
-    const surface = yield* log.surface
-    const length = (yield* log.events).length
-    // missing a shadowed citation
-    const bad = yield* Effect.flip(log.append(replacement(summary("S"), surface[0]!, surface[1]!, [surface[0]!])))
-    expect(bad).toBeInstanceOf(InvalidEvent)
-    expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.none())
-    // a known id with an invalid range: InvalidEvent, not DuplicateMessage
-    const both = yield* Effect.flip(log.append(replacement(summary("A"), surface[3]!, surface[0]!, [surface[0]!, surface[1]!, surface[2]!, surface[3]!])))
-    expect(both).toBeInstanceOf(InvalidEvent)
-    expect((yield* log.events).length).toBe(length)
-    // the same fresh id is then accepted
-    const ok = yield* log.append(replacement(summary("S"), surface[0]!, surface[3]!, [surface[0]!, surface[1]!, surface[2]!, surface[3]!]))
-    expect(ok.seq).toBe(length)
-    expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.some("entered"))
-  })
-
-  agentTest("2.8/A6: replacement citations must be unique, earlier than the event and non-empty", scenario(toolScript, { tools: [echo] }), function*({ log }) {
-    yield* runTwoTurns
-    const surface = yield* log.surface
-    const length = (yield* log.events).length
-    const at = surface[4]!
-    for (const cites of [[at, at], [at, length], [at, length + 5], []]) {
-      const error = yield* Effect.flip(log.append(replacement(summary("S"), at, at, cites)))
-      expect(error).toBeInstanceOf(InvalidEvent)
+  agentTest(
+    "3.9: a replacement with a pending, discarded, assistant or tool-result id fails DuplicateMessage {id, state}; nothing written",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ driver, log, inbox }) {
+      yield* runTwoTurns
+      yield* driver.inject(user("P"))
+      yield* driver.inject(user("R"))
+      expect(yield* inbox.remove(asId("R"))).toBe(true)
+      const all = yield* log.events
+      const am = all.find((e) => e.type === "assistant/message")!.data as { message: { id: string } }
+      const tr = all.find((e) => e.type === "tool/result")!.data as { message: { id: string } }
+      const surface = yield* log.surface
+      const cases: ReadonlyArray<readonly [string, string]> = [
+        ["P", "pending"],
+        ["R", "discarded"],
+        [am.message.id, "entered"],
+        [tr.message.id, "entered"],
+        ["A", "entered"]
+      ]
+      for (const [id, state] of cases) {
+        const error = yield* Effect.flip(log.append(replacement(summary(id), surface[4]!, surface[4]!, [surface[4]!])))
+        expect(error).toBeInstanceOf(DuplicateMessage)
+        expect(error).toMatchObject({ id, state })
+      }
+      expect((yield* log.events).length).toBe(all.length)
+      expect(yield* log.surface).toStrictEqual(surface)
     }
-    const noCites = yield* Effect.flip(log.append({ type: "user/message", data: summary("S"), surfaceOp: { op: "replace", start: at, end: at } }))
-    expect(noCites).toBeInstanceOf(InvalidEvent)
-    expect((yield* log.events).length).toBe(length)
-    // extra earlier citations (not shadowed) are fine, in any order
-    const ok = yield* log.append({ type: "user/message", data: summary("S"), surfaceOp: { op: "replace", start: at, end: at }, sourceEventSeqs: [at, 0] })
-    expect(meta(ok)!.sourceEventSeqs).toStrictEqual([at, 0])
-  })
+  )
 
-  agentTest("2.8/6.7: a tool/result replacement must equal the old message except its content; it may be pruned twice", scenario(toolScript, { tools: [echo] }), function*({ log }) {
-    yield* runTwoTurns
-    const all = yield* log.events
-    const trEvent = all.find((e) => e.type === "tool/result")!
-    const d = trEvent.data as { turn: number; step: number; message: { id: string; role: "user"; content: ReadonlyArray<{ type: "tool-result"; toolCallId: string; isError: boolean }>; source: { kind: string; callId: string } } }
-    const pruned = (text: string, patch: Record<string, unknown> = {}) => ({
-      turn: d.turn,
-      step: d.step,
-      message: { ...d.message, content: [{ ...d.message.content[0]!, content: [{ type: "text", text }] }], ...patch }
-    })
-    for (const patch of [{ id: "other" }, { source: { kind: "tool", callId: "c9" } }, { source: { kind: "tool", callId: "c1", extra: 1 } }]) {
-      expect(yield* Effect.flip(log.append(resultReplacing(pruned("x", patch), trEvent.seq)))).toBeInstanceOf(InvalidEvent)
+  agentTest(
+    "3.9/3.1: a rejected replacement does not make its id known; validity is checked before identity",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log, inbox }) {
+      yield* runTwoTurns
+      const surface = yield* log.surface
+      const length = (yield* log.events).length
+      // missing a shadowed citation
+      const bad = yield* Effect.flip(log.append(replacement(summary("S"), surface[0]!, surface[1]!, [surface[0]!])))
+      expect(bad).toBeInstanceOf(InvalidEvent)
+      expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.none())
+      // a known id with an invalid range: InvalidEvent, not DuplicateMessage
+      const both = yield* Effect.flip(
+        log.append(
+          replacement(summary("A"), surface[3]!, surface[0]!, [surface[0]!, surface[1]!, surface[2]!, surface[3]!])
+        )
+      )
+      expect(both).toBeInstanceOf(InvalidEvent)
+      expect((yield* log.events).length).toBe(length)
+      // the same fresh id is then accepted
+      const ok = yield* log.append(
+        replacement(summary("S"), surface[0]!, surface[3]!, [surface[0]!, surface[1]!, surface[2]!, surface[3]!])
+      )
+      expect(ok.seq).toBe(length)
+      expect(yield* inbox.idState(asId("S"))).toStrictEqual(Option.some("entered"))
     }
-    const first = yield* log.append(resultReplacing(pruned("p1"), trEvent.seq))
-    // the original is shadowed: it is no longer an endpoint
-    expect(yield* Effect.flip(log.append(resultReplacing(pruned("p2"), trEvent.seq)))).toBeInstanceOf(InvalidEvent)
-    const second = yield* log.append(resultReplacing(pruned("p2"), first.seq))
-    const messages = yield* log.messages
-    expect(messages.map(token)).toStrictEqual(["A", "tool-call c1", "tool-result c1", "done", "B", "b"])
-    expect(messages[2]).toStrictEqual((second.data as { message: unknown }).message)
-    expect((yield* log.surface)[2]).toBe(second.seq)
-    expect(messages).toStrictEqual(deriveMessages(yield* log.events))
-    expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
-  })
+  )
 
-  agentTest("2.8: a compaction cannot shadow a tool/result alone while its assistant call stays, nor the call without the result", scenario(toolScript, { tools: [echo] }), function*({ log }) {
-    yield* runTwoTurns
-    const surface = yield* log.surface
-    const length = (yield* log.events).length
-    for (const [start, end] of [[1, 1], [2, 2], [0, 1], [2, 3]] as const) {
-      const cites = surface.slice(start, end + 1)
-      expect(yield* Effect.flip(log.append(replacement(summary("S"), surface[start]!, surface[end]!, cites)))).toBeInstanceOf(InvalidEvent)
+  agentTest(
+    "2.8/A6: replacement citations must be unique, earlier than the event and non-empty",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const surface = yield* log.surface
+      const length = (yield* log.events).length
+      const at = surface[4]!
+      for (const cites of [[at, at], [at, length], [at, length + 5], []]) {
+        const error = yield* Effect.flip(log.append(replacement(summary("S"), at, at, cites)))
+        expect(error).toBeInstanceOf(InvalidEvent)
+      }
+      const noCites = yield* Effect.flip(
+        log.append({ type: "user/message", data: summary("S"), surfaceOp: { op: "replace", start: at, end: at } })
+      )
+      expect(noCites).toBeInstanceOf(InvalidEvent)
+      expect((yield* log.events).length).toBe(length)
+      // extra earlier citations (not shadowed) are fine, in any order
+      const ok = yield* log.append({
+        type: "user/message",
+        data: summary("S"),
+        surfaceOp: { op: "replace", start: at, end: at },
+        sourceEventSeqs: [at, 0]
+      })
+      expect(meta(ok)!.sourceEventSeqs).toStrictEqual([at, 0])
     }
-    expect((yield* log.events).length).toBe(length)
-  })
+  )
+
+  agentTest(
+    "2.8/6.7: a tool/result replacement must equal the old message except its content; it may be pruned twice",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const all = yield* log.events
+      const trEvent = all.find((e) => e.type === "tool/result")!
+      const d = trEvent.data as {
+        turn: number
+        step: number
+        message: {
+          id: string
+          role: "user"
+          content: ReadonlyArray<{ type: "tool-result"; toolCallId: string; isError: boolean }>
+          source: { kind: string; callId: string }
+        }
+      }
+      const pruned = (text: string, patch: Record<string, unknown> = {}) => ({
+        turn: d.turn,
+        step: d.step,
+        message: { ...d.message, content: [{ ...d.message.content[0]!, content: [{ type: "text", text }] }], ...patch }
+      })
+      for (
+        const patch of [{ id: "other" }, { source: { kind: "tool", callId: "c9" } }, {
+          source: { kind: "tool", callId: "c1", extra: 1 }
+        }]
+      ) {
+        expect(yield* Effect.flip(log.append(resultReplacing(pruned("x", patch), trEvent.seq)))).toBeInstanceOf(
+          InvalidEvent
+        )
+      }
+      const first = yield* log.append(resultReplacing(pruned("p1"), trEvent.seq))
+      // the original is shadowed: it is no longer an endpoint
+      expect(yield* Effect.flip(log.append(resultReplacing(pruned("p2"), trEvent.seq)))).toBeInstanceOf(InvalidEvent)
+      const second = yield* log.append(resultReplacing(pruned("p2"), first.seq))
+      const messages = yield* log.messages
+      expect(messages.map(token)).toStrictEqual(["A", "tool-call c1", "tool-result c1", "done", "B", "b"])
+      expect(messages[2]).toStrictEqual((second.data as { message: unknown }).message)
+      expect((yield* log.surface)[2]).toBe(second.seq)
+      expect(messages).toStrictEqual(deriveMessages(yield* log.events))
+      expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
+    }
+  )
+
+  agentTest(
+    "2.8: a compaction cannot shadow a tool/result alone while its assistant call stays, nor the call without the result",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const surface = yield* log.surface
+      const length = (yield* log.events).length
+      for (const [start, end] of [[1, 1], [2, 2], [0, 1], [2, 3]] as const) {
+        const cites = surface.slice(start, end + 1)
+        expect(yield* Effect.flip(log.append(replacement(summary("S"), surface[start]!, surface[end]!, cites))))
+          .toBeInstanceOf(InvalidEvent)
+      }
+      expect((yield* log.events).length).toBe(length)
+    }
+  )
 })
 
 describe("6.4 / 6.6 resume and fork keep the surface", () => {
@@ -291,19 +386,36 @@ describe("6.4 / 6.6 resume and fork keep the surface", () => {
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
       const first = yield* Effect.scoped(Effect.gen(function*() {
-        const ctx = yield* Layer.build(agentOver(toolScript, { tools: [echo] }).pipe(Layer.provide(Layer.succeedContext(storeCtx))))
+        const ctx = yield* Layer.build(
+          agentOver(toolScript, { tools: [echo] }).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
+        )
         yield* Effect.provide(runTwoTurns, ctx)
         const log = Context.get(ctx, SessionLog)
         const before = yield* log.surface
         const tr = (yield* log.events)[before[2]!]!
-        const d = tr.data as { turn: number; step: number; message: { content: ReadonlyArray<Record<string, unknown>> } }
-        const pruned = yield* log.append(resultReplacing({ turn: d.turn, step: d.step, message: { ...d.message, content: [{ ...d.message.content[0], content: [{ type: "text", text: "pruned" }] }] } }, tr.seq))
+        const d = tr.data as {
+          turn: number
+          step: number
+          message: { content: ReadonlyArray<Record<string, unknown>> }
+        }
+        const pruned = yield* log.append(
+          resultReplacing({
+            turn: d.turn,
+            step: d.step,
+            message: {
+              ...d.message,
+              content: [{ ...d.message.content[0], content: [{ type: "text", text: "pruned" }] }]
+            }
+          }, tr.seq)
+        )
         const surface = yield* log.surface
         expect(surface[2]).toBe(pruned.seq)
         yield* log.append(replacement(summary("S"), surface[1]!, surface[2]!, [tr.seq, ...surface.slice(1, 3)]))
         return { surface: yield* log.surface, messages: yield* log.messages, length: (yield* log.events).length }
       }))
-      const ctx = yield* Layer.build(agentOver([ScriptedModel.text("c")], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx))))
+      const ctx = yield* Layer.build(
+        agentOver([ScriptedModel.text("c")], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
+      )
       const log = Context.get(ctx, SessionLog)
       expect(yield* log.surface).toStrictEqual(first.surface)
       expect(yield* log.messages).toStrictEqual(first.messages)
@@ -321,18 +433,28 @@ describe("6.4 / 6.6 resume and fork keep the surface", () => {
     Effect.gen(function*() {
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
       const boundary = yield* Effect.scoped(Effect.gen(function*() {
-        const ctx = yield* Layer.build(agentOver(toolScript, { tools: [echo] }).pipe(Layer.provide(Layer.succeedContext(storeCtx))))
+        const ctx = yield* Layer.build(
+          agentOver(toolScript, { tools: [echo] }).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
+        )
         yield* Effect.provide(runTwoTurns, ctx)
         const log = Context.get(ctx, SessionLog)
         const surface = yield* log.surface
         const event = yield* log.append(replacement(summary("S"), surface[0]!, surface[3]!, surface.slice(0, 4)))
         return event.seq
       }))
-      const before = yield* Effect.provide(forkSession({ source: SessionId.make("s"), boundary: boundary - 1, childId: SessionId.make("full") }), storeCtx)
-      const after = yield* Effect.provide(forkSession({ source: SessionId.make("s"), boundary, childId: SessionId.make("short") }), storeCtx)
+      const before = yield* Effect.provide(
+        forkSession({ source: SessionId.make("s"), boundary: boundary - 1, childId: SessionId.make("full") }),
+        storeCtx
+      )
+      const after = yield* Effect.provide(
+        forkSession({ source: SessionId.make("s"), boundary, childId: SessionId.make("short") }),
+        storeCtx
+      )
       const open = (id: string) =>
         Effect.map(
-          Layer.build(agentOver([], { resume: true, sessionId: id }).pipe(Layer.provide(Layer.succeedContext(storeCtx)))),
+          Layer.build(
+            agentOver([], { resume: true, sessionId: id }).pipe(Layer.provide(Layer.succeedContext(storeCtx)))
+          ),
           (ctx) => Context.get(ctx, SessionLog)
         )
       const full = yield* open(before)
@@ -344,30 +466,40 @@ describe("6.4 / 6.6 resume and fork keep the surface", () => {
 })
 
 describe("3.9 / 5.2 / 5.1 identity and checking modes around replacements", () => {
-  agentTest("3.9: a replacement reusing an id claimed by a blocked turn fails DuplicateMessage {state: claimed}", scenario(toolScript, { tools: [echo] }), function*({ driver, log }) {
-    yield* runTwoTurns
-    yield* (yield* PreStep).register(() => Effect.succeed(PreStepDecision.reject("no")))
-    yield* driver.followup(user("X"))
-    yield* driver.whenIdle
-    expect(yield* (yield* Inbox).idState(asId("X"))).toStrictEqual(Option.some("claimed"))
-    const surface = yield* log.surface
-    const length = (yield* log.events).length
-    const error = yield* Effect.flip(log.append(replacement(summary("X"), surface[4]!, surface[4]!, [surface[4]!])))
-    expect(error).toBeInstanceOf(DuplicateMessage)
-    expect(error).toMatchObject({ id: "X", state: "claimed" })
-    expect((yield* log.events).length).toBe(length)
-  })
+  agentTest(
+    "3.9: a replacement reusing an id claimed by a blocked turn fails DuplicateMessage {state: claimed}",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ driver, log }) {
+      yield* runTwoTurns
+      yield* (yield* PreStep).register(() => Effect.succeed(PreStepDecision.reject("no")))
+      yield* driver.followup(user("X"))
+      yield* driver.whenIdle
+      expect(yield* (yield* Inbox).idState(asId("X"))).toStrictEqual(Option.some("claimed"))
+      const surface = yield* log.surface
+      const length = (yield* log.events).length
+      const error = yield* Effect.flip(log.append(replacement(summary("X"), surface[4]!, surface[4]!, [surface[4]!])))
+      expect(error).toBeInstanceOf(DuplicateMessage)
+      expect(error).toMatchObject({ id: "X", state: "claimed" })
+      expect((yield* log.events).length).toBe(length)
+    }
+  )
 
-  agentTest("3.9: with invariants off a replacement with a known id still fails DuplicateMessage; A7 still refuses a bad range", scenario(toolScript, { tools: [echo], agent: { invariants: "off" } }), function*({ log }) {
-    yield* runTwoTurns
-    const surface = yield* log.surface
-    const length = (yield* log.events).length
-    const dup = yield* Effect.flip(log.append(replacement(summary("A"), surface[4]!, surface[4]!, [surface[4]!])))
-    expect(dup).toMatchObject({ _tag: "DuplicateMessage", id: "A", state: "entered" })
-    const split = yield* Effect.flip(log.append(replacement(summary("S"), surface[0]!, surface[1]!, [surface[0]!, surface[1]!])))
-    expect(split).toBeInstanceOf(InvalidEvent)
-    expect((yield* log.events).length).toBe(length)
-  })
+  agentTest(
+    "3.9: with invariants off a replacement with a known id still fails DuplicateMessage; A7 still refuses a bad range",
+    scenario(toolScript, { tools: [echo], agent: { invariants: "off" } }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const surface = yield* log.surface
+      const length = (yield* log.events).length
+      const dup = yield* Effect.flip(log.append(replacement(summary("A"), surface[4]!, surface[4]!, [surface[4]!])))
+      expect(dup).toMatchObject({ _tag: "DuplicateMessage", id: "A", state: "entered" })
+      const split = yield* Effect.flip(
+        log.append(replacement(summary("S"), surface[0]!, surface[1]!, [surface[0]!, surface[1]!]))
+      )
+      expect(split).toBeInstanceOf(InvalidEvent)
+      expect((yield* log.events).length).toBe(length)
+    }
+  )
 
   it.scoped("5.2/6.4: a stored replacement with a known id (R9) fails resume with MalformedLog at its seq when checking, and loads when off", () =>
     Effect.gen(function*() {
@@ -378,8 +510,17 @@ describe("3.9 / 5.2 / 5.1 identity and checking modes around replacements", () =
       expect(error).toBeInstanceOf(MalformedLog)
       expect(error).toMatchObject({ seq: b.last })
       const storeCtx = yield* Layer.build(SessionStore.layerMemory)
-      yield* Context.get(storeCtx, SessionStore).create({ formatVersion: 1, sessionId: SessionId.make("off"), createdAt: 0, seedLength: 0 }, b.events)
-      const ctx = yield* Layer.build(agentOver([], { resume: true, sessionId: "off", agent: { invariants: "off" } }).pipe(Layer.provide(Layer.succeedContext(storeCtx))))
+      yield* Context.get(storeCtx, SessionStore).create({
+        formatVersion: 1,
+        sessionId: SessionId.make("off"),
+        createdAt: 0,
+        seedLength: 0
+      }, b.events)
+      const ctx = yield* Layer.build(
+        agentOver([], { resume: true, sessionId: "off", agent: { invariants: "off" } }).pipe(
+          Layer.provide(Layer.succeedContext(storeCtx))
+        )
+      )
       expect((yield* Context.get(ctx, SessionLog).messages).map(token)).toStrictEqual(["B", "B", "b"])
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 
@@ -402,57 +543,93 @@ describe("3.9 / 5.2 / 5.1 identity and checking modes around replacements", () =
       expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 
-  agentTest("8.5: SessionLog.append refuses an appended or surfaceOp-less user/message and a replacing assistant/message as reserved", scenario(toolScript, { tools: [echo] }), function*({ log }) {
-    yield* runTwoTurns
-    const length = (yield* log.events).length
-    const all = yield* log.events
-    const am = all.find((e) => e.type === "assistant/message")!
-    const inputs = [
-      { type: "user/message", data: summary("S"), surfaceOp: "append" as const },
-      { type: "user/message", data: summary("S") },
-      { type: "assistant/message", data: am.data, surfaceOp: { op: "replace" as const, start: am.seq, end: am.seq }, sourceEventSeqs: [am.seq] }
-    ]
-    for (const input of inputs) {
-      expect(yield* Effect.flip(log.append(input))).toMatchObject({ _tag: "InvalidEvent", reason: "reserved" })
+  agentTest(
+    "8.5: SessionLog.append refuses an appended or surfaceOp-less user/message and a replacing assistant/message as reserved",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const length = (yield* log.events).length
+      const all = yield* log.events
+      const am = all.find((e) => e.type === "assistant/message")!
+      const inputs = [
+        { type: "user/message", data: summary("S"), surfaceOp: "append" as const },
+        { type: "user/message", data: summary("S") },
+        {
+          type: "assistant/message",
+          data: am.data,
+          surfaceOp: { op: "replace" as const, start: am.seq, end: am.seq },
+          sourceEventSeqs: [am.seq]
+        }
+      ]
+      for (const input of inputs) {
+        expect(yield* Effect.flip(log.append(input))).toMatchObject({ _tag: "InvalidEvent", reason: "reserved" })
+      }
+      expect((yield* log.events).length).toBe(length)
     }
-    expect((yield* log.events).length).toBe(length)
-  })
+  )
 })
 
 describe("2.1 / 2.8 / 6.5 replacement snapshots and repaired surfaces", () => {
-  agentTest("2.1/A3: a replacement's data and metadata are stored as deep-frozen snapshots; later mutation has no effect", scenario(toolScript, { tools: [echo] }), function*({ log }) {
-    yield* runTwoTurns
-    const surface = yield* log.surface
-    const data = { id: "S", role: "user", content: [{ type: "text", text: "sum" }], source: { kind: "compaction", n: [1] } }
-    const op = { op: "replace" as const, start: surface[0]!, end: surface[3]! }
-    const cites = surface.slice(0, 4)
-    const event = yield* log.append({ type: "user/message", data, surfaceOp: op, sourceEventSeqs: cites })
-    data.content[0]!.text = "changed"
-    data.source.n.push(2)
-    op.end = surface[4]!
-    cites.push(0)
-    const stored = (yield* log.events)[event.seq]!
-    expect(stored.data).toStrictEqual({ id: "S", role: "user", content: [{ type: "text", text: "sum" }], source: { kind: "compaction", n: [1] } })
-    expect(meta(stored)!.surfaceOp).toStrictEqual({ op: "replace", start: surface[0], end: surface[3] })
-    expect(meta(stored)!.sourceEventSeqs).toStrictEqual(surface.slice(0, 4))
-    expect(Object.isFrozen(stored.data) && Object.isFrozen(meta(stored)!.surfaceOp) && Object.isFrozen(meta(stored)!.sourceEventSeqs)).toBe(true)
-    expect((yield* log.messages)[0]).toStrictEqual(stored.data)
-  })
+  agentTest(
+    "2.1/A3: a replacement's data and metadata are stored as deep-frozen snapshots; later mutation has no effect",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const surface = yield* log.surface
+      const data = {
+        id: "S",
+        role: "user",
+        content: [{ type: "text", text: "sum" }],
+        source: { kind: "compaction", n: [1] }
+      }
+      const op = { op: "replace" as const, start: surface[0]!, end: surface[3]! }
+      const cites = surface.slice(0, 4)
+      const event = yield* log.append({ type: "user/message", data, surfaceOp: op, sourceEventSeqs: cites })
+      data.content[0]!.text = "changed"
+      data.source.n.push(2)
+      op.end = surface[4]!
+      cites.push(0)
+      const stored = (yield* log.events)[event.seq]!
+      expect(stored.data).toStrictEqual({
+        id: "S",
+        role: "user",
+        content: [{ type: "text", text: "sum" }],
+        source: { kind: "compaction", n: [1] }
+      })
+      expect(meta(stored)!.surfaceOp).toStrictEqual({ op: "replace", start: surface[0], end: surface[3] })
+      expect(meta(stored)!.sourceEventSeqs).toStrictEqual(surface.slice(0, 4))
+      expect(
+        Object.isFrozen(stored.data) && Object.isFrozen(meta(stored)!.surfaceOp) &&
+          Object.isFrozen(meta(stored)!.sourceEventSeqs)
+      ).toBe(true)
+      expect((yield* log.messages)[0]).toStrictEqual(stored.data)
+    }
+  )
 
-  agentTest("3.9: a replacement user/message with a reserved interrupted-tool-result- id is InvalidEvent; the id stays unknown", scenario(toolScript, { tools: [echo] }), function*({ log }) {
-    yield* runTwoTurns
-    const surface = yield* log.surface
-    const length = (yield* log.events).length
-    const error = yield* Effect.flip(log.append(replacement(summary("interrupted-tool-result-c1-3"), surface[4]!, surface[4]!, [surface[4]!])))
-    expect(error).toBeInstanceOf(InvalidEvent)
-    expect((yield* log.events).length).toBe(length)
-    expect(yield* (yield* Inbox).idState(asId("interrupted-tool-result-c1-3"))).toStrictEqual(Option.none())
-  })
+  agentTest(
+    "3.9: a replacement user/message with a reserved interrupted-tool-result- id is InvalidEvent; the id stays unknown",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const surface = yield* log.surface
+      const length = (yield* log.events).length
+      const error = yield* Effect.flip(
+        log.append(replacement(summary("interrupted-tool-result-c1-3"), surface[4]!, surface[4]!, [surface[4]!]))
+      )
+      expect(error).toBeInstanceOf(InvalidEvent)
+      expect((yield* log.events).length).toBe(length)
+      expect(yield* (yield* Inbox).idState(asId("interrupted-tool-result-c1-3"))).toStrictEqual(Option.none())
+    }
+  )
 
   it.scoped("6.5/2.8: repair results join the surface; a later compaction may shadow the call with both repair results", () =>
     Effect.gen(function*() {
       const b = new SurfaceLog()
-      b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ss(1, 1).um(u("A")).rh().answer(1, 1, "go", [c1, c2]).tc(1, 1, "c1")
+      b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ss(1, 1).um(u("A")).rh().answer(1, 1, "go", [c1, c2]).tc(
+        1,
+        1,
+        "c1"
+      )
       const amSeq = b.last - 1
       const tcSeq = b.last
       const stored = b.events.length
@@ -461,68 +638,105 @@ describe("2.1 / 2.8 / 6.5 replacement snapshots and repaired surfaces", () => {
       const driver = Context.get(ctx, Driver)
       const all = yield* log.events
       // TR?(c1) TR(c2) SE TE(interrupted) ES
-      expect(all.slice(stored).map((e) => e.type)).toStrictEqual(["tool/result", "tool/result", "step/end", "turn/end", "session/end-seed"])
+      expect(all.slice(stored).map((e) => e.type)).toStrictEqual([
+        "tool/result",
+        "tool/result",
+        "step/end",
+        "turn/end",
+        "session/end-seed"
+      ])
       expect(meta(all[stored])!.sourceEventSeqs).toStrictEqual([tcSeq])
       expect(meta(all[stored + 1])!.sourceEventSeqs).toBeUndefined()
       expect(yield* log.surface).toStrictEqual([4, amSeq, stored, stored + 1])
       expect(yield* log.messages).toStrictEqual(deriveMessages(all))
       // shadowing the call and only one of its results is refused
-      expect(yield* Effect.flip(driver.runMaintenance(log.append(replacement(summary("S"), amSeq, stored, [amSeq, stored]))))).toBeInstanceOf(InvalidEvent)
-      const event = yield* driver.runMaintenance(log.append(replacement(summary("S"), 4, stored + 1, [4, amSeq, stored, stored + 1])))
+      expect(
+        yield* Effect.flip(driver.runMaintenance(log.append(replacement(summary("S"), amSeq, stored, [amSeq, stored]))))
+      ).toBeInstanceOf(InvalidEvent)
+      const event = yield* driver.runMaintenance(
+        log.append(replacement(summary("S"), 4, stored + 1, [4, amSeq, stored, stored + 1]))
+      )
       expect(yield* log.surface).toStrictEqual([event.seq])
       const repairId = `interrupted-tool-result-c1-${stored}`
-      expect(((all[stored]!.data as { message: { id: string } }).message.id)).toBe(repairId)
+      expect((all[stored]!.data as { message: { id: string } }).message.id).toBe(repairId)
       expect(yield* Context.get(ctx, Inbox).idState(asId(repairId))).toStrictEqual(Option.some("entered"))
       expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 })
 
 describe("5.2 R6 on live compaction appends", () => {
-  agentTest("5.2 R6: while idle compaction/start {turn: 1} fails InvalidEvent {rule: R6}; compaction/end {turn: null} without a bracket too", scenario(toolScript, { tools: [echo] }), function*({ log }) {
-    yield* runTwoTurns
-    const length = (yield* log.events).length
-    expect(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 1 } }))).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
-    expect(yield* Effect.flip(log.append({ type: "compaction/end", data: { turn: null } }))).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
-    expect(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } }))).toBeInstanceOf(InvalidEvent)
-    expect((yield* log.events).length).toBe(length)
-  })
+  agentTest(
+    "5.2 R6: while idle compaction/start {turn: 1} fails InvalidEvent {rule: R6}; compaction/end {turn: null} without a bracket too",
+    scenario(toolScript, { tools: [echo] }),
+    function*({ log }) {
+      yield* runTwoTurns
+      const length = (yield* log.events).length
+      expect(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 1 } }))).toMatchObject({
+        _tag: "InvalidEvent",
+        rule: "R6"
+      })
+      expect(yield* Effect.flip(log.append({ type: "compaction/end", data: { turn: null } }))).toMatchObject({
+        _tag: "InvalidEvent",
+        rule: "R6"
+      })
+      expect(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } }))).toBeInstanceOf(
+        InvalidEvent
+      )
+      expect((yield* log.events).length).toBe(length)
+    }
+  )
 
-  agentTest("5.2 R6: inside a turn compaction/summary {turn: null} and compaction/start {turn: other} fail InvalidEvent {rule: R6}; {turn: n} brackets are accepted", scenario([ScriptedModel.text("a")]), function*({ driver, log }) {
-    const seen: Array<unknown> = []
-    yield* (yield* PreStep).register((input, next) =>
-      Effect.gen(function*() {
-        seen.push(yield* Effect.flip(log.append({ type: "compaction/summary", data: { turn: null } })))
-        seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: input.turn + 1 } })))
-        yield* log.append({ type: "compaction/start", data: { turn: input.turn, why: "auto" } })
-        yield* log.append({ type: "compaction/end", data: { turn: input.turn } })
-        return yield* next()
-      }))
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    expect(seen[0]).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
-    expect(seen[1]).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
-    const types = (yield* log.events).map((e) => e.type)
-    expect(types.filter((t) => t.startsWith("compaction/"))).toStrictEqual(["compaction/start", "compaction/end"])
-    expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
-  })
+  agentTest(
+    "5.2 R6: inside a turn compaction/summary {turn: null} and compaction/start {turn: other} fail InvalidEvent {rule: R6}; {turn: n} brackets are accepted",
+    scenario([ScriptedModel.text("a")]),
+    function*({ driver, log }) {
+      const seen: Array<unknown> = []
+      yield* (yield* PreStep).register((input, next) =>
+        Effect.gen(function*() {
+          seen.push(yield* Effect.flip(log.append({ type: "compaction/summary", data: { turn: null } })))
+          seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: input.turn + 1 } })))
+          yield* log.append({ type: "compaction/start", data: { turn: input.turn, why: "auto" } })
+          yield* log.append({ type: "compaction/end", data: { turn: input.turn } })
+          return yield* next()
+        })
+      )
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(seen[0]).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
+      expect(seen[1]).toMatchObject({ _tag: "InvalidEvent", rule: "R6" })
+      const types = (yield* log.events).map((e) => e.type)
+      expect(types.filter((t) => t.startsWith("compaction/"))).toStrictEqual(["compaction/start", "compaction/end"])
+      expect(checkLog(yield* log.events, { closed: true })).toStrictEqual([])
+    }
+  )
 })
 
 describe("SPEC 5.2 R6 on live appends", () => {
-  agentTest("5.2 R6: compaction/start {turn: null} appended inside an open turn fails InvalidEvent {rule: \"R6\"}", scenario([ScriptedModel.text("a")]), function*({ driver, log }) {
-    const seen: Array<unknown> = []
-    yield* (yield* PreStep).register((_input, next) =>
-      Effect.gen(function*() {
-        seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } })))
-        return yield* next()
-      }))
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    // the same event in a hand-built log is an R6 violation at its seq
-    const all = yield* events
-    const probe = [...all.slice(0, 3), { type: "compaction/start", seq: 3, time: 0, data: { turn: null } }] as typeof all
-    expect(checkLog(probe).map((v) => v.rule)).toStrictEqual(["R6"])
-    expect(seen[0]).toMatchObject({ _tag: "InvalidEvent", type: "compaction/start", rule: "R6" })
-  })
+  agentTest(
+    "5.2 R6: compaction/start {turn: null} appended inside an open turn fails InvalidEvent {rule: \"R6\"}",
+    scenario([ScriptedModel.text("a")]),
+    function*({ driver, log }) {
+      const seen: Array<unknown> = []
+      yield* (yield* PreStep).register((_input, next) =>
+        Effect.gen(function*() {
+          seen.push(yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: null } })))
+          return yield* next()
+        })
+      )
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      // the same event in a hand-built log is an R6 violation at its seq
+      const all = yield* events
+      const probe = [...all.slice(0, 3), {
+        type: "compaction/start",
+        seq: 3,
+        time: 0,
+        data: { turn: null }
+      }] as typeof all
+      expect(checkLog(probe).map((v) => v.rule)).toStrictEqual(["R6"])
+      expect(seen[0]).toMatchObject({ _tag: "InvalidEvent", type: "compaction/start", rule: "R6" })
+    }
+  )
 })
 
 describe("§2.8 derived history", () => {
@@ -543,55 +757,82 @@ describe("§2.8 derived history", () => {
 describe("§2.8/§6.7 replacement ranges and the open step", () => {
   const summary = (id: string) => userMessage({ id, text: "summary", source: { kind: "compaction" } })
 
-  agentTest("2.8/A7: during an open step a range of earlier nodes may be replaced; a range holding the step's entered message is refused", scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]), function*({ driver, log, hooks }) {
-    const outcomes: Array<string> = []
-    yield* hooks.onRequest((input, next) =>
-      input.turn === 2
-        ? Effect.gen(function*() {
-          const surface = yield* log.surface
-          // surface = [UM(A), AM(a), UM(B)]; UM(B) belongs to the open step.
-          outcomes.push(outcomeReason(yield* Effect.exit(log.append(replacement(summary("S2"), surface[1]!, surface[2]!, [surface[1]!, surface[2]!])))))
-          outcomes.push(outcomeReason(yield* Effect.exit(log.append(replacement(summary("S1"), surface[0]!, surface[1]!, [surface[0]!, surface[1]!])))))
-          return yield* next()
-        })
-        : next())
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    yield* driver.followup(user("B"))
-    yield* driver.whenIdle
-    expect(outcomes[0]).toMatch(/^InvalidEvent/)
-    expect(outcomes[1]).toBe("ok")
-    expect((yield* requests).map((r) => r.messages.map(token))).toEqual([["A"], ["summary", "B"]])
-    expect((yield* log.messages).map(token)).toEqual(["summary", "B", "b"])
-    expect((yield* events).filter((e) => e.type === "user/message").map((e) => (e.data as UserMessage).id)).toEqual(["A", "B", "S1"])
-    expect(yield* closeOut).toEqual([])
-  })
+  agentTest(
+    "2.8/A7: during an open step a range of earlier nodes may be replaced; a range holding the step's entered message is refused",
+    scenario([ScriptedModel.text("a"), ScriptedModel.text("b")]),
+    function*({ driver, log, hooks }) {
+      const outcomes: Array<string> = []
+      yield* hooks.onRequest((input, next) =>
+        input.turn === 2
+          ? Effect.gen(function*() {
+            const surface = yield* log.surface
+            // surface = [UM(A), AM(a), UM(B)]; UM(B) belongs to the open step.
+            outcomes.push(
+              outcomeReason(
+                yield* Effect.exit(
+                  log.append(replacement(summary("S2"), surface[1]!, surface[2]!, [surface[1]!, surface[2]!]))
+                )
+              )
+            )
+            outcomes.push(
+              outcomeReason(
+                yield* Effect.exit(
+                  log.append(replacement(summary("S1"), surface[0]!, surface[1]!, [surface[0]!, surface[1]!]))
+                )
+              )
+            )
+            return yield* next()
+          })
+          : next()
+      )
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      yield* driver.followup(user("B"))
+      yield* driver.whenIdle
+      expect(outcomes[0]).toMatch(/^InvalidEvent/)
+      expect(outcomes[1]).toBe("ok")
+      expect((yield* requests).map((r) => r.messages.map(token))).toEqual([["A"], ["summary", "B"]])
+      expect((yield* log.messages).map(token)).toEqual(["summary", "B", "b"])
+      expect((yield* events).filter((e) => e.type === "user/message").map((e) => (e.data as UserMessage).id)).toEqual([
+        "A",
+        "B",
+        "S1"
+      ])
+      expect(yield* closeOut).toEqual([])
+    }
+  )
 })
 
 describe("2.1 / 2.8 envelope and surface metadata of loop events", () => {
   const quick = Tool.make("quick", { description: "", parameters: empty, execute: () => Effect.succeed("ok") })
-  agentTest("2.1: loop events carry only envelope keys; surfaceOp only on message events; no ignorable; loop UMs cite nothing", scenario(
+  agentTest(
+    "2.1: loop events carry only envelope keys; surfaceOp only on message events; no ignorable; loop UMs cite nothing",
+    scenario(
       [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }), ScriptedModel.text("done")],
       { tools: [quick] }
-    ), function*({ driver }) {
-    yield* driver.inject(plugin("C"))
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    const es = yield* events
-    for (const e of es) {
-      for (const key of Object.keys(e)) expect(ENVELOPE.has(key), `${e.type}.${key}`).toBe(true)
-      expect("ignorable" in e, e.type).toBe(false)
-      expect("surfaceOp" in e, e.type).toBe(MESSAGE_TYPES.has(e.type))
-      if (e.type === "user/message") expect("sourceEventSeqs" in e).toBe(false)
-      expect(Object.isFrozen(e) && Object.isFrozen(e.data)).toBe(true)
+    ),
+    function*({ driver }) {
+      yield* driver.inject(plugin("C"))
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const es = yield* events
+      for (const e of es) {
+        for (const key of Object.keys(e)) expect(ENVELOPE.has(key), `${e.type}.${key}`).toBe(true)
+        expect("ignorable" in e, e.type).toBe(false)
+        expect("surfaceOp" in e, e.type).toBe(MESSAGE_TYPES.has(e.type))
+        if (e.type === "user/message") expect("sourceEventSeqs" in e).toBe(false)
+        expect(Object.isFrozen(e) && Object.isFrozen(e.data)).toBe(true)
+      }
+      const am = es.find((e) => e.type === "assistant/message")!
+      const finish = es.find((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "finish")!
+      expect((am as any).sourceEventSeqs).toContain(finish.seq)
+      expect(yield* closeOut).toEqual([])
     }
-    const am = es.find((e) => e.type === "assistant/message")!
-    const finish = es.find((e) => e.type === "assistant/chunk" && (e.data as any).chunk.type === "finish")!
-    expect((am as any).sourceEventSeqs).toContain(finish.seq)
-    expect(yield* closeOut).toEqual([])
-  })
+  )
 
-  agentTest("4.5: the assembler drops empty text blocks, keeps reasoning, and puts replayState in the source; requests are frozen and omit absent limits", scenario([
+  agentTest(
+    "4.5: the assembler drops empty text blocks, keeps reasoning, and puts replayState in the source; requests are frozen and omit absent limits",
+    scenario([
       ScriptedModel.chunks([
         { type: "block-start", index: 0, block: "reasoning" },
         { type: "reasoning-delta", index: 0, text: "hmm" },
@@ -608,18 +849,23 @@ describe("2.1 / 2.8 envelope and surface metadata of loop events", () => {
         { type: "replay-state", state: { token: 7 } },
         { type: "finish", finish: { kind: "stop" } }
       ])
-    ]), function*({ driver, log }) {
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    const am = (yield* dataOfType("assistant/message"))[0]!
-    // Only empty text is dropped on success (a whitespace block stays; 7.4's non-whitespace rule is for prefixes).
-    expect(am.message.content).toEqual([{ type: "reasoning", text: "hmm" }, { type: "text", text: "   " }, { type: "text", text: "answer" }])
-    expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: { token: 7 } })
-    expect(am.message.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
-    const req = (yield* requests)[0]!
-    expect(Object.isFrozen(req)).toBe(true)
-    expect("system" in req).toBe(false)
-    expect("maxTokens" in req).toBe(false)
-    expect(req.messages).toEqual(deriveUpTo(yield* log.events))
-  })
+    ]),
+    function*({ driver, log }) {
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      const am = (yield* dataOfType("assistant/message"))[0]!
+      // Only empty text is dropped on success (a whitespace block stays; 7.4's non-whitespace rule is for prefixes).
+      expect(am.message.content).toEqual([{ type: "reasoning", text: "hmm" }, { type: "text", text: "   " }, {
+        type: "text",
+        text: "answer"
+      }])
+      expect(am.message.source).toEqual({ kind: "model", provider: "p", model: "m", replayState: { token: 7 } })
+      expect(am.message.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+      const req = (yield* requests)[0]!
+      expect(Object.isFrozen(req)).toBe(true)
+      expect("system" in req).toBe(false)
+      expect("maxTokens" in req).toBe(false)
+      expect(req.messages).toEqual(deriveUpTo(yield* log.events))
+    }
+  )
 })

@@ -4,24 +4,26 @@
  * draining step, and an agent whose script entries and tools reach its own driver.
  */
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Scope } from "effect"
+import { CancelCause } from "../../src/domain/Values.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
-import { CancelCause } from "../../src/domain/Values.js"
 import { gate, open, plugin, settle, untilEvent, user } from "./harness.js"
 import { buildOwn } from "./stores.js"
 import { empty } from "./toolFixtures.js"
 
 /** Signals `entered`, then never finishes (until interrupted). */
-export const enterAndHang = (entered: Deferred.Deferred<void>) => Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never)
+export const enterAndHang = (entered: Deferred.Deferred<void>) =>
+  Effect.zipRight(Deferred.succeed(entered, undefined), Effect.never)
 
 /** A tool `t` whose body waits, uninterruptibly, for `g`, then defers the context `plugin(id)` and answers "done". */
 export const gatedContextTool = (g: Deferred.Deferred<void>, id = "X") =>
   Tool.make("t", {
     description: "t",
     parameters: empty,
-    execute: (_, ctx) => Effect.as(Effect.uninterruptible(Effect.zipRight(Deferred.await(g), ctx.deferContext(plugin(id)))), "done")
+    execute: (_, ctx) =>
+      Effect.as(Effect.uninterruptible(Effect.zipRight(Deferred.await(g), ctx.deferContext(plugin(id)))), "done")
   })
 
 /**
@@ -63,7 +65,9 @@ export const cancelOnceEntered = (
  * The agent `make` builds, where `agentDriver()` (read only once the agent runs) is that agent's own
  * driver: for script entries and tool bodies, made before the agent, that deliver or cancel.
  */
-export const scenarioSeeingDriver = <A, E>(make: (agentDriver: () => Context.Tag.Service<Driver>) => Layer.Layer<A, E, never>) =>
+export const scenarioSeeingDriver = <A, E>(
+  make: (agentDriver: () => Context.Tag.Service<Driver>) => Layer.Layer<A, E, never>
+) =>
   Layer.unwrapEffect(Effect.sync(() => {
     let driverRef: Context.Tag.Service<Driver> | undefined
     return Layer.scopedContext(Effect.map(Layer.build(make(() => driverRef!)), (ctx) => {
@@ -108,7 +112,8 @@ export const startedUntilReleased = (name: string, answer = "ok", masked = false
     description: name,
     parameters: empty,
     mode: "parallel",
-    execute: (_p, ctx) => Effect.zipRight(Effect.sync(() => started.push(ctx.callId)), masked ? Effect.uninterruptible(wait) : wait)
+    execute: (_p, ctx) =>
+      Effect.zipRight(Effect.sync(() => started.push(ctx.callId)), masked ? Effect.uninterruptible(wait) : wait)
   })
   return { started, release, tool }
 }

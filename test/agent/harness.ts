@@ -86,7 +86,11 @@ export const notation = (event: SessionEvent): string => {
     case "turn/end": {
       const d = (event as EventOf<"turn/end">).data
       const r = d.reason
-      const reason = r.kind === "aborted" ? `aborted(${r.reason.kind})` : r.kind === "error" ? `error(${r.error.code})` : r.kind
+      const reason = r.kind === "aborted"
+        ? `aborted(${r.reason.kind})`
+        : r.kind === "error"
+        ? `error(${r.error.code})`
+        : r.kind
       return `TE(${d.turn},${reason})`
     }
     case "step/start": {
@@ -181,24 +185,28 @@ export const liveNotation = (e: DriverEvent): string => {
 }
 
 /** Lets every other ready fiber run for a while. */
-export const settle = Effect.forEach(Array.from({ length: 200 }, (_, i) => i), () => Effect.yieldNow(), { discard: true })
+export const settle = Effect.forEach(Array.from({ length: 200 }, (_, i) => i), () => Effect.yieldNow(), {
+  discard: true
+})
 
 /** Subscribes to live notifications; the returned effect drains what arrived so far. */
-export const recordLive: Effect.Effect<Effect.Effect<ReadonlyArray<DriverEvent>>, never, Driver | Scope.Scope> = Effect.map(
-  Effect.flatMap(Driver, (driver) => driver.subscribe),
-  (queue) => Effect.map(Effect.zipRight(settle, Queue.takeAll(queue)), Chunk.toReadonlyArray)
-)
+export const recordLive: Effect.Effect<Effect.Effect<ReadonlyArray<DriverEvent>>, never, Driver | Scope.Scope> = Effect
+  .map(
+    Effect.flatMap(Driver, (driver) => driver.subscribe),
+    (queue) => Effect.map(Effect.zipRight(settle, Queue.takeAll(queue)), Chunk.toReadonlyArray)
+  )
 
 /** Starts collecting `statusChanges`; the returned effect reads the trace so far. */
-export const recordStatus: Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Driver | Scope.Scope> = Effect.gen(
-  function*() {
-    const driver = yield* Driver
-    const ref = yield* Ref.make<ReadonlyArray<AgentStatus>>([])
-    yield* Effect.forkScoped(Stream.runForEach(driver.statusChanges, (s) => Ref.update(ref, (a) => [...a, s])))
-    while ((yield* Ref.get(ref)).length === 0) yield* Effect.yieldNow()
-    return ref
-  }
-).pipe(Effect.map((ref) => Effect.zipRight(settle, Ref.get(ref))))
+export const recordStatus: Effect.Effect<Effect.Effect<ReadonlyArray<AgentStatus>>, never, Driver | Scope.Scope> =
+  Effect.gen(
+    function*() {
+      const driver = yield* Driver
+      const ref = yield* Ref.make<ReadonlyArray<AgentStatus>>([])
+      yield* Effect.forkScoped(Stream.runForEach(driver.statusChanges, (s) => Ref.update(ref, (a) => [...a, s])))
+      while ((yield* Ref.get(ref)).length === 0) yield* Effect.yieldNow()
+      return ref
+    }
+  ).pipe(Effect.map((ref) => Effect.zipRight(settle, Ref.get(ref))))
 
 /** Polls until `condition` holds (yielding between polls; no clock involved). */
 export const until = <E, R>(condition: Effect.Effect<boolean, E, R>): Effect.Effect<void, E, R> =>
@@ -211,7 +219,8 @@ export const until = <E, R>(condition: Effect.Effect<boolean, E, R>): Effect.Eff
   })
 
 /** Waits until the log holds an event matching `predicate`. */
-export const untilEvent = (predicate: (e: SessionEvent) => boolean) => until(Effect.map(events, (es) => es.some(predicate)))
+export const untilEvent = (predicate: (e: SessionEvent) => boolean) =>
+  until(Effect.map(events, (es) => es.some(predicate)))
 
 /** `whenIdle`, then the closing check of every SPEC 9 scenario: `checkLog(events, {closed: true})` is `[]`. */
 export const closeOut = Effect.gen(function*() {
@@ -231,7 +240,10 @@ export const open = (g: Deferred.Deferred<void>) => Deferred.succeed(g, undefine
 export const asId = (s: string): UserMessage["id"] => s as UserMessage["id"]
 
 /** Yields until `check` holds (every fiber involved runs without sleeping); dies if it never does. */
-export const waitUntil = <R>(check: Effect.Effect<boolean, never, R>, what = "condition"): Effect.Effect<void, never, R> =>
+export const waitUntil = <R>(
+  check: Effect.Effect<boolean, never, R>,
+  what = "condition"
+): Effect.Effect<void, never, R> =>
   Effect.gen(function*() {
     for (let i = 0; i < 20_000; i++) {
       if (yield* check) return
@@ -261,11 +273,17 @@ export const turnEndsOf = (es: ReadonlyArray<SessionEvent>) =>
   es.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
 
 /** The turn numbers of the log's `turn/start` events, in order. */
-export const turnStarts = Effect.map(events, (es) => es.filter((e) => e.type === "turn/start").map((e) => (e as EventOf<"turn/start">).data.turn))
+export const turnStarts = Effect.map(
+  events,
+  (es) => es.filter((e) => e.type === "turn/start").map((e) => (e as EventOf<"turn/start">).data.turn)
+)
 
 /** Whether the log holds an `assistant/chunk` of chunk type `type`. */
 export const hasChunk = (type: string) =>
-  Effect.map(events, (es) => es.some((e) => e.type === "assistant/chunk" && (e as EventOf<"assistant/chunk">).data.chunk.type === type))
+  Effect.map(
+    events,
+    (es) => es.some((e) => e.type === "assistant/chunk" && (e as EventOf<"assistant/chunk">).data.chunk.type === type)
+  )
 
 /** Whether the log in notation holds `entry`. */
 export const shapeHas = (entry: string) => Effect.map(shape, (s) => s.includes(entry))
@@ -278,17 +296,23 @@ export const toolLine = Effect.map(toolShape, (s) => s.join(" "))
 
 /** The log in notation from the first `marker` on, without chunks, messages and request headers, as one line. */
 export const from = (marker: string) =>
-  Effect.map(shape, (s) => s.slice(s.indexOf(marker)).filter((x) => !x.startsWith("CH") && x !== "AM" && !x.startsWith("RH")).join(" "))
+  Effect.map(
+    shape,
+    (s) => s.slice(s.indexOf(marker)).filter((x) => !x.startsWith("CH") && x !== "AM" && !x.startsWith("RH")).join(" ")
+  )
 
 /** The ids of `ms`, in order. */
 export const ids = (ms: ReadonlyArray<{ readonly id: string }>) => ms.map((m) => m.id)
 
 /** The pending ids of both inbox lists. */
-export const pending = Effect.flatMap(Inbox, (inbox) =>
-  Effect.map(inbox.snapshot, (s) => ({ nt: ids(s.nextTurn), ns: ids(s.nextStep) })))
+export const pending = Effect.flatMap(
+  Inbox,
+  (inbox) => Effect.map(inbox.snapshot, (s) => ({ nt: ids(s.nextTurn), ns: ids(s.nextStep) }))
+)
 
 /** A recorder's notifications in {@link liveNotation}. */
-export const liveNotations = (read: Effect.Effect<ReadonlyArray<DriverEvent>>) => Effect.map(read, (es) => es.map(liveNotation))
+export const liveNotations = (read: Effect.Effect<ReadonlyArray<DriverEvent>>) =>
+  Effect.map(read, (es) => es.map(liveNotation))
 
 /** A live notification in {@link liveNotation}, with every `agent/error` as just `error`. */
 export const liveOf = (event: DriverEvent): string => event.type === "agent/error" ? "error" : liveNotation(event)
@@ -298,7 +322,9 @@ export const recordLiveOf = (driver: Context.Tag.Service<Driver>) =>
   Effect.gen(function*() {
     const queue = yield* driver.subscribe
     const seen = yield* Ref.make<ReadonlyArray<DriverEvent>>([])
-    yield* Effect.forkScoped(Effect.forever(Effect.flatMap(Queue.take(queue), (e) => Ref.update(seen, (all) => [...all, e]))))
+    yield* Effect.forkScoped(
+      Effect.forever(Effect.flatMap(Queue.take(queue), (e) => Ref.update(seen, (all) => [...all, e])))
+    )
     return {
       all: Effect.map(Ref.get(seen), (all) => all.map(liveOf)),
       discarded: Effect.map(Ref.get(seen), (all) => all.map(liveOf).filter((s) => s.startsWith("discarded"))),
@@ -343,13 +369,27 @@ export interface AgentServices {
 const servicesOf = (ctx: Context.Context<never>): AgentServices => {
   const get = <I, S>(tag: Context.Tag<I, S>) => Context.get(ctx as unknown as Context.Context<I>, tag)
   return {
-    get driver() { return get(Driver) },
-    get inbox() { return get(Inbox) },
-    get hooks() { return get(Hooks) },
-    get preStep() { return get(PreStep) },
-    get log() { return get(SessionLog) },
-    get control() { return get(MemoryStoreControl) },
-    get model() { return get(ScriptedModel) }
+    get driver() {
+      return get(Driver)
+    },
+    get inbox() {
+      return get(Inbox)
+    },
+    get hooks() {
+      return get(Hooks)
+    },
+    get preStep() {
+      return get(PreStep)
+    },
+    get log() {
+      return get(SessionLog)
+    },
+    get control() {
+      return get(MemoryStoreControl)
+    },
+    get model() {
+      return get(ScriptedModel)
+    }
   }
 }
 

@@ -10,7 +10,20 @@
  * that never falls back to timers), so a program costs only its CPU time and stays deterministic.
  */
 import { expect, layer } from "@effect/vitest"
-import { Clock, Context, Duration, Effect, FastCheck, Fiber, Layer, Option, Schema, Scheduler, Scope, Stream } from "effect"
+import {
+  Clock,
+  Context,
+  Duration,
+  Effect,
+  FastCheck,
+  Fiber,
+  Layer,
+  Option,
+  Scheduler,
+  Schema,
+  Scope,
+  Stream
+} from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
@@ -60,7 +73,9 @@ export const makeVirtualClock = (): VirtualClock => {
   const sleepers: Array<Sleeper> = []
   const earliest = (): Sleeper | undefined => {
     let best: Sleeper | undefined
-    for (const s of sleepers) if (best === undefined || s.at < best.at || (s.at === best.at && s.order < best.order)) best = s
+    for (const s of sleepers) {
+      if (best === undefined || s.at < best.at || (s.at === best.at && s.order < best.order)) best = s
+    }
     return best
   }
   const fire = (s: Sleeper) => {
@@ -180,11 +195,21 @@ const arbitraryOp: FastCheck.Arbitrary<RaceOp> = FastCheck.oneof(
   { weight: 3, arbitrary: FastCheck.constant({ _tag: "steer" as const }) },
   { weight: 2, arbitrary: FastCheck.constant({ _tag: "inject" as const }) },
   { weight: 1, arbitrary: FastCheck.constant({ _tag: "queue" as const }) },
-  { weight: 7, arbitrary: FastCheck.record({ _tag: FastCheck.constant("wait" as const), ms: FastCheck.integer({ min: 1, max: 10 }) }) },
+  {
+    weight: 7,
+    arbitrary: FastCheck.record({
+      _tag: FastCheck.constant("wait" as const),
+      ms: FastCheck.integer({ min: 1, max: 10 })
+    })
+  },
   { weight: 1, arbitrary: FastCheck.constant({ _tag: "settle" as const }) },
   {
     weight: 5,
-    arbitrary: FastCheck.record({ _tag: FastCheck.constant("cancel" as const), keepInbox: FastCheck.boolean(), at: arbitraryTarget })
+    arbitrary: FastCheck.record({
+      _tag: FastCheck.constant("cancel" as const),
+      keepInbox: FastCheck.boolean(),
+      at: arbitraryTarget
+    })
   },
   {
     weight: 2,
@@ -248,7 +273,10 @@ export const arbitraryProgram: FastCheck.Arbitrary<RaceProgram> = FastCheck.reco
     { minLength: 4, maxLength: 16 }
   ).map((parts) => parts.flat()),
   delays: FastCheck.array(
-    FastCheck.oneof({ weight: 1, arbitrary: FastCheck.constant(0) }, { weight: 3, arbitrary: FastCheck.integer({ min: 1, max: 5 }) }),
+    FastCheck.oneof({ weight: 1, arbitrary: FastCheck.constant(0) }, {
+      weight: 3,
+      arbitrary: FastCheck.integer({ min: 1, max: 5 })
+    }),
     { minLength: 16, maxLength: 16 }
   ),
   shields: FastCheck.array(FastCheck.oneof(FastCheck.constant(0), FastCheck.integer({ min: 1, max: 6 })), {
@@ -266,9 +294,9 @@ export const programOf = (seed: number): RaceProgram => FastCheck.sample(arbitra
 export const describeProgram = (program: RaceProgram): string =>
   [
     ...program.ops.map((op, i) => `  ${i}: ${JSON.stringify(op)}`),
-    `  delays ${program.delays.join(",")} shields ${program.shields.join(",")} calls ${program.calls.join(",")} contexts ${
-      program.contexts.map(Number).join(",")
-    }`
+    `  delays ${program.delays.join(",")} shields ${program.shields.join(",")} calls ${
+      program.calls.join(",")
+    } contexts ${program.contexts.map(Number).join(",")}`
   ].join("\n")
 
 // ---------------------------------------------------------------------------------------------
@@ -304,7 +332,9 @@ const wait = (run: RunState, window: Window, ms: number, shield: number): Effect
   within(
     run,
     window,
-    shield > 0 ? Effect.onInterrupt(Effect.sleep(ms), () => within(run, "shield", Effect.sleep(shield))) : Effect.sleep(ms)
+    shield > 0
+      ? Effect.onInterrupt(Effect.sleep(ms), () => within(run, "shield", Effect.sleep(shield)))
+      : Effect.sleep(ms)
   )
 
 const slowPoint = (run: RunState, window: Window): Effect.Effect<void> =>
@@ -341,7 +371,10 @@ const modelOf = (runs: Map<string, RunState>): Model["Type"] =>
         const run = runOf(runs, request.sessionId)
         const k = run.requests++
         const calls = request.step >= 3 ? 0 : draw(run, "calls")
-        const tail: Array<StreamChunk> = [{ type: "text-delta", index: 0, text: " answer" }, { type: "block-end", index: 0 }]
+        const tail: Array<StreamChunk> = [{ type: "text-delta", index: 0, text: " answer" }, {
+          type: "block-end",
+          index: 0
+        }]
         for (let j = 0; j < calls; j++) {
           const args = { ms: draw(run, "delays"), shield: draw(run, "shields"), context: draw(run, "contexts") }
           tail.push(
@@ -383,7 +416,12 @@ export const makeRaceEnv: Effect.Effect<RaceEnvShape, never, Scope.Scope> = Effe
     Layer.succeed(Model, modelOf(runs))
   )
   let sessions = 0
-  return { store: Context.get(stores, SessionStore), dependencies, runs, freshSessionId: () => SessionId.make(`race-${sessions++}`) }
+  return {
+    store: Context.get(stores, SessionStore),
+    dependencies,
+    runs,
+    freshSessionId: () => SessionId.make(`race-${sessions++}`)
+  }
 })
 
 /** The shared environment as a service, built once per test file. */
@@ -416,7 +454,9 @@ export interface RaceRecord {
   readonly accepted: ReadonlyMap<string, Accepted>
   readonly cancels: ReadonlyArray<{ readonly op: number; readonly keepInbox: boolean; readonly phase: Phase }>
   /** Log ranges written while an agent was being disposed and resumed: `[from, to)`. */
-  readonly reopens: ReadonlyArray<{ readonly op: number; readonly from: number; readonly to: number; readonly phase: Phase }>
+  readonly reopens: ReadonlyArray<
+    { readonly op: number; readonly from: number; readonly to: number; readonly phase: Phase }
+  >
   readonly states: ReadonlyMap<string, string>
   readonly durableEqualsLive: boolean
   readonly finalStatus: string
@@ -468,7 +508,9 @@ export const runProgram = (env: RaceEnvShape, program: RaceProgram): Effect.Effe
           Context.get(context, PreStep).register((input, next) =>
             Effect.zipRight(
               slowPoint(run, "pre-step"),
-              input.messages.some((m) => m.id.startsWith("x")) ? Effect.succeed(PreStepDecision.reject("rejected")) : next()
+              input.messages.some((m) => m.id.startsWith("x"))
+                ? Effect.succeed(PreStepDecision.reject("rejected"))
+                : next()
             )
           ),
           hooks.onRequest((_input, next) => Effect.zipRight(slowPoint(run, "request"), next())),
@@ -498,8 +540,21 @@ export const runProgram = (env: RaceEnvShape, program: RaceProgram): Effect.Effe
       order.push(id)
     }
     const phase = Effect.gen(function*() {
-      if ((yield* agent.driver.status) === "idle") return (yield* agent.inbox.hasPending) ? "idle-pending" : "idle-empty"
-      const windows: ReadonlyArray<Window> = ["shield", "turn-stopping", "tools", "tool-pre", "stream", "awaiting", "request", "pre-step"]
+      if ((yield* agent.driver.status) === "idle") {
+        return (yield* agent.inbox.hasPending)
+          ? "idle-pending"
+          : "idle-empty"
+      }
+      const windows: ReadonlyArray<Window> = [
+        "shield",
+        "turn-stopping",
+        "tools",
+        "tool-pre",
+        "stream",
+        "awaiting",
+        "request",
+        "pre-step"
+      ]
       return windows.find((w) => run.open[w] > 0) ?? "between"
     })
     // Fires sleeps until the activity waits in `at` (or is idle, or 40 sleeps have fired).
@@ -560,14 +615,18 @@ export const runProgram = (env: RaceEnvShape, program: RaceProgram): Effect.Effe
           }
           case "remove": {
             const id = yield* pickPending(o.pick)
-            if (id !== undefined && !(yield* agent.inbox.remove(id as never))) failures.push(`op ${i}: remove(${id}) of a pending id returned false`)
+            if (id !== undefined && !(yield* agent.inbox.remove(id as never))) {
+              failures.push(`op ${i}: remove(${id}) of a pending id returned false`)
+            }
             return
           }
           case "replace": {
             const id = yield* pickPending(o.pick)
             if (id === undefined) return
             const m = plugin(`r${n++}`)
-            if (!(yield* agent.inbox.replace(id as never, m))) failures.push(`op ${i}: replace(${id}) of a pending id returned false`)
+            if (!(yield* agent.inbox.replace(id as never, m))) {
+              failures.push(`op ${i}: replace(${id}) of a pending id returned false`)
+            }
             accept(m.id, "replace", i, id)
             return
           }
@@ -595,7 +654,9 @@ export const runProgram = (env: RaceEnvShape, program: RaceProgram): Effect.Effe
       })
     for (let i = 0; i < program.ops.length; i++) {
       const o = program.ops[i]!
-      yield* step(o, i).pipe(Effect.catchAll((error) => Effect.sync(() => failures.push(`op ${i} ${o._tag} failed: ${String(error)}`))))
+      yield* step(o, i).pipe(
+        Effect.catchAll((error) => Effect.sync(() => failures.push(`op ${i} ${o._tag} failed: ${String(error)}`)))
+      )
     }
     // Quiescence: fire sleeps until the agent is idle; an agent running with nothing scheduled is stuck.
     let fired = 0
@@ -610,13 +671,17 @@ export const runProgram = (env: RaceEnvShape, program: RaceProgram): Effect.Effe
       }
     }
     yield* agent.driver.whenIdle
-    yield* agent.log.flush.pipe(Effect.catchAll((error) => Effect.sync(() => failures.push(`flush failed: ${String(error)}`))))
+    yield* agent.log.flush.pipe(
+      Effect.catchAll((error) => Effect.sync(() => failures.push(`flush failed: ${String(error)}`)))
+    )
     const finalStatus = yield* agent.driver.status
     const events = yield* agent.log.events
     const states = new Map<string, string>()
     const known = new Set<string>(accepted.keys())
     for (const e of events) {
-      if (e.type === "agent/inbox/spliced") for (const m of (e as EventOf<"agent/inbox/spliced">).data.inserted) known.add(m.id)
+      if (e.type === "agent/inbox/spliced") {
+        for (const m of (e as EventOf<"agent/inbox/spliced">).data.inserted) known.add(m.id)
+      }
     }
     for (const id of known) {
       const state = yield* agent.inbox.idState(id as never)
@@ -631,7 +696,8 @@ export const runProgram = (env: RaceEnvShape, program: RaceProgram): Effect.Effe
       cancels,
       reopens,
       states,
-      durableEqualsLive: stored.events.length === events.length && stored.events.every((e, i) => JSON.stringify(e) === JSON.stringify(events[i])),
+      durableEqualsLive: stored.events.length === events.length &&
+        stored.events.every((e, i) => JSON.stringify(e) === JSON.stringify(events[i])),
       finalStatus,
       failures
     } satisfies RaceRecord
@@ -698,11 +764,16 @@ export const judge = (record: RaceRecord): RaceVerdict => {
     const cause = d.reason.reason
     causeOf.set(
       d.turn,
-      cause.kind === "hook" && /^c\d+$/.test(cause.reason) ? Number(cause.reason.slice(1)) : cause.kind === "disposed" ? "disposed" : "other"
+      cause.kind === "hook" && /^c\d+$/.test(cause.reason)
+        ? Number(cause.reason.slice(1))
+        : cause.kind === "disposed"
+        ? "disposed"
+        : "other"
     )
   }
   const disposing = (seq: number) => record.reopens.some((r) => seq >= r.from && seq < r.to)
-  const originOf = (id: string): Origin | undefined => accepted.get(id)?.origin ?? (id.startsWith("ctx-") ? "tool" : undefined)
+  const originOf = (id: string): Origin | undefined =>
+    accepted.get(id)?.origin ?? (id.startsWith("ctx-") ? "tool" : undefined)
   // Waking deliveries and their edits (an edited wake is still a wake).
   const wakeLike = new Set<string>()
   const wakeOrigin = (id: string): boolean => wakeLike.has(id)
@@ -741,7 +812,9 @@ export const judge = (record: RaceRecord): RaceVerdict => {
         const moved = ids.length === 1 && removed.length === 1 && accepted.get(ids[0]!)?.replaces === removed[0]
         const later = events[i - 1]?.type !== "turn/start"
         if (claim && later && removed.some((id) => wakingSteers.has(id))) hit.add("steer joined a running turn")
-        if (claim && later && removed.some((id) => originOf(id) === "inject")) hit.add("inject claimed at a later boundary")
+        if (claim && later && removed.some((id) => originOf(id) === "inject")) {
+          hit.add("inject claimed at a later boundary")
+        }
         for (const r of removed) {
           lastRemoval.set(r, claim ? "claim" : "cancel")
           if (claim) {
@@ -758,7 +831,9 @@ export const judge = (record: RaceRecord): RaceVerdict => {
         }
         // Every claim of next-step empties wakingSteers (3.2).
         if (claim && d.target === "next-step") wakingSteers.clear()
-        if (d.removedCount === undefined && d.target === "next-turn" && originOf(ids[0]!) === "queue") hit.add("quiet queue")
+        if (d.removedCount === undefined && d.target === "next-turn" && originOf(ids[0]!) === "queue") {
+          hit.add("quiet queue")
+        }
         if (d.outcome === "canceled" && removed.some((id) => originOf(id) === "tool")) hit.add("tool context discarded")
         for (const id of ids) {
           if (insertedAt.has(id)) fail(`${id} inserted twice (seq ${insertedAt.get(id)} and ${i})`)
@@ -785,7 +860,9 @@ export const judge = (record: RaceRecord): RaceVerdict => {
               wakingSteers.add(id)
             }
           }
-          if (d.target !== expected) fail(`${a.origin} ${id} landed in ${d.target} at seq ${i}, expected ${expected} (SPEC 3.3)`)
+          if (d.target !== expected) {
+            fail(`${a.origin} ${id} landed in ${d.target} at seq ${i}, expected ${expected} (SPEC 3.3)`)
+          }
         }
         break
       }
@@ -814,15 +891,29 @@ export const judge = (record: RaceRecord): RaceVerdict => {
         const continued = events[i + 1]?.type === "turn/start"
         if (expected && !continued) {
           fail(
-            `stranded wake: turn ${d.turn} ended ${kind} at seq ${i} with ${kind === "aborted" ? "latched" : "waking"} work pending ` +
+            `stranded wake: turn ${d.turn} ended ${kind} at seq ${i} with ${
+              kind === "aborted" ? "latched" : "waking"
+            } work pending ` +
               `(next-turn [${nt}], next-step [${ns}]) and no turn followed (SPEC 4.2 TX-CLOSE, 4.8, 7.6)`
           )
         }
-        if (!expected && continued) fail(`turn ${d.turn + 1} opened at seq ${i + 1} with no waking or latched work pending (SPEC 4.2 TX-CLOSE)`)
+        if (!expected && continued) {
+          fail(`turn ${d.turn + 1} opened at seq ${i + 1} with no waking or latched work pending (SPEC 4.2 TX-CLOSE)`)
+        }
         if (kind === "interrupted") fail(`turn ${d.turn} was closed by repair although every disposal was clean`)
-        if (continued) hit.add(kind === "aborted" ? "latched replay" : nt.length > 0 ? "chain continued into next-turn" : "chain continued for a steer")
+        if (continued) {
+          hit.add(
+            kind === "aborted"
+              ? "latched replay"
+              : nt.length > 0
+              ? "chain continued into next-turn"
+              : "chain continued for a steer"
+          )
+        }
         if (continued && kind === "blocked") hit.add("chain continued after blocked")
-        if (!continued && kind === "aborted" && (nt.length > 0 || ns.some(wakeOrigin))) hit.add("waking work parked after abort")
+        if (!continued && kind === "aborted" && (nt.length > 0 || ns.some(wakeOrigin))) {
+          hit.add("waking work parked after abort")
+        }
         openTurn = undefined
         if (!continued) retired = { at: i, why: disposing(i) ? "disposal" : kind === "aborted" ? "aborted" : "natural" }
         break
@@ -886,16 +977,32 @@ export const judge = (record: RaceRecord): RaceVerdict => {
   const recorded = new Set([...causeOf.values()])
   for (const c of record.cancels) {
     const running = c.phase !== "idle-empty" && c.phase !== "idle-pending"
-    if (!running || c.phase === "shield" || recorded.has(c.op)) hit.add(`cancel ${c.keepInbox ? "keepInbox" : "broad"} ${c.phase === "shield" ? "converging" : c.phase}`)
+    if (!running || c.phase === "shield" || recorded.has(c.op)) {
+      hit.add(`cancel ${c.keepInbox ? "keepInbox" : "broad"} ${c.phase === "shield" ? "converging" : c.phase}`)
+    }
   }
-  for (const r of record.reopens) hit.add(`reopen ${r.phase === "idle-empty" || r.phase === "idle-pending" ? r.phase : "mid-turn"}`)
+  for (const r of record.reopens) {
+    hit.add(`reopen ${r.phase === "idle-empty" || r.phase === "idle-pending" ? r.phase : "mid-turn"}`)
+  }
   return { violations, situations: hit }
 }
 
 /** Situations every batch of programs must reach; a generator that stops reaching one fails the test. */
 export const requiredSituations: ReadonlyArray<string> = [
   ...["broad", "keepInbox"].flatMap((mode) =>
-    ["idle-empty", "idle-pending", "between", "pre-step", "request", "awaiting", "stream", "tool-pre", "tools", "turn-stopping", "converging"].map(
+    [
+      "idle-empty",
+      "idle-pending",
+      "between",
+      "pre-step",
+      "request",
+      "awaiting",
+      "stream",
+      "tool-pre",
+      "tools",
+      "turn-stopping",
+      "converging"
+    ].map(
       (phase) => `cancel ${mode} ${phase}`
     )
   ),
@@ -946,7 +1053,9 @@ export const checkProgram = (seed: number, seen: Map<string, number>): Effect.Ef
     if (verdict.violations.length > 0) {
       return yield* Effect.die(
         new Error(
-          `race program failed; replay with TILLER_RACE_SEED=${seed}\n${verdict.violations.join("\n")}\nprogram:\n${describeProgram(program)}`
+          `race program failed; replay with TILLER_RACE_SEED=${seed}\n${verdict.violations.join("\n")}\nprogram:\n${
+            describeProgram(program)
+          }`
         )
       )
     }

@@ -23,14 +23,19 @@ export const resumeAfterRun = (
   Effect.gen(function*() {
     const storeCtx = yield* Layer.build(SessionStore.layerMemory)
     const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
+    const ctx = yield* Layer.buildWithScope(
+      agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))),
+      scope
+    )
     yield* Effect.provideService(prepare(ctx), Scope.Scope, scope)
     const driver = Context.get(ctx, Driver)
     yield* driver.followup(user("A"))
     yield* driver.whenIdle
     yield* Scope.close(scope, Exit.void)
     const scope2 = yield* Scope.make()
-    const reopened = yield* Effect.either(Layer.buildWithScope(agentOver([], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope2))
+    const reopened = yield* Effect.either(
+      Layer.buildWithScope(agentOver([], { resume: true }).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope2)
+    )
     yield* Scope.close(scope2, Exit.void)
     return reopened._tag === "Left" ? (reopened.left as { readonly _tag?: string })._tag : "Right"
   })

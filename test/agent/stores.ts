@@ -23,8 +23,17 @@ export const buildIn = (
 ) =>
   Effect.gen(function*() {
     const scope = yield* Scope.make()
-    const ctx = yield* Layer.buildWithScope(agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))), scope)
-    return { scope, ctx, driver: Context.get(ctx, Driver), inbox: Context.get(ctx, Inbox), log: Context.get(ctx, SessionLog) }
+    const ctx = yield* Layer.buildWithScope(
+      agentOver(script, options).pipe(Layer.provide(Layer.succeedContext(storeCtx))),
+      scope
+    )
+    return {
+      scope,
+      ctx,
+      driver: Context.get(ctx, Driver),
+      inbox: Context.get(ctx, Inbox),
+      log: Context.get(ctx, SessionLog)
+    }
   })
 
 /** Builds an agent over a fresh memory store in a scope the test closes itself. */

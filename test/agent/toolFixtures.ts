@@ -3,9 +3,9 @@
  * calls left in the log.
  */
 import { Deferred, Effect, Schema } from "effect"
+import type { Context } from "effect"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
-import type { Context } from "effect"
 import { Tool } from "../../src/services/Tools.js"
 import { dataOfType } from "./harness.js"
 
@@ -27,13 +27,16 @@ export const calls = (...cs: ReadonlyArray<readonly [string, string]>) =>
 export const callT = (id = "c1") => calls([id, "t"])
 
 /** The logged tool results by call id: text, isError, error and meta. */
-export const resultsByCall = Effect.map(dataOfType("tool/result"), (ds) =>
-  Object.fromEntries(ds.map((d) => [d.message.content[0].toolCallId, {
-    text: d.message.content[0].content[0]?.text,
-    isError: d.message.content[0].isError,
-    error: d.error,
-    meta: d.meta
-  }])))
+export const resultsByCall = Effect.map(
+  dataOfType("tool/result"),
+  (ds) =>
+    Object.fromEntries(ds.map((d) => [d.message.content[0].toolCallId, {
+      text: d.message.content[0].content[0]?.text,
+      isError: d.message.content[0].isError,
+      error: d.error,
+      meta: d.meta
+    }]))
+)
 
 type DriverService = Context.Tag.Service<Driver>
 

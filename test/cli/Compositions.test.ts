@@ -28,7 +28,8 @@ const promptHooks = (command: string) =>
 const eventsOf = (dir: string, id: string) =>
   Effect.map(tiller(dir, ["log", id, "--json"]), (out) => out.stdout.trim().split("\n").map((line) => JSON.parse(line)))
 
-const sourcesOf = (events: ReadonlyArray<any>) => events.filter((e) => e.type === "user/message").map((e) => e.data.source)
+const sourcesOf = (events: ReadonlyArray<any>) =>
+  events.filter((e) => e.type === "user/message").map((e) => e.data.source)
 
 describe("CLI compositions", () => {
   it("mentionsIn: @ID and @ID@SEQ, each once, not inside words or e-mail addresses", () => {
@@ -69,7 +70,8 @@ describe("CLI compositions", () => {
               matcher: "wait",
               hooks: [{
                 type: "command",
-                command: `echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"waiting needs a human"}}'`
+                command:
+                  `echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"waiting needs a human"}}'`
               }]
             }]
           }
@@ -84,7 +86,10 @@ describe("CLI compositions", () => {
       const piped = yield* tiller(dir, ["chat", "--session", "r"], { input: "/wait 10\n" })
       expect(piped.code).toBe(0)
       const results = (id: string) =>
-        Effect.map(eventsOf(dir, id), (events) => events.filter((e) => e.type === "tool/result").map((e) => e.data.error?.code ?? "ok"))
+        Effect.map(
+          eventsOf(dir, id),
+          (events) => events.filter((e) => e.type === "tool/result").map((e) => e.data.error?.code ?? "ok")
+        )
       expect(yield* results("q")).toEqual(["ok"])
       expect(yield* results("r")).toEqual(["DENIED"])
     }))
@@ -94,7 +99,9 @@ describe("CLI compositions", () => {
       const dir = project({})
       const chat = yield* converse(dir, ["chat", "--session", "p"])
       yield* chat.send("/Bash echo approved > approved.txt")
-      yield* chat.waitFor("permission: Bash needs approval in default mode. Run Bash {\"command\":\"echo approved > approved.txt\"}? [y/N]")
+      yield* chat.waitFor(
+        "permission: Bash needs approval in default mode. Run Bash {\"command\":\"echo approved > approved.txt\"}? [y/N]"
+      )
       yield* chat.send("y")
       yield* chat.waitFor("── turn 1 completed")
       yield* chat.send("/Bash echo refused > refused.txt")
@@ -104,7 +111,10 @@ describe("CLI compositions", () => {
       expect((yield* chat.end).code).toBe(0)
       expect(fs.readFileSync(path.join(dir, "approved.txt"), "utf8")).toBe("approved\n")
       expect(fs.existsSync(path.join(dir, "refused.txt"))).toBe(false)
-      const results = yield* Effect.map(eventsOf(dir, "p"), (events) => events.filter((e) => e.type === "tool/result").map((e) => e.data.error?.code ?? "ok"))
+      const results = yield* Effect.map(
+        eventsOf(dir, "p"),
+        (events) => events.filter((e) => e.type === "tool/result").map((e) => e.data.error?.code ?? "ok")
+      )
       expect(results).toEqual(["ok", "DENIED"])
     }))
 
@@ -137,10 +147,11 @@ describe("CLI compositions", () => {
       const chat = yield* tiller(dir, ["chat", "--session", "t2"], { input: "/ref src --upto 3\nhello\n" })
       expect(chat.code).toBe(0)
       const t2 = yield* eventsOf(dir, "t2")
-      expect(t2.filter((e) => e.type === "user/message").map((e) => [e.data.source.kind, e.data.source.upTo ?? null])).toEqual([
-        ["session-ref", 3],
-        ["user", null]
-      ])
+      expect(t2.filter((e) => e.type === "user/message").map((e) => [e.data.source.kind, e.data.source.upTo ?? null]))
+        .toEqual([
+          ["session-ref", 3],
+          ["user", null]
+        ])
 
       for (const id of ["t1", "t2"]) expect((yield* tiller(dir, ["check", id])).stdout).toContain("no violations")
     }))
@@ -153,7 +164,10 @@ describe("CLI compositions", () => {
       expect(handoff.code).toBe(0)
       expect(handoff.stderr).toMatch(/session h1 \(handoff from src up to seq \d+\)/)
       const h1 = yield* eventsOf(dir, "h1")
-      expect(h1.filter((e) => e.type === "user/message").map((e) => e.data.source.kind)).toEqual(["session-ref", "user"])
+      expect(h1.filter((e) => e.type === "user/message").map((e) => e.data.source.kind)).toEqual([
+        "session-ref",
+        "user"
+      ])
       expect((yield* tiller(dir, ["check", "h1"])).stdout).toContain("no violations")
       expect((yield* tiller(dir, ["handoff", "nope", "x"])).stderr).toContain("no session nope")
 

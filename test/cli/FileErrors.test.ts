@@ -30,9 +30,17 @@ describe("describeFileError", () => {
 
   it("a platform SystemError of an unlisted reason reads by the errno code of its cause", () => {
     const cause = Object.assign(new Error("ENXIO: no such device or address, open '/tmp/x/sock'"), { code: "ENXIO" })
-    const error = new SystemError({ reason: "Unknown", module: "FileSystem", method: "open", description: cause.message, cause })
+    const error = new SystemError({
+      reason: "Unknown",
+      module: "FileSystem",
+      method: "open",
+      description: cause.message,
+      cause
+    })
     expect(describeFileError(error)).toBe("no device or reader behind it (a socket, or a device that is not there)")
-    expect(describeFileError(new SystemError({ reason: "NotFound", module: "FileSystem", method: "stat" }))).toBe("no such file or directory")
+    expect(describeFileError(new SystemError({ reason: "NotFound", module: "FileSystem", method: "stat" }))).toBe(
+      "no such file or directory"
+    )
   })
 
   it("anything else reads as its message", () => {

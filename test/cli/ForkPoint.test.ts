@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
-import type { SessionEvent } from "../../src/domain/Event.js"
 import * as ForkPoint from "../../src/cli/ForkPoint.js"
+import type { SessionEvent } from "../../src/domain/Event.js"
 
 const event = (seq: number, type: string, data: unknown): SessionEvent => ({ seq, time: 0, type, data } as SessionEvent)
 
@@ -27,7 +27,9 @@ describe("ForkPoint", () => {
     expect(ForkPoint.boundaryOf(log, { _tag: "Turn", turn: 2 })).toEqual(Either.right(9))
     expect(ForkPoint.boundaryOf(log, { _tag: "Seq", seq: 1 })).toEqual(Either.right(1))
     expect(ForkPoint.boundaryOf(log, { _tag: "End" })).toEqual(Either.right(undefined))
-    expect(ForkPoint.boundaryOf(log, { _tag: "Turn", turn: 3 })).toEqual(Either.left("turn 3 has not ended (or does not exist)"))
+    expect(ForkPoint.boundaryOf(log, { _tag: "Turn", turn: 3 })).toEqual(
+      Either.left("turn 3 has not ended (or does not exist)")
+    )
   })
 
   it("a turn and a seq together, a flag without a value or an unknown word do not parse", () => {

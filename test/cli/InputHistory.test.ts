@@ -40,6 +40,6 @@ describe("InputHistory", () => {
     }).pipe(Effect.provide(NodeFileSystem.layer)))
 
   it("a damaged line (cut short, not a string) is skipped, the rest kept", () => {
-    expect(InputHistory.parse('"a"\n{"x":1}\n"b\n"c"\n')).toEqual(["a", "c"])
+    expect(InputHistory.parse("\"a\"\n{\"x\":1}\n\"b\n\"c\"\n")).toEqual(["a", "c"])
   })
 })

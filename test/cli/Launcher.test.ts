@@ -21,7 +21,8 @@ const project = () => {
   return root
 }
 
-const run = (root: string) => execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs")], { encoding: "utf8" }).trim()
+const run = (root: string) =>
+  execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs")], { encoding: "utf8" }).trim()
 
 /** Gives `file` and every directory from it up to `root` a time long past, as a checkout or copy may. */
 const backdate = (root: string, file: string) => {
@@ -54,7 +55,10 @@ describe("bin/tiller.mjs, the launcher that bundles the CLI", () => {
       const moved = path.join(root, "src", "cli", "words", "word.ts")
       fs.renameSync(path.join(root, "src", "cli", "word.ts"), moved)
       fs.writeFileSync(moved, `export const word: string = "moved"\n`)
-      fs.writeFileSync(path.join(root, "src", "cli", "main.ts"), `import { word } from "./words/word.js"\nconsole.log(word)\n`)
+      fs.writeFileSync(
+        path.join(root, "src", "cli", "main.ts"),
+        `import { word } from "./words/word.js"\nconsole.log(word)\n`
+      )
       backdate(root, moved)
       backdate(root, path.join(root, "src", "cli", "main.ts"))
       expect(run(root)).toBe("moved")
@@ -83,7 +87,10 @@ describe("bin/tiller.mjs in an installed package", () => {
     const root = installed(`console.log("packed " + process.argv.slice(2).join(" "))\n`)
     try {
       const before = fs.readdirSync(root, { recursive: true })
-      expect(execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs"), "run", "hello"], { encoding: "utf8" }).trim())
+      expect(
+        execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs"), "run", "hello"], { encoding: "utf8" })
+          .trim()
+      )
         .toBe("packed run hello")
       expect(fs.readdirSync(root, { recursive: true })).toEqual(before)
     } finally {
@@ -97,7 +104,8 @@ describe("bin/tiller.mjs in an installed package", () => {
     }
     const root = installed(`import Database from "better-sqlite3"\nconsole.log(Database)\n`)
     try {
-      const run = () => execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs")], { encoding: "utf8", stdio: "pipe" })
+      const run = () =>
+        execFileSync(process.execPath, [path.join(root, "bin", "tiller.mjs")], { encoding: "utf8", stdio: "pipe" })
       expect(run).toThrow()
       try {
         run()
@@ -107,7 +115,9 @@ describe("bin/tiller.mjs in an installed package", () => {
         expect(stderr).toBe(
           "tiller: the command line stores sessions in SQLite, which needs the optional peer dependencies " +
             "@effect/sql-sqlite-node, @effect/sql, better-sqlite3; better-sqlite3 is not installed: npm install " +
-            `@effect/sql-sqlite-node@${pkg.peerDependencies["@effect/sql-sqlite-node"]} @effect/sql@${pkg.peerDependencies["@effect/sql"]} ` +
+            `@effect/sql-sqlite-node@${pkg.peerDependencies["@effect/sql-sqlite-node"]} @effect/sql@${
+              pkg.peerDependencies["@effect/sql"]
+            } ` +
             `better-sqlite3@${pkg.peerDependencies["better-sqlite3"]}\n`
         )
       }

@@ -18,7 +18,12 @@ const key = (name: string, extra: Partial<Key> = {}): Key => ({ name, sequence: 
 
 describe("LineEditor", () => {
   it("arrow keys move the cursor instead of entering escape sequences", () => {
-    const { state } = type([...chars("helo"), key("left", { sequence: "\u001b[D" }), ...chars("l"), key("up", { sequence: "\u001b[A" })])
+    const { state } = type([
+      ...chars("helo"),
+      key("left", { sequence: "\u001b[D" }),
+      ...chars("l"),
+      key("up", { sequence: "\u001b[A" })
+    ])
     expect(state.text).toBe("hello")
     expect(state.text).not.toContain("\u001b")
     expect(state.cursor).toBe(4)
@@ -50,7 +55,15 @@ describe("LineEditor", () => {
   })
 
   it("a bracketed paste of three lines is one message; Enter inside it is a newline", () => {
-    const { actions, state } = type([key("paste-start"), ...chars("a"), key("return"), ...chars("b"), key("return"), ...chars("c"), key("paste-end")])
+    const { actions, state } = type([
+      key("paste-start"),
+      ...chars("a"),
+      key("return"),
+      ...chars("b"),
+      key("return"),
+      ...chars("c"),
+      key("paste-end")
+    ])
     expect(actions).toEqual([])
     expect(state.text).toBe("a\nb\nc")
     expect(type([key("return")], state).actions).toEqual([{ _tag: "submit", text: "a\nb\nc" }])

@@ -14,12 +14,16 @@ describe("Progress", () => {
     expect(progress.line(7000, 1)).toBe("⠙ streaming 2 s · turn 2 step 1 · Esc interrupts")
     progress.observe(event(3, 8000, "assistant/message", { usage: { inputTokens: 1200, outputTokens: 34 } }))
     progress.observe(event(4, 8000, "tool/call", { callId: "c1", name: "wait", arguments: "{}" }))
-    expect(progress.line(20_000, 2)).toBe("⠹ running wait 12 s · turn 2 step 1 · 1.2k in / 34 out tokens · Esc interrupts")
+    expect(progress.line(20_000, 2)).toBe(
+      "⠹ running wait 12 s · turn 2 step 1 · 1.2k in / 34 out tokens · Esc interrupts"
+    )
     progress.observe(event(5, 21_000, "tool/result", { message: { content: [{ toolCallId: "c1" }] } }))
     progress.observe(event(6, 21_000, "llm/retry", { attempt: 2, delayMs: 4000 }))
     expect(progress.line(21_000, 3)).toContain("retrying (attempt 2) in 4 s")
     progress.contextShare(0.634)
-    expect(progress.line(21_000, 3)).toBe("⠸ retrying (attempt 2) in 4 s · turn 2 step 1 · 1.2k in / 34 out tokens · ctx 63% · Esc interrupts")
+    expect(progress.line(21_000, 3)).toBe(
+      "⠸ retrying (attempt 2) in 4 s · turn 2 step 1 · 1.2k in / 34 out tokens · ctx 63% · Esc interrupts"
+    )
     progress.observe(event(7, 30_000, "turn/end", { turn: 2, reason: { kind: "completed" } }))
     expect(progress.line(30_000, 4)).toBeUndefined()
   })

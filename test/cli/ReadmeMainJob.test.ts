@@ -25,18 +25,22 @@ describe("README main job and CLI errors", () => {
   const tempCwd = () => fs.mkdtempSync(path.join(dir, "cwd-"))
   const noStack = (text: string) => expect(text).not.toMatch(/^\s+at .+:\d+:\d+\)?$/m)
 
-  it.live("README Quickstart: `npm start` (tiller chat) with piped input prints a readable transcript, creates ./.tiller/sessions.db (0600) and exits 0", () =>
-    Effect.gen(function*() {
-      const cwd = tempCwd()
-      const out = yield* tiller(cwd, ["chat"], { input: "/inject note\nhello\n/quit\n" })
-      expect(out.code).toBe(0)
-      noStack(out.stdout + out.stderr)
-      expect(out.stdout).toContain("» [cli:inject] note")
-      expect(out.stdout).toContain("» [user] hello")
-      expect(out.stdout).toContain("── turn 1 completed")
-      expect(out.stdout).toMatch(/\[idle · 1 turn · pending: 0 queued, 0 next-step( · ctx \d+%)?\]/)
-      expect(modeOf(path.join(cwd, ".tiller", "sessions.db"))).toBe(0o600)
-    }), TIMEOUT)
+  it.live(
+    "README Quickstart: `npm start` (tiller chat) with piped input prints a readable transcript, creates ./.tiller/sessions.db (0600) and exits 0",
+    () =>
+      Effect.gen(function*() {
+        const cwd = tempCwd()
+        const out = yield* tiller(cwd, ["chat"], { input: "/inject note\nhello\n/quit\n" })
+        expect(out.code).toBe(0)
+        noStack(out.stdout + out.stderr)
+        expect(out.stdout).toContain("» [cli:inject] note")
+        expect(out.stdout).toContain("» [user] hello")
+        expect(out.stdout).toContain("── turn 1 completed")
+        expect(out.stdout).toMatch(/\[idle · 1 turn · pending: 0 queued, 0 next-step( · ctx \d+%)?\]/)
+        expect(modeOf(path.join(cwd, ".tiller", "sessions.db"))).toBe(0o600)
+      }),
+    TIMEOUT
+  )
 
   for (
     const [name, args, pattern] of [
@@ -48,15 +52,19 @@ describe("README main job and CLI errors", () => {
       ["an unknown option", ["sessions", "--yaml"], /unknown argument/]
     ] as const
   ) {
-    it.live(`bad input (${name}): a clear one-line error on stderr, non-zero exit, no stack trace`, () =>
-      Effect.gen(function*() {
-        const cwd = tempCwd()
-        fs.writeFileSync(path.join(cwd, "junk.db"), "this is not a database ".repeat(20))
-        const out = yield* tiller(cwd, args)
-        expect(out.code).not.toBe(0)
-        expect(out.stderr).toMatch(pattern)
-        noStack(out.stdout + out.stderr)
-      }), TIMEOUT)
+    it.live(
+      `bad input (${name}): a clear one-line error on stderr, non-zero exit, no stack trace`,
+      () =>
+        Effect.gen(function*() {
+          const cwd = tempCwd()
+          fs.writeFileSync(path.join(cwd, "junk.db"), "this is not a database ".repeat(20))
+          const out = yield* tiller(cwd, args)
+          expect(out.code).not.toBe(0)
+          expect(out.stderr).toMatch(pattern)
+          noStack(out.stdout + out.stderr)
+        }),
+      TIMEOUT
+    )
   }
 
   it.live("README sessions --json: a JSON array, empty for a database without sessions", () =>
@@ -67,25 +75,34 @@ describe("README main job and CLI errors", () => {
 
   // README "tiller run PROMPT [--inject TEXT]...". Regression test: a trailing `--inject` with no TEXT
   // was once silently dropped (the turn ran with the prompt alone and the command exited 0).
-  it.live("README run: `tiller run hi --inject` (missing TEXT) is refused with a non-zero exit", () =>
-    Effect.gen(function*() {
-      const cwd = tempCwd()
-      const out = yield* tiller(cwd, ["run", "hi", "--inject"])
-      expect(out.code).not.toBe(0)
-      noStack(out.stdout + out.stderr)
-    }), TIMEOUT)
+  it.live(
+    "README run: `tiller run hi --inject` (missing TEXT) is refused with a non-zero exit",
+    () =>
+      Effect.gen(function*() {
+        const cwd = tempCwd()
+        const out = yield* tiller(cwd, ["run", "hi", "--inject"])
+        expect(out.code).not.toBe(0)
+        noStack(out.stdout + out.stderr)
+      }),
+    TIMEOUT
+  )
 
-  it.live("README run: an empty or blank --inject TEXT is a usage error (exit 2, one line saying so); nothing is written", () =>
-    Effect.gen(function*() {
-      const cwd = tempCwd()
-      for (const [text, said] of [["", "an empty"], ["  ", "a blank"]] as const) {
-        const out = yield* tiller(cwd, ["run", "hi", "--inject", text])
-        expect(out).toEqual({
-          code: 2,
-          stdout: "",
-          stderr: `tiller: option --inject needs a value, not ${said} one (tiller --help lists the commands and options)\n`
-        })
-      }
-      expect(fs.readdirSync(cwd)).toEqual([])
-    }), TIMEOUT)
+  it.live(
+    "README run: an empty or blank --inject TEXT is a usage error (exit 2, one line saying so); nothing is written",
+    () =>
+      Effect.gen(function*() {
+        const cwd = tempCwd()
+        for (const [text, said] of [["", "an empty"], ["  ", "a blank"]] as const) {
+          const out = yield* tiller(cwd, ["run", "hi", "--inject", text])
+          expect(out).toEqual({
+            code: 2,
+            stdout: "",
+            stderr:
+              `tiller: option --inject needs a value, not ${said} one (tiller --help lists the commands and options)\n`
+          })
+        }
+        expect(fs.readdirSync(cwd)).toEqual([])
+      }),
+    TIMEOUT
+  )
 })

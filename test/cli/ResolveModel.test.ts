@@ -53,7 +53,9 @@ describe("resolveModel", () => {
       expect(yield* refusal("openai-compatible:llama", { TILLER_API_KEY: KEY })).toBe(
         "model \"openai-compatible:llama\" needs the server's base URL: set TILLER_BASE_URL (for example http://127.0.0.1:8080/v1)"
       )
-      const exit = yield* Effect.exit(resolve("openai-compatible:llama", { TILLER_BASE_URL: "http://127.0.0.1:8080/v1" }))
+      const exit = yield* Effect.exit(
+        resolve("openai-compatible:llama", { TILLER_BASE_URL: "http://127.0.0.1:8080/v1" })
+      )
       expect(Exit.isSuccess(exit)).toBe(true)
     }))
 
@@ -74,7 +76,9 @@ describe("resolveModel", () => {
     Effect.gen(function*() {
       const accepted = "\"demo\", \"openai:MODEL\", \"anthropic:MODEL\", \"openai-compatible:MODEL\""
       expect(yield* refusal("gpt-4.1")).toBe(`unknown model "gpt-4.1": use one of ${accepted}`)
-      expect(yield* refusal("gemini:pro", { OPENAI_API_KEY: KEY })).toBe(`unknown model "gemini:pro": use one of ${accepted}`)
+      expect(yield* refusal("gemini:pro", { OPENAI_API_KEY: KEY })).toBe(
+        `unknown model "gemini:pro": use one of ${accepted}`
+      )
       expect(yield* refusal("constructor:x")).toBe(`unknown model "constructor:x": use one of ${accepted}`)
       expect(yield* refusal("openai:", { OPENAI_API_KEY: KEY })).toBe(
         "model \"openai:\" names no model: write openai:MODEL, for example openai:gpt-4.1-mini"
@@ -144,29 +148,35 @@ describe("resolveModel wiring", () => {
 describe("tiller run with a provider model", () => {
   const TIMEOUT = 120_000
 
-  it.scopedLive("answers through the provider; neither the output nor the logged events contain the key", () =>
-    Effect.gen(function*() {
-      const dir = yield* tempDir
-      const server = yield* ResponsesServer.listen([
-        ResponsesServer.streamed({ text: ["Hello from ", "the server."], usage: { input: 3, output: 4 } }),
-        ResponsesServer.status(401, { error: { message: `Incorrect API key provided: ${KEY}` } })
-      ])
-      const env = { OPENAI_API_KEY: KEY, OPENAI_BASE_URL: `${server.url}/v1` }
-      const answered = yield* tiller(dir, ["--model", "openai:gpt-test", "run", "hi", "--json", "--session", "s"], { env })
-      expect(answered.code).toBe(0)
-      const lines = jsonLines(answered.stdout)
-      expect(lines.filter((line) => line.type === "request/header").map((line) => line.data.header))
-        .toMatchObject([{ provider: "openai", model: "gpt-test" }])
-      expect(lines.filter((line) => line.type === "assistant/message").map((line) => line.data.message.content))
-        .toEqual([[{ type: "text", text: "Hello from the server." }]])
+  it.scopedLive(
+    "answers through the provider; neither the output nor the logged events contain the key",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const server = yield* ResponsesServer.listen([
+          ResponsesServer.streamed({ text: ["Hello from ", "the server."], usage: { input: 3, output: 4 } }),
+          ResponsesServer.status(401, { error: { message: `Incorrect API key provided: ${KEY}` } })
+        ])
+        const env = { OPENAI_API_KEY: KEY, OPENAI_BASE_URL: `${server.url}/v1` }
+        const answered = yield* tiller(dir, ["--model", "openai:gpt-test", "run", "hi", "--json", "--session", "s"], {
+          env
+        })
+        expect(answered.code).toBe(0)
+        const lines = jsonLines(answered.stdout)
+        expect(lines.filter((line) => line.type === "request/header").map((line) => line.data.header))
+          .toMatchObject([{ provider: "openai", model: "gpt-test" }])
+        expect(lines.filter((line) => line.type === "assistant/message").map((line) => line.data.message.content))
+          .toEqual([[{ type: "text", text: "Hello from the server." }]])
 
-      const refused = yield* tiller(dir, ["--model", "openai:gpt-test", "run", "again", "--session", "s"], { env })
-      expect(refused.code).toBe(1)
-      expect(refused.stdout + refused.stderr).toContain("[redacted]")
+        const refused = yield* tiller(dir, ["--model", "openai:gpt-test", "run", "again", "--session", "s"], { env })
+        expect(refused.code).toBe(1)
+        expect(refused.stdout + refused.stderr).toContain("[redacted]")
 
-      const log = yield* tiller(dir, ["log", "s", "--json"])
-      expect(log.code).toBe(0)
-      for (const output of [answered, refused, log]) expect(output.stdout + output.stderr).not.toContain(KEY)
-      expect((yield* server.requests).map((r) => r.headers.authorization)).toEqual([`Bearer ${KEY}`, `Bearer ${KEY}`])
-    }), TIMEOUT)
+        const log = yield* tiller(dir, ["log", "s", "--json"])
+        expect(log.code).toBe(0)
+        for (const output of [answered, refused, log]) expect(output.stdout + output.stderr).not.toContain(KEY)
+        expect((yield* server.requests).map((r) => r.headers.authorization)).toEqual([`Bearer ${KEY}`, `Bearer ${KEY}`])
+      }),
+    TIMEOUT
+  )
 })

@@ -66,12 +66,18 @@ class Screen extends EventEmitter {
 }
 
 const setup = (columns = 40) => {
-  const input = Object.assign(new PassThrough(), { raw: [] as Array<boolean>, setRawMode(mode: boolean) { this.raw.push(mode) } })
+  const input = Object.assign(new PassThrough(), {
+    raw: [] as Array<boolean>,
+    setRawMode(mode: boolean) {
+      this.raw.push(mode)
+    }
+  })
   const screen = new Screen(columns)
   const events: Array<InputEvent> = []
   const terminal = new Terminal(input, screen, (event) => events.push(event))
   terminal.start()
-  const type = (data: string) => Effect.promise(() => new Promise<void>((resolve) => input.write(data, () => setTimeout(resolve, 20))))
+  const type = (data: string) =>
+    Effect.promise(() => new Promise<void>((resolve) => input.write(data, () => setTimeout(resolve, 20))))
   return { input, screen, events, terminal, type }
 }
 
@@ -91,7 +97,9 @@ describe("Terminal", () => {
       yield* type("p")
       expect(screen.text).toBe("» [user] earlier\nassistant: Hello there\n── turn 1 completed\n› help")
       terminal.setStatus("⠋ waiting for the model 3 s")
-      expect(screen.text).toBe("» [user] earlier\nassistant: Hello there\n── turn 1 completed\n⠋ waiting for the model 3 s\n› help")
+      expect(screen.text).toBe(
+        "» [user] earlier\nassistant: Hello there\n── turn 1 completed\n⠋ waiting for the model 3 s\n› help"
+      )
       terminal.setStatus(undefined)
       expect(screen.text).toBe("» [user] earlier\nassistant: Hello there\n── turn 1 completed\n› help")
       terminal.close()

@@ -3,13 +3,14 @@
  * trigger, what it replaced and the tokens before and after; and the chat's status line share.
  */
 import { describe, expect, it } from "@effect/vitest"
-import type { SessionEvent } from "../../src/domain/Event.js"
-import { emptyInbox } from "../../src/domain/Splice.js"
 import { describeCompaction, spentNote, statusLine } from "../../src/cli/Timeline.js"
 import * as Cost from "../../src/domain/Cost.js"
+import type { SessionEvent } from "../../src/domain/Event.js"
 import * as Prices from "../../src/domain/Prices.js"
+import { emptyInbox } from "../../src/domain/Splice.js"
 
-const event = (type: string, data: unknown): SessionEvent => ({ type, data, seq: 1, time: 0 }) as unknown as SessionEvent
+const event = (type: string, data: unknown): SessionEvent =>
+  ({ type, data, seq: 1, time: 0 }) as unknown as SessionEvent
 
 describe("Timeline: compaction brackets", () => {
   it("a summary bracket: the range it replaces, the focus, who wrote it, the tokens before and after", () => {
@@ -19,9 +20,23 @@ describe("Timeline: compaction brackets", () => {
       tokensBefore: 12_345,
       range: { start: 4, end: 90, nodes: 31 },
       focus: "the failing test"
-    }))).toBe("summary (manual) start · replacing history 4-90 (31 nodes) · 12,345 tokens in use · focus: the failing test")
-    expect(describeCompaction(event("compaction/summary", { ...bracket, provider: "anthropic", model: "claude-haiku", characters: 2_100, updates: 40 })))
-      .toBe("summary (manual) summary written by anthropic:claude-haiku (2,100 characters), updating the summary at seq 40")
+    }))).toBe(
+      "summary (manual) start · replacing history 4-90 (31 nodes) · 12,345 tokens in use · focus: the failing test"
+    )
+    expect(
+      describeCompaction(
+        event("compaction/summary", {
+          ...bracket,
+          provider: "anthropic",
+          model: "claude-haiku",
+          characters: 2_100,
+          updates: 40
+        })
+      )
+    )
+      .toBe(
+        "summary (manual) summary written by anthropic:claude-haiku (2,100 characters), updating the summary at seq 40"
+      )
     expect(describeCompaction(event("compaction/end", {
       ...bracket,
       replaced: { start: 4, end: 90, nodes: 31 },
@@ -32,7 +47,16 @@ describe("Timeline: compaction brackets", () => {
 
   it("a prune bracket lists the results it replaced (shortened past six)", () => {
     const end = (pruned: ReadonlyArray<number>) =>
-      describeCompaction(event("compaction/end", { turn: 3, kind: "prune", trigger: "overflow", pruned, tokensBefore: 900, tokensAfter: 300 }))
+      describeCompaction(
+        event("compaction/end", {
+          turn: 3,
+          kind: "prune",
+          trigger: "overflow",
+          pruned,
+          tokensBefore: 900,
+          tokensAfter: 300
+        })
+      )
     expect(end([5])).toBe("prune (overflow) end · replaced 1 tool result (seqs 5) · tokens 900 → 300")
     expect(end([5, 9, 12, 20, 31, 40, 51, 66])).toBe(
       "prune (overflow) end · replaced 8 tool results (seqs 5, 9, 12, … (4 more), 66) · tokens 900 → 300"
@@ -40,14 +64,25 @@ describe("Timeline: compaction brackets", () => {
   })
 
   it("a failed bracket says so; a bracket of another producer shows what it has", () => {
-    expect(describeCompaction(event("compaction/end", { turn: 2, kind: "summary", trigger: "threshold", error: { message: "model timed out" } })))
+    expect(
+      describeCompaction(
+        event("compaction/end", {
+          turn: 2,
+          kind: "summary",
+          trigger: "threshold",
+          error: { message: "model timed out" }
+        })
+      )
+    )
       .toBe("summary (threshold) end: failed (model timed out)")
     expect(describeCompaction(event("compaction/start", { turn: 2 }))).toBe("compaction start")
   })
 
   it("the status line ends with the share of the window in use", () => {
     const position = { turn: 3, step: 0, inTurn: false, pending: emptyInbox }
-    expect(statusLine("idle", position, { fraction: 0.634 })).toBe("[idle · 3 turns · pending: 0 queued, 0 next-step · ctx 63%]")
+    expect(statusLine("idle", position, { fraction: 0.634 })).toBe(
+      "[idle · 3 turns · pending: 0 queued, 0 next-step · ctx 63%]"
+    )
     expect(statusLine("idle", position)).toBe("[idle · 3 turns · pending: 0 queued, 0 next-step]")
   })
 
@@ -59,9 +94,10 @@ describe("Timeline: compaction brackets", () => {
       "[idle · 3 turns · pending: 0 queued, 0 next-step · ctx 10% · $0.0014 · 10,200 in (10,000 cache read) / 50 out tokens]"
     )
     // OpenAI-style usage counts the cached input within inputTokens.
-    expect(spentNote(Cost.tallyOf({ ...usage, inputTokens: 10_200 }, "openai-compatible", "llama3.1", Prices.PRICES))).toBe(
-      "no price for model llama3.1 · 10,200 in (10,000 cache read) / 50 out tokens"
-    )
+    expect(spentNote(Cost.tallyOf({ ...usage, inputTokens: 10_200 }, "openai-compatible", "llama3.1", Prices.PRICES)))
+      .toBe(
+        "no price for model llama3.1 · 10,200 in (10,000 cache read) / 50 out tokens"
+      )
     expect(spentNote(Cost.tallyOf(usage, "demo", "demo", Prices.PRICES))).toBeUndefined()
   })
 })

@@ -9,7 +9,9 @@ import type { AddressInfo } from "node:net"
 import { traceSession } from "../../src/cli/Trace.js"
 import { runSeenSession, seenAgent } from "../fixtures/scriptedSession.js"
 
-const seen = Effect.scoped(Effect.flatMap(Layer.build(seenAgent()), (context) => Effect.provide(runSeenSession, context)))
+const seen = Effect.scoped(
+  Effect.flatMap(Layer.build(seenAgent()), (context) => Effect.provide(runSeenSession, context))
+)
 
 const receiver = Effect.acquireRelease(
   Effect.async<{ readonly url: string; readonly bodies: Array<any>; readonly server: http.Server }>((resume) => {
@@ -22,7 +24,12 @@ const receiver = Effect.acquireRelease(
         res.writeHead(200, { "content-type": "application/json" }).end("{}")
       })
     })
-    server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server })))
+    server.listen(
+      0,
+      "127.0.0.1",
+      () =>
+        resume(Effect.succeed({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, bodies, server }))
+    )
   }),
   ({ server }) =>
     Effect.async<void>((resume) => {
@@ -53,7 +60,9 @@ describe("tiller trace", () => {
         server.server.close(() => resume(Effect.void))
       })
       // The exporter's retries wait on the real clock (three attempts a second apart).
-      const exit = yield* Effect.exit(TestServices.provideLive(traceSession(header, events, { endpoint: closed, content: false })))
+      const exit = yield* Effect.exit(
+        TestServices.provideLive(traceSession(header, events, { endpoint: closed, content: false }))
+      )
       expect(Exit.isFailure(exit) && JSON.stringify(exit.cause)).toContain("ExitWith")
     }), 60_000)
 })

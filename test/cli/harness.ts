@@ -36,7 +36,11 @@ const start = (
   const inherited: Record<string, string | undefined> = { ...process.env, NO_COLOR: "1" }
   delete inherited.TILLER_DB
   delete inherited.TILLER_MODEL
-  return spawn(process.execPath, [BIN, ...args], { cwd, env: { ...inherited, ...env }, stdio: ["pipe", "pipe", "pipe"] })
+  return spawn(process.execPath, [BIN, ...args], {
+    cwd,
+    env: { ...inherited, ...env },
+    stdio: ["pipe", "pipe", "pipe"]
+  })
 }
 
 /** Runs `tiller ...args` in `cwd` with `input` on stdin (then end of input); TILLER_* come only from `env`. */
@@ -124,7 +128,9 @@ export const converse = (
           } else if (closed) {
             listeners.delete(check)
             resume(Effect.fail(
-              new OutputNotSeen({ message: `tiller exited before printing ${JSON.stringify(text)}:\n${stdout}\nstderr:\n${stderr}` })
+              new OutputNotSeen({
+                message: `tiller exited before printing ${JSON.stringify(text)}:\n${stdout}\nstderr:\n${stderr}`
+              })
             ))
           }
         }
@@ -135,7 +141,9 @@ export const converse = (
         Effect.timeoutFail({
           duration: WAIT_FOR_OUTPUT,
           onTimeout: () =>
-            new OutputNotSeen({ message: `no ${JSON.stringify(text)} after offset ${matchedUpTo} in:\n${stdout}\nstderr:\n${stderr}` })
+            new OutputNotSeen({
+              message: `no ${JSON.stringify(text)} after offset ${matchedUpTo} in:\n${stdout}\nstderr:\n${stderr}`
+            })
         })
       )
 

@@ -126,8 +126,12 @@ export const openPane = (cwd: string, args: ReadonlyArray<string>): Effect.Effec
         })
     )
     const target = ["-t", "chat"]
-    const transcript = Effect.sync(() => tmux(["capture-pane", "-p", "-J", "-S", "-", "-E", "-", ...target]).replace(/\s+$/, ""))
-    const screen = Effect.sync(() => tmux(["capture-pane", "-p", ...target]).split("\n").map((row) => row.replace(/\s+$/, "")))
+    const transcript = Effect.sync(() =>
+      tmux(["capture-pane", "-p", "-J", "-S", "-", "-E", "-", ...target]).replace(/\s+$/, "")
+    )
+    const screen = Effect.sync(() =>
+      tmux(["capture-pane", "-p", ...target]).split("\n").map((row) => row.replace(/\s+$/, ""))
+    )
     const exitCode = Effect.sync(() => {
       const status = fs.existsSync(exitFile) ? fs.readFileSync(exitFile, "utf8").trim() : ""
       return status === "" ? undefined : Number(status)
@@ -145,9 +149,13 @@ export const openPane = (cwd: string, args: ReadonlyArray<string>): Effect.Effec
       screen,
       transcript,
       waitFor,
-      waitForText: (text, times = 1) => waitFor(JSON.stringify(text) + (times === 1 ? "" : ` ${times} times`), (t) => occurrences(t, text) >= times),
+      waitForText: (text, times = 1) =>
+        waitFor(JSON.stringify(text) + (times === 1 ? "" : ` ${times} times`), (t) => occurrences(t, text) >= times),
       exitCode,
-      waitForExit: Effect.map(poll(exitCode, (code) => code !== undefined, () => "the program did not exit"), (code) => code!)
+      waitForExit: Effect.map(
+        poll(exitCode, (code) => code !== undefined, () => "the program did not exit"),
+        (code) => code!
+      )
     }
     return pane
   })
@@ -172,7 +180,9 @@ export const storedEvents = (file: string, sessionId: string): Effect.Effect<Rea
       return []
     }
     try {
-      return db.prepare("SELECT row FROM events WHERE session_id = ? ORDER BY seq").all(sessionId).map((r) => JSON.parse(r.row))
+      return db.prepare("SELECT row FROM events WHERE session_id = ? ORDER BY seq").all(sessionId).map((r) =>
+        JSON.parse(r.row)
+      )
     } catch {
       return []
     } finally {
@@ -194,14 +204,17 @@ export const waitForStored = (
   poll(
     storedEvents(file, sessionId),
     check,
-    (last) => `session ${sessionId} never stored ${what}; it stored:\n${(last ?? []).map((e) => JSON.stringify(e)).join("\n")}`
+    (last) =>
+      `session ${sessionId} never stored ${what}; it stored:\n${(last ?? []).map((e) => JSON.stringify(e)).join("\n")}`
   ).pipe(
     Effect.catchTag("ScreenNotSeen", (error) =>
-      Effect.flatMap(pane.transcript, (shown) => Effect.fail(new ScreenNotSeen({ message: `${error.message}\nthe screen showed:\n${shown}` }))))
+      Effect.flatMap(pane.transcript, (shown) =>
+        Effect.fail(new ScreenNotSeen({ message: `${error.message}\nthe screen showed:\n${shown}` }))))
   )
 
 /** The text of a stored message's content. */
-export const textOf = (content: ReadonlyArray<any>): string => content.map((block) => block.text ?? textOf(block.content ?? [])).join("")
+export const textOf = (content: ReadonlyArray<any>): string =>
+  content.map((block) => block.text ?? textOf(block.content ?? [])).join("")
 
 /** The texts of the `user/message` events of `events`, in order. */
 export const enteredTexts = (events: ReadonlyArray<any>): ReadonlyArray<string> =>

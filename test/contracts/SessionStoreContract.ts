@@ -3,7 +3,13 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, type Layer } from "effect"
-import { MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../../src/domain/Errors.js"
+import {
+  MalformedLog,
+  PersistenceError,
+  SessionExists,
+  SessionNotFound,
+  UnsupportedLogVersion
+} from "../../src/domain/Errors.js"
 import { LOG_FORMAT_VERSION, type SessionEvent, type SessionHeader } from "../../src/domain/Event.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
 import type { UserMessage } from "../../src/domain/Values.js"
@@ -43,7 +49,12 @@ export const turnEvents = (
   return [
     { type: "agent/inbox/spliced", seq: s, time, data: { target: "next-turn", start: 0, inserted: [message] } },
     { type: "turn/start", seq: s + 1, time, data: { turn } },
-    { type: "agent/inbox/spliced", seq: s + 2, time, data: { target: "next-turn", start: 0, removedCount: 1, inserted: [] } },
+    {
+      type: "agent/inbox/spliced",
+      seq: s + 2,
+      time,
+      data: { target: "next-turn", start: 0, removedCount: 1, inserted: [] }
+    },
     { type: "step/start", seq: s + 3, time: time + 1, data: step },
     { type: "user/message", seq: s + 4, time: time + 1, data: message, surfaceOp: "append" },
     {
@@ -52,8 +63,18 @@ export const turnEvents = (
       time: time + 1,
       data: { header: { provider: "p", model: "m", tools: [] }, reason: turn === 1 ? "initial" : "change" }
     },
-    { type: "assistant/chunk", seq: s + 6, time: time + 2, data: { ...chunk, chunk: { type: "block-start", index: 0, block: "text" } } },
-    { type: "assistant/chunk", seq: s + 7, time: time + 3, data: { ...chunk, chunk: { type: "text-delta", index: 0, text: reply } } },
+    {
+      type: "assistant/chunk",
+      seq: s + 6,
+      time: time + 2,
+      data: { ...chunk, chunk: { type: "block-start", index: 0, block: "text" } }
+    },
+    {
+      type: "assistant/chunk",
+      seq: s + 7,
+      time: time + 3,
+      data: { ...chunk, chunk: { type: "text-delta", index: 0, text: reply } }
+    },
     { type: "assistant/chunk", seq: s + 8, time: time + 3, data: { ...chunk, chunk: { type: "block-end", index: 0 } } },
     {
       type: "assistant/chunk",
@@ -61,7 +82,12 @@ export const turnEvents = (
       time: time + 4,
       data: { ...chunk, chunk: { type: "usage", usage: { inputTokens: 3, outputTokens: 2 } } }
     },
-    { type: "assistant/chunk", seq: s + 10, time: time + 4, data: { ...chunk, chunk: { type: "finish", finish: { kind: "stop" } } } },
+    {
+      type: "assistant/chunk",
+      seq: s + 10,
+      time: time + 4,
+      data: { ...chunk, chunk: { type: "finish", finish: { kind: "stop" } } }
+    },
     {
       type: "assistant/message",
       seq: s + 11,
@@ -94,7 +120,13 @@ const oddEvents = (firstSeq: number, time: number): Array<SessionEvent> => [
     surfaceOp: { op: "replace", start: 0, end: 2 },
     sourceEventSeqs: [4, 11]
   },
-  { type: "x-plugin/note", seq: firstSeq + 1, time: time + 7, ignorable: true, data: { note: "hi", nested: [1, { a: null }] } },
+  {
+    type: "x-plugin/note",
+    seq: firstSeq + 1,
+    time: time + 7,
+    ignorable: true,
+    data: { note: "hi", nested: [1, { a: null }] }
+  },
   { type: "session/end-seed", seq: firstSeq + 2, time: time + 7, data: {} }
 ]
 
@@ -132,7 +164,11 @@ export const sessionStoreContract = (name: string, layer: Layer.Layer<SessionSto
           yield* store.create(makeHeader(a), parentEvents)
           const parent = yield* store.load(a)
           const boundary = 13
-          const childHeader = makeHeader(b, { parent: { sessionId: a, boundary }, seedLength: boundary + 1, createdAt: 5000 })
+          const childHeader = makeHeader(b, {
+            parent: { sessionId: a, boundary },
+            seedLength: boundary + 1,
+            createdAt: 5000
+          })
           const childEvents: Array<SessionEvent> = [
             ...parent.events.slice(0, boundary + 1),
             { type: "session/end-seed", seq: boundary + 1, time: 5000, data: {} }
@@ -278,8 +314,10 @@ export const sessionStoreContract = (name: string, layer: Layer.Layer<SessionSto
           const batch = turnEvents(14, 2, 2000, B, "again")
           yield* store.create(header, initial)
           yield* store.append(a, nonEmpty(batch))
-          const expected = { header: makeHeader(a, { metadata: { title: "t" } }), events: [...turnEvents(0, 1, 1000, A, "hi"), ...turnEvents(14, 2, 2000, B, "again")] }
-          // The caller's objects and arrays change after the calls; the store must not.
+          const expected = {
+            header: makeHeader(a, { metadata: { title: "t" } }),
+            events: [...turnEvents(0, 1, 1000, A, "hi"), ...turnEvents(14, 2, 2000, B, "again")]
+          } // The caller's objects and arrays change after the calls; the store must not.
           ;(header as { metadata: unknown }).metadata = "changed"
           ;(initial[0] as { time: number }).time = 1
           ;(initial[1]!.data as { turn: number }).turn = 99
@@ -296,7 +334,12 @@ export const sessionStoreContract = (name: string, layer: Layer.Layer<SessionSto
       withStore((store) =>
         Effect.gen(function*() {
           const good = turnEvents(0, 1, 1_700_000_000_000, makeUserMessage("u1", "hi"), "ok")
-          const bad = { type: "turn/start", seq: good.length, time: "later", data: { turn: 2 } } as unknown as SessionEvent
+          const bad = {
+            type: "turn/start",
+            seq: good.length,
+            time: "later",
+            data: { turn: 2 }
+          } as unknown as SessionEvent
           yield* store.create(makeHeader(a), good)
           expect((yield* store.load(a)).events).toEqual(good)
           const stored = yield* Effect.either(store.append(a, [bad]))
@@ -318,7 +361,13 @@ export const sessionStoreContract = (name: string, layer: Layer.Layer<SessionSto
     it.effect("an event created with an excess key loads as MalformedLog", () =>
       withStore((store) =>
         Effect.gen(function*() {
-          const extra = { type: "turn/start", seq: 0, time: 1, data: { turn: 1 }, extra: true } as unknown as SessionEvent
+          const extra = {
+            type: "turn/start",
+            seq: 0,
+            time: 1,
+            data: { turn: 1 },
+            extra: true
+          } as unknown as SessionEvent
           const created = yield* Effect.either(store.create(makeHeader(a), [extra]))
           if (created._tag === "Left") {
             expect(created.left).toBeInstanceOf(PersistenceError)
@@ -365,7 +414,12 @@ export const sessionStoreContract = (name: string, layer: Layer.Layer<SessionSto
           }
           const error = yield* Effect.flip(store.load(a))
           expect(error).toBeInstanceOf(UnsupportedLogVersion)
-          expect(error).toMatchObject({ _tag: "UnsupportedLogVersion", sessionId: a, found: 2, supported: LOG_FORMAT_VERSION })
+          expect(error).toMatchObject({
+            _tag: "UnsupportedLogVersion",
+            sessionId: a,
+            found: 2,
+            supported: LOG_FORMAT_VERSION
+          })
         })
       ))
   })

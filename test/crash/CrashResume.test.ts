@@ -13,6 +13,7 @@ import { Effect, Layer, Option } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
+import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import type { KnownIdState } from "../../src/index.js"
 import {
   Agent,
@@ -29,7 +30,6 @@ import {
   Tools,
   userMessage
 } from "../../src/index.js"
-import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import type { Ledger } from "./accounting.js"
 import { audit, emptyLedger, record, tally, textOf } from "./accounting.js"
 import type { ChildCommand, KillPlan } from "./launch.js"
@@ -114,7 +114,9 @@ const verify = (file: string, ledger: Ledger, trial: number) =>
       // Resume kept every stored event, closed the open turn and marked the end of the seed.
       const resumed = yield* log.events
       expect(firstDifference(resumed.slice(0, stored.length), stored)).toBeUndefined()
-      const expectedTail = stored.at(-1)?.type === "session/end-seed" ? [] : [...closers.map((e) => e.type), "session/end-seed"]
+      const expectedTail = stored.at(-1)?.type === "session/end-seed"
+        ? []
+        : [...closers.map((e) => e.type), "session/end-seed"]
       expect(resumed.slice(stored.length).map((e) => e.type)).toEqual(expectedTail)
       expectNone("the resumed log breaks rules", checkLog(resumed, { closed: true }))
       const atResume = yield* statesOf(inbox, ledger.delivered.keys())
@@ -164,17 +166,25 @@ const crashChain = (child: ChildCommand, dir: string, chain: number, firstTrial:
       // child starts up and resumes.
       const plan: KillPlan = k > 0 && random() < 0.1
         ? { after: "spawn", ms: Math.floor(random() * lastReadyMs) }
-        : { after: "acks", count: Math.floor(random() * (MAX_KILL_ACKS + 1)), ms: Math.floor(random() * MAX_KILL_DELAY_MS) }
+        : {
+          after: "acks",
+          count: Math.floor(random() * (MAX_KILL_ACKS + 1)),
+          ms: Math.floor(random() * MAX_KILL_DELAY_MS)
+        }
       const args = [file, sid, k === 0 ? "create" : "resume", String(Math.floor(random() * 2 ** 32)), `t${trial}`]
       const run = yield* runUntilKilled(child, args, plan)
       if (run.readyMs !== undefined) lastReadyMs = run.readyMs
       record(ledger, run.acks)
       const found = yield* verify(file, ledger, trial).pipe(
         Effect.catchAllDefect((defect) =>
-          Effect.die(new Error(
-            `seed ${SEED} (TILLER_CRASH_SEED=${SEED}), trial ${trial} (file ${chain}, crash ${k + 1}, ` +
-              `kill ${plan.ms} ms after ${plan.after === "spawn" ? "spawn" : `acknowledgement ${plan.count}`}): ${defect instanceof Error ? defect.message : String(defect)}`
-          ))
+          Effect.die(
+            new Error(
+              `seed ${SEED} (TILLER_CRASH_SEED=${SEED}), trial ${trial} (file ${chain}, crash ${k + 1}, ` +
+                `kill ${plan.ms} ms after ${plan.after === "spawn" ? "spawn" : `acknowledgement ${plan.count}`}): ${
+                  defect instanceof Error ? defect.message : String(defect)
+                }`
+            )
+          )
         )
       )
       facts.push({ acks: run.acks.length, ...found })
@@ -197,7 +207,8 @@ describe("SIGKILL and resume on SQLite", () => {
         const chains = Array.from({ length: Math.ceil(TRIALS / CRASHES_PER_FILE) }, (_, c) => c)
         const results = yield* Effect.forEach(
           chains,
-          (c) => crashChain(child, dir, c, c * CRASHES_PER_FILE, Math.min(CRASHES_PER_FILE, TRIALS - c * CRASHES_PER_FILE)),
+          (c) =>
+            crashChain(child, dir, c, c * CRASHES_PER_FILE, Math.min(CRASHES_PER_FILE, TRIALS - c * CRASHES_PER_FILE)),
           { concurrency: PARALLEL_FILES }
         )
         const facts = results.flatMap((r) => r.facts)

@@ -118,7 +118,13 @@ export const tally = (
   ledger: Ledger,
   states: (id: string) => Option.Option<KnownIdState>
 ): Record<KnownIdState | "unknown", number> => {
-  const counts: Record<KnownIdState | "unknown", number> = { pending: 0, claimed: 0, entered: 0, discarded: 0, unknown: 0 }
+  const counts: Record<KnownIdState | "unknown", number> = {
+    pending: 0,
+    claimed: 0,
+    entered: 0,
+    discarded: 0,
+    unknown: 0
+  }
   for (const id of ledger.delivered.keys()) {
     const state = states(id)
     counts[state._tag === "None" ? "unknown" : state.value]++

@@ -8,7 +8,18 @@
  */
 import { Effect, Layer, Ref, Schema } from "effect"
 import type { ScriptEntry, ToolDefinition } from "../../src/index.js"
-import { Agent, Driver, Inbox, MessageId, ScriptedModel, SessionId, SqliteSessionStore, Tool, Tools, userMessage } from "../../src/index.js"
+import {
+  Agent,
+  Driver,
+  Inbox,
+  MessageId,
+  ScriptedModel,
+  SessionId,
+  SqliteSessionStore,
+  Tool,
+  Tools,
+  userMessage
+} from "../../src/index.js"
 import type { Ack } from "./protocol.js"
 import { mulberry32 } from "./protocol.js"
 
@@ -50,7 +61,11 @@ const script = (random: () => number): ReadonlyArray<ScriptEntry> =>
           during: pause(ms())
         })
       default:
-        return ScriptedModel.text(`answer ${i}`, { deltas: ["ans", "wer ", `${i}`], awaitBefore: pause(ms()), during: pause(ms()) })
+        return ScriptedModel.text(`answer ${i}`, {
+          deltas: ["ans", "wer ", `${i}`],
+          awaitBefore: pause(ms()),
+          during: pause(ms())
+        })
     }
   })
 
@@ -97,7 +112,9 @@ const caller = (name: string, prefix: string, random: () => number, acked: Ref.R
 
 const main = Effect.gen(function*() {
   const [filename, session, mode, seedText, prefix] = process.argv.slice(2)
-  if (filename === undefined || session === undefined || (mode !== "create" && mode !== "resume") || prefix === undefined) {
+  if (
+    filename === undefined || session === undefined || (mode !== "create" && mode !== "resume") || prefix === undefined
+  ) {
     return yield* Effect.dieMessage("usage: child <database file> <session id> <create|resume> <seed> <id prefix>")
   }
   const random = mulberry32(Number(seedText))

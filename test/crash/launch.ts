@@ -84,7 +84,11 @@ const warmUp = (command: ChildCommand) =>
   Effect.acquireUseRelease(
     Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "tiller-crash-warm-"))),
     (dir) =>
-      runUntilSignalled(command, [path.join(dir, "warm.db"), "warm", "create", "1", "warm"], { after: "acks", count: 20, ms: 0 }, "SIGTERM"),
+      runUntilSignalled(command, [path.join(dir, "warm.db"), "warm", "create", "1", "warm"], {
+        after: "acks",
+        count: 20,
+        ms: 0
+      }, "SIGTERM"),
     (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
   )
 

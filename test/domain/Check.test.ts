@@ -17,8 +17,10 @@ const S = user("S", "summary of the conversation")
 
 type Found = ReadonlyArray<{ readonly seq: number; readonly rule: RuleId }>
 
-const found = (events: ReadonlyArray<SessionEvent>, options?: { readonly seedLength?: number; readonly closed?: boolean }): Found =>
-  checkLog(events, options).map(({ rule, seq }) => ({ seq, rule }))
+const found = (
+  events: ReadonlyArray<SessionEvent>,
+  options?: { readonly seedLength?: number; readonly closed?: boolean }
+): Found => checkLog(events, options).map(({ rule, seq }) => ({ seq, rule }))
 
 /** The log is rejected with exactly one violation: `rule` at `seq` (default: the last event). */
 const rejects = (b: LogBuilder, rule: RuleId, seq = b.lastSeq): void => {
@@ -51,7 +53,10 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
   [
     "C3 idle inject, then follow-up",
     () =>
-      log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim("next-turn", 1)
+      log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim(
+        "next-turn",
+        1
+      )
         .stepStart().enter(C, A).header().respond("ok").stepEnd().turnEnd()
   ],
   [
@@ -64,7 +69,11 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
   [
     "C5 cancel while streaming",
     () =>
-      inStep().chunk({ type: "block-start", index: 0, block: "text" }).chunk({ type: "text-delta", index: 0, text: "partial" })
+      inStep().chunk({ type: "block-start", index: 0, block: "text" }).chunk({
+        type: "text-delta",
+        index: 0,
+        text: "partial"
+      })
         .assistant([text("partial")], { interrupted: true }).stepEnd().turnEnd(reason.aborted({ kind: "user" }))
   ],
   [
@@ -94,7 +103,8 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
       inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolCall("c2")
         .toolResult("c1").insert("next-step", 0, [user("ctx-c1")])
         .toolResult("c2").insert("next-step", 1, [user("ctx-c2")])
-        .stepEnd().claim("next-step", 2).stepStart().enter(user("ctx-c1"), user("ctx-c2")).respond("both").stepEnd().turnEnd()
+        .stepEnd().claim("next-step", 2).stepStart().enter(user("ctx-c1"), user("ctx-c2")).respond("both").stepEnd()
+        .turnEnd()
   ],
   [
     "P24 exclusive tool batch with contexts",
@@ -102,7 +112,8 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
       inStep().respondWithCalls([call("c1"), call("c2")])
         .toolCall("c1").toolResult("c1").insert("next-step", 0, [user("ctx-c1")])
         .toolCall("c2").toolResult("c2").insert("next-step", 1, [user("ctx-c2")])
-        .stepEnd().claim("next-step", 2).stepStart().enter(user("ctx-c1"), user("ctx-c2")).respond("both").stepEnd().turnEnd()
+        .stepEnd().claim("next-step", 2).stepStart().enter(user("ctx-c1"), user("ctx-c2")).respond("both").stepEnd()
+        .turnEnd()
   ],
   [
     "never-started calls as adjacent pairs, a draining step's contexts discarded",
@@ -110,7 +121,10 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
       inStep().respondWithCalls([call("c1"), call("c2")])
         .toolCall("c1").toolResult("c1", { isError: true, error: { name: "AbortedError", code: "ABORTED" } })
         .insert("next-step", 0, [user("ctx-c1")]).cancel("next-step", 0, 1)
-        .toolCall("c2").toolResult("c2", { isError: true, error: { name: "AbortedError", code: "ABORTED_BEFORE_DISPATCH" } })
+        .toolCall("c2").toolResult("c2", {
+          isError: true,
+          error: { name: "AbortedError", code: "ABORTED_BEFORE_DISPATCH" }
+        })
         .stepEnd().turnEnd(reason.aborted({ kind: "user" }))
   ],
   [
@@ -118,7 +132,12 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
     () =>
       inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1")
         .toolResult("c1", { id: "interrupted-tool-result-c1-9", isError: true, error: repairError.outcomeUnknown })
-        .toolResult("c2", { id: "interrupted-tool-result-c2-10", isError: true, error: repairError.notStarted, sourceEventSeqs: null })
+        .toolResult("c2", {
+          id: "interrupted-tool-result-c2-10",
+          isError: true,
+          error: repairError.notStarted,
+          sourceEventSeqs: null
+        })
         .stepEnd().turnEnd(reason.interrupted)
   ],
   [
@@ -149,7 +168,9 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
     () =>
       log().compaction("start", null).compaction("summary", null, { text: "s" }).compaction("end", null)
         .insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).compaction("start", 1)
-        .stepStart().enter(A).header().compaction("summary", 1).respond("x").compaction("end", 1, { error: { message: "boom" } })
+        .stepStart().enter(A).header().compaction("summary", 1).respond("x").compaction("end", 1, {
+          error: { message: "boom" }
+        })
         .stepEnd().turnEnd().compaction("summary", null)
   ],
   [
@@ -162,7 +183,8 @@ const validLogs: ReadonlyArray<readonly [string, () => LogBuilder]> = [
   ],
   [
     "max-tokens is sticky within the turn",
-    () => inStep().respond("cut", "max-tokens").stepEnd().stepStart().respond("rest").stepEnd().turnEnd(reason.maxTokens)
+    () =>
+      inStep().respond("cut", "max-tokens").stepEnd().stepStart().respond("rest").stepEnd().turnEnd(reason.maxTokens)
   ],
   [
     "an interrupted message before any chunk",
@@ -198,7 +220,8 @@ describe("checkLog accepts", () => {
       .insert("next-step", 0, [D])
     const seedLength = source.next
     const child = source.endSeed().insert("next-turn", 0, [B]).insert("next-step", 0, [user("E")]).turnStart(2)
-      .claim("next-step", 1).claim("next-turn", 1).stepStart().enter(user("E"), B).header("resume").respond("y").stepEnd().turnEnd()
+      .claim("next-step", 1).claim("next-turn", 1).stepStart().enter(user("E"), B).header("resume").respond("y")
+      .stepEnd().turnEnd()
     expect(found(child.events, { seedLength, closed: true })).toStrictEqual([])
     // Folding from 0 instead, the child's fresh lists disagree with the seed's leftover [D]: the turn-2
     // opening does not claim the whole next-step list.
@@ -283,7 +306,9 @@ describe("checkLog is prefix-closed", () => {
             stopped = true
         }
         b.stepEnd()
-        if (kind === "exclusive-tools") b.claim("next-step", 1).stepStart().enter(user(`ctx-${t}-${k}`)).respond("ctx").stepEnd()
+        if (kind === "exclusive-tools") {
+          b.claim("next-step", 1).stepStart().enter(user(`ctx-${t}-${k}`)).respond("ctx").stepEnd()
+        }
       })
       plan.free.forEach((f, i) => freeEvent(b, f, `${t}-end-${i}`))
       b.turnEnd(stopped ? reason.aborted() : maxTokens ? reason.maxTokens : reason.completed)
@@ -319,7 +344,8 @@ describe("checkLog rejects, one rule at a time", () => {
       rejects(b.claim("next-turn", 1), "R1", ts)
     })
     it("a first turn/start that is not turn 1", () => rejects(log().insert("next-turn", 0, [A]).turnStart(2), "R1"))
-    it("accepts turn/start {2} after turn 1", () => accepts(c1().insert("next-turn", 0, [B]).turnStart(2).claim("next-turn", 1)))
+    it("accepts turn/start {2} after turn 1", () =>
+      accepts(c1().insert("next-turn", 0, [B]).turnStart(2).claim("next-turn", 1)))
   })
 
   describe("R2 turn-end", () => {
@@ -346,17 +372,28 @@ describe("checkLog rejects, one rule at a time", () => {
   })
 
   describe("R5 step-enclosed", () => {
-    it("a chunk with no open step", () => rejects(c1().push((seq) => event.chunk(seq, { turn: 1, step: 1, attempt: 1 }, { type: "text-delta", index: 0, text: "x" })), "R5"))
-    it("a chunk inside the turn between steps", () => rejects(inStep().respond("x").stepEnd().chunk({ type: "text-delta", index: 0, text: "x" }), "R5"))
+    it("a chunk with no open step", () =>
+      rejects(
+        c1().push((seq) =>
+          event.chunk(seq, { turn: 1, step: 1, attempt: 1 }, { type: "text-delta", index: 0, text: "x" })
+        ),
+        "R5"
+      ))
+    it("a chunk inside the turn between steps", () =>
+      rejects(inStep().respond("x").stepEnd().chunk({ type: "text-delta", index: 0, text: "x" }), "R5"))
     it("request/header outside a step", () => rejects(c1().header("change"), "R5"))
     it("request/header in the open turn before its first step", () => rejects(opened().header(), "R5"))
-    it("an assistant/message naming another step", () => rejects(inStep().finish().assistant([text("x")], { at: { turn: 1, step: 2 } }), "R5"))
+    it("an assistant/message naming another step", () =>
+      rejects(inStep().finish().assistant([text("x")], { at: { turn: 1, step: 2 } }), "R5"))
     it("a tool/call with no open step", () => {
       const b = inStep().respondWithCalls([call("c1")]).toolCall("c1").toolResult("c1").stepEnd()
       rejects(b.push((seq) => event.toolCall(seq, { turn: 1, step: 1 }, call("c1"))), "R5")
     })
     it("an appended tool/result naming another turn", () => {
-      rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1").toolResult("c1", { at: { turn: 2, step: 1 } }), "R5")
+      rejects(
+        inStep().respondWithCalls([call("c1")]).toolCall("c1").toolResult("c1", { at: { turn: 2, step: 1 } }),
+        "R5"
+      )
     })
     it("an llm/retry with no open step", () => {
       rejects(c1().push((seq) => event.retry(seq, { turn: 1, step: 1, attempt: 1 }, llmFailure())), "R5")
@@ -370,16 +407,33 @@ describe("checkLog rejects, one rule at a time", () => {
     it("compaction/start {turn:null} inside a turn", () => rejects(opened().compaction("start", null), "R6"))
     it("compaction/summary naming another turn", () => rejects(opened().compaction("summary", 2), "R6"))
     it("compaction/end without a compaction/start", () => rejects(log().compaction("end", null), "R6"))
-    it("compaction/end of another bracket's turn", () => rejects(log().compaction("start", null).insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).compaction("end", 1), "R6"))
-    it("compaction/start while a bracket is open", () => rejects(log().compaction("start", null).compaction("start", null), "R6"))
-    it("a bracket abandoned at session/end-seed cannot be ended", () => rejects(log().compaction("start", null).endSeed().compaction("end", null), "R6"))
+    it("compaction/end of another bracket's turn", () =>
+      rejects(
+        log().compaction("start", null).insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).compaction(
+          "end",
+          1
+        ),
+        "R6"
+      ))
+    it("compaction/start while a bracket is open", () =>
+      rejects(log().compaction("start", null).compaction("start", null), "R6"))
+    it("a bracket abandoned at session/end-seed cannot be ended", () =>
+      rejects(log().compaction("start", null).endSeed().compaction("end", null), "R6"))
     it("a bracket abandoned at turn/end n cannot be ended in the next turn", () => {
-      const b = opened().compaction("start", 1).turnEnd(reason.blocked()).insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1)
+      const b = opened().compaction("start", 1).turnEnd(reason.blocked()).insert("next-turn", 0, [B]).turnStart().claim(
+        "next-turn",
+        1
+      )
       rejects(b.compaction("end", 2), "R6")
     })
     it("accepts a null bracket spanning a whole turn", () =>
-      accepts(log().compaction("start", null).insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).turnEnd(reason.blocked()).compaction("end", null)))
-    it("accepts compaction/start {turn:1} inside turn 1", () => accepts(opened().compaction("start", 1).compaction("end", 1)))
+      accepts(
+        log().compaction("start", null).insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).turnEnd(
+          reason.blocked()
+        ).compaction("end", null)
+      ))
+    it("accepts compaction/start {turn:1} inside turn 1", () =>
+      accepts(opened().compaction("start", 1).compaction("end", 1)))
   })
 
   describe("R7 claim-placement", () => {
@@ -389,27 +443,44 @@ describe("checkLog rejects, one rule at a time", () => {
     })
     it("a claim outside a turn", () => rejects(log().insert("next-step", 0, [C]).claim("next-step", 1), "R7"))
     it("CLM(nt) at a step boundary", () => {
-      const b = log().insert("next-turn", 0, [A, B]).turnStart().claim("next-turn", 1).stepStart().enter(A).header().respond("x").stepEnd()
+      const b = log().insert("next-turn", 0, [A, B]).turnStart().claim("next-turn", 1).stepStart().enter(A).header()
+        .respond("x").stepEnd()
       rejects(b.claim("next-turn", 1), "R7")
     })
-    it("CLM(nt) removing two items", () => rejects(log().insert("next-turn", 0, [A, B]).turnStart().claim("next-turn", 2), "R7"))
-    it("a claim with start ≠ 0", () => rejects(log().insert("next-turn", 0, [A, B]).turnStart().claim("next-turn", 1, 1), "R7"))
+    it("CLM(nt) removing two items", () =>
+      rejects(log().insert("next-turn", 0, [A, B]).turnStart().claim("next-turn", 2), "R7"))
+    it("a claim with start ≠ 0", () =>
+      rejects(log().insert("next-turn", 0, [A, B]).turnStart().claim("next-turn", 1, 1), "R7"))
     it("CLM(ns) not removing the whole next-step list", () => {
       const b = log().insert("next-step", 0, [C, D]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1)
       expect(found(b.claim("next-turn", 1).events)).toStrictEqual([{ seq: 3, rule: "R7" }])
     })
     it("CLM(nt) before CLM(ns) in the opening", () => {
-      rejects(log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).claim("next-step", 1), "R7")
+      rejects(
+        log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-turn", 1).claim(
+          "next-step",
+          1
+        ),
+        "R7"
+      )
     })
     it("CLM(ns) inside a step", () => rejects(inStep().insert("next-step", 0, [C]).claim("next-step", 1), "R7"))
     it("a second CLM(ns) in one boundary", () => {
-      const b = inStep().respond("x").insert("next-step", 0, [C]).stepEnd().claim("next-step", 1).insert("next-step", 0, [D])
+      const b = inStep().respond("x").insert("next-step", 0, [C]).stepEnd().claim("next-step", 1).insert(
+        "next-step",
+        0,
+        [D]
+      )
       rejects(b.claim("next-step", 1), "R7")
     })
     it("accepts CLM(ns) then CLM(nt) in the opening, and one CLM(ns) per boundary", () => {
       accepts(
-        log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim("next-turn", 1)
-          .stepStart().enter(C, A).header().respond("x").insert("next-step", 0, [D]).stepEnd().extension("acme/x").claim("next-step", 1)
+        log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim(
+          "next-turn",
+          1
+        )
+          .stepStart().enter(C, A).header().respond("x").insert("next-step", 0, [D]).stepEnd().extension("acme/x")
+          .claim("next-step", 1)
           .stepStart().enter(D).respond("y").insert("next-step", 0, [B]).stepEnd().claim("next-step", 1).turnEnd()
       )
     })
@@ -417,38 +488,57 @@ describe("checkLog rejects, one rule at a time", () => {
 
   describe("R8 entered-placement", () => {
     const opening = () =>
-      log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim("next-turn", 1).stepStart()
-    it("an appended user/message after a chunk", () => rejects(opening().enter(A).header().chunk({ type: "block-start", index: 0, block: "text" }).enter(C), "R8"))
+      log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim(
+        "next-turn",
+        1
+      ).stepStart()
+    it("an appended user/message after a chunk", () =>
+      rejects(opening().enter(A).header().chunk({ type: "block-start", index: 0, block: "text" }).enter(C), "R8"))
     it("an appended user/message outside a step", () => rejects(c1().enter(user("Z")), "R8"))
-    it("an appended user/message after an extension event", () => rejects(opening().enter(A).extension("acme/x").enter(C), "R8"))
-    it("accepts consecutive entered messages right after step/start", () => accepts(opening().enter(C, A).header().respond("x")))
+    it("an appended user/message after an extension event", () =>
+      rejects(opening().enter(A).extension("acme/x").enter(C), "R8"))
+    it("accepts consecutive entered messages right after step/start", () =>
+      accepts(opening().enter(C, A).header().respond("x")))
   })
 
   describe("R9 message-identity", () => {
     it("an insertion of an entered id", () => rejects(c1().insert("next-turn", 0, [A]), "R9"))
-    it("a replacement splice inserting another known id", () => rejects(c1().insert("next-turn", 0, [B]).replacePending("next-turn", 0, 1, [A]), "R9"))
+    it("a replacement splice inserting another known id", () =>
+      rejects(c1().insert("next-turn", 0, [B]).replacePending("next-turn", 0, 1, [A]), "R9"))
     it("an appended user/message that its step did not claim", () => {
-      rejects(log().insert("next-turn", 0, [A]).insert("next-turn", 1, [B]).turnStart().claim("next-turn", 1).stepStart().enter(A, B), "R9")
+      rejects(
+        log().insert("next-turn", 0, [A]).insert("next-turn", 1, [B]).turnStart().claim("next-turn", 1).stepStart()
+          .enter(A, B),
+        "R9"
+      )
     })
     it("an appended user/message entered twice", () => rejects(opened().stepStart().enter(A, A), "R9"))
     it("an appended user/message claimed for an earlier step", () => {
-      const b = log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim("next-turn", 1)
+      const b = log().insert("next-step", 0, [C]).insert("next-turn", 0, [A]).turnStart().claim("next-step", 1).claim(
+        "next-turn",
+        1
+      )
         .stepStart().enter(A).header().respond("x").stepEnd().stepStart()
       rejects(b.enter(C), "R9")
     })
-    it("a replacement user/message with a known id", () => rejects(c1().replaceWithUser(user("A", "new text"), 4, 4, [4]), "R9"))
+    it("a replacement user/message with a known id", () =>
+      rejects(c1().replaceWithUser(user("A", "new text"), 4, 4, [4]), "R9"))
     it("accepts a replacement splice re-inserting the id it removes", () =>
       accepts(c1().insert("next-turn", 0, [B]).replacePending("next-turn", 0, 1, [user("B", "edited")])))
     it("accepts a replacement user/message with a fresh id", () => accepts(c1().replaceWithUser(S, 4, 4, [4])))
   })
 
   describe("R10 attempt", () => {
-    it("a chunk of another attempt", () => rejects(inStep().chunk({ type: "text-delta", index: 0, text: "x" }, 2), "R10"))
+    it("a chunk of another attempt", () =>
+      rejects(inStep().chunk({ type: "text-delta", index: 0, text: "x" }, 2), "R10"))
     it("an llm/retry without a failure finish", () => rejects(inStep().streamText("x").retry(), "R10"))
     it("an llm/retry after the assistant/message", () => rejects(inStep().respond("x").retry(), "R10"))
-    it("an llm/retry naming another attempt", () => rejects(inStep().finishFailed().retry(llmFailure(), 1000, 2), "R10"))
-    it("a chunk after its attempt's finish chunk", () => rejects(inStep().finish().chunk({ type: "text-delta", index: 0, text: "late" }), "R10"))
-    it("an assistant/message of a past attempt", () => rejects(inStep().finishFailed().retry().streamText("x").finish().assistant([text("x")], { attempt: 1 }), "R10"))
+    it("an llm/retry naming another attempt", () =>
+      rejects(inStep().finishFailed().retry(llmFailure(), 1000, 2), "R10"))
+    it("a chunk after its attempt's finish chunk", () =>
+      rejects(inStep().finish().chunk({ type: "text-delta", index: 0, text: "late" }), "R10"))
+    it("an assistant/message of a past attempt", () =>
+      rejects(inStep().finishFailed().retry().streamText("x").finish().assistant([text("x")], { attempt: 1 }), "R10"))
     it("accepts two failed attempts then a success", () =>
       accepts(inStep().finishFailed().retry().finishFailed("aborted").retry().respond("third").stepEnd().turnEnd()))
   })
@@ -457,9 +547,11 @@ describe("checkLog rejects, one rule at a time", () => {
     it("a second assistant/message in a step", () => {
       rejects(inStep().respond("x").assistant([text("again")]), "R11")
     })
-    it("an assistant/message without a finish chunk", () => rejects(inStep().streamText("x").assistant([text("x")]), "R11"))
+    it("an assistant/message without a finish chunk", () =>
+      rejects(inStep().streamText("x").assistant([text("x")]), "R11"))
     it("an assistant/message after an error finish", () => rejects(inStep().finishFailed().assistant([]), "R11"))
-    it("an interrupted assistant/message after a finish chunk", () => rejects(inStep().streamText("x").finish().assistant([text("x")], { interrupted: true }), "R11"))
+    it("an interrupted assistant/message after a finish chunk", () =>
+      rejects(inStep().streamText("x").finish().assistant([text("x")], { interrupted: true }), "R11"))
     it("an assistant/message citing only some chunks", () => {
       const b = inStep()
       const first = b.next
@@ -477,50 +569,85 @@ describe("checkLog rejects, one rule at a time", () => {
 
   describe("R12 tool-call", () => {
     it("a tool/call before the step's assistant/message", () => rejects(inStep().toolCall("c1", call("c1")), "R12"))
-    it("a tool/call with other arguments than its block", () => rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1", call("c1", "lookup", "{}")), "R12"))
-    it("a tool/call with another name than its block", () => rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1", call("c1", "other")), "R12"))
+    it("a tool/call with other arguments than its block", () =>
+      rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1", call("c1", "lookup", "{}")), "R12"))
+    it("a tool/call with another name than its block", () =>
+      rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1", call("c1", "other")), "R12"))
     it("a tool/call for no block", () => rejects(inStep().respondWithCalls([call("c1")]).toolCall("c9"), "R12"))
-    it("a repeated tool/call", () => rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1").toolResult("c1").toolCall("c1"), "R12"))
-    it("tool/calls out of block order", () => rejects(inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c2").toolCall("c1"), "R12"))
-    it("accepts calls in block order", () => accepts(inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolCall("c2")))
+    it("a repeated tool/call", () =>
+      rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1").toolResult("c1").toolCall("c1"), "R12"))
+    it("tool/calls out of block order", () =>
+      rejects(inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c2").toolCall("c1"), "R12"))
+    it("accepts calls in block order", () =>
+      accepts(inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolCall("c2")))
   })
 
   describe("R13 tool-result", () => {
     const called = () => inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolCall("c2")
     it("a tool/result answering no call of its step", () => rejects(called().toolResult("c9"), "R13"))
     it("a tool/result answering a call of an earlier step", () => {
-      const b = inStep().respondWithCalls([call("c1")]).toolCall("c1").toolResult("c1").stepEnd().stepStart().respond("x")
+      const b = inStep().respondWithCalls([call("c1")]).toolCall("c1").toolResult("c1").stepEnd().stepStart().respond(
+        "x"
+      )
       rejects(b.toolResult("c1", { id: "late" }), "R13")
     })
-    it("a tool/result answering a call twice", () => rejects(called().toolResult("c1").toolResult("c1", { id: "again" }), "R13"))
+    it("a tool/result answering a call twice", () =>
+      rejects(called().toolResult("c1").toolResult("c1", { id: "again" }), "R13"))
     it("tool/results out of block order", () => rejects(called().toolResult("c2").toolResult("c1"), "R13"))
-    it("a tool/result citing something else than its tool/call", () => rejects(called().toolResult("c1", { sourceEventSeqs: [4] }), "R13"))
-    it("a tool/result without its tool/call", () => rejects(inStep().respondWithCalls([call("c1")]).toolResult("c1"), "R13"))
+    it("a tool/result citing something else than its tool/call", () =>
+      rejects(called().toolResult("c1", { sourceEventSeqs: [4] }), "R13"))
+    it("a tool/result without its tool/call", () =>
+      rejects(inStep().respondWithCalls([call("c1")]).toolResult("c1"), "R13"))
     it("a TOOL_NOT_STARTED result that cites something", () =>
-      rejects(inStep().respondWithCalls([call("c1")]).toolResult("c1", { isError: true, error: repairError.notStarted, sourceEventSeqs: [4] }), "R13"))
+      rejects(
+        inStep().respondWithCalls([call("c1")]).toolResult("c1", {
+          isError: true,
+          error: repairError.notStarted,
+          sourceEventSeqs: [4]
+        }),
+        "R13"
+      ))
     it("accepts a TOOL_NOT_STARTED repair result without a tool/call", () =>
-      accepts(inStep().respondWithCalls([call("c1")]).toolResult("c1", { isError: true, error: repairError.notStarted, sourceEventSeqs: null }).stepEnd()))
+      accepts(
+        inStep().respondWithCalls([call("c1")]).toolResult("c1", {
+          isError: true,
+          error: repairError.notStarted,
+          sourceEventSeqs: null
+        }).stepEnd()
+      ))
   })
 
   describe("R14 truncated-calls", () => {
-    it("an interrupted assistant/message with a tool call", () => rejects(inStep().streamCall(call("c1"), 0).assistant([call("c1")], { interrupted: true }), "R14"))
-    it("a max-tokens assistant/message with a tool call", () => rejects(inStep().respondWithCalls([call("c1")], "max-tokens"), "R14"))
+    it("an interrupted assistant/message with a tool call", () =>
+      rejects(inStep().streamCall(call("c1"), 0).assistant([call("c1")], { interrupted: true }), "R14"))
+    it("a max-tokens assistant/message with a tool call", () =>
+      rejects(inStep().respondWithCalls([call("c1")], "max-tokens"), "R14"))
     it("accepts a stop assistant/message with a tool call", () => accepts(inStep().respondWithCalls([call("c1")])))
   })
 
   describe("R15 dangling-call", () => {
-    it("step/end with an unanswered call", () => rejects(inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolResult("c1").stepEnd(), "R15"))
+    it("step/end with an unanswered call", () =>
+      rejects(inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolResult("c1").stepEnd(), "R15"))
     it("step/end with a call that was started but not answered", () =>
       rejects(inStep().respondWithCalls([call("c1")]).toolCall("c1").stepEnd(), "R15"))
     it("accepts step/end once every call is answered", () =>
-      accepts(inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolResult("c1").toolCall("c2").toolResult("c2").stepEnd()))
+      accepts(
+        inStep().respondWithCalls([call("c1"), call("c2")]).toolCall("c1").toolResult("c1").toolCall("c2").toolResult(
+          "c2"
+        ).stepEnd()
+      ))
   })
 
   describe("R16 turn-end-reason", () => {
-    it("completed after a max-tokens step", () => rejects(inStep().respond("cut", "max-tokens").stepEnd().turnEnd(reason.completed), "R16"))
+    it("completed after a max-tokens step", () =>
+      rejects(inStep().respond("cut", "max-tokens").stepEnd().turnEnd(reason.completed), "R16"))
     it("completed after a max-tokens step followed by a stop step", () =>
-      rejects(inStep().respond("cut", "max-tokens").stepEnd().stepStart().respond("rest").stepEnd().turnEnd(reason.completed), "R16"))
-    it("max-tokens where no step finished max-tokens", () => rejects(inStep().respond("x").stepEnd().turnEnd(reason.maxTokens), "R16"))
+      rejects(
+        inStep().respond("cut", "max-tokens").stepEnd().stepStart().respond("rest").stepEnd().turnEnd(reason.completed),
+        "R16"
+      ))
+    it("max-tokens where no step finished max-tokens", () =>
+      rejects(inStep().respond("x").stepEnd().turnEnd(reason.maxTokens), "R16"))
     it("max-tokens of an earlier turn does not carry over", () => {
       const b = inStep().respond("cut", "max-tokens").stepEnd().turnEnd(reason.maxTokens)
         .insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1).stepStart().enter(B).respond("x").stepEnd()
@@ -533,7 +660,8 @@ describe("checkLog rejects, one rule at a time", () => {
   })
 
   describe("R17 header-first", () => {
-    it("a chunk with no request/header earlier in the log", () => rejects(opened().stepStart().enter(A).chunk({ type: "block-start", index: 0, block: "text" }), "R17"))
+    it("a chunk with no request/header earlier in the log", () =>
+      rejects(opened().stepStart().enter(A).chunk({ type: "block-start", index: 0, block: "text" }), "R17"))
     it("accepts a chunk after a request/header of an earlier turn", () => {
       accepts(c1().insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1).stepStart().enter(B).respond("x"))
     })

@@ -9,7 +9,9 @@ const encode = Schema.encodeEither(SessionEvent)
 const roundTrip = (input: unknown): void => {
   const decoded = decode(input)
   if (Either.isLeft(decoded)) {
-    throw new Error(`expected ${JSON.stringify(input)} to decode:\n${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`)
+    throw new Error(
+      `expected ${JSON.stringify(input)} to decode:\n${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`
+    )
   }
   expect(decoded.right).toStrictEqual(input)
   const encoded = encode(decoded.right)
@@ -28,9 +30,28 @@ const rejection = (input: unknown): string => {
   return message
 }
 
-const failure = { message: "overloaded", code: "RATE_LIMIT", status: 529, retryAfterMs: 2000, requestId: "req_1", retryable: true }
-const usage = { inputTokens: 120, outputTokens: 48, totalTokens: 168, reasoningTokens: 10, cacheReadTokens: 64, cacheWriteTokens: 0 }
-const userMsg = { id: "0b6d4c1e-8f5a-4c39-9a8e-2f3f0e7c1a11", role: "user", content: [{ type: "text", text: "hello" }], source: { kind: "user" } }
+const failure = {
+  message: "overloaded",
+  code: "RATE_LIMIT",
+  status: 529,
+  retryAfterMs: 2000,
+  requestId: "req_1",
+  retryable: true
+}
+const usage = {
+  inputTokens: 120,
+  outputTokens: 48,
+  totalTokens: 168,
+  reasoningTokens: 10,
+  cacheReadTokens: 64,
+  cacheWriteTokens: 0
+}
+const userMsg = {
+  id: "0b6d4c1e-8f5a-4c39-9a8e-2f3f0e7c1a11",
+  role: "user",
+  content: [{ type: "text", text: "hello" }],
+  source: { kind: "user" }
+}
 const toolResultMessage = {
   id: "interrupted-tool-result-call_1-9",
   role: "user",
@@ -52,7 +73,13 @@ const assistantMessage = {
   ],
   source: { kind: "model", provider: "anthropic", model: "claude", replayState: { signature: "abc", n: [1, 2] } }
 }
-const env = (type: string, data: unknown, extra: Record<string, unknown> = {}) => ({ type, seq: 7, time: 1_700_000_000_000, data, ...extra })
+const env = (type: string, data: unknown, extra: Record<string, unknown> = {}) => ({
+  type,
+  seq: 7,
+  time: 1_700_000_000_000,
+  data,
+  ...extra
+})
 
 const coreEvents: ReadonlyArray<Record<string, unknown>> = [
   env("turn/start", { turn: 1 }),
@@ -80,7 +107,11 @@ const coreEvents: ReadonlyArray<Record<string, unknown>> = [
       system: "be brief",
       maxTokens: 1024,
       temperature: 0.2,
-      tools: [{ name: "calc", description: "adds", parameters: { type: "object", properties: { x: { type: "number" } } } }]
+      tools: [{
+        name: "calc",
+        description: "adds",
+        parameters: { type: "object", properties: { x: { type: "number" } } }
+      }]
     },
     reason: "initial"
   }),
@@ -114,7 +145,9 @@ describe("SessionEvent round trip", () => {
       surfaceOp: { op: "replace", start: 4, end: 4 },
       sourceEventSeqs: [4, 5]
     }))
-    roundTrip(env("user/message", userMsg, { surfaceOp: { op: "replace", start: 0, end: 5 }, sourceEventSeqs: [0, 1, 2] }))
+    roundTrip(
+      env("user/message", userMsg, { surfaceOp: { op: "replace", start: 0, end: 5 }, sourceEventSeqs: [0, 1, 2] })
+    )
     roundTrip(env("compaction/end", { turn: null }))
     roundTrip({ type: "turn/start", seq: 0, time: 0, data: { turn: 1 } })
   })
@@ -229,10 +262,17 @@ describe("SessionEvent rejections", () => {
     ["turn/start with data {}", withData(turnStart, {})],
     ["step/start with step 0", env("step/start", { turn: 1, step: 0 })],
     ["turn/end with an unknown reason", env("turn/end", { turn: 1, reason: { kind: "finished" } })],
-    ["turn/end aborted with an unknown cause", env("turn/end", { turn: 1, reason: { kind: "aborted", reason: { kind: "timeout" } } })],
+    [
+      "turn/end aborted with an unknown cause",
+      env("turn/end", { turn: 1, reason: { kind: "aborted", reason: { kind: "timeout" } } })
+    ],
     [
       "a tool-result message whose toolCallId differs from source.callId",
-      env("tool/result", { turn: 1, step: 1, message: { ...toolResultMessage, source: { kind: "tool", callId: "call_2" } } }, {
+      env("tool/result", {
+        turn: 1,
+        step: 1,
+        message: { ...toolResultMessage, source: { kind: "tool", callId: "call_2" } }
+      }, {
         surfaceOp: "append"
       })
     ],
@@ -246,13 +286,25 @@ describe("SessionEvent rejections", () => {
     ],
     ["an empty MessageSource kind", withData(userEvent, { ...userMsg, source: { kind: "" } })],
     ["a MessageSource without kind", withData(userEvent, { ...userMsg, source: { file: "a.ts" } })],
-    ["a MessageSource with a non-JSON extra field", withData(userEvent, { ...userMsg, source: { kind: "ide", line: Number.NaN } })],
+    [
+      "a MessageSource with a non-JSON extra field",
+      withData(userEvent, { ...userMsg, source: { kind: "ide", line: Number.NaN } })
+    ],
     ["a UserMessage with an empty id", withData(userEvent, { ...userMsg, id: "" })],
     ["a UserMessage with an assistant role", withData(userEvent, { ...userMsg, role: "assistant" })],
-    ["a UserMessage with a reasoning block", withData(userEvent, { ...userMsg, content: [{ type: "reasoning", text: "x" }] })],
+    [
+      "a UserMessage with a reasoning block",
+      withData(userEvent, { ...userMsg, content: [{ type: "reasoning", text: "x" }] })
+    ],
     ["a UserMessage with an extra key", withData(userEvent, { ...userMsg, extra: true })],
-    ["a splice with removedCount 0", env("agent/inbox/spliced", { target: "next-turn", start: 0, removedCount: 0, inserted: [] })],
-    ["a splice with a negative start", env("agent/inbox/spliced", { target: "next-turn", start: -1, inserted: [userMsg] })],
+    [
+      "a splice with removedCount 0",
+      env("agent/inbox/spliced", { target: "next-turn", start: 0, removedCount: 0, inserted: [] })
+    ],
+    [
+      "a splice with a negative start",
+      env("agent/inbox/spliced", { target: "next-turn", start: -1, inserted: [userMsg] })
+    ],
     ["a splice with an unknown target", env("agent/inbox/spliced", { target: "later", start: 0, inserted: [userMsg] })],
     [
       "a splice with an unknown outcome",
@@ -266,12 +318,28 @@ describe("SessionEvent rejections", () => {
     ["compaction/start with turn 0", env("compaction/start", { turn: 0 })],
     ["compaction/end with a malformed error", env("compaction/end", { turn: null, error: "failed" })],
     ["compaction/summary with a non-JSON extra field", env("compaction/summary", { turn: null, at: new Date(0) })],
-    ["a chunk with a negative index", env("assistant/chunk", { turn: 1, step: 1, attempt: 1, chunk: { type: "block-end", index: -1 } })],
+    [
+      "a chunk with a negative index",
+      env("assistant/chunk", { turn: 1, step: 1, attempt: 1, chunk: { type: "block-end", index: -1 } })
+    ],
     [
       "a tool-call block-start without its id",
-      env("assistant/chunk", { turn: 1, step: 1, attempt: 1, chunk: { type: "block-start", index: 0, block: "tool-call", name: "x" } })
+      env("assistant/chunk", {
+        turn: 1,
+        step: 1,
+        attempt: 1,
+        chunk: { type: "block-start", index: 0, block: "tool-call", name: "x" }
+      })
     ],
-    ["usage with negative tokens", env("assistant/chunk", { turn: 1, step: 1, attempt: 1, chunk: { type: "usage", usage: { inputTokens: -1, outputTokens: 0 } } })],
+    [
+      "usage with negative tokens",
+      env("assistant/chunk", {
+        turn: 1,
+        step: 1,
+        attempt: 1,
+        chunk: { type: "usage", usage: { inputTokens: -1, outputTokens: 0 } }
+      })
+    ],
     ["a non-JSON extension data (NaN)", env("myext/x", Number.NaN, { ignorable: true })],
     ["a non-JSON extension data (nested undefined)", env("myext/x", { a: [undefined] }, { ignorable: true })],
     ["a non-object event", "turn/start"],

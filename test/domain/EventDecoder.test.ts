@@ -7,13 +7,13 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either, FastCheck, Schema } from "effect"
 import { CORE_EVENT_TYPES, ExtensionEvent, SessionEvent } from "../../src/domain/Event.js"
+import { acceptsEventJson } from "../../src/domain/EventDecoder.js"
 import { deepFreeze, losslessDecoder } from "../../src/domain/Json.js"
+import { decodeOwnedJson, decodeStored } from "../../src/internal/durability/DecodedEvents.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
-import { decodeOwnedJson, decodeStored } from "../../src/internal/durability/DecodedEvents.js"
-import { acceptsEventJson } from "../../src/domain/EventDecoder.js"
 import { scenario, user } from "../agent/harness.js"
 import {
   assistantMessage,
@@ -85,14 +85,20 @@ const compare = (text: string): Outcome => {
   const accepted = Either.isRight(expected)
   if (fast && !accepted) return { accepted, fast, mismatch: `fast check accepts what the Schema rejects: ${text}` }
   if (Either.isRight(actual) !== accepted) return { accepted, fast, mismatch: `acceptance differs: ${text}` }
-  if (Either.isRight(expectedReason) !== accepted) return { accepted, fast, mismatch: `the selected member disagrees: ${text}` }
+  if (Either.isRight(expectedReason) !== accepted) {
+    return { accepted, fast, mismatch: `the selected member disagrees: ${text}` }
+  }
   if (Either.isLeft(actual) && Either.isLeft(expectedReason)) {
     const reason = actual.left._tag === "NotEvent" ? actual.left.reason : `not JSON: ${actual.left.message}`
-    if (reason !== expectedReason.left) return { accepted, fast, mismatch: `reasons differ: ${reason} / ${expectedReason.left}` }
+    if (reason !== expectedReason.left) {
+      return { accepted, fast, mismatch: `reasons differ: ${reason} / ${expectedReason.left}` }
+    }
   }
   if (Either.isRight(actual) && Either.isRight(expected)) {
     if (!isDeepFrozen(actual.right)) return { accepted, fast, mismatch: `not deeply frozen: ${text}` }
-    if (JSON.stringify(actual.right) !== JSON.stringify(expected.right)) return { accepted, fast, mismatch: `values differ: ${text}` }
+    if (JSON.stringify(actual.right) !== JSON.stringify(expected.right)) {
+      return { accepted, fast, mismatch: `values differ: ${text}` }
+    }
   }
   return { accepted, fast }
 }
@@ -107,28 +113,79 @@ const at1 = { turn: 1, step: 1, attempt: 1 }
 /** One event of every type and every optional field and union member. */
 const fixtureEvents = (): Array<SessionEvent> => [
   event.turnStart(0, 1),
-  ...[reason.completed, reason.maxTokens, reason.interrupted, reason.blocked(), reason.blocked("no"), reason.error("X"),
-    reason.aborted(), reason.aborted({ kind: "parent" }), reason.aborted({ kind: "disposed" }),
-    reason.aborted({ kind: "hook", reason: "policy" }), { kind: "error" as const, error: fullFailure }]
+  ...[
+    reason.completed,
+    reason.maxTokens,
+    reason.interrupted,
+    reason.blocked(),
+    reason.blocked("no"),
+    reason.error("X"),
+    reason.aborted(),
+    reason.aborted({ kind: "parent" }),
+    reason.aborted({ kind: "disposed" }),
+    reason.aborted({ kind: "hook", reason: "policy" }),
+    { kind: "error" as const, error: fullFailure }
+  ]
     .map((why, i) => event.turnEnd(i, 1, why)),
   event.stepStart(1, at),
   event.stepEnd(2, at),
   event.userMessage(3, fixtureUser("u1")),
-  event.userMessage(3, fixtureUser("u2"), { surfaceOp: { op: "replace", start: 0, end: 2 }, sourceEventSeqs: [0, 1, 2] }),
-  event.userMessage(3, { id: "u3", role: "user", content: [text("a"), { type: "image", mediaType: "image/png", data: "AA==" }], source: { kind: "plugin", plugin: "p", extra: { deep: [1, null, "x"] } } } as never),
+  event.userMessage(3, fixtureUser("u2"), {
+    surfaceOp: { op: "replace", start: 0, end: 2 },
+    sourceEventSeqs: [0, 1, 2]
+  }),
+  event.userMessage(
+    3,
+    {
+      id: "u3",
+      role: "user",
+      content: [text("a"), { type: "image", mediaType: "image/png", data: "AA==" }],
+      source: { kind: "plugin", plugin: "p", extra: { deep: [1, null, "x"] } }
+    } as never
+  ),
   ...everyChunk.map((chunk, i) => event.chunk(4 + i, at1, chunk)),
-  event.assistantMessage(20, at1, assistantMessage("a1", [text("x"), { type: "reasoning", text: "r" }, call("c1")]), { sourceEventSeqs: [4, 5] }),
-  event.assistantMessage(20, at1, assistantMessage("a2", []), { sourceEventSeqs: [], interrupted: true, usage: fullUsage }),
-  event.assistantMessage(20, at1, { ...assistantMessage("a3", [text("y")]), source: { kind: "model", provider: "p", model: "m", replayState: { s: [true] } } }),
+  event.assistantMessage(20, at1, assistantMessage("a1", [text("x"), { type: "reasoning", text: "r" }, call("c1")]), {
+    sourceEventSeqs: [4, 5]
+  }),
+  event.assistantMessage(20, at1, assistantMessage("a2", []), {
+    sourceEventSeqs: [],
+    interrupted: true,
+    usage: fullUsage
+  }),
+  event.assistantMessage(20, at1, {
+    ...assistantMessage("a3", [text("y")]),
+    source: { kind: "model", provider: "p", model: "m", replayState: { s: [true] } }
+  }),
   event.toolCall(21, at, call("c1")),
   event.toolResult(22, at, toolResultMessage("c1"), { sourceEventSeqs: [21] }),
   event.toolResult(22, at, toolResultMessage("c1", { isError: true, text: "bad" }), { error: repairError.notStarted }),
-  event.toolResult(22, at, toolResultMessage("c1"), { surfaceOp: { op: "replace", start: 3, end: 3 }, sourceEventSeqs: [3] }),
-  { ...event.toolResult(22, at, toolResultMessage("c1")), data: { ...event.toolResult(22, at, toolResultMessage("c1")).data, meta: { ms: 3, tags: ["a"] } } },
+  event.toolResult(22, at, toolResultMessage("c1"), {
+    surfaceOp: { op: "replace", start: 3, end: 3 },
+    sourceEventSeqs: [3]
+  }),
+  {
+    ...event.toolResult(22, at, toolResultMessage("c1")),
+    data: { ...event.toolResult(22, at, toolResultMessage("c1")).data, meta: { ms: 3, tags: ["a"] } }
+  },
   event.requestHeader(23),
   event.requestHeader(23, "resume"),
   event.requestHeader(23, "change"),
-  { type: "request/header", seq: 23, time: 9, data: { reason: "initial", header: { provider: "p", model: "m", system: "be brief", maxTokens: 100, temperature: 0.5, tools: [{ name: "t", description: "d", parameters: { type: "object", properties: {} } }] } } },
+  {
+    type: "request/header",
+    seq: 23,
+    time: 9,
+    data: {
+      reason: "initial",
+      header: {
+        provider: "p",
+        model: "m",
+        system: "be brief",
+        maxTokens: 100,
+        temperature: 0.5,
+        tools: [{ name: "t", description: "d", parameters: { type: "object", properties: {} } }]
+      }
+    }
+  },
   event.retry(24, at1, llmFailure()),
   event.retry(24, { ...at, attempt: 2 }, fullFailure, 0),
   event.spliced(25, { target: "next-turn", start: 0, inserted: [fixtureUser("s1"), fixtureUser("s2")] }),
@@ -204,8 +261,22 @@ const scriptedLog = Effect.gen(function*() {
 // -----------------------------------------------------------------------------------------------
 
 const JUNK: ReadonlyArray<Tree> = [
-  null, true, 0, -1, 1.5, 2 ** 53, "", "x", [], [{}], {}, { type: "text", text: "t" }, NEGATIVE_ZERO, INFINITE,
-  NEGATIVE_INFINITE, { n: [INFINITE] }
+  null,
+  true,
+  0,
+  -1,
+  1.5,
+  2 ** 53,
+  "",
+  "x",
+  [],
+  [{}],
+  {},
+  { type: "text", text: "t" },
+  NEGATIVE_ZERO,
+  INFINITE,
+  NEGATIVE_INFINITE,
+  { n: [INFINITE] }
 ]
 const TYPES: ReadonlyArray<Tree> = [...CORE_EVENT_TYPES, "", "plugin/other", "x"]
 
@@ -248,16 +319,24 @@ const mutantsOf = (tree: Tree): Array<Tree> => {
       if (typeof node === "object" && node !== null) return { ...node, extra: 1 }
       return node
     }))
-    out.push(mutateAt(tree, path, (node) =>
-      typeof node === "object" && node !== null && !Array.isArray(node) ? { ...node, [PROTO_KEY]: 1 } : node
-    ))
+    out.push(
+      mutateAt(
+        tree,
+        path,
+        (node) => typeof node === "object" && node !== null && !Array.isArray(node) ? { ...node, [PROTO_KEY]: 1 } : node
+      )
+    )
   }
   return out
 }
 
 // The shape of an event: its JSON with every string and number replaced by its type.
 const shapeOf = (tree: Tree): string =>
-  JSON.stringify(tree, (key, value) => typeof value === "string" && key !== "type" && key !== "kind" ? "s" : typeof value === "number" ? 0 : value)
+  JSON.stringify(
+    tree,
+    (key, value) =>
+      typeof value === "string" && key !== "type" && key !== "kind" ? "s" : typeof value === "number" ? 0 : value
+  )
 
 /** Every event shape of the fixtures, the builder's log and a scripted run, each once. */
 const corpus = Effect.map(scriptedLog, (scripted) => {
@@ -279,33 +358,37 @@ describe("EventDecoder", () => {
       }
     }))
 
-  it.effect("mutated events: accepted and rejected exactly as by the Schema, with its reasons", () =>
-    Effect.gen(function*() {
-      const events = yield* corpus
-      const mismatches: Array<string> = []
-      // Inputs the Schema accepts that the fast check leaves to it (allowed, but none are expected).
-      const missed: Array<string> = []
-      let accepted = 0
-      let rejected = 0
-      const texts = new Set(events.flatMap((e) => mutantsOf(e).map(textOf)))
-      for (const text of texts) {
-        {
-          const outcome = compare(text)
-          if (outcome.mismatch !== undefined) mismatches.push(outcome.mismatch)
-          if (outcome.accepted) {
-            accepted++
-            if (!outcome.fast) missed.push(text)
-          } else {
-            rejected++
+  it.effect(
+    "mutated events: accepted and rejected exactly as by the Schema, with its reasons",
+    () =>
+      Effect.gen(function*() {
+        const events = yield* corpus
+        const mismatches: Array<string> = []
+        // Inputs the Schema accepts that the fast check leaves to it (allowed, but none are expected).
+        const missed: Array<string> = []
+        let accepted = 0
+        let rejected = 0
+        const texts = new Set(events.flatMap((e) => mutantsOf(e).map(textOf)))
+        for (const text of texts) {
+          {
+            const outcome = compare(text)
+            if (outcome.mismatch !== undefined) mismatches.push(outcome.mismatch)
+            if (outcome.accepted) {
+              accepted++
+              if (!outcome.fast) missed.push(text)
+            } else {
+              rejected++
+            }
           }
         }
-      }
-      expect(mismatches.slice(0, 10)).toEqual([])
-      expect(missed.slice(0, 10)).toEqual([])
-      // The corpus exercises both sides.
-      expect(accepted).toBeGreaterThan(500)
-      expect(rejected).toBeGreaterThan(10_000)
-    }), 120_000)
+        expect(mismatches.slice(0, 10)).toEqual([])
+        expect(missed.slice(0, 10)).toEqual([])
+        // The corpus exercises both sides.
+        expect(accepted).toBeGreaterThan(500)
+        expect(rejected).toBeGreaterThan(10_000)
+      }),
+    120_000
+  )
 
   it.effect.prop(
     "any JSON value placed anywhere in an event is judged as by the Schema",
@@ -347,7 +430,10 @@ describe("EventDecoder", () => {
         [event.chunk(4, at1, everyChunk[0]!), ["data", "chunk", "type"]],
         [event.chunk(4, at1, everyChunk[0]!), ["data", "chunk", "block"]],
         [event.userMessage(3, fixtureUser("u1")), ["data", "content", 0, "type"]],
-        [event.userMessage(3, fixtureUser("u2"), { surfaceOp: { op: "replace", start: 0, end: 2 } }), ["surfaceOp", "op"]]
+        [event.userMessage(3, fixtureUser("u2"), { surfaceOp: { op: "replace", start: 0, end: 2 } }), [
+          "surfaceOp",
+          "op"
+        ]]
       ] as const).flatMap(([e, path]) =>
         [{ toString: false }, [{ toString: 1 }]].map((junk) => textOf(mutateAt(e as unknown as Tree, path, () => junk)))
       )
@@ -373,7 +459,9 @@ describe("EventDecoder", () => {
   })
 
   it("deepFreeze freezes every level of parsed JSON, an own __proto__ key included", () => {
-    const value = deepFreeze(JSON.parse("{\"a\":[{\"b\":[1,{\"c\":null}]},\"s\"],\"d\":{\"e\":{}},\"__proto__\":{\"f\":[]}}"))
+    const value = deepFreeze(
+      JSON.parse("{\"a\":[{\"b\":[1,{\"c\":null}]},\"s\"],\"d\":{\"e\":{}},\"__proto__\":{\"f\":[]}}")
+    )
     expect(isDeepFrozen(value)).toBe(true)
     expect(Object.isFrozen((value as any)["__proto__"].f)).toBe(true)
   })

@@ -202,8 +202,12 @@ describe("depth limit (MAX_JSON_DEPTH)", () => {
     expect(MAX_JSON_DEPTH).toBe(256)
     expect(jsonProblem(nested(MAX_JSON_DEPTH))).toBeUndefined()
     expect(jsonProblem(nestedArray(MAX_JSON_DEPTH))).toBeUndefined()
-    expect(jsonProblem(nested(MAX_JSON_DEPTH + 1), "source")).toBe("source.a.a.a.a.a.a.a.a….a.a: nested deeper than 256 levels")
-    expect(jsonProblem(nestedArray(MAX_JSON_DEPTH + 1), "x")).toBe("x[0][0][0][0][0][0][0][0]…[0][0]: nested deeper than 256 levels")
+    expect(jsonProblem(nested(MAX_JSON_DEPTH + 1), "source")).toBe(
+      "source.a.a.a.a.a.a.a.a….a.a: nested deeper than 256 levels"
+    )
+    expect(jsonProblem(nestedArray(MAX_JSON_DEPTH + 1), "x")).toBe(
+      "x[0][0][0][0][0][0][0][0]…[0][0]: nested deeper than 256 levels"
+    )
     expect(Either.isRight(Schema.decodeUnknownEither(JsonValue)(nested(MAX_JSON_DEPTH)))).toBe(true)
     expect(Either.isLeft(Schema.decodeUnknownEither(JsonValue)(nested(MAX_JSON_DEPTH + 1)))).toBe(true)
   })

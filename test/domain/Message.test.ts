@@ -2,10 +2,10 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Either } from "effect"
 import { InvalidEvent } from "../../src/domain/Errors.js"
 import { REPAIR_ID_PREFIX } from "../../src/domain/Ids.js"
+import { MAX_JSON_DEPTH, MAX_JSON_SIZE } from "../../src/domain/Json.js"
 import type { UserMessageInput } from "../../src/domain/Message.js"
 import { acceptCallerMessage, newUserMessage, userMessage, validateUserMessage } from "../../src/domain/Message.js"
 import type { MessageSource, UserContent } from "../../src/domain/Values.js"
-import { MAX_JSON_DEPTH, MAX_JSON_SIZE } from "../../src/domain/Json.js"
 
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
@@ -221,7 +221,9 @@ describe("acceptCallerMessage", () => {
   it("refuses a missing field and a non-JSON value", () => {
     const { source: _, ...withoutSource } = valid
     expect(Either.isLeft(acceptCallerMessage(withoutSource))).toBe(true)
-    expect(Either.isLeft(acceptCallerMessage({ ...valid, content: [{ type: "text", text: "x" }, undefined] }))).toBe(true)
+    expect(Either.isLeft(acceptCallerMessage({ ...valid, content: [{ type: "text", text: "x" }, undefined] }))).toBe(
+      true
+    )
     expect(Either.isLeft(acceptCallerMessage(null))).toBe(true)
   })
 })
@@ -254,7 +256,9 @@ describe("messages past the limits or unreadable", () => {
   it("a source or content nested 10,000 and 100,000 levels is InvalidEvent from every constructor, never a defect", () => {
     for (const levels of [10_000, 100_000]) {
       const source = { kind: "user", a: nested(levels) }
-      expect(reasonOf(acceptCallerMessage({ ...base, source }))).toMatch(/^message\.source\.a.*: nested deeper than 256 levels$/)
+      expect(reasonOf(acceptCallerMessage({ ...base, source }))).toMatch(
+        /^message\.source\.a.*: nested deeper than 256 levels$/
+      )
       expect(Either.isLeft(validateUserMessage({ ...base, source }))).toBe(true)
       expect(expectInvalid({ id: "m", text: "hi", source }).reason).toMatch(/nested deeper than 256 levels$/)
       const content = [{ type: "text", text: "hi", extra: nested(levels) }]
@@ -280,7 +284,9 @@ describe("messages past the limits or unreadable", () => {
     }
     const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
     expect(reasonOf(acceptCallerMessage(proxy))).toBe("message: cannot be read (trap)")
-    expect(reasonOf(acceptCallerMessage({ ...base, source: { kind: "user", p: proxy } }))).toBe("message.source.p: cannot be read (trap)")
+    expect(reasonOf(acceptCallerMessage({ ...base, source: { kind: "user", p: proxy } }))).toBe(
+      "message.source.p: cannot be read (trap)"
+    )
     expect(reasonOf(acceptCallerMessage({ ...base, content: proxy, source: { kind: "user" } }))).toBe(
       "message.content: cannot be read (trap)"
     )
@@ -289,7 +295,9 @@ describe("messages past the limits or unreadable", () => {
     expect(reasonOf(acceptCallerMessage({ ...base, source: cyclic }))).toBe("message.source.self: cyclic value")
     // userMessage's own input: read once, a throwing field is InvalidEvent too.
     expect(expectInvalid(proxy).reason).toBe("input: cannot be read (trap)")
-    expect(expectInvalid({ id: "m", text: "hi", source: getter.source }).reason).toBe("message.source.bad: cannot be read (boom)")
+    expect(expectInvalid({ id: "m", text: "hi", source: getter.source }).reason).toBe(
+      "message.source.bad: cannot be read (boom)"
+    )
   })
 
   it("a message is validated as the copy read once: a getter cannot answer differently after the check", () => {

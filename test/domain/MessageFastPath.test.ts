@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Either, Schema } from "effect"
-import { losslessDecoder } from "../../src/domain/Json.js"
 import { acceptsUserMessageJson } from "../../src/domain/EventDecoder.js"
+import { losslessDecoder } from "../../src/domain/Json.js"
 import { validateUserMessage } from "../../src/domain/Message.js"
 import { UserMessage } from "../../src/domain/Values.js"
 
@@ -17,14 +17,41 @@ const valid = {
 
 // Every single-step change of a valid message: each field dropped, replaced or grown.
 const junk: ReadonlyArray<unknown> = [
-  undefined, null, 0, -0, 1.5, Infinity, "", "x", true, [], {}, [1], { type: "text" }, new Date(0), Symbol.for("s")
+  undefined,
+  null,
+  0,
+  -0,
+  1.5,
+  Infinity,
+  "",
+  "x",
+  true,
+  [],
+  {},
+  [1],
+  { type: "text" },
+  new Date(0),
+  Symbol.for("s")
 ]
 const mutants = (): Array<unknown> => {
   const out: Array<unknown> = []
   const paths: ReadonlyArray<ReadonlyArray<string | number>> = [
-    [], ["id"], ["role"], ["content"], ["content", 0], ["content", 0, "type"], ["content", 0, "text"],
-    ["content", 1], ["content", 1, "mediaType"], ["content", 1, "data"], ["source"], ["source", "kind"],
-    ["source", "callId"], ["source", "nested"], ["source", "nested", "a"], ["source", "nested", "a", 0]
+    [],
+    ["id"],
+    ["role"],
+    ["content"],
+    ["content", 0],
+    ["content", 0, "type"],
+    ["content", 0, "text"],
+    ["content", 1],
+    ["content", 1, "mediaType"],
+    ["content", 1, "data"],
+    ["source"],
+    ["source", "kind"],
+    ["source", "callId"],
+    ["source", "nested"],
+    ["source", "nested", "a"],
+    ["source", "nested", "a", 0]
   ]
   const at = (root: any, path: ReadonlyArray<string | number>, f: (parent: any, key: string | number) => void) => {
     const copy = structuredClone(root)

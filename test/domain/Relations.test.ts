@@ -4,9 +4,20 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Option, Schema } from "effect"
-import { checkLog, deriveMessages, Driver, DuplicateMessage, Inbox, MessageId, ScriptedModel, SessionLog, Tool, userMessage } from "../../src/index.js"
-import { scenario } from "../agent/harness.js"
+import {
+  checkLog,
+  deriveMessages,
+  Driver,
+  DuplicateMessage,
+  Inbox,
+  MessageId,
+  ScriptedModel,
+  SessionLog,
+  Tool,
+  userMessage
+} from "../../src/index.js"
 import type { SessionEvent } from "../../src/index.js"
+import { scenario } from "../agent/harness.js"
 import { found, HandLog, opening, textTurn } from "../fixtures/handLog.js"
 import { header, mutate, outcome, richLog, withStore } from "../fixtures/richLog.js"
 import { u } from "../fixtures/surfaceLog.js"
@@ -36,7 +47,10 @@ const toolRoundTrip = () =>
 
 describe("SPEC 5.2 checkLog rule by rule", () => {
   it("5.2 R7: a turn/start followed only by CLM(ns) (no CLM(nt)) is valid ('or only one of them')", () => {
-    const b = new HandLog().ins("next-step", 0, [C]).ts(1).clm("next-step", 1).ss(1, 1).um(C).rh().answer(1, 1, "x").se(1, 1).te(1)
+    const b = new HandLog().ins("next-step", 0, [C]).ts(1).clm("next-step", 1).ss(1, 1).um(C).rh().answer(1, 1, "x").se(
+      1,
+      1
+    ).te(1)
     expect(found(b.events)).toStrictEqual([])
   })
 
@@ -53,7 +67,11 @@ describe("SPEC 5.2 checkLog rule by rule", () => {
   it("5.2 R3: the first step of turn 2 must be step 1 (step numbering restarts per turn)", () => {
     const b = textTurn(new HandLog(), A).ins("next-turn", 0, [B]).ts(2).clm("next-turn", 1).ss(2, 2)
     expect(found(b.events)).toStrictEqual([{ seq: b.last, rule: "R3" }])
-    const ok = textTurn(new HandLog(), A).ins("next-turn", 0, [B]).ts(2).clm("next-turn", 1).ss(2, 1).um(B).answer(2, 1, "y").se(2, 1).te(2)
+    const ok = textTurn(new HandLog(), A).ins("next-turn", 0, [B]).ts(2).clm("next-turn", 1).ss(2, 1).um(B).answer(
+      2,
+      1,
+      "y"
+    ).se(2, 1).te(2)
     expect(found(ok.events)).toStrictEqual([])
   })
 
@@ -142,7 +160,9 @@ describe("SPEC 5.2 checkLog rule by rule", () => {
 
   it("5.2 R13: a repair TOOL_NOT_STARTED result without tool/call and without citation is valid", () => {
     const b = opening(new HandLog(), A).answer(1, 1, "x", [{ id: "c1", name: "t", arguments: "{}" }])
-      .tr(1, 1, "c1", undefined, { name: "ToolNotStarted", code: "TOOL_NOT_STARTED" }).se(1, 1).te(1, { kind: "interrupted" })
+      .tr(1, 1, "c1", undefined, { name: "ToolNotStarted", code: "TOOL_NOT_STARTED" }).se(1, 1).te(1, {
+        kind: "interrupted"
+      })
     expect(found(b.events, { closed: true })).toStrictEqual([])
   })
 
@@ -156,7 +176,11 @@ describe("SPEC 5.2 checkLog rule by rule", () => {
   })
 
   it("5.2 R16: reasons other than completed/max-tokens are not constrained by a max-tokens step", () => {
-    for (const reason of [{ kind: "error", error: { message: "m", code: "c" } }, { kind: "blocked" }, { kind: "interrupted" }]) {
+    for (
+      const reason of [{ kind: "error", error: { message: "m", code: "c" } }, { kind: "blocked" }, {
+        kind: "interrupted"
+      }]
+    ) {
       const b = opening(new HandLog(), A).answer(1, 1, "cut", [], "max-tokens").se(1, 1).te(1, reason)
       expect(found(b.events), JSON.stringify(reason)).toStrictEqual([])
     }
@@ -179,7 +203,8 @@ describe("SPEC 5.2 checkLog rule by rule", () => {
   })
 
   it("5.2 R9/3.9: assistant and tool-result ids are known ids, so inserting a user message with such an id is R9", () => {
-    const base = () => opening(new HandLog(), A).answer(1, 1, "x", [{ id: "c1", name: "t", arguments: "{}" }]).tc(1, 1, "c1")
+    const base = () =>
+      opening(new HandLog(), A).answer(1, 1, "x", [{ id: "c1", name: "t", arguments: "{}" }]).tc(1, 1, "c1")
     const c1Seq = base().last
     const done = () => base().tr(1, 1, "c1", [c1Seq]).se(1, 1).ss(1, 2).answer(1, 2, "y").se(1, 2).te(1)
     const am = done().ins("next-turn", 0, [u("am-1-1")])
@@ -204,7 +229,9 @@ describe("SPEC 5.2 checkLog rule by rule", () => {
       yield* driver.followup(A)
       yield* driver.whenIdle
       const events = yield* log.events
-      const am = events.find((e) => e.type === "assistant/message")!.data as { readonly message: { readonly id: string } }
+      const am = events.find((e) => e.type === "assistant/message")!.data as {
+        readonly message: { readonly id: string }
+      }
       const tr = events.find((e) => e.type === "tool/result")!.data as { readonly message: { readonly id: string } }
       const before = events.length
       for (const id of [am.message.id, tr.message.id]) {
@@ -253,12 +280,18 @@ describe("§5.2 checkLog over a real log", () => {
   it.scoped("5.2: checkLog reports relational rules only; an acceptance-rule flaw of 5.1 (a replacement not citing a shadowed seq) is not a RuleId", () =>
     Effect.gen(function*() {
       const es = yield* richLog
-      const bad = mutate(es, 48, (e) => { e.sourceEventSeqs = [4, 17, 26, 46] })
+      const bad = mutate(es, 48, (e) => {
+        e.sourceEventSeqs = [4, 17, 26, 46]
+      })
       const rules = checkLog(bad, { closed: true }).map((v) => v.rule)
       expect(rules.every((r) => /^R(1[0-9]|[1-9])$/.test(r))).toBe(true)
       // The same flaw is still refused on load, relations or not.
       const { store, run } = yield* withStore
       yield* store.create(header("bad"), bad)
-      expect(outcome(yield* Effect.exit(run([], Effect.void, { sessionId: "bad", resume: true, agent: { invariants: "off" } })))).toBe("MalformedLog@48")
+      expect(
+        outcome(
+          yield* Effect.exit(run([], Effect.void, { sessionId: "bad", resume: true, agent: { invariants: "off" } }))
+        )
+      ).toBe("MalformedLog@48")
     }))
 })

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { found } from "../fixtures/handLog.js"
-import { SurfaceLog, summary, twoTurns, u } from "../fixtures/surfaceLog.js"
+import { summary, SurfaceLog, twoTurns, u } from "../fixtures/surfaceLog.js"
 
 describe("5.2 checkLog: replacements and message identity", () => {
   it("5.2 R5/R13: a pruning tool/result outside any turn naming an old (turn, step) is not step-enclosed: []", () => {
@@ -15,7 +15,9 @@ describe("5.2 checkLog: replacements and message identity", () => {
 
   it("5.2 R8: a replacement user/message is not an entered message: an appended one right after it is R8", () => {
     const b = twoTurns()
-    b.ins("next-turn", [u("C")]).ins("next-step", [u("D")]).ts(3).clm("next-step", 1).clm("next-turn", 1).ss(3, 1).um(u("D"))
+    b.ins("next-turn", [u("C")]).ins("next-step", [u("D")]).ts(3).clm("next-step", 1).clm("next-turn", 1).ss(3, 1).um(
+      u("D")
+    )
     b.umr(summary("S"), 4, 4, [4])
     b.um(u("C"))
     expect(found(b.events)).toStrictEqual([{ seq: b.last, rule: "R8" }])
@@ -52,13 +54,16 @@ describe("5.2 checkLog: replacements and message identity", () => {
     b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ins("next-step", [u("P")]).ss(1, 1).um(u("A")).um(u("P"))
     expect(found(b.events)).toStrictEqual([{ seq: b.last, rule: "R9" }])
     const ok = new SurfaceLog()
-    ok.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ins("next-step", [u("P")]).ss(1, 1).um(u("A")).um(u("NEW")).rh().answer(1, 1, "x").se(1, 1).te(1)
+    ok.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).ins("next-step", [u("P")]).ss(1, 1).um(u("A")).um(u("NEW"))
+      .rh().answer(1, 1, "x").se(1, 1).te(1)
     expect(found(ok.events, { closed: true })).toStrictEqual([])
   })
 
   it("5.2 R9: an id claimed at one boundary but dropped by its pre-step cannot be entered at the next step", () => {
     const b = new SurfaceLog()
-    b.ins("next-turn", [u("A")]).ins("next-step", [u("K")]).ts(1).clm("next-step", 1).clm("next-turn", 1).ss(1, 1).um(u("A")).rh()
+    b.ins("next-turn", [u("A")]).ins("next-step", [u("K")]).ts(1).clm("next-step", 1).clm("next-turn", 1).ss(1, 1).um(
+      u("A")
+    ).rh()
     b.answer(1, 1, "x").se(1, 1).ins("next-step", [u("Z")]).clm("next-step", 1).ss(1, 2).um(u("Z")).um(u("K"))
     expect(found(b.events)).toStrictEqual([{ seq: b.last, rule: "R9" }])
   })
@@ -76,11 +81,23 @@ describe("5.2 checkLog: replacements and message identity", () => {
   it("5.2 R9: a replacement splice may re-insert the id it removes among fresh ones; a removed id of another splice is R9", () => {
     const b = new SurfaceLog()
     b.ins("next-step", [u("P"), u("Q")])
-    b.push("agent/inbox/spliced", { target: "next-step", start: 0, removedCount: 1, inserted: [u("N"), u("P", "edited")], outcome: "canceled" })
+    b.push("agent/inbox/spliced", {
+      target: "next-step",
+      start: 0,
+      removedCount: 1,
+      inserted: [u("N"), u("P", "edited")],
+      outcome: "canceled"
+    })
     expect(found(b.events)).toStrictEqual([])
     // lists: [N, P, Q]; Q is cancelled, then a replacement of N re-inserts Q
     b.can("next-step", 2, 1)
-    b.push("agent/inbox/spliced", { target: "next-step", start: 0, removedCount: 1, inserted: [u("Q", "again")], outcome: "canceled" })
+    b.push("agent/inbox/spliced", {
+      target: "next-step",
+      start: 0,
+      removedCount: 1,
+      inserted: [u("Q", "again")],
+      outcome: "canceled"
+    })
     expect(found(b.events)).toStrictEqual([{ seq: b.last, rule: "R9" }])
   })
 })
@@ -88,14 +105,19 @@ describe("5.2 checkLog: replacements and message identity", () => {
 describe("5.2 checkLog R6 compaction brackets", () => {
   it("5.2 R6: a {turn:n} bracket abandoned at turn/end n is no longer open: a later null bracket opens and closes cleanly", () => {
     const b = new SurfaceLog()
-    b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).comp("start", 1).comp("summary", 1).te(1, { kind: "blocked" })
+    b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).comp("start", 1).comp("summary", 1).te(1, {
+      kind: "blocked"
+    })
     b.comp("start", null).comp("end", null)
     expect(found(b.events, { closed: true })).toStrictEqual([])
   })
 
   it("5.2 R6: a null bracket is not abandoned at turn/end: compaction/start after the turn is R6", () => {
     const b = new SurfaceLog()
-    b.comp("start", null).ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).te(1, { kind: "blocked" }).comp("start", null)
+    b.comp("start", null).ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).te(1, { kind: "blocked" }).comp(
+      "start",
+      null
+    )
     expect(found(b.events)).toStrictEqual([{ seq: b.last, rule: "R6" }])
   })
 
@@ -112,10 +134,11 @@ describe("5.2 checkLog R6 compaction brackets", () => {
 
   it("5.2 R6: compaction/summary and extra JSON fields inside an open numeric bracket are valid; summary naming another turn is R6", () => {
     const b = new SurfaceLog()
-    b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).comp("start", 1, { why: "overflow" }).comp("summary", 1, { n: [1, 2] }).comp("end", 1, { error: { message: "x" } })
+    b.ins("next-turn", [u("A")]).ts(1).clm("next-turn", 1).comp("start", 1, { why: "overflow" }).comp("summary", 1, {
+      n: [1, 2]
+    }).comp("end", 1, { error: { message: "x" } })
     expect(found(b.events)).toStrictEqual([])
     b.comp("summary", 2)
     expect(found(b.events)).toStrictEqual([{ seq: b.last, rule: "R6" }])
   })
 })
-

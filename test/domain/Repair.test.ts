@@ -8,7 +8,8 @@ import { call, event, log, reason, text, user } from "../fixtures/events.js"
 const A = user("A")
 const B = user("B")
 
-const NOT_STARTED = "Error: the session was interrupted before this tool call started; it did not run and may be retried."
+const NOT_STARTED =
+  "Error: the session was interrupted before this tool call started; it did not run and may be retried."
 const OUTCOME_UNKNOWN =
   "Error: the session was interrupted while this tool call was running; its outcome is unknown. Check the current state before retrying anything with side effects."
 
@@ -33,7 +34,13 @@ const closersOf = (events: ReadonlyArray<SessionEvent>): ReadonlyArray<SessionEv
 }
 
 /** The synthetic tool/result repair writes for an interrupted call: `text` as its content, `error` its name and code. */
-const interruptedResult = (seq: number, callId: string, text: string, error: { readonly name: string; readonly code: string }, at: { readonly turn: number; readonly step: number }) => ({
+const interruptedResult = (
+  seq: number,
+  callId: string,
+  text: string,
+  error: { readonly name: string; readonly code: string },
+  at: { readonly turn: number; readonly step: number }
+) => ({
   type: "tool/result",
   seq,
   time: LAST_TIME,
@@ -55,7 +62,13 @@ const notStartedResult = (seq: number, callId: string, at = { turn: 1, step: 1 }
   interruptedResult(seq, callId, NOT_STARTED, { name: "ToolNotStartedError", code: "TOOL_NOT_STARTED" }, at)
 
 const outcomeUnknownResult = (seq: number, callId: string, callSeq: number, at = { turn: 1, step: 1 }) => ({
-  ...interruptedResult(seq, callId, OUTCOME_UNKNOWN, { name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" }, at),
+  ...interruptedResult(
+    seq,
+    callId,
+    OUTCOME_UNKNOWN,
+    { name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" },
+    at
+  ),
   sourceEventSeqs: [callSeq]
 })
 
@@ -105,14 +118,20 @@ describe("repairClosers (P42)", () => {
     const resumed = log()
     for (const e of [...b.events, ...closers]) resumed.push(() => e)
     resumed.turn = 1
-    resumed.endSeed().insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1).stepStart().enter(B).header("resume")
+    resumed.endSeed().insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1).stepStart().enter(B).header(
+      "resume"
+    )
       .respond("checked").stepEnd().turnEnd()
     expect(checkLog(resumed.events, { closed: true })).toStrictEqual([])
-    expect(resumed.events.find((e) => e.type === "turn/start" && e.seq > closers[0]!.seq)?.data).toStrictEqual({ turn: 2 })
+    expect(resumed.events.find((e) => e.type === "turn/start" && e.seq > closers[0]!.seq)?.data).toStrictEqual({
+      turn: 2
+    })
   })
 
   it("(e) answered calls get nothing; unanswered ones follow block order, started or not", () => {
-    const b = inStep().respondWithCalls([call("c1"), call("c2"), call("c3")]).toolCall("c1").toolCall("c2").toolResult("c1")
+    const b = inStep().respondWithCalls([call("c1"), call("c2"), call("c3")]).toolCall("c1").toolCall("c2").toolResult(
+      "c1"
+    )
     const c2 = b.callSeq("c2")
     const events = endingAt(b, LAST_TIME)
     const n = events.length
@@ -162,7 +181,8 @@ describe("repairClosers (P42)", () => {
   it("(f) balanced or empty logs yield []", () => {
     expect(closersOf([])).toStrictEqual([])
     expect(closersOf(inStep().respond("x").stepEnd().turnEnd().build())).toStrictEqual([])
-    expect(closersOf(inStep().respond("x").stepEnd().turnEnd().endSeed().insert("next-step", 0, [B]).build())).toStrictEqual([])
+    expect(closersOf(inStep().respond("x").stepEnd().turnEnd().endSeed().insert("next-step", 0, [B]).build()))
+      .toStrictEqual([])
     expect(closersOf(log().insert("next-turn", 0, [A]).extension("acme/x").endSeed().build())).toStrictEqual([])
   })
 })

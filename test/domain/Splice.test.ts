@@ -99,8 +99,16 @@ describe("normaliseSplice", () => {
     "agrees with Array.prototype.splice",
     [
       FastCheck.nat(12),
-      FastCheck.oneof(FastCheck.integer({ min: -15, max: 15 }), FastCheck.double({ noNaN: true, min: -20, max: 20 }), FastCheck.constantFrom(Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, -0)),
-      FastCheck.oneof(FastCheck.integer({ min: -15, max: 15 }), FastCheck.double({ noNaN: true, min: -20, max: 20 }), FastCheck.constantFrom(Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, -0))
+      FastCheck.oneof(
+        FastCheck.integer({ min: -15, max: 15 }),
+        FastCheck.double({ noNaN: true, min: -20, max: 20 }),
+        FastCheck.constantFrom(Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, -0)
+      ),
+      FastCheck.oneof(
+        FastCheck.integer({ min: -15, max: 15 }),
+        FastCheck.double({ noNaN: true, min: -20, max: 20 }),
+        FastCheck.constantFrom(Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, -0)
+      )
     ],
     ([len, start, deleteCount]) => {
       const result = normaliseSplice(len, start, deleteCount)
@@ -119,10 +127,13 @@ describe("spliceShape", () => {
   it("classifies the four shapes", () => {
     expect(spliceShape(splice({ target: "next-turn", start: 0, inserted: [m] }))).toBe("insertion")
     expect(spliceShape(splice({ target: "next-step", start: 0, removedCount: 2 }))).toBe("claim")
-    expect(spliceShape(splice({ target: "next-turn", start: 1, removedCount: 1, outcome: "canceled" }))).toBe("cancellation")
-    expect(spliceShape(splice({ target: "next-turn", start: 0, removedCount: 1, inserted: [m], outcome: "canceled" }))).toBe(
-      "replacement"
+    expect(spliceShape(splice({ target: "next-turn", start: 1, removedCount: 1, outcome: "canceled" }))).toBe(
+      "cancellation"
     )
+    expect(spliceShape(splice({ target: "next-turn", start: 0, removedCount: 1, inserted: [m], outcome: "canceled" })))
+      .toBe(
+        "replacement"
+      )
   })
 
   it("rejects every other combination", () => {
@@ -174,12 +185,13 @@ describe("applySplice", () => {
   })
 
   it("accepts a start exactly at the end", () => {
-    expect(ids(applied(base, splice({ target: "next-turn", start: 3, inserted: [msg("n")] })).lists.nextTurn)).toStrictEqual([
-      "a",
-      "b",
-      "c",
-      "n"
-    ])
+    expect(ids(applied(base, splice({ target: "next-turn", start: 3, inserted: [msg("n")] })).lists.nextTurn))
+      .toStrictEqual([
+        "a",
+        "b",
+        "c",
+        "n"
+      ])
   })
 
   it("refuses a removedCount that is too large", () => {
@@ -189,7 +201,10 @@ describe("applySplice", () => {
   })
 
   it("accepts a removedCount reaching exactly the end", () => {
-    expect(ids(applied(base, splice({ target: "next-turn", start: 1, removedCount: 2 })).removed)).toStrictEqual(["b", "c"])
+    expect(ids(applied(base, splice({ target: "next-turn", start: 1, removedCount: 2 })).removed)).toStrictEqual([
+      "b",
+      "c"
+    ])
   })
 
   it("refuses coordinates a decoded splice could never carry", () => {
@@ -266,9 +281,13 @@ describe("foldInbox", () => {
       { type: "session/end-seed", seq: 2, time: 0, data: {} },
       spliced(3, splice({ target: "next-turn", start: 0, inserted: [msg("a")] }))
     ]
-    expect(Either.map(foldInbox(seeded, 3), (l) => [ids(l.nextTurn), ids(l.nextStep)])).toStrictEqual(Either.right([["a"], []]))
+    expect(Either.map(foldInbox(seeded, 3), (l) => [ids(l.nextTurn), ids(l.nextStep)])).toStrictEqual(
+      Either.right([["a"], []])
+    )
     expect(Either.isLeft(foldInbox(seeded, 0))).toBe(true)
-    expect(Either.map(foldInbox(seeded, 4), (l) => [ids(l.nextTurn), ids(l.nextStep)])).toStrictEqual(Either.right([[], []]))
+    expect(Either.map(foldInbox(seeded, 4), (l) => [ids(l.nextTurn), ids(l.nextStep)])).toStrictEqual(
+      Either.right([[], []])
+    )
   })
 
   it("ignores a malformed splice before seedLength", () => {

@@ -1,11 +1,11 @@
 import { describe, expect, it } from "@effect/vitest"
 import { FastCheck } from "effect"
-import * as GrowOnly from "../../src/domain/GrowOnly.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
+import type { SurfaceOp } from "../../src/domain/Event.js"
+import * as GrowOnly from "../../src/domain/GrowOnly.js"
 import type { FoldOptions, LogState, Violation } from "../../src/domain/LogState.js"
 import { advance, initialLogState } from "../../src/domain/LogState.js"
 import { applySurfaceOp, deriveMessages, emptySurface, messagesOf } from "../../src/domain/Surface.js"
-import type { SurfaceOp } from "../../src/domain/Event.js"
 import type { LogBuilder } from "../fixtures/events.js"
 import { assistantMessage, call, event, log, text, toolResultMessage, user } from "../fixtures/events.js"
 
@@ -28,7 +28,9 @@ const fold = (events: ReadonlyArray<SessionEvent>): LogState => {
 }
 
 /** Offers the builder's last event to the fold of everything before it. */
-const offerLast = (b: LogBuilder): { readonly before: LogState; readonly state: LogState; readonly violations: ReadonlyArray<Violation> } => {
+const offerLast = (
+  b: LogBuilder
+): { readonly before: LogState; readonly state: LogState; readonly violations: ReadonlyArray<Violation> } => {
   const events = b.events
   const before = fold(events.slice(0, -1))
   const next = advance(before, events[events.length - 1]!, (seq) => events[seq], options)
@@ -69,12 +71,13 @@ const AM_DONE = 19
 describe("deriveMessages", () => {
   it("walks the surface: user messages verbatim, assistant messages, tool results", () => {
     const b = toolTurn()
-    expect([b.events[UM_A]!.type, b.events[AM_CALL]!.type, b.events[TR_C1]!.type, b.events[AM_DONE]!.type]).toStrictEqual([
-      "user/message",
-      "assistant/message",
-      "tool/result",
-      "assistant/message"
-    ])
+    expect([b.events[UM_A]!.type, b.events[AM_CALL]!.type, b.events[TR_C1]!.type, b.events[AM_DONE]!.type])
+      .toStrictEqual([
+        "user/message",
+        "assistant/message",
+        "tool/result",
+        "assistant/message"
+      ])
     expect(deriveMessages(b.events)).toStrictEqual([
       A,
       assistantMessage("assistant-1", [call("c1")]),
@@ -151,17 +154,25 @@ describe("surface replacement via advance (P44)", () => {
   })
 
   it("rejects start after end", () => {
-    expect(rejectedReplacement(toolTurn().replaceWithUser(S, AM_DONE, UM_A, [UM_A, AM_CALL, TR_C1, AM_DONE]))).toMatch(/after/)
+    expect(rejectedReplacement(toolTurn().replaceWithUser(S, AM_DONE, UM_A, [UM_A, AM_CALL, TR_C1, AM_DONE]))).toMatch(
+      /after/
+    )
   })
 
   it("rejects sourceEventSeqs missing a shadowed seq", () => {
     expect(rejectedReplacement(toolTurn().replaceWithUser(S, UM_A, UM_A, [1]))).toMatch(/cite/)
-    expect(rejectedReplacement(toolTurn().replaceWithUser(S, UM_A, TR_C1, [UM_A, TR_C1]))).toMatch(new RegExp(`missing ${AM_CALL}`))
+    expect(rejectedReplacement(toolTurn().replaceWithUser(S, UM_A, TR_C1, [UM_A, TR_C1]))).toMatch(
+      new RegExp(`missing ${AM_CALL}`)
+    )
   })
 
   it("rejects a range holding an AM with a tool call but not its TR, and one holding the TR but not the AM", () => {
-    expect(rejectedReplacement(toolTurn().replaceWithUser(S, UM_A, AM_CALL, [UM_A, AM_CALL]))).toMatch(/separates tool call c1/)
-    expect(rejectedReplacement(toolTurn().replaceWithUser(S, TR_C1, AM_DONE, [TR_C1, AM_DONE]))).toMatch(/separates tool call c1/)
+    expect(rejectedReplacement(toolTurn().replaceWithUser(S, UM_A, AM_CALL, [UM_A, AM_CALL]))).toMatch(
+      /separates tool call c1/
+    )
+    expect(rejectedReplacement(toolTurn().replaceWithUser(S, TR_C1, AM_DONE, [TR_C1, AM_DONE]))).toMatch(
+      /separates tool call c1/
+    )
     accepted(toolTurn().replaceWithUser(S, AM_CALL, TR_C1, [AM_CALL, TR_C1]))
   })
 
@@ -173,7 +184,8 @@ describe("surface replacement via advance (P44)", () => {
   })
 
   it("rejects a range containing a node of the open step, and accepts one of closed steps", () => {
-    const open = () => toolTurn().insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1).stepStart().enter(B).respond("x")
+    const open = () =>
+      toolTurn().insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1).stepStart().enter(B).respond("x")
     const openUm = 26
     expect(open().events[openUm]!.data).toStrictEqual(B)
     expect(rejectedReplacement(open().replaceWithUser(S, openUm, openUm, [openUm]))).toMatch(/open step/)
@@ -185,23 +197,34 @@ describe("surface replacement via advance (P44)", () => {
     const b = toolTurn().insert("next-turn", 0, [B]).turnStart().claim("next-turn", 1).stepStart().enter(B)
       .respondWithCalls([call("c2")]).toolCall("c2").toolResult("c2")
     const tr = b.resultSeq("c2")
-    expect(rejectedReplacement(b.replaceToolResult(tr, toolResultMessage("c2", { text: "[pruned]" }), [tr]))).toMatch(/open step/)
+    expect(rejectedReplacement(b.replaceToolResult(tr, toolResultMessage("c2", { text: "[pruned]" }), [tr]))).toMatch(
+      /open step/
+    )
   })
 
   it("accepts a single-node tool/result replacement that changes only the content", () => {
-    const b = toolTurn().replaceToolResult(TR_C1, toolResultMessage("c1", { text: "[pruned]" }), [TR_C1], { turn: 1, step: 1 })
+    const b = toolTurn().replaceToolResult(TR_C1, toolResultMessage("c1", { text: "[pruned]" }), [TR_C1], {
+      turn: 1,
+      step: 1
+    })
     expect(surfaceOf(accepted(b))).toStrictEqual([UM_A, AM_CALL, b.lastSeq, AM_DONE])
   })
 
   it("rejects a tool/result replacement that changes isError or the id", () => {
-    expect(rejectedReplacement(toolTurn().replaceToolResult(TR_C1, toolResultMessage("c1", { text: "[pruned]", isError: true }), [TR_C1])))
+    expect(
+      rejectedReplacement(
+        toolTurn().replaceToolResult(TR_C1, toolResultMessage("c1", { text: "[pruned]", isError: true }), [TR_C1])
+      )
+    )
       .toMatch(/only the result content/)
     expect(rejectedReplacement(toolTurn().replaceToolResult(TR_C1, toolResultMessage("c1", { id: "other" }), [TR_C1])))
       .toMatch(/only the result content/)
   })
 
   it("rejects a tool/result replacement that does not shadow exactly one tool/result", () => {
-    expect(rejectedReplacement(toolTurn().replaceToolResult(UM_A, toolResultMessage("c1"), [UM_A]))).toMatch(/exactly one tool\/result/)
+    expect(rejectedReplacement(toolTurn().replaceToolResult(UM_A, toolResultMessage("c1"), [UM_A]))).toMatch(
+      /exactly one tool\/result/
+    )
     const b = toolTurn().push((seq) =>
       event.toolResult(seq, { turn: 1, step: 1 }, toolResultMessage("c1", { text: "[pruned]" }), {
         surfaceOp: { op: "replace", start: TR_C1, end: AM_DONE },
@@ -259,7 +282,10 @@ describe("surface replacement cost", () => {
     const start = b.lastSeq
     for (let i = 1; i <= steps; i++) {
       const target = b.resultSeq(`c${i}`)
-      b.replaceToolResult(target, toolResultMessage(`c${i}`, { text: `[pruned ${i}]` }), [target, start], { turn: 1, step: i })
+      b.replaceToolResult(target, toolResultMessage(`c${i}`, { text: `[pruned ${i}]` }), [target, start], {
+        turn: 1,
+        step: i
+      })
     }
     const events = b.compaction("end", null).events
     let state = initialLogState()
@@ -284,55 +310,72 @@ describe("surface replacement cost", () => {
   it("replaying any mix of prunes, summaries and reads gives the surface and history of the plain definition at every read", () => {
     const op = FastCheck.oneof(
       FastCheck.record({ kind: FastCheck.constant("prune" as const), at: FastCheck.nat() }),
-      FastCheck.record({ kind: FastCheck.constant("summary" as const), at: FastCheck.nat(), width: FastCheck.nat({ max: 6 }) }),
+      FastCheck.record({
+        kind: FastCheck.constant("summary" as const),
+        at: FastCheck.nat(),
+        width: FastCheck.nat({ max: 6 })
+      }),
       FastCheck.record({ kind: FastCheck.constant("read" as const) })
     )
     FastCheck.assert(
-      FastCheck.property(FastCheck.integer({ min: 1, max: 12 }), FastCheck.array(op, { maxLength: 25 }), (steps, ops) => {
-        const b = longTurn(steps)
-        let state = fold(b.events)
-        let folded = b.events.length
-        let summaries = 0
-        const catchUp = () => {
-          const events = b.events
-          for (; folded < events.length; folded++) {
-            const next = advance(state, events[folded]!, (seq) => events[seq], options)
-            expect(next.violations).toStrictEqual([])
-            state = next.state
+      FastCheck.property(
+        FastCheck.integer({ min: 1, max: 12 }),
+        FastCheck.array(op, { maxLength: 25 }),
+        (steps, ops) => {
+          const b = longTurn(steps)
+          let state = fold(b.events)
+          let folded = b.events.length
+          let summaries = 0
+          const catchUp = () => {
+            const events = b.events
+            for (; folded < events.length; folded++) {
+              const next = advance(state, events[folded]!, (seq) => events[seq], options)
+              expect(next.violations).toStrictEqual([])
+              state = next.state
+            }
           }
+          for (const o of ops) {
+            const events = b.events
+            const surface = reference(events).surface
+            if (o.kind === "read") {
+              catchUp()
+              expect(GrowOnly.toArray(state.surface)).toStrictEqual(surface)
+              expect(GrowOnly.toArray(state.messages)).toStrictEqual(reference(events).messages)
+              continue
+            }
+            if (o.kind === "prune") {
+              const results = surface.filter((seq) => events[seq]!.type === "tool/result")
+              if (results.length === 0) continue
+              const target = results[o.at % results.length]!
+              const callId = (events[target]!.data as {
+                readonly message: { readonly content: readonly [{ readonly toolCallId: string }] }
+              })
+                .message.content[0].toolCallId
+              b.replaceToolResult(target, toolResultMessage(callId, { text: `[pruned at ${events.length}]` }), [target])
+              continue
+            }
+            // A summary from a node that is not a result to one that no result follows: no call is cut off.
+            const starts = surface.map((seq, i) => [seq, i] as const).filter(([seq]) =>
+              events[seq]!.type !== "tool/result"
+            )
+            const [, from] = starts[o.at % starts.length]!
+            let to = Math.min(surface.length - 1, from + o.width)
+            while (to + 1 < surface.length && events[surface[to + 1]!]!.type === "tool/result") to++
+            const shadowed = surface.slice(from, to + 1)
+            b.replaceWithUser(
+              user(`S${++summaries}`),
+              shadowed[0]!,
+              shadowed[shadowed.length - 1]!,
+              [...shadowed].sort((x, y) => x - y)
+            )
+          }
+          catchUp()
+          const expected = reference(b.events)
+          expect(GrowOnly.toArray(state.surface)).toStrictEqual(expected.surface)
+          expect(GrowOnly.toArray(state.messages)).toStrictEqual(expected.messages)
+          expect(deriveMessages(b.events)).toStrictEqual(expected.messages)
         }
-        for (const o of ops) {
-          const events = b.events
-          const surface = reference(events).surface
-          if (o.kind === "read") {
-            catchUp()
-            expect(GrowOnly.toArray(state.surface)).toStrictEqual(surface)
-            expect(GrowOnly.toArray(state.messages)).toStrictEqual(reference(events).messages)
-            continue
-          }
-          if (o.kind === "prune") {
-            const results = surface.filter((seq) => events[seq]!.type === "tool/result")
-            if (results.length === 0) continue
-            const target = results[o.at % results.length]!
-            const callId = (events[target]!.data as { readonly message: { readonly content: readonly [{ readonly toolCallId: string }] } })
-              .message.content[0].toolCallId
-            b.replaceToolResult(target, toolResultMessage(callId, { text: `[pruned at ${events.length}]` }), [target])
-            continue
-          }
-          // A summary from a node that is not a result to one that no result follows: no call is cut off.
-          const starts = surface.map((seq, i) => [seq, i] as const).filter(([seq]) => events[seq]!.type !== "tool/result")
-          const [, from] = starts[o.at % starts.length]!
-          let to = Math.min(surface.length - 1, from + o.width)
-          while (to + 1 < surface.length && events[surface[to + 1]!]!.type === "tool/result") to++
-          const shadowed = surface.slice(from, to + 1)
-          b.replaceWithUser(user(`S${++summaries}`), shadowed[0]!, shadowed[shadowed.length - 1]!, [...shadowed].sort((x, y) => x - y))
-        }
-        catchUp()
-        const expected = reference(b.events)
-        expect(GrowOnly.toArray(state.surface)).toStrictEqual(expected.surface)
-        expect(GrowOnly.toArray(state.messages)).toStrictEqual(expected.messages)
-        expect(deriveMessages(b.events)).toStrictEqual(expected.messages)
-      }),
+      ),
       { numRuns: 200 }
     )
   })

@@ -14,7 +14,11 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
 
-const read = Tool.make("read", { description: "", parameters: Schema.Struct({}), execute: () => Effect.succeed("x".repeat(4_000)) })
+const read = Tool.make("read", {
+  description: "",
+  parameters: Schema.Struct({}),
+  execute: () => Effect.succeed("x".repeat(4_000))
+})
 const call = (id: string) => ScriptedModel.response({ toolCalls: [{ id, name: "read", arguments: {} }] })
 const environment = Layer.mergeAll(
   SessionStore.layerMemory,
@@ -34,20 +38,29 @@ describe("Agent.layer: the compaction option", () => {
       expect(start?.data).toMatchObject({ turn: 1, kind: "prune", trigger: "threshold" })
       expect((yield* compaction.contextUsage).window).toBe(4_000)
       expect(checkLog(events, { closed: true })).toEqual([])
-    }).pipe(Effect.provide(Agent.layer({
-      sessionId: SessionId.make("s"),
-      model: { provider: "p", model: "m" },
-      compaction: { contextWindow: 4_000, protectRecentTokens: 1_500, minimumPruneTokens: 500, maxToolResultChars: 100_000 }
-    }).pipe(Layer.provideMerge(environment)))))
+    }).pipe(Effect.provide(
+      Agent.layer({
+        sessionId: SessionId.make("s"),
+        model: { provider: "p", model: "m" },
+        compaction: {
+          contextWindow: 4_000,
+          protectRecentTokens: 1_500,
+          minimumPruneTokens: 500,
+          maxToolResultChars: 100_000
+        }
+      }).pipe(Layer.provideMerge(environment))
+    )))
 
   it.scoped("the configured model picks the window from the table until a request names one", () =>
     Effect.gen(function*() {
       expect((yield* (yield* Compaction).contextUsage).window).toBe(200_000)
-    }).pipe(Effect.provide(Agent.layer({
-      sessionId: SessionId.make("s"),
-      model: { provider: "anthropic", model: "claude-sonnet-4-5" },
-      compaction: {}
-    }).pipe(Layer.provideMerge(environment)))))
+    }).pipe(Effect.provide(
+      Agent.layer({
+        sessionId: SessionId.make("s"),
+        model: { provider: "anthropic", model: "claude-sonnet-4-5" },
+        compaction: {}
+      }).pipe(Layer.provideMerge(environment))
+    )))
 
   it.scoped("without it there is no Compaction and no listener", () =>
     Effect.gen(function*() {
@@ -56,9 +69,11 @@ describe("Agent.layer: the compaction option", () => {
       yield* driver.followup(userMessage({ id: "A", text: "A" }))
       yield* driver.whenIdle
       expect((yield* (yield* SessionLog).events).some((e) => e.type.startsWith("compaction/"))).toBe(false)
-    }).pipe(Effect.provide(Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } }).pipe(
-      Layer.provideMerge(environment)
-    ))))
+    }).pipe(Effect.provide(
+      Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } }).pipe(
+        Layer.provideMerge(environment)
+      )
+    )))
 })
 
 describe("Agent.layer: which session it opens", () => {
@@ -86,8 +101,20 @@ describe("Agent.layer: which session it opens", () => {
 
   it.scoped("`sessionId` on a stored session fails with SessionExists, whose message names `resume` and `open`", () =>
     Effect.gen(function*() {
-      yield* Effect.scoped(Effect.provide(prompted("q1", "first"), Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } })))
-      const error = yield* Effect.flip(Effect.scoped(Effect.provide(prompted("q2", "second"), Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } }))))
+      yield* Effect.scoped(
+        Effect.provide(
+          prompted("q1", "first"),
+          Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } })
+        )
+      )
+      const error = yield* Effect.flip(
+        Effect.scoped(
+          Effect.provide(
+            prompted("q2", "second"),
+            Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" } })
+          )
+        )
+      )
       expect(error._tag).toBe("SessionExists")
       expect(error.message).toBe(
         "session s already exists; to continue it use Agent.layer({ resume: \"s\" }), or { open: \"s\" } to resume it when stored and create it otherwise"
@@ -96,7 +123,12 @@ describe("Agent.layer: which session it opens", () => {
 
   it.scoped("`open` of a session created by someone else between its look-up and its create resumes it (the failed create holds no lease)", () =>
     Effect.gen(function*() {
-      yield* Effect.scoped(Effect.provide(prompted("q1", "first"), Agent.layer({ sessionId: SessionId.make("raced"), model: { provider: "p", model: "m" } })))
+      yield* Effect.scoped(
+        Effect.provide(
+          prompted("q1", "first"),
+          Agent.layer({ sessionId: SessionId.make("raced"), model: { provider: "p", model: "m" } })
+        )
+      )
       // A store that never admits the session is there: every create of it fails SessionExists.
       const store = yield* SessionStore
       const blind = Layer.succeed(SessionStore, { ...store, exists: () => Effect.succeed(false) })

@@ -12,8 +12,8 @@ import { Chunk, Effect, Layer, Option, Redacted, Stream, TestClock } from "effec
 import { checkLog } from "../../src/domain/Check.js"
 import { MessageId } from "../../src/domain/Ids.js"
 import type { Message, StreamChunk, ToolSchema } from "../../src/domain/Values.js"
-import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
 import * as AnthropicCache from "../../src/internal/providers/AnthropicCache.js"
+import { DEFAULT_TIMEOUTS } from "../../src/internal/providers/ProviderTimeouts.js"
 import * as AnthropicModel from "../../src/layers/AnthropicModel.js"
 import { Driver } from "../../src/services/Driver.js"
 import type { ModelRequest } from "../../src/services/Model.js"
@@ -35,10 +35,10 @@ import {
   toolResult,
   userParts
 } from "../fixtures/adapterHarness.js"
+import * as Chunks from "../fixtures/streamChunks.js"
 import * as AnthropicServer from "./fake/AnthropicServer.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as ResponsesServer from "./fake/ResponsesServer.js"
-import * as Chunks from "../fixtures/streamChunks.js"
 
 const KEY = "sk-ant-test-5e4d3c2b1a"
 const apiKey = Redacted.make(KEY)
@@ -73,7 +73,9 @@ describe("AnthropicModel request body", () => {
       ]),
       toolResult("call_1", "19"),
       toolResult("call_2", "sunny, 18 °C"),
-      userParts("steer", [{ type: "text", text: "look" }, { type: "image", mediaType: "image/png", data: "AQID" }], { kind: "steer" })
+      userParts("steer", [{ type: "text", text: "look" }, { type: "image", mediaType: "image/png", data: "AQID" }], {
+        kind: "steer"
+      })
     ]
     expect(AnthropicModel.toAnthropicRequest(
       request({ system: "Be brief.", messages, tools, temperature: 0.2 }),
@@ -85,7 +87,10 @@ describe("AnthropicModel request body", () => {
       messages: [
         {
           role: "user",
-          content: [{ type: "text", text: "The repo uses pnpm." }, { type: "text", text: "Add 19 and 0, and the weather." }]
+          content: [{ type: "text", text: "The repo uses pnpm." }, {
+            type: "text",
+            text: "Add 19 and 0, and the weather."
+          }]
         },
         {
           role: "assistant",
@@ -108,7 +113,11 @@ describe("AnthropicModel request body", () => {
       tools: [{
         name: "add",
         description: "Adds two numbers",
-        input_schema: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } }, required: ["a", "b"] }
+        input_schema: {
+          type: "object",
+          properties: { a: { type: "number" }, b: { type: "number" } },
+          required: ["a", "b"]
+        }
       }],
       temperature: 0.2,
       stream: true
@@ -123,16 +132,18 @@ describe("AnthropicModel request body", () => {
   })
 
   it("tool results come first in their user turn, even when a message came between them", () => {
-    expect(bodyOf([
-      prompt("q", "go"),
-      assistant("a1", [
-        { type: "tool-call", id: "c1", name: "f", arguments: "{}" },
-        { type: "tool-call", id: "c2", name: "g", arguments: "{}" }
-      ]),
-      toolResult("c1", "one"),
-      prompt("steer", "also this"),
-      toolResult("c2", "two", true)
-    ]).messages).toStrictEqual([
+    expect(
+      bodyOf([
+        prompt("q", "go"),
+        assistant("a1", [
+          { type: "tool-call", id: "c1", name: "f", arguments: "{}" },
+          { type: "tool-call", id: "c2", name: "g", arguments: "{}" }
+        ]),
+        toolResult("c1", "one"),
+        prompt("steer", "also this"),
+        toolResult("c2", "two", true)
+      ]).messages
+    ).toStrictEqual([
       { role: "user", content: [{ type: "text", text: "go" }] },
       {
         role: "assistant",
@@ -153,11 +164,13 @@ describe("AnthropicModel request body", () => {
   })
 
   it("a tool call without arguments (\"\") is replayed as input {}", () => {
-    expect(bodyOf([
-      prompt("q", "update"),
-      assistant("a1", [{ type: "tool-call", id: "toolu_1", name: "updateIssueList", arguments: "" }]),
-      toolResult("toolu_1", "done")
-    ]).messages[1]).toStrictEqual({
+    expect(
+      bodyOf([
+        prompt("q", "update"),
+        assistant("a1", [{ type: "tool-call", id: "toolu_1", name: "updateIssueList", arguments: "" }]),
+        toolResult("toolu_1", "done")
+      ]).messages[1]
+    ).toStrictEqual({
       role: "assistant",
       content: [{ type: "tool_use", id: "toolu_1", name: "updateIssueList", input: {} }]
     })
@@ -211,15 +224,17 @@ describe("AnthropicModel request body", () => {
         ]
       }
     }
-    expect(bodyOf([
-      prompt("q", "add"),
-      assistant("a1", [
-        { type: "reasoning", text: "I should add." },
-        { type: "text", text: "Adding." },
-        { type: "tool-call", id: "toolu_9", name: "add", arguments: "{\"a\":1,\"b\":2}" }
-      ], state),
-      toolResult("toolu_9", "3")
-    ]).messages[1]).toStrictEqual({
+    expect(
+      bodyOf([
+        prompt("q", "add"),
+        assistant("a1", [
+          { type: "reasoning", text: "I should add." },
+          { type: "text", text: "Adding." },
+          { type: "tool-call", id: "toolu_9", name: "add", arguments: "{\"a\":1,\"b\":2}" }
+        ], state),
+        toolResult("toolu_9", "3")
+      ]).messages[1]
+    ).toStrictEqual({
       role: "assistant",
       content: [
         { type: "thinking", thinking: "I should add.", signature: "EvQBCkYICxgC" },
@@ -232,31 +247,42 @@ describe("AnthropicModel request body", () => {
 
   it("server blocks are replayed whole and never as tiller calls; text no placeholder stood for follows", () => {
     const search = { type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: { query: "news" } }
-    const found = { type: "web_search_tool_result", tool_use_id: "srvtoolu_1", content: [{ type: "web_search_result", url: "https://a.example", encrypted_content: "Erke" }] }
-    expect(bodyOf([
-      prompt("q", "news?"),
-      assistant("a1", [{ type: "text", text: "Here: " }, { type: "text", text: "Apple." }], {
-        anthropic: { content: [search, found, { type: "text" }] }
-      }),
-      prompt("q2", "thanks")
-    ]).messages).toStrictEqual([
+    const found = {
+      type: "web_search_tool_result",
+      tool_use_id: "srvtoolu_1",
+      content: [{ type: "web_search_result", url: "https://a.example", encrypted_content: "Erke" }]
+    }
+    expect(
+      bodyOf([
+        prompt("q", "news?"),
+        assistant("a1", [{ type: "text", text: "Here: " }, { type: "text", text: "Apple." }], {
+          anthropic: { content: [search, found, { type: "text" }] }
+        }),
+        prompt("q2", "thanks")
+      ]).messages
+    ).toStrictEqual([
       { role: "user", content: [{ type: "text", text: "news?" }] },
-      { role: "assistant", content: [search, found, { type: "text", text: "Here: " }, { type: "text", text: "Apple." }] },
+      {
+        role: "assistant",
+        content: [search, found, { type: "text", text: "Here: " }, { type: "text", text: "Apple." }]
+      },
       { role: "user", content: [{ type: "text", text: "thanks" }] }
     ])
   })
 
   it("empty text is never sent, whitespace-only text only beside text of its own message (the API rejects it alone)", () => {
     const search = { type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: { query: "news" } }
-    expect(bodyOf([
-      userParts("q", [{ type: "text", text: "" }, { type: "text", text: " \n" }, { type: "text", text: "news?" }]),
-      assistant("a1", [{ type: "text", text: " " }, { type: "text", text: "Apple." }], {
-        anthropic: { content: [{ type: "text" }, search, { type: "text" }] }
-      }),
-      prompt("blank", "  "),
-      assistant("a2", [{ type: "text", text: "\n\n" }, { type: "tool-call", id: "c1", name: "f", arguments: "" }]),
-      toolResult("c1", "\n")
-    ]).messages).toStrictEqual([
+    expect(
+      bodyOf([
+        userParts("q", [{ type: "text", text: "" }, { type: "text", text: " \n" }, { type: "text", text: "news?" }]),
+        assistant("a1", [{ type: "text", text: " " }, { type: "text", text: "Apple." }], {
+          anthropic: { content: [{ type: "text" }, search, { type: "text" }] }
+        }),
+        prompt("blank", "  "),
+        assistant("a2", [{ type: "text", text: "\n\n" }, { type: "tool-call", id: "c1", name: "f", arguments: "" }]),
+        toolResult("c1", "\n")
+      ]).messages
+    ).toStrictEqual([
       { role: "user", content: [{ type: "text", text: " \n" }, { type: "text", text: "news?" }] },
       {
         role: "assistant",
@@ -272,13 +298,17 @@ describe("AnthropicModel request body", () => {
   })
 
   it("another adapter's replay state is ignored; an empty assistant message is left out", () => {
-    expect(bodyOf([
-      prompt("q", "hi"),
-      assistant("a1", [{ type: "reasoning", text: "hm" }, { type: "text", text: "Hello." }], { openai: { items: [] } }),
-      prompt("q2", "again"),
-      assistant("a2", [{ type: "reasoning", text: "only thoughts" }]),
-      prompt("q3", "and?")
-    ]).messages).toStrictEqual([
+    expect(
+      bodyOf([
+        prompt("q", "hi"),
+        assistant("a1", [{ type: "reasoning", text: "hm" }, { type: "text", text: "Hello." }], {
+          openai: { items: [] }
+        }),
+        prompt("q2", "again"),
+        assistant("a2", [{ type: "reasoning", text: "only thoughts" }]),
+        prompt("q3", "and?")
+      ]).messages
+    ).toStrictEqual([
       { role: "user", content: [{ type: "text", text: "hi" }] },
       { role: "assistant", content: [{ type: "text", text: "Hello." }] },
       { role: "user", content: [{ type: "text", text: "again" }, { type: "text", text: "and?" }] }
@@ -303,7 +333,9 @@ describe("AnthropicModel prompt caching", () => {
   const mark = { type: "ephemeral" }
 
   it("marks the last tool, the system prompt, the newest message and the previous request's newest: four", () => {
-    const body = AnthropicModel.toAnthropicRequest(request({ system: "Be brief.", tools, messages: history }), { model: "m" })
+    const body = AnthropicModel.toAnthropicRequest(request({ system: "Be brief.", tools, messages: history }), {
+      model: "m"
+    })
     expect(body.tools).toStrictEqual([
       { name: "add", description: "Adds", input_schema: { type: "object", properties: {} } },
       { name: "clock", description: "Time", input_schema: { type: "object", properties: {} }, cache_control: mark }
@@ -312,9 +344,15 @@ describe("AnthropicModel prompt caching", () => {
     expect(body.messages).toStrictEqual([
       { role: "user", content: [{ type: "text", text: "Add 1 and 2." }] },
       { role: "assistant", content: [{ type: "tool_use", id: "c1", name: "add", input: { a: 1, b: 2 } }] },
-      { role: "user", content: [{ type: "tool_result", tool_use_id: "c1", content: "3", is_error: false, cache_control: mark }] },
+      {
+        role: "user",
+        content: [{ type: "tool_result", tool_use_id: "c1", content: "3", is_error: false, cache_control: mark }]
+      },
       { role: "assistant", content: [{ type: "tool_use", id: "c2", name: "clock", input: {} }] },
-      { role: "user", content: [{ type: "tool_result", tool_use_id: "c2", content: "12:00", is_error: false, cache_control: mark }] }
+      {
+        role: "user",
+        content: [{ type: "tool_result", tool_use_id: "c2", content: "12:00", is_error: false, cache_control: mark }]
+      }
     ])
     expect(cacheMarks(body)).toBe(AnthropicCache.MAX_BREAKPOINTS)
     // The cached parts come last, in the provider's cache order.
@@ -331,18 +369,25 @@ describe("AnthropicModel prompt caching", () => {
     }
     const bare = AnthropicModel.toAnthropicRequest(request({ messages: history }), { model: "m" })
     expect(cacheMarks(bare)).toBe(2)
-    expect(cacheMarks(AnthropicModel.toAnthropicRequest(request({ messages: history.slice(0, 1) }), { model: "m" }))).toBe(1)
+    expect(cacheMarks(AnthropicModel.toAnthropicRequest(request({ messages: history.slice(0, 1) }), { model: "m" })))
+      .toBe(1)
   })
 
   it("ttl 1h marks every breakpoint with ttl: \"1h\"", () => {
-    const body = AnthropicModel.toAnthropicRequest(request({ system: "S", tools, messages: history }), { model: "m", cacheTtl: "1h" })
+    const body = AnthropicModel.toAnthropicRequest(request({ system: "S", tools, messages: history }), {
+      model: "m",
+      cacheTtl: "1h"
+    })
     expect(JSON.stringify(body).match(/"cache_control":\{[^}]*\}/g)).toStrictEqual(
       Array(4).fill("\"cache_control\":{\"type\":\"ephemeral\",\"ttl\":\"1h\"}")
     )
   })
 
   it("promptCaching: false sends no mark and the system prompt as a string", () => {
-    const body = AnthropicModel.toAnthropicRequest(request({ system: "S", tools, messages: history }), { model: "m", promptCaching: false })
+    const body = AnthropicModel.toAnthropicRequest(request({ system: "S", tools, messages: history }), {
+      model: "m",
+      promptCaching: false
+    })
     expect(cacheMarks(body)).toBe(0)
     expect(body.system).toBe("S")
   })
@@ -357,10 +402,17 @@ describe("AnthropicModel prompt caching", () => {
     const body = AnthropicModel.toAnthropicRequest(request({ messages }), { model: "m" })
     expect(body.messages[1]).toStrictEqual({
       role: "assistant",
-      content: [{ type: "text", text: "Thinking last:", cache_control: mark }, { type: "thinking", thinking: "t", signature: "sig" }]
+      content: [{ type: "text", text: "Thinking last:", cache_control: mark }, {
+        type: "thinking",
+        thinking: "t",
+        signature: "sig"
+      }]
     })
     // The message before the newest assistant message is the previous request's newest.
-    expect(body.messages[0]).toStrictEqual({ role: "user", content: [{ type: "text", text: "Go.", cache_control: mark }] })
+    expect(body.messages[0]).toStrictEqual({
+      role: "user",
+      content: [{ type: "text", text: "Go.", cache_control: mark }]
+    })
   })
 
   it.scoped("over HTTP, ttl 1h sends the extended-TTL beta flag; cache reads and writes land in the usage", () =>
@@ -370,7 +422,13 @@ describe("AnthropicModel prompt caching", () => {
       ])
       const out = yield* streamRun(request({ messages: [prompt("q", "hello")] })).pipe(
         Effect.provide(
-          AnthropicModel.layer({ model: "claude-test", apiKey, baseUrl: server.url, timeouts: DEFAULT_TIMEOUTS, cacheTtl: "1h" }).pipe(
+          AnthropicModel.layer({
+            model: "claude-test",
+            apiKey,
+            baseUrl: server.url,
+            timeouts: DEFAULT_TIMEOUTS,
+            cacheTtl: "1h"
+          }).pipe(
             Layer.provide(FetchHttpClient.layer)
           )
         )
@@ -512,7 +570,9 @@ describe("AnthropicModel over HTTP", () => {
 
   const streamWith = (client: HttpClient.HttpClient) =>
     Effect.flatMap(Model, (model) => Stream.runCollect(model.stream(request()))).pipe(
-      Effect.provide(AnthropicModel.layer({ model: "claude-test", baseUrl: "http://127.0.0.1:1", timeouts: DEFAULT_TIMEOUTS })),
+      Effect.provide(
+        AnthropicModel.layer({ model: "claude-test", baseUrl: "http://127.0.0.1:1", timeouts: DEFAULT_TIMEOUTS })
+      ),
       Effect.provideService(HttpClient.HttpClient, client),
       Effect.map(Chunk.toReadonlyArray)
     )
@@ -522,7 +582,7 @@ describe("AnthropicModel over HTTP", () => {
       AnthropicServer.messageEvents(turn).map(([event, data]) => ResponsesServer.frame(event, data)).join("")
     )
 
-  const textTurn: StreamChunk[] = [
+  const textTurn: Array<StreamChunk> = [
     ...Chunks.textBlock(0, "ü 🙂"),
     Chunks.usage({ inputTokens: 2, outputTokens: 1, totalTokens: 3, cacheReadTokens: 0, cacheWriteTokens: 0 }),
     Chunks.stop
@@ -581,15 +641,44 @@ describe("AnthropicModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[q])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(q)", "RH(initial)",
-          "CH(block-start)", "CH(reasoning-delta)", "CH(reasoning-delta)", "CH(block-end)",
-          "CH(block-start)", "CH(text-delta)", "CH(block-end)",
-          "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)", "CH(block-end)",
-          "CH(block-start)", "CH(tool-call-delta)", "CH(block-end)",
-          "CH(usage)", "CH(replay-state)", "CH(finish stop)", "AM",
-          "TC(toolu_1)", "TC(toolu_2)", "TR(toolu_1)", "TR(toolu_2)", "SE(1,1)",
-          "SS(1,2)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM",
-          "SE(1,2)", "TE(1,completed)"
+          "INS(nt,0,[q])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(q)",
+          "RH(initial)",
+          "CH(block-start)",
+          "CH(reasoning-delta)",
+          "CH(reasoning-delta)",
+          "CH(block-end)",
+          "CH(block-start)",
+          "CH(text-delta)",
+          "CH(block-end)",
+          "CH(block-start)",
+          "CH(tool-call-delta)",
+          "CH(tool-call-delta)",
+          "CH(block-end)",
+          "CH(block-start)",
+          "CH(tool-call-delta)",
+          "CH(block-end)",
+          "CH(usage)",
+          "CH(replay-state)",
+          "CH(finish stop)",
+          "AM",
+          "TC(toolu_1)",
+          "TC(toolu_2)",
+          "TR(toolu_1)",
+          "TR(toolu_2)",
+          "SE(1,1)",
+          "SS(1,2)",
+          "CH(block-start)",
+          "CH(text-delta)",
+          "CH(block-end)",
+          "CH(usage)",
+          "CH(finish stop)",
+          "AM",
+          "SE(1,2)",
+          "TE(1,completed)"
         ])
         expect(checkLog(all, { closed: true })).toStrictEqual([])
         expect(ofType(all, "tool/call").map((e) => e.data.arguments)).toStrictEqual(["{\"a\":1,\"b\":2}", "{}"])
@@ -633,7 +722,10 @@ describe("AnthropicModel in an agent", () => {
         }
       ])
       expect(received[1]!.body.system).toStrictEqual([{ type: "text", text: "Be brief.", cache_control: mark }])
-      expect(received[1]!.body.tools.map((tool: { cache_control?: unknown }) => tool.cache_control)).toStrictEqual([undefined, mark])
+      expect(received[1]!.body.tools.map((tool: { cache_control?: unknown }) => tool.cache_control)).toStrictEqual([
+        undefined,
+        mark
+      ])
       expect(received[0]!.body.messages[0].content[0].cache_control).toStrictEqual(mark)
     }))
 
@@ -657,9 +749,22 @@ describe("AnthropicModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[q])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(q)", "RH(initial)", "CH(finish error)", "RT(1)",
-          "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM",
-          "SE(1,1)", "TE(1,completed)"
+          "INS(nt,0,[q])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(q)",
+          "RH(initial)",
+          "CH(finish error)",
+          "RT(1)",
+          "CH(block-start)",
+          "CH(text-delta)",
+          "CH(block-end)",
+          "CH(usage)",
+          "CH(finish stop)",
+          "AM",
+          "SE(1,1)",
+          "TE(1,completed)"
         ])
       }).pipe(Effect.provide(agent(server)))
       expect((yield* server.requests).map((r) => r.headers["x-api-key"])).toStrictEqual([KEY, KEY])

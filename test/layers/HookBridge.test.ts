@@ -2,32 +2,32 @@
  * The hook bridge with real subprocess hooks: scripts written by each test into a temporary project
  * directory, and a fixture of hook scripts written the way published Claude Code examples are.
  */
+import { describe, expect, it } from "@effect/vitest"
+import { Effect, Either, Layer, Schema } from "effect"
+import { Duration } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { describe, expect, it } from "@effect/vitest"
-import { Effect, Either, Layer, Schema } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
-import { userMessage } from "../../src/domain/Message.js"
-import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { HookCommandError, HookConfigError } from "../../src/domain/Errors.js"
+import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import { userMessage } from "../../src/domain/Message.js"
 import { runCommand, scrubbedEnvironment } from "../../src/internal/hooks/Command.js"
 import { readAnswer } from "../../src/internal/hooks/Protocol.js"
 import { commandsFor, parseSettings } from "../../src/internal/hooks/Settings.js"
+import { Agent } from "../../src/layers/Agent.js"
 import type { HookBridgeOptions } from "../../src/layers/HookBridge.js"
 import { HookBridge } from "../../src/layers/HookBridge.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
-import { SessionId } from "../../src/domain/Ids.js"
-import { Agent } from "../../src/layers/Agent.js"
 import { Compaction } from "../../src/services/Compaction.js"
-import { SessionStore } from "../../src/services/SessionStore.js"
-import { Tools } from "../../src/services/Tools.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
+import { Tools } from "../../src/services/Tools.js"
 import type { ToolDefinition } from "../../src/services/Tools.js"
 import { Tool } from "../../src/services/Tools.js"
-import { Duration } from "effect"
 import { notation, scenario, user } from "../agent/harness.js"
 
 /** A temporary project directory holding `files` (scripts are made executable). */
@@ -42,7 +42,12 @@ const project = (files: Readonly<Record<string, string>>): string => {
 }
 
 /** `.tiller/settings.json` with one matcher group per entry. */
-const settings = (hooks: Record<string, ReadonlyArray<{ readonly matcher?: string; readonly command: string; readonly timeout?: number }>>) =>
+const settings = (
+  hooks: Record<
+    string,
+    ReadonlyArray<{ readonly matcher?: string; readonly command: string; readonly timeout?: number }>
+  >
+) =>
   JSON.stringify({
     hooks: Object.fromEntries(
       Object.entries(hooks).map(([event, entries]) => [
@@ -60,18 +65,20 @@ const calls: Array<{ readonly tool: string; readonly params: unknown }> = []
 const bash = Tool.make("Bash", {
   description: "Runs a command (a test double: it only records the call)",
   parameters: Schema.Struct({ command: Schema.String, description: Schema.optional(Schema.String) }),
-  execute: (params) => Effect.sync(() => {
-    calls.push({ tool: "Bash", params })
-    return `ran: ${params.command}`
-  })
+  execute: (params) =>
+    Effect.sync(() => {
+      calls.push({ tool: "Bash", params })
+      return `ran: ${params.command}`
+    })
 })
 const read = Tool.make("Read", {
   description: "Reads a file (a test double)",
   parameters: Schema.Struct({ file_path: Schema.String }),
-  execute: (params) => Effect.sync(() => {
-    calls.push({ tool: "Read", params })
-    return `contents of ${params.file_path}`
-  })
+  execute: (params) =>
+    Effect.sync(() => {
+      calls.push({ tool: "Read", params })
+      return `contents of ${params.file_path}`
+    })
 })
 const tools: ReadonlyArray<ToolDefinition<any>> = [bash, read]
 
@@ -114,23 +121,41 @@ describe("HookBridge", () => {
     it.live("additionalContext enters as a hook message right after the prompt, in the same step", () => {
       const dir = project({
         ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./ctx.sh" }] }),
-        "ctx.sh": `#!/bin/sh\nP=$(jq -r .prompt)\njq -n --arg c "the prompt was: $P" '{hookSpecificOutput: {hookEventName: "UserPromptSubmit", additionalContext: $c}}'\n`
+        "ctx.sh":
+          `#!/bin/sh\nP=$(jq -r .prompt)\njq -n --arg c "the prompt was: $P" '{hookSpecificOutput: {hookEventName: "UserPromptSubmit", additionalContext: $c}}'\n`
       })
-      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
-        const events = yield* prompt("p1", "hello")
-        const messages = userMessages(events)
-        expect(messages.map((m) => m.id)[0]).toBe("p1")
-        expect(messages[1]!.source).toEqual({ kind: "hook", hook: "./ctx.sh", event: "UserPromptSubmit" })
-        expect(textOf(messages[1]!.content)).toBe("the prompt was: hello")
-        const shape = shapeOf(events).filter((s) => s !== "hook/run")
-        expect(shape.slice(0, 6)).toEqual(["INS(nt,0,[p1])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(p1)", `UM(${messages[1]!.id})`])
-        const requests = yield* Effect.flatMap(ScriptedModel, (s) => s.requests)
-        expect(requests[0]!.messages.map((m) => textOf(m.content as any))).toEqual(["hello", "the prompt was: hello"])
-        expect(hookRuns(events)).toEqual([
-          expect.objectContaining({ event: "UserPromptSubmit", hook: "./ctx.sh", exitCode: 0, messageId: "p1", additionalContext: "the prompt was: hello" })
-        ])
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [ScriptedModel.text("ok")],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "hello")
+          const messages = userMessages(events)
+          expect(messages.map((m) => m.id)[0]).toBe("p1")
+          expect(messages[1]!.source).toEqual({ kind: "hook", hook: "./ctx.sh", event: "UserPromptSubmit" })
+          expect(textOf(messages[1]!.content)).toBe("the prompt was: hello")
+          const shape = shapeOf(events).filter((s) => s !== "hook/run")
+          expect(shape.slice(0, 6)).toEqual([
+            "INS(nt,0,[p1])",
+            "TS(1)",
+            "CLM(nt,0,1)",
+            "SS(1,1)",
+            "UM(p1)",
+            `UM(${messages[1]!.id})`
+          ])
+          const requests = yield* Effect.flatMap(ScriptedModel, (s) => s.requests)
+          expect(requests[0]!.messages.map((m) => textOf(m.content as any))).toEqual(["hello", "the prompt was: hello"])
+          expect(hookRuns(events)).toEqual([
+            expect.objectContaining({
+              event: "UserPromptSubmit",
+              hook: "./ctx.sh",
+              exitCode: 0,
+              messageId: "p1",
+              additionalContext: "the prompt was: hello"
+            })
+          ])
+          clean(events)
+        })
+      )
     })
 
     it.live("exit code 2 rejects the step: the turn ends blocked with stderr as the reason, and no model call", () => {
@@ -138,33 +163,42 @@ describe("HookBridge", () => {
         ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./deny.sh" }] }),
         "deny.sh": "#!/bin/sh\ncat > /dev/null\necho 'prompts about rm -rf are refused' >&2\nexit 2\n"
       })
-      return withBridge(dir, [], Effect.gen(function*() {
-        const events = yield* prompt("p1", "rm -rf /")
-        expect(shapeOf(events)).toEqual(["INS(nt,0,[p1])", "TS(1)", "CLM(nt,0,1)", "hook/run", "TE(1,blocked)"])
-        const end = events.find((e) => e.type === "turn/end") as EventOf<"turn/end">
-        expect(end.data.reason).toEqual({ kind: "blocked", message: "prompts about rm -rf are refused" })
-        expect(yield* Effect.flatMap(ScriptedModel, (s) => s.requests)).toEqual([])
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "rm -rf /")
+          expect(shapeOf(events)).toEqual(["INS(nt,0,[p1])", "TS(1)", "CLM(nt,0,1)", "hook/run", "TE(1,blocked)"])
+          const end = events.find((e) => e.type === "turn/end") as EventOf<"turn/end">
+          expect(end.data.reason).toEqual({ kind: "blocked", message: "prompts about rm -rf are refused" })
+          expect(yield* Effect.flatMap(ScriptedModel, (s) => s.requests)).toEqual([])
+          clean(events)
+        })
+      )
     })
 
     it.live("decision block (JSON) rejects with its reason; continue false rejects with stopReason", () => {
       const dir = project({
         ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./policy.sh" }] }),
-        "policy.sh": `#!/bin/sh\nP=$(jq -r .prompt)\ncase "$P" in\n  *secret*) echo '{"decision":"block","reason":"no secrets"}' ;;\n  *stop*) echo '{"continue":false,"stopReason":"stopped here"}' ;;\nesac\n`
+        "policy.sh":
+          `#!/bin/sh\nP=$(jq -r .prompt)\ncase "$P" in\n  *secret*) echo '{"decision":"block","reason":"no secrets"}' ;;\n  *stop*) echo '{"continue":false,"stopReason":"stopped here"}' ;;\nesac\n`
       })
-      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
-        yield* prompt("p1", "a secret")
-        yield* prompt("p2", "please stop")
-        const events = yield* prompt("p3", "fine")
-        const reasons = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
-        expect(reasons).toEqual([
-          { kind: "blocked", message: "no secrets" },
-          { kind: "blocked", message: "stopped here" },
-          { kind: "completed" }
-        ])
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [ScriptedModel.text("ok")],
+        Effect.gen(function*() {
+          yield* prompt("p1", "a secret")
+          yield* prompt("p2", "please stop")
+          const events = yield* prompt("p3", "fine")
+          const reasons = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+          expect(reasons).toEqual([
+            { kind: "blocked", message: "no secrets" },
+            { kind: "blocked", message: "stopped here" },
+            { kind: "completed" }
+          ])
+          clean(events)
+        })
+      )
     })
 
     it.live("a message that is not a user prompt (injected context) runs no UserPromptSubmit hook", () => {
@@ -172,13 +206,17 @@ describe("HookBridge", () => {
         ".tiller/settings.json": settings({ UserPromptSubmit: [{ command: "./count.sh" }] }),
         "count.sh": "#!/bin/sh\njq -r .prompt >> prompts.txt\n"
       })
-      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.inject(userMessage({ id: "c1", text: "context", source: { kind: "plugin", plugin: "test" } }))
-        const events = yield* prompt("p1", "hello")
-        expect(fs.readFileSync(path.join(dir, "prompts.txt"), "utf8")).toBe("hello\n")
-        expect(userMessages(events).map((m) => m.id)).toEqual(["c1", "p1"])
-      }))
+      return withBridge(
+        dir,
+        [ScriptedModel.text("ok")],
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.inject(userMessage({ id: "c1", text: "context", source: { kind: "plugin", plugin: "test" } }))
+          const events = yield* prompt("p1", "hello")
+          expect(fs.readFileSync(path.join(dir, "prompts.txt"), "utf8")).toBe("hello\n")
+          expect(userMessages(events).map((m) => m.id)).toEqual(["c1", "p1"])
+        })
+      )
     })
   })
 
@@ -193,17 +231,27 @@ describe("HookBridge", () => {
         "guard.sh":
           `#!/bin/sh\nC=$(jq -r .tool_input.command)\ncase "$C" in\n  rm*) echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"rm is not allowed"}}' ;;\nesac\n`
       })
-      return withBridge(dir, [callBash("rm -rf x"), ScriptedModel.text("done")], Effect.gen(function*() {
-        const events = yield* prompt("p1", "clean up")
-        const [result] = results(events)
-        expect(result!.error).toEqual({ name: "ToolDeniedError", code: "DENIED" })
-        expect(textOf(result!.message.content[0].content)).toBe("Error: tool call denied: rm is not allowed")
-        expect(calls).toEqual([])
-        expect(hookRuns(events)).toEqual([
-          expect.objectContaining({ event: "PreToolUse", callId: "c1", tool: "Bash", permissionDecision: "deny", permissionDecisionReason: "rm is not allowed" })
-        ])
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [callBash("rm -rf x"), ScriptedModel.text("done")],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "clean up")
+          const [result] = results(events)
+          expect(result!.error).toEqual({ name: "ToolDeniedError", code: "DENIED" })
+          expect(textOf(result!.message.content[0].content)).toBe("Error: tool call denied: rm is not allowed")
+          expect(calls).toEqual([])
+          expect(hookRuns(events)).toEqual([
+            expect.objectContaining({
+              event: "PreToolUse",
+              callId: "c1",
+              tool: "Bash",
+              permissionDecision: "deny",
+              permissionDecisionReason: "rm is not allowed"
+            })
+          ])
+          clean(events)
+        })
+      )
     })
 
     it.live("exit code 2 denies with stderr; a matcher that does not match runs nothing", () => {
@@ -215,43 +263,57 @@ describe("HookBridge", () => {
         "block.sh": "#!/bin/sh\necho 'use rg instead of grep' >&2\nexit 2\n",
         "never.sh": "#!/bin/sh\ntouch ran-never\n"
       })
-      return withBridge(dir, [callBash("grep x"), ScriptedModel.text("done")], Effect.gen(function*() {
-        const events = yield* prompt("p1", "search")
-        expect(textOf(results(events)[0]!.message.content[0].content)).toBe("Error: tool call denied: use rg instead of grep")
-        expect(fs.existsSync(path.join(dir, "ran-never"))).toBe(false)
-        expect(calls).toEqual([])
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [callBash("grep x"), ScriptedModel.text("done")],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "search")
+          expect(textOf(results(events)[0]!.message.content[0].content)).toBe(
+            "Error: tool call denied: use rg instead of grep"
+          )
+          expect(fs.existsSync(path.join(dir, "ran-never"))).toBe(false)
+          expect(calls).toEqual([])
+          clean(events)
+        })
+      )
     })
 
     it.live("updatedInput replaces the arguments (the next hook sees them too); an invalid one is INVALID_ARGUMENTS", () => {
       calls.length = 0
       const dir = project({
-        ".tiller/settings.json": settings({ PreToolUse: [{ matcher: "Bash", command: "./rewrite.sh" }, { matcher: "Bash", command: "./see.sh" }] }),
-        "rewrite.sh": `#!/bin/sh\nC=$(jq -r .tool_input.command)\ncase "$C" in\n  bad*) echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{"command":42}}}' ;;\n  *) jq -n --arg c "$C --dry-run" '{hookSpecificOutput:{hookEventName:"PreToolUse",permissionDecision:"allow",updatedInput:{command:$c}}}' ;;\nesac\n`,
+        ".tiller/settings.json": settings({
+          PreToolUse: [{ matcher: "Bash", command: "./rewrite.sh" }, { matcher: "Bash", command: "./see.sh" }]
+        }),
+        "rewrite.sh":
+          `#!/bin/sh\nC=$(jq -r .tool_input.command)\ncase "$C" in\n  bad*) echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","updatedInput":{"command":42}}}' ;;\n  *) jq -n --arg c "$C --dry-run" '{hookSpecificOutput:{hookEventName:"PreToolUse",permissionDecision:"allow",updatedInput:{command:$c}}}' ;;\nesac\n`,
         "see.sh": "#!/bin/sh\njq -r .tool_input.command >> seen.txt\n"
       })
-      return withBridge(dir, [callBash("make", "c1"), callBash("bad", "c2"), ScriptedModel.text("done")], Effect.gen(function*() {
-        const events = yield* prompt("p1", "build")
-        expect(calls).toEqual([{ tool: "Bash", params: { command: "make --dry-run" } }])
-        const [first, second] = results(events)
-        expect(textOf(first!.message.content[0].content)).toBe("ran: make --dry-run")
-        expect(second!.error).toEqual({ name: "ToolArgumentsError", code: "INVALID_ARGUMENTS" })
-        expect(textOf(second!.message.content[0].content)).toContain("arguments replaced by a ToolPre listener")
-        expect(fs.readFileSync(path.join(dir, "seen.txt"), "utf8")).toBe("make --dry-run\n42\n")
-        expect(hookRuns(events).filter((r) => r.hook === "./rewrite.sh").map((r) => r.updatedInput)).toEqual([
-          { command: "make --dry-run" },
-          { command: 42 }
-        ])
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [callBash("make", "c1"), callBash("bad", "c2"), ScriptedModel.text("done")],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "build")
+          expect(calls).toEqual([{ tool: "Bash", params: { command: "make --dry-run" } }])
+          const [first, second] = results(events)
+          expect(textOf(first!.message.content[0].content)).toBe("ran: make --dry-run")
+          expect(second!.error).toEqual({ name: "ToolArgumentsError", code: "INVALID_ARGUMENTS" })
+          expect(textOf(second!.message.content[0].content)).toContain("arguments replaced by a ToolPre listener")
+          expect(fs.readFileSync(path.join(dir, "seen.txt"), "utf8")).toBe("make --dry-run\n42\n")
+          expect(hookRuns(events).filter((r) => r.hook === "./rewrite.sh").map((r) => r.updatedInput)).toEqual([
+            { command: "make --dry-run" },
+            { command: 42 }
+          ])
+          clean(events)
+        })
+      )
     })
 
     it.live("ask is a deny in a headless run, and the answer of `ask` when one is given", () => {
       calls.length = 0
       const dir = project({
         ".tiller/settings.json": settings({ PreToolUse: [{ matcher: "Bash", command: "./ask.sh" }] }),
-        "ask.sh": `#!/bin/sh\necho '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"deploys need a human"}}'\n`
+        "ask.sh":
+          `#!/bin/sh\necho '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"ask","permissionDecisionReason":"deploys need a human"}}'\n`
       })
       const script = [callBash("deploy"), ScriptedModel.text("done")]
       return Effect.gen(function*() {
@@ -264,7 +326,12 @@ describe("HookBridge", () => {
         const asked = yield* withBridge(dir, script, prompt("p1", "ship"), {
           ask: (q) => Effect.sync(() => (questions.push(q), true))
         })
-        expect(questions).toEqual([{ hook: "./ask.sh", tool: "Bash", input: { command: "deploy" }, reason: "deploys need a human" }])
+        expect(questions).toEqual([{
+          hook: "./ask.sh",
+          tool: "Bash",
+          input: { command: "deploy" },
+          reason: "deploys need a human"
+        }])
         expect(textOf(results(asked)[0]!.message.content[0].content)).toBe("ran: deploy")
         expect(hookRuns(asked).map((r) => r.ask).filter(Boolean)).toEqual(["allowed"])
         clean(asked)
@@ -276,25 +343,36 @@ describe("HookBridge", () => {
     it.live("additionalContext enters after all results of the batch; a block's reason reaches the model with the result", () => {
       const dir = project({
         ".tiller/settings.json": settings({ PostToolUse: [{ matcher: "Bash", command: "./post.sh" }] }),
-        "post.sh": `#!/bin/sh\nI=$(cat)\nC=$(echo "$I" | jq -r .tool_input.command)\nR=$(echo "$I" | jq -r .tool_response.content)\ncase "$C" in\n  lint) echo '{"decision":"block","reason":"lint found 3 problems"}' ;;\n  *) jq -n --arg c "after $C: $R" '{hookSpecificOutput:{hookEventName:"PostToolUse",additionalContext:$c}}' ;;\nesac\n`
+        "post.sh":
+          `#!/bin/sh\nI=$(cat)\nC=$(echo "$I" | jq -r .tool_input.command)\nR=$(echo "$I" | jq -r .tool_response.content)\ncase "$C" in\n  lint) echo '{"decision":"block","reason":"lint found 3 problems"}' ;;\n  *) jq -n --arg c "after $C: $R" '{hookSpecificOutput:{hookEventName:"PostToolUse",additionalContext:$c}}' ;;\nesac\n`
       })
       const script = [
         ScriptedModel.response({
-          toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "build" } }, { id: "c2", name: "Bash", arguments: { command: "lint" } }]
+          toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "build" } }, {
+            id: "c2",
+            name: "Bash",
+            arguments: { command: "lint" }
+          }]
         }),
         ScriptedModel.text("done")
       ]
-      return withBridge(dir, script, Effect.gen(function*() {
-        const events = yield* prompt("p1", "check")
-        const shape = shapeOf(events).filter((s) => s !== "hook/run")
-        const context = userMessages(events)[1]!
-        expect(context.source).toEqual({ kind: "hook", hook: "./post.sh", event: "PostToolUse" })
-        expect(textOf(context.content)).toBe("after build: ran: build")
-        const at = shape.indexOf("TR(c2)")
-        expect(shape.slice(at, at + 5)).toEqual(["TR(c2)", "SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", `UM(${context.id})`])
-        expect(textOf(results(events)[1]!.message.content[0].content)).toBe("ran: lint\nPostToolUse hook feedback: lint found 3 problems")
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        script,
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "check")
+          const shape = shapeOf(events).filter((s) => s !== "hook/run")
+          const context = userMessages(events)[1]!
+          expect(context.source).toEqual({ kind: "hook", hook: "./post.sh", event: "PostToolUse" })
+          expect(textOf(context.content)).toBe("after build: ran: build")
+          const at = shape.indexOf("TR(c2)")
+          expect(shape.slice(at, at + 5)).toEqual(["TR(c2)", "SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", `UM(${context.id})`])
+          expect(textOf(results(events)[1]!.message.content[0].content)).toBe(
+            "ran: lint\nPostToolUse hook feedback: lint found 3 problems"
+          )
+          clean(events)
+        })
+      )
     })
   })
 
@@ -302,20 +380,33 @@ describe("HookBridge", () => {
     it.live("a block continues the turn with the reason as a steer; stop_hook_active lets the next stop through", () => {
       const dir = project({
         ".tiller/settings.json": settings({ Stop: [{ command: "./stop.sh" }] }),
-        "stop.sh": `#!/bin/sh\nI=$(cat)\necho "$I" | jq -c '{stop_hook_active}' >> stops.txt\nif [ "$(echo "$I" | jq -r .stop_hook_active)" = "true" ]; then exit 0; fi\necho '{"decision":"block","reason":"run the tests first"}'\n`
+        "stop.sh":
+          `#!/bin/sh\nI=$(cat)\necho "$I" | jq -c '{stop_hook_active}' >> stops.txt\nif [ "$(echo "$I" | jq -r .stop_hook_active)" = "true" ]; then exit 0; fi\necho '{"decision":"block","reason":"run the tests first"}'\n`
       })
-      return withBridge(dir, [ScriptedModel.text("first"), ScriptedModel.text("tests pass")], Effect.gen(function*() {
-        const events = yield* prompt("p1", "fix it")
-        const shape = shapeOf(events).filter((s) => s !== "hook/run")
-        const steer = userMessages(events)[1]!
-        expect(steer.source).toEqual({ kind: "hook", hook: "./stop.sh", event: "Stop" })
-        expect(textOf(steer.content)).toBe("run the tests first")
-        const at = shape.indexOf(`UM(${steer.id})`)
-        expect(shape.slice(at - 4, at + 1)).toEqual(["SE(1,1)", `INS(ns,0,[${steer.id}])`, "CLM(ns,0,1)", "SS(1,2)", `UM(${steer.id})`])
-        expect(shape[shape.length - 1]).toBe("TE(1,completed)")
-        expect(fs.readFileSync(path.join(dir, "stops.txt"), "utf8")).toBe("{\"stop_hook_active\":false}\n{\"stop_hook_active\":true}\n")
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [ScriptedModel.text("first"), ScriptedModel.text("tests pass")],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "fix it")
+          const shape = shapeOf(events).filter((s) => s !== "hook/run")
+          const steer = userMessages(events)[1]!
+          expect(steer.source).toEqual({ kind: "hook", hook: "./stop.sh", event: "Stop" })
+          expect(textOf(steer.content)).toBe("run the tests first")
+          const at = shape.indexOf(`UM(${steer.id})`)
+          expect(shape.slice(at - 4, at + 1)).toEqual([
+            "SE(1,1)",
+            `INS(ns,0,[${steer.id}])`,
+            "CLM(ns,0,1)",
+            "SS(1,2)",
+            `UM(${steer.id})`
+          ])
+          expect(shape[shape.length - 1]).toBe("TE(1,completed)")
+          expect(fs.readFileSync(path.join(dir, "stops.txt"), "utf8")).toBe(
+            "{\"stop_hook_active\":false}\n{\"stop_hook_active\":true}\n"
+          )
+          clean(events)
+        })
+      )
     })
   })
 
@@ -325,17 +416,21 @@ describe("HookBridge", () => {
         ".tiller/settings.json": settings({ SessionStart: [{ command: "./start.sh" }] }),
         "start.sh": "#!/bin/sh\njq -r '\"source: \" + .source'\n"
       })
-      return withBridge(dir, [ScriptedModel.text("ok")], Effect.gen(function*() {
-        const log = yield* SessionLog
-        const before = yield* log.events
-        expect(shapeOf(before).slice(-1)[0]).toMatch(/^INS\(ns,0,\[/)
-        expect(before.some((e) => e.type === "turn/start")).toBe(false)
-        const events = yield* prompt("p1", "hi")
-        const messages = userMessages(events)
-        expect(messages.map((m) => textOf(m.content))).toEqual(["source: startup", "hi"])
-        expect(messages[0]!.source).toEqual({ kind: "hook", hook: "./start.sh", event: "SessionStart" })
-        clean(events)
-      }))
+      return withBridge(
+        dir,
+        [ScriptedModel.text("ok")],
+        Effect.gen(function*() {
+          const log = yield* SessionLog
+          const before = yield* log.events
+          expect(shapeOf(before).slice(-1)[0]).toMatch(/^INS\(ns,0,\[/)
+          expect(before.some((e) => e.type === "turn/start")).toBe(false)
+          const events = yield* prompt("p1", "hi")
+          const messages = userMessages(events)
+          expect(messages.map((m) => textOf(m.content))).toEqual(["source: startup", "hi"])
+          expect(messages[0]!.source).toEqual({ kind: "hook", hook: "./start.sh", event: "SessionStart" })
+          clean(events)
+        })
+      )
     })
   })
 
@@ -343,12 +438,17 @@ describe("HookBridge", () => {
     it.live("continue false from PreToolUse denies the call and stops the turn: aborted with the hook cause; SessionEnd runs when the bridge closes", () => {
       calls.length = 0
       const dir = project({
-        ".tiller/settings.json": settings({ PreToolUse: [{ command: "./halt.sh" }], SessionEnd: [{ command: "./end.sh" }] }),
+        ".tiller/settings.json": settings({
+          PreToolUse: [{ command: "./halt.sh" }],
+          SessionEnd: [{ command: "./end.sh" }]
+        }),
         "halt.sh": `#!/bin/sh\necho '{"continue":false,"stopReason":"budget exhausted"}'\n`,
         "end.sh": "#!/bin/sh\njq -r .reason > ended.txt\n"
       })
       return Effect.gen(function*() {
-        const events = yield* withBridge(dir, [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] })], prompt("p1", "go"))
+        const events = yield* withBridge(dir, [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] })
+        ], prompt("p1", "go"))
         expect(calls).toEqual([])
         expect(textOf(results(events)[0]!.message.content[0].content)).toBe("Error: tool call denied: budget exhausted")
         const end = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
@@ -374,25 +474,32 @@ describe("HookBridge", () => {
         "garbled.sh": "#!/bin/sh\necho '{\"decision\": '\n",
         "slow.sh": "#!/bin/sh\nsleep 30 &\necho $! > child.pid\nwait\n"
       })
-      return withBridge(dir, [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }), ScriptedModel.text("ok")], Effect.gen(function*() {
-        const events = yield* prompt("p1", "list")
-        expect(calls).toEqual([{ tool: "Bash", params: { command: "ls" } }])
-        const errors = hookRuns(events).map((r) => r.error)
-        expect(errors.map((e) => e.code)).toEqual(["EXIT_CODE", "MALFORMED_OUTPUT", "TIMEOUT"])
-        expect(errors[0].message).toBe("PreToolUse hook \"./fail.sh\": exited with code 1: something broke")
-        const pid = Number(fs.readFileSync(path.join(dir, "child.pid"), "utf8"))
-        // Gone, or a zombie left for init to reap: either way no longer running.
-        const state = () => {
-          try {
-            return fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]![0]
-          } catch {
-            return "gone"
+      return withBridge(
+        dir,
+        [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }),
+          ScriptedModel.text("ok")
+        ],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "list")
+          expect(calls).toEqual([{ tool: "Bash", params: { command: "ls" } }])
+          const errors = hookRuns(events).map((r) => r.error)
+          expect(errors.map((e) => e.code)).toEqual(["EXIT_CODE", "MALFORMED_OUTPUT", "TIMEOUT"])
+          expect(errors[0].message).toBe("PreToolUse hook \"./fail.sh\": exited with code 1: something broke")
+          const pid = Number(fs.readFileSync(path.join(dir, "child.pid"), "utf8"))
+          // Gone, or a zombie left for init to reap: either way no longer running.
+          const state = () => {
+            try {
+              return fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]![0]
+            } catch {
+              return "gone"
+            }
           }
-        }
-        yield* Effect.sleep("100 millis")
-        expect(["gone", "Z"]).toContain(state())
-        clean(events)
-      }))
+          yield* Effect.sleep("100 millis")
+          expect(["gone", "Z"]).toContain(state())
+          clean(events)
+        })
+      )
     })
 
     it.live("output beyond the limit fails the run (OUTPUT_TOO_LARGE), the process killed", () =>
@@ -410,7 +517,15 @@ describe("HookBridge", () => {
 
     it("the environment of a hook has no provider keys or credentials, and names the project", () => {
       const env = scrubbedEnvironment(
-        { PATH: "/bin", ANTHROPIC_API_KEY: "k", OPENAI_API_KEY: "k", TILLER_API_KEY: "k", GITHUB_TOKEN: "t", DB_PASSWORD: "p", HOME: "/h" },
+        {
+          PATH: "/bin",
+          ANTHROPIC_API_KEY: "k",
+          OPENAI_API_KEY: "k",
+          TILLER_API_KEY: "k",
+          GITHUB_TOKEN: "t",
+          DB_PASSWORD: "p",
+          HOME: "/h"
+        },
         { CLAUDE_PROJECT_DIR: "/p" }
       )
       expect(env).toEqual({ PATH: "/bin", HOME: "/h", CLAUDE_PROJECT_DIR: "/p" })
@@ -422,13 +537,20 @@ describe("HookBridge", () => {
         Either.right({ permission: "allow", permissionReason: "docs" })
       )
       expect(readAnswer("Stop", result(2, "", "not yet\n"))).toEqual(Either.right({ block: "not yet" }))
-      expect(readAnswer("Stop", result(3, "", "oops"))).toEqual(Either.left({ code: "EXIT_CODE", detail: "exited with code 3: oops" }))
-      expect(readAnswer("UserPromptSubmit", result(0, "plain text\n"))).toEqual(Either.right({ additionalContext: "plain text" }))
-      expect(readAnswer("PostToolUse", result(0, "plain text\n"))).toEqual(Either.right({}))
-      expect(readAnswer("PostToolUse", result(0, `{"continue":false,"stopReason":"halt","systemMessage":"hi"}`))).toEqual(
-        Either.right({ stop: "halt", systemMessage: "hi" })
+      expect(readAnswer("Stop", result(3, "", "oops"))).toEqual(
+        Either.left({ code: "EXIT_CODE", detail: "exited with code 3: oops" })
       )
-      expect(Either.isLeft(readAnswer("PreToolUse", result(0, `{"hookSpecificOutput":{"permissionDecision":"maybe"}}`)))).toBe(true)
+      expect(readAnswer("UserPromptSubmit", result(0, "plain text\n"))).toEqual(
+        Either.right({ additionalContext: "plain text" })
+      )
+      expect(readAnswer("PostToolUse", result(0, "plain text\n"))).toEqual(Either.right({}))
+      expect(readAnswer("PostToolUse", result(0, `{"continue":false,"stopReason":"halt","systemMessage":"hi"}`)))
+        .toEqual(
+          Either.right({ stop: "halt", systemMessage: "hi" })
+        )
+      expect(
+        Either.isLeft(readAnswer("PreToolUse", result(0, `{"hookSpecificOutput":{"permissionDecision":"maybe"}}`)))
+      ).toBe(true)
     })
   })
 
@@ -437,7 +559,10 @@ describe("HookBridge", () => {
       const parsed = parseSettings({
         hooks: {
           PreToolUse: [
-            { matcher: "Edit|Write", hooks: [{ type: "command", command: "a", timeout: 5 }, { type: "prompt", prompt: "x" }] },
+            {
+              matcher: "Edit|Write",
+              hooks: [{ type: "command", command: "a", timeout: 5 }, { type: "prompt", prompt: "x" }]
+            },
             { matcher: "*", hooks: [{ type: "command", command: "b" }] },
             { hooks: [{ type: "command", command: "a" }] }
           ],
@@ -459,7 +584,11 @@ describe("HookBridge", () => {
           ".tiller/settings.json": one("tiller")
         })
         const all = yield* HookBridge.load({ cwd: dir, claudeSettings: true, home })
-        expect(commandsFor(all, "Stop").map((h) => [h.command, path.relative(os.tmpdir(), h.origin).split(path.sep).slice(1).join("/")])).toEqual([
+        expect(
+          commandsFor(all, "Stop").map((
+            h
+          ) => [h.command, path.relative(os.tmpdir(), h.origin).split(path.sep).slice(1).join("/")])
+        ).toEqual([
           ["home", ".claude/settings.json"],
           ["project", ".claude/settings.json"],
           ["local", ".claude/settings.local.json"],
@@ -478,21 +607,31 @@ describe("HookBridge", () => {
         expect(error.message).toContain("is not valid JSON")
         const none = yield* HookBridge.load({ cwd: project({}) })
         expect(none.PreToolUse).toEqual([])
-        const badMatcher = yield* Effect.flip(HookBridge.load({ noFiles: true, settings: [{ hooks: { PreToolUse: [{ matcher: "(", hooks: [] }] } }] }))
+        const badMatcher = yield* Effect.flip(
+          HookBridge.load({ noFiles: true, settings: [{ hooks: { PreToolUse: [{ matcher: "(", hooks: [] }] } }] })
+        )
         expect(badMatcher.reason).toContain("is not a regular expression")
-        expect(new HookCommandError({ event: "Stop", command: "x", code: "TIMEOUT", detail: "d" }).message).toBe("Stop hook \"x\": d")
+        expect(new HookCommandError({ event: "Stop", command: "x", code: "TIMEOUT", detail: "d" }).message).toBe(
+          "Stop hook \"x\": d"
+        )
       }))
   })
 
   describe("PreCompact / PostCompact (the compaction hooks)", () => {
     it.live("a PreCompact block vetoes a manual compaction with its reason; otherwise PostCompact's context enters the next step", () => {
       const dir = project({
-        ".tiller/settings.json": settings({ PreCompact: [{ matcher: "manual", command: "./pre.sh" }], PostCompact: [{ command: "./post.sh" }] }),
-        "pre.sh": "#!/bin/sh\nI=$(cat)\necho \"$I\" | jq -c '{trigger, custom_instructions}' >> pre.jsonl\nif [ \"$(echo \"$I\" | jq -r .custom_instructions)\" = veto ]; then echo 'keep everything for now' >&2; exit 2; fi\n",
+        ".tiller/settings.json": settings({
+          PreCompact: [{ matcher: "manual", command: "./pre.sh" }],
+          PostCompact: [{ command: "./post.sh" }]
+        }),
+        "pre.sh":
+          "#!/bin/sh\nI=$(cat)\necho \"$I\" | jq -c '{trigger, custom_instructions}' >> pre.jsonl\nif [ \"$(echo \"$I\" | jq -r .custom_instructions)\" = veto ]; then echo 'keep everything for now' >&2; exit 2; fi\n",
         "post.sh": "#!/bin/sh\njq -r '\"Compacted (\" + .trigger + \"): re-read AGENTS.md\"'\n"
       })
       const script = [
-        ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: `cat ${"x".repeat(4000)}` } }] }),
+        ScriptedModel.response({
+          toolCalls: [{ id: "c1", name: "Bash", arguments: { command: `cat ${"x".repeat(4000)}` } }]
+        }),
         ScriptedModel.text("ok"),
         ScriptedModel.text("after")
       ]
@@ -502,7 +641,11 @@ describe("HookBridge", () => {
             sessionId: SessionId.make("s"),
             model: { provider: "p", model: "m" },
             compaction: { contextWindow: 100_000, summary: false, protectRecentTokens: 0, minimumPruneTokens: 1 }
-          }).pipe(Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer(script), Tools.layer({ tools }))))
+          }).pipe(
+            Layer.provideMerge(
+              Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer(script), Tools.layer({ tools }))
+            )
+          )
         )
       )
       return Effect.scoped(Effect.provide(
@@ -513,10 +656,11 @@ describe("HookBridge", () => {
           expect(vetoed.vetoed).toBe("keep everything for now")
           const done = yield* compaction.compactWith({ focus: "go" })
           expect(done.pruned).toBe(1)
-          expect(fs.readFileSync(path.join(dir, "pre.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l))).toEqual([
-            { trigger: "manual", custom_instructions: "veto" },
-            { trigger: "manual", custom_instructions: "go" }
-          ])
+          expect(fs.readFileSync(path.join(dir, "pre.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l)))
+            .toEqual([
+              { trigger: "manual", custom_instructions: "veto" },
+              { trigger: "manual", custom_instructions: "go" }
+            ])
           const events = yield* prompt("p2", "next")
           const context = userMessages(events).find((m) => m.source.kind === "compaction-context")!
           expect(textOf(context.content)).toBe("Compacted (manual): re-read AGENTS.md")
@@ -538,27 +682,53 @@ describe("HookBridge", () => {
         ".tiller/settings.json": settings({ Stop: [{ command: "./read.sh" }] }),
         "read.sh": "#!/bin/sh\nT=$(jq -r .transcript_path)\ncp \"$T\" transcript-copy.jsonl\n"
       })
-      return withBridge(dir, [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }), ScriptedModel.text("all done")], Effect.gen(function*() {
-        yield* prompt("p1", "list files")
-        const lines = fs.readFileSync(path.join(dir, "transcript-copy.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l))
-        expect(lines.map((l) => [l.type, l.message.role])).toEqual([["user", "user"], ["assistant", "assistant"], ["user", "user"], ["assistant", "assistant"]])
-        expect(lines[0].message.content).toBe("list files")
-        expect(lines[0].sessionId).toBe("s")
-        expect(lines[1].message.content).toEqual([{ type: "tool_use", id: "c1", name: "Bash", input: { command: "ls" } }])
-        expect(lines[2].message.content).toEqual([{ type: "tool_result", tool_use_id: "c1", is_error: false, content: "ran: ls" }])
-        expect(lines[3].message.content).toEqual([{ type: "text", text: "all done" }])
-        expect(lines[1].parentUuid).toBe(lines[0].uuid)
-        expect(fs.existsSync(path.join(dir, ".tiller", "transcripts", "s.jsonl"))).toBe(true)
-      }))
+      return withBridge(
+        dir,
+        [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }),
+          ScriptedModel.text("all done")
+        ],
+        Effect.gen(function*() {
+          yield* prompt("p1", "list files")
+          const lines = fs.readFileSync(path.join(dir, "transcript-copy.jsonl"), "utf8").trim().split("\n").map((l) =>
+            JSON.parse(l)
+          )
+          expect(lines.map((l) => [l.type, l.message.role])).toEqual([["user", "user"], ["assistant", "assistant"], [
+            "user",
+            "user"
+          ], ["assistant", "assistant"]])
+          expect(lines[0].message.content).toBe("list files")
+          expect(lines[0].sessionId).toBe("s")
+          expect(lines[1].message.content).toEqual([{
+            type: "tool_use",
+            id: "c1",
+            name: "Bash",
+            input: { command: "ls" }
+          }])
+          expect(lines[2].message.content).toEqual([{
+            type: "tool_result",
+            tool_use_id: "c1",
+            is_error: false,
+            content: "ran: ls"
+          }])
+          expect(lines[3].message.content).toEqual([{ type: "text", text: "all done" }])
+          expect(lines[1].parentUuid).toBe(lines[0].uuid)
+          expect(fs.existsSync(path.join(dir, ".tiller", "transcripts", "s.jsonl"))).toBe(true)
+        })
+      )
     })
   })
 
   describe("published-style Claude Code hook scripts, run unchanged from .claude/settings.json", () => {
     const fixtures = path.join(__dirname, "fixtures", "claude-hooks")
     const claudeProject = () => {
-      const files: Record<string, string> = { ".claude/settings.json": fs.readFileSync(path.join(fixtures, "settings.json"), "utf8") }
+      const files: Record<string, string> = {
+        ".claude/settings.json": fs.readFileSync(path.join(fixtures, "settings.json"), "utf8")
+      }
       for (const name of fs.readdirSync(fixtures)) {
-        if (name !== "settings.json") files[`.claude/hooks/${name}`] = fs.readFileSync(path.join(fixtures, name), "utf8")
+        if (name !== "settings.json") {
+          files[`.claude/hooks/${name}`] = fs.readFileSync(path.join(fixtures, name), "utf8")
+        }
       }
       return project(files)
     }
@@ -578,44 +748,55 @@ describe("HookBridge", () => {
         ScriptedModel.text("first answer"),
         ScriptedModel.text("tests ran")
       ]
-      return withBridge(dir, script, Effect.gen(function*() {
-        yield* prompt("p1", "find the TODOs")
-        const events = yield* prompt("p2", "my password: hunter2")
-        const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
-        expect(ends[0]).toEqual({ kind: "completed" })
-        expect(ends[1]).toEqual({
-          kind: "blocked",
-          message: "Security policy violation: Prompt contains potential secrets. Please rephrase your request without sensitive information."
-        })
-        const messages = userMessages(events)
-        // SessionStart context (pending since startup), the prompt, UserPromptSubmit's plain stdout.
-        expect(messages.slice(0, 3).map((m) => [m.source.kind, (m.source as any).event ?? ""])).toEqual([
-          ["hook", "SessionStart"],
-          ["user", ""],
-          ["hook", "UserPromptSubmit"]
-        ])
-        expect(textOf(messages[0]!.content)).toBe("Project notes: the main branch is protected; open a pull request.")
-        expect(textOf(messages[2]!.content)).toMatch(/^Current time: \d{4}-/)
-        const texts = results(events).map((r) => textOf(r.message.content[0].content))
-        expect(texts).toEqual([
-          "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
-          "Error: tool call denied: Access to .env is not allowed: it may hold secrets",
-          "contents of README.md",
-          "ran: rg TODO src"
-        ])
-        expect(calls.map((c) => c.params)).toEqual([{ file_path: "README.md" }, { command: "rg TODO src", description: "search" }])
-        expect(hookRuns(events).filter((r) => r.permissionDecision === "allow")).toEqual([
-          expect.objectContaining({ callId: "c3", permissionDecisionReason: "Documentation file auto-approved" })
-        ])
-        expect(fs.readFileSync(path.join(dir, ".claude", "bash-command-log.txt"), "utf8")).toBe("rg TODO src - search\n")
-        // PostToolUse context after the batch, then the Stop hook's steer continues the turn once.
-        const later = messages.slice(3)
-        expect(later.map((m) => [(m.source as any).event, textOf(m.content)])).toEqual([
-          ["PostToolUse", "Check the command output for errors before going on."],
-          ["Stop", "Run the tests before you stop."]
-        ])
-        clean(events)
-      }), { claudeSettings: true, home: dir })
+      return withBridge(
+        dir,
+        script,
+        Effect.gen(function*() {
+          yield* prompt("p1", "find the TODOs")
+          const events = yield* prompt("p2", "my password: hunter2")
+          const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+          expect(ends[0]).toEqual({ kind: "completed" })
+          expect(ends[1]).toEqual({
+            kind: "blocked",
+            message:
+              "Security policy violation: Prompt contains potential secrets. Please rephrase your request without sensitive information."
+          })
+          const messages = userMessages(events)
+          // SessionStart context (pending since startup), the prompt, UserPromptSubmit's plain stdout.
+          expect(messages.slice(0, 3).map((m) => [m.source.kind, (m.source as any).event ?? ""])).toEqual([
+            ["hook", "SessionStart"],
+            ["user", ""],
+            ["hook", "UserPromptSubmit"]
+          ])
+          expect(textOf(messages[0]!.content)).toBe("Project notes: the main branch is protected; open a pull request.")
+          expect(textOf(messages[2]!.content)).toMatch(/^Current time: \d{4}-/)
+          const texts = results(events).map((r) => textOf(r.message.content[0].content))
+          expect(texts).toEqual([
+            "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
+            "Error: tool call denied: Access to .env is not allowed: it may hold secrets",
+            "contents of README.md",
+            "ran: rg TODO src"
+          ])
+          expect(calls.map((c) => c.params)).toEqual([{ file_path: "README.md" }, {
+            command: "rg TODO src",
+            description: "search"
+          }])
+          expect(hookRuns(events).filter((r) => r.permissionDecision === "allow")).toEqual([
+            expect.objectContaining({ callId: "c3", permissionDecisionReason: "Documentation file auto-approved" })
+          ])
+          expect(fs.readFileSync(path.join(dir, ".claude", "bash-command-log.txt"), "utf8")).toBe(
+            "rg TODO src - search\n"
+          )
+          // PostToolUse context after the batch, then the Stop hook's steer continues the turn once.
+          const later = messages.slice(3)
+          expect(later.map((m) => [(m.source as any).event, textOf(m.content)])).toEqual([
+            ["PostToolUse", "Check the command output for errors before going on."],
+            ["Stop", "Run the tests before you stop."]
+          ])
+          clean(events)
+        }),
+        { claudeSettings: true, home: dir }
+      )
     })
   })
 })

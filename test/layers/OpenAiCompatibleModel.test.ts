@@ -36,23 +36,41 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { Tool } from "../../src/services/Tools.js"
 import { events, notation, plugin, shape, user } from "../agent/harness.js"
 import type { Run } from "../fixtures/adapterHarness.js"
-import { agentOver, assistantFrom, firstRetry, ofType, pieceClient, requestFor, resultParts, sourceFor, streamRun, userParts } from "../fixtures/adapterHarness.js"
+import {
+  agentOver,
+  assistantFrom,
+  firstRetry,
+  ofType,
+  pieceClient,
+  requestFor,
+  resultParts,
+  sourceFor,
+  streamRun,
+  userParts
+} from "../fixtures/adapterHarness.js"
+import * as Chunks from "../fixtures/streamChunks.js"
 import type { ChatCompletionsServer, Reply } from "./fake/ChatCompletionsServer.js"
 import * as Fake from "./fake/ChatCompletionsServer.js"
-import * as Chunks from "../fixtures/streamChunks.js"
 
 const KEY = "sk-test-9f8e7d6c5b4a"
 const apiKey = Redacted.make(KEY)
 
 const request = requestFor("openai-compatible", "fake-model")
 
-const modelLayer = (server: ChatCompletionsServer, options: { readonly apiKey?: Redacted.Redacted<string>; readonly maxTokens?: number } = {}) =>
+const modelLayer = (
+  server: ChatCompletionsServer,
+  options: { readonly apiKey?: Redacted.Redacted<string>; readonly maxTokens?: number } = {}
+) =>
   OpenAiCompatibleModel.layer({ baseUrl: server.baseUrl, model: "fake-model", ...options }).pipe(
     Layer.provide(FetchHttpClient.layer)
   )
 
 /** Starts a fake server with `replies` and streams one request through the adapter. */
-const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request(), options: { readonly apiKey?: Redacted.Redacted<string> } = {}) =>
+const run = (
+  replies: ReadonlyArray<Reply>,
+  req: ModelRequest = request(),
+  options: { readonly apiKey?: Redacted.Redacted<string> } = {}
+) =>
   Effect.gen(function*() {
     const server = yield* Fake.make(replies)
     const out = yield* streamRun(req).pipe(Effect.provide(modelLayer(server, options)))
@@ -64,7 +82,9 @@ const hostOf = (server: ChatCompletionsServer) => new URL(server.baseUrl).host
 
 const usage = { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17 }
 const tillerUsage = { inputTokens: 12, outputTokens: 5, totalTokens: 17 }
-const say = (text: string) => [Fake.chunk({ role: "assistant", content: text }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]
+const say = (
+  text: string
+) => [Fake.chunk({ role: "assistant", content: text }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]
 
 const modelSource = sourceFor("openai-compatible", "fake-model")
 const assistant = assistantFrom(modelSource)
@@ -95,7 +115,9 @@ describe("OpenAiCompatibleModel request", () => {
           }],
           source: { kind: "tool", callId: "c2" }
         },
-        userParts("u3", [{ type: "text", text: "look" }, { type: "image", mediaType: "image/jpeg", data: "BAUG" }], { kind: "steer" }),
+        userParts("u3", [{ type: "text", text: "look" }, { type: "image", mediaType: "image/jpeg", data: "BAUG" }], {
+          kind: "steer"
+        }),
         assistant("a2", [{ type: "reasoning", text: "only" }]),
         userParts("u4", [{ type: "text", text: "last" }])
       ]
@@ -168,7 +190,10 @@ describe("OpenAiCompatibleModel request", () => {
               parameters: { type: "object", properties: { q: { type: "string" } }, required: ["q"] }
             }
           },
-          { type: "function", function: { name: "chart", description: "Draw", parameters: { type: "object", properties: {} } } }
+          {
+            type: "function",
+            function: { name: "chart", description: "Draw", parameters: { type: "object", properties: {} } }
+          }
         ],
         max_tokens: 256,
         temperature: 0.2
@@ -340,7 +365,9 @@ describe("OpenAiCompatibleModel chunks", () => {
     Effect.gen(function*() {
       const body = new TextEncoder().encode(
         Fake.event(Fake.chunk({ reasoning_content: "ü" })) + Fake.event(Fake.chunk({ content: "🙂 ok" })) +
-          Fake.event(Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "c1", name: "f", arguments: "{\"a\":\"ß\"}" })] })) +
+          Fake.event(
+            Fake.chunk({ tool_calls: [Fake.toolCall(0, { id: "c1", name: "f", arguments: "{\"a\":\"ß\"}" })] })
+          ) +
           Fake.event(Fake.chunk({}, "tool_calls")) + Fake.event(Fake.usageChunk(usage)) + Fake.DONE
       )
       // A client whose response body arrives one byte per read.
@@ -366,13 +393,22 @@ describe("OpenAiCompatibleModel chunks", () => {
         Fake.chunk({}, "length")
       ])])
       expect(cut.error).toStrictEqual(Option.none())
-      expect(cut.chunks.slice(-2)).toStrictEqual([{ type: "block-end", index: 0 }, { type: "finish", finish: { kind: "max-tokens" } }])
-      const { label, run: filtered } = yield* run([Fake.sse([Fake.chunk({ content: "no" }), Fake.chunk({}, "content_filter")])])
+      expect(cut.chunks.slice(-2)).toStrictEqual([{ type: "block-end", index: 0 }, {
+        type: "finish",
+        finish: { kind: "max-tokens" }
+      }])
+      const { label, run: filtered } = yield* run([
+        Fake.sse([Fake.chunk({ content: "no" }), Fake.chunk({}, "content_filter")])
+      ])
       expect(filtered.chunks.slice(-1)).toStrictEqual([{
         type: "finish",
         finish: {
           kind: "error",
-          failure: { message: `${label}: the content filter stopped the response`, code: "CONTENT_FILTER", retryable: false }
+          failure: {
+            message: `${label}: the content filter stopped the response`,
+            code: "CONTENT_FILTER",
+            retryable: false
+          }
         }
       }])
     }))
@@ -433,7 +469,14 @@ describe("OpenAiCompatibleModel chunks", () => {
   it.scoped("Azure's choices-less first chunk with prompt_filter_results is skipped", () =>
     Effect.gen(function*() {
       const { run: out } = yield* run([Fake.sse([
-        { choices: [], created: 0, id: "", model: "", object: "", prompt_filter_results: [{ prompt_index: 0, content_filter_results: {} }] },
+        {
+          choices: [],
+          created: 0,
+          id: "",
+          model: "",
+          object: "",
+          prompt_filter_results: [{ prompt_index: 0, content_filter_results: {} }]
+        },
         Fake.chunk({ content: "", refusal: null, role: "assistant" }),
         Fake.chunk({ content: "Capital" }),
         Fake.chunk({}, "stop"),
@@ -522,7 +565,8 @@ describe("OpenAiCompatibleModel failures", () => {
 
   it.scoped("a body that ends cleanly in the middle of the response (no finish reason, no [DONE]) is a retryable NETWORK failure", () =>
     Effect.gen(function*() {
-      const cut = Fake.event(Fake.chunk({ role: "assistant", content: "" })) + Fake.event(Fake.chunk({ content: "Partial" })) +
+      const cut = Fake.event(Fake.chunk({ role: "assistant", content: "" })) +
+        Fake.event(Fake.chunk({ content: "Partial" })) +
         "data: {\"id\":\"chatcmpl-fake\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\" te"
       const { label, run: out } = yield* run([Fake.raw(cut)])
       expect(out.chunks).toStrictEqual([
@@ -628,7 +672,8 @@ describe("OpenAiCompatibleModel failures", () => {
     Effect.gen(function*() {
       const echo = Fake.status(
         401,
-        (received) => JSON.stringify({ error: { message: `invalid credentials: ${received.headers["authorization"]}` } }),
+        (received) =>
+          JSON.stringify({ error: { message: `invalid credentials: ${received.headers["authorization"]}` } }),
         { "x-request-id": `id-${KEY}` }
       )
       const { label, received, run: out } = yield* run([echo], request(), { apiKey })
@@ -672,11 +717,12 @@ describe("OpenAiCompatibleModel timeouts", () => {
   /** Streams one request in a fiber and steps the TestClock until it ends. */
   const stepped = (layer: Layer.Layer<Model, unknown, HttpClient.HttpClient>, client: HttpClient.HttpClient) =>
     Effect.gen(function*() {
-      const fiber = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(request())))).pipe(
-        Effect.provide(layer),
-        Effect.provideService(HttpClient.HttpClient, client),
-        Effect.fork
-      )
+      const fiber = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(request()))))
+        .pipe(
+          Effect.provide(layer),
+          Effect.provideService(HttpClient.HttpClient, client),
+          Effect.fork
+        )
       let steps = 0
       while (Option.isNone(yield* Fiber.poll(fiber)) && steps < 400) {
         // Real promises (the body's reads) settle between steps.
@@ -741,7 +787,9 @@ describe("OpenAiCompatibleModel timeouts", () => {
   it.effect("a timeout not given in the options is read from TILLER_IDLE_TIMEOUT; [DONE] ends the stream at once", () =>
     Effect.gen(function*() {
       const layer = OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m" }).pipe(
-        Layer.provide(Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["TILLER_IDLE_TIMEOUT", "1500 millis"]]))))
+        Layer.provide(
+          Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["TILLER_IDLE_TIMEOUT", "1500 millis"]])))
+        )
       )
       const idle = yield* stepped(layer, stalledClient({ body: Fake.event(Fake.chunk({ content: "par" })) }))
       expect(idle.failure).toStrictEqual([{
@@ -750,7 +798,10 @@ describe("OpenAiCompatibleModel timeouts", () => {
         retryable: true
       }])
       // A host that keeps the connection open after [DONE] is not waited on.
-      const done = yield* stepped(layer, stalledClient({ body: Fake.event(Fake.chunk({ content: "ok" }, "stop")) + Fake.DONE }))
+      const done = yield* stepped(
+        layer,
+        stalledClient({ body: Fake.event(Fake.chunk({ content: "ok" }, "stop")) + Fake.DONE })
+      )
       expect(done.failure).toStrictEqual([])
       expect(done.chunks.at(-1)).toStrictEqual({ type: "finish", finish: { kind: "stop" } })
       expect(done.elapsed).toBeLessThan(1500)
@@ -758,8 +809,10 @@ describe("OpenAiCompatibleModel timeouts", () => {
 
   it.effect("a timeout that is not a positive duration fails the layer with ConfigError", () =>
     Effect.gen(function*() {
-      const error = yield* Effect.flip(Layer.build(OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m", idleTimeout: "0 seconds" }))
-        .pipe(Effect.scoped, Effect.provideService(HttpClient.HttpClient, stalledClient("connect"))))
+      const error = yield* Effect.flip(
+        Layer.build(OpenAiCompatibleModel.layer({ baseUrl: BASE, model: "m", idleTimeout: "0 seconds" }))
+          .pipe(Effect.scoped, Effect.provideService(HttpClient.HttpClient, stalledClient("connect")))
+      )
       expect(ConfigError.isConfigError(error)).toBe(true)
       expect(String(error)).toContain("idleTimeout")
     }))
@@ -785,7 +838,6 @@ const agent = (server: ChatCompletionsServer) =>
     modelLayer: modelLayer(server, { apiKey }),
     tools: [lookup]
   })
-
 
 /** A turn opened by one follow-up `id`: its claim, its first step and (first request only) `RH(initial)`. */
 const turnPrefix = (turn: number, id: string, header: "initial" | "none") => [
@@ -825,13 +877,40 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(ns,0,[ctx])", "INS(nt,0,[A])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(1,1)", "UM(ctx)", "UM(A)",
+          "INS(ns,0,[ctx])",
+          "INS(nt,0,[A])",
+          "TS(1)",
+          "CLM(ns,0,1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(ctx)",
+          "UM(A)",
           "RH(initial)",
-          "CH(block-start)", "CH(reasoning-delta)", "CH(block-end)", ...textChunks,
-          "CH(block-start)", "CH(tool-call-delta)", "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)",
-          "CH(block-end)", "CH(block-end)", "CH(usage)", "CH(replay-state)", "CH(finish stop)", "AM",
-          "TC(call_1)", "TC(call_2)", "TR(call_1)", "TR(call_2)", "SE(1,1)",
-          "SS(1,2)", ...textChunks, ...stopAM, "SE(1,2)", "TE(1,completed)"
+          "CH(block-start)",
+          "CH(reasoning-delta)",
+          "CH(block-end)",
+          ...textChunks,
+          "CH(block-start)",
+          "CH(tool-call-delta)",
+          "CH(block-start)",
+          "CH(tool-call-delta)",
+          "CH(tool-call-delta)",
+          "CH(block-end)",
+          "CH(block-end)",
+          "CH(usage)",
+          "CH(replay-state)",
+          "CH(finish stop)",
+          "AM",
+          "TC(call_1)",
+          "TC(call_2)",
+          "TR(call_1)",
+          "TR(call_2)",
+          "SE(1,1)",
+          "SS(1,2)",
+          ...textChunks,
+          ...stopAM,
+          "SE(1,2)",
+          "TE(1,completed)"
         ])
         expect(checkLog(all, { closed: true })).toStrictEqual([])
         const messages = ofType(all, "assistant/message")
@@ -850,8 +929,18 @@ describe("OpenAiCompatibleModel in an agent", () => {
         ])
         expect(messages.map((m) => m.data.usage)).toStrictEqual([tillerUsage, tillerUsage])
         expect(ofType(all, "tool/result").map((e) => e.data.message.content[0])).toStrictEqual([
-          { type: "tool-result", toolCallId: "call_1", isError: false, content: [{ type: "text", text: "meaning of alpha" }] },
-          { type: "tool-result", toolCallId: "call_2", isError: false, content: [{ type: "text", text: "meaning of beta" }] }
+          {
+            type: "tool-result",
+            toolCallId: "call_1",
+            isError: false,
+            content: [{ type: "text", text: "meaning of alpha" }]
+          },
+          {
+            type: "tool-result",
+            toolCallId: "call_2",
+            isError: false,
+            content: [{ type: "text", text: "meaning of beta" }]
+          }
         ])
       }).pipe(Effect.provide(agent(server)))
 
@@ -893,7 +982,8 @@ describe("OpenAiCompatibleModel in an agent", () => {
       const server = yield* Fake.make([
         Fake.status(
           429,
-          (received) => JSON.stringify({ error: { message: `too many requests for ${received.headers["authorization"]}` } })
+          (received) =>
+            JSON.stringify({ error: { message: `too many requests for ${received.headers["authorization"]}` } })
         ),
         Fake.sse(say("Hello."))
       ])
@@ -909,15 +999,24 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(finish error)", "RT(1)",
-          ...textChunks, ...stopAM, "SE(1,1)", "TE(1,completed)"
+          "INS(nt,0,[A])",
+          ...turnPrefix(1, "A", "initial"),
+          "CH(finish error)",
+          "RT(1)",
+          ...textChunks,
+          ...stopAM,
+          "SE(1,1)",
+          "TE(1,completed)"
         ])
         expect(JSON.stringify(all)).not.toContain(KEY)
         const notifications: ReadonlyArray<DriverEvent> = Chunk.toReadonlyArray(yield* Queue.takeAll(live))
         expect(notifications.length).toBeGreaterThan(0)
         expect(JSON.stringify(notifications)).not.toContain(KEY)
       }).pipe(Effect.provide(agent(server)))
-      expect((yield* server.received).map((r) => r.headers["authorization"])).toStrictEqual([`Bearer ${KEY}`, `Bearer ${KEY}`])
+      expect((yield* server.received).map((r) => r.headers["authorization"])).toStrictEqual([
+        `Bearer ${KEY}`,
+        `Bearer ${KEY}`
+      ])
     }))
 
   it.scoped("a malformed stream ends the turn with error; the session stays usable for a followup", () =>
@@ -934,9 +1033,19 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(block-start)", "CH(text-delta)", "CH(finish error)",
-          "SE(1,1)", "TE(1,error(MALFORMED_STREAM))",
-          "INS(nt,0,[B])", ...turnPrefix(2, "B", "none"), ...textChunks, ...stopAM, "SE(2,1)", "TE(2,completed)"
+          "INS(nt,0,[A])",
+          ...turnPrefix(1, "A", "initial"),
+          "CH(block-start)",
+          "CH(text-delta)",
+          "CH(finish error)",
+          "SE(1,1)",
+          "TE(1,error(MALFORMED_STREAM))",
+          "INS(nt,0,[B])",
+          ...turnPrefix(2, "B", "none"),
+          ...textChunks,
+          ...stopAM,
+          "SE(2,1)",
+          "TE(2,completed)"
         ])
         expect(checkLog(all, { closed: true })).toStrictEqual([])
         const [failed] = ofType(all, "turn/end")
@@ -970,8 +1079,13 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.cancel({ kind: "user" })
         yield* driver.whenIdle
         expect(yield* shape).toStrictEqual([
-          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(block-start)", "CH(text-delta)", "AM!",
-          "SE(1,1)", "TE(1,aborted(user))"
+          "INS(nt,0,[A])",
+          ...turnPrefix(1, "A", "initial"),
+          "CH(block-start)",
+          "CH(text-delta)",
+          "AM!",
+          "SE(1,1)",
+          "TE(1,aborted(user))"
         ])
         yield* server.hangClosed
       }).pipe(Effect.provide(agent(server)))
@@ -998,7 +1112,12 @@ describe("OpenAiCompatibleModel in an agent", () => {
   it.scoped("a refusal streams no text chunk and ends the turn with REFUSAL holding its words, without a retry", () =>
     Effect.gen(function*() {
       const server = yield* Fake.make([
-        Fake.sse([Fake.chunk({ role: "assistant", content: null, refusal: "" }), Fake.chunk({ refusal: "I can't help with that." }), Fake.chunk({}, "stop"), Fake.usageChunk(usage)]),
+        Fake.sse([
+          Fake.chunk({ role: "assistant", content: null, refusal: "" }),
+          Fake.chunk({ refusal: "I can't help with that." }),
+          Fake.chunk({}, "stop"),
+          Fake.usageChunk(usage)
+        ]),
         Fake.sse(say("not asked"))
       ])
       yield* Effect.gen(function*() {
@@ -1007,13 +1126,21 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(usage)", "CH(finish error)",
-          "SE(1,1)", "TE(1,error(REFUSAL))"
+          "INS(nt,0,[A])",
+          ...turnPrefix(1, "A", "initial"),
+          "CH(usage)",
+          "CH(finish error)",
+          "SE(1,1)",
+          "TE(1,error(REFUSAL))"
         ])
         expect(checkLog(all, { closed: true })).toStrictEqual([])
         expect(ofType(all, "turn/end")[0]!.data.reason).toStrictEqual({
           kind: "error",
-          error: { message: `${hostOf(server)}: the model refused: I can't help with that.`, code: "REFUSAL", retryable: false }
+          error: {
+            message: `${hostOf(server)}: the model refused: I can't help with that.`,
+            code: "REFUSAL",
+            retryable: false
+          }
         })
       }).pipe(Effect.provide(agent(server)))
       expect(yield* server.received).toHaveLength(1)
@@ -1024,7 +1151,14 @@ describe("OpenAiCompatibleModel in an agent", () => {
       const server = yield* Fake.make([
         Fake.raw(
           Fake.event(Fake.chunk({ content: "Partial" })) +
-            Fake.event({ error: { message: "The engine is dead (EngineDeadError)", type: "InternalServerError", param: null, code: 500 } }) +
+            Fake.event({
+              error: {
+                message: "The engine is dead (EngineDeadError)",
+                type: "InternalServerError",
+                param: null,
+                code: 500
+              }
+            }) +
             Fake.DONE
         ),
         Fake.sse(say("Recovered."))
@@ -1043,8 +1177,16 @@ describe("OpenAiCompatibleModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[A])", ...turnPrefix(1, "A", "initial"), "CH(block-start)", "CH(text-delta)", "CH(finish error)", "RT(1)",
-          ...textChunks, ...stopAM, "SE(1,1)", "TE(1,completed)"
+          "INS(nt,0,[A])",
+          ...turnPrefix(1, "A", "initial"),
+          "CH(block-start)",
+          "CH(text-delta)",
+          "CH(finish error)",
+          "RT(1)",
+          ...textChunks,
+          ...stopAM,
+          "SE(1,1)",
+          "TE(1,completed)"
         ])
         expect(ofType(all, "assistant/message").map((m) => m.data.message.content)).toStrictEqual([
           [{ type: "text", text: "Recovered." }]

@@ -29,9 +29,9 @@ import {
   toolResult,
   userParts
 } from "../fixtures/adapterHarness.js"
+import * as Chunks from "../fixtures/streamChunks.js"
 import type { FakeServer, Reply } from "./fake/ResponsesServer.js"
 import * as Fake from "./fake/ResponsesServer.js"
-import * as Chunks from "../fixtures/streamChunks.js"
 
 const KEY = "sk-test-5e4d3c2b1a-never-printed"
 const apiKey = Redacted.make(KEY)
@@ -56,7 +56,12 @@ const replayed: Message = {
     replayState: {
       openai: {
         items: [
-          { type: "reasoning", id: "rs_1", encrypted_content: "gAAAA-one", summary: [{ type: "summary_text", text: "**Calculating**" }] },
+          {
+            type: "reasoning",
+            id: "rs_1",
+            encrypted_content: "gAAAA-one",
+            summary: [{ type: "summary_text", text: "**Calculating**" }]
+          },
           { type: "message" },
           { type: "reasoning", encrypted_content: "gAAAA-two", summary: [] },
           { type: "function_call", call_id: "call_AB6" }
@@ -72,7 +77,11 @@ describe("OpenAiModel request body", () => {
   it("instructions, each user-role message its own item, tool results as their text, tools without strict", () => {
     const messages: ReadonlyArray<Message> = [
       prompt("u1", "The repo uses pnpm."),
-      userParts("u2", [{ type: "text", text: "What is 12 + 7? Look:" }, { type: "image", mediaType: "image/png", data: "AQID" }]),
+      userParts("u2", [{ type: "text", text: "What is 12 + 7? Look:" }, {
+        type: "image",
+        mediaType: "image/png",
+        data: "AQID"
+      }]),
       assistant("a1", [
         { type: "reasoning", text: "an addition" },
         { type: "text", text: "Adding." },
@@ -87,7 +96,11 @@ describe("OpenAiModel request body", () => {
           type: "tool-result",
           toolCallId: "call_2",
           isError: false,
-          content: [{ type: "text", text: "sunny, 18 °C" }, { type: "text", text: "at noon" }, { type: "image", mediaType: "image/jpeg", data: "BAUG" }]
+          content: [{ type: "text", text: "sunny, 18 °C" }, { type: "text", text: "at noon" }, {
+            type: "image",
+            mediaType: "image/jpeg",
+            data: "BAUG"
+          }]
         }],
         source: { kind: "tool", callId: "call_2" }
       },
@@ -141,10 +154,20 @@ describe("OpenAiModel request body", () => {
           type: "function",
           name: "add",
           description: "Adds two numbers",
-          parameters: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } }, required: ["a", "b"] },
+          parameters: {
+            type: "object",
+            properties: { a: { type: "number" }, b: { type: "number" } },
+            required: ["a", "b"]
+          },
           strict: false
         },
-        { type: "function", name: "clock", description: "The time", parameters: { type: "object", properties: {} }, strict: false }
+        {
+          type: "function",
+          name: "clock",
+          description: "The time",
+          parameters: { type: "object", properties: {} },
+          strict: false
+        }
       ],
       max_output_tokens: 512,
       temperature: 0.3,
@@ -156,7 +179,10 @@ describe("OpenAiModel request body", () => {
   })
 
   it("without system, tools or limits those fields are absent; the options' maxTokens is the default", () => {
-    const body = OpenAiModel.toResponsesRequest(request({ messages: [prompt("u1", "hi")] }), { model: "m", maxTokens: 64 })
+    const body = OpenAiModel.toResponsesRequest(request({ messages: [prompt("u1", "hi")] }), {
+      model: "m",
+      maxTokens: 64
+    })
     expect(body).toStrictEqual({
       model: "m",
       input: [{ role: "user", content: [{ type: "input_text", text: "hi" }] }],
@@ -173,18 +199,31 @@ describe("OpenAiModel request body", () => {
     const byDefault = OpenAiModel.toResponsesRequest(req, { model: "m" })
     expect(byDefault.prompt_cache_key).toBe("s-42")
     expect(Object.keys(byDefault).slice(-2)).toStrictEqual(["instructions", "input"])
-    expect(OpenAiModel.toResponsesRequest(req, { model: "m", promptCacheKey: "team-a" }).prompt_cache_key).toBe("team-a")
+    expect(OpenAiModel.toResponsesRequest(req, { model: "m", promptCacheKey: "team-a" }).prompt_cache_key).toBe(
+      "team-a"
+    )
     expect("prompt_cache_key" in OpenAiModel.toResponsesRequest(req, { model: "m", promptCaching: false })).toBe(false)
   })
 
   it("a reasoning item with encrypted content goes back (without its id) before its function_call, in the original order", () => {
     const body = OpenAiModel.toResponsesRequest(
-      request({ messages: [prompt("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19"), toolResult("call_CD7", "noon")] }),
+      request({
+        messages: [
+          prompt("u1", "12 + 7, then the time"),
+          replayed,
+          toolResult("call_AB6", "19"),
+          toolResult("call_CD7", "noon")
+        ]
+      }),
       { model: "gpt-test" }
     )
     expect(body.input).toStrictEqual([
       { role: "user", content: [{ type: "input_text", text: "12 + 7, then the time" }] },
-      { type: "reasoning", encrypted_content: "gAAAA-one", summary: [{ type: "summary_text", text: "**Calculating**" }] },
+      {
+        type: "reasoning",
+        encrypted_content: "gAAAA-one",
+        summary: [{ type: "summary_text", text: "**Calculating**" }]
+      },
       { type: "message", role: "assistant", content: [{ type: "output_text", text: "First the sum." }] },
       { type: "reasoning", encrypted_content: "gAAAA-two", summary: [] },
       { type: "function_call", call_id: "call_AB6", name: "add", arguments: "{\"a\":12,\"b\":7}" },
@@ -199,14 +238,20 @@ describe("OpenAiModel request body", () => {
   })
 
   it("another adapter's replay state is ignored; without encrypted reasoning neither include nor reasoning items are sent", () => {
-    const foreign: Message = { ...replayed, source: { ...modelSource, replayState: { anthropic: { content: [{ type: "text" }] } } } }
+    const foreign: Message = {
+      ...replayed,
+      source: { ...modelSource, replayState: { anthropic: { content: [{ type: "text" }] } } }
+    }
     expect(OpenAiModel.toInputItems([foreign])).toStrictEqual([
       { type: "message", role: "assistant", content: [{ type: "output_text", text: "First the sum." }] },
       { type: "function_call", call_id: "call_AB6", name: "add", arguments: "{\"a\":12,\"b\":7}" },
       { type: "function_call", call_id: "call_CD7", name: "clock", arguments: "{}" },
       { type: "message", role: "assistant", content: [{ type: "output_text", text: "A late remark." }] }
     ])
-    const body = OpenAiModel.toResponsesRequest(request({ messages: [replayed] }), { model: "gpt-4.1", encryptedReasoning: false })
+    const body = OpenAiModel.toResponsesRequest(request({ messages: [replayed] }), {
+      model: "gpt-4.1",
+      encryptedReasoning: false
+    })
     expect(body).not.toHaveProperty("include")
     expect(body.input.map((item) => "type" in item ? item.type : item.role)).toStrictEqual([
       "message",
@@ -233,8 +278,10 @@ const runAll = (replies: ReadonlyArray<Reply>, requests: ReadonlyArray<ModelRequ
     return { runs, received: yield* server.requests, host: new URL(server.url).host }
   })
 
-const run = (replies: ReadonlyArray<Reply>, req: ModelRequest = request({ messages: [prompt("u1", "SECRET PROMPT TEXT")] })) =>
-  Effect.map(runAll(replies, [req]), ({ host, received, runs }) => ({ ...runs[0]!, received, host }))
+const run = (
+  replies: ReadonlyArray<Reply>,
+  req: ModelRequest = request({ messages: [prompt("u1", "SECRET PROMPT TEXT")] })
+) => Effect.map(runAll(replies, [req]), ({ host, received, runs }) => ({ ...runs[0]!, received, host }))
 
 const failureOf = (error: Option.Option<ModelError>) => Option.getOrThrow(error).failure
 
@@ -259,7 +306,11 @@ describe("OpenAiModel over HTTP", () => {
           state: {
             openai: {
               items: [
-                { type: "reasoning", summary: [{ type: "summary_text", text: "Add them." }], encrypted_content: "gAAAA-enc" },
+                {
+                  type: "reasoning",
+                  summary: [{ type: "summary_text", text: "Add them." }],
+                  encrypted_content: "gAAAA-enc"
+                },
                 { type: "function_call", call_id: "call_1" }
               ]
             }
@@ -282,9 +333,12 @@ describe("OpenAiModel over HTTP", () => {
 
   it.scoped("a 401 is AUTH, not retryable, with the provider's message shortened and the echoed key redacted", () =>
     Effect.gen(function*() {
-      const long = `Incorrect API key provided: ${KEY}. You can find your API key at https://platform.openai.com/account/api-keys.`
+      const long =
+        `Incorrect API key provided: ${KEY}. You can find your API key at https://platform.openai.com/account/api-keys.`
       const { error } = yield* run([
-        Fake.status(401, { error: { message: `${long}\n${"x".repeat(1000)}`, type: "invalid_request_error", code: "invalid_api_key" } })
+        Fake.status(401, {
+          error: { message: `${long}\n${"x".repeat(1000)}`, type: "invalid_request_error", code: "invalid_api_key" }
+        })
       ])
       const failure = failureOf(error)
       expect(failure).toMatchObject({ code: "AUTH", retryable: false, status: 401 })
@@ -298,7 +352,9 @@ describe("OpenAiModel over HTTP", () => {
   it.scoped("a 429 is a retryable RATE_LIMIT with the delay and request id the server gave", () =>
     Effect.gen(function*() {
       const { error } = yield* run([
-        Fake.status(429, { error: { message: "Rate limit reached for gpt-test", type: "requests", code: "rate_limit_exceeded" } }, {
+        Fake.status(429, {
+          error: { message: "Rate limit reached for gpt-test", type: "requests", code: "rate_limit_exceeded" }
+        }, {
           "retry-after-ms": "1500",
           "x-request-id": "req_429"
         })
@@ -344,7 +400,12 @@ describe("OpenAiModel over HTTP", () => {
   it.scoped("a model that refuses encrypted reasoning gets the request again at once without include, and never again", () =>
     Effect.gen(function*() {
       const refused = Fake.status(400, {
-        error: { message: "Encrypted content is not supported with this model.", type: "invalid_request_error", param: "include", code: null }
+        error: {
+          message: "Encrypted content is not supported with this model.",
+          type: "invalid_request_error",
+          param: "include",
+          code: null
+        }
       })
       const hello = Fake.streamed({ text: ["Hello."], usage: { input: 3, output: 1 } })
       const { received, runs } = yield* runAll([refused, hello, hello], [request(), request()])
@@ -367,7 +428,9 @@ describe("OpenAiModel over HTTP", () => {
         }
       })
       const hello = Fake.streamed({ text: ["Hello."], usage: { input: 3, output: 1 } })
-      const withReasoning = request({ messages: [prompt("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19")] })
+      const withReasoning = request({
+        messages: [prompt("u1", "12 + 7, then the time"), replayed, toolResult("call_AB6", "19")]
+      })
       const { received, runs } = yield* runAll([unverifiable, hello, unverifiable], [withReasoning, request()])
       expect(runs[0]!.error).toStrictEqual(Option.none())
       expect(received.map((r) => r.body.include)).toStrictEqual([
@@ -377,10 +440,22 @@ describe("OpenAiModel over HTTP", () => {
       ])
       const types = (body: any) => body.input.map((item: any) => item.type ?? item.role)
       expect(types(received[0]!.body)).toStrictEqual([
-        "user", "reasoning", "message", "reasoning", "function_call", "message", "function_call", "function_call_output"
+        "user",
+        "reasoning",
+        "message",
+        "reasoning",
+        "function_call",
+        "message",
+        "function_call",
+        "function_call_output"
       ])
       expect(types(received[1]!.body)).toStrictEqual([
-        "user", "message", "function_call", "message", "function_call", "function_call_output"
+        "user",
+        "message",
+        "function_call",
+        "message",
+        "function_call",
+        "function_call_output"
       ])
       // Without reasoning to leave out, the same 400 is the request's failure.
       expect(failureOf(runs[1]!.error)).toMatchObject({ code: "INVALID_REQUEST", retryable: false, status: 400 })
@@ -390,7 +465,10 @@ describe("OpenAiModel over HTTP", () => {
     Effect.gen(function*() {
       const events = Fake.responseEvents({ text: ["Hel", "lo"], usage: { input: 1, output: 1 } })
       const upToFirstDelta = events.slice(0, events.findIndex((e) => e.type === "response.output_text.delta") + 1)
-      const error = { type: "error", error: { code: 400, message: "Encrypted content is not supported with this model." } }
+      const error = {
+        type: "error",
+        error: { code: 400, message: "Encrypted content is not supported with this model." }
+      }
       const { chunks, error: failure, received } = yield* run([
         { _tag: "Sse", frames: [...upToFirstDelta, error].map((e) => Fake.frame(e.type as string, e)) }
       ])
@@ -407,8 +485,8 @@ describe("OpenAiModel over HTTP", () => {
       const events = Fake.responseEvents({ text: ["Hel", "lo"], usage: { input: 1, output: 1 } })
       const upToFirstDelta = events.slice(0, events.findIndex((e) => e.type === "response.output_text.delta") + 1)
       const server = yield* Fake.listen([Fake.stall(upToFirstDelta.map((e) => Fake.frame(e.type as string, e)))])
-      const fiber = yield* Effect.flatMap(Model, (model) =>
-        Stream.runCollect(Stream.either(model.stream(request())))).pipe(
+      const fiber = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.either(model.stream(request()))))
+        .pipe(
           Effect.provide(modelLayer(server)),
           Effect.fork
         )
@@ -428,7 +506,14 @@ describe("OpenAiModel over HTTP", () => {
   it.scoped("another 400 is not sent again: INVALID_REQUEST, not retryable", () =>
     Effect.gen(function*() {
       const { error, received } = yield* run([
-        Fake.status(400, { error: { message: "Invalid value for 'temperature'.", type: "invalid_request_error", param: "temperature", code: null } })
+        Fake.status(400, {
+          error: {
+            message: "Invalid value for 'temperature'.",
+            type: "invalid_request_error",
+            param: "temperature",
+            code: null
+          }
+        })
       ])
       expect(failureOf(error)).toMatchObject({ code: "INVALID_REQUEST", retryable: false, status: 400 })
       expect(received).toHaveLength(1)
@@ -439,7 +524,13 @@ describe("OpenAiModel over HTTP", () => {
 // Inside an agent
 
 const agent = (server: FakeServer) =>
-  agentOver({ provider: "openai", model: "gpt-test", system: "Be brief.", modelLayer: modelLayer(server), tools: [add] })
+  agentOver({
+    provider: "openai",
+    model: "gpt-test",
+    system: "Be brief.",
+    modelLayer: modelLayer(server),
+    tools: [add]
+  })
 
 describe("OpenAiModel in an agent", () => {
   it.scoped("the reasoning item comes back before its function_call in the next request, and the result 19 as \"19\"", () =>
@@ -459,11 +550,33 @@ describe("OpenAiModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(all.map(notation)).toStrictEqual([
-          "INS(nt,0,[q])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(q)", "RH(initial)",
-          "CH(block-start)", "CH(reasoning-delta)", "CH(block-end)",
-          "CH(block-start)", "CH(tool-call-delta)", "CH(block-end)",
-          "CH(usage)", "CH(replay-state)", "CH(finish stop)", "AM", "TC(call_1)", "TR(call_1)", "SE(1,1)",
-          "SS(1,2)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM", "SE(1,2)",
+          "INS(nt,0,[q])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          "UM(q)",
+          "RH(initial)",
+          "CH(block-start)",
+          "CH(reasoning-delta)",
+          "CH(block-end)",
+          "CH(block-start)",
+          "CH(tool-call-delta)",
+          "CH(block-end)",
+          "CH(usage)",
+          "CH(replay-state)",
+          "CH(finish stop)",
+          "AM",
+          "TC(call_1)",
+          "TR(call_1)",
+          "SE(1,1)",
+          "SS(1,2)",
+          "CH(block-start)",
+          "CH(text-delta)",
+          "CH(block-end)",
+          "CH(usage)",
+          "CH(finish stop)",
+          "AM",
+          "SE(1,2)",
           "TE(1,completed)"
         ])
         const [first] = ofType(all, "assistant/message")
@@ -472,7 +585,11 @@ describe("OpenAiModel in an agent", () => {
           replayState: {
             openai: {
               items: [
-                { type: "reasoning", summary: [{ type: "summary_text", text: "Add 12 and 7." }], encrypted_content: "gAAAA-secret-thoughts" },
+                {
+                  type: "reasoning",
+                  summary: [{ type: "summary_text", text: "Add 12 and 7." }],
+                  encrypted_content: "gAAAA-secret-thoughts"
+                },
                 { type: "function_call", call_id: "call_1" }
               ]
             }
@@ -484,7 +601,11 @@ describe("OpenAiModel in an agent", () => {
       expect(received[0]!.body.instructions).toBe("Be brief.")
       expect(received[1]!.body.input).toStrictEqual([
         { role: "user", content: [{ type: "input_text", text: "What is 12 + 7?" }] },
-        { type: "reasoning", summary: [{ type: "summary_text", text: "Add 12 and 7." }], encrypted_content: "gAAAA-secret-thoughts" },
+        {
+          type: "reasoning",
+          summary: [{ type: "summary_text", text: "Add 12 and 7." }],
+          encrypted_content: "gAAAA-secret-thoughts"
+        },
         { type: "function_call", call_id: "call_1", name: "add", arguments: "{\"a\":12,\"b\":7}" },
         { type: "function_call_output", call_id: "call_1", output: "19" }
       ])
@@ -493,7 +614,9 @@ describe("OpenAiModel in an agent", () => {
   it.scoped("a 429 is retried by tiller's policy (llm/retry), then the turn completes", () =>
     Effect.gen(function*() {
       const server = yield* Fake.listen([
-        Fake.status(429, { error: { message: "Slow down", type: "requests", code: "rate_limit_exceeded" } }, { "retry-after": "1" }),
+        Fake.status(429, { error: { message: "Slow down", type: "requests", code: "rate_limit_exceeded" } }, {
+          "retry-after": "1"
+        }),
         Fake.streamed({ text: ["Fine."], usage: { input: 5, output: 1 } })
       ])
       yield* Effect.gen(function*() {
@@ -511,7 +634,10 @@ describe("OpenAiModel in an agent", () => {
         yield* driver.whenIdle
         const all = yield* events
         expect(ofType(all, "turn/end").map((e) => e.data.reason)).toStrictEqual([{ kind: "completed" }])
-        expect(ofType(all, "assistant/message").map((e) => e.data.message.content)).toStrictEqual([[{ type: "text", text: "Fine." }]])
+        expect(ofType(all, "assistant/message").map((e) => e.data.message.content)).toStrictEqual([[{
+          type: "text",
+          text: "Fine."
+        }]])
       }).pipe(Effect.provide(agent(server)))
       expect((yield* server.requests).length).toBe(2)
     }))
@@ -524,7 +650,11 @@ describe("OpenAiModel in an agent", () => {
         _tag: "Sse",
         frames: [
           created,
-          { type: "error", sequence_number: 1, error: { type: "insufficient_quota", code: "insufficient_quota", message: quota, param: null } },
+          {
+            type: "error",
+            sequence_number: 1,
+            error: { type: "insufficient_quota", code: "insufficient_quota", message: quota, param: null }
+          },
           {
             type: "response.failed",
             sequence_number: 2,
@@ -552,7 +682,16 @@ describe("OpenAiModel in an agent", () => {
         e.type === "response.output_text.delta"
           ? { ...e, type: "response.refusal.delta" }
           : e.type === "response.output_item.done"
-          ? { ...e, item: { id: "msg_1", type: "message", status: "completed", role: "assistant", content: [{ type: "refusal", refusal }] } }
+          ? {
+            ...e,
+            item: {
+              id: "msg_1",
+              type: "message",
+              status: "completed",
+              role: "assistant",
+              content: [{ type: "refusal", refusal }]
+            }
+          }
           : e
       )
       const server = yield* Fake.listen([{ _tag: "Sse", frames: wire.map((e) => Fake.frame(e.type as string, e)) }])
@@ -561,10 +700,14 @@ describe("OpenAiModel in an agent", () => {
         yield* driver.followup(user("q", "something bad"))
         yield* driver.whenIdle
         const all = yield* events
-        expect(ofType(all, "assistant/chunk").map((e) => e.data.chunk).filter((c) => c.type === "text-delta")).toStrictEqual([])
+        expect(ofType(all, "assistant/chunk").map((e) => e.data.chunk).filter((c) => c.type === "text-delta"))
+          .toStrictEqual([])
         expect(ofType(all, "llm/retry")).toStrictEqual([])
         expect(ofType(all, "turn/end").map((e) => e.data.reason)).toStrictEqual([
-          { kind: "error", error: { code: "REFUSAL", retryable: false, message: `OpenAI: the model refused: ${refusal}` } }
+          {
+            kind: "error",
+            error: { code: "REFUSAL", retryable: false, message: `OpenAI: the model refused: ${refusal}` }
+          }
         ])
       }).pipe(Effect.provide(agent(server)))
       expect((yield* server.requests).length).toBe(1)

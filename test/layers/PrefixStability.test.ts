@@ -36,7 +36,10 @@ interface Step {
 const TURNS: ReadonlyArray<ReadonlyArray<Step>> = [
   [
     { reasoning: "Add first.", calls: [{ id: "c1", name: "add", args: "{\"a\":1,\"b\":2}" }] },
-    { text: "Now both.", calls: [{ id: "c2", name: "add", args: "{\"a\":3,\"b\":4}" }, { id: "c3", name: "clock", args: "" }] },
+    {
+      text: "Now both.",
+      calls: [{ id: "c2", name: "add", args: "{\"a\":3,\"b\":4}" }, { id: "c3", name: "clock", args: "" }]
+    },
     { calls: [{ id: "c4", name: "add", args: "{\"a\":7,\"b\":12}" }] },
     { reasoning: "Once more.", calls: [{ id: "c5", name: "clock", args: "{}" }] },
     { calls: [], text: "3, 7 and 19; it is 12:00." }
@@ -71,9 +74,13 @@ const chatReply = (step: Step, n: number): Reply => ({
     Chat.event(Chat.chunk({ role: "assistant", content: "" })),
     ...(step.reasoning === undefined ? [] : [Chat.event(Chat.chunk({ reasoning_content: step.reasoning }))]),
     ...(step.text === undefined ? [] : [Chat.event(Chat.chunk({ content: step.text }))]),
-    ...step.calls.map((c, i) => Chat.event(Chat.chunk({ tool_calls: [Chat.toolCall(i, { id: c.id, name: c.name, arguments: c.args })] }))),
+    ...step.calls.map((c, i) =>
+      Chat.event(Chat.chunk({ tool_calls: [Chat.toolCall(i, { id: c.id, name: c.name, arguments: c.args })] }))
+    ),
     Chat.event(Chat.chunk({}, step.calls.length > 0 ? "tool_calls" : "stop")),
-    Chat.event(Chat.usageChunk({ prompt_tokens: usage(n).input, completion_tokens: 20, total_tokens: usage(n).input + 20 })),
+    Chat.event(
+      Chat.usageChunk({ prompt_tokens: usage(n).input, completion_tokens: 20, total_tokens: usage(n).input + 20 })
+    ),
     Chat.DONE
   ]
 })
@@ -145,7 +152,9 @@ describe("prefix stability through the agent loop", () => {
       Effect.gen(function*() {
         const { log, received, texts } = yield* runSession(adapter)
         expect(checkLog(log, { closed: true })).toStrictEqual([])
-        expect(log.filter((e) => e.type === "turn/end").map((e) => (e.data as { reason: { kind: string } }).reason.kind)).toStrictEqual([
+        expect(
+          log.filter((e) => e.type === "turn/end").map((e) => (e.data as { reason: { kind: string } }).reason.kind)
+        ).toStrictEqual([
           "completed",
           "completed"
         ])
@@ -163,7 +172,12 @@ describe("prefix stability through the agent loop", () => {
           for (const text of texts) {
             expect((text.match(/"cache_control"/g) ?? []).length).toBeLessThanOrEqual(4)
             // The newest breakpoint is on the newest message's last block: the promised prefix ends there.
-            expect(Prefix.promisedPrefix("anthropic", text.replace(/,"cache_control":\{"type":"ephemeral"\}(\]\}\]\})$/, "$1")))
+            expect(
+              Prefix.promisedPrefix(
+                "anthropic",
+                text.replace(/,"cache_control":\{"type":"ephemeral"\}(\]\}\]\})$/, "$1")
+              )
+            )
               .toBe(Prefix.promisedPrefix("anthropic", text))
             expect(text.endsWith(",\"cache_control\":{\"type\":\"ephemeral\"}}]}]}")).toBe(true)
           }
@@ -180,12 +194,18 @@ describe("prefix stability through the agent loop", () => {
 
   it("the check fails when a request reorders the tools, re-serialises an earlier message or moves the system text", () => {
     const body = (tools: ReadonlyArray<string>, system: string, messages: ReadonlyArray<string>) =>
-      `{"model":"m","tools":[${tools.map((t) => `{"name":"${t}"}`).join(",")}],"system":"${system}","input":[${messages.join(",")}]}`
+      `{"model":"m","tools":[${tools.map((t) => `{"name":"${t}"}`).join(",")}],"system":"${system}","input":[${
+        messages.join(",")
+      }]}`
     const first = body(["add", "clock"], "S", ["{\"a\":1}"])
-    expect(Prefix.violations("responses", [first, body(["add", "clock"], "S", ["{\"a\":1}", "{\"b\":2}"])])).toStrictEqual([])
-    expect(Prefix.violations("responses", [first, body(["clock", "add"], "S", ["{\"a\":1}", "{\"b\":2}"])])).toHaveLength(1)
-    expect(Prefix.violations("responses", [first, body(["add", "clock"], "S", ["{\"a\":1 }", "{\"b\":2}"])])).toHaveLength(1)
-    expect(Prefix.violations("responses", [first, body(["add", "clock"], "S2", ["{\"a\":1}", "{\"b\":2}"])])).toHaveLength(1)
+    expect(Prefix.violations("responses", [first, body(["add", "clock"], "S", ["{\"a\":1}", "{\"b\":2}"])]))
+      .toStrictEqual([])
+    expect(Prefix.violations("responses", [first, body(["clock", "add"], "S", ["{\"a\":1}", "{\"b\":2}"])]))
+      .toHaveLength(1)
+    expect(Prefix.violations("responses", [first, body(["add", "clock"], "S", ["{\"a\":1 }", "{\"b\":2}"])]))
+      .toHaveLength(1)
+    expect(Prefix.violations("responses", [first, body(["add", "clock"], "S2", ["{\"a\":1}", "{\"b\":2}"])]))
+      .toHaveLength(1)
     // A compaction between the two excuses the pair.
     expect(Prefix.violations("responses", [first, body(["add"], "S", ["{\"z\":0}"])], [true])).toStrictEqual([])
   })

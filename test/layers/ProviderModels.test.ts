@@ -147,7 +147,9 @@ const anthropic: Provider = {
   keyHeader: (request) => request.headers["x-api-key"],
   // The history as sent, without the prompt-cache marks (AnthropicModel.test.ts checks those).
   history: (body) => ({
-    system: Array.isArray(body.system) ? body.system.map((block: { text: string }) => block.text).join("") : body.system,
+    system: Array.isArray(body.system)
+      ? body.system.map((block: { text: string }) => block.text).join("")
+      : body.system,
     messages: body.messages.map((message: { content: ReadonlyArray<Record<string, unknown>> }) => ({
       ...message,
       content: message.content.map(({ cache_control: _, ...block }) => block)
@@ -259,26 +261,67 @@ const paths = (requests: ReadonlyArray<ReceivedRequest>) => requests.map((r) => 
 for (const provider of [openai, anthropic]) {
   describe(`ProviderModels ${provider.name}`, () => {
     it.scopedLive("reasoning, text and two parallel tool calls; the results go back in the next request", () =>
-      session(provider, [provider.reply(toolTurn), provider.reply({ text: ["Done: hi, 3."], usage: { input: 50, output: 5 } })], (server) =>
+      session(provider, [
+        provider.reply(toolTurn),
+        provider.reply({ text: ["Done: hi, 3."], usage: { input: 50, output: 5 } })
+      ], (server) =>
         Effect.gen(function*() {
           const driver = yield* Driver
-          yield* driver.inject(userMessage({ id: "ctx", text: "The repo uses pnpm.", source: { kind: "plugin", plugin: "facts" } }))
+          yield* driver.inject(
+            userMessage({ id: "ctx", text: "The repo uses pnpm.", source: { kind: "plugin", plugin: "facts" } })
+          )
           yield* prompt("q", "Echo hi and add 1 and 2.")
           const all = yield* events
           expect(all.map(notation)).toEqual([
-            "INS(ns,0,[ctx])", "INS(nt,0,[q])", "TS(1)", "CLM(ns,0,1)", "CLM(nt,0,1)",
-            "SS(1,1)", "UM(ctx)", "UM(q)", "RH(initial)",
+            "INS(ns,0,[ctx])",
+            "INS(nt,0,[q])",
+            "TS(1)",
+            "CLM(ns,0,1)",
+            "CLM(nt,0,1)",
+            "SS(1,1)",
+            "UM(ctx)",
+            "UM(q)",
+            "RH(initial)",
             ...provider.reasoningChunks,
-            "CH(block-start)", "CH(text-delta)", "CH(text-delta)", "CH(block-end)",
-            "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)", "CH(block-end)",
-            "CH(block-start)", "CH(tool-call-delta)", "CH(tool-call-delta)", "CH(block-end)",
-            "CH(usage)", ...provider.replayChunks, "CH(finish stop)", "AM", "TC(call_1)", "TC(call_2)", "TR(call_1)",
-            "TR(call_2)", "SE(1,1)",
-            "SS(1,2)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(usage)", "CH(finish stop)", "AM", "SE(1,2)",
+            "CH(block-start)",
+            "CH(text-delta)",
+            "CH(text-delta)",
+            "CH(block-end)",
+            "CH(block-start)",
+            "CH(tool-call-delta)",
+            "CH(tool-call-delta)",
+            "CH(block-end)",
+            "CH(block-start)",
+            "CH(tool-call-delta)",
+            "CH(tool-call-delta)",
+            "CH(block-end)",
+            "CH(usage)",
+            ...provider.replayChunks,
+            "CH(finish stop)",
+            "AM",
+            "TC(call_1)",
+            "TC(call_2)",
+            "TR(call_1)",
+            "TR(call_2)",
+            "SE(1,1)",
+            "SS(1,2)",
+            "CH(block-start)",
+            "CH(text-delta)",
+            "CH(block-end)",
+            "CH(usage)",
+            "CH(finish stop)",
+            "AM",
+            "SE(1,2)",
             "TE(1,completed)"
           ])
           const source = { kind: "model", provider: provider.name, model: provider.model }
-          expect(assistantMessages(all).map((m) => ({ content: m.message.content, source: m.message.source, usage: m.usage })))
+          expect(
+            assistantMessages(all).map((m) => ({
+              content: m.message.content,
+              source: m.message.source,
+              usage: m.usage
+            }))
+          )
             .toEqual([
               {
                 content: [
@@ -303,7 +346,10 @@ for (const provider of [openai, anthropic]) {
             { id: "call_2", content: [{ type: "text", text: "3" }] }
           ])
           const header = ofType(all, "request/header")[0]!.data.header
-          expect({ provider: header.provider, model: header.model }).toEqual({ provider: provider.name, model: provider.model })
+          expect({ provider: header.provider, model: header.model }).toEqual({
+            provider: provider.name,
+            model: provider.model
+          })
           const requests = yield* server.requests
           expect(paths(requests)).toEqual([`POST ${provider.path}`, `POST ${provider.path}`])
           expect(requests.map((r) => r.body.stream)).toEqual([true, true])
@@ -328,30 +374,49 @@ for (const provider of [openai, anthropic]) {
           yield* prompt("q", "hello")
           const all = yield* events
           expect(all.map(notation).filter((n) => !n.startsWith("CH("))).toEqual([
-            "INS(nt,0,[q])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(q)", "RH(initial)",
-            "RT(1)", "AM", "SE(1,1)", "TE(1,completed)"
+            "INS(nt,0,[q])",
+            "TS(1)",
+            "CLM(nt,0,1)",
+            "SS(1,1)",
+            "UM(q)",
+            "RH(initial)",
+            "RT(1)",
+            "AM",
+            "SE(1,1)",
+            "TE(1,completed)"
           ])
           const [retry] = retries(all)
-          expect(retry!.failure).toMatchObject({ code: "RATE_LIMIT", status: 429, retryAfterMs: 1000, requestId: "req_429" })
+          expect(retry!.failure).toMatchObject({
+            code: "RATE_LIMIT",
+            status: 429,
+            retryAfterMs: 1000,
+            requestId: "req_429"
+          })
           expect(retry!.failure.message).toContain("Slow down")
           expect(retry!.delayMs).toBeGreaterThanOrEqual(1000)
           expect(paths(yield* server.requests)).toEqual([`POST ${provider.path}`, `POST ${provider.path}`])
         })))
 
     it.scopedLive("a dropped connection is a NETWORK failure, retried", () =>
-      session(provider, [ResponsesServer.hangup, provider.reply({ text: ["Back."], usage: { input: 5, output: 1 } })], (server) =>
-        Effect.gen(function*() {
-          yield* prompt("q", "hello")
-          const all = yield* events
-          expect(retries(all).map((r) => r.failure.code)).toEqual(["NETWORK"])
-          expect(turnEnds(all)).toEqual([{ kind: "completed" }])
-          expect(assistantMessages(all).map((m) => m.message.content)).toEqual([[{ type: "text", text: "Back." }]])
-          expect((yield* server.requests).length).toBe(2)
-        })))
+      session(
+        provider,
+        [ResponsesServer.hangup, provider.reply({ text: ["Back."], usage: { input: 5, output: 1 } })],
+        (server) =>
+          Effect.gen(function*() {
+            yield* prompt("q", "hello")
+            const all = yield* events
+            expect(retries(all).map((r) => r.failure.code)).toEqual(["NETWORK"])
+            expect(turnEnds(all)).toEqual([{ kind: "completed" }])
+            expect(assistantMessages(all).map((m) => m.message.content)).toEqual([[{ type: "text", text: "Back." }]])
+            expect((yield* server.requests).length).toBe(2)
+          })
+      ))
 
     it.scopedLive("a 401 is not retried, and a key the server echoes is redacted from the failure", () =>
       session(provider, [
-        ResponsesServer.status(401, { error: { type: "authentication_error", message: `Incorrect API key provided: ${KEY}` } })
+        ResponsesServer.status(401, {
+          error: { type: "authentication_error", message: `Incorrect API key provided: ${KEY}` }
+        })
       ], (server) =>
         Effect.gen(function*() {
           yield* prompt("q", "hello")
@@ -365,7 +430,10 @@ for (const provider of [openai, anthropic]) {
         })))
 
     it.scopedLive("a malformed stream ends the turn in error without a retry; a later prompt completes", () =>
-      session(provider, [provider.malformed(), provider.reply({ text: ["Recovered."], usage: { input: 5, output: 1 } })], (server) =>
+      session(provider, [
+        provider.malformed(),
+        provider.reply({ text: ["Recovered."], usage: { input: 5, output: 1 } })
+      ], (server) =>
         Effect.gen(function*() {
           yield* prompt("q1", "first")
           yield* prompt("q2", "second")
@@ -386,7 +454,11 @@ describe("ProviderModels openai, failed responses", () => {
     const failed = {
       type: "response.failed",
       sequence_number: wire.length - 1,
-      response: { ...completed.response, status: "failed", error: { code: "invalid_prompt", message: "The prompt was refused." } }
+      response: {
+        ...completed.response,
+        status: "failed",
+        error: { code: "invalid_prompt", message: "The prompt was refused." }
+      }
     }
     const reply: Reply = {
       _tag: "Sse",
@@ -396,7 +468,11 @@ describe("ProviderModels openai, failed responses", () => {
       Effect.gen(function*() {
         yield* prompt("q", "hello")
         const all = yield* events
-        expect(errorOf(all)).toEqual({ message: "OpenAI: The prompt was refused.", code: "CONTENT_FILTER", retryable: false })
+        expect(errorOf(all)).toEqual({
+          message: "OpenAI: The prompt was refused.",
+          code: "CONTENT_FILTER",
+          retryable: false
+        })
         expect(assistantMessages(all)).toEqual([])
       }))
   })
@@ -404,11 +480,18 @@ describe("ProviderModels openai, failed responses", () => {
 
 describe("ProviderModels anthropic, errors inside the stream", () => {
   it.scopedLive("an overloaded_error event is OVERLOADED and retried", () =>
-    session(anthropic, [AnthropicServer.overloadedMidStream(), anthropic.reply({ text: ["Ok."], usage: { input: 5, output: 1 } })], () =>
+    session(anthropic, [
+      AnthropicServer.overloadedMidStream(),
+      anthropic.reply({ text: ["Ok."], usage: { input: 5, output: 1 } })
+    ], () =>
       Effect.gen(function*() {
         yield* prompt("q", "hello")
         const all = yield* events
-        expect(retries(all).map((r) => r.failure)).toEqual([{ message: "Anthropic: Overloaded", code: "OVERLOADED", retryable: true }])
+        expect(retries(all).map((r) => r.failure)).toEqual([{
+          message: "Anthropic: Overloaded",
+          code: "OVERLOADED",
+          retryable: true
+        }])
         expect(turnEnds(all)).toEqual([{ kind: "completed" }])
       })))
 })
@@ -427,10 +510,16 @@ describe("ProviderModels anthropic, reasoning replay across resume and fork", ()
         Agent.layer({ ...options, model: { provider: "anthropic", model: anthropic.model }, system: "Be brief." }).pipe(
           Layer.provide(Layer.mergeAll(model, Tools.layer({ tools: [echo, add] })))
         )
-      const run = (options: { readonly sessionId: SessionId } | { readonly resume: SessionId }, id: string, text: string) =>
-        Effect.scoped(Layer.build(agent(options)).pipe(
-          Effect.flatMap((context) => Effect.provide(prompt(id, text), context))
-        ))
+      const run = (
+        options: { readonly sessionId: SessionId } | { readonly resume: SessionId },
+        id: string,
+        text: string
+      ) =>
+        Effect.scoped(
+          Layer.build(agent(options)).pipe(
+            Effect.flatMap((context) => Effect.provide(prompt(id, text), context))
+          )
+        )
       yield* run({ sessionId: SessionId.make("s") }, "q1", "Echo hi and add 1 and 2.")
       yield* run({ resume: SessionId.make("s") }, "q2", "And now?")
       const child = yield* forkSession({ source: SessionId.make("s"), childId: SessionId.make("f") })
@@ -441,7 +530,12 @@ describe("ProviderModels anthropic, reasoning replay across resume and fork", ()
       for (const request of requests.slice(1)) {
         const assistant = request.body.messages.find((m: { role: string }) => m.role === "assistant")
         expect(assistant.content[0]).toEqual(thinking)
-        expect(assistant.content.map((block: { type: string }) => block.type)).toEqual(["thinking", "text", "tool_use", "tool_use"])
+        expect(assistant.content.map((block: { type: string }) => block.type)).toEqual([
+          "thinking",
+          "text",
+          "tool_use",
+          "tool_use"
+        ])
       }
     }).pipe(Effect.provide(SessionStore.layerMemory)))
 })

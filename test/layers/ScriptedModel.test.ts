@@ -110,9 +110,11 @@ describe("ScriptedModel chunk sequences", () => {
   it.effect("fail: the open partial blocks, then a finish error", () =>
     Effect.gen(function*() {
       const failure = { message: "slow", code: "RATE_LIMIT", status: 429 }
-      expect(yield* collect(ScriptedModel.fail(failure, {
-        partial: { reasoning: "r", text: "t", toolCall: { id: "c1", name: "n", arguments: "{\"a" }, usage }
-      }))).toStrictEqual([
+      expect(
+        yield* collect(ScriptedModel.fail(failure, {
+          partial: { reasoning: "r", text: "t", toolCall: { id: "c1", name: "n", arguments: "{\"a" }, usage }
+        }))
+      ).toStrictEqual([
         { type: "block-start", index: 0, block: "reasoning" },
         { type: "reasoning-delta", index: 0, text: "r" },
         { type: "block-start", index: 1, block: "text" },
@@ -167,7 +169,10 @@ describe("ScriptedModel chunk sequences", () => {
 
   it.effect("hang: closed partial blocks are ended", () =>
     Effect.gen(function*() {
-      const chunks = yield* Effect.flatMap(Model, (model) => Stream.runCollect(Stream.take(model.stream(request(1)), 4)))
+      const chunks = yield* Effect.flatMap(
+        Model,
+        (model) => Stream.runCollect(Stream.take(model.stream(request(1)), 4))
+      )
       expect(Array.from(chunks)).toStrictEqual([
         ...Chunks.reasoningBlock(0, "r"),
         { type: "usage", usage }
@@ -176,7 +181,10 @@ describe("ScriptedModel chunk sequences", () => {
 
   it.effect("chunks: verbatim, even invalid ones, then the end", () =>
     Effect.gen(function*() {
-      const raw = [{ type: "text-delta", index: 7, text: "x" }, { type: "bogus" }, stop, { type: "block-end", index: 0 }]
+      const raw = [{ type: "text-delta", index: 7, text: "x" }, { type: "bogus" }, stop, {
+        type: "block-end",
+        index: 0
+      }]
       expect(yield* collect(ScriptedModel.chunks(raw))).toStrictEqual(raw)
     }))
 
@@ -310,7 +318,9 @@ describe("ScriptedModel entry effects", () => {
     Effect.gen(function*() {
       const dispatched = yield* Deferred.make<void>()
       const fiber = yield* Effect.flatMap(Model, (model) => Stream.runDrain(model.stream(request(1)))).pipe(
-        Effect.provide(ScriptedModel.layer([ScriptedModel.hang({}, { awaitBefore: Deferred.succeed(dispatched, undefined) })])),
+        Effect.provide(
+          ScriptedModel.layer([ScriptedModel.hang({}, { awaitBefore: Deferred.succeed(dispatched, undefined) })])
+        ),
         Effect.fork
       )
       yield* Deferred.await(dispatched)
@@ -343,11 +353,13 @@ describe("ScriptedModel entry effects", () => {
         Effect.zipRight(Deferred.await(release)),
         Effect.zipRight(Ref.set(finished, true))
       )
-      const consumer = yield* Effect.flatMap(Model, (model) =>
-        model.stream(request(1)).pipe(Stream.runForEach(() => Deferred.succeed(firstChunk, undefined)))).pipe(
-          Effect.provide(ScriptedModel.layer([ScriptedModel.hang({ text: "a" }, { onInterrupt })])),
-          Effect.fork
-        )
+      const consumer = yield* Effect.flatMap(
+        Model,
+        (model) => model.stream(request(1)).pipe(Stream.runForEach(() => Deferred.succeed(firstChunk, undefined)))
+      ).pipe(
+        Effect.provide(ScriptedModel.layer([ScriptedModel.hang({ text: "a" }, { onInterrupt })])),
+        Effect.fork
+      )
       yield* Deferred.await(firstChunk)
       const interrupter = yield* Effect.fork(Fiber.interrupt(consumer))
       yield* Deferred.await(entered)

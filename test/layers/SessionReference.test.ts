@@ -57,7 +57,11 @@ const userMessages = (events: ReadonlyArray<SessionEvent>) =>
 /** A source session "src" with two turns: alpha → beta, gamma → delta. */
 const withSource = <A, E, R>(body: Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
-    yield* onAgent(SRC, [ScriptedModel.text("beta"), ScriptedModel.text("delta")], Effect.zipRight(turn("a", "alpha"), turn("g", "gamma")))
+    yield* onAgent(
+      SRC,
+      [ScriptedModel.text("beta"), ScriptedModel.text("delta")],
+      Effect.zipRight(turn("a", "alpha"), turn("g", "gamma"))
+    )
     return yield* body
   }).pipe(Effect.provide(SessionStore.layerMemory))
 
@@ -86,7 +90,11 @@ describe("SessionReference", () => {
     it.effect("bounded by maxTokens: the most recent messages that fit, and a note of what was left out", () =>
       Effect.gen(function*() {
         const long = "x".repeat(3000)
-        yield* onAgent(SRC, [ScriptedModel.text(long), ScriptedModel.text("latest answer")], Effect.zipRight(turn("a", long), turn("g", "last question")))
+        yield* onAgent(
+          SRC,
+          [ScriptedModel.text(long), ScriptedModel.text("latest answer")],
+          Effect.zipRight(turn("a", long), turn("g", "last question"))
+        )
         const small = yield* SessionReference.snapshot(SRC, { maxTokens: 500 })
         const text = textOf(small)
         expect(text.length).toBeLessThanOrEqual(2000 + 200)
@@ -100,7 +108,9 @@ describe("SessionReference", () => {
         const outside = yield* Effect.flip(SessionReference.snapshot(SRC, { upTo: 10_000 }))
         expect(outside).toBeInstanceOf(SessionReferenceError)
         expect(outside.message).toMatch(/^cannot reference session src: seq 10000 is not in its log \(0 to \d+\)$/)
-        expect(yield* Effect.flip(SessionReference.snapshot(SRC, { maxTokens: 0 }))).toBeInstanceOf(SessionReferenceError)
+        expect(yield* Effect.flip(SessionReference.snapshot(SRC, { maxTokens: 0 }))).toBeInstanceOf(
+          SessionReferenceError
+        )
       })))
   })
 
@@ -108,12 +118,23 @@ describe("SessionReference", () => {
     it.effect("idle: returned from the pre-step beside the direct message; the log holds two simple messages; later source changes never change the target's replay", () =>
       withSource(Effect.gen(function*() {
         const snap = yield* SessionReference.snapshot(SRC)
-        const target = yield* onAgent(TARGET, [ScriptedModel.text("noted")], Effect.gen(function*() {
-          yield* SessionReference.deliver(user("p", "summarise @src"), [snap])
-          yield* (yield* Driver).whenIdle
-          return yield* logOf
-        }))
-        expect(target.map(notation).slice(0, 6)).toEqual(["INS(nt,0,[p])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", `UM(${snap.id})`, "UM(p)"])
+        const target = yield* onAgent(
+          TARGET,
+          [ScriptedModel.text("noted")],
+          Effect.gen(function*() {
+            yield* SessionReference.deliver(user("p", "summarise @src"), [snap])
+            yield* (yield* Driver).whenIdle
+            return yield* logOf
+          })
+        )
+        expect(target.map(notation).slice(0, 6)).toEqual([
+          "INS(nt,0,[p])",
+          "TS(1)",
+          "CLM(nt,0,1)",
+          "SS(1,1)",
+          `UM(${snap.id})`,
+          "UM(p)"
+        ])
         expect(checkLog(target, { closed: true })).toEqual([])
         const replay = deriveMessages(target)
         // The source goes on; the target, resumed, derives the same history.
@@ -126,14 +147,20 @@ describe("SessionReference", () => {
     it.effect("idle, rejected: the rejection drops both; the snapshot never enters", () =>
       withSource(Effect.gen(function*() {
         const snap = yield* SessionReference.snapshot(SRC)
-        const target = yield* onAgent(TARGET, [], Effect.gen(function*() {
-          const preStep = yield* PreStep
-          // Registered first, so outermost: it rejects whatever downstream decided.
-          yield* preStep.register((_, next) => Effect.zipRight(next(), Effect.succeed(PreStepDecision.reject("not now"))))
-          yield* SessionReference.deliver(user("p", "hi"), [snap])
-          yield* (yield* Driver).whenIdle
-          return yield* logOf
-        }))
+        const target = yield* onAgent(
+          TARGET,
+          [],
+          Effect.gen(function*() {
+            const preStep = yield* PreStep
+            // Registered first, so outermost: it rejects whatever downstream decided.
+            yield* preStep.register((_, next) =>
+              Effect.zipRight(next(), Effect.succeed(PreStepDecision.reject("not now")))
+            )
+            yield* SessionReference.deliver(user("p", "hi"), [snap])
+            yield* (yield* Driver).whenIdle
+            return yield* logOf
+          })
+        )
         expect(target.map(notation)).toEqual(["INS(nt,0,[p])", "TS(1)", "CLM(nt,0,1)", "TE(1,blocked)"])
         expect(userMessages(target)).toEqual([])
       })))
@@ -144,18 +171,24 @@ describe("SessionReference", () => {
         const gate = yield* Deferred.make<void>()
         const started = yield* Deferred.make<void>()
         const script = [
-          ScriptedModel.text("working", { awaitBefore: Effect.zipRight(Deferred.succeed(started, undefined), Deferred.await(gate)) }),
+          ScriptedModel.text("working", {
+            awaitBefore: Effect.zipRight(Deferred.succeed(started, undefined), Deferred.await(gate))
+          }),
           ScriptedModel.text("with the reference")
         ]
-        const events = yield* onAgent(SessionId.make("t2"), script, Effect.gen(function*() {
-          const driver = yield* Driver
-          yield* driver.followup(user("p0", "start"))
-          yield* Deferred.await(started)
-          yield* SessionReference.deliver(user("p", "also look at src"), [snap], { wake: "steer" })
-          yield* Deferred.succeed(gate, undefined)
-          yield* driver.whenIdle
-          return yield* logOf
-        }))
+        const events = yield* onAgent(
+          SessionId.make("t2"),
+          script,
+          Effect.gen(function*() {
+            const driver = yield* Driver
+            yield* driver.followup(user("p0", "start"))
+            yield* Deferred.await(started)
+            yield* SessionReference.deliver(user("p", "also look at src"), [snap], { wake: "steer" })
+            yield* Deferred.succeed(gate, undefined)
+            yield* driver.whenIdle
+            return yield* logOf
+          })
+        )
         const shape = events.map(notation)
         expect(shape).toContain(`INS(ns,0,[${snap.id}])`)
         expect(shape.indexOf(`INS(ns,0,[${snap.id}])`) + 1).toBe(shape.indexOf("INS(ns,1,[p])"))

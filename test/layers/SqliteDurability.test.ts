@@ -5,9 +5,24 @@
 import { describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
 import { Context, Deferred, Effect, Exit, Fiber, Layer, Option, Queue, Schema, Scope, TestClock } from "effect"
-import { AgentBusy, AgentDisposed, checkLog, Driver, DuplicateMessage, forkSession, Inbox, PersistenceError, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore, Tool } from "../../src/index.js"
-import { agentOver, asId, events, notation, plugin, settle, until, untilEvent, user } from "../agent/harness.js"
+import {
+  AgentBusy,
+  AgentDisposed,
+  checkLog,
+  Driver,
+  DuplicateMessage,
+  forkSession,
+  Inbox,
+  PersistenceError,
+  ScriptedModel,
+  SessionId,
+  SessionLog,
+  SessionStore,
+  SqliteSessionStore,
+  Tool
+} from "../../src/index.js"
 import type { ScriptEntry, SessionEvent, ToolDefinition } from "../../src/index.js"
+import { agentOver, asId, events, notation, plugin, settle, until, untilEvent, user } from "../agent/harness.js"
 import { storedEvents, storedShape, tempFiles } from "../fixtures/sqliteFile.js"
 
 const { freshFile } = tempFiles("tiller-f9-")
@@ -24,7 +39,8 @@ const rawExec = (file: string, statements: string) =>
       db.close()
     }
   })
-const FAIL_WRITES = "CREATE TRIGGER audit_fail BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'storage says no'); END;"
+const FAIL_WRITES =
+  "CREATE TRIGGER audit_fail BEFORE INSERT ON events BEGIN SELECT RAISE(ABORT, 'storage says no'); END;"
 const HEAL_WRITES = "DROP TRIGGER audit_fail;"
 
 type AgentServices = Context.Context<
@@ -81,7 +97,11 @@ const typeSeq = (es: ReadonlyArray<SessionEvent>, type: string) => es.filter((e)
  * an append wait for `control.gate` before it writes.
  */
 const holdingStore = (filename: string) => {
-  const control = { appends: [] as Array<ReadonlyArray<number>>, holding: false, gate: undefined as unknown as Deferred.Deferred<void> }
+  const control = {
+    appends: [] as Array<ReadonlyArray<number>>,
+    holding: false,
+    gate: undefined as unknown as Deferred.Deferred<void>
+  }
   const counting = Layer.effect(
     SessionStore,
     // Without the store's synchronous append: every write goes through the counted `append`.
@@ -91,7 +111,9 @@ const holdingStore = (filename: string) => {
         append: (id, es) =>
           Effect.suspend(() => {
             control.appends.push(es.map((e) => e.seq))
-            return control.holding ? Effect.zipRight(Deferred.await(control.gate), store.append(id, es)) : store.append(id, es)
+            return control.holding
+              ? Effect.zipRight(Deferred.await(control.gate), store.append(id, es))
+              : store.append(id, es)
           })
       }))
   ).pipe(Layer.provideMerge(SqliteSessionStore.layer({ filename })))
@@ -170,7 +192,9 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
         yield* until(Effect.sync(() => appends.length === 1))
         control.holding = false
         const rest = yield* Effect.fork(
-          Effect.all(["C1", "C2", "C3", "C4", "C5"].map((id) => driver.inject(plugin(id))), { concurrency: "unbounded" })
+          Effect.all(["C1", "C2", "C3", "C4", "C5"].map((id) => driver.inject(plugin(id))), {
+            concurrency: "unbounded"
+          })
         )
         yield* until(Effect.map(log.events, (es) => es.length === 6))
         yield* settle
@@ -181,7 +205,9 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
         yield* Fiber.join(first)
         yield* Fiber.join(rest)
         expect(appends).toEqual([[0], [1, 2, 3, 4, 5]])
-        expect(storedShape(filename, "gc")).toEqual(["C0", "C1", "C2", "C3", "C4", "C5"].map((id, i) => `INS(ns,${i},[${id}])`))
+        expect(storedShape(filename, "gc")).toEqual(
+          ["C0", "C1", "C2", "C3", "C4", "C5"].map((id, i) => `INS(ns,${i},[${id}])`)
+        )
         expect(yield* log.durableSeq).toBe(5)
       }).pipe(on(ctx))
     }))
@@ -224,7 +250,9 @@ describe("§6.2/§3.1 acknowledgement means committed in the file", () => {
           expect(storedShape(filename, "nop").slice(-1), name).toEqual([`INS(ns,${count},[H-${name}])`])
         }
         // Nothing was written for the operations themselves.
-        expect(storedShape(filename, "nop")).toEqual(["C0", ...operations.map(([name]) => `H-${name}`)].map((id, i) => `INS(ns,${i},[${id}])`))
+        expect(storedShape(filename, "nop")).toEqual(
+          ["C0", ...operations.map(([name]) => `H-${name}`)].map((id, i) => `INS(ns,${i},[${id}])`)
+        )
       }).pipe(on(ctx))
     }))
 
@@ -260,7 +288,9 @@ describe("§6.2 writer on SQLite", () => {
     Effect.gen(function*() {
       const filename = freshFile()
       const { acquire } = yield* sqliteStore(filename)
-      const { ctx, dispose } = yield* acquire([ScriptedModel.text("hello", { deltas: ["a", "b", "c"] })], { sessionId: "win" })
+      const { ctx, dispose } = yield* acquire([ScriptedModel.text("hello", { deltas: ["a", "b", "c"] })], {
+        sessionId: "win"
+      })
       const driver = Context.get(ctx, Driver)
       const log = Context.get(ctx, SessionLog)
       yield* driver.followup(user("A"))
@@ -280,7 +310,10 @@ describe("§6.2 writer on SQLite", () => {
       const driver = Context.get(first.ctx, Driver)
       const log = Context.get(first.ctx, SessionLog)
       const queue = yield* driver.subscribe
-      yield* rawExec(filename, `CREATE TRIGGER audit_fail BEFORE INSERT ON events WHEN NEW.row LIKE '%"turn/end"%' BEGIN SELECT RAISE(ABORT, 'no'); END;`)
+      yield* rawExec(
+        filename,
+        `CREATE TRIGGER audit_fail BEFORE INSERT ON events WHEN NEW.row LIKE '%"turn/end"%' BEGIN SELECT RAISE(ABORT, 'no'); END;`
+      )
       yield* driver.followup(user("A"))
       yield* driver.whenIdle
       yield* TestClock.adjust("1 second")
@@ -298,7 +331,11 @@ describe("§6.2 writer on SQLite", () => {
       yield* first.dispose
       yield* rawExec(filename, HEAL_WRITES)
       const second = yield* acquire([], { sessionId: "wf", resume: true })
-      expect(storedEvents(filename, "wf").slice(stored.length).map(notation)).toEqual(["SE(1,1)", "TE(1,interrupted)", "ES"])
+      expect(storedEvents(filename, "wf").slice(stored.length).map(notation)).toEqual([
+        "SE(1,1)",
+        "TE(1,interrupted)",
+        "ES"
+      ])
       expect(yield* Context.get(second.ctx, Inbox).idState(asId("B"))).toEqual(Option.none())
       yield* second.dispose
     }))
@@ -372,10 +409,17 @@ describe("§6.2 writer on SQLite", () => {
       const resumeFailure = yield* Effect.flip(acquire([], { sessionId: "rf", resume: true }))
       expect(resumeFailure).toBeInstanceOf(PersistenceError)
       expect(storedEvents(filename, "rf")).toEqual(stored)
-      const forkFailure = yield* Effect.flip(forkSession({ source: sid("rf"), boundary: 0, childId: sid("rf-kid") }).pipe(Effect.provideService(SessionStore, store)))
+      const forkFailure = yield* Effect.flip(
+        forkSession({ source: sid("rf"), boundary: 0, childId: sid("rf-kid") }).pipe(
+          Effect.provideService(SessionStore, store)
+        )
+      )
       expect(forkFailure).toBeInstanceOf(PersistenceError)
       expect(yield* store.exists(sid("rf-kid"))).toBe(false)
-      yield* rawExec(filename, "CREATE TRIGGER audit_fail_sessions BEFORE INSERT ON sessions BEGIN SELECT RAISE(ABORT, 'no'); END;")
+      yield* rawExec(
+        filename,
+        "CREATE TRIGGER audit_fail_sessions BEFORE INSERT ON sessions BEGIN SELECT RAISE(ABORT, 'no'); END;"
+      )
       expect(yield* Effect.flip(acquire([], { sessionId: "fresh" }))).toBeInstanceOf(PersistenceError)
       expect(yield* store.exists(sid("fresh"))).toBe(false)
       yield* rawExec(filename, HEAL_WRITES + " DROP TRIGGER audit_fail_sessions;")
@@ -384,7 +428,12 @@ describe("§6.2 writer on SQLite", () => {
       yield* second.dispose
       const third = yield* acquire([], { sessionId: "rf", resume: true })
       yield* third.dispose
-      expect(storedEvents(filename, "rf").slice(stored.length).map(notation)).toEqual(["TR?(k)", "SE(1,1)", "TE(1,interrupted)", "ES"])
+      expect(storedEvents(filename, "rf").slice(stored.length).map(notation)).toEqual([
+        "TR?(k)",
+        "SE(1,1)",
+        "TE(1,interrupted)",
+        "ES"
+      ])
       const created = yield* acquire([], { sessionId: "fresh" })
       yield* created.dispose
       expect((yield* store.load(sid("fresh"))).events).toEqual([])
@@ -414,7 +463,9 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
       expect(yield* Effect.flip(inbox.append("next-turn", user("D")))).toBeInstanceOf(PersistenceError)
       expect(yield* Effect.flip(inbox.clear)).toBeInstanceOf(PersistenceError)
       expect(yield* Effect.flip(driver.cancel({ kind: "user" }))).toBeInstanceOf(PersistenceError)
-      expect(yield* Effect.flip(log.append({ type: "audit/note", data: {}, ignorable: true }))).toBeInstanceOf(PersistenceError)
+      expect(yield* Effect.flip(log.append({ type: "audit/note", data: {}, ignorable: true }))).toBeInstanceOf(
+        PersistenceError
+      )
       expect(yield* Effect.flip(log.flush)).toBeInstanceOf(PersistenceError)
       expect(yield* log.events).toEqual(memory)
       expect(yield* inbox.idState(asId("C"))).toEqual(Option.none())
@@ -438,7 +489,14 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
         yield* driver2.followup(user("C"))
         yield* driver2.whenIdle
         yield* log2.flush
-        expect(storedShape(filename, "po").slice(0, 6)).toEqual(["INS(ns,0,[A])", "ES", "INS(ns,1,[B])", "INS(nt,0,[C])", "TS(1)", "CLM(ns,0,2)"])
+        expect(storedShape(filename, "po").slice(0, 6)).toEqual([
+          "INS(ns,0,[A])",
+          "ES",
+          "INS(ns,1,[B])",
+          "INS(nt,0,[C])",
+          "TS(1)",
+          "CLM(ns,0,2)"
+        ])
         expect(checkLog(storedEvents(filename, "po"), { closed: true })).toEqual([])
       }).pipe(on(second.ctx))
       yield* second.dispose
@@ -452,7 +510,9 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
       const started = yield* Deferred.make<void>()
       const tools = [slowTool(started)]
       const first = yield* acquire([
-        ScriptedModel.response({ toolCalls: [{ id: "a", name: "slow", arguments: {} }, { id: "b", name: "slow", arguments: {} }] })
+        ScriptedModel.response({
+          toolCalls: [{ id: "a", name: "slow", arguments: {} }, { id: "b", name: "slow", arguments: {} }]
+        })
       ], { sessionId: "rp", tools })
       yield* Effect.gen(function*() {
         const driver = yield* Driver
@@ -468,13 +528,30 @@ describe("§6.3 fail-stop on SQLite, then reopen", () => {
       expect(stored.map(notation).slice(-3)).toEqual(["CH(finish stop)", "AM", "TC(a)"])
       yield* rawExec(filename, HEAL_WRITES)
       yield* TestClock.setTime(5_000)
-      const second = yield* acquire([ScriptedModel.text("after")], { sessionId: "rp", resume: true, tools: [quickTool] })
+      const second = yield* acquire([ScriptedModel.text("after")], {
+        sessionId: "rp",
+        resume: true,
+        tools: [quickTool]
+      })
       // The closers and the end-seed are committed before the layer is handed out.
       const repaired = storedEvents(filename, "rp")
       expect(repaired.slice(0, stored.length)).toEqual(stored)
-      expect(repaired.slice(stored.length).map(notation)).toEqual(["TR?(a)", "TR?(b)", "SE(1,1)", "TE(1,interrupted)", "ES"])
+      expect(repaired.slice(stored.length).map(notation)).toEqual([
+        "TR?(a)",
+        "TR?(b)",
+        "SE(1,1)",
+        "TE(1,interrupted)",
+        "ES"
+      ])
       const tc = stored[stored.length - 1]!
-      const [ra, rb, se, te, es] = repaired.slice(stored.length) as unknown as Array<{ readonly seq: number; readonly time: number; readonly data: any; readonly sourceEventSeqs?: ReadonlyArray<number> }>
+      const [ra, rb, se, te, es] = repaired.slice(stored.length) as unknown as Array<
+        {
+          readonly seq: number
+          readonly time: number
+          readonly data: any
+          readonly sourceEventSeqs?: ReadonlyArray<number>
+        }
+      >
       expect(ra!.data.error).toEqual({ name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" })
       expect(ra!.sourceEventSeqs).toEqual([tc.seq])
       expect(ra!.data.message.id).toBe(`interrupted-tool-result-a-${ra!.seq}`)
@@ -553,7 +630,11 @@ describe("§3.7 disposal (D9) on SQLite, then resume", () => {
       expect(shape).toContain("INS(ns,0,[S])")
       expect(shape).toContain("INS(nt,0,[F])")
       expect(shape).toContain("INS(ns,1,[C])")
-      const second = yield* acquire([ScriptedModel.text("two"), ScriptedModel.text("three"), ScriptedModel.text("four")], {
+      const second = yield* acquire([
+        ScriptedModel.text("two"),
+        ScriptedModel.text("three"),
+        ScriptedModel.text("four")
+      ], {
         sessionId: "dp",
         resume: true,
         tools: [quickTool]
@@ -584,7 +665,12 @@ describe("§3.7 disposal (D9) on SQLite, then resume", () => {
         expect(entered(2)).toEqual(["S", "C", "F"])
         expect(entered(3)).toEqual(["Q"])
         expect(entered(4)).toEqual(["G"])
-        expect(es.filter((e) => e.type === "turn/end").map(notation)).toEqual(["TE(1,aborted(disposed))", "TE(2,completed)", "TE(3,completed)", "TE(4,completed)"])
+        expect(es.filter((e) => e.type === "turn/end").map(notation)).toEqual([
+          "TE(1,aborted(disposed))",
+          "TE(2,completed)",
+          "TE(3,completed)",
+          "TE(4,completed)"
+        ])
         expect(checkLog(es, { closed: true })).toEqual([])
       }).pipe(on(second.ctx))
       yield* second.dispose
@@ -601,7 +687,10 @@ describe("§3.7 disposal keeps the draining step's contexts (D8/D9)", () => {
         description: "defers a context, then never finishes",
         parameters: Schema.Struct({}),
         execute: (_params, ctx) =>
-          ctx.deferContext(plugin("ctx1")).pipe(Effect.zipRight(Deferred.succeed(started, undefined)), Effect.zipRight(Effect.never))
+          ctx.deferContext(plugin("ctx1")).pipe(
+            Effect.zipRight(Deferred.succeed(started, undefined)),
+            Effect.zipRight(Effect.never)
+          )
       })
       const first = yield* acquire([
         ScriptedModel.response({ toolCalls: [{ id: "k", name: "slow", arguments: {} }] })
@@ -609,7 +698,12 @@ describe("§3.7 disposal keeps the draining step's contexts (D8/D9)", () => {
       yield* Context.get(first.ctx, Driver).followup(user("A"))
       yield* Deferred.await(started)
       yield* first.dispose
-      expect(storedShape(filename, "dc").slice(-4)).toEqual(["TR✗(k)", "INS(ns,0,[ctx1])", "SE(1,1)", "TE(1,aborted(disposed))"])
+      expect(storedShape(filename, "dc").slice(-4)).toEqual([
+        "TR✗(k)",
+        "INS(ns,0,[ctx1])",
+        "SE(1,1)",
+        "TE(1,aborted(disposed))"
+      ])
       const second = yield* acquire([], { sessionId: "dc", resume: true })
       expect((yield* Context.get(second.ctx, Inbox).nextStep).map((m) => m.id)).toEqual(["ctx1"])
       yield* second.dispose
@@ -632,8 +726,14 @@ describe("§6.4/§6.1 opening on SQLite", () => {
       expect(busy).toBeInstanceOf(AgentBusy)
       expect(busy).toMatchObject({ sessionId: "new", operation: "open" })
       yield* first.dispose
-      expect(yield* Effect.flip(acquire([], { sessionId: "new" }))).toMatchObject({ _tag: "SessionExists", sessionId: "new" })
-      expect(yield* Effect.flip(acquire([], { sessionId: "absent", resume: true }))).toMatchObject({ _tag: "SessionNotFound", sessionId: "absent" })
+      expect(yield* Effect.flip(acquire([], { sessionId: "new" }))).toMatchObject({
+        _tag: "SessionExists",
+        sessionId: "new"
+      })
+      expect(yield* Effect.flip(acquire([], { sessionId: "absent", resume: true }))).toMatchObject({
+        _tag: "SessionNotFound",
+        sessionId: "absent"
+      })
       expect(yield* store.exists(sid("absent"))).toBe(false)
       // Reopening an untouched session does not grow it.
       const again = yield* acquire([], { sessionId: "new", resume: true })

@@ -9,8 +9,12 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { isDeepStrictEqual } from "node:util"
 import { AgentBusy, MalformedLog, UnsupportedLogVersion } from "../../src/domain/Errors.js"
+import type { SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
+import { LOG_FORMAT_VERSION, Sessions } from "../../src/index.js"
+import type { SessionHeader } from "../../src/index.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
@@ -20,10 +24,6 @@ import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tools } from "../../src/services/Tools.js"
 import { agentOver, user } from "../agent/harness.js"
 import { makeHeader, makeUserMessage, turnEvents } from "../contracts/SessionStoreContract.js"
-import { isDeepStrictEqual } from "node:util"
-import { LOG_FORMAT_VERSION, Sessions } from "../../src/index.js"
-import type { SessionEvent } from "../../src/domain/Event.js"
-import type { SessionHeader } from "../../src/index.js"
 import { header, malformedCases, mutate, outcome, richLog, sid } from "../fixtures/richLog.js"
 import { Database, raw, sqliteRun } from "../fixtures/sqliteFile.js"
 import type { Db, Stmt } from "../fixtures/sqliteFile.js"
@@ -45,10 +45,13 @@ const freshFile = () => path.join(dir, `store-${++files}.db`)
 const modeOf = (file: string) => fs.statSync(file).mode & 0o777
 
 const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Effect.either(effect), Either.match({
-    onLeft: Effect.succeed,
-    onRight: () => Effect.dieMessage("expected a failure, but the effect succeeded")
-  }))
+  Effect.flatMap(
+    Effect.either(effect),
+    Either.match({
+      onLeft: Effect.succeed,
+      onRight: () => Effect.dieMessage("expected a failure, but the effect succeeded")
+    })
+  )
 
 const nonEmpty = (events: ReadonlyArray<SessionEvent>) => events as readonly [SessionEvent, ...Array<SessionEvent>]
 const S = SessionId.make("s8")
@@ -97,7 +100,9 @@ describe("§8.10 SqliteSessionStore options and file", () => {
         const value = yield* capturing(
           Effect.scoped(Effect.gen(function*() {
             const store = Context.get(
-              yield* Layer.build(SqliteSessionStore.layer(option === undefined ? { filename } : { filename, synchronous: option })),
+              yield* Layer.build(
+                SqliteSessionStore.layer(option === undefined ? { filename } : { filename, synchronous: option })
+              ),
               SessionStore
             )
             yield* store.create(makeHeader(S), [])
@@ -144,11 +149,16 @@ describe("§8.10 SqliteSessionStore options and file", () => {
       yield* Effect.scoped(Effect.gen(function*() {
         yield* Layer.build(
           Agent.layer({ resume: S, model: { provider: "p", model: "m" } }).pipe(
-            Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer()))
+            Layer.provideMerge(
+              Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer())
+            )
           )
         )
       }))
-      const tables = raw(filename, (db) => db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all().map((r) => r.name))
+      const tables = raw(
+        filename,
+        (db) => db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all().map((r) => r.name)
+      )
       expect(tables).toContain("leases")
       const loaded = yield* Effect.flatMap(SessionStore, (s) => s.load(S)).pipe(
         Effect.provide(SqliteSessionStore.layer({ filename }))
@@ -180,7 +190,10 @@ describe("§6.1 one row per logical event; load decodes every row", () => {
         return yield* log.events
       }))
       expect(events.some((e) => e.type.includes("chunk"))).toBe(true)
-      const rows = raw(filename, (db) => db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all(S))
+      const rows = raw(
+        filename,
+        (db) => db.prepare("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq").all(S)
+      )
       const length = raw(filename, (db) => db.prepare("SELECT length FROM sessions WHERE id = ?").get(S).length)
       expect(rows.length).toBe(events.length)
       expect(length).toBe(events.length)
@@ -197,10 +210,14 @@ describe("§6.1 one row per logical event; load decodes every row", () => {
       yield* Effect.flatMap(SessionStore, (s) => s.create(makeHeader(S), events)).pipe(
         Effect.provide(SqliteSessionStore.layer({ filename }))
       )
-      const load = Effect.flatMap(SessionStore, (s) => s.load(S)).pipe(Effect.provide(SqliteSessionStore.layer({ filename })))
-      const original = raw(filename, (db) => db.prepare("SELECT row FROM events WHERE session_id = ? AND seq = 3").get(S).row)
+      const load = Effect.flatMap(SessionStore, (s) => s.load(S)).pipe(
+        Effect.provide(SqliteSessionStore.layer({ filename }))
+      )
+      const original = raw(filename, (db) =>
+        db.prepare("SELECT row FROM events WHERE session_id = ? AND seq = 3").get(S).row)
       const bad = { ...JSON.parse(original), time: -5 }
-      raw(filename, (db) => db.prepare("UPDATE events SET row = ? WHERE session_id = ? AND seq = 3").run(JSON.stringify(bad), S))
+      raw(filename, (db) =>
+        db.prepare("UPDATE events SET row = ? WHERE session_id = ? AND seq = 3").run(JSON.stringify(bad), S))
       const error = yield* failureOf(load)
       expect(error).toBeInstanceOf(MalformedLog)
       expect(error).toMatchObject({ sessionId: S, seq: 3 })
@@ -209,12 +226,18 @@ describe("§6.1 one row per logical event; load decodes every row", () => {
   it.effect("6.8/2.9: a header with formatVersion 2 and a row shape this version does not know is UnsupportedLogVersion, not MalformedLog", () =>
     Effect.gen(function*() {
       const filename = freshFile()
-      yield* Effect.flatMap(SessionStore, (s) => s.create(makeHeader(S), turnEvents(0, 1, 1000, makeUserMessage("m", "x"), "y"))).pipe(
+      yield* Effect.flatMap(
+        SessionStore,
+        (s) => s.create(makeHeader(S), turnEvents(0, 1, 1000, makeUserMessage("m", "x"), "y"))
+      ).pipe(
         Effect.provide(SqliteSessionStore.layer({ filename }))
       )
       raw(filename, (db) => {
         const header = JSON.parse(db.prepare("SELECT header FROM sessions WHERE id = ?").get(S).header)
-        db.prepare("UPDATE sessions SET header = ? WHERE id = ?").run(JSON.stringify({ ...header, formatVersion: 2, extra: 1 }), S)
+        db.prepare("UPDATE sessions SET header = ? WHERE id = ?").run(
+          JSON.stringify({ ...header, formatVersion: 2, extra: 1 }),
+          S
+        )
         db.prepare("UPDATE events SET row = ? WHERE session_id = ? AND seq = 0").run("{\"v2\":true}", S)
       })
       const error = yield* failureOf(
@@ -246,65 +269,85 @@ describe("§6.1 two stores / processes on one file", () => {
       }))
     }))
 
-  it.live("6.1/8.10: processes opening a fresh file at the same moment all migrate and write (no migration race; a connection left busy by the race is replaced), three times over", () =>
-    Effect.gen(function*() {
-      const filename = freshFile()
-      const script = path.join(scripts, `child-${files}.mts`)
-      fs.writeFileSync(
-        script,
-        `import { Effect } from "effect"
+  it.live(
+    "6.1/8.10: processes opening a fresh file at the same moment all migrate and write (no migration race; a connection left busy by the race is replaced), three times over",
+    () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        const script = path.join(scripts, `child-${files}.mts`)
+        fs.writeFileSync(
+          script,
+          `import { Effect } from "effect"
 import { SqliteSessionStore, SessionStore, SessionId } from ${JSON.stringify(path.join(ROOT, "src/index.ts"))}
 const id = SessionId.make(process.argv[2])
 const program = Effect.flatMap(SessionStore, (s) => s.create({ formatVersion: 1, sessionId: id, createdAt: 1, seedLength: 0 }, []))
 Effect.runPromise(program.pipe(Effect.provide(SqliteSessionStore.layer({ filename: ${JSON.stringify(filename)} }))))
   .then(() => process.exit(0), (e) => { console.error(String(e)); process.exit(3) })
 `
-      )
-      const run = (name: string) =>
-        Effect.async<{ code: number | null; stderr: string }>((resume) => {
-          const child = spawn(process.execPath, ["--import", "tsx", script, name], { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] })
-          let stderr = ""
-          child.stderr.setEncoding("utf8").on("data", (t: string) => (stderr += t))
-          child.on("close", (code) => resume(Effect.succeed({ code, stderr })))
-        })
-      const results = yield* Effect.all([run("p1"), run("p2"), run("p3"), run("p4")], { concurrency: "unbounded" })
-      for (const r of results) expect(r, r.stderr).toMatchObject({ code: 0 })
-      const ids = raw(filename, (db) => db.prepare("SELECT id FROM sessions ORDER BY id").all().map((r) => r.id))
-      expect(ids).toEqual(["p1", "p2", "p3", "p4"])
-      expect(modeOf(filename)).toBe(0o600)
-    }).pipe(Effect.repeatN(2)), 120_000)
+        )
+        const run = (name: string) =>
+          Effect.async<{ code: number | null; stderr: string }>((resume) => {
+            const child = spawn(process.execPath, ["--import", "tsx", script, name], {
+              cwd: ROOT,
+              stdio: ["ignore", "ignore", "pipe"]
+            })
+            let stderr = ""
+            child.stderr.setEncoding("utf8").on("data", (t: string) => (stderr += t))
+            child.on("close", (code) => resume(Effect.succeed({ code, stderr })))
+          })
+        const results = yield* Effect.all([run("p1"), run("p2"), run("p3"), run("p4")], { concurrency: "unbounded" })
+        for (const r of results) expect(r, r.stderr).toMatchObject({ code: 0 })
+        const ids = raw(filename, (db) => db.prepare("SELECT id FROM sessions ORDER BY id").all().map((r) => r.id))
+        expect(ids).toEqual(["p1", "p2", "p3", "p4"])
+        expect(modeOf(filename)).toBe(0o600)
+      }).pipe(Effect.repeatN(2)),
+    120_000
+  )
 
-  it.live("6.1: an agent held by a process keeps a lease row; a second store layer in another process is refused AgentBusy", () =>
-    Effect.gen(function*() {
-      const filename = freshFile()
-      const script = path.join(scripts, `child-busy-${files}.mts`)
-      fs.writeFileSync(
-        script,
-        `import { Effect, Layer, Either } from "effect"
-import { Agent, ScriptedModel, SqliteSessionStore, Tools, SessionId } from ${JSON.stringify(path.join(ROOT, "src/index.ts"))}
+  it.live(
+    "6.1: an agent held by a process keeps a lease row; a second store layer in another process is refused AgentBusy",
+    () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        const script = path.join(scripts, `child-busy-${files}.mts`)
+        fs.writeFileSync(
+          script,
+          `import { Effect, Layer, Either } from "effect"
+import { Agent, ScriptedModel, SqliteSessionStore, Tools, SessionId } from ${
+            JSON.stringify(path.join(ROOT, "src/index.ts"))
+          }
 const layer = Agent.layer({ resume: SessionId.make("s8"), model: { provider: "p", model: "m" } }).pipe(
-  Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename: ${JSON.stringify(filename)} }), ScriptedModel.layer([]), Tools.layer())))
+  Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename: ${
+            JSON.stringify(filename)
+          } }), ScriptedModel.layer([]), Tools.layer())))
 Effect.runPromise(Effect.either(Effect.scoped(Layer.build(layer)))).then((r) => {
   console.log(Either.isLeft(r) ? r.left._tag + ":" + (r.left as any).operation : "opened")
   process.exit(0)
 })
 `
-      )
-      yield* Effect.scoped(Effect.gen(function*() {
-        yield* Layer.build(
-          Agent.layer({ sessionId: S, model: { provider: "p", model: "m" } }).pipe(
-            Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer()))
-          )
         )
-        const out = yield* Effect.async<string>((resume) => {
-          const child = spawn(process.execPath, ["--import", "tsx", script], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] })
-          let stdout = ""
-          child.stdout.setEncoding("utf8").on("data", (t: string) => (stdout += t))
-          child.on("close", () => resume(Effect.succeed(stdout.trim())))
-        })
-        expect(out).toBe(`${new AgentBusy({ sessionId: S, operation: "open", phase: "open" })._tag}:open`)
-      }))
-    }), 60_000)
+        yield* Effect.scoped(Effect.gen(function*() {
+          yield* Layer.build(
+            Agent.layer({ sessionId: S, model: { provider: "p", model: "m" } }).pipe(
+              Layer.provideMerge(
+                Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer())
+              )
+            )
+          )
+          const out = yield* Effect.async<string>((resume) => {
+            const child = spawn(process.execPath, ["--import", "tsx", script], {
+              cwd: ROOT,
+              stdio: ["ignore", "pipe", "pipe"]
+            })
+            let stdout = ""
+            child.stdout.setEncoding("utf8").on("data", (t: string) => (stdout += t))
+            child.on("close", () => resume(Effect.succeed(stdout.trim())))
+          })
+          expect(out).toBe(`${new AgentBusy({ sessionId: S, operation: "open", phase: "open" })._tag}:open`)
+        }))
+      }),
+    60_000
+  )
 })
 
 describe("§5.1 the same flaw in a SQLite row is MalformedLog {seq} on resume", () => {
@@ -337,11 +380,13 @@ describe("§5.1 the same flaw in a SQLite row is MalformedLog {seq} on resume", 
           yield* store.create(header("bad"), es)
         }))
         const changed = raw(filename, (db) =>
-          db.prepare("UPDATE events SET row = ? WHERE session_id = ? AND seq = ?").run(JSON.stringify(bad), "bad", seq).changes)
+          db.prepare("UPDATE events SET row = ? WHERE session_id = ? AND seq = ?").run(JSON.stringify(bad), "bad", seq)
+            .changes)
         expect(changed).toBe(1)
         const exit = yield* Effect.exit(sqliteRun(filename, [], Effect.void, { sessionId: "bad", resume: true }))
         expect(outcome(exit)).toBe(`MalformedLog@${seq}`)
-        expect(raw(filename, (db) => db.prepare("SELECT count(*) AS n FROM events WHERE session_id = ?").get("bad").n)).toBe(es.length)
+        expect(raw(filename, (db) =>
+          db.prepare("SELECT count(*) AS n FROM events WHERE session_id = ?").get("bad").n)).toBe(es.length)
       }))
   }
 })
@@ -349,27 +394,40 @@ describe("§5.1 the same flaw in a SQLite row is MalformedLog {seq} on resume", 
 describe("§2.9/§6.8 format version", () => {
   const versioned = (filename: string, version: unknown) =>
     Effect.gen(function*() {
-      const live = yield* sqliteRun(filename, [ScriptedModel.text("a")], Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        yield* (yield* SessionLog).flush
-        return yield* (yield* SessionLog).events
-      }))
+      const live = yield* sqliteRun(
+        filename,
+        [ScriptedModel.text("a")],
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.followup(user("A"))
+          yield* driver.whenIdle
+          yield* (yield* SessionLog).flush
+          return yield* (yield* SessionLog).events
+        })
+      )
       raw(filename, (db) => {
         const h = JSON.parse(db.prepare("SELECT header FROM sessions WHERE id = ?").get("s").header)
-        db.prepare("UPDATE sessions SET header = ? WHERE id = ?").run(JSON.stringify({ ...h, formatVersion: version }), "s")
+        db.prepare("UPDATE sessions SET header = ? WHERE id = ?").run(
+          JSON.stringify({ ...h, formatVersion: version }),
+          "s"
+        )
       })
       return live.length
     })
-  const rowCount = (filename: string) => raw(filename, (db) => db.prepare("SELECT count(*) AS n FROM events WHERE session_id = ?").get("s").n)
+  const rowCount = (filename: string) =>
+    raw(filename, (db) => db.prepare("SELECT count(*) AS n FROM events WHERE session_id = ?").get("s").n)
 
   for (const version of [2, 0]) {
     it.effect(`2.9/6.8: formatVersion ${version}: resume, Sessions.open and Sessions.fork fail UnsupportedLogVersion {found: ${version}, supported: 1}; nothing is written`, () =>
       Effect.gen(function*() {
         const filename = freshFile()
         const length = yield* versioned(filename, version)
-        const expected = { _tag: "UnsupportedLogVersion", sessionId: "s", found: version, supported: LOG_FORMAT_VERSION }
+        const expected = {
+          _tag: "UnsupportedLogVersion",
+          sessionId: "s",
+          found: version,
+          supported: LOG_FORMAT_VERSION
+        }
         expect(yield* Effect.flip(sqliteRun(filename, [], Effect.void, { resume: true }))).toMatchObject(expected)
         const sessions = Sessions.layer({ model: { provider: "p", model: "m" }, idleTimeToLive: Duration.zero }).pipe(
           Layer.provide(Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer()))
@@ -384,7 +442,9 @@ describe("§2.9/§6.8 format version", () => {
         expect(opened).toMatchObject(expected)
         expect(forked).toMatchObject(expected)
         expect(rowCount(filename)).toBe(length)
-        expect(raw(filename, (db) => db.prepare("SELECT count(*) AS n FROM sessions WHERE id = ?").get("kid").n)).toBe(0)
+        expect(raw(filename, (db) => db.prepare("SELECT count(*) AS n FROM sessions WHERE id = ?").get("kid").n)).toBe(
+          0
+        )
       }))
   }
 
@@ -392,7 +452,12 @@ describe("§2.9/§6.8 format version", () => {
     Effect.gen(function*() {
       const filename = freshFile()
       const length = yield* versioned(filename, 1)
-      const after = yield* sqliteRun(filename, [], Effect.flatMap(SessionLog, (log) => Effect.map(log.events, (es) => es.length)), { resume: true })
+      const after = yield* sqliteRun(
+        filename,
+        [],
+        Effect.flatMap(SessionLog, (log) => Effect.map(log.events, (es) => es.length)),
+        { resume: true }
+      )
       expect(after).toBe(length + 1)
       expect(rowCount(filename)).toBe(length + 1)
     }))
@@ -404,10 +469,15 @@ describe("§2.9/§6.1 version check of the memory store", () => {
       const ctx = yield* Layer.build(SessionStore.layerMemory)
       const store = Context.get(ctx, SessionStore)
       const id = SessionId.make("v")
-      yield* store.create({ formatVersion: "2", sessionId: id, createdAt: 0, seedLength: 0 } as unknown as SessionHeader, [])
+      yield* store.create(
+        { formatVersion: "2", sessionId: id, createdAt: 0, seedLength: 0 } as unknown as SessionHeader,
+        []
+      )
       const loaded = yield* Effect.exit(store.load(id))
       const resumed = yield* Effect.exit(
-        Effect.scoped(Layer.build(agentOver([], { sessionId: "v", resume: true }).pipe(Layer.provide(Layer.succeedContext(ctx)))))
+        Effect.scoped(
+          Layer.build(agentOver([], { sessionId: "v", resume: true }).pipe(Layer.provide(Layer.succeedContext(ctx))))
+        )
       )
       // UnsupportedLogVersion (the version differs) or MalformedLog (the header is not a header) are both typed.
       const typed = (tag: string) => (tag === "UnsupportedLogVersion" || tag === "MalformedLog" ? "typed" : tag)

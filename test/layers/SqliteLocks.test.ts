@@ -8,8 +8,8 @@
 import { afterAll, describe, expect, it } from "@effect/vitest"
 import { Context, Effect, Either, Fiber, Layer } from "effect"
 import { spawn } from "node:child_process"
-import { createRequire } from "node:module"
 import * as fs from "node:fs"
+import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
 import { performance } from "node:perf_hooks"
@@ -119,10 +119,13 @@ const fileBytes = (filename: string) => {
 
 /** The failure of `effect`, or a test failure if it succeeded. */
 const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Effect.either(effect), Either.match({
-    onLeft: Effect.succeed,
-    onRight: () => Effect.dieMessage("expected a failure, but the effect succeeded")
-  }))
+  Effect.flatMap(
+    Effect.either(effect),
+    Either.match({
+      onLeft: Effect.succeed,
+      onRight: () => Effect.dieMessage("expected a failure, but the effect succeeded")
+    })
+  )
 
 describe("another process holds the SQLite write lock", () => {
   it.live(
@@ -177,68 +180,78 @@ describe("another process holds the SQLite write lock", () => {
     LOCK_MS + 60_000
   )
 
-  it.live("longer than busyTimeout: opening a session fails with 'database is locked by another process' naming the file, and changes nothing", () =>
-    Effect.gen(function*() {
-      const filename = freshFile()
-      yield* Effect.scoped(Layer.build(agentOn({ filename }, { sessionId: S }, [])))
-      const before = fileBytes(filename)
+  it.live(
+    "longer than busyTimeout: opening a session fails with 'database is locked by another process' naming the file, and changes nothing",
+    () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        yield* Effect.scoped(Layer.build(agentOn({ filename }, { sessionId: S }, [])))
+        const before = fileBytes(filename)
 
-      const fresh = SessionId.make("fresh")
-      const error = yield* Effect.scoped(Effect.gen(function*() {
-        const holder = yield* holdWriteLock(filename, 4_000)
-        const ticks = ticker()
-        const started = performance.now()
-        const error = yield* failureOf(Effect.scoped(Layer.build(agentOn({ filename, busyTimeout: "1 second" }, { sessionId: fresh }, []))))
-        const waited = performance.now() - started
-        expect(ticks.stop()).toBeLessThan(200)
-        // Bounded: given up after about a second, while the lock was still held.
-        expect(waited).toBeGreaterThanOrEqual(950)
-        expect(waited).toBeLessThan(2_500)
-        expect(holder.running()).toBe(true)
-        yield* holder.exited
-        return error
-      }))
-      expect(error).toBeInstanceOf(PersistenceError)
-      expect(error).toMatchObject({ sessionId: fresh, operation: "open" })
-      expect(error.message).toContain("database is locked by another process")
-      expect(error.message).toContain("SQLITE_BUSY")
-      expect(error.message).toContain(filename)
-      expect(fileBytes(filename)).toEqual(before)
-      // Once the lock is gone the same open succeeds.
-      yield* Effect.scoped(Layer.build(agentOn({ filename, busyTimeout: "1 second" }, { sessionId: fresh }, [])))
-    }), 30_000)
-
-  it.live("longer than busyTimeout on a running session: the followup fails with the lock's PersistenceError (poisoned, SPEC 6.3), nothing reaches the file, and a resume works once the lock is gone", () =>
-    Effect.gen(function*() {
-      const filename = freshFile()
-      const store = { filename, busyTimeout: "300 millis" } as const
-      const before = yield* Effect.scoped(Effect.gen(function*() {
-        const scope = yield* Effect.scope
-        const agent = yield* Layer.buildWithScope(agentOn(store, { sessionId: S }, ["one", "two"]), scope)
-        const driver = Context.get(agent, Driver)
-        yield* driver.followup(user("A1"))
-        yield* driver.whenIdle
-        yield* Context.get(agent, SessionLog).flush
-        const stored = yield* Context.get(agent, SessionLog).events
-
-        const holder = yield* holdWriteLock(filename, 4_000)
-        const ticks = ticker()
-        const error = yield* failureOf(driver.followup(user("A2")))
-        expect(ticks.stop()).toBeLessThan(200)
-        expect(holder.running()).toBe(true)
+        const fresh = SessionId.make("fresh")
+        const error = yield* Effect.scoped(Effect.gen(function*() {
+          const holder = yield* holdWriteLock(filename, 4_000)
+          const ticks = ticker()
+          const started = performance.now()
+          const error = yield* failureOf(
+            Effect.scoped(Layer.build(agentOn({ filename, busyTimeout: "1 second" }, { sessionId: fresh }, [])))
+          )
+          const waited = performance.now() - started
+          expect(ticks.stop()).toBeLessThan(200)
+          // Bounded: given up after about a second, while the lock was still held.
+          expect(waited).toBeGreaterThanOrEqual(950)
+          expect(waited).toBeLessThan(2_500)
+          expect(holder.running()).toBe(true)
+          yield* holder.exited
+          return error
+        }))
         expect(error).toBeInstanceOf(PersistenceError)
+        expect(error).toMatchObject({ sessionId: fresh, operation: "open" })
         expect(error.message).toContain("database is locked by another process")
+        expect(error.message).toContain("SQLITE_BUSY")
         expect(error.message).toContain(filename)
-        yield* holder.exited
-        return stored
-      }))
-      expect(yield* storedEvents(filename, S)).toStrictEqual(before)
-      const resumed = yield* Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(user("A3"))
-        yield* driver.whenIdle
-        return yield* (yield* SessionLog).events
-      }).pipe(Effect.provide(agentOn(store, { resume: S }, ["three"])))
-      expect(turnStarts(resumed)).toEqual([1, 2])
-    }), 30_000)
+        expect(fileBytes(filename)).toEqual(before)
+        // Once the lock is gone the same open succeeds.
+        yield* Effect.scoped(Layer.build(agentOn({ filename, busyTimeout: "1 second" }, { sessionId: fresh }, [])))
+      }),
+    30_000
+  )
+
+  it.live(
+    "longer than busyTimeout on a running session: the followup fails with the lock's PersistenceError (poisoned, SPEC 6.3), nothing reaches the file, and a resume works once the lock is gone",
+    () =>
+      Effect.gen(function*() {
+        const filename = freshFile()
+        const store = { filename, busyTimeout: "300 millis" } as const
+        const before = yield* Effect.scoped(Effect.gen(function*() {
+          const scope = yield* Effect.scope
+          const agent = yield* Layer.buildWithScope(agentOn(store, { sessionId: S }, ["one", "two"]), scope)
+          const driver = Context.get(agent, Driver)
+          yield* driver.followup(user("A1"))
+          yield* driver.whenIdle
+          yield* Context.get(agent, SessionLog).flush
+          const stored = yield* Context.get(agent, SessionLog).events
+
+          const holder = yield* holdWriteLock(filename, 4_000)
+          const ticks = ticker()
+          const error = yield* failureOf(driver.followup(user("A2")))
+          expect(ticks.stop()).toBeLessThan(200)
+          expect(holder.running()).toBe(true)
+          expect(error).toBeInstanceOf(PersistenceError)
+          expect(error.message).toContain("database is locked by another process")
+          expect(error.message).toContain(filename)
+          yield* holder.exited
+          return stored
+        }))
+        expect(yield* storedEvents(filename, S)).toStrictEqual(before)
+        const resumed = yield* Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.followup(user("A3"))
+          yield* driver.whenIdle
+          return yield* (yield* SessionLog).events
+        }).pipe(Effect.provide(agentOn(store, { resume: S }, ["three"])))
+        expect(turnStarts(resumed)).toEqual([1, 2])
+      }),
+    30_000
+  )
 })

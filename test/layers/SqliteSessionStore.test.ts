@@ -47,7 +47,9 @@ describe("SqliteSessionStore (package root)", () => {
   it("the package root reaches no optional peer statically", () => {
     const reached = packagesReached(path.join(SRC, "index.ts"))
     const optional = [...OptionalPeer.SQLITE.packages, ...OptionalPeer.OPENTELEMETRY.packages].map(([name]) => name)
-    const offending = [...reached].filter(([specifier]) => optional.some((name) => specifier === name || specifier.startsWith(`${name}/`)))
+    const offending = [...reached].filter(([specifier]) =>
+      optional.some((name) => specifier === name || specifier.startsWith(`${name}/`))
+    )
     expect(offending).toEqual([])
     // The walk does see packages: effect itself is reached.
     expect(reached.has("effect")).toBe(true)

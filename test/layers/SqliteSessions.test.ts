@@ -11,9 +11,30 @@ import * as os from "node:os"
 import * as Os from "node:os"
 import * as path from "node:path"
 import * as Path from "node:path"
-import { Agent, AgentBusy, AgentDisposed, checkLog, Driver, DuplicateMessage, ForkError, forkSession, Inbox, PersistenceError, ScriptedModel, SessionExists, SessionId, SessionLog, SessionNotFound, Sessions, SessionStore, SqliteSessionStore, Tool, Tools } from "../../src/index.js"
-import { agentOver, asId, events, notation, plugin, settle, until, untilEvent, user } from "../agent/harness.js"
+import {
+  Agent,
+  AgentBusy,
+  AgentDisposed,
+  checkLog,
+  Driver,
+  DuplicateMessage,
+  ForkError,
+  forkSession,
+  Inbox,
+  PersistenceError,
+  ScriptedModel,
+  SessionExists,
+  SessionId,
+  SessionLog,
+  SessionNotFound,
+  Sessions,
+  SessionStore,
+  SqliteSessionStore,
+  Tool,
+  Tools
+} from "../../src/index.js"
 import type { ScriptEntry, SessionEvent, ToolDefinition, UserMessage } from "../../src/index.js"
+import { agentOver, asId, events, notation, plugin, settle, until, untilEvent, user } from "../agent/harness.js"
 import { storedEvents, storedShape, tempFiles } from "../fixtures/sqliteFile.js"
 
 const { freshFile } = tempFiles("tiller-f9-")
@@ -52,7 +73,11 @@ const quickTool: ToolDefinition<any> = Tool.make("quick", {
 })
 
 /** A source session on `filename`: three turns (completed, with a tool, aborted), an extension event, then pending input. */
-const buildSource = (acquire: ReturnType<typeof sqliteStore> extends Effect.Effect<infer S, any, any> ? S extends { acquire: infer A } ? A : never : never) =>
+const buildSource = (
+  acquire: ReturnType<typeof sqliteStore> extends Effect.Effect<infer S, any, any> ? S extends { acquire: infer A } ? A
+    : never
+    : never
+) =>
   Effect.gen(function*() {
     const agent = yield* acquire([
       ScriptedModel.text("one"),
@@ -95,7 +120,9 @@ const header = (id: string) => ({ formatVersion: 1, sessionId: sid(id), createdA
 describe("§8.10 Sessions over SQLite", () => {
   const sessionsOn = (filename: string, script: ReadonlyArray<ScriptEntry>) =>
     Sessions.layer({ model: { provider: "p", model: "m" }, idleTimeToLive: "1 minute" }).pipe(
-      Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer(script), Tools.layer()))
+      Layer.provideMerge(
+        Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer(script), Tools.layer())
+      )
     )
   const open = (id: string) =>
     Effect.gen(function*() {
@@ -130,7 +157,14 @@ describe("§8.10 Sessions over SQLite", () => {
         expect(alphaEvents.map(notation).slice(-1)).toEqual(["TE(1,completed)"])
         const listed = yield* sessions.list
         expect(listed).toEqual([
-          { sessionId: "alpha", title: "Hello alpha", createdAt: 1_000, updatedAt: 1_000, turns: 1, events: alphaEvents.length },
+          {
+            sessionId: "alpha",
+            title: "Hello alpha",
+            createdAt: 1_000,
+            updatedAt: 1_000,
+            turns: 1,
+            events: alphaEvents.length
+          },
           { sessionId: "beta", title: undefined, createdAt: 2_000, updatedAt: 2_000, turns: 0, events: 0 },
           {
             sessionId: "kid",
@@ -164,7 +198,11 @@ describe("§8.10 Sessions over SQLite", () => {
           yield* driver.followup(user("I", "second"))
           yield* driver.whenIdle
           yield* log.flush
-          expect((yield* log.events).slice(alphaEvents.length).map(notation).slice(0, 3)).toEqual(["ES", "INS(nt,0,[I])", "TS(2)"])
+          expect((yield* log.events).slice(alphaEvents.length).map(notation).slice(0, 3)).toEqual([
+            "ES",
+            "INS(nt,0,[I])",
+            "TS(2)"
+          ])
         }).pipe(on(again.ctx))
         yield* again.release
         const relisted = yield* sessions.list
@@ -184,7 +222,9 @@ describe("§8.10 Sessions over SQLite", () => {
         const run = yield* open("run")
         const driver = Context.get(run.ctx, Driver)
         yield* driver.followup(user("A"))
-        yield* until(Effect.map(Context.get(run.ctx, SessionLog).events, (es) => es.some((e) => e.type === "assistant/chunk")))
+        yield* until(
+          Effect.map(Context.get(run.ctx, SessionLog).events, (es) => es.some((e) => e.type === "assistant/chunk"))
+        )
         const refused = yield* Effect.flip(sessions.fork({ source: sid("run"), childId: sid("child") }))
         expect(refused).toBeInstanceOf(ForkError)
         expect(refused).toMatchObject({ reason: "open-turn", source: "run", childId: "child" })
@@ -211,8 +251,18 @@ describe("§8.10 Sessions over SQLite: lifetime", () => {
       const filename = freshFile()
       const scope = yield* Scope.make()
       const ctx = yield* Layer.buildWithScope(
-        Sessions.layer({ model: { provider: "p", model: "m" }, idleTimeToLive: "1 hour", durability: { batchWindow: "1 hour" } }).pipe(
-          Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([ScriptedModel.text("x")]), Tools.layer()))
+        Sessions.layer({
+          model: { provider: "p", model: "m" },
+          idleTimeToLive: "1 hour",
+          durability: { batchWindow: "1 hour" }
+        }).pipe(
+          Layer.provideMerge(
+            Layer.mergeAll(
+              SqliteSessionStore.layer({ filename }),
+              ScriptedModel.layer([ScriptedModel.text("x")]),
+              Tools.layer()
+            )
+          )
         ),
         scope
       )
@@ -234,7 +284,9 @@ describe("§8.10 Sessions over SQLite: lifetime", () => {
       db.close()
       const reopened = yield* Layer.build(
         Sessions.layer({ model: { provider: "p", model: "m" }, idleTimeToLive: "1 hour" }).pipe(
-          Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer()))
+          Layer.provideMerge(
+            Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([]), Tools.layer())
+          )
         )
       )
       const malformed = yield* Effect.flip(Effect.scoped(Context.get(reopened, Sessions).open(sid("z"))))
@@ -292,16 +344,23 @@ describe("§6.6 fork on SQLite", () => {
       const { acquire, store } = yield* sqliteStore(filename)
       const source = yield* buildSource(acquire)
       expect(storedEvents(filename, "src")).toEqual(source)
-      expect(source.filter((e) => e.type === "turn/end").map(notation)).toEqual(["TE(1,completed)", "TE(2,completed)", "TE(3,aborted(user))"])
+      expect(source.filter((e) => e.type === "turn/end").map(notation)).toEqual([
+        "TE(1,completed)",
+        "TE(2,completed)",
+        "TE(3,aborted(user))"
+      ])
       yield* TestClock.setTime(7_000)
-      const fork = (options: Parameters<typeof forkSession>[0]) => forkSession(options).pipe(Effect.provideService(SessionStore, store))
+      const fork = (options: Parameters<typeof forkSession>[0]) =>
+        forkSession(options).pipe(Effect.provideService(SessionStore, store))
       let accepted = 0
       let refused = 0
       for (let b = 0; b < source.length; b++) {
         const childId = sid(`c${b}`)
         const exit = yield* Effect.exit(fork({ source: sid("src"), boundary: b, childId }))
         if (insideTurn(source, b)) {
-          expect(exit, `boundary ${b}`).toEqual(Exit.fail(new ForkError({ source: sid("src"), reason: "open-turn", boundary: b, childId })))
+          expect(exit, `boundary ${b}`).toEqual(
+            Exit.fail(new ForkError({ source: sid("src"), reason: "open-turn", boundary: b, childId }))
+          )
           expect(yield* store.exists(childId)).toBe(false)
           refused++
           continue
@@ -309,7 +368,13 @@ describe("§6.6 fork on SQLite", () => {
         accepted++
         expect(exit, `boundary ${b}`).toEqual(Exit.succeed(childId))
         const child = yield* store.load(childId)
-        expect(child.header).toEqual({ formatVersion: 1, sessionId: childId, createdAt: 7_000, parent: { sessionId: "src", boundary: b }, seedLength: b + 1 })
+        expect(child.header).toEqual({
+          formatVersion: 1,
+          sessionId: childId,
+          createdAt: 7_000,
+          parent: { sessionId: "src", boundary: b },
+          seedLength: b + 1
+        })
         expect(child.events.slice(0, b + 1)).toEqual(source.slice(0, b + 1))
         expect(child.events.slice(b + 1)).toEqual([{ type: "session/end-seed", seq: b + 1, time: 7_000, data: {} }])
         expect(storedEvents(filename, childId)).toEqual(child.events)
@@ -324,8 +389,15 @@ describe("§6.6 fork on SQLite", () => {
         expect(error).toMatchObject({ reason: "invalid-boundary", source: "src", childId: "bad" })
       }
       expect(yield* store.exists(sid("bad"))).toBe(false)
-      expect(yield* Effect.flip(fork({ source: sid("src"), childId: sid("c0") }))).toMatchObject({ _tag: "ForkError", reason: "child-exists", childId: "c0" })
-      expect(yield* Effect.flip(fork({ source: sid("src"), childId: sid("src") }))).toMatchObject({ _tag: "ForkError", reason: "child-exists" })
+      expect(yield* Effect.flip(fork({ source: sid("src"), childId: sid("c0") }))).toMatchObject({
+        _tag: "ForkError",
+        reason: "child-exists",
+        childId: "c0"
+      })
+      expect(yield* Effect.flip(fork({ source: sid("src"), childId: sid("src") }))).toMatchObject({
+        _tag: "ForkError",
+        reason: "child-exists"
+      })
       expect(yield* Effect.flip(fork({ source: sid("missing") }))).toBeInstanceOf(SessionNotFound)
     }))
 
@@ -336,7 +408,11 @@ describe("§6.6 fork on SQLite", () => {
       const source = yield* buildSource(acquire)
       const childId = yield* forkSession({ source: sid("src") }).pipe(Effect.provideService(SessionStore, store))
       expect(childId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
-      const child = yield* acquire([ScriptedModel.text("four")], { sessionId: childId, resume: true, tools: [quickTool] })
+      const child = yield* acquire([ScriptedModel.text("four")], {
+        sessionId: childId,
+        resume: true,
+        tools: [quickTool]
+      })
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const inbox = yield* Inbox
@@ -347,7 +423,9 @@ describe("§6.6 fork on SQLite", () => {
         expect(yield* inbox.idState(asId("D"))).toEqual(Option.some("discarded"))
         expect(yield* inbox.idState(asId("E"))).toEqual(Option.some("discarded"))
         expect(yield* inbox.idState(asId("A"))).toEqual(Option.some("entered"))
-        expect(yield* Effect.flip(driver.followup(user("E")))).toEqual(new DuplicateMessage({ id: asId("E"), state: "discarded" }))
+        expect(yield* Effect.flip(driver.followup(user("E")))).toEqual(
+          new DuplicateMessage({ id: asId("E"), state: "discarded" })
+        )
         yield* driver.followup(user("N"))
         yield* driver.whenIdle
         yield* log.flush
@@ -372,12 +450,16 @@ describe("§6.6 fork on SQLite", () => {
       const filename = freshFile()
       const { acquire, store } = yield* sqliteStore(filename)
       const source = yield* buildSource(acquire)
-      const fork = (options: Parameters<typeof forkSession>[0]) => forkSession(options).pipe(Effect.provideService(SessionStore, store))
+      const fork = (options: Parameters<typeof forkSession>[0]) =>
+        forkSession(options).pipe(Effect.provideService(SessionStore, store))
       yield* fork({ source: sid("src"), childId: sid("kid") })
       const endOfTurn1 = source.findIndex((e) => e.type === "turn/end")
       yield* fork({ source: sid("kid"), boundary: endOfTurn1, childId: sid("grandkid") })
       const loaded = yield* store.load(sid("grandkid"))
-      expect(loaded.header).toMatchObject({ parent: { sessionId: "kid", boundary: endOfTurn1 }, seedLength: endOfTurn1 + 1 })
+      expect(loaded.header).toMatchObject({
+        parent: { sessionId: "kid", boundary: endOfTurn1 },
+        seedLength: endOfTurn1 + 1
+      })
       expect(loaded.events.slice(0, endOfTurn1 + 1)).toEqual(source.slice(0, endOfTurn1 + 1))
       const agent = yield* acquire([ScriptedModel.text("again")], { sessionId: "grandkid", resume: true })
       yield* Effect.gen(function*() {
@@ -402,19 +484,33 @@ describe("§8.10/§6.1 Sessions.open after the session was released elsewhere", 
         const model = { provider: "p", model: "m" }
         const ctx = yield* Layer.build(
           Sessions.layer({ model, idleTimeToLive: "5 minutes" }).pipe(
-            Layer.provideMerge(Layer.mergeAll(SqliteSessionStore.layer({ filename: path.join(dir, "s.db") }), ScriptedModel.layer([]), Tools.layer()))
+            Layer.provideMerge(
+              Layer.mergeAll(
+                SqliteSessionStore.layer({ filename: path.join(dir, "s.db") }),
+                ScriptedModel.layer([]),
+                Tools.layer()
+              )
+            )
           )
         )
         const sessions = Context.get(ctx, Sessions)
         const id = SessionId.make("x")
         // Another agent of the same store holds the session: open fails with AgentBusy (6.1).
         const holder = yield* Scope.make()
-        const held = yield* Layer.buildWithScope(Agent.layer({ sessionId: id, model }).pipe(Layer.provide(Layer.succeedContext(ctx))), holder)
+        const held = yield* Layer.buildWithScope(
+          Agent.layer({ sessionId: id, model }).pipe(Layer.provide(Layer.succeedContext(ctx))),
+          holder
+        )
         yield* Context.get(held, Driver).inject(plugin("A"))
-        expect(yield* Effect.flip(Effect.scoped(sessions.open(id)))).toMatchObject({ _tag: "AgentBusy", operation: "open" })
+        expect(yield* Effect.flip(Effect.scoped(sessions.open(id)))).toMatchObject({
+          _tag: "AgentBusy",
+          operation: "open"
+        })
         // That agent is disposed: the session is free, so open resumes it.
         yield* Scope.close(holder, Exit.void)
-        const reopened = yield* Effect.exit(Effect.scoped(Effect.flatMap(sessions.open(id), (c) => Context.get(c, SessionLog).events)))
+        const reopened = yield* Effect.exit(
+          Effect.scoped(Effect.flatMap(sessions.open(id), (c) => Context.get(c, SessionLog).events))
+        )
         expect(Exit.map(reopened, (es) => es.map(notation))).toEqual(Exit.succeed(["INS(ns,0,[A])", "ES"]))
       })
     )))
@@ -432,7 +528,10 @@ describe("§8.10 a failed Sessions.open under a long-lived scope", () => {
       const sessions = Context.get(ctx, Sessions)
       const id = SessionId.make("y")
       const holder = yield* Scope.make()
-      yield* Layer.buildWithScope(Agent.layer({ sessionId: id, model }).pipe(Layer.provide(Layer.succeedContext(ctx))), holder)
+      yield* Layer.buildWithScope(
+        Agent.layer({ sessionId: id, model }).pipe(Layer.provide(Layer.succeedContext(ctx))),
+        holder
+      )
       // The failed open runs in a scope that outlives it.
       const longLived = yield* Scope.make()
       const failed = yield* Effect.flip(Scope.extend(sessions.open(id), longLived))
@@ -462,7 +561,12 @@ describe("8.10 SqliteSessionStore", () => {
       expect(yield* store.exists(id)).toBe(true)
       expect(yield* Effect.flip(store.load(SessionId.make("none")))).toBeInstanceOf(SessionNotFound)
       const A = user("A")
-      const e0 = { type: "agent/inbox/spliced", seq: 0, time: 1, data: { target: "next-turn", start: 0, inserted: [A] } } as any
+      const e0 = {
+        type: "agent/inbox/spliced",
+        seq: 0,
+        time: 1,
+        data: { target: "next-turn", start: 0, inserted: [A] }
+      } as any
       const e1 = { type: "x/ext", seq: 1, time: 2, data: { nested: [1, "two", null] }, ignorable: true } as any
       yield* store.append(id, [e0])
       expect(yield* Effect.flip(store.append(id, [e0]))).toBeInstanceOf(PersistenceError)
@@ -482,25 +586,42 @@ describe("8.10 SqliteSessionStore", () => {
         yield* driver.whenIdle
         yield* driver.inject(plugin("C"))
         return (yield* events).length
-      }).pipe(Effect.provide(agentOver([ScriptedModel.text("hi")]).pipe(Layer.provide(SqliteSessionStore.layer({ filename })))), Effect.scoped)
+      }).pipe(
+        Effect.provide(
+          agentOver([ScriptedModel.text("hi")]).pipe(Layer.provide(SqliteSessionStore.layer({ filename })))
+        ),
+        Effect.scoped
+      )
       const length = yield* first
       yield* Effect.gen(function*() {
         const es = yield* events
         expect(es.length).toBe(length + 1)
         expect(notation(es[es.length - 1]!)).toBe("ES")
         expect(((yield* (yield* Inbox).nextStep) as ReadonlyArray<UserMessage>).map((m) => m.id)).toEqual(["C"])
-      }).pipe(Effect.provide(agentOver([], { resume: true }).pipe(Layer.provide(SqliteSessionStore.layer({ filename })))), Effect.scoped)
+      }).pipe(
+        Effect.provide(agentOver([], { resume: true }).pipe(Layer.provide(SqliteSessionStore.layer({ filename })))),
+        Effect.scoped
+      )
     }))
 
   it.scoped("6.1: both stores' load refuses another format version with UnsupportedLogVersion; an unusable file fails the layer with PersistenceError", () =>
     Effect.gen(function*() {
       for (const layer of [SessionStore.layerMemory, SqliteSessionStore.layer({ filename: Path.join(dir, "c.db") })]) {
-        const store = Context.get(yield* Layer.build(layer as Layer.Layer<SessionStore, PersistenceError>), SessionStore)
+        const store = Context.get(
+          yield* Layer.build(layer as Layer.Layer<SessionStore, PersistenceError>),
+          SessionStore
+        )
         const id = SessionId.make("v2")
         yield* store.create({ formatVersion: 2 as 1, sessionId: id, createdAt: 0, seedLength: 0 }, [])
-        expect(yield* Effect.flip(store.load(id))).toMatchObject({ _tag: "UnsupportedLogVersion", found: 2, supported: 1 })
+        expect(yield* Effect.flip(store.load(id))).toMatchObject({
+          _tag: "UnsupportedLogVersion",
+          found: 2,
+          supported: 1
+        })
       }
-      const exit = yield* Effect.exit(Layer.build(SqliteSessionStore.layer({ filename: Path.join(dir, "missing", "x.db") })))
+      const exit = yield* Effect.exit(
+        Layer.build(SqliteSessionStore.layer({ filename: Path.join(dir, "missing", "x.db") }))
+      )
       expect(Exit.isFailure(exit) && exit.cause._tag === "Fail" && exit.cause.error).toBeInstanceOf(PersistenceError)
     }))
 })
@@ -514,7 +635,11 @@ describe("§8.10 SqliteSessionStore: fork and resume through the file", () => {
   it.scoped("6.6/8.10: a fork over SQLite stores the child header (parent, seedLength) and prefix + ES; a fresh layer resumes the child at turn 2", () =>
     Effect.gen(function*() {
       const filename = yield* tempFile
-      const runOn = <A, E, R>(script: Parameters<typeof agentOver>[0], program: Effect.Effect<A, E, R>, options: Parameters<typeof agentOver>[1] = {}) =>
+      const runOn = <A, E, R>(
+        script: Parameters<typeof agentOver>[0],
+        program: Effect.Effect<A, E, R>,
+        options: Parameters<typeof agentOver>[1] = {}
+      ) =>
         Effect.scoped(Effect.provide(
           program as Effect.Effect<A, E, Exclude<R, Scope.Scope> | Scope.Scope>,
           agentOver(script, options).pipe(Layer.provideMerge(SqliteSessionStore.layer({ filename })))
@@ -529,18 +654,32 @@ describe("§8.10 SqliteSessionStore: fork and resume through the file", () => {
           return yield* events
         })
       )
-      const { child, empty, list, loaded } = yield* Effect.scoped(Effect.gen(function*() {
-        const store = yield* SessionStore
-        yield* store.create(header("empty"), [])
-        const child = yield* forkSession({ source: sid("s"), childId: sid("kid") })
-        const empty = yield* forkSession({ source: sid("empty"), childId: sid("empty-kid") })
-        return { child, empty, list: yield* store.list, loaded: yield* store.load(sid("kid")) }
-      }).pipe(Effect.provide(SqliteSessionStore.layer({ filename }))))
+      const { child, empty, list, loaded } = yield* Effect.scoped(
+        Effect.gen(function*() {
+          const store = yield* SessionStore
+          yield* store.create(header("empty"), [])
+          const child = yield* forkSession({ source: sid("s"), childId: sid("kid") })
+          const empty = yield* forkSession({ source: sid("empty"), childId: sid("empty-kid") })
+          return { child, empty, list: yield* store.list, loaded: yield* store.load(sid("kid")) }
+        }).pipe(Effect.provide(SqliteSessionStore.layer({ filename })))
+      )
       expect(child).toBe("kid")
       expect(empty).toBe("empty-kid")
       expect(list.map((h) => h.sessionId)).toEqual(["s", "empty", "kid", "empty-kid"])
-      expect(list[3]).toEqual({ formatVersion: 1, sessionId: "empty-kid", createdAt: 0, parent: { sessionId: "empty", boundary: -1 }, seedLength: 0 })
-      expect(loaded.header).toEqual({ formatVersion: 1, sessionId: "kid", createdAt: 0, parent: { sessionId: "s", boundary: source.length - 1 }, seedLength: source.length })
+      expect(list[3]).toEqual({
+        formatVersion: 1,
+        sessionId: "empty-kid",
+        createdAt: 0,
+        parent: { sessionId: "empty", boundary: -1 },
+        seedLength: 0
+      })
+      expect(loaded.header).toEqual({
+        formatVersion: 1,
+        sessionId: "kid",
+        createdAt: 0,
+        parent: { sessionId: "s", boundary: source.length - 1 },
+        seedLength: source.length
+      })
       expect(loaded.events.slice(0, source.length)).toEqual(source)
       expect(loaded.events.slice(source.length).map(notation)).toEqual(["ES"])
       yield* runOn(

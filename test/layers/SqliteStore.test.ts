@@ -1,25 +1,32 @@
-import { afterAll, describe, expect, it } from "@effect/vitest"
-import * as SqlClient from "@effect/sql/SqlClient"
 import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
-import { Context, Effect, Either, Exit, Fiber, Layer, Option, Scope, TestClock } from "effect"
+import * as SqlClient from "@effect/sql/SqlClient"
+import { afterAll, describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
+import { Context, Effect, Either, Exit, Fiber, Layer, Option, Scope, TestClock } from "effect"
 import { build } from "esbuild"
 import { spawn } from "node:child_process"
-import { createRequire } from "node:module"
 import * as fs from "node:fs"
+import { createRequire } from "node:module"
 import * as os from "node:os"
 import * as path from "node:path"
-import { AgentBusy, MalformedLog, PersistenceError, SessionExists, SessionNotFound, UnsupportedLogVersion } from "../../src/domain/Errors.js"
+import {
+  AgentBusy,
+  MalformedLog,
+  PersistenceError,
+  SessionExists,
+  SessionNotFound,
+  UnsupportedLogVersion
+} from "../../src/domain/Errors.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
+import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { SqliteSessionStore } from "../../src/layers/SqliteStore.js"
 import { Driver } from "../../src/services/Driver.js"
-import { SessionLog } from "../../src/services/SessionLog.js"
 import { Inbox } from "../../src/services/Inbox.js"
-import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
+import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tools } from "../../src/services/Tools.js"
 import { user } from "../agent/harness.js"
@@ -45,7 +52,11 @@ const nonEmpty = (events: ReadonlyArray<SessionEvent>) => events as readonly [Se
 
 /** `turns` complete turns, 14 events each, numbered from turn 1. */
 const turns = (first: number, count: number): Array<SessionEvent> =>
-  Array.from({ length: count }, (_, k) => turnEvents(14 * (first + k), first + k + 1, 1000 * (first + k + 1), makeUserMessage(`m${first + k}`, "x"), "y"))
+  Array.from(
+    { length: count },
+    (_, k) =>
+      turnEvents(14 * (first + k), first + k + 1, 1000 * (first + k + 1), makeUserMessage(`m${first + k}`, "x"), "y")
+  )
     .flat()
 
 /** Runs `body` with a store over `filename`; the database closes afterwards. */
@@ -63,10 +74,13 @@ const modeOf = (file: string) => fs.statSync(file).mode & 0o777
  * message: vitest hangs while formatting a failure whose message is a large value's JSON.
  */
 const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-  Effect.flatMap(Effect.either(effect), Either.match({
-    onLeft: Effect.succeed,
-    onRight: () => Effect.dieMessage("expected a failure, but the effect succeeded")
-  }))
+  Effect.flatMap(
+    Effect.either(effect),
+    Either.match({
+      onLeft: Effect.succeed,
+      onRight: () => Effect.dieMessage("expected a failure, but the effect succeeded")
+    })
+  )
 
 describe("SqliteSessionStore", () => {
   it.effect("creates the database file (and its WAL) with mode 0600", () =>
@@ -104,7 +118,10 @@ describe("SqliteSessionStore", () => {
       yield* withStore(filename, (store) =>
         Effect.gen(function*() {
           expect(yield* store.list).toStrictEqual([makeHeader(id, { metadata: { title: "t" } }), makeHeader(other)])
-          expect(yield* store.load(id)).toStrictEqual({ header: makeHeader(id, { metadata: { title: "t" } }), events: first })
+          expect(yield* store.load(id)).toStrictEqual({
+            header: makeHeader(id, { metadata: { title: "t" } }),
+            events: first
+          })
           expect(yield* store.exists(other)).toBe(true)
           const exists = yield* failureOf(store.create(makeHeader(id), []))
           expect(exists).toBeInstanceOf(SessionExists)
@@ -212,8 +229,14 @@ describe("SqliteSessionStore", () => {
     ) => {
       const filename = freshFile()
       const ids = sessions(n)
-      return withStore(filename, (store) =>
-        Effect.zipRight(Effect.forEach(ids, (s) => store.create(makeHeader(s), turns(0, 1)), { discard: true }), body(store, ids, filename)))
+      return withStore(
+        filename,
+        (store) =>
+          Effect.zipRight(
+            Effect.forEach(ids, (s) => store.create(makeHeader(s), turns(0, 1)), { discard: true }),
+            body(store, ids, filename)
+          )
+      )
     }
 
     it.effect("appends of several sessions arriving together share one transaction", () =>
@@ -226,7 +249,9 @@ describe("SqliteSessionStore", () => {
             const sequential = walBytes(filename) - before
             // Three appends at once: the first waits a moment for the others and writes them all.
             const middle = walBytes(filename)
-            yield* Effect.all(ids.slice(3).map((s) => store.append(s, nonEmpty(turns(1, 1)))), { concurrency: "unbounded" })
+            yield* Effect.all(ids.slice(3).map((s) => store.append(s, nonEmpty(turns(1, 1)))), {
+              concurrency: "unbounded"
+            })
             const grouped = walBytes(filename) - middle
             expect(grouped).toBeGreaterThan(0)
             expect(grouped).toBeLessThan(sequential)
@@ -253,9 +278,12 @@ describe("SqliteSessionStore", () => {
               Effect.all(
                 ids.map((s, i) =>
                   Effect.zipRight(
-                    Effect.forEach(Array.from({ length: lateBy(i) }, () => 0), () => Effect.yieldNow(), { discard: true }),
+                    Effect.forEach(Array.from({ length: lateBy(i) }, () => 0), () => Effect.yieldNow(), {
+                      discard: true
+                    }),
                     store.append(s, nonEmpty(turns(round, 1)))
-                  )),
+                  )
+                ),
                 { concurrency: "unbounded", discard: true }
               )
             // A first round together: the store learns that six sessions write at once.
@@ -323,7 +351,10 @@ describe("SqliteSessionStore", () => {
           Effect.gen(function*() {
             for (const s of [lone, other]) yield* store.create(makeHeader(s), turns(0, 1))
             for (let round = 1; round <= 3; round++) {
-              yield* Effect.all([store.append(lone, nonEmpty(turns(round, 1))), store.append(other, nonEmpty(turns(round, 1)))], {
+              yield* Effect.all([
+                store.append(lone, nonEmpty(turns(round, 1))),
+                store.append(other, nonEmpty(turns(round, 1)))
+              ], {
                 concurrency: "unbounded"
               })
             }
@@ -463,12 +494,19 @@ describe("SqliteSessionStore", () => {
 
   it.effect("a file that cannot be opened fails the layer with PersistenceError", () =>
     Effect.gen(function*() {
-      const missingDir = yield* failureOf(Layer.build(SqliteSessionStore.layer({ filename: path.join(dir, "no", "such.db") })).pipe(Effect.scoped))
+      const missingDir = yield* failureOf(
+        Layer.build(SqliteSessionStore.layer({ filename: path.join(dir, "no", "such.db") })).pipe(Effect.scoped)
+      )
       expect(missingDir).toBeInstanceOf(PersistenceError)
       expect(missingDir).toMatchObject({ operation: "open" })
       const garbage = freshFile()
-      fs.writeFileSync(garbage, "this is not a database, it is just text that is long enough to have a header".repeat(20))
-      const notDatabase = yield* failureOf(Layer.build(SqliteSessionStore.layer({ filename: garbage })).pipe(Effect.scoped))
+      fs.writeFileSync(
+        garbage,
+        "this is not a database, it is just text that is long enough to have a header".repeat(20)
+      )
+      const notDatabase = yield* failureOf(
+        Layer.build(SqliteSessionStore.layer({ filename: garbage })).pipe(Effect.scoped)
+      )
       expect(notDatabase).toBeInstanceOf(PersistenceError)
       expect(notDatabase).toMatchObject({ operation: "open" })
       expect(notDatabase.message).toContain("SQLITE_NOTADB: file is not a database")
@@ -583,7 +621,9 @@ describe("SqliteSessionStore", () => {
         // A fresh file another connection locked before it was turned to WAL: opening waits too.
         const fresh = freshFile()
         const early = holdLock(fresh)
-        const open = yield* Effect.fork(Effect.flip(Layer.build(SqliteSessionStore.layer({ filename: fresh, busyTimeout: 0 })).pipe(Effect.scoped)))
+        const open = yield* Effect.fork(
+          Effect.flip(Layer.build(SqliteSessionStore.layer({ filename: fresh, busyTimeout: 0 })).pipe(Effect.scoped))
+        )
         yield* TestClock.adjust("1 millis")
         const refused = yield* Fiber.join(open)
         early.release()
@@ -624,32 +664,46 @@ describe("WAL checkpoints off the event loop", () => {
           expect(yield* store.load(id)).toMatchObject({ events: { length: 400 * 14 } })
         }))
       // Everything is there after the store closed.
-      expect(yield* withStore(filename, (store) => Effect.map(store.load(id), ({ events }) => events.length))).toBe(400 * 14)
+      expect(yield* withStore(filename, (store) => Effect.map(store.load(id), ({ events }) => events.length))).toBe(
+        400 * 14
+      )
     }))
 
-  it.live("a process with nothing else to do stays alive until the store closed its checkpoint worker", () =>
-    Effect.gen(function*() {
-      // Under the project, so the bundle's packages resolve from its node_modules.
-      const bundle = path.join(import.meta.dirname, "..", "..", "node_modules", ".cache", "tiller-tests", "checkpoint-close.mjs")
-      yield* Effect.promise(() =>
-        build({
-          entryPoints: [path.join(import.meta.dirname, "fixtures", "checkpointClose.ts")],
-          bundle: true,
-          platform: "node",
-          format: "esm",
-          packages: "external",
-          outfile: bundle,
-          logLevel: "error"
+  it.live(
+    "a process with nothing else to do stays alive until the store closed its checkpoint worker",
+    () =>
+      Effect.gen(function*() {
+        // Under the project, so the bundle's packages resolve from its node_modules.
+        const bundle = path.join(
+          import.meta.dirname,
+          "..",
+          "..",
+          "node_modules",
+          ".cache",
+          "tiller-tests",
+          "checkpoint-close.mjs"
+        )
+        yield* Effect.promise(() =>
+          build({
+            entryPoints: [path.join(import.meta.dirname, "fixtures", "checkpointClose.ts")],
+            bundle: true,
+            platform: "node",
+            format: "esm",
+            packages: "external",
+            outfile: bundle,
+            logLevel: "error"
+          })
+        )
+        const result = yield* Effect.async<{ readonly code: number | null; readonly stdout: string }>((resume) => {
+          const child = spawn(process.execPath, [bundle, freshFile()], { stdio: ["ignore", "pipe", "inherit"] })
+          let stdout = ""
+          child.stdout.on("data", (data) => (stdout += String(data)))
+          child.on("exit", (code) => resume(Effect.succeed({ code, stdout })))
         })
-      )
-      const result = yield* Effect.async<{ readonly code: number | null; readonly stdout: string }>((resume) => {
-        const child = spawn(process.execPath, [bundle, freshFile()], { stdio: ["ignore", "pipe", "inherit"] })
-        let stdout = ""
-        child.stdout.on("data", (data) => (stdout += String(data)))
-        child.on("exit", (code) => resume(Effect.succeed({ code, stdout })))
-      })
-      expect(result).toEqual({ code: 0, stdout: "closed\n" })
-    }), 60_000)
+        expect(result).toEqual({ code: 0, stdout: "closed\n" })
+      }),
+    60_000
+  )
 })
 
 describe("an agent on SQLite", () => {
@@ -661,7 +715,11 @@ describe("an agent on SQLite", () => {
   ) =>
     Agent.layer({ ...target, model: { provider: "p", model: "m" } }).pipe(
       Layer.provideMerge(
-        Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([ScriptedModel.text(reply)]), Tools.layer())
+        Layer.mergeAll(
+          SqliteSessionStore.layer({ filename }),
+          ScriptedModel.layer([ScriptedModel.text(reply)]),
+          Tools.layer()
+        )
       )
     )
   const turnStarts = (events: ReadonlyArray<SessionEvent>) =>
@@ -674,14 +732,20 @@ describe("an agent on SQLite", () => {
       yield* Effect.scoped(Layer.build(agentOn(filename, { sessionId: S }, "hi")))
       const before = (yield* withStore(filename, (store) => store.load(S))).events
       const leases = () =>
-        withRawSql(filename, (sql) => sql<{ readonly pid: number; readonly host: string }>`SELECT pid, host FROM leases`)
+        withRawSql(
+          filename,
+          (sql) => sql<{ readonly pid: number; readonly host: string }>`SELECT pid, host FROM leases`
+        )
       expect(yield* leases()).toEqual([])
 
       // A live process of this host holds it (its pid written as another tiller process would).
       const holder = spawn(process.execPath, ["-e", "setTimeout(() => {}, 60000)"], { stdio: "ignore" })
       const pid = holder.pid!
       yield* Effect.addFinalizer(() => Effect.sync(() => holder.kill("SIGKILL")))
-      yield* withRawSql(filename, (sql) => sql`INSERT INTO leases (session_id, pid, host) VALUES (${S}, ${pid}, ${os.hostname()})`)
+      yield* withRawSql(
+        filename,
+        (sql) => sql`INSERT INTO leases (session_id, pid, host) VALUES (${S}, ${pid}, ${os.hostname()})`
+      )
       const busy = yield* failureOf(Effect.scoped(Layer.build(agentOn(filename, { resume: S }, "x"))))
       expect(busy).toBeInstanceOf(AgentBusy)
       expect(busy).toMatchObject({ sessionId: S, operation: "open" })
@@ -723,7 +787,9 @@ describe("an agent on SQLite", () => {
       expect(malformed).toMatchObject({ sessionId: S, seq: 3 })
       expect(bytes()).toEqual(before)
 
-      const missing = yield* failureOf(Effect.scoped(Layer.build(agentOn(filename, { resume: SessionId.make("missing") }, "x"))))
+      const missing = yield* failureOf(
+        Effect.scoped(Layer.build(agentOn(filename, { resume: SessionId.make("missing") }, "x")))
+      )
       expect(missing).toBeInstanceOf(SessionNotFound)
       expect(bytes()).toEqual(before)
 
@@ -787,63 +853,72 @@ describe("SqliteSessionStore: JSON past the depth limit", () => {
     return value
   }
   const deepMessage = (name: string, levels: number) =>
-    ({ id: name, role: "user", content: [{ type: "text", text: name }], source: { kind: "user", a: nestedValue(levels) } }) as never
+    ({
+      id: name,
+      role: "user",
+      content: [{ type: "text", text: name }],
+      source: { kind: "user", a: nestedValue(levels) }
+    }) as never
 
   it.effect("followup, steer, inject, append and splice of values nested 10,000 and 100,000 levels are InvalidEvent; the session is not poisoned", () =>
     Effect.gen(function*() {
       const filename = freshFile()
-      const live = yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
-        const log = yield* SessionLog
-        const inbox = yield* Inbox
-        for (const levels of [10_000, 100_000]) {
-          const m = deepMessage(`m${levels}`, levels)
-          const failures = [
-            yield* failureOf(driver.followup(m)),
-            yield* failureOf(driver.steer(m)),
-            yield* failureOf(driver.inject(m)),
-            yield* failureOf(inbox.splice("next-turn", 0, 0, [m])),
-            yield* failureOf(log.append({ type: "ext/deep", data: nestedValue(levels), ignorable: true }))
-          ]
-          for (const failure of failures) {
-            expect(failure).toMatchObject({ _tag: "InvalidEvent" })
-            expect((failure as { readonly reason: string }).reason).toMatch(/nested deeper than 256 levels$/)
+      const live = yield* Effect.scoped(
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          const log = yield* SessionLog
+          const inbox = yield* Inbox
+          for (const levels of [10_000, 100_000]) {
+            const m = deepMessage(`m${levels}`, levels)
+            const failures = [
+              yield* failureOf(driver.followup(m)),
+              yield* failureOf(driver.steer(m)),
+              yield* failureOf(driver.inject(m)),
+              yield* failureOf(inbox.splice("next-turn", 0, 0, [m])),
+              yield* failureOf(log.append({ type: "ext/deep", data: nestedValue(levels), ignorable: true }))
+            ]
+            for (const failure of failures) {
+              expect(failure).toMatchObject({ _tag: "InvalidEvent" })
+              expect((failure as { readonly reason: string }).reason).toMatch(/nested deeper than 256 levels$/)
+            }
           }
-        }
-        // A throwing getter, a hostile Proxy and a cycle: typed refusals too.
-        const trap = () => {
-          throw new Error("trap")
-        }
-        const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
-        const getter = {
-          id: "g",
-          role: "user",
-          content: [{ type: "text", text: "g" }],
-          get source(): unknown {
-            throw new Error("boom")
+          // A throwing getter, a hostile Proxy and a cycle: typed refusals too.
+          const trap = () => {
+            throw new Error("trap")
           }
-        }
-        const cyclic: Record<string, unknown> = { kind: "user" }
-        cyclic.self = cyclic
-        const withCycle = { id: "c", role: "user", content: [{ type: "text", text: "c" }], source: cyclic }
-        for (const [m, reason] of [
-          [proxy, "message: cannot be read (trap)"],
-          [getter, "message.source: cannot be read (boom)"],
-          [withCycle, "message.source.self: cyclic value"]
-        ] as const) {
-          for (const send of [driver.followup, driver.steer, driver.inject]) {
-            expect(yield* failureOf(send(m as never))).toMatchObject({ _tag: "InvalidEvent", reason })
+          const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
+          const getter = {
+            id: "g",
+            role: "user",
+            content: [{ type: "text", text: "g" }],
+            get source(): unknown {
+              throw new Error("boom")
+            }
           }
-        }
-        expect(yield* log.events).toEqual([])
-        // The session goes on: a valid followup runs its turn and is durable.
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        yield* log.flush
-        const events = yield* log.events
-        expect(events.at(-1)?.type).toBe("turn/end")
-        return events
-      }).pipe(Effect.provide(agentOn(filename, { sessionId: S }))))
+          const cyclic: Record<string, unknown> = { kind: "user" }
+          cyclic.self = cyclic
+          const withCycle = { id: "c", role: "user", content: [{ type: "text", text: "c" }], source: cyclic }
+          for (
+            const [m, reason] of [
+              [proxy, "message: cannot be read (trap)"],
+              [getter, "message.source: cannot be read (boom)"],
+              [withCycle, "message.source.self: cyclic value"]
+            ] as const
+          ) {
+            for (const send of [driver.followup, driver.steer, driver.inject]) {
+              expect(yield* failureOf(send(m as never))).toMatchObject({ _tag: "InvalidEvent", reason })
+            }
+          }
+          expect(yield* log.events).toEqual([])
+          // The session goes on: a valid followup runs its turn and is durable.
+          yield* driver.followup(user("A"))
+          yield* driver.whenIdle
+          yield* log.flush
+          const events = yield* log.events
+          expect(events.at(-1)?.type).toBe("turn/end")
+          return events
+        }).pipe(Effect.provide(agentOn(filename, { sessionId: S })))
+      )
       const stored = yield* withStore(filename, (store) => store.load(S))
       expect(stored.events).toStrictEqual(live)
     }))
@@ -853,19 +928,25 @@ describe("SqliteSessionStore: JSON past the depth limit", () => {
       const filename = freshFile()
       // The message is level 1, its source level 2: the source's field holds the other 254 levels.
       const m = deepMessage("edge", MAX_JSON_DEPTH - 2)
-      const live = yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(m)
-        yield* driver.whenIdle
-        return yield* Effect.flatMap(SessionLog, (log) => log.events)
-      }).pipe(Effect.provide(agentOn(filename, { sessionId: S }))))
+      const live = yield* Effect.scoped(
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.followup(m)
+          yield* driver.whenIdle
+          return yield* Effect.flatMap(SessionLog, (log) => log.events)
+        }).pipe(Effect.provide(agentOn(filename, { sessionId: S })))
+      )
       const resumed = yield* Effect.scoped(
         Effect.flatMap(SessionLog, (log) => log.events).pipe(Effect.provide(agentOn(filename, { resume: S })))
       )
       expect(resumed.slice(0, live.length)).toStrictEqual(live)
-      expect(yield* failureOf(Effect.scoped(Effect.flatMap(Driver, (driver) => driver.followup(deepMessage("past", MAX_JSON_DEPTH - 1))).pipe(
-        Effect.provide(agentOn(filename, { resume: S }))
-      )))).toMatchObject({ _tag: "InvalidEvent" })
+      expect(
+        yield* failureOf(Effect.scoped(
+          Effect.flatMap(Driver, (driver) => driver.followup(deepMessage("past", MAX_JSON_DEPTH - 1))).pipe(
+            Effect.provide(agentOn(filename, { resume: S }))
+          )
+        ))
+      ).toMatchObject({ _tag: "InvalidEvent" })
     }))
 
   it.effect("a stored row nested past the limit loads as MalformedLog with its seq, never a defect", () =>
@@ -893,24 +974,33 @@ describe("SqliteSessionStore: JSON past the size limit", () => {
       const filename = freshFile()
       const layer = Agent.layer({ sessionId: S, model: { provider: "p", model: "m" } }).pipe(
         Layer.provideMerge(
-          Layer.mergeAll(SqliteSessionStore.layer({ filename }), ScriptedModel.layer([ScriptedModel.text("one")]), Tools.layer())
+          Layer.mergeAll(
+            SqliteSessionStore.layer({ filename }),
+            ScriptedModel.layer([ScriptedModel.text("one")]),
+            Tools.layer()
+          )
         )
       )
       // 100 million control characters: 600 million characters of JSON, past the engine's longest string.
       const text = "\u0001".repeat(100_000_000)
       const large = { id: "large", role: "user", content: [{ type: "text", text }], source: { kind: "user" } } as never
-      const live = yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
-        const log = yield* SessionLog
-        const refused = yield* failureOf(driver.inject(large))
-        expect(refused).toMatchObject({ _tag: "InvalidEvent", reason: "message: larger than 64 MiB of JSON text" })
-        const appended = yield* failureOf(log.append({ type: "ext/large", data: { text }, ignorable: true }))
-        expect(appended).toMatchObject({ _tag: "InvalidEvent", reason: "event.data: larger than 64 MiB of JSON text" })
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        yield* log.flush
-        return yield* log.events
-      }).pipe(Effect.provide(layer)))
+      const live = yield* Effect.scoped(
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          const log = yield* SessionLog
+          const refused = yield* failureOf(driver.inject(large))
+          expect(refused).toMatchObject({ _tag: "InvalidEvent", reason: "message: larger than 64 MiB of JSON text" })
+          const appended = yield* failureOf(log.append({ type: "ext/large", data: { text }, ignorable: true }))
+          expect(appended).toMatchObject({
+            _tag: "InvalidEvent",
+            reason: "event.data: larger than 64 MiB of JSON text"
+          })
+          yield* driver.followup(user("A"))
+          yield* driver.whenIdle
+          yield* log.flush
+          return yield* log.events
+        }).pipe(Effect.provide(layer))
+      )
       expect(live.at(-1)?.type).toBe("turn/end")
       const stored = yield* withStore(filename, (store) => store.load(S))
       expect(stored.events).toStrictEqual(live)

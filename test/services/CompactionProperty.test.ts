@@ -87,13 +87,21 @@ const plannedModel = (plan: ReadonlyArray<TurnPlan>, window: number, density: nu
   })
 
 const summaryModel = Model.of({
-  stream: () => Stream.fromIterable([...text("Goal: test.\nDecisions: none.\nState: going on.\nFiles: none.\nOpen questions: none."), ...finish(0)])
+  stream: () =>
+    Stream.fromIterable([
+      ...text("Goal: test.\nDecisions: none.\nState: going on.\nFiles: none.\nOpen questions: none."),
+      ...finish(0)
+    ])
 })
 
 /** The texts a reader must find again: every text block and tool-result text of a message. */
 const textsOf = (message: Message): Array<string> =>
   message.content.flatMap((b) =>
-    b.type === "text" ? [b.text] : b.type === "tool-result" ? b.content.flatMap((c) => (c.type === "text" ? [c.text] : [])) : []
+    b.type === "text"
+      ? [b.text]
+      : b.type === "tool-result"
+      ? b.content.flatMap((c) => (c.type === "text" ? [c.text] : []))
+      : []
   )
 
 describe("compaction property", () => {
@@ -111,10 +119,18 @@ describe("compaction property", () => {
         sessionId: SessionId.make("p"),
         model: { provider: "p", model: "m" },
         readHistory: true,
-        compaction: { contextWindow: window, threshold, summary: { model: { service: summaryModel, provider: "p", model: "s" } } }
+        compaction: {
+          contextWindow: window,
+          threshold,
+          summary: { model: { service: summaryModel, provider: "p", model: "s" } }
+        }
       }).pipe(
         Layer.provideMerge(
-          Layer.mergeAll(SessionStore.layerMemory, Layer.succeed(Model, plannedModel(plan, window, density, seen)), Tools.layer({ tools: [blob] }))
+          Layer.mergeAll(
+            SessionStore.layerMemory,
+            Layer.succeed(Model, plannedModel(plan, window, density, seen)),
+            Tools.layer({ tools: [blob] })
+          )
         )
       )
       return Effect.gen(function*() {

@@ -75,13 +75,15 @@ describe("Hooks", () => {
     withHooks((hooks, runner) =>
       Effect.gen(function*() {
         const order: Array<string> = []
-        const suffix = (name: string) => (input: { readonly config: RequestConfig }, next: () => Effect.Effect<RequestConfig, unknown>) =>
-          Effect.gen(function*() {
-            order.push(name)
-            expect(input.config).toEqual(seed)
-            const config = yield* next()
-            return { ...config, model: `${config.model}+${name}` }
-          })
+        const suffix =
+          (name: string) =>
+          (input: { readonly config: RequestConfig }, next: () => Effect.Effect<RequestConfig, unknown>) =>
+            Effect.gen(function*() {
+              order.push(name)
+              expect(input.config).toEqual(seed)
+              const config = yield* next()
+              return { ...config, model: `${config.model}+${name}` }
+            })
         yield* hooks.onRequest(suffix("L1"))
         yield* hooks.onRequest(suffix("L2"))
         yield* hooks.onRequest(suffix("L0"), { prepend: true })
@@ -139,11 +141,12 @@ describe("Hooks", () => {
   it.scoped("onToolPost: listeners transform the output in waterfall return order", () =>
     withHooks((hooks, runner) =>
       Effect.gen(function*() {
-        const tag = (label: string) => (input: ToolPostInput, next: () => Effect.Effect<NormalizedToolOutput, unknown>) =>
-          Effect.map(next(), (out) => ({
-            ...out,
-            content: [...out.content, { type: "text" as const, text: `${label}${input.aborted ? "!" : ""}` }]
-          }))
+        const tag =
+          (label: string) => (input: ToolPostInput, next: () => Effect.Effect<NormalizedToolOutput, unknown>) =>
+            Effect.map(next(), (out) => ({
+              ...out,
+              content: [...out.content, { type: "text" as const, text: `${label}${input.aborted ? "!" : ""}` }]
+            }))
         yield* hooks.onToolPost(tag("L1"))
         yield* hooks.onToolPost(tag("L2"))
         const out = yield* runner.runToolPost({ ...postInput, aborted: true })

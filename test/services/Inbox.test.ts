@@ -1,14 +1,14 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Layer, Option, STM, TRef } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
-import { MAX_JSON_SIZE } from "../../src/domain/Json.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
+import { MAX_JSON_SIZE } from "../../src/domain/Json.js"
+import { userMessage } from "../../src/domain/Message.js"
 import type { UserMessage } from "../../src/domain/Values.js"
 import { SessionState } from "../../src/internal/state/SessionState.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
-import { userMessage } from "../../src/domain/Message.js"
 import { claimTurn, drain, freshSession, plugin, sessionOn, splices, subscribe, user } from "./harness.js"
 
 const id = (s: string) => MessageId.make(s)
@@ -29,7 +29,11 @@ describe("Inbox", () => {
       ])
       expect(yield* inbox.snapshot).toEqual({ nextTurn: [b, a], nextStep: [c] })
       expect(yield* inbox.hasPending).toBe(true)
-      expect((yield* drain(live)).map((e) => e.type === "agent/inbox/inserted" && e.message.id)).toEqual(["a", "b", "c"])
+      expect((yield* drain(live)).map((e) => e.type === "agent/inbox/inserted" && e.message.id)).toEqual([
+        "a",
+        "b",
+        "c"
+      ])
       const log = yield* SessionLog
       expect(yield* log.durableSeq).toBe(2)
     }).pipe(Effect.provide(freshSession())))
@@ -44,7 +48,13 @@ describe("Inbox", () => {
       expect(yield* inbox.replace(id("missing"), user("R0"))).toBe(false)
       expect(yield* inbox.idState(id("R0"))).toEqual(Option.none())
       expect(yield* inbox.replace(O.id, R)).toBe(true)
-      expect((yield* splices)[2]).toEqual({ target: "next-turn", start: 0, removedCount: 1, inserted: [R], outcome: "canceled" })
+      expect((yield* splices)[2]).toEqual({
+        target: "next-turn",
+        start: 0,
+        removedCount: 1,
+        inserted: [R],
+        outcome: "canceled"
+      })
       expect(yield* inbox.idState(O.id)).toEqual(Option.some("discarded"))
       const N2 = plugin("N", "N, rewritten")
       expect(yield* inbox.replace(N.id, N2)).toBe(true)
@@ -66,12 +76,26 @@ describe("Inbox", () => {
       yield* inbox.splice("next-turn", 0, 0, [F, V])
       expect(yield* inbox.nextTurn).toEqual([F, V, R])
       expect(yield* inbox.splice("next-turn", -1, 1, [])).toEqual([R])
-      expect((yield* splices).at(-1)).toEqual({ target: "next-turn", start: 2, removedCount: 1, inserted: [], outcome: "canceled" })
+      expect((yield* splices).at(-1)).toEqual({
+        target: "next-turn",
+        start: 2,
+        removedCount: 1,
+        inserted: [],
+        outcome: "canceled"
+      })
       expect(yield* inbox.remove(R.id)).toBe(false)
-      expect(yield* Effect.flip(inbox.append("next-step", F))).toMatchObject({ _tag: "DuplicateMessage", state: "pending" })
+      expect(yield* Effect.flip(inbox.append("next-step", F))).toMatchObject({
+        _tag: "DuplicateMessage",
+        state: "pending"
+      })
       const before = (yield* splices).length
-      expect(yield* Effect.flip(inbox.splice("next-turn", NaN, 0, [H]))).toMatchObject({ _tag: "InvalidSplice", target: "next-turn" })
-      expect(yield* Effect.flip(inbox.splice("next-turn", 0, "1" as unknown as number, [H]))).toMatchObject({ _tag: "InvalidSplice" })
+      expect(yield* Effect.flip(inbox.splice("next-turn", NaN, 0, [H]))).toMatchObject({
+        _tag: "InvalidSplice",
+        target: "next-turn"
+      })
+      expect(yield* Effect.flip(inbox.splice("next-turn", 0, "1" as unknown as number, [H]))).toMatchObject({
+        _tag: "InvalidSplice"
+      })
       expect(yield* inbox.splice("next-turn", 5, 0, [])).toEqual([])
       expect((yield* splices).length).toBe(before)
       expect(yield* inbox.idState(H.id)).toEqual(Option.none())
@@ -145,7 +169,12 @@ describe("Inbox", () => {
   it.scoped("the stored message is a frozen snapshot of the input", () =>
     Effect.gen(function*() {
       const inbox = yield* Inbox
-      const input = { id: id("m"), role: "user" as const, content: [{ type: "text" as const, text: "before" }], source: { kind: "user" } }
+      const input = {
+        id: id("m"),
+        role: "user" as const,
+        content: [{ type: "text" as const, text: "before" }],
+        source: { kind: "user" }
+      }
       yield* inbox.append("next-step", input)
       input.content[0]!.text = "after"
       const [stored] = yield* inbox.nextStep
@@ -220,7 +249,10 @@ describe("Inbox", () => {
           return inbox
         }).pipe(Effect.provide(sessionOn({ sessionId: SessionId.make("d1") })))
       )
-      expect(yield* Effect.flip(inbox.append("next-turn", user("late")))).toMatchObject({ _tag: "AgentDisposed", sessionId: "d1" })
+      expect(yield* Effect.flip(inbox.append("next-turn", user("late")))).toMatchObject({
+        _tag: "AgentDisposed",
+        sessionId: "d1"
+      })
       expect(yield* Effect.flip(inbox.clear)).toMatchObject({ _tag: "AgentDisposed" })
       expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["kept"])
       const store = yield* SessionStore
@@ -303,7 +335,12 @@ const trap = () => {
 
 describe("Inbox: input past the limits or unreadable", () => {
   const deepMessage = (name: string, levels: number) =>
-    ({ id: name, role: "user", content: [{ type: "text", text: name }], source: { kind: "user", a: nestedValue(levels) } }) as unknown as UserMessage
+    ({
+      id: name,
+      role: "user",
+      content: [{ type: "text", text: name }],
+      source: { kind: "user", a: nestedValue(levels) }
+    }) as unknown as UserMessage
 
   it.scoped("messages nested 10,000 and 100,000 levels are InvalidEvent from every operation; nothing changes, the inbox stays usable", () =>
     Effect.gen(function*() {
@@ -322,7 +359,9 @@ describe("Inbox: input past the limits or unreadable", () => {
         ]
         for (const failure of failures) {
           expect(failure).toMatchObject({ _tag: "InvalidEvent", type: "user/message" })
-          expect((failure as { readonly reason: string }).reason).toMatch(/^message\.source\.a.*: nested deeper than 256 levels$/)
+          expect((failure as { readonly reason: string }).reason).toMatch(
+            /^message\.source\.a.*: nested deeper than 256 levels$/
+          )
         }
       }
       expect(yield* log.events).toStrictEqual(before)
@@ -337,7 +376,12 @@ describe("Inbox: input past the limits or unreadable", () => {
       const log = yield* SessionLog
       const splice = (inserted: unknown, start: unknown = 0) =>
         Effect.flip(inbox.splice("next-turn", start as number, 0, inserted as ReadonlyArray<UserMessage>))
-      for (const [inserted, found] of [[5, "number"], ["ab", "string"], [null, "null"], [{ 0: user("x"), length: 1 }, "object"]] as const) {
+      for (
+        const [inserted, found] of [[5, "number"], ["ab", "string"], [null, "null"], [
+          { 0: user("x"), length: 1 },
+          "object"
+        ]] as const
+      ) {
         expect(yield* splice(inserted)).toMatchObject({
           _tag: "InvalidEvent",
           type: "agent/inbox/spliced",
@@ -347,11 +391,18 @@ describe("Inbox: input past the limits or unreadable", () => {
       // A list too long to hold messages within the size limit is refused before it is read.
       const huge: Array<UserMessage> = []
       huge.length = 1_000_000_000
-      expect(yield* splice(huge)).toMatchObject({ _tag: "InvalidEvent", reason: "inserted: larger than 64 MiB of JSON text" })
+      expect(yield* splice(huge)).toMatchObject({
+        _tag: "InvalidEvent",
+        reason: "inserted: larger than 64 MiB of JSON text"
+      })
       const unreadableArray = new Proxy([user("x")], { get: trap })
       expect(yield* splice(unreadableArray)).toMatchObject({ _tag: "InvalidEvent", reason: "inserted cannot be read" })
       const proxy = new Proxy({}, { get: trap, ownKeys: trap, getPrototypeOf: trap, has: trap })
-      expect(yield* splice([proxy])).toMatchObject({ _tag: "InvalidEvent", type: "user/message", reason: "message: cannot be read (trap)" })
+      expect(yield* splice([proxy])).toMatchObject({
+        _tag: "InvalidEvent",
+        type: "user/message",
+        reason: "message: cannot be read (trap)"
+      })
       const getter = {
         id: "g",
         role: "user",
@@ -367,10 +418,16 @@ describe("Inbox: input past the limits or unreadable", () => {
       const cyclic: Record<string, unknown> = { kind: "user" }
       cyclic.self = cyclic
       const withCycle = { id: "c", role: "user", content: [{ type: "text", text: "c" }], source: cyclic }
-      expect(yield* splice([withCycle])).toMatchObject({ _tag: "InvalidEvent", reason: "message.source.self: cyclic value" })
+      expect(yield* splice([withCycle])).toMatchObject({
+        _tag: "InvalidEvent",
+        reason: "message.source.self: cyclic value"
+      })
       // A coordinate whose text cannot be made is an InvalidSplice, not a defect.
       const hostileStart = { toString: trap, valueOf: trap }
-      expect(yield* splice([user("y")], hostileStart)).toMatchObject({ _tag: "InvalidSplice", reason: "start (object) is not a number" })
+      expect(yield* splice([user("y")], hostileStart)).toMatchObject({
+        _tag: "InvalidSplice",
+        reason: "start (object) is not a number"
+      })
       expect(yield* log.events).toEqual([])
       expect(yield* inbox.splice("next-turn", 0, 0, [user("fine")])).toEqual([])
       expect((yield* inbox.nextTurn).map((m) => m.id)).toEqual(["fine"])

@@ -8,7 +8,13 @@ import { SessionLog } from "../../src/services/SessionLog.js"
 import { claimTurn, freshSession, plugin } from "./harness.js"
 
 type Op =
-  | { readonly _tag: "splice"; readonly target: InboxTarget; readonly start: number; readonly deleteCount: number; readonly insert: number }
+  | {
+    readonly _tag: "splice"
+    readonly target: InboxTarget
+    readonly start: number
+    readonly deleteCount: number
+    readonly insert: number
+  }
   | { readonly _tag: "append" | "prepend"; readonly target: InboxTarget }
   | { readonly _tag: "remove" | "replace"; readonly pick: number }
   | { readonly _tag: "clear" | "claim" }

@@ -137,7 +137,10 @@ describe("MemoryStoreControl", () => {
         const listed = yield* reopened.list
         // The restored store is live and independent of the original.
         yield* reopened.append(id, third)
-        yield* reopened.append(other, turnEvents(0, 1, 1000, makeUserMessage("o", "x"), "y") as [SessionEvent, ...Array<SessionEvent>])
+        yield* reopened.append(
+          other,
+          turnEvents(0, 1, 1000, makeUserMessage("o", "x"), "y") as [SessionEvent, ...Array<SessionEvent>]
+        )
         return { loaded, listed, calls: yield* reopenedControl.appendCalls, after: (yield* reopened.load(id)).events }
       }).pipe(Effect.provide(SessionStore.layerMemoryFrom(snapshot)))
       expect(restored.loaded).toStrictEqual({ header: makeHeader(id), events: [...first, ...second] })

@@ -6,7 +6,19 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Layer, Schema, Stream } from "effect"
 import type { ModelRequest, ModelResponse, ModelShape, StreamChunk } from "../../src/index.js"
-import { Agent, CancelCause, Driver, Model, ModelError, SessionId, SessionLog, SessionStore, Tool, Tools, userMessage } from "../../src/index.js"
+import {
+  Agent,
+  CancelCause,
+  Driver,
+  Model,
+  ModelError,
+  SessionId,
+  SessionLog,
+  SessionStore,
+  Tool,
+  Tools,
+  userMessage
+} from "../../src/index.js"
 import { reasons, shape, waitUntil } from "../agent/harness.js"
 
 const echo = Tool.make("echo", {
@@ -35,7 +47,9 @@ const twoSteps = (request: ModelRequest): ReadonlyArray<StreamChunk> =>
 
 const agentWith = (model: ModelShape) =>
   Agent.layer({ sessionId: SessionId.make("s"), model: { provider: "p", model: "m" }, invariants: "check" }).pipe(
-    Layer.provideMerge(Layer.mergeAll(SessionStore.layerMemory, Layer.succeed(Model, model), Tools.layer({ tools: [echo] })))
+    Layer.provideMerge(
+      Layer.mergeAll(SessionStore.layerMemory, Layer.succeed(Model, model), Tools.layer({ tools: [echo] }))
+    )
   )
 
 const followup = (text: string) => Effect.flatMap(Driver, (driver) => driver.followup(userMessage({ id: text, text })))
@@ -104,8 +118,11 @@ describe("Model.responseOf", () => {
       yield* runTurn
       const [reason] = yield* reasons
       expect(reason).toMatchObject({ kind: "error", error: { code: "AUTH", message: "no key" } })
-    }).pipe(Effect.provide(agentWith(neverStreamed(() => Effect.fail(new ModelError({ failure: { message: "no key", code: "AUTH" } }))))))
-  )
+    }).pipe(
+      Effect.provide(
+        agentWith(neverStreamed(() => Effect.fail(new ModelError({ failure: { message: "no key", code: "AUTH" } }))))
+      )
+    ))
 
   it.effect("a respond that throws is a failure of that response (synthetic error finish, code UNKNOWN)", () =>
     Effect.gen(function*() {
@@ -139,11 +156,13 @@ describe("Model.make", () => {
   it.effect("its stream runs the response of respond, whatever its form", () =>
     Effect.gen(function*() {
       const request = { messages: [], step: 1 } as unknown as ModelRequest
-      for (const respond of [
-        () => text("a"),
-        () => Effect.succeed(text("a")),
-        () => Stream.fromIterable(text("a"))
-      ] as ReadonlyArray<(request: ModelRequest) => ModelResponse>) {
+      for (
+        const respond of [
+          () => text("a"),
+          () => Effect.succeed(text("a")),
+          () => Stream.fromIterable(text("a"))
+        ] as ReadonlyArray<(request: ModelRequest) => ModelResponse>
+      ) {
         const chunks = yield* Stream.runCollect(Model.make(respond).stream(request))
         expect(Chunk.toArray(chunks)).toEqual(text("a"))
       }

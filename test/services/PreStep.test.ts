@@ -26,15 +26,16 @@ const X = plugin("X")
 const Y = plugin("Y")
 
 /** Appends `extra` to the downstream decision's batch. */
-const appending = (log: Array<string>, name: string, extra: UserMessage) =>
-(_input: PreStepInput, next: () => Effect.Effect<PreStepDecision, PreStepFailed>) =>
-  Effect.gen(function*() {
-    log.push(name)
-    const decision = yield* next()
-    if (decision._tag !== "Enter") return decision
-    log.push(`${name} got [${ids(decision.messages).join(",")}]`)
-    return PreStepDecision.enter([...decision.messages, extra])
-  })
+const appending =
+  (log: Array<string>, name: string, extra: UserMessage) =>
+  (_input: PreStepInput, next: () => Effect.Effect<PreStepDecision, PreStepFailed>) =>
+    Effect.gen(function*() {
+      log.push(name)
+      const decision = yield* next()
+      if (decision._tag !== "Enter") return decision
+      log.push(`${name} got [${ids(decision.messages).join(",")}]`)
+      return PreStepDecision.enter([...decision.messages, extra])
+    })
 
 const runFailure = (i: PreStepInput) => Effect.flip(Effect.flatMap(PreStep, (p) => p.run(i)))
 

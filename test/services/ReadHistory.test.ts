@@ -10,11 +10,11 @@ import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
-import { SessionStore } from "../../src/services/SessionStore.js"
+import { Driver } from "../../src/services/Driver.js"
 import type { ReadHistoryOptions } from "../../src/services/ReadHistory.js"
 import { ReadHistory } from "../../src/services/ReadHistory.js"
-import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
+import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
 import type { ToolOutput } from "../../src/services/Tools.js"
 import { scenario, user } from "../agent/harness.js"
@@ -38,7 +38,8 @@ const logEvents = Effect.flatMap(SessionLog, (log) => log.events)
 const resultOf = (events: ReadonlyArray<SessionEvent>, callId: string) =>
   events.find((e): e is EventOf<"tool/result"> =>
     e.type === "tool/result" && (e as EventOf<"tool/result">).surfaceOp === "append" &&
-    (e as EventOf<"tool/result">).data.message.content[0].toolCallId === callId)!
+    (e as EventOf<"tool/result">).data.message.content[0].toolCallId === callId
+  )!
 
 const textOf = (event: EventOf<"tool/result">) => {
   const block = event.data.message.content[0].content[0]
@@ -67,7 +68,11 @@ const overAgent = <E, R>(
   layer: Layer.Layer<any, any, never>,
   prompts: Effect.Effect<ReadonlyArray<SessionEvent>, any, any>,
   body: (events: ReadonlyArray<SessionEvent>) => Effect.Effect<void, E, R>
-) => it.scoped(name, () => Effect.flatMap(prompts, body).pipe(Effect.provide(layer)) as Effect.Effect<void, unknown, never>)
+) =>
+  it.scoped(
+    name,
+    () => Effect.flatMap(prompts, body).pipe(Effect.provide(layer)) as Effect.Effect<void, unknown, never>
+  )
 
 /** A test over one agent `layer`: `body` reads the log after the turn of prompt "A". */
 const afterPromptA = <E, R>(
@@ -172,9 +177,12 @@ describe("read_history: the agent's option", () => {
       const shared = yield* Layer.build(Layer.mergeAll(SessionStore.layerMemory, Tools.layer({ tools: [page(100)] })))
       const agent = (name: string) =>
         Layer.build(
-          Agent.layer({ sessionId: SessionId.make(name), model: { provider: "p", model: "m" }, readHistory: true }).pipe(
-            Layer.provide(ScriptedModel.layer([call("h", "read_history", { query: "secret" }), ScriptedModel.text("done")]))
-          )
+          Agent.layer({ sessionId: SessionId.make(name), model: { provider: "p", model: "m" }, readHistory: true })
+            .pipe(
+              Layer.provide(
+                ScriptedModel.layer([call("h", "read_history", { query: "secret" }), ScriptedModel.text("done")])
+              )
+            )
         ).pipe(Effect.provide(shared))
       const a = yield* agent("a")
       const b = yield* agent("b")
@@ -224,53 +232,64 @@ describe("read_history: ranges, searches, pages and refusals", () => {
   const overSession = <E, R>(name: string, body: (events: ReadonlyArray<SessionEvent>) => Effect.Effect<void, E, R>) =>
     overAgent(name, session, run, body)
   const messageSeqs = (events: ReadonlyArray<SessionEvent>) =>
-    events.filter((e) => e.type === "user/message" || e.type === "tool/result" || e.type === "assistant/message").map((e) => e.seq)
+    events.filter((e) => e.type === "user/message" || e.type === "tool/result" || e.type === "assistant/message").map((
+      e
+    ) => e.seq)
 
-  overSession("a range in pages: following each page's call shows every message once, in order, each whole", (events) =>
-    Effect.gen(function*() {
-      const seen: Array<number> = []
-      let next: Record<string, unknown> | undefined = { from: 0 }
-      let pages = 0
-      let body = ""
-      while (next !== undefined) {
-        const page = yield* readHistory(next, { maxChars: 1_000 })
-        expect(page.isError).toBe(false)
-        expect(page.text.length).toBeLessThanOrEqual(1_000)
-        pages += 1
-        for (const match of page.text.matchAll(/^#(\d+) /gm)) seen.push(Number(match[1]))
-        body += page.text
-        const more = /read on with read_history (\{.*\})\]$/.exec(page.text)
-        next = more === null ? undefined : JSON.parse(more[1]!)
-      }
-      expect(pages).toBeGreaterThan(3)
-      // An entry split over pages is listed on each of them.
-      expect([...new Set(seen)]).toEqual(messageSeqs(events))
-      for (let i = 0; i < 6; i++) expect(body).toContain(`needle-${i} `)
-    }))
-
-  overSession("a search lists matching messages with snippets, skips its own calls and results, and pages by seq", (events) =>
-    Effect.gen(function*() {
-      const all = yield* readHistory({ query: "Needle-" })
-      const listed = [...all.text.matchAll(/^#(\d+) /gm)].map((m) => Number(m[1]))
-      expect(listed).toEqual(["c0", "c1", "c2", "c3", "c4", "c5"].map((id) => resultOf(events, id).seq))
-      expect(all.text).toContain("…")
-      const narrow = yield* readHistory({ query: "needle-", from: listed[2]!, to: listed[3]! })
-      expect([...narrow.text.matchAll(/^#(\d+) /gm)].map((m) => Number(m[1]))).toEqual([listed[2], listed[3]])
-      const paged = yield* readHistory({ query: "needle-", maxChars: 600 })
-      expect(paged.text).toContain(`more matches with read_history {"query":"needle-","from":`)
-      expect(yield* readHistory({ query: "no such text" })).toEqual({
-        text: `read_history: matches of "no such text" in seqs 0-${events.length - 1}\nno matches`,
-        isError: false
+  overSession(
+    "a range in pages: following each page's call shows every message once, in order, each whole",
+    (events) =>
+      Effect.gen(function*() {
+        const seen: Array<number> = []
+        let next: Record<string, unknown> | undefined = { from: 0 }
+        let pages = 0
+        let body = ""
+        while (next !== undefined) {
+          const page = yield* readHistory(next, { maxChars: 1_000 })
+          expect(page.isError).toBe(false)
+          expect(page.text.length).toBeLessThanOrEqual(1_000)
+          pages += 1
+          for (const match of page.text.matchAll(/^#(\d+) /gm)) seen.push(Number(match[1]))
+          body += page.text
+          const more = /read on with read_history (\{.*\})\]$/.exec(page.text)
+          next = more === null ? undefined : JSON.parse(more[1]!)
+        }
+        expect(pages).toBeGreaterThan(3)
+        // An entry split over pages is listed on each of them.
+        expect([...new Set(seen)]).toEqual(messageSeqs(events))
+        for (let i = 0; i < 6; i++) expect(body).toContain(`needle-${i} `)
       })
-    }))
+  )
+
+  overSession(
+    "a search lists matching messages with snippets, skips its own calls and results, and pages by seq",
+    (events) =>
+      Effect.gen(function*() {
+        const all = yield* readHistory({ query: "Needle-" })
+        const listed = [...all.text.matchAll(/^#(\d+) /gm)].map((m) => Number(m[1]))
+        expect(listed).toEqual(["c0", "c1", "c2", "c3", "c4", "c5"].map((id) => resultOf(events, id).seq))
+        expect(all.text).toContain("…")
+        const narrow = yield* readHistory({ query: "needle-", from: listed[2]!, to: listed[3]! })
+        expect([...narrow.text.matchAll(/^#(\d+) /gm)].map((m) => Number(m[1]))).toEqual([listed[2], listed[3]])
+        const paged = yield* readHistory({ query: "needle-", maxChars: 600 })
+        expect(paged.text).toContain(`more matches with read_history {"query":"needle-","from":`)
+        expect(yield* readHistory({ query: "no such text" })).toEqual({
+          text: `read_history: matches of "no such text" in seqs 0-${events.length - 1}\nno matches`,
+          isError: false
+        })
+      })
+  )
 
   overSession("bad requests are refused with what to do, and change nothing", (events) =>
     Effect.gen(function*() {
       const last = events.length - 1
-      const refused = (params: Record<string, unknown>) => Effect.map(readHistory(params), (r) => (r.isError ? r.text : `accepted: ${r.text}`))
+      const refused = (params: Record<string, unknown>) =>
+        Effect.map(readHistory(params), (r) => (r.isError ? r.text : `accepted: ${r.text}`))
       expect(yield* refused({})).toContain(`read_history: give a seq range (read_history {"from":10,"to":20})`)
       expect(yield* refused({ from: 5, to: 2 })).toBe("read_history: to 2 is before from 5; give from ≤ to")
-      expect(yield* refused({ from: last + 1 })).toBe(`read_history: from ${last + 1} is past the end of the log (its seqs are 0-${last})`)
+      expect(yield* refused({ from: last + 1 })).toBe(
+        `read_history: from ${last + 1} is past the end of the log (its seqs are 0-${last})`
+      )
       expect(yield* refused({ from: -1 })).toBe("read_history: from and to must be non-negative integers (seqs)")
       expect(yield* refused({ query: "  " })).toBe("read_history: query is empty; give the text to search for")
       expect(yield* refused({ query: "q".repeat(201) })).toContain("query is longer than 200 characters")

@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Fiber, Layer, Option, Stream, TestClock } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
+import type { InvalidEvent } from "../../src/domain/Errors.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import { MessageId, SessionId } from "../../src/domain/Ids.js"
-import type { InvalidEvent } from "../../src/domain/Errors.js"
 import { MAX_JSON_DEPTH } from "../../src/domain/Json.js"
 import { userMessage } from "../../src/domain/Message.js"
 import { Inbox } from "../../src/services/Inbox.js"
@@ -165,7 +165,12 @@ describe("SessionLog", () => {
       const first = yield* Effect.scoped(
         Effect.gen(function*() {
           const log = yield* SessionLog
-          return { events: yield* log.events, messages: yield* log.messages, durable: yield* log.durableSeq, live: log.firstLiveSeq }
+          return {
+            events: yield* log.events,
+            messages: yield* log.messages,
+            durable: yield* log.durableSeq,
+            live: log.firstLiveSeq
+          }
         }).pipe(Effect.provide(sessionOn({ resume: sid("r") })))
       )
       const n = closed.length + open.length
@@ -180,7 +185,10 @@ describe("SessionLog", () => {
       expect(stored.events).toEqual(first.events)
       // Reopening an untouched session does not grow it.
       const again = yield* Effect.scoped(
-        Effect.map(SessionLog, (log) => log.events).pipe(Effect.flatten, Effect.provide(sessionOn({ resume: sid("r") })))
+        Effect.map(SessionLog, (log) => log.events).pipe(
+          Effect.flatten,
+          Effect.provide(sessionOn({ resume: sid("r") }))
+        )
       )
       expect(again.length).toBe(first.events.length)
     }).pipe(Effect.provide(SessionStore.layerMemory)))
@@ -312,11 +320,23 @@ describe("SessionLog.append: input past the limits or unreadable", () => {
         expect(error).toMatchObject({ _tag: "InvalidEvent", type: "ext/deep" })
         expect((error as InvalidEvent).reason).toMatch(/^event\.data\.a\.a.*: nested deeper than 256 levels$/)
         // The same for a replacement message whose source is that deep.
-        const message = { id: "S", role: "user", content: [{ type: "text", text: "s" }], source: { kind: "c", a: nested(levels) } }
+        const message = {
+          id: "S",
+          role: "user",
+          content: [{ type: "text", text: "s" }],
+          source: { kind: "c", a: nested(levels) }
+        }
         const replacement = yield* Effect.flip(
-          log.append({ type: "user/message", data: message, surfaceOp: { op: "replace", start: 0, end: 0 }, sourceEventSeqs: [0] })
+          log.append({
+            type: "user/message",
+            data: message,
+            surfaceOp: { op: "replace", start: 0, end: 0 },
+            sourceEventSeqs: [0]
+          })
         )
-        expect((replacement as InvalidEvent).reason).toMatch(/^event\.data\.source\.a.*: nested deeper than 256 levels$/)
+        expect((replacement as InvalidEvent).reason).toMatch(
+          /^event\.data\.source\.a.*: nested deeper than 256 levels$/
+        )
       }
       expect(yield* log.events).toEqual([])
       const after = yield* log.append({ type: "ext/ok", data: { fine: true }, ignorable: true })
@@ -338,7 +358,10 @@ describe("SessionLog.append: input past the limits or unreadable", () => {
         [{ type: "ext/x", data: getter, ignorable: true }, "event.data.bad: cannot be read (boom)"],
         [{ type: "ext/x", data: { p: proxy }, ignorable: true }, "event.data.p: cannot be read (trap)"],
         [{ type: "ext/x", data: cyclic, ignorable: true }, "event.data.self: cyclic value"],
-        [{ type: "ext/x", data: {}, ignorable: true, sourceEventSeqs: proxy }, "event.sourceEventSeqs: cannot be read (trap)"],
+        [
+          { type: "ext/x", data: {}, ignorable: true, sourceEventSeqs: proxy },
+          "event.sourceEventSeqs: cannot be read (trap)"
+        ],
         [proxy, "input: cannot be read (trap)"],
         [{ type: 7, data: {}, ignorable: true }, "type must be a string, found number"],
         [null, "input: expected an object with type and data, found null"]
@@ -357,7 +380,9 @@ describe("SessionLog.append: input past the limits or unreadable", () => {
       const written = yield* Effect.scoped(
         Effect.gen(function*() {
           const log = yield* SessionLog
-          const past = yield* Effect.flip(log.append({ type: "ext/deep", data: nested(MAX_JSON_DEPTH + 1), ignorable: true }))
+          const past = yield* Effect.flip(
+            log.append({ type: "ext/deep", data: nested(MAX_JSON_DEPTH + 1), ignorable: true })
+          )
           expect((past as InvalidEvent).reason).toMatch(/nested deeper than 256 levels$/)
           return yield* log.append({ type: "ext/deep", data, ignorable: true })
         }).pipe(Effect.provide(sessionOn({ sessionId: sid("limit") })))

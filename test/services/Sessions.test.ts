@@ -7,10 +7,10 @@ import { Context, Effect, Exit, Layer, Scope } from "effect"
 import { AgentDisposed, PersistenceError } from "../../src/domain/Errors.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
+import { Sessions } from "../../src/layers/Sessions.js"
 import { Driver } from "../../src/services/Driver.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
-import { Sessions } from "../../src/layers/Sessions.js"
 import { Tools } from "../../src/services/Tools.js"
 import { plugin, user } from "./harness.js"
 
@@ -84,7 +84,9 @@ describe("Sessions.open after a poisoned session", () => {
       const shared = yield* Scope.extend(all.open(id), second)
       expect(Context.get(shared, Driver)).toBe(Context.get(services, Driver))
       yield* Scope.close(holder, Exit.void)
-      const still = yield* Effect.scoped(Effect.flatMap(all.open(id), (c) => Effect.flip(Context.get(c, Driver).followup(user("A")))))
+      const still = yield* Effect.scoped(
+        Effect.flatMap(all.open(id), (c) => Effect.flip(Context.get(c, Driver).followup(user("A"))))
+      )
       expect(still).toBeInstanceOf(PersistenceError)
       yield* Scope.close(second, Exit.void)
       const types = yield* Effect.scoped(Effect.flatMap(all.open(id), (fresh) => followupAndWait(fresh, "B")))

@@ -16,7 +16,12 @@ const echo = (description = "echoes its text", mode?: "parallel" | "exclusive") 
   })
 
 const named = (name: string, mode: "parallel" | "exclusive" = "exclusive") =>
-  Tool.make(name, { description: `tool ${name}`, parameters: Schema.Struct({}), mode, execute: () => Effect.succeed("ok") })
+  Tool.make(name, {
+    description: `tool ${name}`,
+    parameters: Schema.Struct({}),
+    mode,
+    execute: () => Effect.succeed("ok")
+  })
 
 const registry = Effect.flatMap(Tools, ToolRegistry.fromToolsOrDie)
 
@@ -26,7 +31,10 @@ const visibleDescription = (name: string) =>
     return Option.map(Option.fromNullable(found), (tool) => tool.description)
   })
 
-const listed = Effect.map(Effect.flatMap(Tools, (tools) => tools.list), (list) => list.map((t) => `${t.name}:${t.description}`))
+const listed = Effect.map(
+  Effect.flatMap(Tools, (tools) => tools.list),
+  (list) => list.map((t) => `${t.name}:${t.description}`)
+)
 
 const buildExit = (layer: Layer.Layer<Tools>) => Effect.scoped(Effect.exit(Layer.build(layer)))
 
@@ -68,7 +76,9 @@ describe("Tools", () => {
       })
       for (const schema of list) expect(jsonProblem(schema)).toBeUndefined()
       expect(tools.maxParallelToolCalls).toBe(10)
-    }).pipe(Effect.provide(Tools.layer({ tools: [named("é"), named("b"), echo(), named("a"), named("Z"), named("B")] }))))
+    }).pipe(
+      Effect.provide(Tools.layer({ tools: [named("é"), named("b"), echo(), named("a"), named("Z"), named("B")] }))
+    ))
 
   it.effect("an empty registry lists nothing", () =>
     Effect.gen(function*() {
@@ -143,7 +153,12 @@ describe("Tools", () => {
 
   it.effect("a hand-written Tools service has no registry", () =>
     Effect.gen(function*() {
-      const handWritten = Tools.of({ register: () => Effect.void, setMode: () => Effect.void, list: Effect.succeed([]), maxParallelToolCalls: 1 })
+      const handWritten = Tools.of({
+        register: () => Effect.void,
+        setMode: () => Effect.void,
+        list: Effect.succeed([]),
+        maxParallelToolCalls: 1
+      })
       expect(ToolRegistry.fromTools(handWritten)).toEqual(Option.none())
       const exit = yield* Effect.exit(ToolRegistry.fromToolsOrDie(handWritten))
       expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)

@@ -4,17 +4,17 @@
 import { Effect, Layer, Queue, STM, TRef } from "effect"
 import type { Scope } from "effect"
 import type { DriverEvent } from "../../src/domain/DriverEvent.js"
+import { SessionId } from "../../src/domain/Ids.js"
+import { userMessage } from "../../src/domain/Message.js"
+import type { UserMessage } from "../../src/domain/Values.js"
+import type { SessionOptions, SessionTarget } from "../../src/internal/durability/SessionOpen.js"
 import { claimSTM } from "../../src/internal/state/InboxOps.js"
 import * as Outbox from "../../src/internal/state/Outbox.js"
 import { appendDrafts, commit, SessionState } from "../../src/internal/state/SessionState.js"
 import { layerState } from "../../src/layers/Session.js"
 import { Inbox } from "../../src/services/Inbox.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
-import type { SessionOptions, SessionTarget } from "../../src/internal/durability/SessionOpen.js"
 import { MemoryStoreControl, SessionStore } from "../../src/services/SessionStore.js"
-import { SessionId } from "../../src/domain/Ids.js"
-import { userMessage } from "../../src/domain/Message.js"
-import type { UserMessage } from "../../src/domain/Values.js"
 
 /** The session services (log, inbox, internal state) over an already provided store. */
 export const sessionOn = (options: SessionOptions & SessionTarget) =>

@@ -12,7 +12,7 @@
 import { generateText, stepCountIs, tool } from "ai"
 import { MockLanguageModelV4 } from "ai/test"
 import { z } from "zod"
-import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, callId, counters, main, runPeer, timed } from "./harness.mjs"
+import { assertW1, callId, counters, ECHO_RESULT, FINAL_TEXT, main, PROMPT, runPeer, timed } from "./harness.mjs"
 
 const usage = {
   inputTokens: { total: 1, noCache: 1, cacheRead: undefined, cacheWrite: undefined },
@@ -90,7 +90,9 @@ const onceWith = (system, makeModel) => async (steps) => {
     generateText({ model, tools: { echo }, stopWhen: stepCountIs(steps + 1), prompt: PROMPT })
   )
   assertW1(system, steps, count.counts, result.text)
-  if (result.steps.length !== steps + 1) throw new Error(`${system} ran ${result.steps.length} steps, expected ${steps + 1}`)
+  if (result.steps.length !== steps + 1) {
+    throw new Error(`${system} ran ${result.steps.length} steps, expected ${steps + 1}`)
+  }
   return ms
 }
 

@@ -53,7 +53,9 @@ export const assertW1 = (system, steps, counts, finalText) => {
   if (counts.sawResult !== steps) {
     problems.push(`${counts.sawResult} model calls saw the previous tool result last, expected ${steps}`)
   }
-  if (finalText !== FINAL_TEXT) problems.push(`final answer ${JSON.stringify(finalText)}, expected ${JSON.stringify(FINAL_TEXT)}`)
+  if (finalText !== FINAL_TEXT) {
+    problems.push(`final answer ${JSON.stringify(finalText)}, expected ${JSON.stringify(FINAL_TEXT)}`)
+  }
   if (problems.length > 0) throw new Error(`${system} W1 run incomplete: ${problems.join("; ")}`)
 }
 

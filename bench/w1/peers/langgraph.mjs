@@ -12,7 +12,7 @@ import { AIMessage } from "@langchain/core/messages"
 import { tool } from "@langchain/core/tools"
 import { createReactAgent } from "@langchain/langgraph/prebuilt"
 import { z } from "zod"
-import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, callId, counters, main, runPeer, timed } from "./harness.mjs"
+import { assertW1, callId, counters, ECHO_RESULT, FINAL_TEXT, main, PROMPT, runPeer, timed } from "./harness.mjs"
 
 // Whether the messages end with the `ToolMessage` answering call `id`.
 const endsWithResult = (messages) => (id) => {
@@ -45,7 +45,9 @@ class ScriptedToolCallingChatModel extends BaseChatModel {
 const script = (steps) => {
   const messages = []
   for (let i = 1; i <= steps; i++) {
-    messages.push(new AIMessage({ content: "", tool_calls: [{ id: callId(i), name: "echo", args: { i }, type: "tool_call" }] }))
+    messages.push(
+      new AIMessage({ content: "", tool_calls: [{ id: callId(i), name: "echo", args: { i }, type: "tool_call" }] })
+    )
   }
   messages.push(new AIMessage(FINAL_TEXT))
   return messages

@@ -4,9 +4,9 @@
  * `Model` interface (`getResponse` and `getStreamedResponse`); `getResponse` returns the scripted
  * output items in order (plain `function_call` and `message` items, built before the timed run).
  */
-import { Agent, Usage, run, setTracingDisabled, tool } from "@openai/agents"
+import { Agent, run, setTracingDisabled, tool, Usage } from "@openai/agents"
 import { z } from "zod"
-import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, callId, counters, main, runPeer, timed } from "./harness.mjs"
+import { assertW1, callId, counters, ECHO_RESULT, FINAL_TEXT, main, PROMPT, runPeer, timed } from "./harness.mjs"
 
 setTracingDisabled(true)
 
@@ -22,7 +22,6 @@ class ScriptedResponsesModel {
     return { usage: new Usage({ requests: 1 }), output: this.outputs[n - 1], responseId: `response-${n}` }
   }
 
-  // eslint-disable-next-line require-yield
   async *getStreamedResponse() {
     throw new Error("W1 does not stream")
   }
@@ -37,9 +36,21 @@ const endsWithResult = (request) => (id) => {
 const script = (steps) => {
   const outputs = []
   for (let i = 1; i <= steps; i++) {
-    outputs.push([{ type: "function_call", id: callId(i), callId: callId(i), name: "echo", arguments: JSON.stringify({ i }), status: "completed" }])
+    outputs.push([{
+      type: "function_call",
+      id: callId(i),
+      callId: callId(i),
+      name: "echo",
+      arguments: JSON.stringify({ i }),
+      status: "completed"
+    }])
   }
-  outputs.push([{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: FINAL_TEXT }] }])
+  outputs.push([{
+    type: "message",
+    role: "assistant",
+    status: "completed",
+    content: [{ type: "output_text", text: FINAL_TEXT }]
+  }])
   return outputs
 }
 
@@ -54,7 +65,12 @@ const once = async (steps) => {
       return ECHO_RESULT
     }
   })
-  const agent = new Agent({ name: "w1", instructions: "", model: new ScriptedResponsesModel(script(steps), count.model), tools: [echo] })
+  const agent = new Agent({
+    name: "w1",
+    instructions: "",
+    model: new ScriptedResponsesModel(script(steps), count.model),
+    tools: [echo]
+  })
   const [result, ms] = await timed(() => run(agent, PROMPT, { maxTurns: steps + 10 }))
   assertW1("openai-agents", steps, count.counts, result.finalOutput)
   return ms

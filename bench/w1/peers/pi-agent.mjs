@@ -18,7 +18,7 @@ import {
   registerFauxProvider
 } from "@mariozechner/pi-ai"
 import { Type } from "typebox"
-import { ECHO_RESULT, FINAL_TEXT, PROMPT, assertW1, callId, counters, main, runPeer, timed } from "./harness.mjs"
+import { assertW1, callId, counters, ECHO_RESULT, FINAL_TEXT, main, PROMPT, runPeer, timed } from "./harness.mjs"
 
 // Whether pi's context ends with the tool result of call `id`.
 const endsWithResult = (context) => (id) => {
@@ -64,7 +64,14 @@ const W1_MODEL = {
   maxTokens: 1_000
 }
 
-const usage = { input: 1, output: 1, cacheRead: 0, cacheWrite: 0, totalTokens: 2, cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } }
+const usage = {
+  input: 1,
+  output: 1,
+  cacheRead: 0,
+  cacheWrite: 0,
+  totalTokens: 2,
+  cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 }
+}
 
 const assistant = (content, stopReason) => ({
   role: "assistant",
@@ -79,7 +86,9 @@ const assistant = (content, stopReason) => ({
 
 const messages = (steps) => {
   const out = []
-  for (let i = 1; i <= steps; i++) out.push(assistant([{ type: "toolCall", id: callId(i), name: "echo", arguments: { i } }], "toolUse"))
+  for (let i = 1; i <= steps; i++) {
+    out.push(assistant([{ type: "toolCall", id: callId(i), name: "echo", arguments: { i } }], "toolUse"))
+  }
   out.push(assistant([{ type: "text", text: FINAL_TEXT }], "stop"))
   return out
 }
@@ -118,7 +127,9 @@ const onceFaux = async (steps) => {
   const agent = new Agent({ initialState: { systemPrompt: "", model: faux.getModel(), tools: [echoTool(count)] } })
   try {
     const ms = await promptAndCheck("pi-agent", steps, agent, count)
-    if (faux.state.callCount !== steps + 1) throw new Error(`pi-agent: faux provider called ${faux.state.callCount} times`)
+    if (faux.state.callCount !== steps + 1) {
+      throw new Error(`pi-agent: faux provider called ${faux.state.callCount} times`)
+    }
     return ms
   } finally {
     faux.unregister()

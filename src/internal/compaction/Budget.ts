@@ -16,8 +16,8 @@
  * @since 0.1.0
  */
 import type { SessionEvent, SurfaceOp } from "../../domain/Event.js"
-import type { Message, RequestHeader, Usage } from "../../domain/Values.js"
 import { messageOf } from "../../domain/Surface.js"
+import type { Message, RequestHeader, Usage } from "../../domain/Values.js"
 
 /**
  * How much of a model's context window the session uses.
@@ -201,7 +201,10 @@ export const advance = (state: BudgetState, event: SessionEvent): void => {
     state.surface.push(event.seq)
     state.positions?.set(event.seq, state.surface.length - 1)
     state.estimates.set(event.seq, estimate)
-    const data = event.data as { readonly usage?: Usage; readonly message?: { readonly source?: { readonly provider?: unknown } } }
+    const data = event.data as {
+      readonly usage?: Usage
+      readonly message?: { readonly source?: { readonly provider?: unknown } }
+    }
     if (event.type === "assistant/message" && data.usage !== undefined) {
       const provider = typeof data.message?.source?.provider === "string" ? data.message.source.provider : ""
       state.used = promptTokensOf(data.usage, `${provider} ${state.model ?? ""}`) + data.usage.outputTokens

@@ -179,7 +179,9 @@ const rangeOf = (view: RecallView, request: RecallRequest): { from: number; to: 
   const to = Math.min(request.to ?? last, last)
   if (last < 0) return refuse("the session log is empty")
   if (from > last) return refuse(`from ${from} is past the end of the log (its seqs are 0-${last})`)
-  if (request.to !== undefined && request.to < from) return refuse(`to ${request.to} is before from ${from}; give from ≤ to`)
+  if (request.to !== undefined && request.to < from) {
+    return refuse(`to ${request.to} is before from ${from}; give from ≤ to`)
+  }
   return { from, to }
 }
 
@@ -264,7 +266,9 @@ const snippetsOf = (text: string, lower: string, needle: string): Array<string> 
 const search = (view: RecallView, request: RecallRequest, limit: number): RecallPage => {
   const query = request.query!.trim()
   if (query === "") return refuse("query is empty; give the text to search for")
-  if (query.length > MAX_QUERY_CHARS) return refuse(`query is longer than ${MAX_QUERY_CHARS} characters; search for a shorter text`)
+  if (query.length > MAX_QUERY_CHARS) {
+    return refuse(`query is longer than ${MAX_QUERY_CHARS} characters; search for a shorter text`)
+  }
   const range = rangeOf(view, request)
   if ("text" in range) return range
   const { from, to } = range
@@ -329,9 +333,9 @@ const readCall = (view: RecallView, request: RecallRequest, limit: number): Reca
   const end = Math.min(text.length, offset + budget)
   const more = end < text.length ? `\n[page full; read on with ${toolCallCall(id, end)}]` : ""
   return {
-    text: `read_history: full output of call ${id} (${name}, seq ${found.seq}), characters ${fmt(offset)}-${fmt(end)} of ${
-      fmt(text.length)
-    }:\n${text.slice(offset, end)}${more}`,
+    text: `read_history: full output of call ${id} (${name}, seq ${found.seq}), characters ${fmt(offset)}-${
+      fmt(end)
+    } of ${fmt(text.length)}:\n${text.slice(offset, end)}${more}`,
     isError: false
   }
 }
@@ -347,7 +351,9 @@ export const recall = (view: RecallView, request: RecallRequest, limit: number =
   if (request.toolCallId !== undefined) return readCall(view, request, limit)
   if (request.query !== undefined) return search(view, request, limit)
   if (request.from === undefined && request.to === undefined) {
-    return refuse(`give a seq range (${rangeCall(10, 20)}), a search text ({"query": "..."}) or a tool call ({"toolCallId": "..."})`)
+    return refuse(
+      `give a seq range (${rangeCall(10, 20)}), a search text ({"query": "..."}) or a tool call ({"toolCallId": "..."})`
+    )
   }
   return readRange(view, request, limit)
 }

@@ -92,10 +92,14 @@ export interface SummaryRange {
 }
 
 const sourceKind = (event: SessionEvent | undefined): string | undefined =>
-  event?.type === "user/message" ? (event.data as { readonly source: { readonly kind: string } }).source.kind : undefined
+  event?.type === "user/message"
+    ? (event.data as { readonly source: { readonly kind: string } }).source.kind
+    : undefined
 
 const textOf = (message: Message): string =>
-  message.content.map((block) => (block.type === "text" ? block.text : block.type === "image" ? "[image]" : "")).join("")
+  message.content.map((block) => (block.type === "text" ? block.text : block.type === "image" ? "[image]" : "")).join(
+    ""
+  )
 
 /**
  * The seq of the open step's `step/start`, or −1.
@@ -172,7 +176,9 @@ export const planSummary = (view: LogView, rules: SummaryRules): SummaryRange | 
     const seq = seqAt(i)
     const event = view.eventAt(seq)
     seqs.push(seq)
-    if (sourceKind(event) === SUMMARY_SOURCE_KIND) previous = { seq, text: summaryBodyOf(textOf(event!.data as Message)) }
+    if (sourceKind(event) === SUMMARY_SOURCE_KIND) {
+      previous = { seq, text: summaryBodyOf(textOf(event!.data as Message)) }
+    }
     const message = messageOf(event)
     if (message !== undefined) tokens += tokensOfMessage(message)
   }
@@ -225,7 +231,9 @@ const shorten = (text: string, limit: number): string => {
   if (text.length <= limit) return text
   const head = Math.ceil(limit * 0.7)
   const tail = limit - head
-  return `${text.slice(0, head)} […${(text.length - limit).toLocaleString("en-US")} characters…] ${text.slice(text.length - tail)}`
+  return `${text.slice(0, head)} […${(text.length - limit).toLocaleString("en-US")} characters…] ${
+    text.slice(text.length - tail)
+  }`
 }
 
 // A pruned result's original, read from the log (its replacement cites it first).
@@ -248,14 +256,18 @@ const entryOf = (view: LogView, event: SessionEvent): string | undefined => {
       const parts: Array<string> = []
       for (const block of (event as EventOf<"assistant/message">).data.message.content) {
         if (block.type === "text" && block.text !== "") parts.push(block.text)
-        if (block.type === "tool-call") parts.push(`[calls ${block.name} (${block.id}) with ${shorten(block.arguments, TRANSCRIPT_ITEM_CHARS)}]`)
+        if (block.type === "tool-call") {
+          parts.push(`[calls ${block.name} (${block.id}) with ${shorten(block.arguments, TRANSCRIPT_ITEM_CHARS)}]`)
+        }
       }
       return parts.length === 0 ? undefined : `[assistant] ${parts.join("\n")}`
     }
     case "tool/result": {
       const block = originalOf(view, event as EventOf<"tool/result">).data.message.content[0]
       const text = block.content.map((c) => (c.type === "text" ? c.text : "[image]")).join("")
-      return `[result of ${block.toolCallId}${block.isError ? ", an error" : ""}] ${shorten(text, TRANSCRIPT_ITEM_CHARS)}`
+      return `[result of ${block.toolCallId}${block.isError ? ", an error" : ""}] ${
+        shorten(text, TRANSCRIPT_ITEM_CHARS)
+      }`
     }
     default:
       return undefined
@@ -270,7 +282,11 @@ const entryOf = (view: LogView, event: SessionEvent): string | undefined => {
  * @since 0.1.0
  * @category constructors
  */
-export const transcriptOf = (view: LogView, range: Pick<SummaryRange, "seqs" | "previous">, maxCharacters: number): string => {
+export const transcriptOf = (
+  view: LogView,
+  range: Pick<SummaryRange, "seqs" | "previous">,
+  maxCharacters: number
+): string => {
   const entries: Array<string> = []
   for (const seq of range.seqs) {
     if (seq === range.previous?.seq) continue
@@ -278,11 +294,15 @@ export const transcriptOf = (view: LogView, range: Pick<SummaryRange, "seqs" | "
     const entry = event === undefined ? undefined : entryOf(view, event)
     if (entry !== undefined) entries.push(entry)
   }
-  const previous = range.previous === undefined ? "" : `<previous-summary>\n${range.previous.text}\n</previous-summary>\n\n`
+  const previous = range.previous === undefined
+    ? ""
+    : `<previous-summary>\n${range.previous.text}\n</previous-summary>\n\n`
   let budget = Math.max(0, maxCharacters - previous.length)
   let from = entries.length
   while (from > 0 && entries[from - 1]!.length + 1 <= budget) budget -= entries[--from]!.length + 1
-  const omitted = from === 0 ? "" : `[… ${from} earlier message${from === 1 ? "" : "s"} omitted here; they stay in the session log]\n`
+  const omitted = from === 0
+    ? ""
+    : `[… ${from} earlier message${from === 1 ? "" : "s"} omitted here; they stay in the session log]\n`
   return `${previous}<conversation>\n${omitted}${entries.slice(from).join("\n")}\n</conversation>`
 }
 
@@ -361,6 +381,8 @@ export const collectSummary = <E>(stream: Stream.Stream<StreamChunk, E>): Effect
       failure !== undefined
         ? Effect.fail(new ModelError({ failure }))
         : text.trim() === ""
-        ? Effect.fail(new ModelError({ failure: { message: "the summary model answered with no text", code: "EMPTY_SUMMARY" } }))
+        ? Effect.fail(
+          new ModelError({ failure: { message: "the summary model answered with no text", code: "EMPTY_SUMMARY" } })
+        )
         : Effect.succeed(text)
   )

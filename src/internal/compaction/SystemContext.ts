@@ -42,11 +42,17 @@ const SEPARATOR = "\n\n"
  * @since 0.1.0
  * @category combinators
  */
-export const withContext = (config: RequestConfig, previous: string | undefined, text: string | undefined): RequestConfig => {
+export const withContext = (
+  config: RequestConfig,
+  previous: string | undefined,
+  text: string | undefined
+): RequestConfig => {
   let system = config.system ?? ""
   if (previous !== undefined) {
     if (system === previous) system = ""
-    else if (system.endsWith(SEPARATOR + previous)) system = system.slice(0, system.length - SEPARATOR.length - previous.length)
+    else if (system.endsWith(SEPARATOR + previous)) {
+      system = system.slice(0, system.length - SEPARATOR.length - previous.length)
+    }
   }
   if (text !== undefined) system = system.trim() === "" ? text : system + SEPARATOR + text
   const { system: _system, ...rest } = config

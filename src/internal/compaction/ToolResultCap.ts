@@ -9,8 +9,8 @@
  * @since 0.1.0
  */
 import type { Json } from "../../domain/Json.js"
-import type { ImageBlock, TextBlock } from "../../domain/Values.js"
 import type { NormalizedToolOutput } from "../../domain/Tool.js"
+import type { ImageBlock, TextBlock } from "../../domain/Values.js"
 import { toolCallCall } from "./RecallCall.js"
 
 /**
@@ -82,7 +82,8 @@ export const capToolOutput = (
   const text = texts.join("\n")
   const head = Math.ceil(limit * 0.6)
   const tail = Math.max(0, limit - head)
-  const shown = text.slice(0, head) + cutNote(total - head - tail, total, callId, head, recall) + (tail > 0 ? text.slice(total - tail) : "")
+  const shown = text.slice(0, head) + cutNote(total - head - tail, total, callId, head, recall) +
+    (tail > 0 ? text.slice(total - tail) : "")
   // The text blocks become one block where the first one was; images keep their places.
   const content: Array<TextBlock | ImageBlock> = []
   let placed = false

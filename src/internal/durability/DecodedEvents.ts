@@ -9,8 +9,8 @@ import type { Schema } from "effect"
 import { Either } from "effect"
 import type { SessionEvent } from "../../domain/Event.js"
 import { ExtensionEvent, SessionEvent as SessionEventSchema } from "../../domain/Event.js"
-import { deepFreeze, freezeCopy, jsonProblem, losslessProblem } from "../../domain/Json.js"
 import { acceptsEventJson } from "../../domain/EventDecoder.js"
+import { deepFreeze, freezeCopy, jsonProblem, losslessProblem } from "../../domain/Json.js"
 
 // The Schema of each core type, and of every other type (an extension): a value's `type` picks
 // the one union member that can accept it, so a refusal names only that member's problem.

@@ -7,17 +7,17 @@
  *
  * @since 0.1.0
  */
-import { seqProblem } from "./Contiguity.js"
-import * as GrowOnly from "../../domain/GrowOnly.js"
-import type { StoreShape } from "./Store.js"
-import type { SyncAppend } from "./SyncAppend.js"
 import { Chunk, Deferred, Effect, Either, Exit, HashMap, Option, Ref } from "effect"
-import { decodeStoredValue } from "./DecodedEvents.js"
-import { checkStoredHeader } from "./StoredHeader.js"
 import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
+import * as GrowOnly from "../../domain/GrowOnly.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { freezeCopy } from "../../domain/Json.js"
+import { seqProblem } from "./Contiguity.js"
+import { decodeStoredValue } from "./DecodedEvents.js"
+import type { StoreShape } from "./Store.js"
+import { checkStoredHeader } from "./StoredHeader.js"
+import type { SyncAppend } from "./SyncAppend.js"
 
 /** One stored session: its header and committed events, all deep-frozen. */
 interface StoredSession {
@@ -57,7 +57,6 @@ export const emptySnapshot: StoreSnapshot = { [StoreSnapshotTypeId]: emptyState 
 // Values handed in or out are deep-frozen: frozen values are (by the log's convention) frozen at
 // every level and are shared; anything else is copied.
 const isolate = <A>(value: A): A => (Object.isFrozen(value) ? value : freezeCopy(value))
-
 
 /**
  * Builds a memory store over fresh state seeded from `snapshot`, with its controls.
@@ -180,7 +179,9 @@ export const makeMemoryStore = (
             Effect.onExit((exit) => {
               queued -= 1
               // An interrupted call may not have waited for its predecessor: pass that wait on.
-              return Exit.isInterrupted(exit) ? Deferred.completeWith(done, previous) : Deferred.succeed(done, undefined)
+              return Exit.isInterrupted(exit)
+                ? Deferred.completeWith(done, previous)
+                : Deferred.succeed(done, undefined)
             })
           )
         })
@@ -225,12 +226,18 @@ export const makeMemoryStore = (
           failuresLeft = Math.max(0, Math.trunc(n))
         })
       }),
-      hold: Effect.zipRight(Effect.sync(() => {
-        held = true
-      }), gate.close),
-      release: Effect.zipRight(Effect.sync(() => {
-        held = false
-      }), gate.open),
+      hold: Effect.zipRight(
+        Effect.sync(() => {
+          held = true
+        }),
+        gate.close
+      ),
+      release: Effect.zipRight(
+        Effect.sync(() => {
+          held = false
+        }),
+        gate.open
+      ),
       appendCalls: Effect.sync(() => appendCalls),
       snapshot: Effect.sync((): StoreSnapshot => ({ [StoreSnapshotTypeId]: state }))
     }

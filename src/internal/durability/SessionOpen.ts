@@ -23,22 +23,22 @@ import {
 } from "../../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../../domain/Event.js"
+import * as GrowOnly from "../../domain/GrowOnly.js"
 import { SessionId } from "../../domain/Ids.js"
 import type { FoldOptions, LogState } from "../../domain/LogState.js"
 import { advance, initialLogState } from "../../domain/LogState.js"
 import { repairClosers } from "../../domain/Repair.js"
-import type { StoreShape } from "./Store.js"
-import * as DurableWaiters from "./DurableWaiters.js"
-import * as GrowOnly from "../../domain/GrowOnly.js"
-import { acquireLocalLease, acquireProcessLease, checkProcessLease } from "./Lease.js"
 import * as Outbox from "../state/Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "../state/SessionState.js"
-import { decodeStored, isDecoded } from "./DecodedEvents.js"
 import { appendDrafts, awaitDurable } from "../state/SessionState.js"
+import * as WakeMarks from "../state/WakeMarks.js"
+import { decodeStored, isDecoded } from "./DecodedEvents.js"
+import * as DurableWaiters from "./DurableWaiters.js"
+import { acquireLocalLease, acquireProcessLease, checkProcessLease } from "./Lease.js"
+import type { StoreShape } from "./Store.js"
 import type { DurabilityOptions } from "./Writer.js"
 import { runWriter } from "./Writer.js"
 import { makeSignal, stopWritingNow } from "./WriterSignal.js"
-import * as WakeMarks from "../state/WakeMarks.js"
 
 /**
  * Options for opening a session.
@@ -66,7 +66,13 @@ export type SessionTarget = { readonly sessionId: SessionId } | { readonly resum
  * @since 0.1.0
  * @category models
  */
-export type OpenError = SessionExists | SessionNotFound | MalformedLog | UnsupportedLogVersion | PersistenceError | AgentBusy
+export type OpenError =
+  | SessionExists
+  | SessionNotFound
+  | MalformedLog
+  | UnsupportedLogVersion
+  | PersistenceError
+  | AgentBusy
 
 /**
  * The validation a session's options ask for: the relational rules unless `invariants: "off"`, and
@@ -97,7 +103,10 @@ export const validateLoaded = (
     return Either.left(
       typeof found === "number"
         ? new UnsupportedLogVersion({ sessionId: header.sessionId, found, supported: LOG_FORMAT_VERSION })
-        : new MalformedLog({ sessionId: header.sessionId, reason: `header formatVersion is ${JSON.stringify(found) ?? typeof found}` })
+        : new MalformedLog({
+          sessionId: header.sessionId,
+          reason: `header formatVersion is ${JSON.stringify(found) ?? typeof found}`
+        })
     )
   }
   const buffer: Array<SessionEvent> = []
@@ -120,7 +129,9 @@ export const validateLoaded = (
     if (first !== undefined) {
       const reason = first.rule === "R18"
         ? `invalid persisted inbox splice at seq ${i}: ${first.message}`
-        : first.rule === undefined ? first.message : `${first.rule}: ${first.message}`
+        : first.rule === undefined
+        ? first.message
+        : `${first.rule}: ${first.message}`
       return Either.left(new MalformedLog({ sessionId: header.sessionId, seq: i, reason }))
     }
     fold = next.state

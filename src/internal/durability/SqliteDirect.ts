@@ -122,7 +122,9 @@ export const make = (
       const db = new Database(filename, { fileMustExist: true, timeout: 0 })
       try {
         db.pragma(`synchronous = ${synchronous}`)
-        const selectSession = db.prepare<[string], { readonly header: unknown; readonly length: number }>(SELECT_SESSION)
+        const selectSession = db.prepare<[string], { readonly header: unknown; readonly length: number }>(
+          SELECT_SESSION
+        )
         const selectRows = db.prepare<[string], unknown>(SELECT_ROWS).pluck(true)
         const read = db.transaction((id: string): StoredSession | undefined => {
           const session = selectSession.get(id)
@@ -172,7 +174,11 @@ export const sqliteCode = (error: unknown): string | undefined => driverError(er
 const driverError = (error: unknown): { readonly code: string; readonly message: string } | undefined => {
   let current = error
   for (let depth = 0; depth < 8 && typeof current === "object" && current !== null; depth++) {
-    const { cause, code, message } = current as { readonly cause?: unknown; readonly code?: unknown; readonly message?: unknown }
+    const { cause, code, message } = current as {
+      readonly cause?: unknown
+      readonly code?: unknown
+      readonly message?: unknown
+    }
     if (typeof code === "string" && code.startsWith("SQLITE_")) {
       return { code, message: typeof message === "string" ? message : code }
     }
@@ -217,7 +223,9 @@ export const withSqliteCode = (error: unknown): unknown => {
  * @category failures
  */
 export const persistenceError = (sessionId: string, operation: string) => (cause: unknown): PersistenceError =>
-  cause instanceof PersistenceError ? cause : new PersistenceError({ sessionId, operation, cause: withSqliteCode(cause) })
+  cause instanceof PersistenceError
+    ? cause
+    : new PersistenceError({ sessionId, operation, cause: withSqliteCode(cause) })
 
 /**
  * The message of a lock wait that gave up.
@@ -259,6 +267,8 @@ export const waitForLock = (filename: string, timeout: Duration.Duration) => {
         ? Effect.fail(gaveUp(first, 0))
         : Effect.flatMap(Clock.currentTimeMillis, (start) =>
           Effect.retry(attempt, { schedule: lockBackoff(timeout), while: isBusy }).pipe(
-            Effect.catchIf(isBusy, (error) => Effect.flatMap(Clock.currentTimeMillis, (now) => Effect.fail(gaveUp(error, now - start))))
+            Effect.catchIf(isBusy, (error) =>
+              Effect.flatMap(Clock.currentTimeMillis, (now) =>
+                Effect.fail(gaveUp(error, now - start))))
           )))
 }

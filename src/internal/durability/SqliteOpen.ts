@@ -7,9 +7,9 @@
  *
  * @since 0.1.0
  */
+import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import * as Migrator from "@effect/sql/Migrator"
 import * as SqlClient from "@effect/sql/SqlClient"
-import * as SqliteClient from "@effect/sql-sqlite-node/SqliteClient"
 import { Context, Duration, Effect, ExecutionStrategy, Exit, Layer, Scope } from "effect"
 import * as fs from "node:fs"
 import { PersistenceError } from "../../domain/Errors.js"
@@ -151,7 +151,9 @@ export const open = (
     const attempt = Effect.flatMap(Scope.fork(outer, ExecutionStrategy.sequential), (scope) =>
       openOnce(options, SqliteDirect.waitForLock(options.filename, Duration.min(timeout, OPEN_CONNECTION_WAIT))).pipe(
         Scope.extend(scope),
-        Effect.onExit((exit) => Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit))
+        Effect.onExit((exit) =>
+          Exit.isSuccess(exit) ? Effect.void : Scope.close(scope, exit)
+        )
       ))
     return yield* SqliteDirect.waitForLock(options.filename, timeout)(attempt)
   }).pipe(Effect.mapError(SqliteDirect.persistenceError(ALL_SESSIONS, "open")))

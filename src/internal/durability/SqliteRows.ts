@@ -39,7 +39,10 @@ export const rowBytes = (rows: ReadonlyArray<string>): number => {
 }
 
 /** Decodes the stored header text; its version is checked before its shape (a newer format may differ). */
-export const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHeader, MalformedLog | UnsupportedLogVersion> => {
+export const headerOf = (
+  id: SessionId,
+  text: unknown
+): Either.Either<SessionHeader, MalformedLog | UnsupportedLogVersion> => {
   const parsed = parseJson(text)
   if (Either.isLeft(parsed)) return Either.left(new MalformedLog({ sessionId: id, reason: `header is ${parsed.left}` }))
   return checkStoredHeader(id, parsed.right)
@@ -48,7 +51,9 @@ export const headerOf = (id: SessionId, text: unknown): Either.Either<SessionHea
 /** Decodes the row stored for seq `seq`. */
 export const eventOf = (id: SessionId, seq: number, text: unknown): Either.Either<SessionEvent, MalformedLog> => {
   if (typeof text !== "string") {
-    return Either.left(new MalformedLog({ sessionId: id, seq, reason: `row is expected JSON text, found ${typeof text}` }))
+    return Either.left(
+      new MalformedLog({ sessionId: id, seq, reason: `row is expected JSON text, found ${typeof text}` })
+    )
   }
   const event = decodeOwnedJson(text)
   if (Either.isLeft(event)) {
@@ -57,7 +62,9 @@ export const eventOf = (id: SessionId, seq: number, text: unknown): Either.Eithe
     return Either.left(new MalformedLog({ sessionId: id, seq, reason }))
   }
   if (event.right.seq !== seq) {
-    return Either.left(new MalformedLog({ sessionId: id, seq, reason: `the row stored at seq ${seq} has seq ${event.right.seq}` }))
+    return Either.left(
+      new MalformedLog({ sessionId: id, seq, reason: `the row stored at seq ${seq} has seq ${event.right.seq}` })
+    )
   }
   return Either.right(event.right)
 }
@@ -74,7 +81,9 @@ export const eventsOf = (
   for (let seq = 0; seq < rows.length; seq++) {
     const row = rows[seq]!
     if (row.seq !== seq) {
-      return Either.left(new MalformedLog({ sessionId: id, seq, reason: `no row is stored for seq ${seq} (next: ${row.seq})` }))
+      return Either.left(
+        new MalformedLog({ sessionId: id, seq, reason: `no row is stored for seq ${seq} (next: ${row.seq})` })
+      )
     }
     const event = eventOf(id, seq, row.row)
     if (Either.isLeft(event)) return Either.left(event.left)

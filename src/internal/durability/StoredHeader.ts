@@ -42,7 +42,9 @@ export const checkStoredHeader = (
   const header = decodeHeader(value)
   if (Either.isLeft(header)) return Either.left(new MalformedLog({ sessionId: id, reason: header.left }))
   if (header.right.sessionId !== id) {
-    return Either.left(new MalformedLog({ sessionId: id, reason: `the stored header names session ${header.right.sessionId}` }))
+    return Either.left(
+      new MalformedLog({ sessionId: id, reason: `the stored header names session ${header.right.sessionId}` })
+    )
   }
   return Either.right(header.right)
 }

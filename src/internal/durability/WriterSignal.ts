@@ -81,7 +81,13 @@ export const wake = (signal: WriterSignal): void => {
  * @since 0.1.0
  * @category signals
  */
-export const appended = (signal: WriterSignal, durable: number, lastSeq: number, newLastSeq: number, time: number): void => {
+export const appended = (
+  signal: WriterSignal,
+  durable: number,
+  lastSeq: number,
+  newLastSeq: number,
+  time: number
+): void => {
   if (newLastSeq - durable >= signal.batchSize) wake(signal)
   else if (lastSeq <= durable) {
     if (signal.windowMs === undefined) wake(signal)

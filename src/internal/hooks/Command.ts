@@ -4,8 +4,8 @@
  *
  * @since 0.1.0
  */
-import { spawn } from "node:child_process"
 import { Duration, Effect } from "effect"
+import { spawn } from "node:child_process"
 
 /**
  * What a finished command left: its exit code and its (bounded) output.
@@ -88,7 +88,9 @@ const spawnCommand = (options: CommandOptions): Effect.Effect<CommandResult, Com
       stdoutBytes += chunk.length
       if (stdoutBytes > options.maxOutputBytes) {
         killGroup(child.pid)
-        finish(Effect.fail({ code: "OUTPUT_TOO_LARGE", detail: `wrote more than ${options.maxOutputBytes} bytes to stdout` }))
+        finish(
+          Effect.fail({ code: "OUTPUT_TOO_LARGE", detail: `wrote more than ${options.maxOutputBytes} bytes to stdout` })
+        )
         return
       }
       stdout.push(chunk)

@@ -81,7 +81,13 @@ export const readAnswer = (event: HookEvent, result: CommandResult): Either.Eith
 
 const readDocument = (event: HookEvent, document: unknown): Either.Either<HookAnswer, AnswerProblem> => {
   const problems: Array<string> = []
-  const field = <T>(object: Record<string, unknown>, name: string, check: (v: unknown) => v is T, expected: string, at = ""): T | undefined => {
+  const field = <T>(
+    object: Record<string, unknown>,
+    name: string,
+    check: (v: unknown) => v is T,
+    expected: string,
+    at = ""
+  ): T | undefined => {
     const value = object[name]
     if (value === undefined || value === null) return undefined
     if (!check(value)) {
@@ -93,7 +99,12 @@ const readDocument = (event: HookEvent, document: unknown): Either.Either<HookAn
   const isString = (v: unknown): v is string => typeof v === "string"
   const isBoolean = (v: unknown): v is boolean => typeof v === "boolean"
   if (!isRecord(document)) return Either.left({ code: "MALFORMED_OUTPUT", detail: "stdout must be a JSON object" })
-  const decision = field(document, "decision", (v): v is "block" | "approve" => v === "block" || v === "approve", `"block" or "approve"`)
+  const decision = field(
+    document,
+    "decision",
+    (v): v is "block" | "approve" => v === "block" || v === "approve",
+    `"block" or "approve"`
+  )
   const reason = field(document, "reason", isString, "a string")
   const proceed = field(document, "continue", isBoolean, "a boolean")
   const stopReason = field(document, "stopReason", isString, "a string")
@@ -107,13 +118,23 @@ const readDocument = (event: HookEvent, document: unknown): Either.Either<HookAn
   if (specific !== undefined) {
     const at = "hookSpecificOutput."
     const named = field(specific, "hookEventName", isString, "a string", at)
-    if (named !== undefined && named !== event) problems.push(`${at}hookEventName is ${JSON.stringify(named)} in a ${event} hook`)
+    if (named !== undefined && named !== event) {
+      problems.push(`${at}hookEventName is ${JSON.stringify(named)} in a ${event} hook`)
+    }
     additionalContext = field(specific, "additionalContext", isString, "a string", at)
-    permission = field(specific, "permissionDecision", (v): v is "allow" | "deny" | "ask" => v === "allow" || v === "deny" || v === "ask", `"allow", "deny" or "ask"`, at)
+    permission = field(
+      specific,
+      "permissionDecision",
+      (v): v is "allow" | "deny" | "ask" => v === "allow" || v === "deny" || v === "ask",
+      `"allow", "deny" or "ask"`,
+      at
+    )
     permissionReason = field(specific, "permissionDecisionReason", isString, "a string", at)
     updatedInput = field(specific, "updatedInput", isRecord, "an object", at)
     // A Stop or PostToolUse hook may also put its decision here.
-    if (decision === undefined && specific["decision"] === "block") problems.push(`${at}decision belongs at the top level`)
+    if (decision === undefined && specific["decision"] === "block") {
+      problems.push(`${at}decision belongs at the top level`)
+    }
   }
   if (problems.length > 0) return Either.left({ code: "MALFORMED_OUTPUT", detail: problems.join("; ") })
   // The older PreToolUse form: decision "approve" | "block".

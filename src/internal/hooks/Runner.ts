@@ -62,7 +62,13 @@ export interface RunnerContext {
 export type StopWhen = (answer: HookAnswer) => boolean
 
 /** The record of a run: only the decision fields, never the command's whole output. */
-const recordOf = (event: HookEvent, run: HookRun, extra: Record<string, Json>, exitCode: number | undefined, durationMs: number | undefined): Json => {
+const recordOf = (
+  event: HookEvent,
+  run: HookRun,
+  extra: Record<string, Json>,
+  exitCode: number | undefined,
+  durationMs: number | undefined
+): Json => {
   const { answer } = run
   return {
     event,
@@ -121,7 +127,8 @@ export const runEvent = (
         timeout: hook.timeout === undefined ? ctx.defaultTimeout : Duration.seconds(hook.timeout),
         maxOutputBytes: ctx.maxOutputBytes
       }))
-      const error = (code: HookCommandError["code"], detail: string) => new HookCommandError({ event, command: hook.command, code, detail })
+      const error = (code: HookCommandError["code"], detail: string) =>
+        new HookCommandError({ event, command: hook.command, code, detail })
       let run: HookRun
       if (Either.isLeft(result)) {
         run = { hook, answer: {}, error: error(result.left.code, result.left.detail) }

@@ -4,10 +4,10 @@
  *
  * @since 0.1.0
  */
+import { Effect } from "effect"
 import * as fs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
-import { Effect } from "effect"
 import { HookConfigError } from "../../domain/Errors.js"
 
 /**
@@ -107,7 +107,9 @@ export const parseSettings = (document: unknown, origin: string): HookSettings =
       if (!isRecord(group)) return fail(`${at} must be an object with matcher and hooks`)
       const matcher = group["matcher"]
       if (matcher !== undefined && typeof matcher !== "string") return fail(`${at}.matcher must be a string`)
-      if (typeof matcher === "string" && matcher !== "" && matcher !== "*") compileMatcher(matcher, `${origin}: ${at}.matcher`)
+      if (typeof matcher === "string" && matcher !== "" && matcher !== "*") {
+        compileMatcher(matcher, `${origin}: ${at}.matcher`)
+      }
       const entries = group["hooks"]
       if (!Array.isArray(entries)) return fail(`${at}.hooks must be an array`)
       const commands: Array<HookCommand> = []
@@ -116,7 +118,9 @@ export const parseSettings = (document: unknown, origin: string): HookSettings =
         if (!isRecord(entry)) return fail(`${where} must be an object`)
         if (entry["type"] !== "command") return
         const command = entry["command"]
-        if (typeof command !== "string" || command.trim() === "") return fail(`${where}.command must be a non-empty string`)
+        if (typeof command !== "string" || command.trim() === "") {
+          return fail(`${where}.command must be a non-empty string`)
+        }
         const timeout = entry["timeout"]
         if (timeout !== undefined && (typeof timeout !== "number" || !Number.isFinite(timeout) || timeout <= 0)) {
           return fail(`${where}.timeout must be a positive number of seconds`)
@@ -149,7 +153,10 @@ const compileMatcher = (matcher: string, origin: string): RegExp => {
     try {
       compiled = new RegExp(`^(?:${matcher})$`)
     } catch (e) {
-      throw new HookConfigError({ path: origin, reason: `matcher ${JSON.stringify(matcher)} is not a regular expression (${String(e)})` })
+      throw new HookConfigError({
+        path: origin,
+        reason: `matcher ${JSON.stringify(matcher)} is not a regular expression (${String(e)})`
+      })
     }
     matchers.set(matcher, compiled)
   }
@@ -163,7 +170,8 @@ const compileMatcher = (matcher: string, origin: string): RegExp => {
  * @category predicates
  */
 export const matches = (matcher: string | undefined, subject: string | undefined): boolean =>
-  matcher === undefined || matcher === "" || matcher === "*" || (subject !== undefined && compileMatcher(matcher, "").test(subject))
+  matcher === undefined || matcher === "" || matcher === "*" ||
+  (subject !== undefined && compileMatcher(matcher, "").test(subject))
 
 /**
  * The commands of `event` whose matcher selects `subject`, in configuration order; a command named
@@ -193,7 +201,9 @@ export const commandsFor = (settings: HookSettings, event: HookEvent, subject?: 
  * @since 0.1.0
  * @category constructors
  */
-export const settingsFiles = (options: { readonly cwd: string; readonly claude: boolean; readonly home?: string }): ReadonlyArray<string> => [
+export const settingsFiles = (
+  options: { readonly cwd: string; readonly claude: boolean; readonly home?: string }
+): ReadonlyArray<string> => [
   ...(options.claude
     ? [
       path.join(options.home ?? os.homedir(), ".claude", "settings.json"),

@@ -5,9 +5,9 @@
  *
  * @since 0.1.0
  */
+import { Effect } from "effect"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
-import { Effect } from "effect"
 import type { EventOf, SessionEvent } from "../../domain/Event.js"
 
 /**
@@ -28,14 +28,21 @@ type Line = Record<string, unknown>
 
 /** The transcript line of one event, if it is a message event. */
 const lineOf = (event: SessionEvent, base: { readonly sessionId: string; readonly cwd: string }): Line | undefined => {
-  const common = { sessionId: base.sessionId, cwd: base.cwd, timestamp: new Date(event.time).toISOString(), tiller: { seq: event.seq } }
+  const common = {
+    sessionId: base.sessionId,
+    cwd: base.cwd,
+    timestamp: new Date(event.time).toISOString(),
+    tiller: { seq: event.seq }
+  }
   switch (event.type) {
     case "user/message": {
       const m = (event as EventOf<"user/message">).data
       const content = m.content.length === 1 && m.content[0]!.type === "text"
         ? m.content[0]!.text
         : m.content.map((b) =>
-          b.type === "text" ? text(b.text) : { type: "image", source: { type: "base64", media_type: b.mediaType, data: b.data } }
+          b.type === "text"
+            ? text(b.text)
+            : { type: "image", source: { type: "base64", media_type: b.mediaType, data: b.data } }
         )
       return {
         type: "user",
@@ -98,7 +105,9 @@ const lineOf = (event: SessionEvent, base: { readonly sessionId: string; readonl
  * @since 0.1.0
  * @category constructors
  */
-export const makeTranscript = (options: { readonly file: string; readonly sessionId: string; readonly cwd: string }): Transcript => {
+export const makeTranscript = (
+  options: { readonly file: string; readonly sessionId: string; readonly cwd: string }
+): Transcript => {
   let written = -1
   let parent: string | null = null
   let started = false

@@ -9,14 +9,14 @@
 import { Cause, Effect, Exit, Fiber, FiberId, FiberRef, Option, STM, TRef } from "effect"
 import type { PersistenceError } from "../../domain/Errors.js"
 import type { CancelCause } from "../../domain/Values.js"
-import type { DriverState } from "./Phase.js"
 import * as DurableWaiters from "../durability/DurableWaiters.js"
+import * as WriterSignal from "../durability/WriterSignal.js"
+import { peek } from "../state/Peek.js"
+import { awaitDurable } from "../state/SessionState.js"
+import type { DriverState } from "./Phase.js"
 import { causeOf } from "./Phase.js"
 import type { StopWatch } from "./StopWatch.js"
 import { untilStopOr } from "./StopWatch.js"
-import { peek } from "../state/Peek.js"
-import { awaitDurable } from "../state/SessionState.js"
-import * as WriterSignal from "../durability/WriterSignal.js"
 
 /**
  * Marks the fibers of a driver's activity (turns, hooks, tool bodies, maintenance tasks) with the
@@ -142,7 +142,10 @@ export type Abortable<A, E> =
  * @since 0.1.0
  * @category cancellation
  */
-export const abortable = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>): Effect.Effect<Abortable<A, E>, never, R> =>
+export const abortable = <A, E, R>(
+  ds: DriverState,
+  work: Effect.Effect<A, E, R>
+): Effect.Effect<Abortable<A, E>, never, R> =>
   Effect.suspend(() => {
     const watch = ds.stopWatch
     // Without a running watcher, or while it reports a stop (which may already have cleared), race
@@ -209,8 +212,12 @@ export const checkpoint = (ds: DriverState, seq: number): Effect.Effect<Abortabl
     return untilStopOr<Abortable<void, PersistenceError>>(
       watch,
       (done) => {
-        const waiter = DurableWaiters.register(session.waiters, seq, (failure) =>
-          done(Effect.succeed(failure === undefined ? DURABLE : { _tag: "Done", exit: Exit.fail(failure) })))
+        const waiter = DurableWaiters.register(
+          session.waiters,
+          seq,
+          (failure) =>
+            done(Effect.succeed(failure === undefined ? DURABLE : { _tag: "Done", exit: Exit.fail(failure) }))
+        )
         // Registered (not answered at once): ask the writer for it.
         if (waiter !== undefined) WriterSignal.request(session.writer, seq)
         return () => DurableWaiters.remove(session.waiters, waiter)
@@ -238,10 +245,12 @@ export const checkpointNow = (ds: DriverState, seq: number): Abortable<void, Per
 const DURABLE: Abortable<void, never> = { _tag: "Done", exit: Exit.void }
 const STOPPED: Abortable<void, never> = { _tag: "Aborted", exit: Exit.interrupt(FiberId.none) }
 
-const racedAgainstStop = <A, E, R>(ds: DriverState, work: Effect.Effect<A, E, R>): Effect.Effect<Abortable<A, E>, never, R> =>
+const racedAgainstStop = <A, E, R>(
+  ds: DriverState,
+  work: Effect.Effect<A, E, R>
+): Effect.Effect<Abortable<A, E>, never, R> =>
   Effect.raceWith(Effect.exit(work), awaitStop(ds), {
-    onSelfDone: (exit, other) =>
-      Effect.as(Fiber.interrupt(other), { _tag: "Done" as const, exit: Exit.flatten(exit) }),
+    onSelfDone: (exit, other) => Effect.as(Fiber.interrupt(other), { _tag: "Done" as const, exit: Exit.flatten(exit) }),
     onOtherDone: (_, self) =>
       Effect.map(Fiber.interrupt(self), (exit) => ({ _tag: "Aborted" as const, exit: Exit.flatten(exit) }))
   })

@@ -8,8 +8,8 @@
 import { JSONSchema } from "effect"
 import type { Json } from "../../domain/Json.js"
 import { freezeCopy } from "../../domain/Json.js"
-import type { ToolSchema } from "../../domain/Values.js"
 import type { ToolDefinition } from "../../domain/Tool.js"
+import type { ToolSchema } from "../../domain/Values.js"
 import type { ToolRegistryShape } from "./ToolRegistry.js"
 
 /**

@@ -17,7 +17,9 @@ import type { LlmFailure } from "../../domain/Values.js"
  */
 export const toLlmFailure = (error: unknown): LlmFailure => {
   if (error instanceof ModelError) return error.failure
-  const record = typeof error === "object" && error !== null ? (error as { readonly message?: unknown; readonly code?: unknown }) : undefined
+  const record = typeof error === "object" && error !== null
+    ? (error as { readonly message?: unknown; readonly code?: unknown })
+    : undefined
   const message = typeof record?.message === "string" ? record.message : String(error)
   const code = typeof record?.code === "string" ? record.code : "UNKNOWN"
   return { message, code }

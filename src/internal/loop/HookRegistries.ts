@@ -5,7 +5,6 @@
  * @since 0.1.0
  */
 import { Effect } from "effect"
-import type { NormalizedToolOutput } from "../../domain/Tool.js"
 import type {
   RequestConfig,
   RequestErrorAction,
@@ -16,6 +15,7 @@ import type {
   ToolPreDecision,
   TurnStoppingInput
 } from "../../domain/Seams.js"
+import type { NormalizedToolOutput } from "../../domain/Tool.js"
 import * as WaterfallRegistry from "./Waterfall.js"
 
 /**
@@ -45,4 +45,3 @@ export const makeRegistries: Effect.Effect<HookRegistries> = Effect.all({
   toolPre: WaterfallRegistry.make<ToolCallInfo, ToolPreDecision, unknown>(),
   toolPost: WaterfallRegistry.make<ToolPostInput, NormalizedToolOutput, unknown>()
 })
-

@@ -27,7 +27,10 @@ import { defaultRetryPolicy } from "./RetryPolicy.js"
  */
 export class HooksRunner extends Context.Tag("tiller/internal/HooksRunner")<HooksRunner, {
   /** The `onRequest` waterfall over a frozen copy of `seed`; the default returns that seed. */
-  readonly runRequest: (input: Omit<RequestInput, "config">, seed: RequestConfig) => Effect.Effect<RequestConfig, unknown>
+  readonly runRequest: (
+    input: Omit<RequestInput, "config">,
+    seed: RequestConfig
+  ) => Effect.Effect<RequestConfig, unknown>
   /** The `onRequestError` waterfall; the default is the default retry policy. */
   readonly runRequestError: (input: RequestErrorInput) => Effect.Effect<RequestErrorAction, unknown>
   /** The turn-stopping listeners, serially in registration order; the first failure fails the run. */

@@ -6,11 +6,17 @@
 import type { Duration, Effect, Fiber } from "effect"
 import type { PreStepFailed, PreStepRejected } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
-import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../../domain/Values.js"
 import type { ModelRequest } from "../../domain/ModelRequest.js"
 import type { ModelShape } from "../../domain/ModelResponse.js"
-import type { PreStepInput, RequestConfig, RequestErrorAction, ToolCallInfo, ToolPreDecision } from "../../domain/Seams.js"
+import type {
+  PreStepInput,
+  RequestConfig,
+  RequestErrorAction,
+  ToolCallInfo,
+  ToolPreDecision
+} from "../../domain/Seams.js"
 import type { NormalizedToolOutput, ToolDefinition, ToolMode } from "../../domain/Tool.js"
+import type { LlmFailure, RequestHeader, ToolSchema, UserMessage } from "../../domain/Values.js"
 import type { HookName } from "./HooksRunner.js"
 import type { DriverState } from "./Phase.js"
 
@@ -39,11 +45,23 @@ export interface RequestDefaults {
  */
 export interface LoopHooks {
   readonly request: (
-    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number; readonly attempt: number; readonly config: RequestConfig },
+    input: {
+      readonly sessionId: SessionId
+      readonly turn: number
+      readonly step: number
+      readonly attempt: number
+      readonly config: RequestConfig
+    },
     seed: RequestConfig
   ) => Effect.Effect<RequestConfig, unknown>
   readonly requestError: (
-    input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number; readonly attempt: number; readonly failure: LlmFailure }
+    input: {
+      readonly sessionId: SessionId
+      readonly turn: number
+      readonly step: number
+      readonly attempt: number
+      readonly failure: LlmFailure
+    }
   ) => Effect.Effect<RequestErrorAction, unknown>
   readonly turnStopping: (
     input: { readonly sessionId: SessionId; readonly turn: number; readonly step: number }

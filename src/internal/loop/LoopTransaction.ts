@@ -6,11 +6,11 @@
  */
 import { Effect, identity, Option, STM } from "effect"
 import type { SessionEvent } from "../../domain/Event.js"
-import type { LoopContext } from "./LoopContext.js"
-import { causeOf } from "./Phase.js"
 import { peek } from "../state/Peek.js"
 import { commit, commitAppendNowOrDie } from "../state/SessionState.js"
 import type { Draft } from "../state/SessionState.js"
+import type { LoopContext } from "./LoopContext.js"
+import { causeOf } from "./Phase.js"
 
 /**
  * Sentinel: a loop transaction found a cause recorded and wrote nothing.
@@ -30,7 +30,8 @@ export const CAUSE: unique symbol = Symbol.for("tiller/internal/LoopTransaction/
  * @category transactions
  */
 export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
-  commit(ctx.ds.session, 
+  commit(
+    ctx.ds.session,
     STM.suspend((): STM.STM<A | typeof CAUSE, E> =>
       Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? STM.succeed(CAUSE) : body
     )

@@ -11,10 +11,10 @@ import type { InvalidEvent } from "../../domain/Errors.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
 import type { CancelCause, LlmFailure, TurnEndReason, UserMessage } from "../../domain/Values.js"
 import { claimSTM } from "../state/InboxOps.js"
-import type { StopWatch } from "./StopWatch.js"
 import type { SessionStateShape } from "../state/SessionState.js"
 import { appendDrafts, publish } from "../state/SessionState.js"
 import * as WakeMarks from "../state/WakeMarks.js"
+import type { StopWatch } from "./StopWatch.js"
 
 /**
  * The phase of a driver.
@@ -84,8 +84,11 @@ export const setPhase = (ds: DriverState, phase: Phase): STM.STM<void> =>
  * @since 0.1.0
  * @category transactions
  */
-export const setStep = (ds: DriverState, phase: Extract<Phase, { readonly _tag: "Running" }>, step: number): STM.STM<void> =>
-  TRef.set(ds.phaseNow, { ...phase, step })
+export const setStep = (
+  ds: DriverState,
+  phase: Extract<Phase, { readonly _tag: "Running" }>,
+  step: number
+): STM.STM<void> => TRef.set(ds.phaseNow, { ...phase, step })
 
 /**
  * The cause recorded for the current activity, if any.
@@ -103,8 +106,7 @@ export const causeOf = (phase: Phase): Option.Option<CancelCause> => phase._tag 
  */
 export const lastTurnOf = (phase: Phase): number => phase._tag === "Running" ? phase.turn : phase.lastTurn
 
-const pendingIds = (state: SessionStateShape) =>
-  STM.map(TRef.get(state.log), ({ fold }) => fold.inbox)
+const pendingIds = (state: SessionStateShape) => STM.map(TRef.get(state.log), ({ fold }) => fold.inbox)
 
 /**
  * Whether waking work is pending: a `next-turn` item, or an unclaimed running steer (SPEC 4.8).

@@ -3,9 +3,9 @@
  *
  * @since 0.1.0
  */
-import type { Message } from "../../domain/Values.js"
-import type { ModelRequest } from "../../domain/ModelRequest.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
+import type { ModelRequest } from "../../domain/ModelRequest.js"
+import type { Message } from "../../domain/Values.js"
 
 /**
  * The frozen request of `fields` whose `messages` are the elements of `history`, copied into a

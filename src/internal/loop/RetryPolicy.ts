@@ -5,8 +5,8 @@
  * @since 0.1.0
  */
 import { Duration, Effect, Random } from "effect"
-import type { LlmFailure } from "../../domain/Values.js"
 import { RequestErrorAction } from "../../domain/Seams.js"
+import type { LlmFailure } from "../../domain/Values.js"
 
 /**
  * Failure codes that are retryable by default.

@@ -5,40 +5,39 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Either, Exit, Option, ParseResult, Stream, STM, TRef } from "effect"
-import type { SessionEvent } from "../../domain/Event.js"
+import { Cause, Duration, Effect, Either, Exit, Option, ParseResult, STM, Stream, TRef } from "effect"
 import { InvalidEvent, ModelError } from "../../domain/Errors.js"
+import type { SessionEvent } from "../../domain/Event.js"
+import { acceptsStreamChunkJson } from "../../domain/EventDecoder.js"
 import type { MessageId } from "../../domain/Ids.js"
 import { jsonEquals, jsonProblem } from "../../domain/Json.js"
-import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../../domain/Values.js"
-import { StreamChunk as StreamChunkSchema } from "../../domain/Values.js"
-import { acceptsStreamChunkJson } from "../../domain/EventDecoder.js"
-import * as SafeDecode from "../../domain/SafeDecode.js"
-import type { RequestConfig } from "../../domain/Seams.js"
 import type { ModelRequest } from "../../domain/ModelRequest.js"
 import type { ModelResponse } from "../../domain/ModelResponse.js"
 import * as ModelResponseModule from "../../domain/ModelResponse.js"
 import { isChunks, isStream } from "../../domain/ModelResponse.js"
+import * as SafeDecode from "../../domain/SafeDecode.js"
+import type { RequestConfig } from "../../domain/Seams.js"
+import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../../domain/Values.js"
+import { StreamChunk as StreamChunkSchema } from "../../domain/Values.js"
+import { peek } from "../state/Peek.js"
+import { appendDrafts, appendNow, commit, delivered, dieOnFailure } from "../state/SessionState.js"
+import type { Draft, LogSnapshot } from "../state/SessionState.js"
 import { abortable, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
-import { peek } from "../state/Peek.js"
+import type { LoopContext } from "./LoopContext.js"
+import { CAUSE, isCause, loopTx } from "./LoopTransaction.js"
+import { causeOf } from "./Phase.js"
 import * as RequestView from "./RequestView.js"
 import { DEFAULT_MAX_RETRY_DELAY, refuseRetryDelay } from "./RetryPolicy.js"
-import * as StreamPull from "./StreamPull.js"
-import type { LoopContext } from "./LoopContext.js"
-import { causeOf } from "./Phase.js"
-import { appendDrafts, appendNow, commit, delivered, dieOnFailure } from "../state/SessionState.js"
-import type { Draft, LogSnapshot } from "../state/SessionState.js"
-import { runTools } from "./ToolBatch.js"
-import { CAUSE, isCause, loopTx } from "./LoopTransaction.js"
 import type { StepResult } from "./StepResult.js"
 import { aborted, failed } from "./StepResult.js"
+import * as StreamPull from "./StreamPull.js"
+import { runTools } from "./ToolBatch.js"
 
 /** Sentinel failure: stop pulling the model stream (its outcome is settled). */
 const STOP = Symbol.for("tiller/internal/Step/stop")
-
 
 const configOf = (header: RequestHeader | undefined): RequestConfig => {
   if (header === undefined) return {}
@@ -61,7 +60,12 @@ const seedConfig = (ctx: LoopContext): RequestConfig => {
   })
 }
 
-const headerOf = (config: RequestConfig, provider: string, model: string, tools: RequestHeader["tools"]): RequestHeader => ({
+const headerOf = (
+  config: RequestConfig,
+  provider: string,
+  model: string,
+  tools: RequestHeader["tools"]
+): RequestHeader => ({
   provider,
   model,
   ...(config.system !== undefined ? { system: config.system } : {}),
@@ -110,7 +114,11 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
         }
         // Q2: the header, logged when needed.
         header = headerOf(config, config.provider, config.model, tools)
-        reason = first ? (previous === undefined ? "initial" : "resume") : jsonEquals(header, previous) ? undefined : "change"
+        reason = first
+          ? (previous === undefined ? "initial" : "resume")
+          : jsonEquals(header, previous)
+          ? undefined
+          : "change"
       }
       // Q3: the messages, read with the header's append in one transaction.
       const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: fold.messages, lastSeq: events.length - 1 })
@@ -169,7 +177,11 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           // slept on and fails the turn with RETRY_DELAY_TOO_LONG (a cause recorded meanwhile still
           // wins when the turn closes).
           const asked = Math.max(0, Math.round(Duration.toMillis(action.delay)))
-          const refused = refuseRetryDelay(asked, outcome.failure, ctx.defaults.maxRetryDelay ?? DEFAULT_MAX_RETRY_DELAY)
+          const refused = refuseRetryDelay(
+            asked,
+            outcome.failure,
+            ctx.defaults.maxRetryDelay ?? DEFAULT_MAX_RETRY_DELAY
+          )
           if (refused !== undefined) return failed(refused, new ModelError({ failure: refused }))
           // What the log can hold (only an infinite cap lets a delay this long through).
           const delayMs = Math.min(Number.MAX_SAFE_INTEGER, asked)
@@ -245,7 +257,10 @@ const runAttempt = (
     // Appends the attempt's drafts in one step, then `then` of the events. A recorded cause (nothing
     // is written, as for any loop append), a poisoned session or an invalid draft (`invalid` is
     // set) stops the attempt by interruption.
-    const appendOrStop = <A>(drafts: (length: number) => ReadonlyArray<Draft>, then: (events: ReadonlyArray<SessionEvent>) => A) =>
+    const appendOrStop = <A>(
+      drafts: (length: number) => ReadonlyArray<Draft>,
+      then: (events: ReadonlyArray<SessionEvent>) => A
+    ) =>
       Effect.withFiberRuntime<A>((fiber) => {
         if (Option.isSome(causeOf(peek(ctx.ds.phaseNow)))) return Effect.interrupt
         const written = appendNow(ctx.ds.session, drafts, fiber)
@@ -316,10 +331,13 @@ const runAttempt = (
           if (settled !== undefined) break
           const problem = chunkProblem(chunk)
           if (problem !== undefined) {
-            return Effect.zipRight(flush(), Effect.suspend(() => {
-              invalid = ownFailure("INVALID_EVENT", `assistant/chunk: ${problem}`)
-              return Effect.interrupt
-            }))
+            return Effect.zipRight(
+              flush(),
+              Effect.suspend(() => {
+                invalid = ownFailure("INVALID_EVENT", `assistant/chunk: ${problem}`)
+                return Effect.interrupt
+              })
+            )
           }
           if (chunk.type === "finish") {
             const finish = chunk.finish
@@ -411,7 +429,8 @@ const writeInterruptedPrefix = (
 ): Effect.Effect<void> => {
   const prefix = Assembler.interruptedPrefix(assembler, origin)
   if (prefix === undefined) return Effect.void
-  return commit(ctx.ds.session, 
+  return commit(
+    ctx.ds.session,
     appendDrafts(ctx.ds.session, [{
       type: "assistant/message",
       data: {

@@ -37,7 +37,11 @@ export const aborted = (defects: ReadonlyArray<unknown> = []): StepResult => ({ 
  * @since 0.1.0
  * @category constructors
  */
-export const failed = (failure: LlmFailure, error: unknown = failure, defects: ReadonlyArray<unknown> = []): StepResult => ({
+export const failed = (
+  failure: LlmFailure,
+  error: unknown = failure,
+  defects: ReadonlyArray<unknown> = []
+): StepResult => ({
   _tag: "Failed",
   failure,
   error,

@@ -10,28 +10,28 @@ import type { DriverEvent } from "../../domain/DriverEvent.js"
 import type { MessageId } from "../../domain/Ids.js"
 import { stateOf } from "../../domain/KnownIds.js"
 import { acceptCallerMessage } from "../../domain/Message.js"
-import type { ToolCallBlock, UserMessage } from "../../domain/Values.js"
 import type { ToolCallInfo } from "../../domain/Seams.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../../domain/Tool.js"
-import { abortable, awaitCause, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
+import type { ToolCallBlock, UserMessage } from "../../domain/Values.js"
 import { peek } from "../state/Peek.js"
-import * as SettledBodies from "./SettledBodies.js"
+import { appendDrafts, commit, commitAppendNowOrDie, commitOrDie, publish } from "../state/SessionState.js"
+import type { Draft } from "../state/SessionState.js"
+import { abortable, awaitCause, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import { originalError } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
-import { getPhase } from "./Phase.js"
-import { appendDrafts, commit, commitAppendNowOrDie, commitOrDie, publish } from "../state/SessionState.js"
-import type { Draft } from "../state/SessionState.js"
-import type { StepResult } from "./StepResult.js"
 import { isCause, loopAppendOrDie } from "./LoopTransaction.js"
+import { getPhase } from "./Phase.js"
+import * as SettledBodies from "./SettledBodies.js"
+import type { StepResult } from "./StepResult.js"
 import {
   decodeArguments,
+  normalizedOutputProblem,
   normalizeToolOutput,
   outcomeError,
   outcomeOutput,
   runsToolPost,
   ToolOutcome,
-  normalizedOutputProblem,
   toolOutputProblem,
   toolResultMessage
 } from "./ToolOutcome.js"
@@ -128,7 +128,8 @@ export const runTools = (
 
     // ⟨TC TR⟩ for a call that never started.
     const writePair = (call: CallState, outcome: ToolOutcome) =>
-      commit(session, 
+      commit(
+        session,
         STM.gen(function*() {
           const [tc] = yield* appendDrafts(session, [callDraft(call)], true)
           call.callSeq = tc!.seq
@@ -187,7 +188,9 @@ export const runTools = (
           }
           const replaced = raw === undefined ? Either.left("not JSON") : decodeArguments(tool, raw)
           if (Either.isLeft(replaced)) {
-            call.outcome = ToolOutcome.InvalidArguments({ detail: `arguments replaced by a ToolPre listener: ${replaced.left}` })
+            call.outcome = ToolOutcome.InvalidArguments({
+              detail: `arguments replaced by a ToolPre listener: ${replaced.left}`
+            })
             return true
           }
           call.params = replaced.right
@@ -247,18 +250,25 @@ export const runTools = (
       // Without a ToolPost listener the output stands as it is.
       if (!runsToolPost(outcome) || ctx.hooks.isQuiet("toolPost")) return commitOutput(call, outcome, output)
       const abortedNow = Option.isSome(causeNow(ds))
-      return Effect.flatMap(Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow })), (posted) => {
-        if (Exit.isFailure(posted)) return Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
-        // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
-        const problem = posted.value === output ? undefined : normalizedOutputProblem(posted.value)
-        if (problem === undefined) return commitOutput(call, outcome, posted.value)
-        const invalid = ToolOutcome.InvalidOutput({ detail: problem })
-        return commitOutput(call, invalid, outcomeOutput(ref(call), invalid))
-      })
+      return Effect.flatMap(
+        Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow })),
+        (posted) => {
+          if (Exit.isFailure(posted)) return Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
+          // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
+          const problem = posted.value === output ? undefined : normalizedOutputProblem(posted.value)
+          if (problem === undefined) return commitOutput(call, outcome, posted.value)
+          const invalid = ToolOutcome.InvalidOutput({ detail: problem })
+          return commitOutput(call, invalid, outcomeOutput(ref(call), invalid))
+        }
+      )
     }
 
     // ⟨TR INS? CAN?⟩ of the final outcome and output.
-    const commitOutput = (call: CallState, postedOutcome: ToolOutcome, postedOutput: NormalizedToolOutput): Effect.Effect<void> => {
+    const commitOutput = (
+      call: CallState,
+      postedOutcome: ToolOutcome,
+      postedOutput: NormalizedToolOutput
+    ): Effect.Effect<void> => {
       let outcome = postedOutcome
       let output = postedOutput
       const contexts: Array<UserMessage> = []
@@ -291,35 +301,51 @@ export const runTools = (
           })
         )
       }
-      return Effect.map(commitOrDie(session,
-        STM.gen(function*() {
-          let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
-          const duplicate = yield* freshness(contexts)
-          if (duplicate !== undefined) {
-            const invalid = ToolOutcome.InvalidOutput({ detail: duplicate })
-            use = { outcome: invalid, output: outcomeOutput(ref(call), invalid), contexts: [] }
-          }
-          yield* appendDrafts(session, [resultDraft(call, use.outcome, use.output)], true)
-          if (use.contexts.length > 0) {
-            const { fold } = yield* TRef.get(session.log)
-            const s = fold.inbox.nextStep.length
-            yield* appendDrafts(session, [{ type: "agent/inbox/spliced", data: { target: "next-step", start: s, inserted: use.contexts } }], true)
-            const notifications: Array<DriverEvent> = use.contexts.map((message) => ({ type: "agent/inbox/inserted", message }))
-            const phase = yield* getPhase(ds)
-            if (phase._tag === "Running" && phase.dropContexts) {
+      return Effect.map(
+        commitOrDie(
+          session,
+          STM.gen(function*() {
+            let use = { outcome: finalOutcome, output: finalOutput, contexts: contexts as ReadonlyArray<UserMessage> }
+            const duplicate = yield* freshness(contexts)
+            if (duplicate !== undefined) {
+              const invalid = ToolOutcome.InvalidOutput({ detail: duplicate })
+              use = { outcome: invalid, output: outcomeOutput(ref(call), invalid), contexts: [] }
+            }
+            yield* appendDrafts(session, [resultDraft(call, use.outcome, use.output)], true)
+            if (use.contexts.length > 0) {
+              const { fold } = yield* TRef.get(session.log)
+              const s = fold.inbox.nextStep.length
               yield* appendDrafts(session, [{
                 type: "agent/inbox/spliced",
-                data: { target: "next-step", start: s, removedCount: use.contexts.length, inserted: [], outcome: "canceled" }
+                data: { target: "next-step", start: s, inserted: use.contexts }
               }], true)
-              for (const message of use.contexts) notifications.push({ type: "agent/inbox/discarded", message })
+              const notifications: Array<DriverEvent> = use.contexts.map((message) => ({
+                type: "agent/inbox/inserted",
+                message
+              }))
+              const phase = yield* getPhase(ds)
+              if (phase._tag === "Running" && phase.dropContexts) {
+                yield* appendDrafts(session, [{
+                  type: "agent/inbox/spliced",
+                  data: {
+                    target: "next-step",
+                    start: s,
+                    removedCount: use.contexts.length,
+                    inserted: [],
+                    outcome: "canceled"
+                  }
+                }], true)
+                for (const message of use.contexts) notifications.push({ type: "agent/inbox/discarded", message })
+              }
+              yield* publish(session, notifications)
             }
-            yield* publish(session, notifications)
-          }
-          conclude(use)
-        })
-      ), () => {
-        call.committed = true
-      })
+            conclude(use)
+          })
+        ),
+        () => {
+          call.committed = true
+        }
+      )
     }
 
     const freshness = (contexts: ReadonlyArray<UserMessage>) =>
@@ -350,7 +376,8 @@ export const runTools = (
       }
       return Effect.flatMap(
         Effect.raceFirst(Effect.as(settled.signal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
-        (woken) => woken === "cause" ? Effect.succeed("cause" as const) : nextSettled
+        (woken) =>
+          woken === "cause" ? Effect.succeed("cause" as const) : nextSettled
       )
     })
 
@@ -371,7 +398,8 @@ export const runTools = (
 
     const interruptRunning = Effect.suspend(() =>
       Effect.forEach(inFlight(), (call) =>
-        Effect.flatMap(Fiber.interrupt(call.fiber!), (exit) => Effect.sync(() => settle(call, exit, true))), { discard: true })
+        Effect.flatMap(Fiber.interrupt(call.fiber!), (exit) =>
+          Effect.sync(() => settle(call, exit, true))), { discard: true })
     )
 
     const commitReady = Effect.gen(function*() {
@@ -389,7 +417,9 @@ export const runTools = (
           yield* commitReady
           continue
         }
-        if (!stopped && Option.isSome(causeNow(ds))) stopped = true
+        if (!stopped && Option.isSome(causeNow(ds))) {
+          stopped = true
+        }
         const groupOpen = nextStart < calls.length && !stopped
         if (groupOpen) {
           const call = calls[nextStart]!
@@ -399,25 +429,30 @@ export const runTools = (
           // A parallel call joins the current group while a slot is free; an exclusive call (and a
           // parallel call after an exclusive one) starts only when everything before it committed.
           const canStart = mode === "parallel"
-            ? running < ctx.tools.maxParallelToolCalls && (pendingCommits === 0 || groupIsParallel(nextCommit, nextStart))
+            ? running < ctx.tools.maxParallelToolCalls &&
+              (pendingCommits === 0 || groupIsParallel(nextCommit, nextStart))
             : pendingCommits === 0
           if (canStart) {
             call.mode = mode
             settled.noteSuspension()
             const began = yield* start(call)
-            if (!began) stopped = true
-            else nextStart++
+            if (!began) {
+              stopped = true
+            } else nextStart++
             continue
           }
         }
         if (inFlight().length === 0) {
-          if (stopped || nextStart >= calls.length) break
+          if (stopped || nextStart >= calls.length) {
+            break
+          }
           continue
         }
         // Wait for a body to end, a cause or the poison.
         const woken = yield* nextSettled
-        if (woken === "settled") take(settled.takeAll())
-        else {
+        if (woken === "settled") {
+          take(settled.takeAll())
+        } else {
           // No further call starts; running bodies are interrupted (a poisoned session's commits
           // then stop the activity).
           stopped = true
@@ -435,23 +470,38 @@ export const runTools = (
       const defects = failure instanceof SchedulerFailure ? failure.defects : defectsOf(run)
       yield* interruptRunning
       for (const call of calls) {
-        if (call.committed) continue
+        if (call.committed) {
+          continue
+        }
         const internal = ToolOutcome.InternalFailure()
-        if (call.callSeq === undefined) yield* writePair(call, internal)
-        else {
-          yield* commit(session, appendDrafts(session, [resultDraft(call, internal, outcomeOutput(ref(call), internal))], true)).pipe(
+        if (call.callSeq === undefined) {
+          yield* writePair(call, internal)
+        } else {
+          yield* commit(
+            session,
+            appendDrafts(session, [resultDraft(call, internal, outcomeOutput(ref(call), internal))], true)
+          ).pipe(
             Effect.orDie
           )
           call.committed = true
         }
       }
-      return { _tag: "Failed", failure: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" }, error, defects }
+      return {
+        _tag: "Failed",
+        failure: { message: "tool call failed internally", code: "TOOL_INTERNAL_ERROR" },
+        error,
+        defects
+      }
     }
     // Calls that never started get adjacent pairs, in model order.
     for (const call of calls) {
-      if (!call.committed) yield* writePair(call, ToolOutcome.AbortedBeforeDispatch())
+      if (!call.committed) {
+        yield* writePair(call, ToolOutcome.AbortedBeforeDispatch())
+      }
     }
-    if (Option.isSome(causeNow(ds))) return { _tag: "Aborted", defects }
+    if (Option.isSome(causeNow(ds))) {
+      return { _tag: "Aborted", defects }
+    }
     return concluded ? { _tag: "Completed" } : { _tag: "Continue" }
   })
 

@@ -13,10 +13,10 @@ import { Data, Either, ParseResult, Schema } from "effect"
 import type { MessageId } from "../../domain/Ids.js"
 import type { Json } from "../../domain/Json.js"
 import { deepFreeze, jsonProblem } from "../../domain/Json.js"
+import * as SafeDecode from "../../domain/SafeDecode.js"
+import type { NormalizedToolOutput, ToolDefinition, ToolOutput } from "../../domain/Tool.js"
 import type { ImageBlock, TextBlock, ToolResultBlock, ToolResultMessage } from "../../domain/Values.js"
 import { UserContent } from "../../domain/Values.js"
-import type { NormalizedToolOutput, ToolDefinition, ToolOutput } from "../../domain/Tool.js"
-import * as SafeDecode from "../../domain/SafeDecode.js"
 
 /**
  * How one tool call ended, one case per row of the result mapping table.
@@ -196,7 +196,8 @@ const fixedError = (name: string, code: string): ToolResultError => Object.freez
 export const outcomeError = (outcome: ToolOutcome): ToolResultError | undefined =>
   ToolOutcome.$match(outcome, {
     Succeeded: () => undefined,
-    Failed: ({ error }) => fixedError(stringField(error, "_tag") ?? "Error", stringField(error, "code") ?? "TOOL_ERROR"),
+    Failed: ({ error }) =>
+      fixedError(stringField(error, "_tag") ?? "Error", stringField(error, "code") ?? "TOOL_ERROR"),
     Died: () => fixedError("ToolDefect", "TOOL_DEFECT"),
     UnknownTool: () => fixedError("UnknownToolError", "UNKNOWN_TOOL"),
     InvalidArguments: () => fixedError("ToolArgumentsError", "INVALID_ARGUMENTS"),
@@ -350,11 +351,17 @@ export const decodeArguments = <P extends Schema.Schema.AnyNoContext>(
       return Either.left(`not valid JSON (${failureMessage(e)})`)
     }
   }
-  return Either.mapLeft(argumentsDecoder(tool.parameters)(parsed), (error) => ParseResult.TreeFormatter.formatErrorSync(error))
+  return Either.mapLeft(
+    argumentsDecoder(tool.parameters)(parsed),
+    (error) => ParseResult.TreeFormatter.formatErrorSync(error)
+  )
 }
 
 // One decoder per parameter Schema, built on its first call.
-const argumentDecoders = new WeakMap<Schema.Schema.AnyNoContext, (input: unknown) => Either.Either<unknown, ParseResult.ParseError>>()
+const argumentDecoders = new WeakMap<
+  Schema.Schema.AnyNoContext,
+  (input: unknown) => Either.Either<unknown, ParseResult.ParseError>
+>()
 const argumentsDecoder = <P extends Schema.Schema.AnyNoContext>(
   parameters: P
 ): (input: unknown) => Either.Either<Schema.Schema.Type<P>, ParseResult.ParseError> => {

@@ -11,8 +11,8 @@
  * @since 0.1.0
  */
 import { Context, Effect, Option } from "effect"
-import type { ToolSchema } from "../../domain/Values.js"
 import type { ToolDefinition, ToolMode } from "../../domain/Tool.js"
+import type { ToolSchema } from "../../domain/Values.js"
 
 /**
  * Lookups the loop needs: the visible definition of a name and its mode, both read at call time.
@@ -52,9 +52,12 @@ export class ToolRegistry extends Context.Tag("tiller/internal/ToolRegistry")<To
    *
    * @since 0.1.0
    */
-  static readonly fromToolsOrDie = (tools: { readonly registry?: ToolRegistryShape }): Effect.Effect<ToolRegistryShape> =>
+  static readonly fromToolsOrDie = (
+    tools: { readonly registry?: ToolRegistryShape }
+  ): Effect.Effect<ToolRegistryShape> =>
     Option.match(ToolRegistry.fromTools(tools), {
-      onNone: () => Effect.dieMessage("the Tools service was not built by Tools.layer, so the agent cannot look tools up"),
+      onNone: () =>
+        Effect.dieMessage("the Tools service was not built by Tools.layer, so the agent cannot look tools up"),
       onSome: Effect.succeed
     })
 }

@@ -12,25 +12,33 @@
  */
 import { Effect, Either, Exit, Option, STM, TRef } from "effect"
 import { InvalidEvent, PreStepFailed, PreStepRejected } from "../../domain/Errors.js"
+import * as GrowOnly from "../../domain/GrowOnly.js"
 import { REPAIR_ID_PREFIX, RESERVED_ID_REASON } from "../../domain/Ids.js"
-import { validateUserMessage } from "../../domain/Message.js"
 import type { KnownIds } from "../../domain/KnownIds.js"
 import { stateOf } from "../../domain/KnownIds.js"
+import { validateUserMessage } from "../../domain/Message.js"
+import { repairClosers } from "../../domain/Repair.js"
+import { enteredByDefault } from "../../domain/Seams.js"
 import type { TurnEndReason, UserMessage } from "../../domain/Values.js"
-import { abortable, abortableUnless, causeNow, currentDefectSink, currentStopping, defectsOf, quietDone } from "./Activity.js"
+import { claimSTM } from "../state/InboxOps.js"
+import { peek, poke } from "../state/Peek.js"
+import { appendDrafts, appendNow, commit, commitAppendNowOrDie, commitOrDie, delivered } from "../state/SessionState.js"
+import type { Draft } from "../state/SessionState.js"
+import {
+  abortable,
+  abortableUnless,
+  causeNow,
+  currentDefectSink,
+  currentStopping,
+  defectsOf,
+  quietDone
+} from "./Activity.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { Phase, TurnErrorReport } from "./Phase.js"
 import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
-import { appendDrafts, appendNow, commit, commitAppendNowOrDie, commitOrDie, delivered } from "../state/SessionState.js"
-import type { Draft } from "../state/SessionState.js"
-import * as GrowOnly from "../../domain/GrowOnly.js"
-import { peek, poke } from "../state/Peek.js"
-import { repairClosers } from "../../domain/Repair.js"
-import { claimSTM } from "../state/InboxOps.js"
 import { runStep } from "./Step.js"
 import { stepLimitFailure } from "./StepLimit.js"
-import { enteredByDefault } from "../../domain/Seams.js"
 
 const completed: TurnEndReason = { kind: "completed" }
 
@@ -48,7 +56,11 @@ const NOTHING: ReadonlyArray<UserMessage> = []
  * @since 0.1.0
  * @category loop
  */
-export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyArray<UserMessage>): Effect.Effect<void> =>
+export const runTurn = (
+  ctx: LoopContext,
+  turn: number,
+  initialBatch: ReadonlyArray<UserMessage>
+): Effect.Effect<void> =>
   Effect.gen(function*() {
     const { ds, sessionId } = ctx
     const session = ds.session
@@ -64,11 +76,16 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
     // batch is claimed (empty when nothing is pending); `undefined` once closed.
     const boundaryTx = (stop: typeof lastStop) =>
       STM.flatMap(getPhase(ds), (phase) =>
-        STM.flatMap(TRef.get(session.log), ({ fold }): STM.STM<ReadonlyArray<UserMessage> | undefined, InvalidEvent> => {
-          if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), undefined)
-          if (stop !== undefined && fold.inbox.nextStep.length === 0) return STM.as(closeTurn(ds, turn, natural()), undefined)
-          return fold.inbox.nextStep.length > 0 ? claimSTM(session, turn, false) : STM.succeed([])
-        }))
+        STM.flatMap(
+          TRef.get(session.log),
+          ({ fold }): STM.STM<ReadonlyArray<UserMessage> | undefined, InvalidEvent> => {
+            if (Option.isSome(causeOf(phase))) return STM.as(closeTurn(ds, turn, completed), undefined)
+            if (stop !== undefined && fold.inbox.nextStep.length === 0) {
+              return STM.as(closeTurn(ds, turn, natural()), undefined)
+            }
+            return fold.inbox.nextStep.length > 0 ? claimSTM(session, turn, false) : STM.succeed([])
+          }
+        ))
 
     while (true) {
       // 1. The pre-step decision over an immutable copy of the claimed batch.
@@ -85,15 +102,23 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           )
         )
       const preStepDefects = () => [...defectsOf(decided.exit), ...listenerDefects]
-      if (decided._tag === "Aborted") return yield* close(completed, { step: k + 1, defects: preStepDefects() })
+      if (decided._tag === "Aborted") {
+        return yield* close(completed, { step: k + 1, defects: preStepDefects() })
+      }
       if (Exit.isFailure(decided.exit)) {
         const error = originalError(decided.exit)
         if (error instanceof PreStepRejected) {
-          return yield* close(error.reason === undefined ? { kind: "blocked" } : { kind: "blocked", message: error.reason })
+          return yield* close(
+            error.reason === undefined ? { kind: "blocked" } : { kind: "blocked", message: error.reason }
+          )
         }
         const original = error instanceof PreStepFailed ? error.cause : error
         // With a cause recorded meanwhile the turn ends aborted: only the listeners' defects are published.
-        return yield* close(errorReason(toLlmFailure(original)), { step: k + 1, error: original, defects: preStepDefects() })
+        return yield* close(errorReason(toLlmFailure(original)), {
+          step: k + 1,
+          error: original,
+          defects: preStepDefects()
+        })
       }
       const entered = decided.exit.value
       // 2. Nothing to enter.
@@ -114,7 +139,9 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
       const decide = (phase: Phase, known: KnownIds): StepDecision => {
         if (Option.isSome(causeOf(phase))) return { _tag: "Close", reason: completed }
         const limited = stepLimitFailure(step, ctx.defaults.maxSteps)
-        if (limited !== undefined) return { _tag: "Close", reason: errorReason(limited), report: { step, error: limited } }
+        if (limited !== undefined) {
+          return { _tag: "Close", reason: errorReason(limited), report: { step, error: limited } }
+        }
         const invalid = checked.find(Either.isLeft)
         if (invalid !== undefined) {
           const failure = ownFailure("INVALID_MESSAGE", `pre-step entered an invalid message: ${invalid.left}`)
@@ -126,7 +153,10 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           const reused = seen.has(m.id) || (state !== undefined && !claimedIds.has(m.id))
           seen.add(m.id)
           if (reused) {
-            const failure = ownFailure("DUPLICATE_MESSAGE", `pre-step entered message ${m.id}, which is already known (${state ?? "pending"})`)
+            const failure = ownFailure(
+              "DUPLICATE_MESSAGE",
+              `pre-step entered message ${m.id}, which is already known (${state ?? "pending"})`
+            )
             return { _tag: "Close", reason: errorReason(failure), report: { step, error: failure } }
           }
         }
@@ -137,18 +167,22 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
         ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
       ]
       // The transaction, built only when the step does not open directly (below).
-      const txStep = () => commitOrDie(session,
-        STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> =>
-          STM.flatMap(TRef.get(session.log), ({ fold }) => {
-            const decision = decide(phase, fold.known)
-            if (decision._tag === "Close") return STM.as(closeTurn(ds, turn, decision.reason, decision.report), false)
-            const appended = appendDrafts(session, drafts(), true)
-            // Appending leaves the phase as read above.
-            return phase._tag === "Running"
-              ? STM.zipRight(appended, STM.as(setStep(ds, phase, step), true))
-              : STM.as(appended, true)
-          }))
-      )
+      const txStep = () =>
+        commitOrDie(
+          session,
+          STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> =>
+            STM.flatMap(TRef.get(session.log), ({ fold }) => {
+              const decision = decide(phase, fold.known)
+              if (decision._tag === "Close") {
+                return STM.as(closeTurn(ds, turn, decision.reason, decision.report), false)
+              }
+              const appended = appendDrafts(session, drafts(), true)
+              // Appending leaves the phase as read above.
+              return phase._tag === "Running"
+                ? STM.zipRight(appended, STM.as(setStep(ds, phase, step), true))
+                : STM.as(appended, true)
+            }))
+        )
       // The step opens without a transaction when it changes only the log and the step number
       // (`phaseNow`, which no transaction waits on): the same decision on the committed values,
       // read and written in one synchronous step. Closing the turn takes the transaction.
@@ -188,7 +222,8 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
         lastStop = result._tag === "MaxTokens" ? "max-tokens" : "completed"
         maxTokensSeen = maxTokensSeen || result._tag === "MaxTokens"
         // 6. Turn-stopping listeners: the turn would end here.
-        const quiet = yield* commit(session, 
+        const quiet = yield* commit(
+          session,
           STM.map(
             STM.zip(TRef.get(session.log), getPhase(ds)),
             ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
@@ -198,9 +233,12 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
           const stopping = yield* abortableUnless(
             ds,
             ctx.hooks.isQuiet("turnStopping"),
-            Effect.locally(ctx.hooks.turnStopping({ sessionId, turn, step }), currentStopping, () => Option.isSome(causeNow(ds)))
+            Effect.locally(ctx.hooks.turnStopping({ sessionId, turn, step }), currentStopping, () =>
+              Option.isSome(causeNow(ds)))
           )
-          if (stopping._tag === "Aborted") return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
+          if (stopping._tag === "Aborted") {
+            return yield* close(completed, { step, defects: defectsOf(stopping.exit) })
+          }
           if (Exit.isFailure(stopping.exit)) {
             const error = originalError(stopping.exit)
             return yield* close(errorReason(toLlmFailure(error)), { step, error, defects: defectsOf(stopping.exit) })
@@ -209,7 +247,9 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
         // 7. TX-BOUNDARY: close, or claim the next batch.
         next = yield* commitOrDie(session, boundaryTx(lastStop))
       }
-      if (next === undefined) return
+      if (next === undefined) {
+        return
+      }
       batch = next
       boundary = "later"
     }
@@ -224,7 +264,11 @@ export const runTurn = (ctx: LoopContext, turn: number, initialBatch: ReadonlyAr
  * @since 0.1.0
  * @category loop
  */
-export const runTurnClosing = (ctx: LoopContext, turn: number, initialBatch: ReadonlyArray<UserMessage>): Effect.Effect<void> =>
+export const runTurnClosing = (
+  ctx: LoopContext,
+  turn: number,
+  initialBatch: ReadonlyArray<UserMessage>
+): Effect.Effect<void> =>
   Effect.catchAllDefect(runTurn(ctx, turn, initialBatch), (defect) => {
     const { ds } = ctx
     const session = ds.session
@@ -241,11 +285,17 @@ export const runTurnClosing = (ctx: LoopContext, turn: number, initialBatch: Rea
             data: event.data,
             time: event.time,
             ...("surfaceOp" in event && event.surfaceOp !== undefined ? { surfaceOp: event.surfaceOp } : {}),
-            ...("sourceEventSeqs" in event && event.sourceEventSeqs !== undefined ? { sourceEventSeqs: event.sourceEventSeqs } : {})
+            ...("sourceEventSeqs" in event && event.sourceEventSeqs !== undefined
+              ? { sourceEventSeqs: event.sourceEventSeqs }
+              : {})
           }))
           return STM.zipRight(
             appendDrafts(session, drafts, true),
-            closeTurn(ds, turn, errorReason(toLlmFailure(defect)), { step: phase.step, error: defect, defects: [defect] })
+            closeTurn(ds, turn, errorReason(toLlmFailure(defect)), {
+              step: phase.step,
+              error: defect,
+              defects: [defect]
+            })
           )
         })
       })

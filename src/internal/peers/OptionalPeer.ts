@@ -67,7 +67,9 @@ const MISSING = /Cannot find (?:package|module) '([^']+)'/
  * @category utils
  */
 export const missingPeer = (peers: OptionalPeers, cause: unknown): string | undefined => {
-  const message = typeof cause === "object" && cause !== null && "message" in cause ? String(cause.message) : String(cause)
+  const message = typeof cause === "object" && cause !== null && "message" in cause
+    ? String(cause.message)
+    : String(cause)
   const named = MISSING.exec(message)?.[1]
   if (named === undefined) return undefined
   return peers.packages.find(([name]) => named === name || named.startsWith(`${name}/`))?.[0]

@@ -14,7 +14,10 @@
  * @since 0.1.0
  * @category parsing
  */
-export const splitCommand = (command: string, options: { readonly lenient?: boolean } = {}): ReadonlyArray<string> | undefined => {
+export const splitCommand = (
+  command: string,
+  options: { readonly lenient?: boolean } = {}
+): ReadonlyArray<string> | undefined => {
   const parts: Array<string> = []
   let current = ""
   let quote: "'" | "\"" | undefined
@@ -35,7 +38,8 @@ export const splitCommand = (command: string, options: { readonly lenient?: bool
       i++
       continue
     }
-    const substitution = (c === "$" && next === "(") || c === "`" || ((c === "<" || c === ">") && next === "(" && quote === undefined)
+    const substitution = (c === "$" && next === "(") || c === "`" ||
+      ((c === "<" || c === ">") && next === "(" && quote === undefined)
     if (substitution) {
       if (options.lenient !== true) return undefined
       cut()

@@ -56,7 +56,11 @@ export const parseRules = (
  * @since 0.1.0
  * @category constructors
  */
-export const parsePermissions = (document: unknown, origin: string, root: string): Either.Either<PermissionSettings, PermissionConfigError> => {
+export const parsePermissions = (
+  document: unknown,
+  origin: string,
+  root: string
+): Either.Either<PermissionSettings, PermissionConfigError> => {
   const fail = (reason: string) => Either.left(new PermissionConfigError({ path: origin, reason }))
   if (!isRecord(document)) return fail("expected a JSON object")
   const permissions = document["permissions"]
@@ -81,7 +85,9 @@ export const parsePermissions = (document: unknown, origin: string, root: string
   if (mode === "bypassPermissions") {
     return Either.right({
       rules,
-      warnings: [`${origin}: defaultMode bypassPermissions is ignored; bypassing permissions takes --permission-mode bypassPermissions or --dangerously-skip-permissions`]
+      warnings: [
+        `${origin}: defaultMode bypassPermissions is ignored; bypassing permissions takes --permission-mode bypassPermissions or --dangerously-skip-permissions`
+      ]
     })
   }
   return Either.right({ rules, defaultMode: mode as PermissionMode, warnings: [] })
@@ -94,7 +100,10 @@ export const parsePermissions = (document: unknown, origin: string, root: string
  * @category combinators
  */
 export const mergePermissions = (all: ReadonlyArray<PermissionSettings>): PermissionSettings => {
-  const defaultMode = all.reduce<PermissionMode | undefined>((mode, settings) => settings.defaultMode ?? mode, undefined)
+  const defaultMode = all.reduce<PermissionMode | undefined>(
+    (mode, settings) => settings.defaultMode ?? mode,
+    undefined
+  )
   return {
     rules: all.flatMap((settings) => settings.rules),
     warnings: all.flatMap((settings) => settings.warnings),
@@ -109,7 +118,10 @@ export const mergePermissions = (all: ReadonlyArray<PermissionSettings>): Permis
  * @since 0.1.0
  * @category constructors
  */
-export const loadPermissions = (files: ReadonlyArray<string>, root: string): Effect.Effect<PermissionSettings, PermissionConfigError> =>
+export const loadPermissions = (
+  files: ReadonlyArray<string>,
+  root: string
+): Effect.Effect<PermissionSettings, PermissionConfigError> =>
   Effect.map(
     Effect.forEach(files, (file) =>
       Effect.flatMap(
@@ -128,7 +140,8 @@ export const loadPermissions = (files: ReadonlyArray<string>, root: string): Eff
           if (text === undefined) return Effect.succeed<PermissionSettings>({ rules: [], warnings: [] })
           const document = Either.try({
             try: () => JSON.parse(text) as unknown,
-            catch: (e) => new PermissionConfigError({ path: file, reason: `is not valid JSON (${(e as Error).message})` })
+            catch: (e) =>
+              new PermissionConfigError({ path: file, reason: `is not valid JSON (${(e as Error).message})` })
           })
           return Either.isLeft(document) ? Effect.fail(document.left) : parsePermissions(document.right, file, root)
         }

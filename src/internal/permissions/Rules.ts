@@ -135,15 +135,27 @@ export const parseRule = (
   root: string
 ): Either.Either<PermissionRule, string> => {
   const match = RULE.exec(text.trim())
-  if (match === null) return Either.left(`${JSON.stringify(text)} is not a rule: write Tool or Tool(specifier), e.g. Bash(npm test:*)`)
+  if (match === null) {
+    return Either.left(`${JSON.stringify(text)} is not a rule: write Tool or Tool(specifier), e.g. Bash(npm test:*)`)
+  }
   const content = match[2]
-  if (content !== undefined && content.trim() === "") return Either.left(`${JSON.stringify(text)} has empty parentheses: write ${match[1]} for every call`)
+  if (content !== undefined && content.trim() === "") {
+    return Either.left(`${JSON.stringify(text)} has empty parentheses: write ${match[1]} for every call`)
+  }
   const all = content === undefined || content.trim() === "*"
-  return Either.right({ behavior, text: text.trim(), tool: match[1]!, origin, root, ...(all ? {} : { content: content.trim() }) })
+  return Either.right({
+    behavior,
+    text: text.trim(),
+    tool: match[1]!,
+    origin,
+    root,
+    ...(all ? {} : { content: content.trim() })
+  })
 }
 
 const coversTool = (ruleTool: string, tool: string): boolean =>
-  ruleTool === tool || (ruleTool === "Edit" && EDIT_TOOLS.includes(tool)) || (ruleTool === "Read" && READ_TOOLS.includes(tool))
+  ruleTool === tool || (ruleTool === "Edit" && EDIT_TOOLS.includes(tool)) ||
+  (ruleTool === "Read" && READ_TOOLS.includes(tool))
 
 const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null
 
@@ -161,7 +173,11 @@ const commandMatches = (content: string, command: string): boolean => {
 }
 
 /** A gitignore-style pattern and the directory it is relative to. */
-const anchorOf = (content: string, rule: PermissionRule, places: PermissionPlaces): { readonly base: string; readonly pattern: string } => {
+const anchorOf = (
+  content: string,
+  rule: PermissionRule,
+  places: PermissionPlaces
+): { readonly base: string; readonly pattern: string } => {
   if (content.startsWith("//")) return { base: "/", pattern: content.slice(1) }
   if (content.startsWith("~/")) return { base: places.home, pattern: content.slice(1) }
   if (content.startsWith("/")) return { base: rule.root, pattern: content }
@@ -173,7 +189,9 @@ const anchorOf = (content: string, rule: PermissionRule, places: PermissionPlace
 const pathMatches = (content: string, rule: PermissionRule, places: PermissionPlaces, file: string): boolean => {
   const { base, pattern } = anchorOf(content, rule, places)
   const relative = path.relative(base, file)
-  if (relative === "" || relative === ".." || relative.startsWith(`..${path.sep}`) || path.isAbsolute(relative)) return false
+  if (relative === "" || relative === ".." || relative.startsWith(`..${path.sep}`) || path.isAbsolute(relative)) {
+    return false
+  }
   return ignore().add(pattern).ignores(relative)
 }
 
@@ -182,12 +200,19 @@ const pathMatches = (content: string, rule: PermissionRule, places: PermissionPl
  * `a; b`), `part` says how: a deny or ask rule covers it when it covers any part; an allow rule is
  * checked part by part by the caller.
  */
-const ruleCovers = (rule: PermissionRule, request: PermissionRequest, places: PermissionPlaces, parts: ReadonlyArray<string>): boolean => {
+const ruleCovers = (
+  rule: PermissionRule,
+  request: PermissionRequest,
+  places: PermissionPlaces,
+  parts: ReadonlyArray<string>
+): boolean => {
   if (!coversTool(rule.tool, request.tool)) return false
   const content = rule.content
   if (content === undefined) return true
   if (request.tool === "Bash") {
-    const command = isRecord(request.input) && typeof request.input.command === "string" ? request.input.command.trim() : undefined
+    const command = isRecord(request.input) && typeof request.input.command === "string"
+      ? request.input.command.trim()
+      : undefined
     if (command === undefined) return false
     return commandMatches(content, command) || parts.some((part) => commandMatches(content, part))
   }
@@ -199,10 +224,16 @@ const ruleCovers = (rule: PermissionRule, request: PermissionRequest, places: Pe
 }
 
 /** Whether every part of a (compound) Bash command is covered by some allow rule. */
-const bashAllowed = (rules: ReadonlyArray<PermissionRule>, request: PermissionRequest, places: PermissionPlaces): PermissionRule | undefined => {
+const bashAllowed = (
+  rules: ReadonlyArray<PermissionRule>,
+  request: PermissionRequest,
+  places: PermissionPlaces
+): PermissionRule | undefined => {
   const whole = rules.find((r) => r.content === undefined)
   if (whole !== undefined) return whole
-  const command = isRecord(request.input) && typeof request.input.command === "string" ? request.input.command.trim() : ""
+  const command = isRecord(request.input) && typeof request.input.command === "string"
+    ? request.input.command.trim()
+    : ""
   const split = splitCommand(command)
   // Command substitution, process substitution or an unclosed quote: no allow rule can vouch for it.
   if (split === undefined) return undefined
@@ -216,7 +247,8 @@ const bashAllowed = (rules: ReadonlyArray<PermissionRule>, request: PermissionRe
   return first
 }
 
-const describe = (rule: PermissionRule): string => `the ${rule.behavior} rule ${JSON.stringify(rule.text)} (${rule.origin})`
+const describe = (rule: PermissionRule): string =>
+  `the ${rule.behavior} rule ${JSON.stringify(rule.text)} (${rule.origin})`
 
 /**
  * Decides one call: deny rules, then `plan`'s read-only restriction, then ask rules, then allow
@@ -235,27 +267,43 @@ export const evaluate = (
     ? request.input.command
     : undefined
   const parts = command === undefined ? [] : splitCommand(command, { lenient: true }) ?? []
-  const covering = (behavior: PermissionBehavior) => rules.filter((r) => r.behavior === behavior && ruleCovers(r, request, places, parts))
+  const covering = (behavior: PermissionBehavior) =>
+    rules.filter((r) => r.behavior === behavior && ruleCovers(r, request, places, parts))
   const denied = covering("deny")[0]
-  if (denied !== undefined) return { behavior: "deny", rule: denied, reason: `${request.tool} is denied by ${describe(denied)}` }
+  if (denied !== undefined) {
+    return { behavior: "deny", rule: denied, reason: `${request.tool} is denied by ${describe(denied)}` }
+  }
   const edits = EDIT_TOOLS.includes(request.tool)
   const mutating = edits || request.tool === "Bash"
   if (mode === "plan" && mutating) {
-    return { behavior: "deny", reason: `${request.tool} is not allowed in plan mode (read-only: no edits, no commands)` }
+    return {
+      behavior: "deny",
+      reason: `${request.tool} is not allowed in plan mode (read-only: no edits, no commands)`
+    }
   }
-  if (mode === "bypassPermissions") return { behavior: "allow", reason: "permissions are bypassed (bypassPermissions mode)" }
+  if (mode === "bypassPermissions") {
+    return { behavior: "allow", reason: "permissions are bypassed (bypassPermissions mode)" }
+  }
   const asked = covering("ask")[0]
-  if (asked !== undefined) return { behavior: "ask", rule: asked, reason: `${request.tool} needs approval by ${describe(asked)}` }
+  if (asked !== undefined) {
+    return { behavior: "ask", rule: asked, reason: `${request.tool} needs approval by ${describe(asked)}` }
+  }
   const allowRules = rules.filter((r) => r.behavior === "allow" && coversTool(r.tool, request.tool))
   const allowed = request.tool === "Bash"
     ? bashAllowed(allowRules, request, places)
     : allowRules.find((r) => ruleCovers(r, request, places, parts))
-  if (allowed !== undefined) return { behavior: "allow", rule: allowed, reason: `${request.tool} is allowed by ${describe(allowed)}` }
-  if (mode === "acceptEdits" && edits) return { behavior: "allow", reason: `${request.tool} is allowed in acceptEdits mode` }
+  if (allowed !== undefined) {
+    return { behavior: "allow", rule: allowed, reason: `${request.tool} is allowed by ${describe(allowed)}` }
+  }
+  if (mode === "acceptEdits" && edits) {
+    return { behavior: "allow", reason: `${request.tool} is allowed in acceptEdits mode` }
+  }
   if (mutating) {
     return {
       behavior: "ask",
-      reason: `${request.tool} needs approval in ${mode} mode${request.tool === "Bash" ? "" : " (edits run without asking in acceptEdits mode)"}`
+      reason: `${request.tool} needs approval in ${mode} mode${
+        request.tool === "Bash" ? "" : " (edits run without asking in acceptEdits mode)"
+      }`
     }
   }
   return { behavior: "allow", reason: `${request.tool} runs without asking in ${mode} mode` }

@@ -217,7 +217,13 @@ export const makeDecoder = (): Decoder => {
       }
       case "thinking": {
         const thinking = stringOf(content, "thinking") ?? ""
-        block = { kind: "thinking", index: nextIndex++, open: true, thinking, signature: stringOf(content, "signature") ?? "" }
+        block = {
+          kind: "thinking",
+          index: nextIndex++,
+          open: true,
+          thinking,
+          signature: stringOf(content, "signature") ?? ""
+        }
         out.push({ type: "block-start", index: block.index, block: "reasoning" })
         if (thinking !== "") out.push({ type: "reasoning-delta", index: block.index, text: thinking })
         break
@@ -226,7 +232,15 @@ export const makeDecoder = (): Decoder => {
         const id = stringOf(content, "id")
         const name = stringOf(content, "name")
         if (id === undefined || name === undefined) return malformed("a tool_use block has no id or name")
-        block = { kind: "tool_use", index: nextIndex++, open: true, id, name, startInput: field(content, "input"), json: "" }
+        block = {
+          kind: "tool_use",
+          index: nextIndex++,
+          open: true,
+          id,
+          name,
+          startInput: field(content, "input"),
+          json: ""
+        }
         out.push({ type: "block-start", index: block.index, block: "tool-call", id, name })
         break
       }

@@ -11,10 +11,10 @@
  * @since 0.1.0
  */
 import { Either, Predicate, Schema } from "effect"
+import * as SafeDecode from "../../domain/SafeDecode.js"
 import type { LlmFailure, StreamChunk, Usage } from "../../domain/Values.js"
 import { failureOf, fromPayload } from "./ProviderFailure.js"
 import type { SseEvent } from "./ProviderHttp.js"
-import * as SafeDecode from "../../domain/SafeDecode.js"
 import { usageOf } from "./UsageCounts.js"
 
 /**
@@ -74,7 +74,9 @@ const WireUsage = Schema.Struct({
   cached_tokens: OptionalCount,
   cache_read_input_tokens: OptionalCount,
   cache_creation_input_tokens: OptionalCount,
-  prompt_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ cached_tokens: OptionalCount, cache_write_tokens: OptionalCount }))),
+  prompt_tokens_details: Schema.optional(
+    Schema.NullOr(Schema.Struct({ cached_tokens: OptionalCount, cache_write_tokens: OptionalCount }))
+  ),
   completion_tokens_details: Schema.optional(Schema.NullOr(Schema.Struct({ reasoning_tokens: OptionalCount })))
 })
 
@@ -98,7 +100,9 @@ type WireDelta = NonNullable<(typeof WireChoice.Type)["delta"]>
  * The reasoning of a delta and the field it came in; `reasoning_content` first, since hosts that
  * send both fields repeat the same text in each.
  */
-const reasoningOf = (delta: WireDelta | undefined): { readonly field: ReasoningField; readonly text: string } | undefined => {
+const reasoningOf = (
+  delta: WireDelta | undefined
+): { readonly field: ReasoningField; readonly text: string } | undefined => {
   const content = delta?.reasoning_content ?? ""
   if (content !== "") return { field: "reasoning_content", text: content }
   const reasoning = delta?.reasoning ?? ""
@@ -119,7 +123,8 @@ const toUsage = (usage: typeof WireUsage.Type): Usage | undefined =>
     outputTokens: usage.completion_tokens,
     totalTokens: usage.total_tokens,
     reasoningTokens: usage.completion_tokens_details?.reasoning_tokens,
-    cacheReadTokens: usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ?? usage.cached_tokens ??
+    cacheReadTokens: usage.prompt_tokens_details?.cached_tokens ?? usage.prompt_cache_hit_tokens ??
+      usage.cached_tokens ??
       usage.cache_read_input_tokens,
     cacheWriteTokens: usage.prompt_tokens_details?.cache_write_tokens ?? usage.cache_creation_input_tokens
   })
@@ -274,7 +279,10 @@ export const make = (context: { readonly provider: string; readonly callIdPrefix
 
   const finishChunk = (reason: string): StreamChunk => {
     if (refusal !== "") {
-      return { type: "finish", finish: { kind: "error", failure: failureOf("refusal", `${label}: the model refused: ${refusal}`) } }
+      return {
+        type: "finish",
+        finish: { kind: "error", failure: failureOf("refusal", `${label}: the model refused: ${refusal}`) }
+      }
     }
     switch (reason) {
       case "length":
@@ -282,12 +290,18 @@ export const make = (context: { readonly provider: string; readonly callIdPrefix
       case "content_filter":
         return {
           type: "finish",
-          finish: { kind: "error", failure: failureOf("content-filter", `${label}: the content filter stopped the response`) }
+          finish: {
+            kind: "error",
+            failure: failureOf("content-filter", `${label}: the content filter stopped the response`)
+          }
         }
       case "error":
         return {
           type: "finish",
-          finish: { kind: "error", failure: failureOf("provider", `${label}: the response finished with reason "error"`) }
+          finish: {
+            kind: "error",
+            failure: failureOf("provider", `${label}: the response finished with reason "error"`)
+          }
         }
       default:
         return { type: "finish", finish: { kind: "stop" } }

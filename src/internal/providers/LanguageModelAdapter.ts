@@ -23,10 +23,10 @@ import * as Tool from "@effect/ai/Tool"
 import type * as Toolkit from "@effect/ai/Toolkit"
 import { Effect, Either, Encoding, Predicate, Schema, Stream } from "effect"
 import { ModelError } from "../../domain/Errors.js"
-import { usageOf } from "./UsageCounts.js"
-import type { LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../../domain/Values.js"
 import type { ModelRequest } from "../../domain/ModelRequest.js"
+import type { LlmFailure, Message, StreamChunk, ToolResultBlock, ToolSchema, Usage } from "../../domain/Values.js"
 import { providerParameters } from "./ProviderParameters.js"
+import { usageOf } from "./UsageCounts.js"
 
 /**
  * The parameters of a schema-only tool: any JSON object, described to the provider by the tool's
@@ -145,8 +145,7 @@ const parseArguments = (text: string): unknown => {
 }
 
 /** Providers encode bytes themselves; a string that is not base64 is passed through unchanged. */
-const imageData = (base64: string): string | Uint8Array =>
-  Either.getOrElse(Encoding.decodeBase64(base64), () => base64)
+const imageData = (base64: string): string | Uint8Array => Either.getOrElse(Encoding.decodeBase64(base64), () => base64)
 
 /** A text-only result is its text (blocks joined by newlines); otherwise the blocks themselves. */
 const toolResultValue = (block: ToolResultBlock): unknown =>
@@ -170,7 +169,11 @@ export const toUsage = (usage: Response.Usage): Usage | undefined =>
   })
 
 const codeOfStatus = (status: number | undefined): string =>
-  status === 429 ? "RATE_LIMIT" : status !== undefined && status >= 500 && status <= 599 ? "SERVICE_UNAVAILABLE" : "UNKNOWN"
+  status === 429
+    ? "RATE_LIMIT"
+    : status !== undefined && status >= 500 && status <= 599
+    ? "SERVICE_UNAVAILABLE"
+    : "UNKNOWN"
 
 const messageOf = (error: unknown): string => {
   if (Predicate.hasProperty(error, "message") && Predicate.isString(error.message)) return error.message
@@ -316,7 +319,9 @@ const makeTranslator = () => {
       case "text-start":
         return Effect.succeed(start(text, part.id, (index) => ({ type: "block-start", index, block: "text" })))
       case "text-delta":
-        return Effect.succeed(delta(text, "text", part.id, (index) => ({ type: "text-delta", index, text: part.delta })))
+        return Effect.succeed(
+          delta(text, "text", part.id, (index) => ({ type: "text-delta", index, text: part.delta }))
+        )
       case "text-end":
         return Effect.succeed(end(text, part.id))
       case "reasoning-start":

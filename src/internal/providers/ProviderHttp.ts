@@ -191,8 +191,12 @@ export const streamEvents = (
 
   const requestFailure = (error: HttpClientError.HttpClientError): ModelError =>
     error._tag === "RequestError" && error.reason !== "Transport"
-      ? failWith(failureOf("invalid-request", `${endpoint.provider}: cannot send the request${at("to")}: ${error.reason}`))
-      : failWith(failureOf("network", `${endpoint.provider}: cannot connect${at("to")}: ${transportReason(error.cause)}`))
+      ? failWith(
+        failureOf("invalid-request", `${endpoint.provider}: cannot send the request${at("to")}: ${error.reason}`)
+      )
+      : failWith(
+        failureOf("network", `${endpoint.provider}: cannot connect${at("to")}: ${transportReason(error.cause)}`)
+      )
 
   const bodyFailure = (error: HttpClientError.ResponseError): ModelError =>
     failWith(failureOf(

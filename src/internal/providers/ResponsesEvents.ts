@@ -18,10 +18,10 @@
  */
 import { Either, Schema } from "effect"
 import type { Json } from "../../domain/Json.js"
+import * as SafeDecode from "../../domain/SafeDecode.js"
 import type { LlmFailure, StreamChunk, Usage } from "../../domain/Values.js"
 import { failureOf, fromPayload, shorten } from "./ProviderFailure.js"
-import * as SafeDecode from "../../domain/SafeDecode.js"
-import { REPLAY_KEY, type ReplayItem, type ReplayState, replayOf } from "./ResponsesReplay.js"
+import { REPLAY_KEY, type ReplayItem, replayOf, type ReplayState } from "./ResponsesReplay.js"
 import { usageOf } from "./UsageCounts.js"
 
 const PROVIDER = "OpenAI"
@@ -74,7 +74,6 @@ const decodeItem = SafeDecode.decodeUnknownEither(ItemEvent)
 const decodeDelta = SafeDecode.decodeUnknownEither(DeltaEvent)
 const decodeArgumentsDone = SafeDecode.decodeUnknownEither(ArgumentsDone)
 const decodeResponse = SafeDecode.decodeUnknownEither(ResponseEvent)
-
 
 // ---------------------------------------------------------------------------------------------------
 // Decoder state
@@ -275,7 +274,9 @@ export const makeDecoder = (): ResponsesDecoder => {
       }
     }
     if (state.kind === "reasoning" && !state.streamed) {
-      for (const [part, summary] of (item.summary ?? []).entries()) appendReasoning(out, state, summary.text ?? "", part)
+      for (const [part, summary] of (item.summary ?? []).entries()) {
+        appendReasoning(out, state, summary.text ?? "", part)
+      }
     }
     if (state.kind === "function_call" && state.arguments === "") {
       appendArguments(out, state, item.arguments ?? "")
@@ -359,7 +360,9 @@ export const makeDecoder = (): ResponsesDecoder => {
 
   const payload = (type: string, json: unknown): Decoded => {
     const decoded = <A>(result: Either.Either<A, unknown>, f: (value: A) => Decoded): Decoded =>
-      Either.isLeft(result) ? Either.left(malformed(`a ${type} event does not have the expected shape`)) : f(result.right)
+      Either.isLeft(result)
+        ? Either.left(malformed(`a ${type} event does not have the expected shape`))
+        : f(result.right)
     /** A delta of an item's content; one for an item already done is dropped. */
     const delta = <A extends Located>(
       result: Either.Either<A, unknown>,
@@ -393,7 +396,11 @@ export const makeDecoder = (): ResponsesDecoder => {
           (out, state, event) => appendReasoning(out, state, event.delta, event.summary_index ?? 0)
         )
       case "response.function_call_arguments.delta":
-        return delta(decodeDelta(json), "function_call", (out, state, event) => appendArguments(out, state, event.delta))
+        return delta(
+          decodeDelta(json),
+          "function_call",
+          (out, state, event) => appendArguments(out, state, event.delta)
+        )
       case "response.function_call_arguments.done":
         return delta(decodeArgumentsDone(json), "function_call", (out, state, event) => {
           if (state.arguments === "") appendArguments(out, state, event.arguments ?? "")
@@ -434,6 +441,8 @@ export const makeDecoder = (): ResponsesDecoder => {
       return payload(Either.isRight(typed) ? typed.right.type : event.event, json.right)
     },
     end: () =>
-      ended ? Either.right(none) : Either.left(failureOf("network", `${PROVIDER}: the response ended before it was complete`))
+      ended
+        ? Either.right(none)
+        : Either.left(failureOf("network", `${PROVIDER}: the response ended before it was complete`))
   }
 }

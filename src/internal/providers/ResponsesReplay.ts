@@ -51,7 +51,12 @@ export const replayOf = (raw: unknown): ReplayItem | undefined => {
   const { id: _id, ...rest } = raw as Record<string, Json>
   const encrypted = rest.encrypted_content
   if (typeof encrypted !== "string" || encrypted === "") return undefined
-  return { ...rest, type: "reasoning", summary: Array.isArray(rest.summary) ? rest.summary : [], encrypted_content: encrypted }
+  return {
+    ...rest,
+    type: "reasoning",
+    summary: Array.isArray(rest.summary) ? rest.summary : [],
+    encrypted_content: encrypted
+  }
 }
 
 /**
@@ -74,7 +79,9 @@ export const replayItems = (state: unknown): ReadonlyArray<ReplayItem> | undefin
       if (item !== undefined) items.push(item)
     } else if (entry.type === "message") {
       items.push({ type: "message" })
-    } else if (entry.type === "function_call" && Predicate.hasProperty(entry, "call_id") && Predicate.isString(entry.call_id)) {
+    } else if (
+      entry.type === "function_call" && Predicate.hasProperty(entry, "call_id") && Predicate.isString(entry.call_id)
+    ) {
       items.push({ type: "function_call", call_id: entry.call_id })
     }
   }

@@ -6,9 +6,9 @@
  * @since 0.1.0
  */
 import type { SessionEvent } from "../../domain/Event.js"
-import type { Message } from "../../domain/Values.js"
-import { messageOf, surfaceOf } from "../../domain/Surface.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
+import { messageOf, surfaceOf } from "../../domain/Surface.js"
+import type { Message } from "../../domain/Values.js"
 
 /**
  * One message of the history with the seq of the event that carries it.
@@ -118,7 +118,9 @@ export const renderSnapshot = (
   const omitted = i + 1
   const body = [
     ...(entries.length === 0 ? ["(the session has no messages up to this seq)"] : []),
-    ...(omitted > 0 ? [`[${omitted} earlier message${omitted === 1 ? "" : "s"} left out to stay within the size limit]`] : []),
+    ...(omitted > 0
+      ? [`[${omitted} earlier message${omitted === 1 ? "" : "s"} left out to stay within the size limit]`]
+      : []),
     ...kept.reverse()
   ]
   return `${head}\n${body.join("\n")}\n${tail}`

@@ -11,18 +11,18 @@ import type { Fiber } from "effect"
 import { Effect, Either, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../../domain/DriverEvent.js"
 import { AgentDisposed, DuplicateMessage, PersistenceError } from "../../domain/Errors.js"
+import { InvalidEvent } from "../../domain/Errors.js"
 import type { SpliceData } from "../../domain/Event.js"
-import type { LogState } from "../../domain/LogState.js"
-import { stateOf } from "../../domain/KnownIds.js"
-import { pendingOf } from "../../domain/Splice.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
+import { stateOf } from "../../domain/KnownIds.js"
+import type { LogState } from "../../domain/LogState.js"
+import { pendingOf } from "../../domain/Splice.js"
 import type { InboxTarget, UserMessage } from "../../domain/Values.js"
 import * as Outbox from "./Outbox.js"
 import { modifyNow, peek } from "./Peek.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
 import { acknowledgeAt, announce, appendDrafts, appendPure, guardWritable, publish } from "./SessionState.js"
 import * as WakeMarks from "./WakeMarks.js"
-import { InvalidEvent } from "../../domain/Errors.js"
 
 /**
  * Whether `target` names one of the two pending lists (callers outside TypeScript can pass anything).
@@ -30,7 +30,8 @@ import { InvalidEvent } from "../../domain/Errors.js"
  * @since 0.1.0
  * @category validation
  */
-export const isInboxTarget = (target: unknown): target is InboxTarget => target === "next-turn" || target === "next-step"
+export const isInboxTarget = (target: unknown): target is InboxTarget =>
+  target === "next-turn" || target === "next-step"
 
 /**
  * The caller's message, accepted for an insertion at `target`: an unknown target makes the splice
@@ -45,7 +46,12 @@ export const acceptAt = (
 ): Either.Either<UserMessage, InvalidEvent> =>
   isInboxTarget(target)
     ? accepted
-    : Either.left(new InvalidEvent({ type: "agent/inbox/spliced", reason: `target must be "next-turn" or "next-step", found ${describeTarget(target)}` }))
+    : Either.left(
+      new InvalidEvent({
+        type: "agent/inbox/spliced",
+        reason: `target must be "next-turn" or "next-step", found ${describeTarget(target)}`
+      })
+    )
 
 /**
  * A target as an error names it: a string quoted, anything else by its type.
@@ -122,7 +128,10 @@ export const spliceSTM = (
 ): STM.STM<ReadonlyArray<UserMessage>, InvalidEvent> =>
   deleteCount === 0 && inserted.length === 0
     ? STM.succeed([])
-    : STM.flatMap(TRef.get(state.log), ({ fold }) => spliceIn(state, fold, target, start, deleteCount, inserted, replace))
+    : STM.flatMap(
+      TRef.get(state.log),
+      ({ fold }) => spliceIn(state, fold, target, start, deleteCount, inserted, replace)
+    )
 
 // `spliceSTM` on the fold just read in the same transaction.
 const spliceIn = (

@@ -73,10 +73,13 @@ export const publishing = <A>(outbox: Outbox, events: ReadonlyArray<DriverEvent>
   // transaction runs and commits in one synchronous step, so this read is its commit's.
   events.length === 0 || outbox.subscribers.size === 0
     ? STM.succeed(value)
-    : STM.zipRight(TQueue.offerAll(outbox.queue, events), STM.sync(() => {
-      outbox.dirty = true
-      return value
-    }))
+    : STM.zipRight(
+      TQueue.offerAll(outbox.queue, events),
+      STM.sync(() => {
+        outbox.dirty = true
+        return value
+      })
+    )
 
 const drain = (outbox: Outbox): Effect.Effect<void> =>
   Effect.flatMap(STM.commit(TQueue.takeAll(outbox.queue)), (events) =>
@@ -173,7 +176,9 @@ export const stream = <A>(
       Stream.concat(
         Stream.fromIterable(first),
         Stream.fromQueue(queue).pipe(
-          Stream.takeWhile((item): item is DriverEvent => item !== END),
+          Stream.takeWhile((item): item is DriverEvent =>
+            item !== END
+          ),
           Stream.filterMap(select)
         )
       ))

@@ -39,5 +39,16 @@ export type SpanAction =
     readonly attributes: Attributes
   }
   | { readonly _tag: "Attributes"; readonly key: string; readonly attributes: Attributes }
-  | { readonly _tag: "Event"; readonly key: string; readonly name: string; readonly time: number; readonly attributes: Attributes }
-  | { readonly _tag: "End"; readonly key: string; readonly time: number; readonly error?: { readonly type: string; readonly message: string } }
+  | {
+    readonly _tag: "Event"
+    readonly key: string
+    readonly name: string
+    readonly time: number
+    readonly attributes: Attributes
+  }
+  | {
+    readonly _tag: "End"
+    readonly key: string
+    readonly time: number
+    readonly error?: { readonly type: string; readonly message: string }
+  }

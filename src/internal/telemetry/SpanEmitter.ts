@@ -54,7 +54,7 @@ export const makeEmitter = (tracer: Tracer.Tracer): {
       }
       case "Attributes": {
         const span = spans.get(action.key)
-        if (span !== undefined) for (const key in action.attributes) span.attribute(key, action.attributes[key])
+        if (span !== undefined) { for (const key in action.attributes) span.attribute(key, action.attributes[key]) }
         break
       }
       case "Event":

@@ -55,7 +55,14 @@ interface Attempt {
 type Block = { readonly type: string; readonly text?: string; readonly content?: ReadonlyArray<Block> }
 
 const textOf = (content: ReadonlyArray<Block>): string =>
-  content.map((b) => (b.type === "text" || b.type === "reasoning" ? b.text ?? "" : b.type === "tool-result" ? textOf(b.content ?? []) : `[${b.type}]`))
+  content.map((
+    b
+  ) => (b.type === "text" || b.type === "reasoning"
+    ? b.text ?? ""
+    : b.type === "tool-result"
+    ? textOf(b.content ?? [])
+    : `[${b.type}]`)
+  )
     .join("")
 
 const sourceLabel = (source: MessageSource): string => {
@@ -128,14 +135,20 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
   const tools = new Map<string, string>()
   const open = new Set<string>()
 
-  const event = (name: string, time: number, attributes: Attributes): SpanAction & { readonly _tag: "Event" } =>
-    ({ _tag: "Event", key: turnKey ?? "", name, time, attributes })
+  const event = (name: string, time: number, attributes: Attributes): SpanAction & { readonly _tag: "Event" } => ({
+    _tag: "Event",
+    key: turnKey ?? "",
+    name,
+    time,
+    attributes
+  })
 
   // Outside a turn, events wait for the next turn span (the insertion of a prompt belongs to the turn
   // it starts); inside one they go to it.
   const turnEvent = (out: Array<SpanAction>, name: string, time: number, attributes: Attributes) => {
-    if (compaction !== undefined && !compaction.inTurn) out.push({ ...event(name, time, attributes), key: compaction.key })
-    else if (turnKey === undefined) outside.push(event(name, time, attributes))
+    if (compaction !== undefined && !compaction.inTurn) {
+      out.push({ ...event(name, time, attributes), key: compaction.key })
+    } else if (turnKey === undefined) outside.push(event(name, time, attributes))
     else out.push(event(name, time, attributes))
   }
 
@@ -143,7 +156,12 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
     open.add(action.key)
     out.push(action)
   }
-  const endSpan = (out: Array<SpanAction>, key: string, time: number, error?: { readonly type: string; readonly message: string }) => {
+  const endSpan = (
+    out: Array<SpanAction>,
+    key: string,
+    time: number,
+    error?: { readonly type: string; readonly message: string }
+  ) => {
     if (!open.delete(key)) return
     out.push(error === undefined ? { _tag: "End", key, time } : { _tag: "End", key, time, error })
   }
@@ -172,7 +190,9 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         ...modelAttributes(),
         ...(maxTokens === undefined ? {} : { "gen_ai.request.max_tokens": maxTokens }),
         ...(temperature === undefined ? {} : { "gen_ai.request.temperature": temperature }),
-        ...(content && system !== undefined ? { "gen_ai.system_instructions": JSON.stringify([{ type: "text", content: system }]) } : {}),
+        ...(content && system !== undefined
+          ? { "gen_ai.system_instructions": JSON.stringify([{ type: "text", content: system }]) }
+          : {}),
         "tiller.turn": turn,
         "tiller.step": step,
         "tiller.attempt": attempt,
@@ -185,7 +205,9 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
   const onChunk = (out: Array<SpanAction>, e: EventOf<"assistant/chunk">) => {
     const { attempt, chunk, step } = e.data
     openChat(out, step, attempt, stepTime, e.seq)
-    const finish = (chunk as StreamChunk).type === "finish" ? (chunk as Extract<StreamChunk, { type: "finish" }>).finish : undefined
+    const finish = (chunk as StreamChunk).type === "finish"
+      ? (chunk as Extract<StreamChunk, { type: "finish" }>).finish
+      : undefined
     if (finish !== undefined && (finish.kind === "stop" || finish.kind === "max-tokens")) finishKind = finish.kind
     if (finish !== undefined && (finish.kind === "error" || finish.kind === "aborted") && chat !== undefined) {
       out.push({
@@ -233,12 +255,30 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
       case "turn/end": {
         if (turnKey === undefined) break
         const reason = (e as EventOf<"turn/end">).data.reason
-        if (chat !== undefined) endSpan(out, chat.key, e.time, reason.kind === "error" ? { type: reason.error.code, message: reason.error.message } : undefined)
+        if (chat !== undefined) {
+          endSpan(
+            out,
+            chat.key,
+            e.time,
+            reason.kind === "error" ? { type: reason.error.code, message: reason.error.message } : undefined
+          )
+        }
         chat = undefined
-        for (const key of [...open]) if (key.startsWith("tool:")) endSpan(out, key, e.time, { type: "UNFINISHED", message: "the turn ended first" })
+        for (const key of [...open]) {
+          if (key.startsWith("tool:")) {
+            endSpan(out, key, e.time, { type: "UNFINISHED", message: "the turn ended first" })
+          }
+        }
         const text = reasonText(reason)
         if (reason.kind === "blocked" || (reason.kind === "aborted" && reason.reason.kind === "hook")) {
-          out.push({ ...event("tiller.hook.decision", e.time, { "tiller.hook": reason.kind === "blocked" ? "pre_step" : "cancel", "tiller.decision": reason.kind, "tiller.reason": text, "tiller.seq": e.seq }) })
+          out.push({
+            ...event("tiller.hook.decision", e.time, {
+              "tiller.hook": reason.kind === "blocked" ? "pre_step" : "cancel",
+              "tiller.decision": reason.kind,
+              "tiller.reason": text,
+              "tiller.seq": e.seq
+            })
+          })
         }
         out.push({
           _tag: "Attributes",
@@ -254,7 +294,12 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
             ...(reason.kind === "error" ? { "error.type": reason.error.code } : {})
           }
         })
-        endSpan(out, turnKey, e.time, reason.kind === "error" ? { type: reason.error.code, message: reason.error.message } : undefined)
+        endSpan(
+          out,
+          turnKey,
+          e.time,
+          reason.kind === "error" ? { type: reason.error.code, message: reason.error.message } : undefined
+        )
         turnKey = undefined
         break
       }
@@ -278,14 +323,22 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         headerTime = e.time
         if (turnKey !== undefined) out.push({ _tag: "Attributes", key: turnKey, attributes: modelAttributes() })
         if (reason === "change") {
-          turnEvent(out, "tiller.hook.decision", e.time, { "tiller.hook": "request", "tiller.decision": "change", "gen_ai.request.model": header.model, "tiller.seq": e.seq })
+          turnEvent(out, "tiller.hook.decision", e.time, {
+            "tiller.hook": "request",
+            "tiller.decision": "change",
+            "gen_ai.request.model": header.model,
+            "tiller.seq": e.seq
+          })
         }
         break
       }
       case "user/message": {
-        const m = (e as EventOf<"user/message">)
+        const m = e as EventOf<"user/message">
         if (m.surfaceOp !== "append") {
-          turnEvent(out, "tiller.surface.replace", e.time, { "tiller.seq": e.seq, "tiller.message.source": sourceLabel(m.data.source) })
+          turnEvent(out, "tiller.surface.replace", e.time, {
+            "tiller.seq": e.seq,
+            "tiller.message.source": sourceLabel(m.data.source)
+          })
           break
         }
         turnEvent(out, "tiller.message.entered", e.time, {
@@ -321,13 +374,23 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
             "gen_ai.response.model": message.source.model,
             "gen_ai.response.id": message.id,
             "gen_ai.response.finish_reasons": [finishReason(finish, calls)],
-            ...(tally === undefined ? {} : { "gen_ai.usage.input_tokens": tally.inputTokens, "gen_ai.usage.output_tokens": tally.outputTokens }),
-            ...(usage?.cacheReadTokens === undefined ? {} : { "gen_ai.usage.cache_read.input_tokens": usage.cacheReadTokens }),
-            ...(usage?.cacheWriteTokens === undefined ? {} : { "gen_ai.usage.cache_creation.input_tokens": usage.cacheWriteTokens }),
+            ...(tally === undefined
+              ? {}
+              : { "gen_ai.usage.input_tokens": tally.inputTokens, "gen_ai.usage.output_tokens": tally.outputTokens }),
+            ...(usage?.cacheReadTokens === undefined
+              ? {}
+              : { "gen_ai.usage.cache_read.input_tokens": usage.cacheReadTokens }),
+            ...(usage?.cacheWriteTokens === undefined
+              ? {}
+              : { "gen_ai.usage.cache_creation.input_tokens": usage.cacheWriteTokens }),
             ...(tally === undefined ? {} : costAttributes(tally)),
-            ...(usage?.reasoningTokens === undefined ? {} : { "gen_ai.usage.reasoning.output_tokens": usage.reasoningTokens }),
+            ...(usage?.reasoningTokens === undefined
+              ? {}
+              : { "gen_ai.usage.reasoning.output_tokens": usage.reasoningTokens }),
             "tiller.message.seq": e.seq,
-            ...(content ? { "gen_ai.output.messages": JSON.stringify([{ role: "assistant", parts: message.content }]) } : {})
+            ...(content
+              ? { "gen_ai.output.messages": JSON.stringify([{ role: "assistant", parts: message.content }]) }
+              : {})
           }
         })
         endSpan(out, chat.key, e.time)
@@ -362,7 +425,10 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         const r = e as EventOf<"tool/result">
         const block = r.data.message.content[0]
         if (r.surfaceOp !== "append") {
-          turnEvent(out, "tiller.surface.replace", e.time, { "tiller.seq": e.seq, "gen_ai.tool.call.id": block.toolCallId })
+          turnEvent(out, "tiller.surface.replace", e.time, {
+            "tiller.seq": e.seq,
+            "gen_ai.tool.call.id": block.toolCallId
+          })
           break
         }
         const key = `tool:${block.toolCallId}`
@@ -387,12 +453,19 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
             ...(content ? { "gen_ai.tool.call.result": textOf(block.content) } : {})
           }
         })
-        endSpan(out, key, e.time, error === undefined ? undefined : { type: error.code, message: `${error.name} (${error.code})` })
+        endSpan(
+          out,
+          key,
+          e.time,
+          error === undefined ? undefined : { type: error.code, message: `${error.name} (${error.code})` }
+        )
         break
       }
       case "llm/retry": {
         const data = (e as EventOf<"llm/retry">).data
-        if (chat !== undefined) endSpan(out, chat.key, e.time, { type: data.failure.code, message: data.failure.message })
+        if (chat !== undefined) {
+          endSpan(out, chat.key, e.time, { type: data.failure.code, message: data.failure.message })
+        }
         chat = undefined
         stepTime = e.time + data.delayMs
         turnEvent(out, "tiller.llm.retry", e.time, {
@@ -410,14 +483,22 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         const removed: ReadonlyArray<UserMessage> = Either.isRight(applied) ? applied.right.removed : []
         if (Either.isRight(applied)) lists = applied.right.lists
         const shape = spliceShape(data) ?? "splice"
-        const name = shape === "insertion" ? "inserted" : shape === "claim" ? "claimed" : shape === "cancellation" ? "discarded" : "replaced"
+        const name = shape === "insertion"
+          ? "inserted"
+          : shape === "claim"
+          ? "claimed"
+          : shape === "cancellation"
+          ? "discarded"
+          : "replaced"
         const messages = shape === "insertion" ? data.inserted : removed
         turnEvent(out, `tiller.inbox.${name}`, e.time, {
           "tiller.seq": e.seq,
           "tiller.inbox.target": data.target,
           "tiller.inbox.count": messages.length,
           "tiller.message.sources": messages.map((m) => sourceLabel(m.source)),
-          ...(content && shape !== "claim" ? { "tiller.message.text": messages.map((m) => textOf(m.content)).join("\n") } : {})
+          ...(content && shape !== "claim"
+            ? { "tiller.message.text": messages.map((m) => textOf(m.content)).join("\n") }
+            : {})
         })
         break
       }
@@ -427,7 +508,9 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         const data = e.data as Record<string, unknown>
         const attributes: Record<string, AttributeValue> = { "tiller.seq": e.seq }
         for (const [k, v] of Object.entries(data)) {
-          if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") attributes[`tiller.compaction.${k}`] = v
+          if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") {
+            attributes[`tiller.compaction.${k}`] = v
+          }
         }
         if (Array.isArray(data.pruned)) attributes["tiller.compaction.pruned_count"] = data.pruned.length
         const error = data.error as { readonly message?: string } | undefined
@@ -448,7 +531,12 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         }
         turnEvent(out, `tiller.compaction.${phase}`, e.time, attributes)
         if (e.type === "compaction/end" && compaction !== undefined) {
-          endSpan(out, compaction.key, e.time, error?.message === undefined ? undefined : { type: "COMPACTION_FAILED", message: error.message })
+          endSpan(
+            out,
+            compaction.key,
+            e.time,
+            error?.message === undefined ? undefined : { type: "COMPACTION_FAILED", message: error.message }
+          )
           compaction = undefined
         }
         break
@@ -460,9 +548,22 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
         // A command hook's run (the hook bridge's ignorable record): its decision fields only.
         const data = (e.data ?? {}) as Record<string, unknown>
         const attributes: Record<string, AttributeValue> = { "tiller.seq": e.seq }
-        for (const key of ["event", "hook", "exitCode", "durationMs", "block", "stop", "permissionDecision", "permissionDecisionReason"]) {
+        for (
+          const key of [
+            "event",
+            "hook",
+            "exitCode",
+            "durationMs",
+            "block",
+            "stop",
+            "permissionDecision",
+            "permissionDecisionReason"
+          ]
+        ) {
           const v = data[key]
-          if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") attributes[`tiller.hook.${key}`] = v
+          if (typeof v === "string" || typeof v === "number" || typeof v === "boolean") {
+            attributes[`tiller.hook.${key}`] = v
+          }
         }
         const error = data.error as { readonly code?: unknown } | undefined
         if (typeof error?.code === "string") attributes["error.type"] = error.code

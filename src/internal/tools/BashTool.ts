@@ -53,7 +53,11 @@ export const scrubEnvironment = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv =>
 
 const Parameters = Schema.Struct({
   command: Schema.String.annotations({ description: "The command to run (with bash -c)" }),
-  timeout: Schema.optional(Schema.Number.annotations({ description: `Optional timeout in milliseconds (default ${DEFAULT_TIMEOUT_MS}, at most ${MAX_TIMEOUT_MS})` })),
+  timeout: Schema.optional(
+    Schema.Number.annotations({
+      description: `Optional timeout in milliseconds (default ${DEFAULT_TIMEOUT_MS}, at most ${MAX_TIMEOUT_MS})`
+    })
+  ),
   description: Schema.optional(Schema.String.annotations({ description: "What the command does, in 5-10 words" }))
 })
 
@@ -77,7 +81,9 @@ export const makeBash = (workspace: Workspace): ToolDefinition<typeof Parameters
       Effect.gen(function*() {
         if (command.trim() === "") return refuse("refused: the command is empty")
         if (timeout !== undefined && (!Number.isFinite(timeout) || timeout <= 0)) {
-          return refuse(`refused: timeout must be a positive number of milliseconds (at most ${MAX_TIMEOUT_MS}), got ${timeout}`)
+          return refuse(
+            `refused: timeout must be a positive number of milliseconds (at most ${MAX_TIMEOUT_MS}), got ${timeout}`
+          )
         }
         const limit = Math.min(Math.round(timeout ?? DEFAULT_TIMEOUT_MS), MAX_TIMEOUT_MS)
         const result = yield* runProcess({

@@ -43,7 +43,9 @@ export interface Confinement {
    * is inside a root (the directories below it are the caller's to create), and the name itself,
    * when it exists, is not a symbolic link that leaves the roots.
    */
-  readonly writable: (requested: string) => Effect.Effect<{ readonly target: string; readonly exists: boolean }, ToolOutput>
+  readonly writable: (
+    requested: string
+  ) => Effect.Effect<{ readonly target: string; readonly exists: boolean }, ToolOutput>
 }
 
 const isInside = (root: string, candidate: string): boolean => {
@@ -71,7 +73,9 @@ export const makeConfinement = (cwd: string, addDirs: ReadonlyArray<string> = []
       ? `the working directory (${realCwd})`
       : `the working directory (${realCwd}) and the added directories (${roots.slice(1).join(", ")})`
     const outside = (requested: string) =>
-      refuse(`refused: ${requested} is outside ${where}; only paths inside ${roots.length === 1 ? "it" : "them"} can be used`)
+      refuse(
+        `refused: ${requested} is outside ${where}; only paths inside ${roots.length === 1 ? "it" : "them"} can be used`
+      )
 
     const existing = (requested: string): Effect.Effect<string, ToolOutput> =>
       Effect.gen(function*() {
@@ -106,7 +110,9 @@ export const makeConfinement = (cwd: string, addDirs: ReadonlyArray<string> = []
             return { target: path.join(found.value, ...missing), exists: false }
           }
           const parent = path.dirname(ancestor)
-          if (parent === ancestor) return yield* Effect.fail(refuse(`cannot create ${requested}: no existing directory above it`))
+          if (parent === ancestor) {
+            return yield* Effect.fail(refuse(`cannot create ${requested}: no existing directory above it`))
+          }
           missing.unshift(path.basename(ancestor))
           ancestor = parent
         }

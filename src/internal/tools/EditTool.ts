@@ -15,9 +15,13 @@ import { defineTool } from "./Workspace.js"
 
 const Parameters = Schema.Struct({
   file_path: Schema.String.annotations({ description: "The absolute path of the file to modify" }),
-  old_string: Schema.String.annotations({ description: "The text to replace (exactly as in the file, indentation included)" }),
+  old_string: Schema.String.annotations({
+    description: "The text to replace (exactly as in the file, indentation included)"
+  }),
   new_string: Schema.String.annotations({ description: "The text to replace it with (must differ from old_string)" }),
-  replace_all: Schema.optional(Schema.Boolean.annotations({ description: "Replace every occurrence of old_string (default false)" }))
+  replace_all: Schema.optional(
+    Schema.Boolean.annotations({ description: "Replace every occurrence of old_string (default false)" })
+  )
 })
 
 /** The number of non-overlapping occurrences of `needle` in `text`. */
@@ -44,23 +48,33 @@ export const makeEdit = (workspace: Workspace): ToolDefinition<typeof Parameters
     mode: "exclusive",
     execute: ({ file_path, new_string, old_string, replace_all }, ctx) =>
       Effect.gen(function*() {
-        if (old_string === new_string) return refuse("refused: old_string and new_string are the same; nothing would change")
-        if (old_string === "") return refuse("refused: old_string is empty; use Write to create a file or replace all of it")
+        if (old_string === new_string) {
+          return refuse("refused: old_string and new_string are the same; nothing would change")
+        }
+        if (old_string === "") {
+          return refuse("refused: old_string is empty; use Write to create a file or replace all of it")
+        }
         const real = yield* workspace.confinement.existing(file_path)
         const { bytes, stats } = yield* readRegularFile(real, file_path, MAX_FILE_BYTES, { name: "Edit", list: "Glob" })
         const refusal = workspace.record.refusal(ctx.sessionId, real, stats, file_path)
         if (refusal !== undefined) return refuse(refusal)
-        if (bytes.length > MAX_FILE_BYTES) return refuse(`refused: ${file_path} is larger than ${MAX_FILE_BYTES} bytes; Edit changes smaller files only`)
+        if (bytes.length > MAX_FILE_BYTES) {
+          return refuse(`refused: ${file_path} is larger than ${MAX_FILE_BYTES} bytes; Edit changes smaller files only`)
+        }
         if (looksBinary(bytes)) return refuse(`refused: ${file_path} is a binary file; Edit changes only text files`)
         const text = new TextDecoder("utf-8").decode(bytes)
         const count = occurrences(text, old_string)
-        if (count === 0) return refuse(`old_string was not found in ${file_path}; it must match the file's text exactly`)
+        if (count === 0) {
+          return refuse(`old_string was not found in ${file_path}; it must match the file's text exactly`)
+        }
         if (count > 1 && replace_all !== true) {
           return refuse(
             `old_string occurs ${count} times in ${file_path}; give more context to make it unique, or set replace_all to replace every occurrence`
           )
         }
-        const updated = replace_all === true ? text.split(old_string).join(new_string) : text.replace(old_string, () => new_string)
+        const updated = replace_all === true
+          ? text.split(old_string).join(new_string)
+          : text.replace(old_string, () => new_string)
         const written = yield* writeRegularFile(real, file_path, updated, "Edit")
         workspace.record.saw(ctx.sessionId, real, written)
         return replace_all === true && count > 1

@@ -20,8 +20,12 @@ import { defineTool } from "./Workspace.js"
 export const MAX_FILES = 100
 
 const Parameters = Schema.Struct({
-  pattern: Schema.String.annotations({ description: "The glob pattern to match file paths against, e.g. \"**/*.ts\" or \"src/**/*.tsx\"" }),
-  path: Schema.optional(Schema.String.annotations({ description: "The directory to search in (default: the working directory)" }))
+  pattern: Schema.String.annotations({
+    description: "The glob pattern to match file paths against, e.g. \"**/*.ts\" or \"src/**/*.tsx\""
+  }),
+  path: Schema.optional(
+    Schema.String.annotations({ description: "The directory to search in (default: the working directory)" })
+  )
 })
 
 /**
@@ -33,7 +37,8 @@ const Parameters = Schema.Struct({
 export const makeGlob = (workspace: Workspace): ToolDefinition<typeof Parameters> =>
   defineTool({
     name: "Glob",
-    description: "Fast file pattern matching: finds files whose path (relative to the searched directory) matches a glob " +
+    description:
+      "Fast file pattern matching: finds files whose path (relative to the searched directory) matches a glob " +
       "pattern such as \"**/*.js\" or \"src/**/*.ts\". Returns absolute paths, most recently modified first, " +
       `at most ${MAX_FILES}. Searches the working directory unless path names another directory inside it or an added directory.`,
     parameters: Parameters,
@@ -54,7 +59,9 @@ export const makeGlob = (workspace: Workspace): ToolDefinition<typeof Parameters
         })
         if (files.length === 0) return "No files found"
         return more
-          ? `${files.join("\n")}\n(Results are truncated to the ${MAX_FILES} newest: use a more specific path or pattern.)`
+          ? `${
+            files.join("\n")
+          }\n(Results are truncated to the ${MAX_FILES} newest: use a more specific path or pattern.)`
           : files.join("\n")
       }).pipe(Effect.merge)
   })

@@ -38,18 +38,31 @@ const Count = Schema.optional(Schema.Number)
 
 const Parameters = Schema.Struct({
   pattern: Schema.String.annotations({ description: "The regular expression to search for (ripgrep syntax)" }),
-  path: Schema.optional(Schema.String.annotations({ description: "The file or directory to search in (default: the working directory)" })),
-  glob: Schema.optional(Schema.String.annotations({ description: "Only files whose path matches this glob, e.g. \"*.js\" or \"*.{ts,tsx}\"" })),
-  type: Schema.optional(Schema.String.annotations({ description: "Only files of this ripgrep type, e.g. js, py, rust" })),
-  output_mode: Schema.optional(Schema.Literal("content", "files_with_matches", "count").annotations({
-    description: "content: matching lines; files_with_matches: the paths of matching files (default); count: matches per file"
-  })),
+  path: Schema.optional(
+    Schema.String.annotations({ description: "The file or directory to search in (default: the working directory)" })
+  ),
+  glob: Schema.optional(
+    Schema.String.annotations({
+      description: "Only files whose path matches this glob, e.g. \"*.js\" or \"*.{ts,tsx}\""
+    })
+  ),
+  type: Schema.optional(
+    Schema.String.annotations({ description: "Only files of this ripgrep type, e.g. js, py, rust" })
+  ),
+  output_mode: Schema.optional(
+    Schema.Literal("content", "files_with_matches", "count").annotations({
+      description:
+        "content: matching lines; files_with_matches: the paths of matching files (default); count: matches per file"
+    })
+  ),
   "-i": Schema.optional(Schema.Boolean.annotations({ description: "Case-insensitive search" })),
   "-n": Schema.optional(Schema.Boolean.annotations({ description: "Show line numbers (content mode; default true)" })),
   "-A": Count.annotations({ description: "Lines of context after each match (content mode)" }),
   "-B": Count.annotations({ description: "Lines of context before each match (content mode)" }),
   "-C": Count.annotations({ description: "Lines of context before and after each match (content mode)" }),
-  multiline: Schema.optional(Schema.Boolean.annotations({ description: "Let patterns span lines; . matches newlines" })),
+  multiline: Schema.optional(
+    Schema.Boolean.annotations({ description: "Let patterns span lines; . matches newlines" })
+  ),
   head_limit: Count.annotations({ description: `Show only the first N entries (default ${DEFAULT_HEAD_LIMIT})` })
 })
 
@@ -139,7 +152,9 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
       Effect.gen(function*() {
         const root = yield* workspace.confinement.existing(params.path ?? ".")
         const mode = params.output_mode ?? "files_with_matches"
-        const headLimit = params.head_limit !== undefined && params.head_limit > 0 ? Math.floor(params.head_limit) : DEFAULT_HEAD_LIMIT
+        const headLimit = params.head_limit !== undefined && params.head_limit > 0
+          ? Math.floor(params.head_limit)
+          : DEFAULT_HEAD_LIMIT
         const numbered = params["-n"] !== false
         const entries: Array<string> = []
         const skipped = new Set<string>()
@@ -151,7 +166,8 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
             return false
           }
           if (length + entry.length + 1 > MAX_OUTPUT_CHARS) {
-            cut = `[results cut at ${MAX_OUTPUT_CHARS} characters: narrow the search with path, glob or a more specific pattern]`
+            cut =
+              `[results cut at ${MAX_OUTPUT_CHARS} characters: narrow the search with path, glob or a more specific pattern]`
             return false
           }
           entries.push(entry)
@@ -184,21 +200,33 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
           }
           const number = message.data.line_number ?? 0
           const gap = lastLine !== undefined && (lastLine.file !== file || number > lastLine.line + 1)
-          if (gap && entries.length > 0 && (params["-A"] ?? params["-B"] ?? params["-C"]) !== undefined && !keep("--")) return false
+          if (
+            gap && entries.length > 0 && (params["-A"] ?? params["-B"] ?? params["-C"]) !== undefined && !keep("--")
+          ) return false
           lastLine = { file, line: number }
           const separator = message.type === "match" ? ":" : "-"
           const whole = textOf(message.data.lines).replace(/\r?\n$/, "")
-          const text = whole.length > MAX_LINE_CHARS ? `${whole.slice(0, MAX_LINE_CHARS)} [line cut: ${whole.length} characters]` : whole
+          const text = whole.length > MAX_LINE_CHARS
+            ? `${whole.slice(0, MAX_LINE_CHARS)} [line cut: ${whole.length} characters]`
+            : whole
           return keep(numbered ? `${file}${separator}${number}${separator}${text}` : `${file}${separator}${text}`)
         }
         const result = yield* ripgrep(workspace, "Grep", argsOf(params, root), onLine)
         const notes = [
           ...(cut === undefined ? [] : [cut]),
-          ...(result.droppedLines === 0 ? [] : [`[${result.droppedLines} result line${result.droppedLines === 1 ? "" : "s"} too long to show left out]`]),
-          ...(skipped.size === 0 ? [] : [`[${skipped.size} file${skipped.size === 1 ? "" : "s"} with several hard links left out]`])
+          ...(result.droppedLines === 0
+            ? []
+            : [
+              `[${result.droppedLines} result line${result.droppedLines === 1 ? "" : "s"} too long to show left out]`
+            ]),
+          ...(skipped.size === 0
+            ? []
+            : [`[${skipped.size} file${skipped.size === 1 ? "" : "s"} with several hard links left out]`])
         ]
         if (entries.length === 0) return ["No matches found", ...notes].join("\n")
-        const head = mode === "files_with_matches" ? [`Found ${entries.length} file${entries.length === 1 ? "" : "s"}`] : []
+        const head = mode === "files_with_matches"
+          ? [`Found ${entries.length} file${entries.length === 1 ? "" : "s"}`]
+          : []
         return [...head, ...entries, ...notes].join("\n")
       }).pipe(Effect.merge)
   })

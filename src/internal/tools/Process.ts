@@ -6,9 +6,9 @@
  *
  * @since 0.1.0
  */
+import { Deferred, Duration, Effect } from "effect"
 import type { ChildProcess } from "node:child_process"
 import { spawn } from "node:child_process"
-import { Deferred, Duration, Effect } from "effect"
 
 /**
  * How one process is run.
@@ -122,7 +122,9 @@ const CLOSE_GRACE = Duration.millis(100)
 export const runProcess = (options: ProcessOptions): Effect.Effect<ProcessResult> =>
   Effect.gen(function*() {
     const cap = makeOutputCap(options.maxChars)
-    const ended = yield* Deferred.make<{ readonly code: number | null; readonly signal: string | null; readonly error?: string }>()
+    const ended = yield* Deferred.make<
+      { readonly code: number | null; readonly signal: string | null; readonly error?: string }
+    >()
     const closed = yield* Deferred.make<void>()
     let stopped = false
     let pending = ""

@@ -47,7 +47,9 @@ export const makeReadRecord = (): ReadRecord => {
     },
     refusal: (session, file, stats, shown) => {
       const seen = sessions.get(session)?.get(file)
-      if (seen === undefined) return `refused: ${shown} has not been read in this session; Read it first, then change it`
+      if (seen === undefined) {
+        return `refused: ${shown} has not been read in this session; Read it first, then change it`
+      }
       if (seen.mtimeMs !== stats.mtimeMs || seen.size !== stats.size) {
         return `refused: ${shown} changed since it was last read in this session; Read it again, then change it`
       }

@@ -47,8 +47,14 @@ export const MAX_FILE_BYTES = 8 * 1024 * 1024
 
 const Parameters = Schema.Struct({
   file_path: Schema.String.annotations({ description: "The absolute path of the file to read" }),
-  offset: Schema.optional(Schema.Number.annotations({ description: "The line number to start reading from (1-based); only for files too long to read at once" })),
-  limit: Schema.optional(Schema.Number.annotations({ description: "The number of lines to read; only for files too long to read at once" }))
+  offset: Schema.optional(
+    Schema.Number.annotations({
+      description: "The line number to start reading from (1-based); only for files too long to read at once"
+    })
+  ),
+  limit: Schema.optional(
+    Schema.Number.annotations({ description: "The number of lines to read; only for files too long to read at once" })
+  )
 })
 
 /**
@@ -81,7 +87,9 @@ export const numberLines = (text: string, offset: number, limit: number): string
     out.push(numbered)
     length += numbered.length + 1
   }
-  if (last < lines.length) out.push(`[lines ${first}-${last} of ${lines.length} shown: Read again with offset ${last + 1} to see more]`)
+  if (last < lines.length) {
+    out.push(`[lines ${first}-${last} of ${lines.length} shown: Read again with offset ${last + 1} to see more]`)
+  }
   return out.join("\n")
 }
 
@@ -94,7 +102,8 @@ export const numberLines = (text: string, offset: number, limit: number): string
 export const makeRead = (workspace: Workspace): ToolDefinition<typeof Parameters> =>
   defineTool({
     name: "Read",
-    description: "Reads a text file from the local filesystem. file_path should be an absolute path (a relative one is " +
+    description:
+      "Reads a text file from the local filesystem. file_path should be an absolute path (a relative one is " +
       "resolved against the working directory). Lines are returned numbered like `cat -n` (number, tab, text), " +
       `up to ${DEFAULT_LINES} lines from the start by default; offset and limit read a part of a long file. ` +
       `Lines longer than ${MAX_LINE_CHARS} characters are cut. Binary files are refused. ` +
@@ -104,7 +113,10 @@ export const makeRead = (workspace: Workspace): ToolDefinition<typeof Parameters
     execute: ({ file_path, limit, offset }, ctx) =>
       Effect.gen(function*() {
         const real = yield* workspace.confinement.existing(file_path)
-        const { bytes, stats } = yield* readRegularFile(real, file_path, MAX_FILE_BYTES, { name: "Read", list: "Glob or Bash ls" })
+        const { bytes, stats } = yield* readRegularFile(real, file_path, MAX_FILE_BYTES, {
+          name: "Read",
+          list: "Glob or Bash ls"
+        })
         if (looksBinary(bytes)) {
           return refuse(`refused: ${file_path} is a binary file (${stats.size} bytes); Read shows only text files`)
         }

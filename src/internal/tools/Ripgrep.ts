@@ -45,7 +45,11 @@ export const ripgrep = (
     if (result.spawnError !== undefined) {
       return yield* Effect.fail(refuse(`${tool} needs ripgrep (rg), which could not be started: ${result.spawnError}`))
     }
-    if (result.timedOut) return yield* Effect.fail(refuse(`${tool}: the search took longer than ${Duration.format(SEARCH_TIMEOUT)} and was stopped`))
+    if (result.timedOut) {
+      return yield* Effect.fail(
+        refuse(`${tool}: the search took longer than ${Duration.format(SEARCH_TIMEOUT)} and was stopped`)
+      )
+    }
     // ripgrep exits 1 when nothing matched, 2 on an error (a bad pattern, an unreadable path).
     if (!result.stopped && result.code === 2) {
       return yield* Effect.fail(refuse(`${tool} failed: ${result.output.trim() || "ripgrep exited with an error"}`))

@@ -166,7 +166,8 @@ export const readRegularFile = (
       }),
       (handle) =>
         Effect.gen(function*() {
-          const failed = (what: string) => (error: unknown) => refuse(`cannot ${what} ${shown}: ${describeFileError(error)}`)
+          const failed = (what: string) => (error: unknown) =>
+            refuse(`cannot ${what} ${shown}: ${describeFileError(error)}`)
           const stats = yield* Effect.tryPromise({ try: () => handle.stat(), catch: failed("stat") })
           const kind = specialKind(stats)
           if (kind !== undefined) return yield* Effect.fail(refuseSpecial(shown, kind, tool.name, tool.list))
@@ -186,7 +187,12 @@ export const readRegularFile = (
  * @since 0.1.0
  * @category constructors
  */
-export const writeRegularFile = (file: string, shown: string, content: string, tool: string): Effect.Effect<Stats, ToolOutput> =>
+export const writeRegularFile = (
+  file: string,
+  shown: string,
+  content: string,
+  tool: string
+): Effect.Effect<Stats, ToolOutput> =>
   Effect.acquireUseRelease(
     Effect.tryPromise({
       try: () => NodeFs.open(file, WRITE_FLAGS, 0o666),
@@ -197,7 +203,11 @@ export const writeRegularFile = (file: string, shown: string, content: string, t
         const failed = (error: unknown) => refuse(`cannot write ${shown}: ${describeFileError(error)}`)
         const stats = yield* Effect.tryPromise({ try: () => handle.stat(), catch: failed })
         const kind = specialKind(stats)
-        if (kind !== undefined) return yield* Effect.fail(refuse(`refused: ${shown} is ${kind}, not a regular file; ${tool} writes only regular files`))
+        if (kind !== undefined) {
+          return yield* Effect.fail(
+            refuse(`refused: ${shown} is ${kind}, not a regular file; ${tool} writes only regular files`)
+          )
+        }
         if (stats.nlink > 1) return yield* Effect.fail(refuseLinked(shown, stats.nlink, tool))
         yield* Effect.tryPromise({ try: () => handle.truncate(0), catch: failed })
         yield* Effect.tryPromise({ try: () => handle.writeFile(content, "utf8"), catch: failed })

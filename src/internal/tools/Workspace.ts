@@ -30,4 +30,5 @@ export interface Workspace {
  * @since 0.1.0
  * @category constructors
  */
-export const defineTool = <P extends Schema.Schema.AnyNoContext>(tool: ToolDefinition<P>): ToolDefinition<P> => Object.freeze(tool)
+export const defineTool = <P extends Schema.Schema.AnyNoContext>(tool: ToolDefinition<P>): ToolDefinition<P> =>
+  Object.freeze(tool)

@@ -16,7 +16,9 @@ import type { Workspace } from "./Workspace.js"
 import { defineTool } from "./Workspace.js"
 
 const Parameters = Schema.Struct({
-  file_path: Schema.String.annotations({ description: "The absolute path of the file to write (it is created or replaced)" }),
+  file_path: Schema.String.annotations({
+    description: "The absolute path of the file to write (it is created or replaced)"
+  }),
   content: Schema.String.annotations({ description: "The content to write to the file" })
 })
 

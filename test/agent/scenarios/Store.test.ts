@@ -4,11 +4,42 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Effect, Exit, Layer, Option, TestClock } from "effect"
-import { CancelCause, checkLog, deriveMessages, Driver, DuplicateMessage, ForkError, forkSession, Inbox, InvalidEvent, MalformedLog, PreStep, PreStepDecision, repairClosers, ScriptedModel, SessionLog, SessionNotFound, SessionStore, Tool } from "../../../src/index.js"
-import { closeOut, dataOfType, events, notation, plugin, requests, scenario, shape, token, untilEvent, user } from "../harness.js"
+import {
+  CancelCause,
+  checkLog,
+  deriveMessages,
+  Driver,
+  DuplicateMessage,
+  ForkError,
+  forkSession,
+  Inbox,
+  InvalidEvent,
+  MalformedLog,
+  PreStep,
+  PreStepDecision,
+  repairClosers,
+  ScriptedModel,
+  SessionLog,
+  SessionNotFound,
+  SessionStore,
+  Tool
+} from "../../../src/index.js"
+import type { ScriptEntry, SessionEvent } from "../../../src/index.js"
+import {
+  closeOut,
+  dataOfType,
+  events,
+  notation,
+  plugin,
+  requests,
+  scenario,
+  shape,
+  token,
+  untilEvent,
+  user
+} from "../harness.js"
 import { ev } from "../stores.js"
 import { empty, header, ids, json, sid, stores, storeTest } from "./bothStores.js"
-import type { ScriptEntry, SessionEvent } from "../../../src/index.js"
 
 const hangingTool = Tool.make("slow", { description: "never ends", parameters: empty, execute: () => Effect.never })
 const quick = Tool.make("quick", { description: "ok", parameters: empty, execute: () => Effect.succeed("ok") })
@@ -80,7 +111,9 @@ describe("P42 crash repair", () => {
   it.scoped("P42 (e): answered calls and calls of closed steps get nothing", () =>
     Effect.gen(function*() {
       const full = yield* capture(
-        [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }, { id: "c2", name: "slow", arguments: {} }] })],
+        [ScriptedModel.response({
+          toolCalls: [{ id: "c1", name: "quick", arguments: {} }, { id: "c2", name: "slow", arguments: {} }]
+        })],
         Effect.gen(function*() {
           yield* (yield* Driver).followup(user("A"))
           yield* untilEvent((e) => e.type === "tool/call" && (e.data as any).callId === "c2")
@@ -98,96 +131,141 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
       const d = full.slice(0, full.findIndex((e) => notation(e) === "TC(call-1)") + 1)
       yield* store.use((s) => s.create(header("crashed"), d))
       expect(yield* store.rows("crashed")).toEqual(json(d))
-      yield* store.run([ScriptedModel.text("after")], Effect.gen(function*() {
-        const log = yield* SessionLog
-        const driver = yield* Driver
-        const opened = yield* log.events
-        expect(opened.map(notation).slice(d.length)).toEqual(["TR?(call-1)", "SE(1,1)", "TE(1,interrupted)", "ES"])
-        const tr = opened[d.length] as any
-        expect(tr.data.error).toEqual({ name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" })
-        expect(tr.sourceEventSeqs).toEqual([d.length - 1])
-        expect(opened.slice(d.length, d.length + 3).map((e) => e.seq)).toEqual([d.length, d.length + 1, d.length + 2])
-        expect(opened.slice(d.length, d.length + 3).every((e) => e.time === d[d.length - 1]!.time)).toBe(true)
-        expect(yield* log.durableSeq).toBe(d.length + 3)
-        expect(log.firstLiveSeq).toBe(d.length)
-        // The closers and ES are committed before the agent is handed out.
-        expect((yield* store.rows("crashed")).map(notation).slice(d.length)).toEqual(["TR?(call-1)", "SE(1,1)", "TE(1,interrupted)", "ES"])
-        expect(checkLog(opened, { closed: true })).toEqual([])
-        yield* driver.followup(user("B"))
-        yield* driver.whenIdle
-        expect((yield* dataOfType("turn/start")).map((x) => x.turn)).toEqual([1, 2])
-        expect((yield* requests)[0]!.messages.map(token).slice(-2)).toEqual(["tool-result call-1", "B"])
-      }), { sessionId: "crashed", resume: true })
+      yield* store.run(
+        [ScriptedModel.text("after")],
+        Effect.gen(function*() {
+          const log = yield* SessionLog
+          const driver = yield* Driver
+          const opened = yield* log.events
+          expect(opened.map(notation).slice(d.length)).toEqual(["TR?(call-1)", "SE(1,1)", "TE(1,interrupted)", "ES"])
+          const tr = opened[d.length] as any
+          expect(tr.data.error).toEqual({ name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" })
+          expect(tr.sourceEventSeqs).toEqual([d.length - 1])
+          expect(opened.slice(d.length, d.length + 3).map((e) => e.seq)).toEqual([d.length, d.length + 1, d.length + 2])
+          expect(opened.slice(d.length, d.length + 3).every((e) => e.time === d[d.length - 1]!.time)).toBe(true)
+          expect(yield* log.durableSeq).toBe(d.length + 3)
+          expect(log.firstLiveSeq).toBe(d.length)
+          // The closers and ES are committed before the agent is handed out.
+          expect((yield* store.rows("crashed")).map(notation).slice(d.length)).toEqual([
+            "TR?(call-1)",
+            "SE(1,1)",
+            "TE(1,interrupted)",
+            "ES"
+          ])
+          expect(checkLog(opened, { closed: true })).toEqual([])
+          yield* driver.followup(user("B"))
+          yield* driver.whenIdle
+          expect((yield* dataOfType("turn/start")).map((x) => x.turn)).toEqual([1, 2])
+          expect((yield* requests)[0]!.messages.map(token).slice(-2)).toEqual(["tool-result call-1", "B"])
+        }),
+        { sessionId: "crashed", resume: true }
+      )
     }))
 
   it.scoped("P42 (a, b): open turns are closed on resume with TE(interrupted) (and SE), then ES, all committed", () =>
     Effect.gen(function*() {
       const store = yield* openStore
       const A = user("A")
-      const ins = { type: "agent/inbox/spliced", seq: 0, time: 7, data: { target: "next-turn", start: 0, inserted: [A] } }
+      const ins = {
+        type: "agent/inbox/spliced",
+        seq: 0,
+        time: 7,
+        data: { target: "next-turn", start: 0, inserted: [A] }
+      }
       const ts = { type: "turn/start", seq: 1, time: 8, data: { turn: 1 } }
-      const clm = { type: "agent/inbox/spliced", seq: 2, time: 9, data: { target: "next-turn", start: 0, removedCount: 1, inserted: [] } }
+      const clm = {
+        type: "agent/inbox/spliced",
+        seq: 2,
+        time: 9,
+        data: { target: "next-turn", start: 0, removedCount: 1, inserted: [] }
+      }
       const ss = { type: "step/start", seq: 3, time: 10, data: { turn: 1, step: 1 } }
       const um = { type: "user/message", seq: 4, time: 11, data: A, surfaceOp: "append" }
       const a = [ins, ts, clm] as unknown as ReadonlyArray<SessionEvent>
       const b = [ins, ts, clm, ss, um] as unknown as ReadonlyArray<SessionEvent>
       yield* store.use((s) => Effect.zipRight(s.create(header("a"), a), s.create(header("b"), b)))
-      for (const [session, log, closers] of [["a", a, ["TE(1,interrupted)"]], ["b", b, ["SE(1,1)", "TE(1,interrupted)"]]] as const) {
-        yield* store.run([], Effect.gen(function*() {
-          const es = yield* events
-          expect(es.map(notation).slice(log.length)).toEqual([...closers, "ES"])
-          expect(es.slice(log.length, log.length + closers.length).map((e) => [e.seq, e.time])).toEqual(
-            closers.map((_, i) => [log.length + i, log[log.length - 1]!.time])
-          )
-          expect(yield* store.rows(session)).toEqual(json(es))
-        }), { sessionId: session, resume: true })
+      for (
+        const [session, log, closers] of [["a", a, ["TE(1,interrupted)"]], ["b", b, [
+          "SE(1,1)",
+          "TE(1,interrupted)"
+        ]]] as const
+      ) {
+        yield* store.run(
+          [],
+          Effect.gen(function*() {
+            const es = yield* events
+            expect(es.map(notation).slice(log.length)).toEqual([...closers, "ES"])
+            expect(es.slice(log.length, log.length + closers.length).map((e) => [e.seq, e.time])).toEqual(
+              closers.map((_, i) => [log.length + i, log[log.length - 1]!.time])
+            )
+            expect(yield* store.rows(session)).toEqual(json(es))
+          }),
+          { sessionId: session, resume: true }
+        )
       }
     }))
 
   it.scoped("P43 (a, b, d): an empty source forks to [ES]; a default fork copies the prefix and ES; an agent on the child opens turn 2 with RH(resume)", () =>
     Effect.gen(function*() {
       const store = yield* openStore
-      const source = yield* store.run([ScriptedModel.text("one")], Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(user("A"))
-        yield* driver.whenIdle
-        yield* driver.inject(plugin("C"))
-        yield* (yield* SessionLog).flush
-        return yield* events
-      }))
+      const source = yield* store.run(
+        [ScriptedModel.text("one")],
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.followup(user("A"))
+          yield* driver.whenIdle
+          yield* driver.inject(plugin("C"))
+          yield* (yield* SessionLog).flush
+          return yield* events
+        })
+      )
       expect(yield* store.rows()).toEqual(json(source))
       const childId = yield* store.use((s) =>
         Effect.gen(function*() {
           yield* s.create(header("empty"), [])
           expect(yield* fork(s, { source: sid("empty"), childId: sid("child0") })).toBe("child0")
           return yield* fork(s, { source: sid("s") })
-        }))
+        })
+      )
       expect(childId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
       // Read back on a store opened afresh (SQLite: a new store on the file).
-      const reopened = yield* store.use((s) => Effect.all([s.load(sid("child0")), s.load(childId), s.load(sid("nope")).pipe(Effect.flip)]))
+      const reopened = yield* store.use((s) =>
+        Effect.all([s.load(sid("child0")), s.load(childId), s.load(sid("nope")).pipe(Effect.flip)])
+      )
       expect(reopened[0].events.map(notation)).toEqual(["ES"])
       expect(reopened[0].header).toMatchObject({ seedLength: 0, parent: { sessionId: "empty", boundary: -1 } })
       expect((yield* store.rows("child0")).map(notation)).toEqual(["ES"])
       const child = reopened[1]
       expect(child.events.slice(0, source.length)).toEqual(source)
       expect(child.events.map(notation).slice(source.length)).toEqual(["ES"])
-      expect(child.header).toMatchObject({ seedLength: source.length, parent: { sessionId: "s", boundary: source.length - 1 } })
+      expect(child.header).toMatchObject({
+        seedLength: source.length,
+        parent: { sessionId: "s", boundary: source.length - 1 }
+      })
       expect(yield* store.rows(childId)).toEqual(json(child.events))
       expect(reopened[2]).toBeInstanceOf(SessionNotFound)
       // (d) An agent on the child: the child's inbox is empty, though it knows C.
-      yield* store.run([ScriptedModel.text("two")], Effect.gen(function*() {
-        const inbox = yield* Inbox
-        const driver = yield* Driver
-        expect(yield* inbox.nextStep).toEqual([])
-        expect(Option.isSome(yield* inbox.idState(plugin("C").id))).toBe(true)
-        yield* driver.followup(user("B"))
-        yield* driver.whenIdle
-        expect((yield* shape).slice(source.length + 1, source.length + 7)).toEqual(
-          ["INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(resume)"]
-        )
-      }), { sessionId: childId, resume: true })
+      yield* store.run(
+        [ScriptedModel.text("two")],
+        Effect.gen(function*() {
+          const inbox = yield* Inbox
+          const driver = yield* Driver
+          expect(yield* inbox.nextStep).toEqual([])
+          expect(Option.isSome(yield* inbox.idState(plugin("C").id))).toBe(true)
+          yield* driver.followup(user("B"))
+          yield* driver.whenIdle
+          expect((yield* shape).slice(source.length + 1, source.length + 7)).toEqual(
+            ["INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(resume)"]
+          )
+        }),
+        { sessionId: childId, resume: true }
+      )
       // The source keeps its pending [C].
-      yield* store.run([], Effect.map(Effect.flatMap(Inbox, (inbox) => inbox.nextStep), (ns) => expect(ids(ns)).toEqual(["C"])), { resume: true })
+      yield* store.run(
+        [],
+        Effect.map(Effect.flatMap(Inbox, (inbox) => inbox.nextStep), (ns) => expect(ids(ns)).toEqual(["C"])),
+        { resume: true }
+      )
     }))
 
   it.scoped("P43 (c): boundaries inside an open turn, invalid boundaries, unknown source and existing child", () =>
@@ -222,13 +300,17 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
             expect(error, String(boundary)).toMatchObject({ reason: "open-turn" })
           }
           for (const boundary of [-1, 0.5, source.length]) {
-            expect(yield* forkSrc(boundary), String(boundary)).toMatchObject({ _tag: "ForkError", reason: "invalid-boundary" })
+            expect(yield* forkSrc(boundary), String(boundary)).toMatchObject({
+              _tag: "ForkError",
+              reason: "invalid-boundary"
+            })
           }
           expect(yield* forkSrc(-1, "taken")).toMatchObject({ _tag: "ForkError", reason: "child-exists" })
           expect(yield* forkSrc(0.5, "taken")).toMatchObject({ _tag: "ForkError", reason: "child-exists" })
           expect(yield* Effect.flip(fork(s, { source: sid("nope") }))).toBeInstanceOf(SessionNotFound)
           expect(yield* fork(s, { source: sid("src"), boundary: te1, childId: sid("ok") })).toBe("ok")
-        }))
+        })
+      )
       const rows = yield* store.rows("ok")
       expect(rows).toHaveLength(te1 + 2)
       expect(rows.map(notation)).toEqual([...source.slice(0, te1 + 1).map(notation), "ES"])
@@ -242,10 +324,18 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
       yield* store.use((s) =>
         Effect.gen(function*() {
           yield* s.create({ ...header("v2"), formatVersion: 2 as 1 }, [])
-          yield* s.create(header("bad"), withSeqs([ev(0, "turn/start", { turn: 1 }), ev(0, "turn/end", { turn: 1, reason: { kind: "completed" } })]))
-          expect(yield* Effect.flip(fork(s, { source: sid("v2") }))).toMatchObject({ _tag: "UnsupportedLogVersion", found: 2, supported: 1 })
+          yield* s.create(
+            header("bad"),
+            withSeqs([ev(0, "turn/start", { turn: 1 }), ev(0, "turn/end", { turn: 1, reason: { kind: "completed" } })])
+          )
+          expect(yield* Effect.flip(fork(s, { source: sid("v2") }))).toMatchObject({
+            _tag: "UnsupportedLogVersion",
+            found: 2,
+            supported: 1
+          })
           expect(yield* Effect.flip(fork(s, { source: sid("bad") }))).toBeInstanceOf(MalformedLog)
-        }))
+        })
+      )
     }))
 
   it.scoped("P43 (e): boundaries after completed, blocked, aborted, error and interrupted turns are accepted", () =>
@@ -254,7 +344,9 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
       yield* Effect.gen(function*() {
         const driver = yield* Driver
         const preStep = yield* PreStep
-        yield* preStep.register((input, next) => input.turn === 2 ? Effect.succeed(PreStepDecision.reject("no")) : next())
+        yield* preStep.register((input, next) =>
+          input.turn === 2 ? Effect.succeed(PreStepDecision.reject("no")) : next()
+        )
         for (const id of ["A", "B", "C"]) {
           yield* driver.followup(user(id))
           yield* driver.whenIdle
@@ -268,7 +360,13 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
         yield* untilEvent((e) => e.type === "turn/start" && (e.data as any).turn === 5)
         yield* (yield* SessionLog).flush
       }).pipe(
-        Effect.provide(store.agent([ScriptedModel.text("one"), ScriptedModel.fail({ message: "x", code: "AUTH" }), ScriptedModel.hang({ text: "h" })])),
+        Effect.provide(
+          store.agent([
+            ScriptedModel.text("one"),
+            ScriptedModel.fail({ message: "x", code: "AUTH" }),
+            ScriptedModel.hang({ text: "h" })
+          ])
+        ),
         Effect.scoped
       )
       // Simulate the crash of turn 5 by repairing a copy whose turn 5 is still open.
@@ -277,16 +375,28 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
       const cut = stored.slice(0, stored.findIndex((e) => e.type === "turn/start" && (e.data as any).turn === 5) + 2)
       const repaired = [...cut, ...repairClosers(cut)]
       const ends = (es: ReadonlyArray<SessionEvent>) => es.filter((e) => e.type === "turn/end")
-      expect(ends(stored.slice(0, te4 + 1)).map((e) => (e.data as any).reason.kind)).toEqual(["completed", "blocked", "error", "aborted"])
+      expect(ends(stored.slice(0, te4 + 1)).map((e) => (e.data as any).reason.kind)).toEqual([
+        "completed",
+        "blocked",
+        "error",
+        "aborted"
+      ])
       yield* store.use((s) => s.create(header("rep"), repaired))
       const kinds: Array<string> = []
       for (const [src, es] of [["s", stored.slice(0, te4 + 1)], ["rep", repaired]] as const) {
         for (const e of ends(es)) {
           kinds.push((e.data as any).reason.kind)
           const child = yield* store.use((s) =>
-            Effect.flatMap(fork(s, { source: sid(src), boundary: e.seq }), (child) => Effect.map(s.load(child), (loaded) => ({ child, loaded }))))
+            Effect.flatMap(
+              fork(s, { source: sid(src), boundary: e.seq }),
+              (child) => Effect.map(s.load(child), (loaded) => ({ child, loaded }))
+            )
+          )
           expect(child.loaded.header.seedLength).toBe(e.seq + 1)
-          expect((yield* store.rows(child.child)).map(notation)).toEqual([...es.slice(0, e.seq + 1).map(notation), "ES"])
+          expect((yield* store.rows(child.child)).map(notation)).toEqual([
+            ...es.slice(0, e.seq + 1).map(notation),
+            "ES"
+          ])
         }
       }
       expect(new Set(kinds)).toEqual(new Set(["completed", "blocked", "error", "aborted", "interrupted"]))
@@ -295,54 +405,97 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
   it.scoped("P44: a replacement user/message takes X's place and is committed; rejections change nothing; the reopened log derives S where X was", () =>
     Effect.gen(function*() {
       const store = yield* openStore
-      const replaced = yield* store.run([ScriptedModel.text("ok")], Effect.gen(function*() {
-        const driver = yield* Driver
-        const log = yield* SessionLog
-        yield* driver.followup(user("X"))
-        yield* driver.whenIdle
-        const before = yield* events
-        const s = before.find((e) => e.type === "user/message")!.seq
-        const am = before.find((e) => e.type === "assistant/message")!.seq
-        const S = user("S", "summary")
-        const reject = (input: Parameters<typeof log.append>[0]) => Effect.flip(log.append(input))
-        // Not on the surface; start after end; citation missing s; not a replacement; a known id.
-        expect(yield* reject({ type: "user/message", data: S, surfaceOp: { op: "replace", start: 0, end: 0 }, sourceEventSeqs: [0] })).toBeInstanceOf(InvalidEvent)
-        expect(yield* reject({ type: "user/message", data: S, surfaceOp: { op: "replace", start: am, end: s }, sourceEventSeqs: [s, am] })).toBeInstanceOf(InvalidEvent)
-        expect(yield* reject({ type: "user/message", data: S, surfaceOp: { op: "replace", start: s, end: s }, sourceEventSeqs: [0] })).toBeInstanceOf(InvalidEvent)
-        expect(yield* reject({ type: "user/message", data: S, surfaceOp: "append" })).toBeInstanceOf(InvalidEvent)
-        expect(yield* reject({ type: "user/message", data: user("X", "again"), surfaceOp: { op: "replace", start: s, end: s }, sourceEventSeqs: [s] })).toBeInstanceOf(DuplicateMessage)
-        expect(yield* events).toEqual(before)
-        yield* log.flush
-        expect(yield* store.rows()).toEqual(json(before))
-        const appended = yield* log.append({ type: "user/message", data: S, surfaceOp: { op: "replace", start: s, end: s }, sourceEventSeqs: [s] })
-        expect(appended.seq).toBe(before.length)
-        expect((yield* log.messages).map(token)).toEqual(["summary", "ok"])
-        expect((yield* events).some((e) => e.seq === s && e.type === "user/message")).toBe(true)
-        const surface = yield* log.surface
-        expect(surface).toContain(appended.seq)
-        expect(surface).not.toContain(s)
-        expect(surface[0]).toBe(appended.seq)
-        expect(yield* log.durableSeq).toBe(appended.seq)
-        // Acknowledged ⇒ durable.
-        expect((yield* store.rows()).at(-1)).toEqual(json(appended))
-        expect(deriveMessages(yield* events)).toEqual(yield* log.messages)
-        return { s, seq: appended.seq }
-      }))
+      const replaced = yield* store.run(
+        [ScriptedModel.text("ok")],
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          const log = yield* SessionLog
+          yield* driver.followup(user("X"))
+          yield* driver.whenIdle
+          const before = yield* events
+          const s = before.find((e) => e.type === "user/message")!.seq
+          const am = before.find((e) => e.type === "assistant/message")!.seq
+          const S = user("S", "summary")
+          const reject = (input: Parameters<typeof log.append>[0]) => Effect.flip(log.append(input))
+          // Not on the surface; start after end; citation missing s; not a replacement; a known id.
+          expect(
+            yield* reject({
+              type: "user/message",
+              data: S,
+              surfaceOp: { op: "replace", start: 0, end: 0 },
+              sourceEventSeqs: [0]
+            })
+          ).toBeInstanceOf(InvalidEvent)
+          expect(
+            yield* reject({
+              type: "user/message",
+              data: S,
+              surfaceOp: { op: "replace", start: am, end: s },
+              sourceEventSeqs: [s, am]
+            })
+          ).toBeInstanceOf(InvalidEvent)
+          expect(
+            yield* reject({
+              type: "user/message",
+              data: S,
+              surfaceOp: { op: "replace", start: s, end: s },
+              sourceEventSeqs: [0]
+            })
+          ).toBeInstanceOf(InvalidEvent)
+          expect(yield* reject({ type: "user/message", data: S, surfaceOp: "append" })).toBeInstanceOf(InvalidEvent)
+          expect(
+            yield* reject({
+              type: "user/message",
+              data: user("X", "again"),
+              surfaceOp: { op: "replace", start: s, end: s },
+              sourceEventSeqs: [s]
+            })
+          ).toBeInstanceOf(DuplicateMessage)
+          expect(yield* events).toEqual(before)
+          yield* log.flush
+          expect(yield* store.rows()).toEqual(json(before))
+          const appended = yield* log.append({
+            type: "user/message",
+            data: S,
+            surfaceOp: { op: "replace", start: s, end: s },
+            sourceEventSeqs: [s]
+          })
+          expect(appended.seq).toBe(before.length)
+          expect((yield* log.messages).map(token)).toEqual(["summary", "ok"])
+          expect((yield* events).some((e) => e.seq === s && e.type === "user/message")).toBe(true)
+          const surface = yield* log.surface
+          expect(surface).toContain(appended.seq)
+          expect(surface).not.toContain(s)
+          expect(surface[0]).toBe(appended.seq)
+          expect(yield* log.durableSeq).toBe(appended.seq)
+          // Acknowledged ⇒ durable.
+          expect((yield* store.rows()).at(-1)).toEqual(json(appended))
+          expect(deriveMessages(yield* events)).toEqual(yield* log.messages)
+          return { s, seq: appended.seq }
+        })
+      )
       expect(deriveMessages(yield* store.rows()).map(token)).toEqual(["summary", "ok"])
-      yield* store.run([], Effect.gen(function*() {
-        const log = yield* SessionLog
-        expect((yield* log.messages).map(token)).toEqual(["summary", "ok"])
-        const surface = yield* log.surface
-        expect(surface[0]).toBe(replaced.seq)
-        expect(surface).not.toContain(replaced.s)
-      }), { resume: true })
+      yield* store.run(
+        [],
+        Effect.gen(function*() {
+          const log = yield* SessionLog
+          expect((yield* log.messages).map(token)).toEqual(["summary", "ok"])
+          const surface = yield* log.surface
+          expect(surface[0]).toBe(replaced.seq)
+          expect(surface).not.toContain(replaced.s)
+        }),
+        { resume: true }
+      )
     }))
 
   it.scoped("P44: a range holding an AM with a tool call but not its TR is rejected", () =>
     Effect.gen(function*() {
       const store = yield* openStore
       yield* store.run(
-        [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }), ScriptedModel.text("done")],
+        [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }),
+          ScriptedModel.text("done")
+        ],
         Effect.gen(function*() {
           const driver = yield* Driver
           const log = yield* SessionLog
@@ -352,7 +505,12 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
           const um = es.find((e) => e.type === "user/message")!.seq
           const am = es.find((e) => e.type === "assistant/message")!.seq
           const error = yield* Effect.flip(
-            log.append({ type: "user/message", data: user("S"), surfaceOp: { op: "replace", start: um, end: am }, sourceEventSeqs: [um, am] })
+            log.append({
+              type: "user/message",
+              data: user("S"),
+              surfaceOp: { op: "replace", start: um, end: am },
+              sourceEventSeqs: [um, am]
+            })
           )
           expect(error).toBeInstanceOf(InvalidEvent)
           expect(yield* events).toEqual(es)
@@ -361,19 +519,24 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
       )
     }))
 
-  storeTest(openStore, "P45: live compaction/start {turn: 1} while idle fails InvalidEvent {rule: R6} and commits nothing", [ScriptedModel.text("ok")], () =>
-    Effect.gen(function*() {
-      const log = yield* SessionLog
-      const driver = yield* Driver
-      yield* driver.followup(user("A"))
-      yield* driver.whenIdle
-      yield* log.flush
-      const before = yield* events
-      const error = yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 1 } }))
-      expect(error).toBeInstanceOf(InvalidEvent)
-      expect(error).toMatchObject({ rule: "R6" })
-      expect(yield* events).toEqual(before)
-    }))
+  storeTest(
+    openStore,
+    "P45: live compaction/start {turn: 1} while idle fails InvalidEvent {rule: R6} and commits nothing",
+    [ScriptedModel.text("ok")],
+    () =>
+      Effect.gen(function*() {
+        const log = yield* SessionLog
+        const driver = yield* Driver
+        yield* driver.followup(user("A"))
+        yield* driver.whenIdle
+        yield* log.flush
+        const before = yield* events
+        const error = yield* Effect.flip(log.append({ type: "compaction/start", data: { turn: 1 } }))
+        expect(error).toBeInstanceOf(InvalidEvent)
+        expect(error).toMatchObject({ rule: "R6" })
+        expect(yield* events).toEqual(before)
+      })
+  )
 
   it.scoped("P45: opening a stored log that violates a rule fails MalformedLog and leaves the store as it was", () =>
     Effect.gen(function*() {
@@ -386,7 +549,9 @@ describe.each(stores)("P42-P45 over the $name store", ({ open: openStore }) => {
       expect(checkLog(bad).map((v) => v.rule)).toContain("R7")
       yield* store.use((s) => s.create(header("bad"), bad))
       const exit = yield* Effect.exit(Effect.scoped(Layer.build(store.agent([], { sessionId: "bad", resume: true }))))
-      expect(Exit.isFailure(exit) && Option.getOrUndefined(Cause.failureOption(exit.cause))).toBeInstanceOf(MalformedLog)
+      expect(Exit.isFailure(exit) && Option.getOrUndefined(Cause.failureOption(exit.cause))).toBeInstanceOf(
+        MalformedLog
+      )
       expect(yield* store.rows("bad")).toEqual(json(bad))
     }))
 })
@@ -403,8 +568,10 @@ describe("P45 relational checker", () => {
   const um = e("user/message", A, { surfaceOp: "append" })
   const rh = e("request/header", { header: { provider: "p", model: "m", tools: [] }, reason: "initial" })
   const ch = (chunk: unknown, turn = 1, step = 1) => e("assistant/chunk", { turn, step, attempt: 1, chunk })
-  const rules = (es: ReadonlyArray<SessionEvent>, options?: { readonly closed?: boolean }) =>
-    [...new Set(checkLog(withSeqs(es), options).map((v) => v.rule))]
+  const rules = (
+    es: ReadonlyArray<SessionEvent>,
+    options?: { readonly closed?: boolean }
+  ) => [...new Set(checkLog(withSeqs(es), options).map((v) => v.rule))]
   const opened = [ins, ts(1), clm]
 
   it("P45: checkLog reports R1, R2, R3, R5, R7, R8, R16 and R19", () => {
@@ -421,8 +588,17 @@ describe("P45 relational checker", () => {
     expect(rules([ins, ts(1), ss(1, 1)])).toContain("R7")
     expect(rules([...opened, ss(1, 1), rh, ch({ type: "block-start", index: 0, block: "text" }), um])).toContain("R8")
     const maxTokens = [
-      ...opened, ss(1, 1), um, rh, ch({ type: "finish", finish: { kind: "max-tokens" } }),
-      e("assistant/message", { turn: 1, step: 1, attempt: 1, message: { id: "m1", role: "assistant", content: [], source: { kind: "model", provider: "p", model: "m" } } }, { surfaceOp: "append", sourceEventSeqs: [6] }),
+      ...opened,
+      ss(1, 1),
+      um,
+      rh,
+      ch({ type: "finish", finish: { kind: "max-tokens" } }),
+      e("assistant/message", {
+        turn: 1,
+        step: 1,
+        attempt: 1,
+        message: { id: "m1", role: "assistant", content: [], source: { kind: "model", provider: "p", model: "m" } }
+      }, { surfaceOp: "append", sourceEventSeqs: [6] }),
       se(1, 1)
     ]
     expect(rules(maxTokens)).toEqual([])
@@ -434,7 +610,10 @@ describe("P45 relational checker", () => {
   it.scoped("P45: R13 and R15 on a real tool log; accepted extension events, replacement UMs, ES and TOOL_NOT_STARTED results", () =>
     Effect.gen(function*() {
       const es = yield* capture(
-        [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }), ScriptedModel.text("done")],
+        [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "quick", arguments: {} }] }),
+          ScriptedModel.text("done")
+        ],
         Effect.gen(function*() {
           yield* (yield* Driver).followup(user("X"))
           yield* (yield* Driver).whenIdle
@@ -446,7 +625,18 @@ describe("P45 relational checker", () => {
       expect(rules([...es.slice(0, tr), ...es.slice(tr + 1)])).toContain("R15")
       // A result answering no call of its step.
       const trEvent = es[tr]! as any
-      const stray = { ...trEvent, data: { ...trEvent.data, message: { ...trEvent.data.message, id: "other", content: [{ ...trEvent.data.message.content[0], toolCallId: "zz" }], source: { kind: "tool", callId: "zz" } } } }
+      const stray = {
+        ...trEvent,
+        data: {
+          ...trEvent.data,
+          message: {
+            ...trEvent.data.message,
+            id: "other",
+            content: [{ ...trEvent.data.message.content[0], toolCallId: "zz" }],
+            source: { kind: "tool", callId: "zz" }
+          }
+        }
+      }
       expect(rules([...es.slice(0, tr + 1), stray])).toContain("R13")
       // A result for a call of an earlier step (step 2 of turn 1).
       const ss2 = es.findIndex((e) => e.type === "step/start" && (e.data as any).step === 2)
@@ -457,7 +647,10 @@ describe("P45 relational checker", () => {
       const extended = [
         ...es,
         e("x/note", { a: 1 }, { ignorable: true }),
-        e("user/message", user("S"), { surfaceOp: { op: "replace", start: firstUm, end: firstUm }, sourceEventSeqs: [firstUm] }),
+        e("user/message", user("S"), {
+          surfaceOp: { op: "replace", start: firstUm, end: firstUm },
+          sourceEventSeqs: [firstUm]
+        }),
         e("session/end-seed", {})
       ]
       expect(checkLog(withSeqs(extended), { closed: true })).toEqual([])

@@ -4,10 +4,37 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Deferred, Duration, Effect, Exit, Schema, TestClock } from "effect"
-import { CancelCause, Driver, Hooks, Inbox, RequestErrorAction, ScriptedModel, SessionLog, Tool, ToolPreDecision, Tools } from "../../../src/index.js"
-import { agentTest, closeOut, dataOfType, gate, open, plugin, requests, scenario, settle, shape, TEXT, token, until, untilEvent, user } from "../harness.js"
-import { calls, captured, empty, fileRows, freshFile, from, onBoth, runOn } from "./bothStores.js"
+import {
+  CancelCause,
+  Driver,
+  Hooks,
+  Inbox,
+  RequestErrorAction,
+  ScriptedModel,
+  SessionLog,
+  Tool,
+  ToolPreDecision,
+  Tools
+} from "../../../src/index.js"
 import type { ScriptEntry, ToolDefinition } from "../../../src/index.js"
+import {
+  agentTest,
+  closeOut,
+  dataOfType,
+  gate,
+  open,
+  plugin,
+  requests,
+  scenario,
+  settle,
+  shape,
+  TEXT,
+  token,
+  until,
+  untilEvent,
+  user
+} from "../harness.js"
+import { calls, captured, empty, fileRows, freshFile, from, onBoth, runOn } from "./bothStores.js"
 
 const CALL = ["CH(block-start)", "CH(tool-call-delta)", "CH(block-end)"]
 const toolShape = (s: ReadonlyArray<string>) => s.filter((x) => x.startsWith("TC") || x.startsWith("TR"))
@@ -32,7 +59,10 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
     Effect.gen(function*() {
       const run = yield* onBoth(() => ({
         script: [
-          ScriptedModel.response({ text: "calling echo", toolCalls: [{ id: "c1", name: "echo", arguments: { text: "ping" } }] }),
+          ScriptedModel.response({
+            text: "calling echo",
+            toolCalls: [{ id: "c1", name: "echo", arguments: { text: "ping" } }]
+          }),
           ScriptedModel.text("done")
         ],
         options: {
@@ -53,9 +83,25 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
         })
       }))
       expect(run.shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)",
-        "CH(block-start)", "CH(text-delta)", "CH(block-end)", ...CALL, "CH(finish stop)", "AM",
-        "TC(c1)", "TR(c1)", "SE(1,1)", "SS(1,2)", ...TEXT, "SE(1,2)", "TE(1,completed)"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "CH(block-end)",
+        ...CALL,
+        "CH(finish stop)",
+        "AM",
+        "TC(c1)",
+        "TR(c1)",
+        "SE(1,1)",
+        "SS(1,2)",
+        ...TEXT,
+        "SE(1,2)",
+        "TE(1,completed)"
       ])
       const tc = run.events.find((e) => e.type === "tool/call")!
       const tr = run.events.find((e) => e.type === "tool/result")!
@@ -107,45 +153,58 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
         ["TC(c1)", "TC(c2)", "TC(c3)", "TR(c1)", "TR(c2)"]
       ])
       expect(toolShape(run.shape)).toEqual(["TC(c1)", "TC(c2)", "TC(c3)", "TR(c1)", "TR(c2)", "TR(c3)"])
-      expect(run.requests[1]!.messages).toEqual(["A", "tool-call c1", "tool-result c1", "tool-result c2", "tool-result c3"])
+      expect(run.requests[1]!.messages).toEqual([
+        "A",
+        "tool-call c1",
+        "tool-result c1",
+        "tool-result c2",
+        "tool-result c3"
+      ])
     }))
 
-  it.scoped.each(["exclusive", "default"] as const)("P22: an exclusive writer (mode %s) is a barrier between parallel reads", (writerMode) =>
-    Effect.gen(function*() {
-      const run = yield* onBoth(() => {
-        const order: Array<string> = []
-        const r = Tool.make("r", {
-          description: "reader",
-          parameters: empty,
-          mode: "parallel",
-          execute: (_p, ctx) =>
-            Effect.gen(function*() {
-              order.push(`r-start-${ctx.callId}`)
-              yield* Effect.yieldNow()
-              order.push(`r-end-${ctx.callId}`)
-              return "r"
-            })
+  it.scoped.each(["exclusive", "default"] as const)(
+    "P22: an exclusive writer (mode %s) is a barrier between parallel reads",
+    (writerMode) =>
+      Effect.gen(function*() {
+        const run = yield* onBoth(() => {
+          const order: Array<string> = []
+          const r = Tool.make("r", {
+            description: "reader",
+            parameters: empty,
+            mode: "parallel",
+            execute: (_p, ctx) =>
+              Effect.gen(function*() {
+                order.push(`r-start-${ctx.callId}`)
+                yield* Effect.yieldNow()
+                order.push(`r-end-${ctx.callId}`)
+                return "r"
+              })
+          })
+          const w = Tool.make("w", {
+            description: "writer",
+            parameters: empty,
+            ...(writerMode === "exclusive" ? { mode: "exclusive" as const } : {}),
+            execute: (_p, ctx) => Effect.sync(() => (order.push(`w-${ctx.callId}`), "w"))
+          })
+          return {
+            script: [
+              ScriptedModel.response({
+                toolCalls: [{ id: "A1", name: "r", arguments: {} }, { id: "A2", name: "w", arguments: {} }, {
+                  id: "A3",
+                  name: "r",
+                  arguments: {}
+                }]
+              }),
+              ScriptedModel.text("done")
+            ],
+            options: { tools: [r, w] },
+            body: Effect.as(Effect.flatMap(Driver, (d) => Effect.zipRight(d.followup(user("A")), d.whenIdle)), order)
+          }
         })
-        const w = Tool.make("w", {
-          description: "writer",
-          parameters: empty,
-          ...(writerMode === "exclusive" ? { mode: "exclusive" as const } : {}),
-          execute: (_p, ctx) => Effect.sync(() => (order.push(`w-${ctx.callId}`), "w"))
-        })
-        return {
-          script: [
-            ScriptedModel.response({
-              toolCalls: [{ id: "A1", name: "r", arguments: {} }, { id: "A2", name: "w", arguments: {} }, { id: "A3", name: "r", arguments: {} }]
-            }),
-            ScriptedModel.text("done")
-          ],
-          options: { tools: [r, w] },
-          body: Effect.as(Effect.flatMap(Driver, (d) => Effect.zipRight(d.followup(user("A")), d.whenIdle)), order)
-        }
+        expect(run.extra).toEqual(["r-start-A1", "r-end-A1", "w-A2", "r-start-A3", "r-end-A3"])
+        expect(toolShape(run.shape)).toEqual(["TC(A1)", "TR(A1)", "TC(A2)", "TR(A2)", "TC(A3)", "TR(A3)"])
       })
-      expect(run.extra).toEqual(["r-start-A1", "r-end-A1", "w-A2", "r-start-A3", "r-end-A3"])
-      expect(toolShape(run.shape)).toEqual(["TC(A1)", "TR(A1)", "TC(A2)", "TR(A2)", "TC(A3)", "TR(A3)"])
-    }))
+  )
 
   const pool = (cap: number) => () => {
     const gates: Record<string, Deferred.Deferred<void>> = { c1: gate(), c2: gate(), c3: gate(), c4: gate() }
@@ -154,7 +213,8 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
       description: "gated",
       parameters: empty,
       mode: "parallel",
-      execute: (_params, ctx) => Effect.suspend(() => (started.push(ctx.callId), Effect.as(Deferred.await(gates[ctx.callId]!), "ok")))
+      execute: (_params, ctx) =>
+        Effect.suspend(() => (started.push(ctx.callId), Effect.as(Deferred.await(gates[ctx.callId]!), "ok")))
     })
     return {
       script: [calls("p", ["c1", "c2", "c3", "c4"]), ScriptedModel.text("done")],
@@ -190,7 +250,16 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
         // c3 settled while c2 still runs: its slot frees and c4 starts; TR(c3) waits for TR(c2)
         ["TC(c1)", "TC(c2)", "TR(c1)", "TC(c3)", "TC(c4)"]
       ])
-      expect(toolShape(run.shape)).toEqual(["TC(c1)", "TC(c2)", "TR(c1)", "TC(c3)", "TC(c4)", "TR(c2)", "TR(c3)", "TR(c4)"])
+      expect(toolShape(run.shape)).toEqual([
+        "TC(c1)",
+        "TC(c2)",
+        "TR(c1)",
+        "TC(c3)",
+        "TC(c4)",
+        "TR(c2)",
+        "TR(c3)",
+        "TR(c4)"
+      ])
     }))
 
   it.scoped("P23/4.6: cap 1 is serial — each call starts only after the previous result committed", () =>
@@ -202,7 +271,16 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
         ["TC(c1)", "TR(c1)", "TC(c2)"],
         ["TC(c1)", "TR(c1)", "TC(c2)"]
       ])
-      expect(toolShape(run.shape)).toEqual(["TC(c1)", "TR(c1)", "TC(c2)", "TR(c2)", "TC(c3)", "TR(c3)", "TC(c4)", "TR(c4)"])
+      expect(toolShape(run.shape)).toEqual([
+        "TC(c1)",
+        "TR(c1)",
+        "TC(c2)",
+        "TR(c2)",
+        "TC(c3)",
+        "TR(c3)",
+        "TC(c4)",
+        "TR(c4)"
+      ])
     }))
 
   const contexts = (mode: "parallel" | "exclusive", cap?: number) => () => {
@@ -225,7 +303,13 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
       body: Effect.gen(function*() {
         const hooks = yield* Hooks
         yield* hooks.onToolPost((input, next) =>
-          Effect.map(next(), (output) => ({ ...output, additionalContexts: [...output.additionalContexts, plugin(`ctx-${input.callId}`)] }))
+          Effect.map(
+            next(),
+            (output) => ({
+              ...output,
+              additionalContexts: [...output.additionalContexts, plugin(`ctx-${input.callId}`)]
+            })
+          )
         )
         yield* (yield* Driver).followup(user("A"))
       })
@@ -236,13 +320,36 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
     Effect.gen(function*() {
       const run = yield* onBoth(contexts("parallel"))
       expect(from(run.shape, "TC(c1)").slice(0, 16)).toEqual([
-        "TC(c1)", "TC(c2)", "TC(c3)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TR(c2)", "INS(ns,1,[def-c2,own-c2,ctx-c2])",
-        "TR(c3)", "INS(ns,4,[def-c3,own-c3,ctx-c3])", "SE(1,1)", "CLM(ns,0,7)", "SS(1,2)", "UM(ctx-c1)", "UM(def-c2)",
-        "UM(own-c2)", "UM(ctx-c2)"
+        "TC(c1)",
+        "TC(c2)",
+        "TC(c3)",
+        "TR(c1)",
+        "INS(ns,0,[ctx-c1])",
+        "TR(c2)",
+        "INS(ns,1,[def-c2,own-c2,ctx-c2])",
+        "TR(c3)",
+        "INS(ns,4,[def-c3,own-c3,ctx-c3])",
+        "SE(1,1)",
+        "CLM(ns,0,7)",
+        "SS(1,2)",
+        "UM(ctx-c1)",
+        "UM(def-c2)",
+        "UM(own-c2)",
+        "UM(ctx-c2)"
       ])
       expect(run.requests[1]!.messages).toEqual([
-        "A", "tool-call c1", "tool-result c1", "tool-result c2", "tool-result c3",
-        "ctx-c1", "def-c2", "own-c2", "ctx-c2", "def-c3", "own-c3", "ctx-c3"
+        "A",
+        "tool-call c1",
+        "tool-result c1",
+        "tool-result c2",
+        "tool-result c3",
+        "ctx-c1",
+        "def-c2",
+        "own-c2",
+        "ctx-c2",
+        "def-c3",
+        "own-c3",
+        "ctx-c3"
       ])
     }))
 
@@ -250,8 +357,18 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
     Effect.gen(function*() {
       const run = yield* onBoth(contexts("exclusive"))
       expect(from(run.shape, "TC(c1)").slice(0, 12)).toEqual([
-        "TC(c1)", "TR(c1)", "INS(ns,0,[def-c1,own-c1,ctx-c1])", "TC(c2)", "TR(c2)", "INS(ns,3,[def-c2,own-c2,ctx-c2])",
-        "TC(c3)", "TR(c3)", "INS(ns,6,[def-c3,own-c3,ctx-c3])", "SE(1,1)", "CLM(ns,0,9)", "SS(1,2)"
+        "TC(c1)",
+        "TR(c1)",
+        "INS(ns,0,[def-c1,own-c1,ctx-c1])",
+        "TC(c2)",
+        "TR(c2)",
+        "INS(ns,3,[def-c2,own-c2,ctx-c2])",
+        "TC(c3)",
+        "TR(c3)",
+        "INS(ns,6,[def-c3,own-c3,ctx-c3])",
+        "SE(1,1)",
+        "CLM(ns,0,9)",
+        "SS(1,2)"
       ])
       const lastTr = run.shape.lastIndexOf("TR(c3)")
       const firstUm = run.shape.findIndex((x, i) => i > 4 && x.startsWith("UM("))
@@ -265,7 +382,10 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
       expect(toolShape(run.shape).slice(0, 2)).toEqual(["TC(c1)", "TC(c2)"])
       expect(toolShape(run.shape).filter((x) => x.startsWith("TR"))).toEqual(["TR(c1)", "TR(c2)", "TR(c3)"])
       expect(run.shape.indexOf("TC(c3)")).toBeGreaterThan(run.shape.indexOf("TC(c2)"))
-      const inserted = run.events.filter((e) => e.type === "agent/inbox/spliced" && (e.data as any).target === "next-step" && (e.data as any).removedCount === undefined)
+      const inserted = run.events.filter((e) =>
+        e.type === "agent/inbox/spliced" && (e.data as any).target === "next-step" &&
+        (e.data as any).removedCount === undefined
+      )
       expect(inserted.map((e) => [(e.data as any).start, (e.data as any).inserted.map((m: any) => m.id)])).toEqual([
         [0, ["ctx-c1"]],
         [1, ["def-c2", "own-c2", "ctx-c2"]],
@@ -278,7 +398,11 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
       const run = yield* onBoth(() => {
         const ran: Array<string> = []
         const posts: Array<string> = []
-        const t = Tool.make("t", { description: "records", parameters: empty, execute: (_p, ctx) => Effect.sync(() => (ran.push(ctx.callId), "ran")) })
+        const t = Tool.make("t", {
+          description: "records",
+          parameters: empty,
+          execute: (_p, ctx) => Effect.sync(() => (ran.push(ctx.callId), "ran"))
+        })
         return {
           script: [calls("t", ["c1", "c2", "c3"]), ScriptedModel.text("done")],
           options: { tools: [t] },
@@ -291,7 +415,9 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
                 ? Effect.fail(new Error("pre exploded"))
                 : next()
             )
-            yield* hooks.onToolPost((input, next) => Effect.zipRight(Effect.sync(() => posts.push(input.callId)), next()))
+            yield* hooks.onToolPost((input, next) =>
+              Effect.zipRight(Effect.sync(() => posts.push(input.callId)), next())
+            )
             const d = yield* Driver
             yield* d.followup(user("A"))
             yield* d.whenIdle
@@ -308,7 +434,9 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
         { name: "ToolPreHookError", code: "PRE_HOOK_FAILED" }
       ])
       expect(results.map((d) => d.message.content[0].content[0].text)).toEqual([
-        "ran", "Error: tool call denied: blocked by policy", "Error: pre exploded"
+        "ran",
+        "Error: tool call denied: blocked by policy",
+        "Error: pre exploded"
       ])
       expect(run.shape).toContain("SS(1,2)")
     }))
@@ -318,7 +446,11 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
       const run = yield* onBoth(() => ({
         script: [calls("fin", ["c1"])],
         options: {
-          tools: [Tool.make("fin", { description: "concludes", parameters: empty, execute: () => Effect.succeed({ content: "ok", concludesTurn: true }) })]
+          tools: [Tool.make("fin", {
+            description: "concludes",
+            parameters: empty,
+            execute: () => Effect.succeed({ content: "ok", concludesTurn: true })
+          })]
         },
         body: Effect.flatMap(Driver, (d) => d.followup(user("A")))
       }))
@@ -357,20 +489,41 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
           script: [ScriptedModel.response({ text: "trunc", finish: "max-tokens" }), ScriptedModel.text("rest")],
           body: Effect.gen(function*() {
             const d = yield* driver.capture
-            yield* (yield* Hooks).onTurnStopping(() => (first ? ((first = false), driver.get.steer(user("G", "go on"))) : Effect.void))
+            yield* (yield* Hooks).onTurnStopping(
+              () => (first ? ((first = false), driver.get.steer(user("G", "go on"))) : Effect.void)
+            )
             yield* d.followup(user("A"))
           })
         }
       })
       expect(from(run.shape, "RH(initial)")).toEqual([
-        "RH(initial)", "CH(block-start)", "CH(text-delta)", "CH(block-end)", "CH(finish max-tokens)", "AM", "SE(1,1)",
-        "INS(ns,0,[G])", "CLM(ns,0,1)", "SS(1,2)", "UM(G)", ...TEXT, "SE(1,2)", "TE(1,max-tokens)"
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "CH(block-end)",
+        "CH(finish max-tokens)",
+        "AM",
+        "SE(1,1)",
+        "INS(ns,0,[G])",
+        "CLM(ns,0,1)",
+        "SS(1,2)",
+        "UM(G)",
+        ...TEXT,
+        "SE(1,2)",
+        "TE(1,max-tokens)"
       ])
       expect(run.requests.map((r) => [r.step, r.messages])).toEqual([
         [1, ["A"]],
         [2, ["A", "trunc", "go on"]]
       ])
-      expect(run.live).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "inserted(G)", "claimed(G,1)", "status(idle)"])
+      expect(run.live).toEqual([
+        "inserted(A)",
+        "status(running)",
+        "claimed(A,1)",
+        "inserted(G)",
+        "claimed(G,1)",
+        "status(idle)"
+      ])
     }))
 
   it.scoped("P28: no dispatch from a truncated response — AM with empty content, usage kept, TE(max-tokens)", () =>
@@ -400,11 +553,25 @@ describe("§4.6 / §9 P20-P28 on both stores: tools and max-tokens", () => {
         }
       })
       expect(run.shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "CH(block-start)",
-        "CH(tool-call-delta)", "CH(usage)", "CH(finish max-tokens)", "AM", "SE(1,1)", "TE(1,max-tokens)"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(tool-call-delta)",
+        "CH(usage)",
+        "CH(finish max-tokens)",
+        "AM",
+        "SE(1,1)",
+        "TE(1,max-tokens)"
       ])
       const am = run.events.find((e) => e.type === "assistant/message")!.data as any
-      expect([am.turn, am.step, am.attempt, am.message.content, am.usage]).toEqual([1, 1, 1, [], { inputTokens: 5, outputTokens: 7 }])
+      expect([am.turn, am.step, am.attempt, am.message.content, am.usage]).toEqual([1, 1, 1, [], {
+        inputTokens: 5,
+        outputTokens: 7
+      }])
       expect(run.extra).toEqual([])
     }))
 })
@@ -418,10 +585,20 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
         body: Effect.flatMap(Driver, (d) => d.followup(user("A")))
       }))
       expect(run.shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "CH(finish error)", "SE(1,1)",
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(finish error)",
+        "SE(1,1)",
         "TE(1,error(AUTH))"
       ])
-      expect((run.events[8]!.data as any).reason).toEqual({ kind: "error", error: { message: "provider 401", code: "AUTH", status: 401 } })
+      expect((run.events[8]!.data as any).reason).toEqual({
+        kind: "error",
+        error: { message: "provider 401", code: "AUTH", status: 401 }
+      })
       expect(run.live).toEqual(["inserted(A)", "status(running)", "claimed(A,1)", "error(1,1)", "status(idle)"])
     }))
 
@@ -464,8 +641,19 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
       expect(run.extra.d2).toBeGreaterThanOrEqual(1600)
       expect(run.extra.d2).toBeLessThanOrEqual(2400)
       expect(run.shape).toEqual([
-        "INS(nt,0,[A])", "TS(1)", "CLM(nt,0,1)", "SS(1,1)", "UM(A)", "RH(initial)", "CH(finish error)", "RT(1)",
-        "CH(finish error)", "RT(2)", ...TEXT, "SE(1,1)", "TE(1,completed)"
+        "INS(nt,0,[A])",
+        "TS(1)",
+        "CLM(nt,0,1)",
+        "SS(1,1)",
+        "UM(A)",
+        "RH(initial)",
+        "CH(finish error)",
+        "RT(1)",
+        "CH(finish error)",
+        "RT(2)",
+        ...TEXT,
+        "SE(1,1)",
+        "TE(1,completed)"
       ])
       const retries = run.events.filter((e) => e.type === "llm/retry").map((e) => e.data as any)
       expect(retries.map((r) => [r.turn, r.step, r.attempt, r.failure])).toEqual([
@@ -493,7 +681,13 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
       const run = yield* onBoth(p30(ScriptedModel.fail({ code: "SERVICE_UNAVAILABLE", status: 503, message: "down" })))
       expect(run.requests).toHaveLength(3)
       expect(run.shape.slice(5)).toEqual([
-        "RH(initial)", "CH(finish error)", "RT(1)", "CH(finish error)", "RT(2)", "CH(finish error)", "SE(1,1)",
+        "RH(initial)",
+        "CH(finish error)",
+        "RT(1)",
+        "CH(finish error)",
+        "RT(2)",
+        "CH(finish error)",
+        "SE(1,1)",
         "TE(1,error(SERVICE_UNAVAILABLE))"
       ])
       expect(run.live.filter((x) => x.startsWith("error"))).toEqual(["error(1,1)"])
@@ -502,7 +696,10 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
   it.scoped("4.5 D10: retryAfterMs floors the delay (5000 ms for a 429 on attempt 1)", () =>
     Effect.gen(function*() {
       const run = yield* onBoth(() => ({
-        script: [ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow", retryAfterMs: 5000 }), ScriptedModel.text("ok")],
+        script: [
+          ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow", retryAfterMs: 5000 }),
+          ScriptedModel.text("ok")
+        ],
         body: requestsJustBeforeRetry(5000)
       }))
       expect(run.extra).toBe(1)
@@ -519,7 +716,10 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
           const inputs: Array<unknown> = []
           yield* hooks.onRequestError((input, next) =>
             input.attempt === 1
-              ? Effect.sync(() => (inputs.push([input.turn, input.step, input.attempt, input.failure.code]), RequestErrorAction.retry(Duration.micros(2_600n))))
+              ? Effect.sync(
+                () => (inputs.push([input.turn, input.step, input.attempt, input.failure.code]),
+                  RequestErrorAction.retry(Duration.micros(2_600n)))
+              )
               : next()
           )
           return { inputs, before: yield* requestsJustBeforeRetry(3) }
@@ -562,7 +762,12 @@ describe("§4.5 / §9 P29-P30 on both stores: provider errors and retries under 
 // ---------------------------------------------------------------------------------------------------
 describe("§4.5 Q4 / §4.6 START 2 on both stores: checkpoints are committed rows", () => {
   /** What a probe saw: live log length, durableSeq and, on SQLite, the rows in the file. */
-  const probeAt = (file: string | undefined, holder: { log?: SessionLog["Type"] }, label: string, into: Array<unknown>) =>
+  const probeAt = (
+    file: string | undefined,
+    holder: { log?: SessionLog["Type"] },
+    label: string,
+    into: Array<unknown>
+  ) =>
     Effect.suspend(() =>
       Effect.zipWith(holder.log!.events, holder.log!.durableSeq, (es, durable) => {
         into.push({ label, live: es.length, durable, file: file === undefined ? es.length : fileRows(file).length })
@@ -576,7 +781,9 @@ describe("§4.5 Q4 / §4.6 START 2 on both stores: checkpoints are committed row
         const seen: Array<unknown> = []
         return {
           script: [
-            ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" }, { awaitBefore: probeAt(file, holder, "attempt 1", seen) }),
+            ScriptedModel.fail({ code: "RATE_LIMIT", status: 429, message: "slow" }, {
+              awaitBefore: probeAt(file, holder, "attempt 1", seen)
+            }),
             ScriptedModel.text("ok", { awaitBefore: probeAt(file, holder, "attempt 2", seen) })
           ],
           body: Effect.gen(function*() {
@@ -639,11 +846,14 @@ describe("§4.5 / §4.6 / §4.7 on both stores: failure paths and resume", () =>
           tools: [Tool.make("t", {
             description: "t",
             parameters: empty,
-            execute: (_p, ctx) => Effect.succeed({ content: "ok", additionalContexts: ctx.callId === "c1" ? [plugin("X")] : [] })
+            execute: (_p, ctx) =>
+              Effect.succeed({ content: "ok", additionalContexts: ctx.callId === "c1" ? [plugin("X")] : [] })
           })]
         },
         body: Effect.gen(function*() {
-          yield* (yield* Hooks).onToolPost((input, next) => input.callId === "c2" ? Effect.fail({ message: "post broke", code: "POST" }) : next())
+          yield* (yield* Hooks).onToolPost((input, next) =>
+            input.callId === "c2" ? Effect.fail({ message: "post broke", code: "POST" }) : next()
+          )
           const d = yield* Driver
           yield* d.followup(user("A"))
           yield* d.whenIdle
@@ -655,23 +865,54 @@ describe("§4.5 / §4.6 / §4.7 on both stores: failure paths and resume", () =>
       expect(run.extra).toEqual(["X"])
       const s = run.shape
       expect(s.slice(s.indexOf("TC(c1)"), s.indexOf("TS(2)") + 6)).toEqual([
-        "TC(c1)", "TR(c1)", "INS(ns,0,[X])", "TC(c2)", "TR?(c2)", "TC(c3)", "TR?(c3)", "SE(1,1)",
-        "TE(1,error(TOOL_INTERNAL_ERROR))", "INS(nt,0,[B])", "TS(2)", "CLM(ns,0,1)", "CLM(nt,0,1)", "SS(2,1)", "UM(X)", "UM(B)"
+        "TC(c1)",
+        "TR(c1)",
+        "INS(ns,0,[X])",
+        "TC(c2)",
+        "TR?(c2)",
+        "TC(c3)",
+        "TR?(c3)",
+        "SE(1,1)",
+        "TE(1,error(TOOL_INTERNAL_ERROR))",
+        "INS(nt,0,[B])",
+        "TS(2)",
+        "CLM(ns,0,1)",
+        "CLM(nt,0,1)",
+        "SS(2,1)",
+        "UM(X)",
+        "UM(B)"
       ])
       const codes = run.events.filter((e) => e.type === "tool/result").map((e) => (e.data as any).error?.code)
       expect(codes).toEqual([undefined, "TOOL_INTERNAL_ERROR", "TOOL_INTERNAL_ERROR"])
       expect(run.live.filter((x) => x.startsWith("error") || x.startsWith("status"))).toEqual([
-        "status(running)", "error(1,1)", "status(idle)", "status(running)", "status(idle)"
+        "status(running)",
+        "error(1,1)",
+        "status(idle)",
+        "status(running)",
+        "status(idle)"
       ])
     }))
 
   it.scoped("4.5 Q5: a stream ending without a finish → synthetic NO_FINISH after the logged chunks; no AM", () =>
     Effect.gen(function*() {
       const run = yield* onBoth(() => ({
-        script: [ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, { type: "text-delta", index: 0, text: "x" }])],
+        script: [
+          ScriptedModel.chunks([{ type: "block-start", index: 0, block: "text" }, {
+            type: "text-delta",
+            index: 0,
+            text: "x"
+          }])
+        ],
         body: Effect.flatMap(Driver, (d) => d.followup(user("A")))
       }))
-      expect(run.shape.slice(5)).toEqual(["RH(initial)", "CH(block-start)", "CH(text-delta)", "CH(finish error)", "SE(1,1)", "TE(1,error(NO_FINISH))"])
+      expect(run.shape.slice(5)).toEqual([
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(text-delta)",
+        "CH(finish error)",
+        "SE(1,1)",
+        "TE(1,error(NO_FINISH))"
+      ])
     }))
 
   it.scoped("4.5 Q5: a delta for an unopened index → synthetic MALFORMED_STREAM in its place; reading stops", () =>
@@ -685,7 +926,13 @@ describe("§4.5 / §4.6 / §4.7 on both stores: failure paths and resume", () =>
         ])],
         body: Effect.flatMap(Driver, (d) => d.followup(user("A")))
       }))
-      expect(run.shape.slice(5)).toEqual(["RH(initial)", "CH(block-start)", "CH(finish error)", "SE(1,1)", "TE(1,error(MALFORMED_STREAM))"])
+      expect(run.shape.slice(5)).toEqual([
+        "RH(initial)",
+        "CH(block-start)",
+        "CH(finish error)",
+        "SE(1,1)",
+        "TE(1,error(MALFORMED_STREAM))"
+      ])
       expect(run.events.filter((e) => e.type === "assistant/chunk")).toHaveLength(2)
     }))
 
@@ -698,16 +945,36 @@ describe("§4.5 / §4.6 / §4.7 on both stores: failure paths and resume", () =>
             description: "concludes",
             parameters: empty,
             execute: (_p, ctx) =>
-              Effect.succeed({ content: "ok", concludesTurn: true, additionalContexts: ctx.callId === "c2" ? [plugin("K")] : [] })
+              Effect.succeed({
+                content: "ok",
+                concludesTurn: true,
+                additionalContexts: ctx.callId === "c2" ? [plugin("K")] : []
+              })
           })]
         },
         body: Effect.flatMap(Driver, (d) => d.followup(user("A")))
       }))
       expect(from(run.shape, "TC(c1)")).toEqual([
-        "TC(c1)", "TR(c1)", "TC(c2)", "TR(c2)", "INS(ns,0,[K])", "SE(1,1)", "CLM(ns,0,1)", "SS(1,2)", "UM(K)", ...TEXT,
-        "SE(1,2)", "TE(1,completed)"
+        "TC(c1)",
+        "TR(c1)",
+        "TC(c2)",
+        "TR(c2)",
+        "INS(ns,0,[K])",
+        "SE(1,1)",
+        "CLM(ns,0,1)",
+        "SS(1,2)",
+        "UM(K)",
+        ...TEXT,
+        "SE(1,2)",
+        "TE(1,completed)"
       ])
-      expect(run.requests.map((r) => r.messages)).toEqual([["A"], ["A", "tool-call c1", "tool-result c1", "tool-result c2", "K"]])
+      expect(run.requests.map((r) => r.messages)).toEqual([["A"], [
+        "A",
+        "tool-call c1",
+        "tool-result c1",
+        "tool-result c2",
+        "K"
+      ]])
     }))
 
   it.scoped("4.5 Q1/Q2: a driver resuming the SQLite file logs RH(resume) with the stored config, then RH(change) when a hook changes it", () =>
@@ -735,8 +1002,25 @@ describe("§4.5 / §4.6 / §4.7 on both stores: failure paths and resume", () =>
       expect(second.events.slice(0, first.events.length)).toEqual(first.events)
       const tail = second.shape.slice(first.events.length)
       expect(tail).toEqual([
-        "ES", "INS(nt,0,[B])", "TS(2)", "CLM(nt,0,1)", "SS(2,1)", "UM(B)", "RH(resume)", ...TEXT, "SE(2,1)", "TE(2,completed)",
-        "INS(nt,0,[C])", "TS(3)", "CLM(nt,0,1)", "SS(3,1)", "UM(C)", "RH(change)", ...TEXT, "SE(3,1)", "TE(3,completed)"
+        "ES",
+        "INS(nt,0,[B])",
+        "TS(2)",
+        "CLM(nt,0,1)",
+        "SS(2,1)",
+        "UM(B)",
+        "RH(resume)",
+        ...TEXT,
+        "SE(2,1)",
+        "TE(2,completed)",
+        "INS(nt,0,[C])",
+        "TS(3)",
+        "CLM(nt,0,1)",
+        "SS(3,1)",
+        "UM(C)",
+        "RH(change)",
+        ...TEXT,
+        "SE(3,1)",
+        "TE(3,completed)"
       ])
       const headers = second.events.filter((e) => e.type === "request/header").map((e) => (e.data as any).header)
       expect(headers.map((h) => [h.system, h.maxTokens, h.temperature])).toEqual([
@@ -763,15 +1047,19 @@ describe("§4.6 P23-P24 on the memory store: the pool of one and contexts of two
         return "ok"
       })
   })
-  agentTest("P23: cap 1 is fully serial", scenario(
-    [calls("p", ["c1", "c2", "c3"]), ScriptedModel.text("done")],
-    { tools: [p23serial], maxParallelToolCalls: 1 }
-  ), function*({ driver }) {
-    yield* driver.followup(user("A"))
-    yield* driver.whenIdle
-    expect(live1).toEqual(["start-c1", "end-c1", "start-c2", "end-c2", "start-c3", "end-c3"])
-    expect(yield* closeOut).toEqual([])
-  })
+  agentTest(
+    "P23: cap 1 is fully serial",
+    scenario(
+      [calls("p", ["c1", "c2", "c3"]), ScriptedModel.text("done")],
+      { tools: [p23serial], maxParallelToolCalls: 1 }
+    ),
+    function*({ driver }) {
+      yield* driver.followup(user("A"))
+      yield* driver.whenIdle
+      expect(live1).toEqual(["start-c1", "end-c1", "start-c2", "end-c2", "start-c3", "end-c3"])
+      expect(yield* closeOut).toEqual([])
+    }
+  )
 
   it.effect("P23: Tools.layer dies at build for maxParallelToolCalls 0 and 1.5", () =>
     Effect.gen(function*() {
@@ -784,7 +1072,10 @@ describe("§4.6 P23-P24 on the memory store: the pool of one and contexts of two
   const contextPost = Effect.gen(function*() {
     const hooks = yield* Hooks
     yield* hooks.onToolPost((input, next) =>
-      Effect.map(next(), (output) => ({ ...output, additionalContexts: [...output.additionalContexts, plugin(`ctx-${input.callId}`)] }))
+      Effect.map(
+        next(),
+        (output) => ({ ...output, additionalContexts: [...output.additionalContexts, plugin(`ctx-${input.callId}`)] })
+      )
     )
   })
   const c2Done24 = gate()
@@ -792,7 +1083,8 @@ describe("§4.6 P23-P24 on the memory store: the pool of one and contexts of two
     description: "c1 settles after c2",
     parameters: empty,
     mode: "parallel",
-    execute: (_params, ctx) => ctx.callId === "c1" ? Effect.as(Deferred.await(c2Done24), "one") : Effect.as(open(c2Done24), "two")
+    execute: (_params, ctx) =>
+      ctx.callId === "c1" ? Effect.as(Deferred.await(c2Done24), "one") : Effect.as(open(c2Done24), "two")
   })
   // P24 with two calls of `tool`: the shape from the first tool/call on.
   const contextsAfterAllResults = (tool: ToolDefinition<any>, expected: ReadonlyArray<string>) => () =>
@@ -810,14 +1102,38 @@ describe("§4.6 P23-P24 on the memory store: the pool of one and contexts of two
       { tools: [tool] }
     )))
 
-  it.scoped("P24: tool contexts enter after all results (parallel)", contextsAfterAllResults(p24, [
-    "TC(c1)", "TC(c2)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
-    "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)"
-  ]))
+  it.scoped(
+    "P24: tool contexts enter after all results (parallel)",
+    contextsAfterAllResults(p24, [
+      "TC(c1)",
+      "TC(c2)",
+      "TR(c1)",
+      "INS(ns,0,[ctx-c1])",
+      "TR(c2)",
+      "INS(ns,1,[ctx-c2])",
+      "SE(1,1)",
+      "CLM(ns,0,2)",
+      "SS(1,2)",
+      "UM(ctx-c1)",
+      "UM(ctx-c2)"
+    ])
+  )
 
   const x24 = Tool.make("t", { description: "plain", parameters: empty, execute: () => Effect.succeed("ok") })
-  it.scoped("P24: tool contexts enter after all results (exclusive)", contextsAfterAllResults(x24, [
-    "TC(c1)", "TR(c1)", "INS(ns,0,[ctx-c1])", "TC(c2)", "TR(c2)", "INS(ns,1,[ctx-c2])", "SE(1,1)",
-    "CLM(ns,0,2)", "SS(1,2)", "UM(ctx-c1)", "UM(ctx-c2)"
-  ]))
+  it.scoped(
+    "P24: tool contexts enter after all results (exclusive)",
+    contextsAfterAllResults(x24, [
+      "TC(c1)",
+      "TR(c1)",
+      "INS(ns,0,[ctx-c1])",
+      "TC(c2)",
+      "TR(c2)",
+      "INS(ns,1,[ctx-c2])",
+      "SE(1,1)",
+      "CLM(ns,0,2)",
+      "SS(1,2)",
+      "UM(ctx-c1)",
+      "UM(ctx-c2)"
+    ])
+  )
 })

@@ -7,12 +7,32 @@ import { afterAll, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
 import { Context, Effect, Layer, Random, Schema } from "effect"
 import type { Scope } from "effect"
-import { checkLog, Driver, Inbox, MemoryStoreControl, ScriptedModel, SessionId, SessionLog, SessionStore, SqliteSessionStore } from "../../../src/index.js"
-import type { ScriptEntry, SessionEvent, StoreSnapshot, UserMessage } from "../../../src/index.js"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import { agentOver, events, liveNotation, recordLive, recordStatus, requests, settle, shape, token } from "../harness.js"
+import {
+  checkLog,
+  Driver,
+  Inbox,
+  MemoryStoreControl,
+  ScriptedModel,
+  SessionId,
+  SessionLog,
+  SessionStore,
+  SqliteSessionStore
+} from "../../../src/index.js"
+import type { ScriptEntry, SessionEvent, StoreSnapshot, UserMessage } from "../../../src/index.js"
+import {
+  agentOver,
+  events,
+  liveNotation,
+  recordLive,
+  recordStatus,
+  requests,
+  settle,
+  shape,
+  token
+} from "../harness.js"
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tiller-scenario-"))
 afterAll(() => fs.rmSync(dir, { recursive: true, force: true }))
@@ -74,7 +94,6 @@ export const fileRows = (file: string, session = "s"): Array<SessionEvent> => {
 const onFile = (file: string, script: Parameters<typeof agentOver>[0], options: Parameters<typeof agentOver>[1] = {}) =>
   agentOver(script, options).pipe(Layer.provideMerge(sqlite(file)))
 
-
 /** Runs `program` against a SQLite store alone, opened on `file` and closed afterwards. */
 const withStore = <A, E>(file: string, program: (store: SessionStore["Type"]) => Effect.Effect<A, E>) =>
   Effect.scoped(Effect.flatMap(Effect.map(Layer.build(sqlite(file)), (ctx) => Context.get(ctx, SessionStore)), program))
@@ -97,7 +116,9 @@ export interface Run<X> {
   readonly events: ReadonlyArray<SessionEvent>
   readonly live: ReadonlyArray<string>
   readonly trace: ReadonlyArray<string>
-  readonly requests: ReadonlyArray<{ readonly turn: number; readonly step: number; readonly attempt: number; readonly messages: ReadonlyArray<string> }>
+  readonly requests: ReadonlyArray<
+    { readonly turn: number; readonly step: number; readonly attempt: number; readonly messages: ReadonlyArray<string> }
+  >
   readonly violations: ReadonlyArray<unknown>
   readonly inbox: { readonly nextTurn: ReadonlyArray<string>; readonly nextStep: ReadonlyArray<string> }
   readonly file?: ReadonlyArray<unknown>
@@ -143,7 +164,12 @@ export const runOn = <X>(c: Case<X>, file: string | undefined): Effect.Effect<Ru
       events: es,
       live: (yield* live).map(liveNotation),
       trace: yield* trace,
-      requests: (yield* requests).map((r) => ({ turn: r.turn, step: r.step, attempt: r.attempt, messages: r.messages.map(token) })),
+      requests: (yield* requests).map((r) => ({
+        turn: r.turn,
+        step: r.step,
+        attempt: r.attempt,
+        messages: r.messages.map(token)
+      })),
       violations: checkLog(es, { closed: true }),
       inbox: { nextTurn: snapshot.nextTurn.map((m) => m.id), nextStep: snapshot.nextStep.map((m) => m.id) },
       ...(file === undefined ? {} : { file: fileRows(file) }),
@@ -240,27 +266,36 @@ const storeOver = (
 }
 
 const memoryStore = (snapshot?: StoreSnapshot): Effect.Effect<StoreUnderTest, never, Scope.Scope> =>
-  Effect.map(Layer.build(snapshot === undefined ? SessionStore.layerMemory : SessionStore.layerMemoryFrom(snapshot)), (ctx) => {
-    const store = Context.get(ctx, SessionStore)
-    return {
-      ...storeOver(
-        (script, options = {}) => agentOver(script, options).pipe(Layer.provideMerge(Layer.succeedContext(ctx))),
-        (session) => Effect.map(Effect.orDie(store.load(sid(session))), (loaded) => json(loaded.events) as Array<SessionEvent>)
-      ),
-      use: (program) => program(store),
-      sessions: Effect.map(Effect.orDie(store.list), (headers) => headers.map((h) => h.sessionId as string).sort()),
-      image: Effect.flatMap(Context.get(ctx, MemoryStoreControl).snapshot, memoryStore)
+  Effect.map(
+    Layer.build(snapshot === undefined ? SessionStore.layerMemory : SessionStore.layerMemoryFrom(snapshot)),
+    (ctx) => {
+      const store = Context.get(ctx, SessionStore)
+      return {
+        ...storeOver(
+          (script, options = {}) => agentOver(script, options).pipe(Layer.provideMerge(Layer.succeedContext(ctx))),
+          (session) =>
+            Effect.map(Effect.orDie(store.load(sid(session))), (loaded) => json(loaded.events) as Array<SessionEvent>)
+        ),
+        use: (program) => program(store),
+        sessions: Effect.map(Effect.orDie(store.list), (headers) => headers.map((h) => h.sessionId as string).sort()),
+        image: Effect.flatMap(Context.get(ctx, MemoryStoreControl).snapshot, memoryStore)
+      }
     }
-  })
+  )
 
 const sqliteStore = (file: string): StoreUnderTest => {
   return {
-    ...storeOver((script, options = {}) => onFile(file, script, options), (session) => Effect.sync(() => fileRows(file, session))),
+    ...storeOver(
+      (script, options = {}) => onFile(file, script, options),
+      (session) => Effect.sync(() => fileRows(file, session))
+    ),
     use: (program) => withStore(file, program),
     sessions: Effect.sync(() => {
       const db = new Database(file, { readonly: true })
       try {
-        return (db.prepare("SELECT id FROM sessions ORDER BY id").all() as Array<{ readonly id: string }>).map((r) => r.id)
+        return (db.prepare("SELECT id FROM sessions ORDER BY id").all() as Array<{ readonly id: string }>).map((r) =>
+          r.id
+        )
       } finally {
         db.close()
       }
@@ -279,7 +314,9 @@ const sqliteStore = (file: string): StoreUnderTest => {
 }
 
 /** Both stores, by name: each opens a fresh store for one test. */
-export const stores: ReadonlyArray<{ readonly name: string; readonly open: Effect.Effect<StoreUnderTest, never, Scope.Scope> }> = [
+export const stores: ReadonlyArray<
+  { readonly name: string; readonly open: Effect.Effect<StoreUnderTest, never, Scope.Scope> }
+> = [
   { name: "memory", open: memoryStore() },
   { name: "SQLite", open: Effect.sync(() => sqliteStore(freshFile())) }
 ]

@@ -2,13 +2,13 @@
  * The context budget's pure parts (issue 28 item 1): the window table and the token figures.
  */
 import { describe, expect, it } from "@effect/vitest"
+import { userMessage } from "../../../src/domain/Message.js"
 import {
   contextWindowOf,
   DEFAULT_CONTEXT_WINDOW,
   promptTokensOf,
   tokensOfMessage
 } from "../../../src/internal/compaction/Budget.js"
-import { userMessage } from "../../../src/domain/Message.js"
 
 describe("contextWindowOf", () => {
   it("knows the providers' model families, after any vendor prefix, and falls back to a conservative default", () => {

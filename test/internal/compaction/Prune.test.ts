@@ -6,9 +6,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Schema } from "effect"
 import type { EventOf, SessionEvent } from "../../../src/domain/Event.js"
 import { surfaceOf } from "../../../src/domain/Surface.js"
-import { ScriptedModel } from "../../../src/layers/ScriptedModel.js"
 import type { PruneRules } from "../../../src/internal/compaction/Prune.js"
 import { placeholderOf, planPrune, PRUNED_PREFIX } from "../../../src/internal/compaction/Prune.js"
+import { ScriptedModel } from "../../../src/layers/ScriptedModel.js"
 import { Driver } from "../../../src/services/Driver.js"
 import { SessionLog } from "../../../src/services/SessionLog.js"
 import { Tool } from "../../../src/services/Tools.js"
@@ -30,7 +30,10 @@ const session = Effect.gen(function*() {
   { tools: [sized("read", 4_000), sized("keep", 4_000)] }
 )))
 
-const view = (events: ReadonlyArray<SessionEvent>) => ({ surface: surfaceOf(events), eventAt: (seq: number) => events[seq] })
+const view = (events: ReadonlyArray<SessionEvent>) => ({
+  surface: surfaceOf(events),
+  eventAt: (seq: number) => events[seq]
+})
 const rules = (overrides: Partial<PruneRules> = {}): PruneRules => ({
   protectRecentTokens: 1_500,
   minimumTokens: 1,
@@ -50,13 +53,21 @@ describe("planPrune", () => {
       const original = (events[seq] as EventOf<"tool/result">).data
       expect(plan.results[0]!.data.message).toEqual({
         ...original.message,
-        content: [{ ...original.message.content[0], content: [{ type: "text", text: placeholderOf("read", 4_000, seq) }] }]
+        content: [{
+          ...original.message.content[0],
+          content: [{ type: "text", text: placeholderOf("read", 4_000, seq) }]
+        }]
       })
       expect(plan.freedTokens).toBe(plan.results[0]!.tokens)
       expect(plan.freedTokens).toBeGreaterThan(900)
       // Without protection everything but the protected tool goes, oldest first.
       expect(callIds(planPrune(view(events), rules({ protectRecentTokens: 0 })))).toEqual(["r1", "r3", "r4"])
-      expect(callIds(planPrune(view(events), rules({ protectRecentTokens: 0, protectedTools: new Set() })))).toEqual(["r1", "r2", "r3", "r4"])
+      expect(callIds(planPrune(view(events), rules({ protectRecentTokens: 0, protectedTools: new Set() })))).toEqual([
+        "r1",
+        "r2",
+        "r3",
+        "r4"
+      ])
     }))
 
   it.scoped("nothing is planned unless it frees at least minimumTokens", () =>
@@ -77,7 +88,13 @@ describe("planPrune", () => {
         sourceEventSeqs: [r4.seq],
         data: {
           ...r4.data,
-          message: { ...r4.data.message, content: [{ ...r4.data.message.content[0], content: [{ type: "text" as const, text: `${PRUNED_PREFIX}]` }] }] }
+          message: {
+            ...r4.data.message,
+            content: [{
+              ...r4.data.message.content[0],
+              content: [{ type: "text" as const, text: `${PRUNED_PREFIX}]` }]
+            }]
+          }
         }
       } as SessionEvent
       // With 1,000 recent tokens protected: r4 alone is recent, so r3 and r1 go; once r4 is pruned it

@@ -30,7 +30,12 @@ const logOf = (nodes: ReadonlyArray<Node>): Array<SessionEvent> =>
   nodes.map((node, seq): SessionEvent => {
     if ("step" in node) return { type: "step/start", seq, time: 0, data: { turn: 1, step: 1 } } as SessionEvent
     if ("u" in node) {
-      const data = { id: `u${seq}`, role: "user", content: [{ type: "text", text: node.u }], source: { kind: node.kind ?? "user" } }
+      const data = {
+        id: `u${seq}`,
+        role: "user",
+        content: [{ type: "text", text: node.u }],
+        source: { kind: node.kind ?? "user" }
+      }
       return { type: "user/message", seq, time: 0, data, surfaceOp: "append" } as SessionEvent
     }
     if ("a" in node) {
@@ -38,20 +43,43 @@ const logOf = (nodes: ReadonlyArray<Node>): Array<SessionEvent> =>
         ...(node.a === "" ? [] : [{ type: "text", text: node.a }]),
         ...(node.calls ?? []).map((id) => ({ type: "tool-call", id, name: "read", arguments: "{}" }))
       ]
-      const message = { id: `a${seq}`, role: "assistant", content, source: { kind: "model", provider: "p", model: "m" } }
-      return { type: "assistant/message", seq, time: 0, data: { turn: 1, step: 1, attempt: 1, message }, surfaceOp: "append" } as SessionEvent
+      const message = {
+        id: `a${seq}`,
+        role: "assistant",
+        content,
+        source: { kind: "model", provider: "p", model: "m" }
+      }
+      return {
+        type: "assistant/message",
+        seq,
+        time: 0,
+        data: { turn: 1, step: 1, attempt: 1, message },
+        surfaceOp: "append"
+      } as SessionEvent
     }
     const message = {
       id: `t${seq}`,
       role: "user",
-      content: [{ type: "tool-result", toolCallId: node.r, isError: false, content: [{ type: "text", text: node.text }] }],
+      content: [{
+        type: "tool-result",
+        toolCallId: node.r,
+        isError: false,
+        content: [{ type: "text", text: node.text }]
+      }],
       source: { kind: "tool", callId: node.r }
     }
-    return { type: "tool/result", seq, time: 0, data: { turn: 1, step: 1, message }, surfaceOp: "append" } as SessionEvent
+    return {
+      type: "tool/result",
+      seq,
+      time: 0,
+      data: { turn: 1, step: 1, message },
+      surfaceOp: "append"
+    } as SessionEvent
   })
 
 const viewOf = (events: ReadonlyArray<SessionEvent>, surface?: ReadonlyArray<number>): LogView => {
-  const seqs = surface ?? events.filter((e) => (e as { readonly surfaceOp?: unknown }).surfaceOp !== undefined).map((e) => e.seq)
+  const seqs = surface ??
+    events.filter((e) => (e as { readonly surfaceOp?: unknown }).surfaceOp !== undefined).map((e) => e.seq)
   return { surface: { length: seqs.length, buffer: seqs }, eventAt: (seq) => events[seq] }
 }
 
@@ -121,7 +149,9 @@ describe("planSummary", () => {
   it("never replaces a pinned instruction: the range starts after the last one before the cut", () => {
     const first = viewOf(logOf([{ u: "rules", kind: "instructions" }, { u: "A" }, { a: "a" }, { u: "B" }, { a: "b" }]))
     expect(planSummary(first, rules(5))!.seqs).toEqual([1, 2, 3])
-    const middle = viewOf(logOf([{ u: "A" }, { a: "a" }, { u: "sys", kind: "system" }, { u: "B" }, { a: "b" }, { u: "C" }, { a: "c" }]))
+    const middle = viewOf(
+      logOf([{ u: "A" }, { a: "a" }, { u: "sys", kind: "system" }, { u: "B" }, { a: "b" }, { u: "C" }, { a: "c" }])
+    )
     expect(planSummary(middle, rules(5))!.seqs).toEqual([3, 4, 5])
     // Another pinned kind is honoured when configured.
     expect(planSummary(first, rules(5, { pinnedSources: new Set(["user"]) }))).toBeUndefined()
@@ -146,13 +176,20 @@ describe("planSummary", () => {
     const range = planSummary(view, rules(5))!
     expect(range.previous).toEqual({ seq: 0, text: "OLD SUMMARY" })
     const transcript = transcriptOf(view, range, 10_000)
-    expect(transcript).toBe("<previous-summary>\nOLD SUMMARY\n</previous-summary>\n\n<conversation>\n[user] B\n[assistant] b\n[user] C\n</conversation>")
+    expect(transcript).toBe(
+      "<previous-summary>\nOLD SUMMARY\n</previous-summary>\n\n<conversation>\n[user] B\n[assistant] b\n[user] C\n</conversation>"
+    )
   })
 })
 
 describe("transcriptOf", () => {
   it("shows calls and results (a long one shortened), a pruned result from its original, and drops the oldest entries past the budget", () => {
-    const events = logOf([{ u: "go" }, { a: "reading", calls: ["c1"] }, { r: "c1", text: "HEAD" + x(10_000) + "TAIL" }, { a: "done" }])
+    const events = logOf([
+      { u: "go" },
+      { a: "reading", calls: ["c1"] },
+      { r: "c1", text: "HEAD" + x(10_000) + "TAIL" },
+      { a: "done" }
+    ])
     // c1's result is pruned: its replacement (seq 4) cites the original first.
     const pruned = {
       ...events[2]!,
@@ -161,7 +198,12 @@ describe("transcriptOf", () => {
         ...(events[2]!.data as object),
         message: {
           ...(events[2]!.data as { readonly message: object }).message,
-          content: [{ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: placeholderOf("read", 10_008, 2) }] }]
+          content: [{
+            type: "tool-result",
+            toolCallId: "c1",
+            isError: false,
+            content: [{ type: "text", text: placeholderOf("read", 10_008, 2) }]
+          }]
         }
       },
       surfaceOp: { op: "replace", start: 2, end: 2 },
@@ -176,7 +218,9 @@ describe("transcriptOf", () => {
     expect(transcript).toContain("TAIL\n[assistant] done\n</conversation>")
     expect(transcript).not.toContain("tool result pruned")
     const short = transcriptOf(view, range, 100)
-    expect(short).toBe("<conversation>\n[… 3 earlier messages omitted here; they stay in the session log]\n[assistant] done\n</conversation>")
+    expect(short).toBe(
+      "<conversation>\n[… 3 earlier messages omitted here; they stay in the session log]\n[assistant] done\n</conversation>"
+    )
   })
 })
 
@@ -196,18 +240,26 @@ describe("the summary request and answer", () => {
 
   it.effect("the answer is the streamed text; a failed finish or an empty answer is a ModelError", () =>
     Effect.gen(function*() {
-      expect(yield* collectSummary(stream([
-        { type: "block-start", index: 0, block: "reasoning" },
-        { type: "reasoning-delta", index: 0, text: "hmm" },
-        { type: "block-start", index: 1, block: "text" },
-        { type: "text-delta", index: 1, text: "Goal: " },
-        { type: "text-delta", index: 1, text: "x" },
-        { type: "finish", finish: { kind: "max-tokens" } }
-      ]))).toBe("Goal: x")
+      expect(
+        yield* collectSummary(stream([
+          { type: "block-start", index: 0, block: "reasoning" },
+          { type: "reasoning-delta", index: 0, text: "hmm" },
+          { type: "block-start", index: 1, block: "text" },
+          { type: "text-delta", index: 1, text: "Goal: " },
+          { type: "text-delta", index: 1, text: "x" },
+          { type: "finish", finish: { kind: "max-tokens" } }
+        ]))
+      ).toBe("Goal: x")
       const failure = { message: "overloaded", code: "OVERLOADED" }
-      const failed = yield* Effect.flip(collectSummary(stream([{ type: "finish", finish: { kind: "error", failure } }])))
+      const failed = yield* Effect.flip(
+        collectSummary(stream([{ type: "finish", finish: { kind: "error", failure } }]))
+      )
       expect(failed.failure).toEqual(failure)
-      const empty = yield* Effect.flip(collectSummary(stream([{ type: "text-delta", index: 0, text: " " }, { type: "finish", finish: { kind: "stop" } }])))
+      const empty = yield* Effect.flip(
+        collectSummary(
+          stream([{ type: "text-delta", index: 0, text: " " }, { type: "finish", finish: { kind: "stop" } }])
+        )
+      )
       expect(empty.failure.code).toBe("EMPTY_SUMMARY")
     }))
 })

@@ -9,7 +9,13 @@ import type { RequestConfig, RequestInput } from "../../../src/domain/Seams.js"
 import * as SystemContext from "../../../src/internal/compaction/SystemContext.js"
 import * as Waterfall from "../../../src/internal/loop/Waterfall.js"
 
-const input = (config: RequestConfig): RequestInput => ({ sessionId: "s" as never, turn: 1, step: 1, attempt: 1, config })
+const input = (config: RequestConfig): RequestInput => ({
+  sessionId: "s" as never,
+  turn: 1,
+  step: 1,
+  attempt: 1,
+  config
+})
 
 describe("SystemContext", () => {
   it.scoped("adds the context to the next request only, replaces it at the next change, and takes it out when set to none", () =>
@@ -18,7 +24,10 @@ describe("SystemContext", () => {
       const context = yield* SystemContext.make((listener) => requests.register(listener))
       // The loop's default: the last request's configuration (here, what the previous run returned).
       let config: RequestConfig = { provider: "p", model: "m", system: "base" }
-      const request = Effect.tap(requests.run(input(config), (i) => Effect.succeed(i.config)), (c) => Effect.sync(() => (config = c)))
+      const request = Effect.tap(
+        requests.run(input(config), (i) => Effect.succeed(i.config)),
+        (c) => Effect.sync(() => (config = c))
+      )
       expect(requests.isEmpty()).toBe(true)
       yield* context.set(["CONTEXT"])
       expect(requests.isEmpty()).toBe(false)
@@ -39,6 +48,8 @@ describe("SystemContext", () => {
     expect(SystemContext.withContext({}, undefined, "C")).toEqual({ system: "C" })
     expect(SystemContext.withContext({ system: "C" }, "C", undefined)).toEqual({})
     expect(SystemContext.withContext({ system: "s\n\nC" }, "C", "D")).toEqual({ system: "s\n\nD" })
-    expect(SystemContext.withContext({ system: "changed by a hook" }, "C", undefined)).toEqual({ system: "changed by a hook" })
+    expect(SystemContext.withContext({ system: "changed by a hook" }, "C", undefined)).toEqual({
+      system: "changed by a hook"
+    })
   })
 })

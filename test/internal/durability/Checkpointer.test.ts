@@ -14,35 +14,54 @@ const filename = () => path.join(dir, "unused.db")
 
 describe("Checkpointer", () => {
   for (const format of ["esm", "cjs"] as const) {
-    it.live(`starts its worker from ${format === "esm" ? "an ES module" : "a CommonJS bundle"} and checkpoints`, () =>
-      Effect.gen(function*() {
-        // Under the project, so the bundle's packages resolve from its node_modules.
-        const bundle = path.join(import.meta.dirname, "..", "..", "node_modules", ".cache", "tiller-tests", `checkpointer.${format === "esm" ? "mjs" : "cjs"}`)
-        yield* Effect.promise(() =>
-          build({
-            entryPoints: [path.join(import.meta.dirname, "fixtures", "checkpointerBundle.ts")],
-            bundle: true,
-            platform: "node",
-            format,
-            packages: "external",
-            outfile: bundle,
-            logLevel: "error"
+    it.live(
+      `starts its worker from ${format === "esm" ? "an ES module" : "a CommonJS bundle"} and checkpoints`,
+      () =>
+        Effect.gen(function*() {
+          // Under the project, so the bundle's packages resolve from its node_modules.
+          const bundle = path.join(
+            import.meta.dirname,
+            "..",
+            "..",
+            "node_modules",
+            ".cache",
+            "tiller-tests",
+            `checkpointer.${format === "esm" ? "mjs" : "cjs"}`
+          )
+          yield* Effect.promise(() =>
+            build({
+              entryPoints: [path.join(import.meta.dirname, "fixtures", "checkpointerBundle.ts")],
+              bundle: true,
+              platform: "node",
+              format,
+              packages: "external",
+              outfile: bundle,
+              logLevel: "error"
+            })
+          )
+          const result = yield* Effect.async<{ readonly code: number | null; readonly stdout: string }>((resume) => {
+            const child = spawn(process.execPath, [bundle, path.join(dir, `bundle-${format}.db`)], {
+              stdio: ["ignore", "pipe", "inherit"]
+            })
+            let stdout = ""
+            child.stdout.on("data", (data) => (stdout += String(data)))
+            child.on("exit", (code) => resume(Effect.succeed({ code, stdout })))
           })
-        )
-        const result = yield* Effect.async<{ readonly code: number | null; readonly stdout: string }>((resume) => {
-          const child = spawn(process.execPath, [bundle, path.join(dir, `bundle-${format}.db`)], { stdio: ["ignore", "pipe", "inherit"] })
-          let stdout = ""
-          child.stdout.on("data", (data) => (stdout += String(data)))
-          child.on("exit", (code) => resume(Effect.succeed({ code, stdout })))
-        })
-        expect(result).toEqual({ code: 0, stdout: "checkpointed\n" })
-      }), 60_000)
+          expect(result).toEqual({ code: 0, stdout: "checkpointed\n" })
+        }),
+      60_000
+    )
   }
 
   it.live("asks for nothing below its page estimate: no worker, no fallback", () =>
     Effect.gen(function*() {
       const fellBack = yield* Deferred.make<void>()
-      const checkpointer = yield* Checkpointer.make(filename(), Deferred.succeed(fellBack, undefined), 1000, "throw new Error('started')")
+      const checkpointer = yield* Checkpointer.make(
+        filename(),
+        Deferred.succeed(fellBack, undefined),
+        1000,
+        "throw new Error('started')"
+      )
       for (let i = 0; i < 100; i++) checkpointer.wrote(100)
       yield* Effect.sleep("100 millis")
       expect(yield* Deferred.isDone(fellBack)).toBe(false)

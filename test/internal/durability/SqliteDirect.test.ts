@@ -1,11 +1,12 @@
-import { describe, expect, it } from "@effect/vitest"
 import { SqlError } from "@effect/sql/SqlError"
+import { describe, expect, it } from "@effect/vitest"
 import { Clock, Duration, Effect, Fiber, Option, TestClock } from "effect"
 import { isBusy, sqliteCode, waitForLock, withSqliteCode } from "../../../src/internal/durability/SqliteDirect.js"
 
 /** An error as better-sqlite3 throws it. */
 const driverError = (code: string, message: string) => Object.assign(new Error(message), { code })
-const busy = () => new SqlError({ cause: driverError("SQLITE_BUSY", "database is locked"), message: "Failed to execute statement" })
+const busy = () =>
+  new SqlError({ cause: driverError("SQLITE_BUSY", "database is locked"), message: "Failed to execute statement" })
 
 describe("SqliteDirect failures", () => {
   it("finds the SQLite code along cause links, and only a SQLite code", () => {
@@ -13,8 +14,11 @@ describe("SqliteDirect failures", () => {
     expect(sqliteCode({ cause: { cause: driverError("SQLITE_FULL", "database or disk is full") } })).toBe("SQLITE_FULL")
     expect(sqliteCode(Object.assign(new Error("no such file"), { code: "ENOENT" }))).toBeUndefined()
     expect(sqliteCode("text")).toBeUndefined()
-    expect(isBusy(new SqlError({ cause: driverError("SQLITE_BUSY_SNAPSHOT", "database is locked"), message: "x" }))).toBe(true)
-    expect(isBusy(new SqlError({ cause: driverError("SQLITE_FULL", "database or disk is full"), message: "x" }))).toBe(false)
+    expect(isBusy(new SqlError({ cause: driverError("SQLITE_BUSY_SNAPSHOT", "database is locked"), message: "x" })))
+      .toBe(true)
+    expect(isBusy(new SqlError({ cause: driverError("SQLITE_FULL", "database or disk is full"), message: "x" }))).toBe(
+      false
+    )
   })
 
   it("puts the SQLite code and the driver's message first, keeping the driver's error as the cause", () => {
@@ -71,7 +75,9 @@ describe("waitForLock", () => {
       yield* TestClock.adjust("300 millis")
       const error = yield* Fiber.join(fiber)
       expect(error).toBeInstanceOf(SqlError)
-      expect(error.message).toMatch(/^database is locked by another process \(SQLITE_BUSY\): \/tmp\/f\.db; gave up after 2\d\d\d ms/)
+      expect(error.message).toMatch(
+        /^database is locked by another process \(SQLITE_BUSY\): \/tmp\/f\.db; gave up after 2\d\d\d ms/
+      )
       expect(isBusy(error)).toBe(true)
       expect(attempts.length).toBeGreaterThan(15)
     }))
@@ -85,7 +91,9 @@ describe("waitForLock", () => {
       let runs = 0
       const full = Effect.suspend(() => {
         runs++
-        return Effect.fail(new SqlError({ cause: driverError("SQLITE_FULL", "database or disk is full"), message: "x" }))
+        return Effect.fail(
+          new SqlError({ cause: driverError("SQLITE_FULL", "database or disk is full"), message: "x" })
+        )
       })
       yield* Effect.flip(waitForLock("f.db", Duration.seconds(10))(full))
       expect(runs).toBe(1)

@@ -1,14 +1,14 @@
 import { afterAll, describe, expect, it } from "@effect/vitest"
+import Database from "better-sqlite3"
 import { Clock, Duration, Effect, Exit, Fiber, Layer, Option, Scheduler, Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
-import Database from "better-sqlite3"
 import { SessionId } from "../../../src/domain/Ids.js"
-import { peek } from "../../../src/internal/state/Peek.js"
 import { openSessionState } from "../../../src/internal/durability/SessionOpen.js"
-import { awaitDurable, SessionState } from "../../../src/internal/state/SessionState.js"
 import * as WriterSignal from "../../../src/internal/durability/WriterSignal.js"
+import { peek } from "../../../src/internal/state/Peek.js"
+import { awaitDurable, SessionState } from "../../../src/internal/state/SessionState.js"
 import { SqliteSessionStore } from "../../../src/layers/SqliteStore.js"
 import { Inbox } from "../../../src/services/Inbox.js"
 import { SessionLog } from "../../../src/services/SessionLog.js"
@@ -142,7 +142,9 @@ describe("Writer: synchronous writes on the memory store", () => {
   it.effect("once the session's scope is closed, nothing is written synchronously any more", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
-      const state = yield* openSessionState(yield* SessionStore, { sessionId: SessionId.make("closed") }).pipe(Scope.extend(scope))
+      const state = yield* openSessionState(yield* SessionStore, { sessionId: SessionId.make("closed") }).pipe(
+        Scope.extend(scope)
+      )
       expect(WriterSignal.canWriteNow(state.writer)).toBe(true)
       yield* Scope.close(scope, Exit.void)
       expect(WriterSignal.canWriteNow(state.writer)).toBe(false)
@@ -191,7 +193,10 @@ describe("Writer: synchronous writes on the SQLite store", () => {
       // The write at once fails, so the flush waits for the writer (runSyncExit reports the suspension).
       expect(Exit.isFailure(Effect.runSyncExit(log.flush))).toBe(true)
       const flushed = yield* Effect.exit(log.flush)
-      expect(flushed).toMatchObject({ _tag: "Failure", cause: { error: { _tag: "PersistenceError", operation: "append" } } })
+      expect(flushed).toMatchObject({
+        _tag: "Failure",
+        cause: { error: { _tag: "PersistenceError", operation: "append" } }
+      })
       expect(yield* log.durableSeq).toBe(durable)
       expect(Option.isSome(peek(state.poisoned))).toBe(true)
       const stored = yield* Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s1")))

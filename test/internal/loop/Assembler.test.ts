@@ -120,7 +120,10 @@ describe("Assembler: finishMessage", () => {
 
   it("a null replay state is kept (present, not absent)", () => {
     const state = feedAll([{ type: "replay-state", state: null }])
-    expect(Assembler.finishMessage(state, origin, "stop").message.source).toStrictEqual({ ...source, replayState: null })
+    expect(Assembler.finishMessage(state, origin, "stop").message.source).toStrictEqual({
+      ...source,
+      replayState: null
+    })
   })
 
   it("without usage or replay-state chunks both are absent", () => {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "@effect/vitest"
+import * as GrowOnly from "../../../src/domain/GrowOnly.js"
 import { SessionId, userMessage } from "../../../src/index.js"
 import type { Message } from "../../../src/index.js"
-import * as GrowOnly from "../../../src/domain/GrowOnly.js"
 import * as RequestView from "../../../src/internal/loop/RequestView.js"
 
 const fields = {

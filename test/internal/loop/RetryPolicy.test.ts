@@ -89,14 +89,20 @@ describe("defaultRetryPolicy", () => {
       const first: Array<number> = []
       const second: Array<number> = []
       for (let seed = 0; seed < 200; seed++) {
-        first.push(delayMs(yield* defaultRetryPolicy({ attempt: 1, failure: f }).pipe(Effect.withRandom(Random.make(seed)))))
-        second.push(delayMs(yield* defaultRetryPolicy({ attempt: 2, failure: f }).pipe(Effect.withRandom(Random.make(seed)))))
+        first.push(
+          delayMs(yield* defaultRetryPolicy({ attempt: 1, failure: f }).pipe(Effect.withRandom(Random.make(seed))))
+        )
+        second.push(
+          delayMs(yield* defaultRetryPolicy({ attempt: 2, failure: f }).pipe(Effect.withRandom(Random.make(seed))))
+        )
       }
       for (const d of first) expect(d >= 800 && d <= 1200).toBe(true)
       for (const d of second) expect(d >= 1600 && d <= 2400).toBe(true)
       expect(new Set(first).size).toBeGreaterThan(100)
       // The same seed gives the same delay.
-      const again = delayMs(yield* defaultRetryPolicy({ attempt: 1, failure: f }).pipe(Effect.withRandom(Random.make(0))))
+      const again = delayMs(
+        yield* defaultRetryPolicy({ attempt: 1, failure: f }).pipe(Effect.withRandom(Random.make(0)))
+      )
       expect(again).toBe(first[0])
     }))
 
@@ -125,14 +131,15 @@ describe("refuseRetryDelay", () => {
   })
 
   it("a provider's retryAfterMs over the cap is named with the cap", () => {
-    expect(refuseRetryDelay(3_600_000, failure({ status: 429, retryAfterMs: 3_600_000, requestId: "r1" }), cap)).toEqual({
-      message: "the provider asked to wait 3600 s before retrying; the cap is 60 s",
-      code: RETRY_DELAY_TOO_LONG,
-      status: 429,
-      retryAfterMs: 3_600_000,
-      requestId: "r1",
-      retryable: false
-    })
+    expect(refuseRetryDelay(3_600_000, failure({ status: 429, retryAfterMs: 3_600_000, requestId: "r1" }), cap))
+      .toEqual({
+        message: "the provider asked to wait 3600 s before retrying; the cap is 60 s",
+        code: RETRY_DELAY_TOO_LONG,
+        status: 429,
+        retryAfterMs: 3_600_000,
+        requestId: "r1",
+        retryable: false
+      })
     expect(refuseRetryDelay(60_001, failure({ retryAfterMs: 60_001 }), cap)?.message)
       .toBe("the provider asked to wait 60.001 s before retrying; the cap is 60 s")
   })
@@ -155,7 +162,8 @@ describe("refuseRetryDelay", () => {
     Effect.gen(function*() {
       const retry = yield* withDraw(0.999999, 2, failure({ status: 503, retryAfterMs: -1 }))
       expect(delayMs(retry)).toBeCloseTo(2400, 2)
-      expect(refuseRetryDelay(Math.round(delayMs(retry)), failure({ status: 503, retryAfterMs: -1 }), cap)).toBeUndefined()
+      expect(refuseRetryDelay(Math.round(delayMs(retry)), failure({ status: 503, retryAfterMs: -1 }), cap))
+        .toBeUndefined()
       expect(delayMs(yield* withDraw(0.5, 1, failure({ status: 429, retryAfterMs: -5_000 })))).toBeCloseTo(1000)
     }))
 })

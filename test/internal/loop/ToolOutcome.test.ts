@@ -13,13 +13,15 @@ import {
   outcomeOutput,
   runsToolPost,
   TOOL_FAILURE_JSON_CHARS,
-  toolOutputProblem,
   ToolOutcome,
+  toolOutputProblem,
   toolResultMessage
 } from "../../../src/internal/loop/ToolOutcome.js"
 import { Tool } from "../../../src/services/Tools.js"
 
-class QuotaExceeded extends Schema.TaggedError<QuotaExceeded>()("QuotaExceeded", { code: Schema.String, limit: Schema.Number }) {
+class QuotaExceeded
+  extends Schema.TaggedError<QuotaExceeded>()("QuotaExceeded", { code: Schema.String, limit: Schema.Number })
+{
   override get message(): string {
     return `quota of ${this.limit} exceeded`
   }
@@ -38,14 +40,20 @@ const row = (outcome: Outcome) => {
 
 describe("result mapping (SPEC 4.6)", () => {
   it("body succeeded: the returned content, isError as returned, no error, meta kept", () => {
-    const output = normalizeToolOutput({ content: [{ type: "text", text: "a" }, { type: "image", mediaType: "image/png", data: "AA==" }], meta: { n: 1 } })
+    const output = normalizeToolOutput({
+      content: [{ type: "text", text: "a" }, { type: "image", mediaType: "image/png", data: "AA==" }],
+      meta: { n: 1 }
+    })
     const mapped = mapOutcome(call, ToolOutcome.Succeeded({ output }))
     expect(mapped).toEqual({
       block: { type: "tool-result", toolCallId: "c1", isError: false, content: output.content },
       meta: { n: 1 }
     })
     expect("error" in mapped).toBe(false)
-    const flagged = mapOutcome(call, ToolOutcome.Succeeded({ output: normalizeToolOutput({ content: "bad", isError: true }) }))
+    const flagged = mapOutcome(
+      call,
+      ToolOutcome.Succeeded({ output: normalizeToolOutput({ content: "bad", isError: true }) })
+    )
     expect(flagged.block.isError).toBe(true)
     expect(flagged.error).toBeUndefined()
     expect("meta" in flagged).toBe(false)
@@ -65,8 +73,15 @@ describe("result mapping (SPEC 4.6)", () => {
       isError: true,
       error: { name: "Error", code: "TOOL_ERROR" }
     })
-    expect(row(ToolOutcome.Failed({ error: "nope" }))).toEqual({ text: "Error: nope", isError: true, error: { name: "Error", code: "TOOL_ERROR" } })
-    expect(row(ToolOutcome.Failed({ error: { _tag: "Custom", code: "C1", message: "custom" } })).error).toEqual({ name: "Custom", code: "C1" })
+    expect(row(ToolOutcome.Failed({ error: "nope" }))).toEqual({
+      text: "Error: nope",
+      isError: true,
+      error: { name: "Error", code: "TOOL_ERROR" }
+    })
+    expect(row(ToolOutcome.Failed({ error: { _tag: "Custom", code: "C1", message: "custom" } })).error).toEqual({
+      name: "Custom",
+      code: "C1"
+    })
   })
 
   it("a plain object without a string message reads as its JSON, never [object Object]", () => {
@@ -83,7 +98,11 @@ describe("result mapping (SPEC 4.6)", () => {
     const cyclic: Record<string, unknown> = { a: 1 }
     cyclic.self = cyclic
     expect(row(ToolOutcome.Failed({ error: cyclic })).text).toBe("Error: [object Object]")
-    const hostile = { get reason(): string { throw new Error("getter") } }
+    const hostile = {
+      get reason(): string {
+        throw new Error("getter")
+      }
+    }
     expect(row(ToolOutcome.Failed({ error: hostile })).text).toBe("Error: [object Object]")
     // A value with its own toString, and an array, read as String(e) does.
     expect(row(ToolOutcome.Failed({ error: { toString: () => "custom text" } })).text).toBe("Error: custom text")
@@ -139,7 +158,11 @@ describe("result mapping (SPEC 4.6)", () => {
   })
 
   it("aborted while the body ran, and before it ran", () => {
-    expect(row(ToolOutcome.Aborted())).toEqual({ text: "Error: tool call aborted", isError: true, error: { name: "AbortError", code: "ABORTED" } })
+    expect(row(ToolOutcome.Aborted())).toEqual({
+      text: "Error: tool call aborted",
+      isError: true,
+      error: { name: "AbortError", code: "ABORTED" }
+    })
     expect(row(ToolOutcome.AbortedBeforeDispatch())).toEqual({
       text: "Error: tool call aborted before dispatch",
       isError: true,
@@ -157,7 +180,12 @@ describe("result mapping (SPEC 4.6)", () => {
 
   it("error outputs carry no contexts and never conclude; ToolPost runs only for body outcomes and denials", () => {
     const output = outcomeOutput(call, ToolOutcome.Denied({ reason: "r" }))
-    expect(output).toEqual({ content: [{ type: "text", text: "Error: tool call denied: r" }], isError: true, additionalContexts: [], concludesTurn: false })
+    expect(output).toEqual({
+      content: [{ type: "text", text: "Error: tool call denied: r" }],
+      isError: true,
+      additionalContexts: [],
+      concludesTurn: false
+    })
     const outcomes: ReadonlyArray<Outcome> = [
       ToolOutcome.Succeeded({ output }),
       ToolOutcome.Failed({ error: "e" }),
@@ -171,10 +199,25 @@ describe("result mapping (SPEC 4.6)", () => {
       ToolOutcome.AbortedBeforeDispatch(),
       ToolOutcome.InternalFailure()
     ]
-    expect(outcomes.filter(runsToolPost).map((o) => o._tag)).toEqual(["Succeeded", "Failed", "Died", "Denied", "Aborted"])
+    expect(outcomes.filter(runsToolPost).map((o) => o._tag)).toEqual([
+      "Succeeded",
+      "Failed",
+      "Died",
+      "Denied",
+      "Aborted"
+    ])
     expect(outcomes.map((o) => outcomeError(o)?.code ?? "-")).toEqual([
-      "-", "TOOL_ERROR", "TOOL_DEFECT", "UNKNOWN_TOOL", "INVALID_ARGUMENTS", "DENIED", "PRE_HOOK_FAILED",
-      "INVALID_TOOL_OUTPUT", "ABORTED", "ABORTED_BEFORE_DISPATCH", "TOOL_INTERNAL_ERROR"
+      "-",
+      "TOOL_ERROR",
+      "TOOL_DEFECT",
+      "UNKNOWN_TOOL",
+      "INVALID_ARGUMENTS",
+      "DENIED",
+      "PRE_HOOK_FAILED",
+      "INVALID_TOOL_OUTPUT",
+      "ABORTED",
+      "ABORTED_BEFORE_DISPATCH",
+      "TOOL_INTERNAL_ERROR"
     ])
   })
 
@@ -183,7 +226,12 @@ describe("result mapping (SPEC 4.6)", () => {
     expect(message).toEqual({
       id: "r1",
       role: "user",
-      content: [{ type: "tool-result", toolCallId: "c1", isError: false, content: [{ type: "text", text: "echo: ping" }] }],
+      content: [{
+        type: "tool-result",
+        toolCallId: "c1",
+        isError: false,
+        content: [{ type: "text", text: "echo: ping" }]
+      }],
       source: { kind: "tool", callId: "c1" }
     })
     expect(Either.isRight(Schema.decodeUnknownEither(ToolResultMessage)(message))).toBe(true)
@@ -197,7 +245,11 @@ describe("failureMessage", () => {
     expect(failureMessage(42)).toBe("42")
     expect(failureMessage(undefined)).toBe("undefined")
     expect(failureMessage(Object.create(null))).toBe("[object Object]")
-    const hostile = { get message(): string { throw new Error("getter") } }
+    const hostile = {
+      get message(): string {
+        throw new Error("getter")
+      }
+    }
     expect(failureMessage(hostile)).toBe("[object Object]")
   })
 })
@@ -215,7 +267,15 @@ describe("normalizeToolOutput", () => {
 
   it("string content becomes one text block; given fields are kept", () => {
     const context = userMessage({ id: "ctx-1", text: "note", source: { kind: "tool-context" } })
-    expect(normalizeToolOutput({ content: "ok", isError: true, concludesTurn: true, additionalContexts: [context], meta: { k: [1] } })).toEqual({
+    expect(
+      normalizeToolOutput({
+        content: "ok",
+        isError: true,
+        concludesTurn: true,
+        additionalContexts: [context],
+        meta: { k: [1] }
+      })
+    ).toEqual({
       content: [{ type: "text", text: "ok" }],
       isError: true,
       additionalContexts: [context],
@@ -234,7 +294,8 @@ describe("toolOutputProblem", () => {
   it("accepts strings and well-formed outputs", () => {
     expect(toolOutputProblem("s")).toBeUndefined()
     expect(toolOutputProblem({ content: "s" })).toBeUndefined()
-    expect(toolOutputProblem(normalizeToolOutput({ content: [{ type: "text", text: "t" }], meta: null }))).toBeUndefined()
+    expect(toolOutputProblem(normalizeToolOutput({ content: [{ type: "text", text: "t" }], meta: null })))
+      .toBeUndefined()
   })
 
   it("names what is wrong", () => {
@@ -248,7 +309,9 @@ describe("toolOutputProblem", () => {
   })
 
   it("a content block whose type is an object with its own toString key is refused, not thrown on", () => {
-    expect(toolOutputProblem({ content: [{ type: { toString: null }, text: "t" }] })).toMatch(/^content: .*not decodable/)
+    expect(toolOutputProblem({ content: [{ type: { toString: null }, text: "t" }] })).toMatch(
+      /^content: .*not decodable/
+    )
   })
 })
 
@@ -258,7 +321,11 @@ describe("decodeArguments", () => {
     parameters: Schema.Struct({ text: Schema.String, times: Schema.optional(Schema.Number) }),
     execute: ({ text }) => Effect.succeed(text)
   })
-  const noArgs = Tool.make("now", { description: "now", parameters: Schema.Struct({}), execute: () => Effect.succeed("") })
+  const noArgs = Tool.make("now", {
+    description: "now",
+    parameters: Schema.Struct({}),
+    execute: () => Effect.succeed("")
+  })
 
   it("decodes JSON text with the parameter Schema", () => {
     expect(decodeArguments(echo, `{"text":"ping"}`)).toEqual(Either.right({ text: "ping" }))

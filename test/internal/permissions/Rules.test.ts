@@ -17,7 +17,12 @@ const file = (tool: string, file_path: string) => ({ tool, input: { file_path },
 describe("permission rules", () => {
   it("parses Claude Code's syntax and refuses what is not a rule", () => {
     expect(parseRule("Bash(npm test:*)", "allow", "o", "/r")).toEqual(Either.right({
-      behavior: "allow", text: "Bash(npm test:*)", tool: "Bash", content: "npm test:*", origin: "o", root: "/r"
+      behavior: "allow",
+      text: "Bash(npm test:*)",
+      tool: "Bash",
+      content: "npm test:*",
+      origin: "o",
+      root: "/r"
     }))
     expect(Either.getOrThrow(parseRule("Read", "deny", "o", "/r")).content).toBeUndefined()
     expect(Either.getOrThrow(parseRule("Bash(*)", "deny", "o", "/r")).content).toBeUndefined()
@@ -27,7 +32,11 @@ describe("permission rules", () => {
 
   it("splits compound commands into simple ones", () => {
     expect(splitCommand("npm test && git status; ls | wc -l 2>&1 & echo 'a && b'")).toEqual([
-      "npm test", "git status", "ls", "wc -l 2>&1", "echo 'a && b'"
+      "npm test",
+      "git status",
+      "ls",
+      "wc -l 2>&1",
+      "echo 'a && b'"
     ])
     expect(splitCommand("echo $(rm -rf /)")).toBeUndefined()
     expect(splitCommand("echo `id`")).toBeUndefined()
@@ -35,7 +44,15 @@ describe("permission rules", () => {
   })
 
   // [mode, rules, request, expected behavior, expected rule text or undefined]
-  const table: ReadonlyArray<readonly [PermissionMode, Partial<Record<PermissionBehavior, ReadonlyArray<string>>>, { tool: string; input: unknown; paths?: ReadonlyArray<string> }, PermissionBehavior, string | undefined]> = [
+  const table: ReadonlyArray<
+    readonly [
+      PermissionMode,
+      Partial<Record<PermissionBehavior, ReadonlyArray<string>>>,
+      { tool: string; input: unknown; paths?: ReadonlyArray<string> },
+      PermissionBehavior,
+      string | undefined
+    ]
+  > = [
     // Mode defaults.
     ["default", {}, file("Read", "/work/project/a.ts"), "allow", undefined],
     ["default", {}, { tool: "Glob", input: { pattern: "**" }, paths: ["/work/project"] }, "allow", undefined],
@@ -59,7 +76,13 @@ describe("permission rules", () => {
     ["default", { allow: ["Bash(npm test:*)"] }, bash("npm testing"), "ask", undefined],
     ["default", { allow: ["Bash(npm test:*)"] }, bash("npm test && rm -rf /"), "ask", undefined],
     ["default", { allow: ["Bash(npm test:*)"] }, bash("npm test $(rm -rf /)"), "ask", undefined],
-    ["default", { allow: ["Bash(npm test:*)", "Bash(git status)"] }, bash("npm test && git status"), "allow", "Bash(npm test:*)"],
+    [
+      "default",
+      { allow: ["Bash(npm test:*)", "Bash(git status)"] },
+      bash("npm test && git status"),
+      "allow",
+      "Bash(npm test:*)"
+    ],
     ["default", { allow: ["Bash(git status)"] }, bash("git status"), "allow", "Bash(git status)"],
     ["default", { allow: ["Bash(git status)"] }, bash("git status --short"), "ask", undefined],
     ["default", { allow: ["Bash(git * main)"] }, bash("git push origin main"), "allow", "Bash(git * main)"],
@@ -78,9 +101,21 @@ describe("permission rules", () => {
     ["default", { deny: ["Read(~/.ssh/**)"] }, file("Read", "/home/ann/.ssh/id_rsa"), "deny", "Read(~/.ssh/**)"],
     ["default", { deny: ["Read(//etc/**)"] }, file("Read", "/etc/passwd"), "deny", "Read(//etc/**)"],
     ["default", { deny: ["Read(/secrets/**)"] }, file("Read", "/work/project/secrets/k"), "deny", "Read(/secrets/**)"],
-    ["default", { deny: ["Read"] }, { tool: "Grep", input: { pattern: "x" }, paths: ["/work/project"] }, "deny", "Read"],
+    [
+      "default",
+      { deny: ["Read"] },
+      { tool: "Grep", input: { pattern: "x" }, paths: ["/work/project"] },
+      "deny",
+      "Read"
+    ],
     ["default", { deny: ["Read(./.env)"] }, file("Read", "/work/project/link-to-env"), "allow", undefined],
-    ["default", { deny: ["Read(./.env)"] }, { tool: "Read", input: {}, paths: ["/work/project/link-to-env", "/work/project/.env"] }, "deny", "Read(./.env)"],
+    [
+      "default",
+      { deny: ["Read(./.env)"] },
+      { tool: "Read", input: {}, paths: ["/work/project/link-to-env", "/work/project/.env"] },
+      "deny",
+      "Read(./.env)"
+    ],
     ["default", { allow: ["Edit(src/**)"] }, file("Edit", "/work/project/src/deep/a.ts"), "allow", "Edit(src/**)"],
     ["default", { allow: ["Edit(src/**)"] }, file("Write", "/work/project/src/a.ts"), "allow", "Edit(src/**)"],
     ["default", { allow: ["Edit(src/**)"] }, file("Edit", "/work/project/test/a.ts"), "ask", undefined],

@@ -67,7 +67,11 @@ const blockStop = (index: number): Payload => ({ type: "content_block_stop", ind
 const ping: Payload = { type: "ping" }
 const messageStop: Payload = { type: "message_stop" }
 
-const messageDelta = (stop_reason: string, usage: Record<string, unknown>, extra: Record<string, unknown> = {}): Payload => ({
+const messageDelta = (
+  stop_reason: string,
+  usage: Record<string, unknown>,
+  extra: Record<string, unknown> = {}
+): Payload => ({
   type: "message_delta",
   delta: { stop_reason, stop_sequence: null, ...extra },
   usage
@@ -96,16 +100,23 @@ describe("AnthropicEvents", () => {
   })
 
   it("message_delta's input_tokens and cache counts override message_start's", () => {
-    expect(decode([
-      messageStart({ input_tokens: 43, output_tokens: 1, cache_read_input_tokens: 5 }),
-      blockStart(0, { text: "", type: "text" }),
-      textDelta(0, "p"),
-      ping,
-      textDelta(0, "ong"),
-      blockStop(0),
-      messageDelta("end_turn", { input_tokens: 61, output_tokens: 2, cache_read_input_tokens: 7, cache_creation_input_tokens: 3 }),
-      messageStop
-    ]).chunks.filter((chunk) => chunk.type === "usage")).toEqual([
+    expect(
+      decode([
+        messageStart({ input_tokens: 43, output_tokens: 1, cache_read_input_tokens: 5 }),
+        blockStart(0, { text: "", type: "text" }),
+        textDelta(0, "p"),
+        ping,
+        textDelta(0, "ong"),
+        blockStop(0),
+        messageDelta("end_turn", {
+          input_tokens: 61,
+          output_tokens: 2,
+          cache_read_input_tokens: 7,
+          cache_creation_input_tokens: 3
+        }),
+        messageStop
+      ]).chunks.filter((chunk) => chunk.type === "usage")
+    ).toEqual([
       Chunks.usage({ inputTokens: 61, outputTokens: 2, totalTokens: 63, cacheReadTokens: 7, cacheWriteTokens: 3 })
     ])
   })
@@ -224,7 +235,9 @@ describe("AnthropicEvents", () => {
       Chunks.usage({ inputTokens: 12, outputTokens: 9, totalTokens: 21, cacheReadTokens: 0, cacheWriteTokens: 0 }),
       {
         type: "replay-state",
-        state: { anthropic: { content: [{ type: "redacted_thinking", data: "EmwKAhgBEgy3va3pzix" }, { type: "text" }] } }
+        state: {
+          anthropic: { content: [{ type: "redacted_thinking", data: "EmwKAhgBEgy3va3pzix" }, { type: "text" }] }
+        }
       },
       Chunks.stop
     ])
@@ -234,7 +247,13 @@ describe("AnthropicEvents", () => {
     const searchResult = {
       type: "web_search_tool_result",
       tool_use_id: "srvtoolu_01Bj",
-      content: [{ type: "web_search_result", title: "Apple Ginza", url: "https://www.apple.com/newsroom/", encrypted_content: "ErkeCioICBgC", page_age: null }]
+      content: [{
+        type: "web_search_result",
+        title: "Apple Ginza",
+        url: "https://www.apple.com/newsroom/",
+        encrypted_content: "ErkeCioICBgC",
+        page_age: null
+      }]
     }
     const decoded = decode([
       messageStart({ ...usage0, input_tokens: 2037 }),
@@ -251,7 +270,13 @@ describe("AnthropicEvents", () => {
       blockStart(3, { citations: [], type: "text", text: "" }),
       blockDelta(3, {
         type: "citations_delta",
-        citation: { type: "web_search_result_location", cited_text: "Apple today announced", url: "https://www.apple.com/newsroom/", title: "Apple Ginza", encrypted_index: "Eo8BCioIBxgC" }
+        citation: {
+          type: "web_search_result_location",
+          cited_text: "Apple today announced",
+          url: "https://www.apple.com/newsroom/",
+          title: "Apple Ginza",
+          encrypted_index: "Eo8BCioIBxgC"
+        }
       }),
       textDelta(3, "Apple reopened Ginza."),
       blockStop(3),
@@ -268,13 +293,24 @@ describe("AnthropicEvents", () => {
       chunks: [
         ...Chunks.textBlock(0, "Based on my search results:\n"),
         ...Chunks.textBlock(1, "Apple reopened Ginza."),
-        Chunks.usage({ inputTokens: 15665, outputTokens: 795, totalTokens: 16460, cacheReadTokens: 0, cacheWriteTokens: 0 }),
+        Chunks.usage({
+          inputTokens: 15665,
+          outputTokens: 795,
+          totalTokens: 16460,
+          cacheReadTokens: 0,
+          cacheWriteTokens: 0
+        }),
         {
           type: "replay-state",
           state: {
             anthropic: {
               content: [
-                { type: "server_tool_use", id: "srvtoolu_01Bj", name: "web_search", input: { query: "tech news today" } },
+                {
+                  type: "server_tool_use",
+                  id: "srvtoolu_01Bj",
+                  name: "web_search",
+                  input: { query: "tech news today" }
+                },
                 searchResult,
                 { type: "text" },
                 { type: "text" }
@@ -330,8 +366,7 @@ describe("AnthropicEvents", () => {
   })
 
   it("stop reasons: max_tokens, model_context_window_exceeded, pause_turn, stop_sequence", () => {
-    const finishOf = (reason: string) =>
-      decode([messageStart({}), messageDelta(reason, {}), messageStop]).chunks.at(-1)
+    const finishOf = (reason: string) => decode([messageStart({}), messageDelta(reason, {}), messageStop]).chunks.at(-1)
     expect(finishOf("max_tokens")).toEqual({ type: "finish", finish: { kind: "max-tokens" } })
     expect(finishOf("model_context_window_exceeded")).toEqual({
       type: "finish",
@@ -406,17 +441,19 @@ describe("AnthropicEvents", () => {
   })
 
   it("unknown event and delta types are ignored; events after message_stop add nothing", () => {
-    expect(decode([
-      messageStart({}),
-      { type: "content_block_future", index: 0 },
-      blockStart(0, { type: "text", text: "" }),
-      blockDelta(0, { type: "future_delta", value: 1 }),
-      textDelta(0, "ok"),
-      blockStop(0),
-      messageDelta("end_turn", {}),
-      messageStop,
-      textDelta(0, "late")
-    ]).chunks).toEqual([
+    expect(
+      decode([
+        messageStart({}),
+        { type: "content_block_future", index: 0 },
+        blockStart(0, { type: "text", text: "" }),
+        blockDelta(0, { type: "future_delta", value: 1 }),
+        textDelta(0, "ok"),
+        blockStop(0),
+        messageDelta("end_turn", {}),
+        messageStop,
+        textDelta(0, "late")
+      ]).chunks
+    ).toEqual([
       ...Chunks.textBlock(0, "ok"),
       Chunks.stop
     ])

@@ -54,7 +54,11 @@ const data = (payload: unknown): SseEvent => ({ event: "message", data: JSON.str
 const DONE: SseEvent = { event: "message", data: "[DONE]" }
 
 /** A chunk as OpenAI streams it: one choice, `logprobs: null`, `usage: null` until the end. */
-const chunk = (delta: Record<string, unknown>, finishReason: string | null = null, extra: Record<string, unknown> = {}) => ({
+const chunk = (
+  delta: Record<string, unknown>,
+  finishReason: string | null = null,
+  extra: Record<string, unknown> = {}
+) => ({
   id: "chatcmpl-1",
   object: "chat.completion.chunk",
   created: 1_760_000_000,
@@ -80,20 +84,55 @@ const call = (index: number, fields: { readonly id?: string; readonly name?: str
 })
 
 const stop = { type: "finish", finish: { kind: "stop" } } as const
-const replay = (reasoningField: string) => ({ type: "replay-state", state: { "openai-compatible": { reasoningField } } })
+const replay = (reasoningField: string) => ({
+  type: "replay-state",
+  state: { "openai-compatible": { reasoningField } }
+})
 
 describe("ChatCompletionsEvents text, usage and finish", () => {
   it("Azure's model router: a choices-less first chunk with prompt_filter_results, usage in a last choices-less chunk", () => {
-    const filterResults = { hate: { filtered: false, severity: "safe" }, violence: { filtered: false, severity: "safe" } }
+    const filterResults = {
+      hate: { filtered: false, severity: "safe" },
+      violence: { filtered: false, severity: "safe" }
+    }
     const out = decode([
-      data({ choices: [], created: 0, id: "", model: "", object: "", prompt_filter_results: [{ prompt_index: 0, content_filter_results: filterResults }] }),
-      data(chunk({ content: "", refusal: null, role: "assistant" }, null, { obfuscation: "D3Wb", system_fingerprint: null })),
-      data({ ...chunk({ content: "Capital" }), choices: [{ content_filter_results: filterResults, delta: { content: "Capital" }, finish_reason: null, index: 0, logprobs: null }] }),
+      data({
+        choices: [],
+        created: 0,
+        id: "",
+        model: "",
+        object: "",
+        prompt_filter_results: [{ prompt_index: 0, content_filter_results: filterResults }]
+      }),
+      data(
+        chunk({ content: "", refusal: null, role: "assistant" }, null, {
+          obfuscation: "D3Wb",
+          system_fingerprint: null
+        })
+      ),
+      data({
+        ...chunk({ content: "Capital" }),
+        choices: [{
+          content_filter_results: filterResults,
+          delta: { content: "Capital" },
+          finish_reason: null,
+          index: 0,
+          logprobs: null
+        }]
+      }),
       data(chunk({ content: " of Denmark." })),
-      data({ ...chunk({}), choices: [{ content_filter_results: {}, delta: {}, finish_reason: "stop", index: 0, logprobs: null }] }),
+      data({
+        ...chunk({}),
+        choices: [{ content_filter_results: {}, delta: {}, finish_reason: "stop", index: 0, logprobs: null }]
+      }),
       data(usageChunk({
         completion_tokens: 78,
-        completion_tokens_details: { accepted_prediction_tokens: 0, audio_tokens: 0, reasoning_tokens: 64, rejected_prediction_tokens: 0 },
+        completion_tokens_details: {
+          accepted_prediction_tokens: 0,
+          audio_tokens: 0,
+          reasoning_tokens: 64,
+          rejected_prediction_tokens: 0
+        },
         prompt_tokens: 15,
         prompt_tokens_details: { audio_tokens: 0, cached_tokens: 0 },
         total_tokens: 93
@@ -129,7 +168,13 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
       Chunks.usage({ inputTokens: 18, outputTokens: 219, totalTokens: 237, reasoningTokens: 205, cacheReadTokens: 0 }),
       stop
     ])
-    const groqUsage = { queue_time: 0.04, prompt_tokens: 210, prompt_time: 0.01, completion_tokens: 15, total_tokens: 225 }
+    const groqUsage = {
+      queue_time: 0.04,
+      prompt_tokens: 210,
+      prompt_time: 0.01,
+      completion_tokens: 15,
+      total_tokens: 225
+    }
     const groq = decode([
       data({ ...chunk({ role: "assistant", content: "" }), x_groq: { id: "req_1", seed: 1 } }),
       data(chunk({ content: "ok" })),
@@ -150,7 +195,11 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
 
   it("cached prompt tokens wherever a host reports them; cache writes from OpenRouter and LiteLLM", () => {
     const usageOf = (usage: Record<string, unknown>) =>
-      decode([data(chunk({ content: "ok" }, "stop")), data(usageChunk({ prompt_tokens: 100, completion_tokens: 5, ...usage })), DONE])
+      decode([
+        data(chunk({ content: "ok" }, "stop")),
+        data(usageChunk({ prompt_tokens: 100, completion_tokens: 5, ...usage })),
+        DONE
+      ])
         .chunks.find((c) => c.type === "usage")
     // xAI (recorded): prompt_tokens_details.cached_tokens.
     expect(usageOf({ prompt_tokens_details: { text_tokens: 100, cached_tokens: 96 } })).toStrictEqual(
@@ -160,7 +209,9 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
     expect(usageOf({ prompt_cache_hit_tokens: 64, prompt_cache_miss_tokens: 36 })).toStrictEqual(
       Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 64 })
     )
-    expect(usageOf({ cached_tokens: 80 })).toStrictEqual(Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 80 }))
+    expect(usageOf({ cached_tokens: 80 })).toStrictEqual(
+      Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 80 })
+    )
     expect(usageOf({ cache_read_input_tokens: 70, cache_creation_input_tokens: 20 })).toStrictEqual(
       Chunks.usage({ inputTokens: 100, outputTokens: 5, cacheReadTokens: 70, cacheWriteTokens: 20 })
     )
@@ -215,14 +266,22 @@ describe("ChatCompletionsEvents text, usage and finish", () => {
       type: "finish",
       finish: {
         kind: "error",
-        failure: { message: `${HOST}: the content filter stopped the response`, code: "CONTENT_FILTER", retryable: false }
+        failure: {
+          message: `${HOST}: the content filter stopped the response`,
+          code: "CONTENT_FILTER",
+          retryable: false
+        }
       }
     }])
     expect(decode([data(chunk({}, "error")), DONE]).chunks).toStrictEqual([{
       type: "finish",
       finish: {
         kind: "error",
-        failure: { message: `${HOST}: the response finished with reason "error"`, code: "PROVIDER_ERROR", retryable: false }
+        failure: {
+          message: `${HOST}: the response finished with reason "error"`,
+          code: "PROVIDER_ERROR",
+          retryable: false
+        }
       }
     }])
   })
@@ -235,7 +294,14 @@ describe("ChatCompletionsEvents refusals", () => {
       data(chunk({ refusal: "I'm sorry," })),
       data(chunk({ refusal: " I can't assist with that request." })),
       data(chunk({}, "stop")),
-      data(usageChunk({ prompt_tokens: 79, completion_tokens: 11, total_tokens: 90, completion_tokens_details: { reasoning_tokens: 0 } })),
+      data(
+        usageChunk({
+          prompt_tokens: 79,
+          completion_tokens: 11,
+          total_tokens: 90,
+          completion_tokens_details: { reasoning_tokens: 0 }
+        })
+      ),
       DONE
     ])
     expect(out.failure).toBeUndefined()
@@ -260,7 +326,9 @@ describe("ChatCompletionsEvents refusals", () => {
     const out = decode([data(chunk({ refusal: long })), data(chunk({}, "stop")), DONE])
     expect(out.chunks.filter((c) => c.type !== "finish")).toStrictEqual([])
     const finish = out.chunks.at(-1)
-    expect(finish?.type === "finish" && finish.finish.kind === "error" ? finish.finish.failure.message.length : 0).toBe(300)
+    expect(finish?.type === "finish" && finish.finish.kind === "error" ? finish.finish.failure.message.length : 0).toBe(
+      300
+    )
   })
 })
 
@@ -271,7 +339,9 @@ describe("ChatCompletionsEvents reasoning", () => {
       data(chunk({ content: null, reasoning_content: "We need" })),
       data(chunk({ content: null, reasoning_content: " to count." })),
       data(chunk({ content: "Three", reasoning_content: null })),
-      data(chunk({ content: "", reasoning_content: null }, "stop", { usage: { prompt_tokens: 18, completion_tokens: 9 } }))
+      data(
+        chunk({ content: "", reasoning_content: null }, "stop", { usage: { prompt_tokens: 18, completion_tokens: 9 } })
+      )
     ])
     expect(out.failure).toBeUndefined()
     expect(out.chunks).toStrictEqual([
@@ -307,12 +377,19 @@ describe("ChatCompletionsEvents reasoning", () => {
   })
 
   it("no replay state without reasoning; reasoningFieldOf reads only this adapter's entry", () => {
-    expect(decode([data(chunk({ content: "a", reasoning_content: "" }, "stop")), DONE]).chunks.some((c) => c.type === "replay-state"))
+    expect(
+      decode([data(chunk({ content: "a", reasoning_content: "" }, "stop")), DONE]).chunks.some((c) =>
+        c.type === "replay-state"
+      )
+    )
       .toBe(false)
-    expect(ChatCompletionsEvents.reasoningFieldOf({ "openai-compatible": { reasoningField: "reasoning" } })).toBe("reasoning")
+    expect(ChatCompletionsEvents.reasoningFieldOf({ "openai-compatible": { reasoningField: "reasoning" } })).toBe(
+      "reasoning"
+    )
     expect(ChatCompletionsEvents.reasoningFieldOf({ "openai-compatible": { reasoningField: "reasoning_content" } }))
       .toBe("reasoning_content")
-    expect(ChatCompletionsEvents.reasoningFieldOf({ "openai-compatible": { reasoningField: "thoughts" } })).toBeUndefined()
+    expect(ChatCompletionsEvents.reasoningFieldOf({ "openai-compatible": { reasoningField: "thoughts" } }))
+      .toBeUndefined()
     expect(ChatCompletionsEvents.reasoningFieldOf({ anthropic: { content: [] } })).toBeUndefined()
     expect(ChatCompletionsEvents.reasoningFieldOf(undefined)).toBeUndefined()
     expect(ChatCompletionsEvents.reasoningFieldOf("reasoning")).toBeUndefined()
@@ -329,7 +406,12 @@ describe("ChatCompletionsEvents tool calls", () => {
         data(chunk({ tool_calls: [{ index: 0, function: { arguments: piece } }] }))
       ),
       data(chunk({ content: "", reasoning_content: null }, "tool_calls", {
-        usage: { prompt_tokens: 339, completion_tokens: 83, total_tokens: 422, prompt_tokens_details: { cached_tokens: 320 } }
+        usage: {
+          prompt_tokens: 339,
+          completion_tokens: 83,
+          total_tokens: 422,
+          prompt_tokens_details: { cached_tokens: 320 }
+        }
       }))
     ])
     expect(out.failure).toBeUndefined()
@@ -350,12 +432,43 @@ describe("ChatCompletionsEvents tool calls", () => {
 
   it("empty ids on continuation deltas and a trailing empty-arguments delta (Alibaba) stay one call", () => {
     const out = decode([
-      data(chunk({ content: null, role: "assistant", tool_calls: [call(0, { id: "call_eee", name: "weather", arguments: "" })] })),
-      data(chunk({ content: null, tool_calls: [{ index: 0, id: "", type: "function", function: { arguments: "{\"location\": \"San Francisco" } }] })),
-      data(chunk({ content: null, tool_calls: [{ index: 0, id: "", type: "function", function: { arguments: "\"}" } }] })),
-      data({ ...chunk({}), choices: [{ delta: { tool_calls: [{ function: { arguments: "" }, index: 0, id: "", type: "function" }] }, index: 0 }] }),
+      data(
+        chunk({
+          content: null,
+          role: "assistant",
+          tool_calls: [call(0, { id: "call_eee", name: "weather", arguments: "" })]
+        })
+      ),
+      data(
+        chunk({
+          content: null,
+          tool_calls: [{
+            index: 0,
+            id: "",
+            type: "function",
+            function: { arguments: "{\"location\": \"San Francisco" }
+          }]
+        })
+      ),
+      data(
+        chunk({ content: null, tool_calls: [{ index: 0, id: "", type: "function", function: { arguments: "\"}" } }] })
+      ),
+      data({
+        ...chunk({}),
+        choices: [{
+          delta: { tool_calls: [{ function: { arguments: "" }, index: 0, id: "", type: "function" }] },
+          index: 0
+        }]
+      }),
       data(chunk({}, "tool_calls")),
-      data(usageChunk({ prompt_tokens: 295, completion_tokens: 22, total_tokens: 317, prompt_tokens_details: { cached_tokens: 0 } })),
+      data(
+        usageChunk({
+          prompt_tokens: 295,
+          completion_tokens: 22,
+          total_tokens: 317,
+          prompt_tokens_details: { cached_tokens: 0 }
+        })
+      ),
       DONE
     ])
     expect(out.failure).toBeUndefined()
@@ -368,16 +481,45 @@ describe("ChatCompletionsEvents tool calls", () => {
 
   it("a complete call in one delta without finish_reason fields until the end (xAI, Groq)", () => {
     const out = decode([
-      data({ id: "x", object: "chat.completion.chunk", created: 1, model: "grok-3-mini", choices: [{ index: 0, delta: { reasoning_content: "First", role: "assistant" } }] }),
       data({
         id: "x",
         object: "chat.completion.chunk",
         created: 1,
         model: "grok-3-mini",
-        choices: [{ index: 0, delta: { tool_calls: [{ id: "call_7938", function: { name: "weather", arguments: "{\"location\":\"SF\"}" }, index: 0, type: "function" }] } }]
+        choices: [{ index: 0, delta: { reasoning_content: "First", role: "assistant" } }]
       }),
-      data({ id: "x", object: "chat.completion.chunk", created: 1, model: "grok-3-mini", choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }] }),
-      data(usageChunk({ prompt_tokens: 307, completion_tokens: 26, total_tokens: 560, prompt_tokens_details: { text_tokens: 307, cached_tokens: 306 } })),
+      data({
+        id: "x",
+        object: "chat.completion.chunk",
+        created: 1,
+        model: "grok-3-mini",
+        choices: [{
+          index: 0,
+          delta: {
+            tool_calls: [{
+              id: "call_7938",
+              function: { name: "weather", arguments: "{\"location\":\"SF\"}" },
+              index: 0,
+              type: "function"
+            }]
+          }
+        }]
+      }),
+      data({
+        id: "x",
+        object: "chat.completion.chunk",
+        created: 1,
+        model: "grok-3-mini",
+        choices: [{ index: 0, delta: {}, finish_reason: "tool_calls" }]
+      }),
+      data(
+        usageChunk({
+          prompt_tokens: 307,
+          completion_tokens: 26,
+          total_tokens: 560,
+          prompt_tokens_details: { text_tokens: 307, cached_tokens: 306 }
+        })
+      ),
       DONE
     ])
     expect(out.failure).toBeUndefined()
@@ -426,9 +568,21 @@ describe("ChatCompletionsEvents tool calls", () => {
   })
 
   it("arguments that are not JSON, or a call without a name, are non-retryable MALFORMED_STREAM failures", () => {
-    expect(decode([data(chunk({ tool_calls: [call(0, { id: "c1", name: "f", arguments: "{\"a\":" })] })), data(chunk({}, "tool_calls"))]).failure)
-      .toStrictEqual({ message: `${HOST}: the arguments of tool call c1 (f) are not JSON`, code: "MALFORMED_STREAM", retryable: false })
-    expect(decode([data(chunk({ tool_calls: [call(0, { id: "c1", arguments: "{}" })] })), data(chunk({}, "tool_calls"))]).failure)
+    expect(
+      decode([
+        data(chunk({ tool_calls: [call(0, { id: "c1", name: "f", arguments: "{\"a\":" })] })),
+        data(chunk({}, "tool_calls"))
+      ]).failure
+    )
+      .toStrictEqual({
+        message: `${HOST}: the arguments of tool call c1 (f) are not JSON`,
+        code: "MALFORMED_STREAM",
+        retryable: false
+      })
+    expect(
+      decode([data(chunk({ tool_calls: [call(0, { id: "c1", arguments: "{}" })] })), data(chunk({}, "tool_calls"))])
+        .failure
+    )
       .toStrictEqual({ message: `${HOST}: tool call c1 has no name`, code: "MALFORMED_STREAM", retryable: false })
     expect(decode([{ event: "message", data: "{\"choices\": [" }]).failure).toStrictEqual({
       message: `${HOST}: a stream event is not a chat completion chunk: {"choices": [`,
@@ -483,18 +637,34 @@ describe("ChatCompletionsEvents errors in the stream", () => {
   })
 
   it("an `event: error` is classified from its JSON data, or kept as text", () => {
-    expect(decode([{ event: "error", data: JSON.stringify({ error: { type: "rate_limit_exceeded", message: "slow down" } }) }]).failure)
+    expect(
+      decode([{
+        event: "error",
+        data: JSON.stringify({ error: { type: "rate_limit_exceeded", message: "slow down" } })
+      }]).failure
+    )
       .toStrictEqual({ message: `${HOST}: slow down`, code: "RATE_LIMIT", retryable: true })
     expect(decode([{ event: "error", data: "the model crashed" }]).failure)
       .toStrictEqual({ message: `${HOST}: the model crashed`, code: "PROVIDER_ERROR", retryable: false })
-    expect(decode([{ event: "error", data: JSON.stringify({ error: { code: "insufficient_quota", message: "You exceeded your current quota" } }) }]).failure)
+    expect(
+      decode([{
+        event: "error",
+        data: JSON.stringify({ error: { code: "insufficient_quota", message: "You exceeded your current quota" } })
+      }]).failure
+    )
       .toStrictEqual({ message: `${HOST}: You exceeded your current quota`, code: "QUOTA", retryable: false })
   })
 
   it("the flat error object of older vLLM servers ({object: \"error\", ...}) is classified, not skipped", () => {
     const out = decode([
       data(chunk({ content: "Par" })),
-      data({ object: "error", message: "This model's maximum context length is 4096 tokens", type: "BadRequestError", param: null, code: 400 }),
+      data({
+        object: "error",
+        message: "This model's maximum context length is 4096 tokens",
+        type: "BadRequestError",
+        param: null,
+        code: 400
+      }),
       DONE
     ])
     expect(out.failure).toStrictEqual({
@@ -506,7 +676,12 @@ describe("ChatCompletionsEvents errors in the stream", () => {
   })
 
   it("an empty finish reason on every delta is no finish reason", () => {
-    const out = decode([data(chunk({ content: "a" }, "")), data(chunk({ content: "b" }, "")), data(chunk({}, "stop")), DONE])
+    const out = decode([
+      data(chunk({ content: "a" }, "")),
+      data(chunk({ content: "b" }, "")),
+      data(chunk({}, "stop")),
+      DONE
+    ])
     expect(out.chunks).toStrictEqual([
       ...Chunks.textBlock(0, "a", "b"),
       stop
@@ -514,6 +689,7 @@ describe("ChatCompletionsEvents errors in the stream", () => {
   })
 
   it("empty data events are skipped", () => {
-    expect(decode([{ event: "message", data: "" }, data(chunk({ content: "a" }, "stop")), DONE]).failure).toBeUndefined()
+    expect(decode([{ event: "message", data: "" }, data(chunk({ content: "a" }, "stop")), DONE]).failure)
+      .toBeUndefined()
   })
 })

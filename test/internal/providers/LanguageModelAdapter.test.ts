@@ -9,9 +9,16 @@ import { ModelError } from "../../../src/domain/Errors.js"
 import type { Message, StreamChunk, ToolSchema } from "../../../src/domain/Values.js"
 import type { ModelRequest } from "../../../src/services/Model.js"
 import { Model } from "../../../src/services/Model.js"
-import * as Chunks from "../../fixtures/streamChunks.js"
 import type { Run as StreamRun } from "../../fixtures/adapterHarness.js"
-import { assistantFrom, requestFor, resultParts, sourceFor, streamRun, userParts } from "../../fixtures/adapterHarness.js"
+import {
+  assistantFrom,
+  requestFor,
+  resultParts,
+  sourceFor,
+  streamRun,
+  userParts
+} from "../../fixtures/adapterHarness.js"
+import * as Chunks from "../../fixtures/streamChunks.js"
 
 const modelSource = sourceFor("p", "m")
 const assistant = assistantFrom(modelSource)
@@ -88,7 +95,9 @@ describe("LanguageModelAdapter request", () => {
     Effect.gen(function*() {
       const messages: ReadonlyArray<Message> = [
         userParts("u1", [{ type: "text", text: "first" }]),
-        userParts("u2", [{ type: "text", text: "second" }, { type: "image", mediaType: "image/png", data: "AQID" }], { kind: "steer" }),
+        userParts("u2", [{ type: "text", text: "second" }, { type: "image", mediaType: "image/png", data: "AQID" }], {
+          kind: "steer"
+        }),
         assistant("a1", [
           { type: "reasoning", text: "think" },
           { type: "text", text: "calling" },
@@ -125,14 +134,30 @@ describe("LanguageModelAdapter request", () => {
         {
           role: "tool",
           content: [
-            { type: "tool-result", id: "c1", name: "lookup", isFailure: false, result: "found", providerExecuted: false, options: {} }
+            {
+              type: "tool-result",
+              id: "c1",
+              name: "lookup",
+              isFailure: false,
+              result: "found",
+              providerExecuted: false,
+              options: {}
+            }
           ],
           options: {}
         },
         {
           role: "tool",
           content: [
-            { type: "tool-result", id: "c2", name: "raw", isFailure: true, result: "bad", providerExecuted: false, options: {} }
+            {
+              type: "tool-result",
+              id: "c2",
+              name: "raw",
+              isFailure: true,
+              result: "bad",
+              providerExecuted: false,
+              options: {}
+            }
           ],
           options: {}
         },
@@ -151,15 +176,30 @@ describe("LanguageModelAdapter request", () => {
 
   it.effect("a tool result with an image keeps its blocks", () =>
     Effect.gen(function*() {
-      const content = [{ type: "text" as const, text: "chart" }, { type: "image" as const, mediaType: "image/png", data: "AQID" }]
+      const content = [{ type: "text" as const, text: "chart" }, {
+        type: "image" as const,
+        mediaType: "image/png",
+        data: "AQID"
+      }]
       const messages: ReadonlyArray<Message> = [
-        userParts("r1", [{ type: "tool-result", toolCallId: "c9", isError: false, content }], { kind: "tool", callId: "c9" })
+        userParts("r1", [{ type: "tool-result", toolCallId: "c9", isError: false, content }], {
+          kind: "tool",
+          callId: "c9"
+        })
       ]
       const { options } = yield* run(request({ messages }), [stopPart])
       expect(view(options[0]!.prompt)).toStrictEqual([
         {
           role: "tool",
-          content: [{ type: "tool-result", id: "c9", name: "", isFailure: false, result: content, providerExecuted: false, options: {} }],
+          content: [{
+            type: "tool-result",
+            id: "c9",
+            name: "",
+            isFailure: false,
+            result: content,
+            providerExecuted: false,
+            options: {}
+          }],
           options: {}
         }
       ])
@@ -368,7 +408,9 @@ describe("LanguageModelAdapter failures", () => {
         description: "connection reset"
       })
       const { error } = yield* run(request(), [], failure)
-      expect(Option.map(error, (e) => e.failure)).toStrictEqual(Option.some({ message: failure.message, code: "NETWORK" }))
+      expect(Option.map(error, (e) => e.failure)).toStrictEqual(
+        Option.some({ message: failure.message, code: "NETWORK" })
+      )
     }))
 
   it.effect("a request error other than transport is UNKNOWN and not retryable", () =>
@@ -396,8 +438,14 @@ describe("LanguageModelAdapter failures", () => {
 
   it.effect("malformed output from a parse error carries the parse error's message", () =>
     Effect.gen(function*() {
-      const parseError = yield* Effect.flip(Schema.decodeUnknown(Schema.parseJson(Schema.Struct({ type: Schema.String })))("{\"type\":"))
-      const failure = AiError.MalformedOutput.fromParseError({ module: "Fake", method: "streamRequest", error: parseError })
+      const parseError = yield* Effect.flip(
+        Schema.decodeUnknown(Schema.parseJson(Schema.Struct({ type: Schema.String })))("{\"type\":")
+      )
+      const failure = AiError.MalformedOutput.fromParseError({
+        module: "Fake",
+        method: "streamRequest",
+        error: parseError
+      })
       const { error } = yield* run(request(), [], failure)
       expect(Option.map(error, (e) => e.failure)).toStrictEqual(Option.some({
         message: `Fake.streamRequest: malformed output: ${parseError.message}`,
@@ -422,15 +470,24 @@ describe("LanguageModelAdapter failures", () => {
   it.effect("an error part without a status is classified by its provider error type or code", () =>
     Effect.gen(function*() {
       const codeOf = (payload: unknown) =>
-        Effect.map(run(request(), [{ type: "error", error: payload }]), ({ error }) => Option.map(error, (e) => e.failure.code))
-      expect(yield* codeOf({ type: "overloaded_error", message: "Overloaded" })).toStrictEqual(Option.some("OVERLOADED"))
+        Effect.map(
+          run(request(), [{ type: "error", error: payload }]),
+          ({ error }) => Option.map(error, (e) => e.failure.code)
+        )
+      expect(yield* codeOf({ type: "overloaded_error", message: "Overloaded" })).toStrictEqual(
+        Option.some("OVERLOADED")
+      )
       expect(yield* codeOf({ type: "rate_limit_error", message: "slow down" })).toStrictEqual(Option.some("RATE_LIMIT"))
-      expect(yield* codeOf({ type: "api_error", message: "internal" })).toStrictEqual(Option.some("SERVICE_UNAVAILABLE"))
+      expect(yield* codeOf({ type: "api_error", message: "internal" })).toStrictEqual(
+        Option.some("SERVICE_UNAVAILABLE")
+      )
       expect(yield* codeOf({ type: "error", code: "rate_limit_exceeded", message: "slow down" })).toStrictEqual(
         Option.some("RATE_LIMIT")
       )
       expect(yield* codeOf({ type: "invalid_request_error", message: "bad" })).toStrictEqual(Option.some("UNKNOWN"))
-      expect(yield* codeOf({ type: "error", code: "invalid_prompt", message: "bad" })).toStrictEqual(Option.some("UNKNOWN"))
+      expect(yield* codeOf({ type: "error", code: "invalid_prompt", message: "bad" })).toStrictEqual(
+        Option.some("UNKNOWN")
+      )
     }))
 
   it.effect("an error part with a known status is classified by it", () =>

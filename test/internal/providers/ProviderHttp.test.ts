@@ -1,12 +1,12 @@
-import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { HttpClient } from "@effect/platform"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Duration, Effect, Redacted, Stream } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as Net from "node:net"
-import type { Timeouts } from "../../../src/internal/providers/ProviderTimeouts.js"
 import { streamEvents } from "../../../src/internal/providers/ProviderHttp.js"
+import type { Timeouts } from "../../../src/internal/providers/ProviderTimeouts.js"
 
 // Real sockets on 127.0.0.1 and the live clock, with timeouts of a fraction of a second.
 
@@ -31,7 +31,9 @@ const serve = (handler: Handler) =>
     ({ server }) =>
       Effect.async<void>((resume) => {
         server.closeAllConnections()
-        server.close(() => resume(Effect.void))
+        server.close(() =>
+          resume(Effect.void)
+        )
       })
   )
 
@@ -134,7 +136,11 @@ describe("ProviderHttp.streamEvents", () => {
     Effect.scoped(Effect.gen(function*() {
       const { url } = yield* serve((_request, response) => {
         response.writeHead(200, { "content-type": "application/json; charset=utf-8" })
-        response.end(JSON.stringify({ error: { code: "context_length_exceeded", message: "This model's maximum context length is 8192 tokens." } }))
+        response.end(
+          JSON.stringify({
+            error: { code: "context_length_exceeded", message: "This model's maximum context length is 8192 tokens." }
+          })
+        )
       })
       const result = yield* run(url)
       expect(result._tag === "Left" ? result.left.failure : result).toEqual({

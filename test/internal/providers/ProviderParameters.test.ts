@@ -27,7 +27,9 @@ describe("providerParameters", () => {
       required: ["x"],
       properties: { x: { type: "number" } },
       additionalProperties: false,
-      $defs: { Point: { type: "object", required: ["x"], properties: { x: { type: "number" } }, additionalProperties: false } }
+      $defs: {
+        Point: { type: "object", required: ["x"], properties: { x: { type: "number" } }, additionalProperties: false }
+      }
     })
     const nested = of(Schema.Struct({ a: inner, b: inner }).annotations({ identifier: "Outer" }))
     expect(nested.type).toBe("object")
@@ -40,8 +42,14 @@ describe("providerParameters", () => {
       type: "object",
       properties: {}
     })
-    expect(providerParameters({ name: "t", description: "", parameters: null })).toEqual({ type: "object", properties: {} })
-    expect(providerParameters({ name: "t", description: "", parameters: ["x"] })).toEqual({ type: "object", properties: {} })
+    expect(providerParameters({ name: "t", description: "", parameters: null })).toEqual({
+      type: "object",
+      properties: {}
+    })
+    expect(providerParameters({ name: "t", description: "", parameters: ["x"] })).toEqual({
+      type: "object",
+      properties: {}
+    })
   })
 
   it("passes any other schema on unchanged (the provider judges it)", () => {

@@ -2,7 +2,8 @@ import { describe, expect, it } from "@effect/vitest"
 import { ConfigProvider, Duration, Effect, Either } from "effect"
 import { DEFAULT_TIMEOUTS, parseDuration, resolveTimeouts } from "../../../src/internal/providers/ProviderTimeouts.js"
 
-const withEnv = (env: Record<string, string>) => Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
+const withEnv = (env: Record<string, string>) =>
+  Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(env))))
 
 const millis = (timeouts: { connect: Duration.Duration; firstByte: Duration.Duration; idle: Duration.Duration }) => ({
   connect: Duration.toMillis(timeouts.connect),
@@ -13,7 +14,11 @@ const millis = (timeouts: { connect: Duration.Duration; firstByte: Duration.Dura
 describe("ProviderTimeouts", () => {
   it.effect("defaults to 30 s for the headers, 120 s for the first byte and 120 s between chunks", () =>
     Effect.gen(function*() {
-      expect(millis(yield* resolveTimeouts().pipe(withEnv({})))).toEqual({ connect: 30_000, firstByte: 120_000, idle: 120_000 })
+      expect(millis(yield* resolveTimeouts().pipe(withEnv({})))).toEqual({
+        connect: 30_000,
+        firstByte: 120_000,
+        idle: 120_000
+      })
       expect(millis(DEFAULT_TIMEOUTS)).toEqual({ connect: 30_000, firstByte: 120_000, idle: 120_000 })
     }))
 

@@ -26,7 +26,10 @@ const decode = (decoder: Decoder, events: ReadonlyArray<SseEvent>): ReadonlyArra
   return chunks
 }
 
-const typed = (payload: { readonly type: string; readonly [key: string]: unknown }): SseEvent => ({ event: payload.type, data: JSON.stringify(payload) })
+const typed = (payload: { readonly type: string; readonly [key: string]: unknown }): SseEvent => ({
+  event: payload.type,
+  data: JSON.stringify(payload)
+})
 
 const chatDecoder = (): Decoder => {
   const decoder = ChatCompletionsEvents.make({ provider: "api.example.test", callIdPrefix: "call_1_1_1" })
@@ -57,24 +60,59 @@ const chat: ReadonlyArray<SseEvent> = [
   { event: "message", data: "[DONE]" }
 ]
 
-const response = (status: string) => ({ id: "resp_1", object: "response", status, error: null, incomplete_details: null, model: "gpt-5.1", output: [], usage: null })
-const messageItem = (content: ReadonlyArray<unknown>) => ({ id: "msg_1", type: "message", status: "completed", role: "assistant", content })
+const response = (status: string) => ({
+  id: "resp_1",
+  object: "response",
+  status,
+  error: null,
+  incomplete_details: null,
+  model: "gpt-5.1",
+  output: [],
+  usage: null
+})
+const messageItem = (content: ReadonlyArray<unknown>) => ({
+  id: "msg_1",
+  type: "message",
+  status: "completed",
+  role: "assistant",
+  content
+})
 
 const responsesStreamed: ReadonlyArray<SseEvent> = [
   typed({ type: "response.created", response: response("in_progress") }),
   typed({ type: "response.output_item.added", output_index: 0, item: messageItem([]) }),
-  typed({ type: "response.content_part.added", item_id: "msg_1", output_index: 0, content_index: 0, part: { type: "refusal", refusal: "" } }),
+  typed({
+    type: "response.content_part.added",
+    item_id: "msg_1",
+    output_index: 0,
+    content_index: 0,
+    part: { type: "refusal", refusal: "" }
+  }),
   typed({ type: "response.refusal.delta", item_id: "msg_1", output_index: 0, content_index: 0, delta: "I'm sorry, " }),
-  typed({ type: "response.refusal.delta", item_id: "msg_1", output_index: 0, content_index: 0, delta: "I can't assist with that request." }),
+  typed({
+    type: "response.refusal.delta",
+    item_id: "msg_1",
+    output_index: 0,
+    content_index: 0,
+    delta: "I can't assist with that request."
+  }),
   typed({ type: "response.refusal.done", item_id: "msg_1", output_index: 0, content_index: 0, refusal: WORDS }),
-  typed({ type: "response.output_item.done", output_index: 0, item: messageItem([{ type: "refusal", refusal: WORDS }]) }),
+  typed({
+    type: "response.output_item.done",
+    output_index: 0,
+    item: messageItem([{ type: "refusal", refusal: WORDS }])
+  }),
   typed({ type: "response.completed", response: response("completed") })
 ]
 
 // The refusal only in the finished item (no deltas streamed).
 const responsesItemOnly: ReadonlyArray<SseEvent> = [
   typed({ type: "response.created", response: response("in_progress") }),
-  typed({ type: "response.output_item.done", output_index: 0, item: messageItem([{ type: "refusal", refusal: WORDS }]) }),
+  typed({
+    type: "response.output_item.done",
+    output_index: 0,
+    item: messageItem([{ type: "refusal", refusal: WORDS }])
+  }),
   typed({ type: "response.completed", response: response("completed") })
 ]
 
@@ -82,11 +120,24 @@ const anthropicUsage = { input_tokens: 18, output_tokens: 1 }
 const anthropic: ReadonlyArray<SseEvent> = [
   typed({
     type: "message_start",
-    message: { model: "claude", id: "msg_01", type: "message", role: "assistant", content: [], stop_reason: null, stop_sequence: null, usage: anthropicUsage }
+    message: {
+      model: "claude",
+      id: "msg_01",
+      type: "message",
+      role: "assistant",
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: anthropicUsage
+    }
   }),
   typed({
     type: "message_delta",
-    delta: { stop_reason: "refusal", stop_sequence: null, stop_details: { type: "refusal", category: "cyber", explanation: WORDS } },
+    delta: {
+      stop_reason: "refusal",
+      stop_sequence: null,
+      stop_details: { type: "refusal", category: "cyber", explanation: WORDS }
+    },
     usage: { ...anthropicUsage, output_tokens: 5 }
   }),
   typed({ type: "message_stop" })
@@ -103,7 +154,9 @@ describe("a refusal, in every adapter", () => {
   for (const [name, make, events] of cases) {
     it(`${name}: no text chunk; a non-retryable REFUSAL finish whose message holds the refusal's words`, () => {
       const chunks = decode(make(), events)
-      expect(chunks.filter((c) => c.type === "text-delta" || (c.type === "block-start" && c.block === "text"))).toEqual([])
+      expect(chunks.filter((c) => c.type === "text-delta" || (c.type === "block-start" && c.block === "text"))).toEqual(
+        []
+      )
       const finish = chunks.at(-1)
       expect(finish?.type).toBe("finish")
       if (finish?.type !== "finish" || finish.finish.kind !== "error") throw new Error("not an error finish")

@@ -86,7 +86,13 @@ const call = (itemId: string, outputIndex: number, callId: string, name: string,
 const message = (itemId: string, outputIndex: number, phase: "added" | "done", content: ReadonlyArray<unknown>) => ({
   type: `response.output_item.${phase}`,
   output_index: outputIndex,
-  item: { id: itemId, type: "message", status: phase === "added" ? "in_progress" : "completed", role: "assistant", content }
+  item: {
+    id: itemId,
+    type: "message",
+    status: phase === "added" ? "in_progress" : "completed",
+    role: "assistant",
+    content
+  }
 })
 
 const SUMMARY_1 = "**Calculating step-by-step**\n\nI'll compute 12 plus 7."
@@ -102,11 +108,29 @@ describe("ResponsesEvents", () => {
         output_index: 0,
         item: { id: "rs_1", type: "reasoning", encrypted_content: "gAAAA-added", summary: [] }
       },
-      { type: "response.reasoning_summary_part.added", item_id: "rs_1", output_index: 0, summary_index: 0, part: { type: "summary_text", text: "" } },
+      {
+        type: "response.reasoning_summary_part.added",
+        item_id: "rs_1",
+        output_index: 0,
+        summary_index: 0,
+        part: { type: "summary_text", text: "" }
+      },
       summaryDelta("rs_1", "**Calculating step-by-step**"),
       summaryDelta("rs_1", "\n\nI'll compute 12 plus 7."),
-      { type: "response.reasoning_summary_text.done", item_id: "rs_1", output_index: 0, summary_index: 0, text: SUMMARY_1 },
-      { type: "response.reasoning_summary_part.done", item_id: "rs_1", output_index: 0, summary_index: 0, part: { type: "summary_text", text: SUMMARY_1 } },
+      {
+        type: "response.reasoning_summary_text.done",
+        item_id: "rs_1",
+        output_index: 0,
+        summary_index: 0,
+        text: SUMMARY_1
+      },
+      {
+        type: "response.reasoning_summary_part.done",
+        item_id: "rs_1",
+        output_index: 0,
+        summary_index: 0,
+        part: { type: "summary_text", text: SUMMARY_1 }
+      },
       summaryDelta("rs_1", SUMMARY_2, 1),
       {
         type: "response.output_item.done",
@@ -121,7 +145,12 @@ describe("ResponsesEvents", () => {
       call("fc_1", 1, "call_AB6", "calculator", "", "in_progress"),
       argsDelta("fc_1", 1, "{\""),
       argsDelta("fc_1", 1, "a\":12,\"b\":7,\"op\":\"add\"}"),
-      { type: "response.function_call_arguments.done", item_id: "fc_1", output_index: 1, arguments: "{\"a\":12,\"b\":7,\"op\":\"add\"}" },
+      {
+        type: "response.function_call_arguments.done",
+        item_id: "fc_1",
+        output_index: 1,
+        arguments: "{\"a\":12,\"b\":7,\"op\":\"add\"}"
+      },
       call("fc_1", 1, "call_AB6", "calculator", "{\"a\":12,\"b\":7,\"op\":\"add\"}", "completed"),
       completed(usage(134, 28, 0, 0))
     ])
@@ -157,7 +186,11 @@ describe("ResponsesEvents", () => {
       item: { id, type: "reasoning", summary: [] }
     })
     const search = (id: string, index: number): ReadonlyArray<Event> => [
-      { type: "response.output_item.added", output_index: index, item: { id, type: "web_search_call", status: "in_progress" } },
+      {
+        type: "response.output_item.added",
+        output_index: index,
+        item: { id, type: "web_search_call", status: "in_progress" }
+      },
       { type: "response.web_search_call.in_progress", output_index: index, item_id: id },
       { type: "response.web_search_call.searching", output_index: index, item_id: id },
       { type: "response.web_search_call.completed", output_index: index, item_id: id },
@@ -182,7 +215,13 @@ describe("ResponsesEvents", () => {
       reasoning("rs_2", 2, "done"),
       ...search("ws_2", 3),
       message("msg_1", 4, "added", []),
-      { type: "response.content_part.added", item_id: "msg_1", output_index: 4, content_index: 0, part: { type: "output_text", annotations: [], text: "" } },
+      {
+        type: "response.content_part.added",
+        item_id: "msg_1",
+        output_index: 4,
+        content_index: 0,
+        part: { type: "output_text", annotations: [], text: "" }
+      },
       textDelta("msg_1", 4, "I checked today’s"),
       {
         type: "response.output_text.annotation.added",
@@ -193,25 +232,46 @@ describe("ResponsesEvents", () => {
         annotation: { type: "url_citation", url: "https://example.com/a", start_index: 0, end_index: 5, title: "A" }
       },
       textDelta("msg_1", 4, " tech headlines."),
-      { type: "response.output_text.done", item_id: "msg_1", output_index: 4, content_index: 0, text: "I checked today’s tech headlines." },
-      message("msg_1", 4, "done", [{ type: "output_text", annotations: [], text: "I checked today’s tech headlines." }]),
+      {
+        type: "response.output_text.done",
+        item_id: "msg_1",
+        output_index: 4,
+        content_index: 0,
+        text: "I checked today’s tech headlines."
+      },
+      message("msg_1", 4, "done", [{
+        type: "output_text",
+        annotations: [],
+        text: "I checked today’s tech headlines."
+      }]),
       completed(usage(31073, 4416, 3712, 3712))
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
       ...Chunks.textBlock(0, "I checked today’s", " tech headlines."),
-      Chunks.usage({ inputTokens: 31073, outputTokens: 4416, totalTokens: 35489, reasoningTokens: 3712, cacheReadTokens: 3712 }),
+      Chunks.usage({
+        inputTokens: 31073,
+        outputTokens: 4416,
+        totalTokens: 35489,
+        reasoningTokens: 3712,
+        cacheReadTokens: 3712
+      }),
       Chunks.stop
     ])
   })
 
   it("an error event (insufficient_quota) followed by response.failed fails with QUOTA and the provider's message", () => {
-    const text = "You exceeded your current quota, please check your plan and billing details. For more information on " +
+    const text =
+      "You exceeded your current quota, please check your plan and billing details. For more information on " +
       "this error, read the docs: https://platform.openai.com/docs/guides/error-codes/api-errors."
     const { chunks, failure } = decode([
       created,
       inProgress,
-      { type: "error", sequence_number: 2, error: { type: "insufficient_quota", code: "insufficient_quota", message: text, param: null } },
+      {
+        type: "error",
+        sequence_number: 2,
+        error: { type: "insufficient_quota", code: "insufficient_quota", message: text, param: null }
+      },
       {
         type: "response.failed",
         sequence_number: 3,
@@ -225,7 +285,13 @@ describe("ResponsesEvents", () => {
   it("an error event with top-level fields is classified by its code", () => {
     const { failure } = decode([
       created,
-      { type: "error", code: "rate_limit_exceeded", message: "Rate limit reached for gpt-5.1", param: null, sequence_number: 1 }
+      {
+        type: "error",
+        code: "rate_limit_exceeded",
+        message: "Rate limit reached for gpt-5.1",
+        param: null,
+        sequence_number: 1
+      }
     ])
     expect(failure).toEqual({ code: "RATE_LIMIT", retryable: true, message: "OpenAI: Rate limit reached for gpt-5.1" })
   })
@@ -235,13 +301,20 @@ describe("ResponsesEvents", () => {
       created,
       message("msg_1", 0, "added", []),
       textDelta("msg_1", 0, "Par"),
-      { type: "response.failed", response: response("failed", { error: { code: "server_error", message: "The server had an error." } }) }
+      {
+        type: "response.failed",
+        response: response("failed", { error: { code: "server_error", message: "The server had an error." } })
+      }
     ])
     expect(chunks).toEqual([
       { type: "block-start", index: 0, block: "text" },
       { type: "text-delta", index: 0, text: "Par" }
     ])
-    expect(failure).toEqual({ code: "SERVICE_UNAVAILABLE", retryable: true, message: "OpenAI: The server had an error." })
+    expect(failure).toEqual({
+      code: "SERVICE_UNAVAILABLE",
+      retryable: true,
+      message: "OpenAI: The server had an error."
+    })
   })
 
   it("a stream cut before response.completed is a retryable NETWORK failure", () => {
@@ -265,10 +338,28 @@ describe("ResponsesEvents", () => {
     const { chunks, failure } = decode([
       created,
       message("msg_1", 0, "added", []),
-      { type: "response.content_part.added", item_id: "msg_1", output_index: 0, content_index: 0, part: { type: "refusal", refusal: "" } },
+      {
+        type: "response.content_part.added",
+        item_id: "msg_1",
+        output_index: 0,
+        content_index: 0,
+        part: { type: "refusal", refusal: "" }
+      },
       { type: "response.refusal.delta", item_id: "msg_1", output_index: 0, content_index: 0, delta: "I'm sorry, " },
-      { type: "response.refusal.delta", item_id: "msg_1", output_index: 0, content_index: 0, delta: "I can't help with that." },
-      { type: "response.refusal.done", item_id: "msg_1", output_index: 0, content_index: 0, refusal: "I'm sorry, I can't help with that." },
+      {
+        type: "response.refusal.delta",
+        item_id: "msg_1",
+        output_index: 0,
+        content_index: 0,
+        delta: "I can't help with that."
+      },
+      {
+        type: "response.refusal.done",
+        item_id: "msg_1",
+        output_index: 0,
+        content_index: 0,
+        refusal: "I'm sorry, I can't help with that."
+      },
       message("msg_1", 0, "done", [{ type: "refusal", refusal: "I'm sorry, I can't help with that." }]),
       completed(usage(10, 9))
     ])
@@ -279,7 +370,11 @@ describe("ResponsesEvents", () => {
         type: "finish",
         finish: {
           kind: "error",
-          failure: { code: "REFUSAL", retryable: false, message: "OpenAI: the model refused: I'm sorry, I can't help with that." }
+          failure: {
+            code: "REFUSAL",
+            retryable: false,
+            message: "OpenAI: the model refused: I'm sorry, I can't help with that."
+          }
         }
       }
     ])
@@ -288,8 +383,16 @@ describe("ResponsesEvents", () => {
   it("a function call without arguments is sent as {}; text and message placeholders keep their order", () => {
     const { chunks, failure } = decode([
       created,
-      { type: "response.output_item.added", output_index: 0, item: { id: "rs_1", type: "reasoning", encrypted_content: "enc", summary: [] } },
-      { type: "response.output_item.done", output_index: 0, item: { id: "rs_1", type: "reasoning", encrypted_content: "enc", summary: [] } },
+      {
+        type: "response.output_item.added",
+        output_index: 0,
+        item: { id: "rs_1", type: "reasoning", encrypted_content: "enc", summary: [] }
+      },
+      {
+        type: "response.output_item.done",
+        output_index: 0,
+        item: { id: "rs_1", type: "reasoning", encrypted_content: "enc", summary: [] }
+      },
       message("msg_1", 1, "added", []),
       textDelta("msg_1", 1, "Checking the time."),
       message("msg_1", 1, "done", [{ type: "output_text", annotations: [], text: "Checking the time." }]),
@@ -325,7 +428,11 @@ describe("ResponsesEvents", () => {
       {
         type: "response.output_item.done",
         output_index: 0,
-        item: { id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "One." }, { type: "summary_text", text: "Two." }] }
+        item: {
+          id: "rs_1",
+          type: "reasoning",
+          summary: [{ type: "summary_text", text: "One." }, { type: "summary_text", text: "Two." }]
+        }
       },
       message("msg_1", 1, "done", [{ type: "output_text", annotations: [], text: "Hello." }]),
       call("fc_1", 2, "call_1", "echo", "{\"text\":\"hi\"}", "completed"),
@@ -387,7 +494,10 @@ describe("ResponsesEvents", () => {
       created,
       message("msg_1", 0, "added", []),
       textDelta("msg_1", 0, "Once upon"),
-      { type: "response.incomplete", response: response("incomplete", { incomplete_details: { reason: "content_filter" } }) }
+      {
+        type: "response.incomplete",
+        response: response("incomplete", { incomplete_details: { reason: "content_filter" } })
+      }
     ])
     expect(failure).toBeUndefined()
     expect(chunks).toEqual([
@@ -396,14 +506,25 @@ describe("ResponsesEvents", () => {
         type: "finish",
         finish: {
           kind: "error",
-          failure: { code: "CONTENT_FILTER", retryable: false, message: "OpenAI: the content filter stopped the response" }
+          failure: {
+            code: "CONTENT_FILTER",
+            retryable: false,
+            message: "OpenAI: the content filter stopped the response"
+          }
         }
       }
     ])
   })
 
   it("unknown events are ignored; a data line that is not JSON fails with MALFORMED_STREAM; nothing after the end counts", () => {
-    expect(decode([created, { type: "response.some_future_event", payload: 1 }, completed(usage(1, 1)), textDelta("m", 0, "late")]).chunks)
+    expect(
+      decode([
+        created,
+        { type: "response.some_future_event", payload: 1 },
+        completed(usage(1, 1)),
+        textDelta("m", 0, "late")
+      ]).chunks
+    )
       .toEqual([
         Chunks.usage({ inputTokens: 1, outputTokens: 1, totalTokens: 2, reasoningTokens: 0, cacheReadTokens: 0 }),
         Chunks.stop

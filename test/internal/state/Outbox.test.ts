@@ -6,7 +6,9 @@ import { Inbox } from "../../../src/services/Inbox.js"
 import { drain, freshSession, subscribe, user } from "../../services/harness.js"
 
 const insertedIds = (events: ReadonlyArray<{ readonly type: string }>) =>
-  events.map((e) => e.type === "agent/inbox/inserted" && "message" in e ? (e.message as { readonly id: string }).id : e.type)
+  events.map((e) =>
+    e.type === "agent/inbox/inserted" && "message" in e ? (e.message as { readonly id: string }).id : e.type
+  )
 
 describe("Outbox", () => {
   it.scoped("a transaction queues notifications only while someone is subscribed", () =>

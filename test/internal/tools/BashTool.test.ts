@@ -45,9 +45,17 @@ describe("Bash", () => {
   it.scopedLive("runs in the working directory; reports the exit code; keys are absent from its environment", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
-      const { call } = yield* codingTools(dir, { env: { ...process.env, OPENAI_API_KEY: "sk-secret", TILLER_API_KEY: "t-secret" } })
-      expect(yield* call("Bash", { command: "pwd; echo err >&2" })).toEqual({ content: `${fs.realpathSync(dir)}\nerr`, isError: false })
-      expect(yield* call("Bash", { command: "echo partial; exit 3" })).toEqual({ content: "partial\n[exit code 3]", isError: true })
+      const { call } = yield* codingTools(dir, {
+        env: { ...process.env, OPENAI_API_KEY: "sk-secret", TILLER_API_KEY: "t-secret" }
+      })
+      expect(yield* call("Bash", { command: "pwd; echo err >&2" })).toEqual({
+        content: `${fs.realpathSync(dir)}\nerr`,
+        isError: false
+      })
+      expect(yield* call("Bash", { command: "echo partial; exit 3" })).toEqual({
+        content: "partial\n[exit code 3]",
+        isError: true
+      })
       const env = text(yield* call("Bash", { command: "env" }))
       expect(env).toContain("PATH=")
       expect(env).not.toContain("sk-secret")
@@ -59,9 +67,15 @@ describe("Bash", () => {
       const dir = yield* tempDir
       const { call } = yield* codingTools(dir)
       const started = Date.now()
-      const output = yield* call("Bash", { command: "sleep 30 & echo $! > child.pid; echo started; sleep 30", timeout: 500 })
+      const output = yield* call("Bash", {
+        command: "sleep 30 & echo $! > child.pid; echo started; sleep 30",
+        timeout: 500
+      })
       expect(Date.now() - started).toBeLessThan(5000)
-      expect(output).toEqual({ content: "started\n[killed after the timeout of 500 ms, with every process it started]", isError: true })
+      expect(output).toEqual({
+        content: "started\n[killed after the timeout of 500 ms, with every process it started]",
+        isError: true
+      })
       const child = Number(fs.readFileSync(path.join(dir, "child.pid"), "utf8"))
       yield* Effect.sleep(Duration.millis(100))
       expect(alive(child)).toBe(false)
@@ -71,8 +85,12 @@ describe("Bash", () => {
     Effect.scoped(Effect.gen(function*() {
       const dir = yield* tempDir
       const { call } = yield* codingTools(dir)
-      const fiber = yield* Effect.fork(call("Bash", { command: "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait" }))
-      while (!fs.existsSync(path.join(dir, "shell.pid")) || fs.readFileSync(path.join(dir, "shell.pid"), "utf8") === "") {
+      const fiber = yield* Effect.fork(
+        call("Bash", { command: "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait" })
+      )
+      while (
+        !fs.existsSync(path.join(dir, "shell.pid")) || fs.readFileSync(path.join(dir, "shell.pid"), "utf8") === ""
+      ) {
         yield* Effect.sleep(Duration.millis(20))
       }
       const shell = Number(fs.readFileSync(path.join(dir, "shell.pid"), "utf8"))
@@ -84,17 +102,26 @@ describe("Bash", () => {
       expect(alive(child)).toBe(false)
     })))
 
-  it.live("a command printing 100 MB is kept within the cap, without holding it in memory", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const dir = yield* tempDir
-      const { call } = yield* codingTools(dir)
-      const before = process.memoryUsage().rss
-      const output = yield* call("Bash", { command: "head -c 100000000 /dev/zero | tr '\\0' 'x'; echo; echo the end", timeout: 60_000 })
-      const grown = process.memoryUsage().rss - before
-      const shown = text(output)
-      expect(shown.length).toBeLessThan(MAX_OUTPUT_CHARS + 200)
-      expect(shown).toMatch(/^x{20000}\n\[\.\.\. \d+ characters of output cut here \.\.\.\]\nx+\nthe end$/)
-      expect(Number(/\[\.\.\. (\d+) characters/.exec(shown)![1]) + MAX_OUTPUT_CHARS).toBe(100_000_000 + "\nthe end\n".length)
-      expect(grown).toBeLessThan(60 * 1024 * 1024)
-    })), 60_000)
+  it.live(
+    "a command printing 100 MB is kept within the cap, without holding it in memory",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const dir = yield* tempDir
+        const { call } = yield* codingTools(dir)
+        const before = process.memoryUsage().rss
+        const output = yield* call("Bash", {
+          command: "head -c 100000000 /dev/zero | tr '\\0' 'x'; echo; echo the end",
+          timeout: 60_000
+        })
+        const grown = process.memoryUsage().rss - before
+        const shown = text(output)
+        expect(shown.length).toBeLessThan(MAX_OUTPUT_CHARS + 200)
+        expect(shown).toMatch(/^x{20000}\n\[\.\.\. \d+ characters of output cut here \.\.\.\]\nx+\nthe end$/)
+        expect(Number(/\[\.\.\. (\d+) characters/.exec(shown)![1]) + MAX_OUTPUT_CHARS).toBe(
+          100_000_000 + "\nthe end\n".length
+        )
+        expect(grown).toBeLessThan(60 * 1024 * 1024)
+      })),
+    60_000
+  )
 })

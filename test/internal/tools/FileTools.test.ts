@@ -16,10 +16,14 @@ const openDescriptors = () => fs.readdirSync("/proc/self/fd").length
 describe("Read", () => {
   it("numbers lines like cat -n, from offset for limit lines, cutting long lines", () => {
     expect(numberLines("a\nb\nc\n", 1, DEFAULT_LINES)).toBe("     1\ta\n     2\tb\n     3\tc")
-    expect(numberLines("a\nb\nc\n", 2, 1)).toBe("     2\tb\n[lines 2-2 of 3 shown: Read again with offset 3 to see more]")
+    expect(numberLines("a\nb\nc\n", 2, 1)).toBe(
+      "     2\tb\n[lines 2-2 of 3 shown: Read again with offset 3 to see more]"
+    )
     expect(numberLines("a\n", 5, 10)).toBe("[the file has 1 line; offset 5 is past its end]")
     const long = "x".repeat(MAX_LINE_CHARS + 5)
-    expect(numberLines(long, 1, 10)).toBe(`     1\t${"x".repeat(MAX_LINE_CHARS)} [line cut: ${MAX_LINE_CHARS + 5} characters]`)
+    expect(numberLines(long, 1, 10)).toBe(
+      `     1\t${"x".repeat(MAX_LINE_CHARS)} [line cut: ${MAX_LINE_CHARS + 5} characters]`
+    )
   })
 
   it.scopedLive("reads an absolute or relative path inside the root; refuses outside paths and symlink escapes", () =>
@@ -30,7 +34,9 @@ describe("Read", () => {
       fs.writeFileSync(path.join(outside, "secret.txt"), "secret\n")
       fs.symlinkSync(outside, path.join(dir, "escape"))
       const { call } = yield* codingTools(dir)
-      expect(yield* call("Read", { file_path: path.join(dir, "notes.txt") })).toEqual({ content: "     1\tone\n     2\ttwo" })
+      expect(yield* call("Read", { file_path: path.join(dir, "notes.txt") })).toEqual({
+        content: "     1\tone\n     2\ttwo"
+      })
       expect(yield* call("Read", { file_path: "notes.txt" })).toEqual({ content: "     1\tone\n     2\ttwo" })
       const refusals = [
         yield* call("Read", { file_path: path.join(outside, "secret.txt") }),
@@ -59,7 +65,10 @@ describe("Read", () => {
     Effect.gen(function*() {
       const outside = yield* tempDir
       const dir = yield* tempDir
-      fs.writeFileSync(path.join(dir, "image.png"), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]))
+      fs.writeFileSync(
+        path.join(dir, "image.png"),
+        Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])
+      )
       fs.writeFileSync(path.join(outside, "secret.txt"), "outside the box\n")
       fs.linkSync(path.join(outside, "secret.txt"), path.join(dir, "link.txt"))
       yield* fifo(dir, "pipe")
@@ -81,9 +90,13 @@ describe("Read", () => {
         content: "refused: sock is a socket, not a regular file; Read reads only regular files",
         isError: true
       })
-      expect(yield* call("Read", { file_path: "." })).toEqual({ content: ". is a directory; use Glob or Bash ls", isError: true })
+      expect(yield* call("Read", { file_path: "." })).toEqual({
+        content: ". is a directory; use Glob or Bash ls",
+        isError: true
+      })
       expect(yield* call("Read", { file_path: "link.txt" })).toEqual({
-        content: "refused: link.txt has 2 hard links; Read uses only files with one link, since another link may be outside the working directory",
+        content:
+          "refused: link.txt has 2 hard links; Read uses only files with one link, since another link may be outside the working directory",
         isError: true
       })
       const { call: devCall } = yield* codingTools("/dev")
@@ -122,7 +135,10 @@ describe("Write", () => {
       expect(fs.readFileSync(path.join(dir, "a", "b", "new.txt"), "utf8")).toBe("hello\n")
       fs.writeFileSync(path.join(dir, "old.txt"), "old\n")
       const refused = yield* call("Write", { file_path: "old.txt", content: "new\n" })
-      expect(refused).toEqual({ content: "refused: old.txt has not been read in this session; Read it first, then change it", isError: true })
+      expect(refused).toEqual({
+        content: "refused: old.txt has not been read in this session; Read it first, then change it",
+        isError: true
+      })
       expect(fs.readFileSync(path.join(dir, "old.txt"), "utf8")).toBe("old\n")
       yield* call("Read", { file_path: "old.txt" })
       expect((yield* call("Write", { file_path: "old.txt", content: "new\n" })).isError).toBeUndefined()
@@ -163,16 +179,20 @@ describe("Edit", () => {
       })
       yield* call("Read", { file_path: file })
       // Another session's read does not count.
-      expect(text(yield* call("Edit", { file_path: file, old_string: "a = 1", new_string: "a = 2" }, "other"))).toContain("has not been read")
+      expect(text(yield* call("Edit", { file_path: file, old_string: "a = 1", new_string: "a = 2" }, "other")))
+        .toContain("has not been read")
       expect(yield* call("Edit", { file_path: file, old_string: "= 1", new_string: "= 2" })).toEqual({
-        content: `old_string occurs 2 times in ${file}; give more context to make it unique, or set replace_all to replace every occurrence`,
+        content:
+          `old_string occurs 2 times in ${file}; give more context to make it unique, or set replace_all to replace every occurrence`,
         isError: true
       })
       expect(yield* call("Edit", { file_path: file, old_string: "c = 1", new_string: "c = 2" })).toEqual({
         content: `old_string was not found in ${file}; it must match the file's text exactly`,
         isError: true
       })
-      expect(yield* call("Edit", { file_path: file, old_string: "a = 1", new_string: "a = $&2" })).toEqual({ content: `The file ${file} has been updated.` })
+      expect(yield* call("Edit", { file_path: file, old_string: "a = 1", new_string: "a = $&2" })).toEqual({
+        content: `The file ${file} has been updated.`
+      })
       expect(fs.readFileSync(file, "utf8")).toBe("const a = $&2\nconst b = 1\n")
       // Its own edit keeps the file known: a second edit needs no new Read.
       expect(yield* call("Edit", { file_path: file, old_string: "1", new_string: "3", replace_all: true })).toEqual({
@@ -181,7 +201,9 @@ describe("Edit", () => {
       expect(fs.readFileSync(file, "utf8")).toBe("const a = $&2\nconst b = 3\n")
       // A change made by someone else since is refused.
       fs.writeFileSync(file, "changed elsewhere, longer\n")
-      expect(text(yield* call("Edit", { file_path: file, old_string: "changed", new_string: "x" }))).toContain("changed since it was last read")
+      expect(text(yield* call("Edit", { file_path: file, old_string: "changed", new_string: "x" }))).toContain(
+        "changed since it was last read"
+      )
     }))
 })
 
@@ -201,14 +223,21 @@ describe("Glob and Grep", () => {
       expect(text(yield* call("Glob", { pattern: "*.py" }))).toBe("No files found")
       expect(text(yield* call("Glob", { pattern: "*", path: "/etc" }))).toMatch(/^refused: \/etc is outside/)
 
-      expect(text(yield* call("Grep", { pattern: "alpha", glob: "*.ts" }))).toBe(`Found 1 file\n${real}/src/deep/new.ts`)
+      expect(text(yield* call("Grep", { pattern: "alpha", glob: "*.ts" }))).toBe(
+        `Found 1 file\n${real}/src/deep/new.ts`
+      )
       expect(text(yield* call("Grep", { pattern: "alpha", "-i": true, glob: "*.ts" }))).toBe(
         `Found 2 files\n${real}/src/deep/new.ts\n${real}/src/old.ts`
       )
       expect(text(yield* call("Grep", { pattern: "alpha", output_mode: "content", path: "src", "-C": 1 }))).toBe(
-        [`${real}/src/deep/new.ts-1-before`, `${real}/src/deep/new.ts:2:const alpha = 2`, `${real}/src/deep/new.ts-3-after`].join("\n")
+        [
+          `${real}/src/deep/new.ts-1-before`,
+          `${real}/src/deep/new.ts:2:const alpha = 2`,
+          `${real}/src/deep/new.ts-3-after`
+        ].join("\n")
       )
-      expect(text(yield* call("Grep", { pattern: "alpha", output_mode: "count", "-i": true, path: "src/old.ts" }))).toBe(`${real}/src/old.ts:1`)
+      expect(text(yield* call("Grep", { pattern: "alpha", output_mode: "count", "-i": true, path: "src/old.ts" })))
+        .toBe(`${real}/src/old.ts:1`)
       expect(text(yield* call("Grep", { pattern: "nothing-here" }))).toBe("No matches found")
       const bad = yield* call("Grep", { pattern: "(" })
       expect(bad.isError).toBe(true)

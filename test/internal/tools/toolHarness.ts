@@ -1,7 +1,7 @@
 import { Effect } from "effect"
 import { SessionId } from "../../../src/domain/Ids.js"
-import type { ToolDefinition, ToolOutput } from "../../../src/services/Tools.js"
 import * as CodingTools from "../../../src/layers/CodingTools.js"
+import type { ToolDefinition, ToolOutput } from "../../../src/services/Tools.js"
 
 /** A tool call's context in session `session`. */
 export const contextOf = (session = "s") => ({
@@ -28,4 +28,6 @@ export const codingTools = (root: string, options: CodingTools.CodingToolsOption
 
 /** The text of an output. */
 export const text = (output: ToolOutput): string =>
-  typeof output.content === "string" ? output.content : output.content.map((b) => (b.type === "text" ? b.text : "")).join("")
+  typeof output.content === "string"
+    ? output.content
+    : output.content.map((b) => (b.type === "text" ? b.text : "")).join("")

@@ -11,7 +11,9 @@ import { frame } from "./ResponsesServer.js"
 export interface Turn {
   readonly thinking?: ReadonlyArray<string>
   readonly text?: ReadonlyArray<string>
-  readonly toolUses?: ReadonlyArray<{ readonly id: string; readonly name: string; readonly partialJson: ReadonlyArray<string> }>
+  readonly toolUses?: ReadonlyArray<
+    { readonly id: string; readonly name: string; readonly partialJson: ReadonlyArray<string> }
+  >
   readonly usage: Usage
 }
 
@@ -58,7 +60,11 @@ export const messageEvents = (
     index++
   }
   for (const use of turn.toolUses ?? []) {
-    push({ type: "content_block_start", index, content_block: { type: "tool_use", id: use.id, name: use.name, input: {} } })
+    push({
+      type: "content_block_start",
+      index,
+      content_block: { type: "tool_use", id: use.id, name: use.name, input: {} }
+    })
     for (const partial_json of use.partialJson) {
       push({ type: "content_block_delta", index, delta: { type: "input_json_delta", partial_json } })
     }
@@ -85,7 +91,10 @@ export const malformed = (): Reply => {
   const events = messageEvents({ text: ["cut"], usage: { input: 1, output: 1 } })
   return {
     _tag: "Sse",
-    frames: [...events.slice(0, 4).map(([event, data]) => frame(event, data)), frame("content_block_delta", "{\"type\":")]
+    frames: [
+      ...events.slice(0, 4).map(([event, data]) => frame(event, data)),
+      frame("content_block_delta", "{\"type\":")
+    ]
   }
 }
 

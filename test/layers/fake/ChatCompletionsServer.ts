@@ -4,9 +4,9 @@
  * it receives. The wire builders produce `chat.completion.chunk` objects as the OpenAI API reference
  * documents them for streamed responses (`data: {json}` events, then `data: [DONE]`).
  */
-import * as Http from "node:http"
 import type { Scope } from "effect"
 import { Effect } from "effect"
+import * as Http from "node:http"
 
 /** One request as the server received it. */
 export interface Received {
@@ -82,7 +82,14 @@ export const usageChunk = (usage: {
   readonly total_tokens: number
   readonly prompt_tokens_details?: { readonly cached_tokens: number }
   readonly completion_tokens_details?: { readonly reasoning_tokens: number }
-}) => ({ id: "chatcmpl-fake", object: "chat.completion.chunk", created: 1_700_000_000, model: "fake-model", choices: [], usage })
+}) => ({
+  id: "chatcmpl-fake",
+  object: "chat.completion.chunk",
+  created: 1_700_000_000,
+  model: "fake-model",
+  choices: [],
+  usage
+})
 
 /** A tool call delta: the first one of a call carries its id, type and name. */
 export const toolCall = (
@@ -125,7 +132,11 @@ const parseJson = (text: string): unknown => {
 
 const headersOf = (request: Http.IncomingMessage): Record<string, string | undefined> => {
   const out: Record<string, string | undefined> = {}
-  for (const [name, value] of Object.entries(request.headers)) out[name] = Array.isArray(value) ? value.join(", ") : value
+  for (const [name, value] of Object.entries(request.headers)) {
+    out[name] = Array.isArray(value)
+      ? value.join(", ")
+      : value
+  }
   return out
 }
 
@@ -148,7 +159,9 @@ const answer = (
 ) => {
   if (reply === undefined) {
     response.writeHead(400, { "content-type": "application/json" })
-    response.end(JSON.stringify({ error: { message: "the fake server has no reply left", type: "invalid_request_error" } }))
+    response.end(
+      JSON.stringify({ error: { message: "the fake server has no reply left", type: "invalid_request_error" } })
+    )
     return
   }
   switch (reply._tag) {

@@ -56,7 +56,13 @@ export const serve = (answer: Answer): Effect.Effect<FakeServer, never, Scope.Sc
     const received: Array<ReceivedRequest> = []
     const server = http.createServer((request, response) => {
       void readBody(request).then((text) => {
-        const entry = { method: request.method ?? "", path: request.url ?? "", headers: request.headers, body: parse(text), text }
+        const entry = {
+          method: request.method ?? "",
+          path: request.url ?? "",
+          headers: request.headers,
+          body: parse(text),
+          text
+        }
         received.push(entry)
         answer(received.length - 1, entry, request, response)
       })

@@ -18,7 +18,12 @@ export type { FakeServer, ReceivedRequest } from "./HttpServer.js"
  */
 export type Reply =
   | { readonly _tag: "Sse"; readonly frames: ReadonlyArray<string> }
-  | { readonly _tag: "Status"; readonly status: number; readonly headers?: Record<string, string>; readonly body: string }
+  | {
+    readonly _tag: "Status"
+    readonly status: number
+    readonly headers?: Record<string, string>
+    readonly body: string
+  }
   | { readonly _tag: "Hangup" }
   | { readonly _tag: "Cut"; readonly frames: ReadonlyArray<string> }
   | { readonly _tag: "Stall"; readonly frames: ReadonlyArray<string> }
@@ -91,7 +96,9 @@ export interface Turn {
   readonly reasoning?: ReadonlyArray<string>
   readonly encrypted?: string
   readonly text?: ReadonlyArray<string>
-  readonly toolCalls?: ReadonlyArray<{ readonly callId: string; readonly name: string; readonly arguments: ReadonlyArray<string> }>
+  readonly toolCalls?: ReadonlyArray<
+    { readonly callId: string; readonly name: string; readonly arguments: ReadonlyArray<string> }
+  >
   readonly usage: Usage
 }
 
@@ -150,7 +157,11 @@ export const responseEvents = (turn: Turn, options: { readonly id?: string; read
     const output_index = output.length
     const text = turn.reasoning.join("")
     const encrypted = turn.encrypted === undefined ? {} : { encrypted_content: turn.encrypted }
-    push({ type: "response.output_item.added", output_index, item: { type: "reasoning", id: itemId, summary: [], ...encrypted } })
+    push({
+      type: "response.output_item.added",
+      output_index,
+      item: { type: "reasoning", id: itemId, summary: [], ...encrypted }
+    })
     push({
       type: "response.reasoning_summary_part.added",
       item_id: itemId,
@@ -217,13 +228,27 @@ export const responseEvents = (turn: Turn, options: { readonly id?: string; read
     push({
       type: "response.output_item.added",
       output_index,
-      item: { type: "function_call", id: itemId, call_id: call.callId, name: call.name, arguments: "", status: "in_progress" }
+      item: {
+        type: "function_call",
+        id: itemId,
+        call_id: call.callId,
+        name: call.name,
+        arguments: "",
+        status: "in_progress"
+      }
     })
     for (const delta of call.arguments) {
       push({ type: "response.function_call_arguments.delta", item_id: itemId, output_index, delta })
     }
     push({ type: "response.function_call_arguments.done", item_id: itemId, output_index, arguments: args })
-    const item = { type: "function_call", id: itemId, call_id: call.callId, name: call.name, arguments: args, status: "completed" }
+    const item = {
+      type: "function_call",
+      id: itemId,
+      call_id: call.callId,
+      name: call.name,
+      arguments: args,
+      status: "completed"
+    }
     push({ type: "response.output_item.done", output_index, item })
     output.push(item)
   }
@@ -243,6 +268,9 @@ export const malformed = (): Reply => {
   const upToDelta = events.filter((event) => event.type !== "response.completed").slice(0, 4)
   return {
     _tag: "Sse",
-    frames: [...upToDelta.map((event) => frame(event.type as string, event)), frame("response.output_text.delta", "{\"type\":")]
+    frames: [
+      ...upToDelta.map((event) => frame(event.type as string, event)),
+      frame("response.output_text.delta", "{\"type\":")
+    ]
   }
 }

@@ -49,7 +49,9 @@ const replayBlock = (block: Block): unknown => {
     case "text":
       return block.text === "" ? undefined : { type: "text", text: block.text }
     case "thinking":
-      return block.signature === "" ? undefined : { type: "thinking", thinking: block.thinking, signature: block.signature }
+      return block.signature === ""
+        ? undefined
+        : { type: "thinking", thinking: block.thinking, signature: block.signature }
     case "redacted_thinking":
       return { type: "redacted_thinking", data: b.data }
     case "tool_use":
@@ -121,7 +123,19 @@ const expectResponse = (payloads: ReadonlyArray<any>): ExpectedResponse => {
 }
 
 const closingEvents = [
-  { type: "message_start", message: { id: "msg_closing", type: "message", role: "assistant", content: [], model: "closing", stop_reason: null, stop_sequence: null, usage: { input_tokens: 1, output_tokens: 1 } } },
+  {
+    type: "message_start",
+    message: {
+      id: "msg_closing",
+      type: "message",
+      role: "assistant",
+      content: [],
+      model: "closing",
+      stop_reason: null,
+      stop_sequence: null,
+      usage: { input_tokens: 1, output_tokens: 1 }
+    }
+  },
   { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
   { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Done." } },
   { type: "content_block_stop", index: 0 },
@@ -172,7 +186,10 @@ export const anthropic: Dialect = {
   toolResult: (id, text) => ({ kind: "tool-result", id, text, isError: false }),
   declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.name, parameters: t.input_schema })),
   everyRequest: ({ body, headers }) => {
-    expect({ key: headers["x-api-key"], version: headers["anthropic-version"] }).toEqual({ key: KEY, version: "2023-06-01" })
+    expect({ key: headers["x-api-key"], version: headers["anthropic-version"] }).toEqual({
+      key: KEY,
+      version: "2023-06-01"
+    })
     expect(body.stream).toBe(true)
     expect(typeof body.max_tokens).toBe("number")
   }

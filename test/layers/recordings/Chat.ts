@@ -36,7 +36,9 @@ const expectResponse = (payloads: ReadonlyArray<any>, done: boolean): ExpectedRe
         const index = call.index ?? 0
         const entry = calls.get(index) ?? { id: "", name: "", arguments: "" }
         if (typeof call.id === "string" && call.id !== "" && entry.id === "") entry.id = call.id
-        if (typeof call.function?.name === "string" && call.function.name !== "" && entry.name === "") entry.name = call.function.name
+        if (typeof call.function?.name === "string" && call.function.name !== "" && entry.name === "") {
+          entry.name = call.function.name
+        }
         if (typeof call.function?.arguments === "string") entry.arguments += call.function.arguments
         calls.set(index, entry)
       }
@@ -68,7 +70,9 @@ const expectResponse = (payloads: ReadonlyArray<any>, done: boolean): ExpectedRe
       ...(usage.completion_tokens_details?.reasoning_tokens === undefined
         ? {}
         : { reasoningTokens: usage.completion_tokens_details.reasoning_tokens }),
-      ...(usage.prompt_tokens_details?.cached_tokens === undefined ? {} : { cacheReadTokens: usage.prompt_tokens_details.cached_tokens })
+      ...(usage.prompt_tokens_details?.cached_tokens === undefined
+        ? {}
+        : { cacheReadTokens: usage.prompt_tokens_details.cached_tokens })
     },
     finish,
     replay: [assistant(
@@ -80,7 +84,12 @@ const expectResponse = (payloads: ReadonlyArray<any>, done: boolean): ExpectedRe
   }
 }
 
-const assistant = (text: string, calls: ReadonlyArray<unknown>, reasoning: unknown) => ({ kind: "assistant", text, calls, reasoning })
+const assistant = (text: string, calls: ReadonlyArray<unknown>, reasoning: unknown) => ({
+  kind: "assistant",
+  text,
+  calls,
+  reasoning
+})
 
 const chunk = (delta: Record<string, unknown>, finish: string | null, usage?: unknown) => ({
   id: "chatcmpl-closing",
@@ -99,7 +108,11 @@ const closingChunks = [
 
 const message = (m: any): Array<unknown> => {
   if (m.role === "assistant") {
-    const calls = (m.tool_calls ?? []).map((c: any) => ({ id: c.id, name: c.function?.name, arguments: argumentsValue(c.function?.arguments ?? "") }))
+    const calls = (m.tool_calls ?? []).map((c: any) => ({
+      id: c.id,
+      name: c.function?.name,
+      arguments: argumentsValue(c.function?.arguments ?? "")
+    }))
     const field = ["reasoning_content", "reasoning"].find((f) => typeof m[f] === "string")
     return [assistant(
       m.content === null || m.content === undefined ? "" : textOf(m.content) as string,
@@ -117,13 +130,15 @@ export const chat: Dialect = {
   family: "chat",
   provider: "openai-compatible",
   path: "/v1/chat/completions",
-  layer: (url) => OpenAiCompatibleModel.layer({ baseUrl: `${url}/v1`, model: "replay-model", apiKey: Redacted.make(KEY) }),
+  layer: (url) =>
+    OpenAiCompatibleModel.layer({ baseUrl: `${url}/v1`, model: "replay-model", apiKey: Redacted.make(KEY) }),
   expect: (response) => expectResponse(response.payloads, response.body.includes(DONE)),
   closing: closingChunks.map((p) => frame("chat", JSON.stringify(p), p)).join("") + DONE,
   history: (body) => body.messages.flatMap(message),
   user: (text) => ({ kind: "user", text }),
   toolResult: (id, text) => ({ kind: "tool-result", id, text }),
-  declared: (body) => (body.tools ?? []).map((t: any) => ({ name: t.function?.name, parameters: t.function?.parameters })),
+  declared: (body) =>
+    (body.tools ?? []).map((t: any) => ({ name: t.function?.name, parameters: t.function?.parameters })),
   everyRequest: ({ body, headers }) => {
     expect(headers.authorization).toBe(`Bearer ${KEY}`)
     expect(body.stream).toBe(true)

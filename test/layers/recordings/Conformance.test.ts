@@ -24,7 +24,8 @@ if (!Recordings.exists()) {
 
   describe("provider recordings: coverage", () => {
     it("the folder holds recordings of every API family", () => {
-      expect(Object.keys(DIALECTS).filter((family) => !recordings.some((name) => name.startsWith(`${family}/`)))).toEqual([])
+      expect(Object.keys(DIALECTS).filter((family) => !recordings.some((name) => name.startsWith(`${family}/`))))
+        .toEqual([])
     })
 
     it("every file is a recording a scenario covers: its family is known and what it must become is derived", () => {
@@ -35,7 +36,10 @@ if (!Recordings.exists()) {
           for (const [n, response] of recording.responses.entries()) {
             const expected = DIALECTS[recording.family].expect(response)
             // A response that yields nothing this suite checks was not understood.
-            if (expected.text === "" && expected.reasoning === "" && expected.calls.length === 0 && expected.finish.kind === "stop") {
+            if (
+              expected.text === "" && expected.reasoning === "" && expected.calls.length === 0 &&
+              expected.finish.kind === "stop"
+            ) {
               uncovered.push(`${name}: response ${n + 1} yields no text, reasoning, tool call or failure`)
             }
           }
@@ -64,7 +68,8 @@ if (!Recordings.exists()) {
 
   for (const name of recordings) {
     describe(name, () => {
-      it.scopedLive("a real turn: the logged events and every next request match the recording", () => replay(Recordings.load(name)))
+      it.scopedLive("a real turn: the logged events and every next request match the recording", () =>
+        replay(Recordings.load(name)))
       // A recording whose first response ends with an error, or has no finish event, has no cut variant.
       if (hasCut(name)) {
         it.scopedLive("cut before its finish event: a retryable NETWORK failure, the text so far kept", () => {

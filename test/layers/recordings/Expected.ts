@@ -86,9 +86,15 @@ const ERRORS: Readonly<Record<string, { readonly code: string; readonly retryabl
 export const errorFinish = (error: any): ExpectedFinish => {
   const message = typeof error?.message === "string" ? error.message : ""
   for (const key of [error?.code, error?.type]) {
-    if (typeof key === "string" && ERRORS[key] !== undefined) return { kind: "error", ...ERRORS[key], message: message.slice(0, 100) }
+    if (typeof key === "string" && ERRORS[key] !== undefined) {
+      return { kind: "error", ...ERRORS[key], message: message.slice(0, 100) }
+    }
   }
-  const status = typeof error?.code === "number" ? error.code : typeof error?.status === "number" ? error.status : undefined
+  const status = typeof error?.code === "number"
+    ? error.code
+    : typeof error?.status === "number"
+    ? error.status
+    : undefined
   if (status !== undefined && status >= 500 && status <= 599) {
     return { kind: "error", code: "SERVICE_UNAVAILABLE", retryable: true, message: message.slice(0, 100) }
   }

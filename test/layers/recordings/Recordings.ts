@@ -35,9 +35,10 @@ export interface Recording {
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url))
 
 /** The recordings folder: `TILLER_PROVIDER_RECORDINGS`, else `../shared/provider-recordings` from the repository root. */
-export const folder: string = process.env.TILLER_PROVIDER_RECORDINGS !== undefined && process.env.TILLER_PROVIDER_RECORDINGS !== ""
-  ? path.resolve(process.env.TILLER_PROVIDER_RECORDINGS)
-  : path.resolve(ROOT, "..", "shared", "provider-recordings")
+export const folder: string =
+  process.env.TILLER_PROVIDER_RECORDINGS !== undefined && process.env.TILLER_PROVIDER_RECORDINGS !== ""
+    ? path.resolve(process.env.TILLER_PROVIDER_RECORDINGS)
+    : path.resolve(ROOT, "..", "shared", "provider-recordings")
 
 const FAMILIES: ReadonlyArray<Family> = ["anthropic", "openai-responses", "chat"]
 
@@ -77,7 +78,10 @@ const opensResponse = (family: Family, payload: any): boolean =>
 const split = <A extends { readonly payload: any }>(family: Family, items: ReadonlyArray<A>): Array<Array<A>> => {
   const groups: Array<Array<A>> = []
   for (const item of items) {
-    if (groups.length === 0 || (opensResponse(family, item.payload) && groups.at(-1)!.some((i) => opensResponse(family, i.payload)))) {
+    if (
+      groups.length === 0 ||
+      (opensResponse(family, item.payload) && groups.at(-1)!.some((i) => opensResponse(family, i.payload)))
+    ) {
       groups.push([])
     }
     groups.at(-1)!.push(item)
@@ -89,7 +93,9 @@ const split = <A extends { readonly payload: any }>(family: Family, items: Reado
 const sseData = (text: string): Array<string> => {
   const out: Array<string> = []
   for (const block of text.replace(/\r\n/g, "\n").split("\n\n")) {
-    const data = block.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5).replace(/^ /, ""))
+    const data = block.split("\n").filter((line) => line.startsWith("data:")).map((line) =>
+      line.slice(5).replace(/^ /, "")
+    )
     if (data.length > 0) out.push(data.join("\n"))
   }
   return out
@@ -98,10 +104,15 @@ const sseData = (text: string): Array<string> => {
 /** Reads and splits one recording; throws on a line that is not JSON (a malformed recording). */
 export const load = (name: string): Recording => {
   const family = name.split("/")[0] as Family
-  if (!FAMILIES.includes(family)) throw new Error(`${name}: no API family for the folder "${family}" (known: ${FAMILIES.join(", ")})`)
+  if (!FAMILIES.includes(family)) {
+    throw new Error(`${name}: no API family for the folder "${family}" (known: ${FAMILIES.join(", ")})`)
+  }
   const text = fs.readFileSync(path.join(folder, name), "utf8")
   if (name.endsWith(".chunks.txt")) {
-    const items = text.split("\n").filter((line) => line.trim() !== "").map((line) => ({ line, payload: JSON.parse(line) }))
+    const items = text.split("\n").filter((line) => line.trim() !== "").map((line) => ({
+      line,
+      payload: JSON.parse(line)
+    }))
     const responses = split(family, items).map((group) => ({
       payloads: group.map((i) => i.payload),
       lines: group.map((i) => i.line),
@@ -112,7 +123,12 @@ export const load = (name: string): Recording => {
   if (name.endsWith(".sse")) {
     // Raw bytes are sent as they are; a file holds one response.
     const lines = sseData(text).filter((data) => data !== "[DONE]")
-    return { name, family, format: "sse", responses: [{ payloads: lines.map((l) => JSON.parse(l)), lines, body: text }] }
+    return {
+      name,
+      family,
+      format: "sse",
+      responses: [{ payloads: lines.map((l) => JSON.parse(l)), lines, body: text }]
+    }
   }
   throw new Error(`${name}: not a recording format this suite knows (*.chunks.txt or *.sse)`)
 }

@@ -47,33 +47,45 @@ const toolsFor = (expected: ReadonlyArray<ExpectedResponse>): Array<ToolDefiniti
   const byName = new Map<string, Array<Record<string, unknown>>>()
   for (const call of expected.flatMap((r) => r.calls)) {
     const args = argumentsValue(call.arguments)
-    byName.set(call.name, [...(byName.get(call.name) ?? []), typeof args === "object" && args !== null ? args as Record<string, unknown> : {}])
+    byName.set(call.name, [
+      ...(byName.get(call.name) ?? []),
+      typeof args === "object" && args !== null ? args as Record<string, unknown> : {}
+    ])
   }
   return [...byName.entries()].map(([name, calls]) => {
     const keys = [...new Set(calls.flatMap((c) => Object.keys(c)))]
-    const fields = Object.fromEntries(keys.map((key) => [key, calls.every((c) => key in c) ? Schema.Unknown : Schema.optional(Schema.Unknown)]))
+    const fields = Object.fromEntries(
+      keys.map((key) => [key, calls.every((c) => key in c) ? Schema.Unknown : Schema.optional(Schema.Unknown)])
+    )
     return Tool.make(name, {
       description: `The recorded ${name} tool`,
       parameters: Schema.Struct(fields),
       mode: "parallel",
       execute: (params, ctx) => {
         const call = expected.flatMap((r) => r.calls).find((c) => c.id === ctx.callId)
-        return Effect.succeed(call === undefined ? `unexpected call ${ctx.callId} with ${JSON.stringify(params)}` : resultOf(call))
+        return Effect.succeed(
+          call === undefined ? `unexpected call ${ctx.callId} with ${JSON.stringify(params)}` : resultOf(call)
+        )
       }
     })
   })
 }
 
-const ofType = (all: ReadonlyArray<SessionEvent>, type: SessionEvent["type"]): Array<any> => all.filter((e) => e.type === type)
+const ofType = (all: ReadonlyArray<SessionEvent>, type: SessionEvent["type"]): Array<any> =>
+  all.filter((e) => e.type === type)
 
 const inStep = (turn: number, step: number) => (e: any) => e.data.turn === turn && e.data.step === step
 
 /** What the logged chunks of one step say. */
 const stepChunks = (all: ReadonlyArray<SessionEvent>, turn: number, step: number) => {
-  const chunks = (ofType(all, "assistant/chunk") as Array<any>).filter(inStep(turn, step)).map((e) => e.data.chunk as StreamChunk)
+  const chunks = (ofType(all, "assistant/chunk") as Array<any>).filter(inStep(turn, step)).map((e) =>
+    e.data.chunk as StreamChunk
+  )
   const calls = new Map<number, { id: string; name: string; arguments: string }>()
   for (const c of chunks) {
-    if (c.type === "block-start" && c.block === "tool-call") calls.set(c.index, { id: c.id, name: c.name, arguments: "" })
+    if (c.type === "block-start" && c.block === "tool-call") {
+      calls.set(c.index, { id: c.id, name: c.name, arguments: "" })
+    }
     if (c.type === "tool-call-delta") calls.get(c.index)!.arguments += c.arguments
   }
   return {
@@ -83,14 +95,22 @@ const stepChunks = (all: ReadonlyArray<SessionEvent>, turn: number, step: number
     usages: chunks.flatMap((c) => c.type === "usage" ? [c.usage] : []),
     finishes: chunks.flatMap((c) => c.type === "finish" ? [c.finish] : []),
     /** The order of the closing chunks: usage, replay-state and finish. */
-    closing: chunks.flatMap((c) => c.type === "usage" || c.type === "replay-state" || c.type === "finish" ? [c.type] : [])
+    closing: chunks.flatMap((c) =>
+      c.type === "usage" || c.type === "replay-state" || c.type === "finish" ? [c.type] : []
+    )
   }
 }
 
 /** The checks of one error failure: code, retryable, the provider's message kept on one short line. */
-const expectFailure = (failure: LlmFailure | undefined, finish: Extract<ExpectedResponse["finish"], { kind: "error" }>) => {
+const expectFailure = (
+  failure: LlmFailure | undefined,
+  finish: Extract<ExpectedResponse["finish"], { kind: "error" }>
+) => {
   expect(failure, "the turn must end in error").toBeDefined()
-  expect({ code: failure!.code, retryable: failure!.retryable }).toEqual({ code: finish.code, retryable: finish.retryable })
+  expect({ code: failure!.code, retryable: failure!.retryable }).toEqual({
+    code: finish.code,
+    retryable: finish.retryable
+  })
   expect(failure!.message).toContain(finish.message)
   expect(failure!.message).not.toContain("\n")
   expect(failure!.message.length).toBeLessThanOrEqual(300)
@@ -98,13 +118,22 @@ const expectFailure = (failure: LlmFailure | undefined, finish: Extract<Expected
 }
 
 /** Runs the recording's turn and checks it; `bodies` overrides the responses served (a truncated variant). */
-export const replay = (recording: Recording, variant?: { readonly bodies: ReadonlyArray<string>; readonly expected: ReadonlyArray<ExpectedResponse> }) =>
+export const replay = (
+  recording: Recording,
+  variant?: { readonly bodies: ReadonlyArray<string>; readonly expected: ReadonlyArray<ExpectedResponse> }
+) =>
   Effect.gen(function*() {
     const dialect = DIALECTS[recording.family]
     const expected = variant?.expected ?? recording.responses.map(dialect.expect)
     const tools = toolsFor(expected)
-    const server = yield* ReplayServer.listen(variant?.bodies ?? recording.responses.map((r) => r.body), dialect.closing)
-    const agent = Agent.layer({ sessionId: SessionId.make("replay"), model: { provider: dialect.provider, model: "replay" } }).pipe(
+    const server = yield* ReplayServer.listen(
+      variant?.bodies ?? recording.responses.map((r) => r.body),
+      dialect.closing
+    )
+    const agent = Agent.layer({
+      sessionId: SessionId.make("replay"),
+      model: { provider: dialect.provider, model: "replay" }
+    }).pipe(
       Layer.provideMerge(Layer.mergeAll(
         SessionStore.layerMemory,
         Layer.provide(dialect.layer(server.url), NodeHttpClient.layerUndici),
@@ -114,7 +143,9 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
 
     // The responses the turn uses: up to the first that fails or asks for no tool.
     let used = 0
-    while (used < expected.length - 1 && expected[used]!.finish.kind === "stop" && expected[used]!.calls.length > 0) used++
+    while (
+      used < expected.length - 1 && expected[used]!.finish.kind === "stop" && expected[used]!.calls.length > 0
+    ) used++
     const last = expected[used]!
     const completed = last.finish.kind === "stop"
     const followUp = completed && last.calls.length === 0
@@ -176,15 +207,27 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
       const blocks = (type: string) => message.content.filter((b: any) => b.type === type)
       expect(blocks("text").map((b: any) => b.text).join(""), `${where}: answer text`).toBe(want.text)
       expect(blocks("reasoning").map((b: any) => b.text).join(""), `${where}: answer reasoning`).toBe(want.reasoning)
-      expect(blocks("tool-call").map((b: any) => ({ id: b.id, name: b.name, arguments: b.arguments })), `${where}: answer calls`)
+      expect(
+        blocks("tool-call").map((b: any) => ({ id: b.id, name: b.name, arguments: b.arguments })),
+        `${where}: answer calls`
+      )
         .toEqual(want.finish.kind === "stop" ? want.calls : [])
       if (want.finish.kind === "stop") {
-        expect(ofType(events, "tool/call").filter(inStep(1, j + 1)).map((e) => ({ id: e.data.callId, name: e.data.name, arguments: e.data.arguments })))
+        expect(
+          ofType(events, "tool/call").filter(inStep(1, j + 1)).map((e) => ({
+            id: e.data.callId,
+            name: e.data.name,
+            arguments: e.data.arguments
+          }))
+        )
           .toEqual(want.calls)
-        expect(ofType(events, "tool/result").filter(inStep(1, j + 1)).map((e) => {
-          const block = e.data.message.content[0]
-          return { id: block.toolCallId, isError: block.isError, content: block.content }
-        }), `${where}: tool results`).toEqual(want.calls.map((c) => ({ id: c.id, isError: false, content: [{ type: "text", text: resultOf(c) }] })))
+        expect(
+          ofType(events, "tool/result").filter(inStep(1, j + 1)).map((e) => {
+            const block = e.data.message.content[0]
+            return { id: block.toolCallId, isError: block.isError, content: block.content }
+          }),
+          `${where}: tool results`
+        ).toEqual(want.calls.map((c) => ({ id: c.id, isError: false, content: [{ type: "text", text: resultOf(c) }] })))
       }
     }
 
@@ -195,9 +238,13 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
       expect(first.kind, `${recording.name}: turn end`).toBe("error")
       expectFailure(first.error, last.finish)
       expect(offered.map((o) => o.failure)).toEqual([first.error])
-      expect(offered.map((o) => o.decision), "the default policy's decision").toEqual([last.finish.retryable ? "Retry" : "Fail"])
+      expect(offered.map((o) => o.decision), "the default policy's decision").toEqual([
+        last.finish.retryable ? "Retry" : "Fail"
+      ])
     } else {
-      expect(first, `${recording.name}: turn end`).toEqual({ kind: last.finish.kind === "stop" ? "completed" : "max-tokens" })
+      expect(first, `${recording.name}: turn end`).toEqual({
+        kind: last.finish.kind === "stop" ? "completed" : "max-tokens"
+      })
       expect(offered, "no failure offered to the request-error policy").toEqual([])
     }
     expect(ends.length).toBe(followUp ? 2 : 1)
@@ -217,7 +264,8 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
       for (const tool of declared) {
         const keys = Object.keys((tools.find((t) => t.name === tool.name)!.parameters as any).fields)
         expect(tool.parameters, `request ${k + 1}: parameters of ${tool.name}`).toMatchObject({ type: "object" })
-        expect(Object.keys(tool.parameters.properties ?? {}).sort(), `request ${k + 1}: properties of ${tool.name}`).toEqual(keys.sort())
+        expect(Object.keys(tool.parameters.properties ?? {}).sort(), `request ${k + 1}: properties of ${tool.name}`)
+          .toEqual(keys.sort())
         expect(Object.keys(tool.parameters).filter((key) => key === "anyOf" || key === "$id")).toEqual([])
       }
       const history: Array<unknown> = [dialect.user(PROMPT)]
@@ -225,7 +273,8 @@ export const replay = (recording: Recording, variant?: { readonly bodies: Readon
       if (followUp && k === used + 1) history.push(dialect.user(FOLLOW_UP))
       expect(dialect.history(request.body), `request ${k + 1} of ${recording.name}: history`).toEqual(history)
       const sent = strings(request.body)
-      expect(sent.filter((s) => encodedTwice.includes(s)), `request ${k + 1}: a tool result JSON-encoded again`).toEqual([])
+      expect(sent.filter((s) => encodedTwice.includes(s)), `request ${k + 1}: a tool result JSON-encoded again`)
+        .toEqual([])
     }
     expect(JSON.stringify(events)).not.toContain(KEY)
   })

@@ -19,11 +19,16 @@ const encryptedIds = new Map<string, string>()
 
 const noteEncrypted = (payloads: ReadonlyArray<any>) => {
   for (const p of payloads) {
-    if (p.type === "response.output_item.done" && p.item?.type === "reasoning" && typeof p.item.encrypted_content === "string") {
+    if (
+      p.type === "response.output_item.done" && p.item?.type === "reasoning" &&
+      typeof p.item.encrypted_content === "string"
+    ) {
       encryptedIds.set(p.item.encrypted_content, p.item.id)
     }
     for (const item of p.type === "response.completed" ? p.response?.output ?? [] : []) {
-      if (item.type === "reasoning" && typeof item.encrypted_content === "string") encryptedIds.set(item.encrypted_content, item.id)
+      if (item.type === "reasoning" && typeof item.encrypted_content === "string") {
+        encryptedIds.set(item.encrypted_content, item.id)
+      }
     }
   }
 }
@@ -107,8 +112,12 @@ const expectResponse = (payloads: ReadonlyArray<any>): ExpectedResponse => {
     usage: u === undefined || u === null ? undefined : {
       inputTokens: u.input_tokens,
       outputTokens: u.output_tokens,
-      ...(u.output_tokens_details?.reasoning_tokens === undefined ? {} : { reasoningTokens: u.output_tokens_details.reasoning_tokens }),
-      ...(u.input_tokens_details?.cached_tokens === undefined ? {} : { cacheReadTokens: u.input_tokens_details.cached_tokens })
+      ...(u.output_tokens_details?.reasoning_tokens === undefined
+        ? {}
+        : { reasoningTokens: u.output_tokens_details.reasoning_tokens }),
+      ...(u.input_tokens_details?.cached_tokens === undefined
+        ? {}
+        : { cacheReadTokens: u.input_tokens_details.cached_tokens })
     },
     finish,
     replay
@@ -141,19 +150,66 @@ const closingResponse = (status: string, output: ReadonlyArray<unknown>) => ({
   metadata: {},
   output,
   usage: status === "completed"
-    ? { input_tokens: 1, input_tokens_details: { cached_tokens: 0 }, output_tokens: 2, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 3 }
+    ? {
+      input_tokens: 1,
+      input_tokens_details: { cached_tokens: 0 },
+      output_tokens: 2,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: 3
+    }
     : null
 })
 
-const closingMessage = { id: "msg_closing", type: "message", status: "completed", role: "assistant", content: [{ type: "output_text", text: "Done.", annotations: [] }] }
+const closingMessage = {
+  id: "msg_closing",
+  type: "message",
+  status: "completed",
+  role: "assistant",
+  content: [{ type: "output_text", text: "Done.", annotations: [] }]
+}
 
 const closingEvents = [
   { type: "response.created", sequence_number: 0, response: closingResponse("in_progress", []) },
-  { type: "response.output_item.added", sequence_number: 1, output_index: 0, item: { ...closingMessage, status: "in_progress", content: [] } },
-  { type: "response.content_part.added", sequence_number: 2, item_id: "msg_closing", output_index: 0, content_index: 0, part: { type: "output_text", text: "", annotations: [] } },
-  { type: "response.output_text.delta", sequence_number: 3, item_id: "msg_closing", output_index: 0, content_index: 0, delta: "Done.", logprobs: [] },
-  { type: "response.output_text.done", sequence_number: 4, item_id: "msg_closing", output_index: 0, content_index: 0, text: "Done.", logprobs: [] },
-  { type: "response.content_part.done", sequence_number: 5, item_id: "msg_closing", output_index: 0, content_index: 0, part: { type: "output_text", text: "Done.", annotations: [] } },
+  {
+    type: "response.output_item.added",
+    sequence_number: 1,
+    output_index: 0,
+    item: { ...closingMessage, status: "in_progress", content: [] }
+  },
+  {
+    type: "response.content_part.added",
+    sequence_number: 2,
+    item_id: "msg_closing",
+    output_index: 0,
+    content_index: 0,
+    part: { type: "output_text", text: "", annotations: [] }
+  },
+  {
+    type: "response.output_text.delta",
+    sequence_number: 3,
+    item_id: "msg_closing",
+    output_index: 0,
+    content_index: 0,
+    delta: "Done.",
+    logprobs: []
+  },
+  {
+    type: "response.output_text.done",
+    sequence_number: 4,
+    item_id: "msg_closing",
+    output_index: 0,
+    content_index: 0,
+    text: "Done.",
+    logprobs: []
+  },
+  {
+    type: "response.content_part.done",
+    sequence_number: 5,
+    item_id: "msg_closing",
+    output_index: 0,
+    content_index: 0,
+    part: { type: "output_text", text: "Done.", annotations: [] }
+  },
   { type: "response.output_item.done", sequence_number: 6, output_index: 0, item: closingMessage },
   { type: "response.completed", sequence_number: 7, response: closingResponse("completed", [closingMessage]) }
 ]
@@ -169,7 +225,12 @@ const item = (i: any): unknown => {
     }
   }
   if (i.type === "function_call") {
-    return { kind: "call", id: i.call_id, name: i.name, arguments: typeof i.arguments === "string" ? argumentsValue(i.arguments) : i.arguments }
+    return {
+      kind: "call",
+      id: i.call_id,
+      name: i.name,
+      arguments: typeof i.arguments === "string" ? argumentsValue(i.arguments) : i.arguments
+    }
   }
   if (i.type === "function_call_output") return { kind: "tool-result", id: i.call_id, text: textOf(i.output) }
   if (i.role === "user") return { kind: "user", text: textOf(i.content) }
@@ -194,6 +255,8 @@ export const responses: Dialect = {
     expect(body.stream).toBe(true)
     expect(body.store).toBe(false)
     expect(body.include).toContain("reasoning.encrypted_content")
-    for (const tool of body.tools ?? []) expect({ type: tool.type, strict: tool.strict }).toEqual({ type: "function", strict: false })
+    for (const tool of body.tools ?? []) {
+      expect({ type: tool.type, strict: tool.strict }).toEqual({ type: "function", strict: false })
+    }
   }
 }

@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Schedule, Scope } from "effect"
-import { Context, Duration, Effect, FiberSet, Layer, Option, STM, TRef } from "effect"
+import { Cause, Context, Duration, Effect, FiberSet, Layer, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type {
   AgentBusy,
@@ -280,6 +280,17 @@ export const acquireAgent = (
   SessionStore | Model | Tools | Scope.Scope
 > =>
   Effect.gen(function*() {
+    // Refused before anything is opened or stored, as `Tools.layer` refuses its pool cap.
+    const maxSteps = options.maxSteps
+    if (
+      maxSteps !== undefined && maxSteps !== Number.POSITIVE_INFINITY && !(Number.isInteger(maxSteps) && maxSteps >= 1)
+    ) {
+      return yield* Effect.die(
+        new Cause.IllegalArgumentException(
+          `Agent.layer: maxSteps must be a positive integer or Infinity, got ${String(maxSteps)}`
+        )
+      )
+    }
     const state = yield* acquireState(options)
     const services = Context.make(SessionLog, makeSessionLog(state)).pipe(
       Context.add(Inbox, makeInbox(state)),

@@ -139,3 +139,25 @@ describe("Agent.layer: which session it opens", () => {
       expect(ids.slice(0, 3)).toEqual(["q1", ids[1], "q2"])
     }).pipe(Effect.provide(Layer.mergeAll(SessionStore.layerMemory, scripted, Tools.layer({ tools: [] })))))
 })
+
+describe("Agent.layer: the step limit option", () => {
+  it.effect("a maxSteps that is not a positive integer (or Infinity) is refused at build, before the session is stored", () =>
+    Effect.gen(function*() {
+      for (const bad of [0, -1, 1.5, Number.NaN]) {
+        const built = yield* Effect.exit(
+          Effect.scoped(Layer.build(Agent.layer({ sessionId: SessionId.make("limit"), maxSteps: bad })))
+        )
+        expect(built._tag, String(bad)).toBe("Failure")
+        if (built._tag === "Failure") {
+          expect(String(built.cause)).toContain("maxSteps must be a positive integer or Infinity")
+        }
+        expect(yield* (yield* SessionStore).exists(SessionId.make("limit"))).toBe(false)
+      }
+      const fine = yield* Effect.exit(
+        Effect.scoped(
+          Layer.build(Agent.layer({ sessionId: SessionId.make("limit"), maxSteps: Number.POSITIVE_INFINITY }))
+        )
+      )
+      expect(fine._tag).toBe("Success")
+    }).pipe(Effect.provide(environment)))
+})

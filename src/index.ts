@@ -34,11 +34,6 @@ export type { ConfigOptions, ProviderOptions } from "./layers/ProviderModels.js"
  * @since 0.1.0
  */
 export * as AnthropicModel from "./layers/AnthropicModel.js"
-/**
- * The OpenAI Responses API adapter under `ProviderModels.layerOpenAi` (request conversion, layer).
- *
- * @since 0.1.0
- */
 export { CodingTools } from "./layers/CodingTools.js"
 export type { CodingToolsOptions } from "./layers/CodingTools.js"
 export { HookBridge } from "./layers/HookBridge.js"
@@ -50,7 +45,14 @@ export type {
   HookQuestion,
   HookSettings
 } from "./layers/HookBridge.js"
+
+/**
+ * The OpenAI Responses API adapter under `ProviderModels.layerOpenAi` (request conversion, layer).
+ *
+ * @since 0.1.0
+ */
 export * as OpenAiModel from "./layers/OpenAiModel.js"
+
 export { Permissions } from "./layers/Permissions.js"
 export type {
   PermissionBehavior,
@@ -90,6 +92,7 @@ export type {
 } from "./services/Compaction.js"
 export { Driver } from "./services/Driver.js"
 export type { DeliveryError } from "./services/Driver.js"
+export type { DriverOptions } from "./services/DriverOptions.js"
 export { forkSession } from "./services/Fork.js"
 export type { ForkOptions } from "./services/Fork.js"
 export { Hooks, RequestErrorAction, ToolPreDecision } from "./services/Hooks.js"

@@ -4,14 +4,12 @@
  * @since 0.1.0
  */
 export * from "./Check.js"
-export * as Cost from "./Cost.js"
 export type { DriverEvent } from "./DriverEvent.js"
 export * from "./Errors.js"
 export { CORE_EVENT_TYPES, LOG_FORMAT_VERSION, SessionEvent, SessionHeader, SurfaceOp } from "./Event.js"
 export { MessageId, SessionId } from "./Ids.js"
 export type { Json } from "./Json.js"
 export { newUserMessage, userMessage } from "./Message.js"
-export * as Prices from "./Prices.js"
 export { repairClosers } from "./Repair.js"
 export { foldInbox } from "./Splice.js"
 export { deriveMessages } from "./Surface.js"
@@ -35,3 +33,17 @@ export {
   UserMessage
 } from "./Values.js"
 export type { AgentStatus, InboxTarget } from "./Values.js"
+
+/**
+ * What a session costs: per step, turn and session, folded from the log's usage at given prices.
+ *
+ * @since 0.1.0
+ */
+export * as Cost from "./Cost.js"
+
+/**
+ * Model prices in USD per million tokens: tiller's dated table and its overrides.
+ *
+ * @since 0.1.0
+ */
+export * as Prices from "./Prices.js"

@@ -5,22 +5,37 @@
  * @since 0.1.0
  */
 import type { Queue, Scope } from "effect"
+import { Duration, FiberSet, Layer } from "effect"
 import { Cause, Context, Effect, Either, Exit, Fiber, FiberRef, Option, STM, Stream, TRef } from "effect"
 import type { DriverEvent } from "../domain/DriverEvent.js"
 import type { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import { AgentBusy, AgentDisposed, MaintenanceAborted, PersistenceError } from "../domain/Errors.js"
+import type { EventOf, SessionEvent } from "../domain/Event.js"
+import * as GrowOnly from "../domain/GrowOnly.js"
 import type { SessionId } from "../domain/Ids.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
 import { copyCancelCause, describeCause } from "../domain/Values.js"
-import { currentActivity } from "../internal/loop/Activity.js"
+import type { RequestHeader } from "../domain/Values.js"
+import { currentActivity, watchStops } from "../internal/loop/Activity.js"
+import { HooksRunner } from "../internal/loop/HooksRunner.js"
+import type { LoopContext } from "../internal/loop/LoopContext.js"
 import type { DriverState, Phase } from "../internal/loop/Phase.js"
 import { causeOf, getPhase, lastTurnOf, latchedPending, openTurn, setPhase } from "../internal/loop/Phase.js"
+import { makeStopWatch } from "../internal/loop/StopWatch.js"
+import { ToolRegistry } from "../internal/loop/ToolRegistry.js"
+import { runTurnClosing } from "../internal/loop/Turn.js"
 import { acceptAt, clearSTM, deliverSTM, insertAcknowledged } from "../internal/state/InboxOps.js"
 import * as Outbox from "../internal/state/Outbox.js"
 import { peek } from "../internal/state/Peek.js"
+import { SessionState } from "../internal/state/SessionState.js"
 import { awaitDurable, commit, commitAcknowledged, guardWritable, publish } from "../internal/state/SessionState.js"
 import * as WakeMarks from "../internal/state/WakeMarks.js"
+import type { DriverOptions } from "./DriverOptions.js"
+import { withReadHistory } from "./DriverOptions.js"
+import { Model } from "./Model.js"
+import { PreStep } from "./PreStep.js"
+import { Tools } from "./Tools.js"
 
 /**
  * Failures of a delivery.
@@ -70,7 +85,27 @@ export class Driver extends Context.Tag("tiller/Driver")<Driver, {
   readonly events: Stream.Stream<DriverEvent>
   /** A queue fed with every notification committed after this returns (it keeps them past disposal). */
   readonly subscribe: Effect.Effect<Queue.Dequeue<DriverEvent>, never, Scope.Scope>
-}>() {}
+}>() {
+  /**
+   * The driver of the session in the context ({@link make}).
+   *
+   * @since 0.1.0
+   * @category constructors
+   */
+  static readonly make = (options: DriverOptions = {}) => make(options)
+
+  /**
+   * The driver as a layer over the session state, the pre-step, the hooks runner, a model and tools;
+   * closing the layer's scope is disposal (SPEC 3.7 steps 1-2).
+   *
+   * @since 0.1.0
+   * @category layers
+   */
+  static readonly layer = (
+    options: DriverOptions = {}
+  ): Layer.Layer<Driver, never, SessionState | PreStep | HooksRunner | Model | Tools> =>
+    Layer.scoped(Driver, make(options))
+}
 
 // `STM.orDie` in fewer interpreter steps: a failure here is a defect of tiller's own drafts.
 const orDie = <A, E>(self: STM.STM<A, E>): STM.STM<A> => STM.catchAll(self, (error) => STM.die(error))
@@ -288,3 +323,139 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     subscribe
   }
 }
+
+const lastHeaderOf = (events: GrowOnly.GrowOnly<SessionEvent>): RequestHeader | undefined => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const event = events.buffer[i]!
+    if (event.type === "request/header") return (event as EventOf<"request/header">).data.header
+  }
+  return undefined
+}
+
+/**
+ * The driver of the session in the context: its operations, the driver fiber that runs each opened
+ * turn (tool bodies in its `FiberSet`), the stop watcher and the disposal finalizer (SPEC 3.7 steps
+ * 1-2), all in the current scope.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const make = (
+  options: DriverOptions
+): Effect.Effect<
+  Context.Tag.Service<Driver>,
+  never,
+  SessionState | PreStep | HooksRunner | Model | Tools | Scope.Scope
+> =>
+  Effect.gen(function*() {
+    const session = yield* SessionState
+    const preStep = yield* PreStep
+    const hooks = yield* HooksRunner
+    const model = yield* Model
+    const tools = yield* Tools
+    const registry = withReadHistory(yield* ToolRegistry.fromToolsOrDie(tools), session, options)
+    const { events, fold } = yield* STM.commit(TRef.get(session.log))
+    const stopWatch = makeStopWatch()
+    const { maxRetryDelay, ...requestDefaults } = options
+    const ds: DriverState = {
+      session,
+      phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
+      phaseNow: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
+      disposing: yield* TRef.make(false),
+      stopWatch
+    }
+    // Started before the disposal finalizer is added, so it still runs while disposal cancels.
+    yield* Effect.forkScoped(watchStops(ds, stopWatch))
+    const identity = {}
+    const scope = yield* Effect.scope
+    const preStepQuiet = preStep.isQuiet ?? (() => false)
+    // The loop's context, once the driver fiber runs: tool bodies start in its FiberSet, with the
+    // driver fiber's context and fiber refs (its activity identity included).
+    const loopContext = (runBody: LoopContext["runBody"]): LoopContext => ({
+      ds,
+      sessionId: session.sessionId,
+      preStep: { run: preStep.run, isQuiet: preStepQuiet },
+      hooks: {
+        request: (input, seed) =>
+          hooks.runRequest(
+            { sessionId: input.sessionId, turn: input.turn, step: input.step, attempt: input.attempt },
+            seed
+          ),
+        requestError: hooks.runRequestError,
+        turnStopping: hooks.runTurnStopping,
+        toolPre: hooks.runToolPre,
+        toolPost: hooks.runToolPost,
+        isQuiet: hooks.isQuiet
+      },
+      model,
+      tools: {
+        list: registry.list,
+        lookup: registry.lookup,
+        modeOf: registry.modeOf,
+        maxParallelToolCalls: tools.maxParallelToolCalls
+      },
+      defaults: maxRetryDelay === undefined
+        ? requestDefaults
+        : { ...requestDefaults, maxRetryDelay: Duration.decode(maxRetryDelay) },
+      requests: { first: true, lastHeader: lastHeaderOf(events) },
+      runBody
+    })
+    // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
+    const nextTurn = STM.commit(
+      STM.gen(function*() {
+        const waited = yield* TRef.get(ds.phase)
+        if (waited._tag !== "Running" || waited.pending === undefined) return yield* STM.retry
+        // The current copy: the waited-on one may hold an older step number (see `setStep`).
+        const phase = yield* getPhase(ds)
+        if (phase._tag !== "Running" || phase.pending === undefined) return yield* STM.retry
+        yield* setPhase(ds, { ...phase, pending: undefined })
+        return { turn: phase.turn, batch: phase.pending }
+      })
+    )
+    yield* Effect.forkScoped(
+      // Tool bodies still running go with the loop: the FiberSet's scope ends with the driver fiber.
+      Effect.scoped(Effect.gen(function*() {
+        const runBody = yield* FiberSet.runtime(yield* FiberSet.make<unknown, unknown>())<never>()
+        const ctx = loopContext(runBody)
+        return yield* Effect.forever(Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch)))
+      })).pipe(Effect.locally(currentActivity, identity))
+    )
+    const driver = makeDriver(ds, identity, scope)
+    // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).
+    session.owner.onPoison = (error) =>
+      STM.gen(function*() {
+        const phase = yield* getPhase(ds)
+        const turn = phase._tag === "Running" ? phase.turn : phase.lastTurn
+        const step = phase._tag === "Running" ? phase.step : 0
+        yield* setPhase(ds, { _tag: "Idle", lastTurn: turn })
+        const events: Array<DriverEvent> = [{ type: "agent/error", turn, step, error }]
+        if (phase._tag === "Running") events.push({ type: "agent/status", status: "idle" })
+        yield* publish(session, events)
+      })
+    session.owner.phase = STM.map(getPhase(ds), (phase) =>
+      phase._tag === "Idle" ? "idle" : phase._tag === "Running" ? "running" : "maintenance")
+    // Disposal (SPEC 3.7) steps 1-2; the session layer then seals, flushes and ends the streams.
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        yield* STM.commit(
+          STM.gen(function*() {
+            yield* TRef.set(ds.disposing, true)
+            yield* WakeMarks.clearLatched(session.marks)
+            const phase = yield* getPhase(ds)
+            if (phase._tag !== "Idle" && Option.isNone(causeOf(phase))) {
+              yield* setPhase(ds, { ...phase, cause: Option.some({ kind: "disposed" as const }) })
+            }
+          })
+        )
+        yield* STM.commit(
+          STM.gen(function*() {
+            const phase = yield* TRef.get(ds.phase)
+            if (phase._tag !== "Idle" && !(yield* TRef.get(session.poisonedWatch))) {
+              return yield* STM.retry
+            }
+          })
+        )
+      })
+    )
+    return driver
+  })

@@ -90,6 +90,7 @@ const readSession = Options.boolean("read-session").pipe(
 )
 
 const prices = Options.text("prices").pipe(
+  Options.withPseudoName("FILE"),
   Options.withDescription(
     "A JSON file of model prices in USD per million tokens ({\"MODEL\": {\"input\", \"output\", \"cacheRead\", \"cacheWrite\"}}) over tiller's table and .tiller/settings.json's \"prices\" (env TILLER_PRICES)"
   ),

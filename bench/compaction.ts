@@ -91,6 +91,8 @@ const agentLayer = (
   Agent.layer({
     sessionId: SessionId.make(name),
     model: { provider: "bench", model: "reader" },
+    // One turn of many read steps builds the session: no step limit.
+    maxSteps: Number.POSITIVE_INFINITY,
     compaction: {
       contextWindow: compaction.window,
       summary: compaction.kind === "prune"

@@ -111,7 +111,12 @@ const agentLayer = (
   onCall: () => void = () => {}
 ) => {
   const echo = echoTool(onCall)
-  return Agent.layer({ sessionId: SessionId.make(name), model: { provider: "bench", model: "scripted" } }).pipe(
+  return Agent.layer({
+    sessionId: SessionId.make(name),
+    model: { provider: "bench", model: "scripted" },
+    // W1 is one turn of many steps: no step limit, as in every peer's run.
+    maxSteps: Number.POSITIVE_INFINITY
+  }).pipe(
     Layer.provide(Layer.mergeAll(SessionStore.layerMemory, model, Tools.layer({ tools: [echo] })))
   )
 }

@@ -29,7 +29,8 @@ const run = (telemetry: boolean) =>
   Effect.gen(function*() {
     const agent = Agent.layer({
       sessionId: SessionId.make("bench-telemetry"),
-      model: { provider: "bench", model: "scripted" }
+      model: { provider: "bench", model: "scripted" },
+      maxSteps: Number.POSITIVE_INFINITY
     }).pipe(
       Layer.provide(
         Layer.mergeAll(

@@ -127,7 +127,12 @@ export const tillerW1Run = (
       : model === "scripted"
       ? scriptedModel(steps, onRequest)
       : chatModel(server!)
-    const agent = Agent.layer({ sessionId: SessionId.make("bench-w1"), model: { provider: "bench", model } }).pipe(
+    const agent = Agent.layer({
+      sessionId: SessionId.make("bench-w1"),
+      model: { provider: "bench", model },
+      // W1 is one turn of N steps: no step limit, as in every peer's run.
+      maxSteps: Number.POSITIVE_INFINITY
+    }).pipe(
       Layer.provide(Layer.mergeAll(storeLayer(store, directory, run), modelLayer, Tools.layer({ tools: [echo] })))
     )
     const prompt = userMessage({ id: "bench-prompt", text: W1_PROMPT })

@@ -38,7 +38,7 @@ export interface CodingToolsOptions {
   /** Further directories the tools may use (`--add-dir`), relative to `cwd` or absolute. */
   readonly addDirs?: ReadonlyArray<string>
   /** The environment of `Bash` and the searches, before provider keys are removed (default: the process's). */
-  readonly env?: NodeJS.ProcessEnv
+  readonly env?: Readonly<Record<string, string | undefined>>
   /** The ripgrep executable behind `Grep` and `Glob` (default `rg` on the PATH). */
   readonly ripgrep?: string
 }

@@ -94,9 +94,10 @@ export const answerBody: string =
   event(chunk([{ index: 0, delta: { role: "assistant", content: "done" }, finish_reason: null }])) +
   finishAndUsage("stop")
 
-// The text that closes a request's messages when the last one answers call `id`.
+// The text that closes a request's messages when the last one answers call `id` (wherever the body
+// puts its `messages`: the adapter lists them last).
 const previousResultTail = (id: string): string =>
-  `${JSON.stringify({ role: "tool", tool_call_id: id, content: W1_ECHO_RESULT })}],"stream":true`
+  `${JSON.stringify({ role: "tool", tool_call_id: id, content: W1_ECHO_RESULT })}]`
 
 const readBody = (request: http.IncomingMessage): Promise<string> =>
   new Promise((resolve, reject) => {

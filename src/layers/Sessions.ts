@@ -5,7 +5,7 @@
  * @since 0.1.0
  */
 import type { Duration } from "effect"
-import { Context, Deferred, Effect, ExecutionStrategy, Exit, Layer, Option, RcMap, Scope } from "effect"
+import { Context, Deferred, Effect, ExecutionStrategy, Exit, Layer, RcMap, Scope } from "effect"
 import type {
   AgentBusy,
   ForkError,
@@ -18,7 +18,6 @@ import type {
 import type { EventOf } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { foldOptionsOf } from "../internal/durability/SessionOpen.js"
-import { peek } from "../internal/state/Peek.js"
 import type { SessionStateShape } from "../internal/state/SessionState.js"
 import { SessionState } from "../internal/state/SessionState.js"
 import type { Driver } from "../services/Driver.js"
@@ -188,7 +187,8 @@ export class Sessions extends Context.Tag("tiller/Sessions")<Sessions, {
               )
             })))
 
-        const isPoisoned = (agent: LiveAgent) => Option.isSome(peek(agent.state.poisoned))
+        // The durability record of the session's writer, which poisons it (SPEC 6.3).
+        const isPoisoned = (agent: LiveAgent) => agent.state.waiters.failure !== undefined
 
         // One reference to the agent under `key` in a scope of its own (a child of the caller's). A
         // failed open releases its reference at once and then leaves the map, so nothing of it stays

@@ -39,6 +39,7 @@ import { SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import * as Checkpointer from "../internal/durability/Checkpointer.js"
 import { seqProblem } from "../internal/durability/Contiguity.js"
+import { makeLocalLease } from "../internal/durability/LocalLease.js"
 import * as SqliteDirect from "../internal/durability/SqliteDirect.js"
 import {
   insertChunks,
@@ -519,6 +520,7 @@ export const make = (
       append,
       exists,
       list,
+      localLease: makeLocalLease(),
       processLease: SqliteLease.make({ conn, query, transaction }),
       ...(appendNow === undefined ? {} : { appendNow })
     }

@@ -27,7 +27,6 @@ import { ToolRegistry } from "../internal/loop/ToolRegistry.js"
 import { runTurnClosing } from "../internal/loop/Turn.js"
 import { acceptAt, clearSTM, deliverSTM, insertAcknowledged } from "../internal/state/InboxOps.js"
 import * as Outbox from "../internal/state/Outbox.js"
-import { peek } from "../internal/state/Peek.js"
 import { SessionState } from "../internal/state/SessionState.js"
 import { awaitDurable, commit, commitAcknowledged, guardWritable, publish } from "../internal/state/SessionState.js"
 import * as WakeMarks from "../internal/state/WakeMarks.js"
@@ -134,10 +133,12 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     const accepted = acceptAt(target, acceptCallerMessage(m))
     // A delivery that wakes nothing changes only the log (the phase is not read).
     if (!wakeup || Either.isLeft(accepted)) return insertAcknowledged(session, target, accepted, at)
-    // Peeked (see `guardWritable`): nothing in this transaction has written them yet.
     return commitAcknowledged(
       session,
-      STM.suspend(() => wake(accepted.right, target, peek(ds.phaseNow), peek(ds.disposing), at))
+      STM.flatMap(
+        STM.zip(getPhase(ds), TRef.get(ds.disposing)),
+        ([phase, disposing]) => wake(accepted.right, target, phase, disposing, at)
+      )
     )
   }
 
@@ -207,7 +208,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
             const phase = yield* TRef.get(ds.phase)
             if (phase._tag === "Idle") return
             if (yield* TRef.get(session.disposed)) return
-            if (yield* TRef.get(session.poisonedWatch)) return
+            if (Option.isSome(yield* TRef.get(session.poisoned))) return
             return yield* STM.retry
           })
         )
@@ -277,7 +278,7 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       }
       if (Option.isSome(cause)) return yield* new MaintenanceAborted({ cause: cause.value })
       // Stopped by the session's poison (SPEC 6.3): the storage failure is the answer.
-      const poisoned = peek(session.poisoned)
+      const poisoned = yield* STM.commit(TRef.get(session.poisoned))
       if (Option.isSome(poisoned)) return yield* poisoned.value
       return yield* Effect.failCause(exit.cause)
     })
@@ -296,7 +297,10 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
             STM.commit(STM.flatMap(TRef.get(ds.phase), (p) =>
               Option.isSome(causeOf(p))
                 ? STM.void
-                : STM.flatMap(TRef.get(session.poisonedWatch), (poisoned) => poisoned ? STM.void : STM.retry))),
+                : STM.flatMap(
+                  TRef.get(session.poisoned),
+                  (poisoned) => Option.isSome(poisoned) ? STM.void : STM.retry
+                ))),
             Fiber.interrupt(fiber)
           )),
           scope
@@ -360,7 +364,6 @@ export const make = (
     const ds: DriverState = {
       session,
       phase: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
-      phaseNow: yield* TRef.make<Phase>({ _tag: "Idle", lastTurn: fold.lastTurn }),
       disposing: yield* TRef.make(false),
       stopWatch
     }
@@ -403,9 +406,6 @@ export const make = (
     // The driver fiber: picks up each opened turn and runs it; chained turns follow without idling.
     const nextTurn = STM.commit(
       STM.gen(function*() {
-        const waited = yield* TRef.get(ds.phase)
-        if (waited._tag !== "Running" || waited.pending === undefined) return yield* STM.retry
-        // The current copy: the waited-on one may hold an older step number (see `setStep`).
         const phase = yield* getPhase(ds)
         if (phase._tag !== "Running" || phase.pending === undefined) return yield* STM.retry
         yield* setPhase(ds, { ...phase, pending: undefined })
@@ -450,7 +450,7 @@ export const make = (
         yield* STM.commit(
           STM.gen(function*() {
             const phase = yield* TRef.get(ds.phase)
-            if (phase._tag !== "Idle" && !(yield* TRef.get(session.poisonedWatch))) {
+            if (phase._tag !== "Idle" && Option.isNone(yield* TRef.get(session.poisoned))) {
               return yield* STM.retry
             }
           })

@@ -62,7 +62,10 @@ export const fromRegistries = (registries: HookRegistries): Context.Tag.Service<
     registries.turnStopping.register((input, next) =>
       Effect.zipRight(
         listener(input),
-        Effect.flatMap(FiberRef.get(currentStopping), (stopping) => stopping() ? Effect.void : next())
+        Effect.flatMap(
+          FiberRef.get(currentStopping),
+          (stopping) => Effect.flatMap(stopping, (stopped) => stopped ? Effect.void : next())
+        )
       )
     ),
   onToolPre: (listener, options) => registries.toolPre.register(listener, options),

@@ -162,7 +162,7 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
           if (events.length > cursor) {
             return Option.some([Chunk.unsafeFromArray(GrowOnly.toArray(events, cursor)), events.length] as const)
           }
-          const ended = (yield* TRef.get(state.closed)) || (yield* TRef.get(state.poisonedWatch))
+          const ended = (yield* TRef.get(state.closed)) || Option.isSome(yield* TRef.get(state.poisoned))
           return ended ? Option.none() : yield* STM.retry
         })
       ))

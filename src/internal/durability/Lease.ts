@@ -1,7 +1,7 @@
 /**
- * The open lease: at most one live agent per session id per store layer instance (SPEC 6.1). The
- * lease set travels with the store service object itself, so two store layers never share leases
- * and nothing lives at module level. A store whose file other processes may open (SQLite) offers a
+ * The open lease: at most one live agent per session id per store layer instance (SPEC 6.1). Each
+ * store instance offers its own lease within the process (`StoreShape.localLease`, built by
+ * `makeLocalLease` in `LocalLease.ts`), so two store layers never share leases and nothing lives at module level. A store whose file other processes may open (SQLite) offers a
  * lease across processes (`StoreShape.processLease`), taken after the in-process one. The lease across processes is a row the
  * store writes: a resume checks it (reading only) and takes it once the log was loaded and
  * validated, so a refused resume leaves the file as it was.
@@ -16,23 +16,12 @@ import type { SessionId } from "../../domain/Ids.js"
 import type { ProcessLease } from "./ProcessLease.js"
 import type { StoreShape } from "./Store.js"
 
-const leaseKey: unique symbol = Symbol("tiller/internal/Lease")
-
 const processLeaseOf = (store: StoreShape): ProcessLease | undefined => store.processLease
 
-const leasesOf = (store: StoreShape): Set<string> => {
-  const holder = store as { [leaseKey]?: Set<string> }
-  let leases = holder[leaseKey]
-  if (leases === undefined) {
-    leases = new Set()
-    Object.defineProperty(holder, leaseKey, { value: leases, enumerable: false })
-  }
-  return leases
-}
-
 /**
- * Holds this store layer's in-process lease on `sessionId` for the current scope; `AgentBusy
- * {operation: "open"}` if another agent of this store layer holds it. Writes nothing.
+ * Holds the store's in-process lease on `sessionId` for the current scope (for a store that offers
+ * one: the memory and SQLite stores do); `AgentBusy {operation: "open"}` if another agent of this
+ * store holds it. Writes nothing.
  *
  * @since 0.1.0
  * @category leases
@@ -40,16 +29,7 @@ const leasesOf = (store: StoreShape): Set<string> => {
 export const acquireLocalLease = (
   store: StoreShape,
   sessionId: SessionId
-): Effect.Effect<void, AgentBusy, Scope.Scope> =>
-  Effect.acquireRelease(
-    Effect.suspend(() => {
-      const leases = leasesOf(store)
-      if (leases.has(sessionId)) return Effect.fail(new AgentBusy({ sessionId, operation: "open", phase: "open" }))
-      leases.add(sessionId)
-      return Effect.void
-    }),
-    () => Effect.sync(() => void leasesOf(store).delete(sessionId))
-  )
+): Effect.Effect<void, AgentBusy, Scope.Scope> => store.localLease?.(sessionId) ?? Effect.void
 
 /**
  * Fails with `AgentBusy` while another live process holds `sessionId` (for a store with a lease

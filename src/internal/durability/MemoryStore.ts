@@ -15,6 +15,7 @@ import type { SessionId } from "../../domain/Ids.js"
 import { freezeCopy } from "../../domain/Json.js"
 import { seqProblem } from "./Contiguity.js"
 import { decodeStoredValue } from "./DecodedEvents.js"
+import { makeLocalLease } from "./LocalLease.js"
 import type { StoreShape } from "./Store.js"
 import { checkStoredHeader } from "./StoredHeader.js"
 import type { SyncAppend } from "./SyncAppend.js"
@@ -218,7 +219,7 @@ export const makeMemoryStore = (
       },
       acknowledgements: true
     }
-    const store: StoreShape = { create, load, append, exists, list, appendNow }
+    const store: StoreShape = { create, load, append, exists, list, appendNow, localLease: makeLocalLease() }
 
     const control = {
       failAppends: Effect.fn("MemoryStoreControl.failAppends")(function*(n: number) {

@@ -30,7 +30,7 @@ import { advance, initialLogState } from "../../domain/LogState.js"
 import { repairClosers } from "../../domain/Repair.js"
 import * as Outbox from "../state/Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "../state/SessionState.js"
-import { appendDrafts, awaitDurable } from "../state/SessionState.js"
+import { appendDrafts, awaitDurable, commitLogged } from "../state/SessionState.js"
 import * as WakeMarks from "../state/WakeMarks.js"
 import { decodeStored, isDecoded } from "./DecodedEvents.js"
 import * as DurableWaiters from "./DurableWaiters.js"
@@ -193,12 +193,11 @@ export const openSessionState = (
       log: yield* TRef.make(snapshot),
       marks: yield* TRef.make(WakeMarks.empty()),
       poisoned: yield* TRef.make(Option.none<PersistenceError>()),
-      poisonedWatch: yield* TRef.make(false),
       disposed: yield* TRef.make(false),
       closed: yield* TRef.make(false),
       outbox: yield* Outbox.make,
       waiters: DurableWaiters.make(snapshot.events.length - 1),
-      writer: makeSignal(options.durability?.batchSize),
+      writer: makeSignal(snapshot.events, options.durability?.batchSize),
       owner: { onPoison: () => STM.void, phase: STM.succeed("idle") }
     }
     yield* Effect.addFinalizer(() => Effect.sync(() => stopWritingNow(state.writer)))
@@ -217,7 +216,7 @@ const sealResumed = (state: SessionStateShape): Effect.Effect<void, PersistenceE
     const drafts: Array<Draft> = closers.map(({ seq: _seq, ...draft }) => draft)
     if (last?.type !== "session/end-seed") drafts.push({ type: "session/end-seed", data: {} })
     if (drafts.length === 0) return
-    const appended = yield* STM.commit(appendDrafts(state, drafts, true)).pipe(
+    const appended = yield* commitLogged(state, appendDrafts(state, drafts, true)).pipe(
       Effect.mapError((cause) => new PersistenceError({ sessionId: state.sessionId, operation: "resume", cause }))
     )
     yield* awaitDurable(state, appended[appended.length - 1]!.seq)

@@ -14,6 +14,7 @@ import type {
 } from "../../domain/Errors.js"
 import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
 import type { SessionId } from "../../domain/Ids.js"
+import type { LocalLease } from "./LocalLease.js"
 import type { ProcessLease } from "./ProcessLease.js"
 import type { SyncAppend } from "./SyncAppend.js"
 
@@ -50,6 +51,11 @@ export interface StoreShape {
    * changes `append` leaves it out, so that every write goes through its `append`.
    */
   readonly appendNow?: SyncAppend
+  /**
+   * The store's lease within the process: at most one live agent per session id on this store
+   * (SPEC 6.1). Built by `makeLocalLease`; a store without one leaves that exclusion to its callers.
+   */
+  readonly localLease?: LocalLease
   /** A store whose data other processes may open (a SQLite file) offers its lease across processes here. */
   readonly processLease?: ProcessLease
 }

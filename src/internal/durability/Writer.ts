@@ -4,8 +4,10 @@
  *
  * The writer never waits inside an STM transaction: Effect's STM re-runs a waiting transaction
  * whenever any committed transaction read a `TRef` it waits on, and every append reads the log.
- * Instead it sleeps on a plain signal that appends and durability waiters raise (see
- * {@link WriterSignal}); it re-reads the log after every wake, so a spurious wake costs one read.
+ * Instead it sleeps on a plain signal: each fiber that commits an append hands the committed log
+ * over after its commit, and durability waiters ask for what they wait for (see
+ * {@link WriterSignal}); it reads the log handed over after every wake, so a spurious wake costs
+ * one comparison.
  *
  * A fiber that needs durability while no append is in flight, in a session whose store can append
  * synchronously (the memory store, the SQLite store on a file), writes the pending events itself
@@ -20,7 +22,6 @@ import { PersistenceError } from "../../domain/Errors.js"
 import type { SessionEvent } from "../../domain/Event.js"
 import type * as GrowOnly from "../../domain/GrowOnly.js"
 import * as Outbox from "../state/Outbox.js"
-import { peek } from "../state/Peek.js"
 import type { SessionStateShape } from "../state/SessionState.js"
 import * as DurableWaiters from "./DurableWaiters.js"
 import type { WriterSignal } from "./WriterSignal.js"
@@ -119,7 +120,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
     return Effect.gen(function*() {
       yield* STM.commit(
         STM.zipRight(
-          STM.zipRight(TRef.set(state.poisoned, Option.some(error)), TRef.set(state.poisonedWatch, true)),
+          TRef.set(state.poisoned, Option.some(error)),
           state.owner.onPoison(error)
         )
       )
@@ -148,11 +149,9 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   // One pass: write what is due, or sleep until something may be. `false` once poisoned.
   const pass = Effect.gen(function*() {
     if (writes >= 2 && signal.windowMs === undefined) yield* startTimer
-    // Committed values, read without a transaction: the log only grows and the poison is never lifted.
-    // From here to `busy = true` nothing may yield: a synchronous write in between would make the
-    // batch stale (events already stored).
-    const { events } = peek(state.log)
-    if (Option.isSome(peek(state.poisoned))) return false
+    // The committed log as handed over (it only grows). From here to `busy = true` nothing may
+    // yield: a synchronous write in between would make the batch stale (events already stored).
+    const events = signal.events
     const durable = state.waiters.durable
     const last = events.length - 1
     if (last <= durable) {
@@ -183,10 +182,11 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
   const registration = state.store.appendNow
   const appendNow = registration?.append
   const writeSync = appendNow === undefined ? undefined : () => {
-    const { events } = peek(state.log)
+    // Never after the poison: it ends synchronous writes (`appendNow` is cleared).
+    const events = signal.events
     const durable = state.waiters.durable
     const last = events.length - 1
-    if (last <= durable || Option.isSome(peek(state.poisoned))) return
+    if (last <= durable) return
     if (!appendNow(state.sessionId, pendingBatch(events, durable, last))) return
     wrote(last)
     // The second write starts the timer, as in `pass` (which only the writer can fork): until it

@@ -1,11 +1,14 @@
 /**
  * The writer's signal: what wakes the per-session writer fiber (a full batch pending, a durability
- * request, the batch window) and the synchronous write a store that appends at once offers. Appends
- * and durability waiters raise it from inside their own code, never inside a transaction; the
- * writer itself (`Writer.runWriter`) sleeps on it.
+ * request, the batch window) and the synchronous write a store that appends at once offers. The
+ * fiber that committed an append hands the committed log over ({@link committed}) after its commit,
+ * and durability waiters raise it from their own code, never inside a transaction; the writer
+ * itself (`Writer.runWriter`) sleeps on it and writes what was handed over.
  *
  * @since 0.1.0
  */
+import type { SessionEvent } from "../../domain/Event.js"
+import type * as GrowOnly from "../../domain/GrowOnly.js"
 
 /**
  * What wakes the writer: the highest seq someone awaits, and the resumption of a sleeping writer
@@ -16,6 +19,8 @@
  */
 export interface WriterSignal {
   readonly batchSize: number
+  /** The committed log as last handed over: the writer writes from it (the log only grows). */
+  events: GrowOnly.GrowOnly<SessionEvent>
   /** The highest seq a durability waiter asked for (−1 when none). */
   requested: number
   /** Set by a wake that found the writer awake, so it looks again before sleeping. */
@@ -38,13 +43,15 @@ export interface WriterSignal {
 }
 
 /**
- * A signal for a writer whose batches hold at most `batchSize` pending events before writing.
+ * A signal for a writer whose batches hold at most `batchSize` pending events before writing, over
+ * the log `events` as opened (all of it durable).
  *
  * @since 0.1.0
  * @category constructors
  */
-export const makeSignal = (batchSize = 256): WriterSignal => ({
+export const makeSignal = (events: GrowOnly.GrowOnly<SessionEvent>, batchSize = 256): WriterSignal => ({
   batchSize: Math.max(1, batchSize),
+  events,
   requested: -1,
   woken: false,
   wake: undefined,
@@ -70,6 +77,22 @@ export const wake = (signal: WriterSignal): void => {
   }
   signal.wake = undefined
   resume()
+}
+
+/**
+ * Hands the log a transaction committed to the writer, after the commit: when it holds events the
+ * writer was not given yet, they are {@link appended} (`durable` is the last durable seq). Commits
+ * hand logs over in any order; an older (shorter) one than the writer holds changes nothing.
+ *
+ * @since 0.1.0
+ * @category signals
+ */
+export const committed = (signal: WriterSignal, durable: number, events: GrowOnly.GrowOnly<SessionEvent>): void => {
+  const before = signal.events.length - 1
+  const last = events.length - 1
+  if (last <= before) return
+  signal.events = events
+  appended(signal, durable, before, last, events.buffer[before + 1]!.time)
 }
 
 /**

@@ -11,7 +11,6 @@ import type { PersistenceError } from "../../domain/Errors.js"
 import type { CancelCause } from "../../domain/Values.js"
 import * as DurableWaiters from "../durability/DurableWaiters.js"
 import * as WriterSignal from "../durability/WriterSignal.js"
-import { peek } from "../state/Peek.js"
 import { awaitDurable } from "../state/SessionState.js"
 import type { DriverState } from "./Phase.js"
 import { causeOf } from "./Phase.js"
@@ -34,7 +33,9 @@ export const currentActivity: FiberRef.FiberRef<object | undefined> = FiberRef.u
  * @since 0.1.0
  * @category fiber refs
  */
-export const currentStopping: FiberRef.FiberRef<() => boolean> = FiberRef.unsafeMake<() => boolean>(() => false)
+export const currentStopping: FiberRef.FiberRef<Effect.Effect<boolean>> = FiberRef.unsafeMake<Effect.Effect<boolean>>(
+  Effect.succeed(false)
+)
 
 /**
  * Where a service that turns a listener's defect into a typed failure (the pre-step waterfall)
@@ -78,7 +79,7 @@ const awaitStop = (ds: DriverState): Effect.Effect<void> =>
   STM.commit(
     STM.gen(function*() {
       if (Option.isSome(causeOf(yield* TRef.get(ds.phase)))) return
-      if (yield* TRef.get(ds.session.poisonedWatch)) return
+      if (Option.isSome(yield* TRef.get(ds.session.poisoned))) return
       return yield* STM.retry
     })
   )
@@ -104,7 +105,7 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
         STM.commit(
           STM.gen(function*() {
             if (Option.isSome(causeOf(yield* TRef.get(ds.phase)))) return yield* STM.retry
-            if (yield* TRef.get(ds.session.poisonedWatch)) return yield* STM.retry
+            if (Option.isSome(yield* TRef.get(ds.session.poisoned))) return yield* STM.retry
           })
         ),
         Effect.sync(() => {
@@ -115,14 +116,23 @@ export const watchStops = (ds: DriverState, watch: StopWatch): Effect.Effect<nev
   )
 
 /**
- * The cause recorded for the current activity, if any: the last committed phase's, read without a
- * transaction. A plain read (no effect): a generator that calls it reads at that point, as a
- * `yield* Effect.sync(...)` would, for two operations less.
+ * Whether a cause is recorded for the current activity, read in a transaction of its own.
  *
  * @since 0.1.0
  * @category cancellation
  */
-export const causeNow = (ds: DriverState): Option.Option<CancelCause> => causeOf(peek(ds.phaseNow))
+export const causeRecorded = (ds: DriverState): Effect.Effect<boolean> =>
+  STM.commit(STM.map(TRef.get(ds.phase), (phase) => Option.isSome(causeOf(phase))))
+
+/**
+ * Whether the driver's stop watcher has reported a stop (a recorded cause or the poison), for code
+ * that cannot wait for a transaction (a fiber's exit observer): the watcher reports a stop in the
+ * scheduler turn after the commit that recorded it.
+ *
+ * @since 0.1.0
+ * @category cancellation
+ */
+export const stopReported = (ds: DriverState): boolean => ds.stopWatch?.stopped === true
 
 /**
  * The outcome of abortable work: it finished (with its exit), or a cause was recorded first and

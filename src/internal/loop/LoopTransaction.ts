@@ -4,13 +4,13 @@
  *
  * @since 0.1.0
  */
-import { Effect, identity, Option, STM } from "effect"
+import type { Effect } from "effect"
+import { Option, STM, TRef } from "effect"
 import type { SessionEvent } from "../../domain/Event.js"
-import { peek } from "../state/Peek.js"
-import { commit, commitAppendNowOrDie } from "../state/SessionState.js"
+import { appendDrafts, commit, commitOrDie } from "../state/SessionState.js"
 import type { Draft } from "../state/SessionState.js"
 import type { LoopContext } from "./LoopContext.js"
-import { causeOf } from "./Phase.js"
+import { causeOf, getPhase } from "./Phase.js"
 
 /**
  * Sentinel: a loop transaction found a cause recorded and wrote nothing.
@@ -22,24 +22,24 @@ export const CAUSE: unique symbol = Symbol.for("tiller/internal/LoopTransaction/
 
 /**
  * Commits a loop transaction that first reads the cause: with a cause recorded it writes nothing
- * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value. The phase
- * is peeked (see `Peek`): it is the transaction's first read, and a transaction runs in one
- * synchronous step, so the value is the one `getPhase` would read, without a journal entry.
+ * and yields the sentinel. An `InvalidEvent` from the log is returned as a failure value.
  *
  * @since 0.1.0
  * @category transactions
  */
 export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effect<A | typeof CAUSE, E> =>
-  commit(
-    ctx.ds.session,
-    STM.suspend((): STM.STM<A | typeof CAUSE, E> =>
-      Option.isSome(causeOf(peek(ctx.ds.phaseNow))) ? STM.succeed(CAUSE) : body
-    )
+  commit(ctx.ds.session, causeFirst(ctx, body))
+
+// `body`, unless a cause is recorded (then the sentinel, and nothing written).
+const causeFirst = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): STM.STM<A | typeof CAUSE, E> =>
+  STM.flatMap(
+    getPhase(ctx.ds),
+    (phase): STM.STM<A | typeof CAUSE, E> => Option.isSome(causeOf(phase)) ? STM.succeed(CAUSE) : body
   )
 
 /**
- * A loop append of tiller's own drafts without a transaction (see `appendNow`): the cause read
- * first (with one recorded, nothing is written and the sentinel is returned), then the append; an
+ * A loop append of tiller's own drafts ({@link loopTx} of `appendDrafts`): the cause read first
+ * (with one recorded, nothing is written and the sentinel is returned), then the append; an
  * `InvalidEvent` is a defect. `drafts` receives the first new seq.
  *
  * @since 0.1.0
@@ -48,12 +48,16 @@ export const loopTx = <A, E>(ctx: LoopContext, body: STM.STM<A, E>): Effect.Effe
 export const loopAppendOrDie = (
   ctx: LoopContext,
   drafts: (length: number) => ReadonlyArray<Draft>
-): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE> =>
-  Effect.withFiberRuntime((fiber) =>
-    Option.isSome(causeOf(peek(ctx.ds.phaseNow)))
-      ? Effect.succeed(CAUSE)
-      : commitAppendNowOrDie(ctx.ds.session, drafts, fiber, identity)
+): Effect.Effect<ReadonlyArray<SessionEvent> | typeof CAUSE> => {
+  const session = ctx.ds.session
+  return commitOrDie(
+    session,
+    causeFirst(
+      ctx,
+      STM.flatMap(TRef.get(session.log), ({ events }) => appendDrafts(session, drafts(events.length), true))
+    )
   )
+}
 
 /**
  * Whether a loop transaction was skipped because a cause is recorded.

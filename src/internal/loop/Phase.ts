@@ -43,43 +43,31 @@ export type Phase =
  */
 export interface DriverState {
   readonly session: SessionStateShape
-  /**
-   * The phase, read by transactions that wait on it (`STM.retry`). Written by {@link setPhase}; a
-   * running phase's step number, which no waiting transaction reads, changes only in `phaseNow`
-   * ({@link setStep}), so a new step wakes none of them.
-   */
+  /** The phase; changed only by the transactions of this module and the driver's operations. */
   readonly phase: TRef.TRef<Phase>
-  /**
-   * The same phase, read by transactions that never wait. STM re-runs every waiting transaction
-   * whenever a committed transaction read a `TRef` it waits on; the loop reads the phase at every
-   * append, so it reads this copy, on which nothing waits. Written by {@link setPhase} and
-   * {@link setStep}.
-   */
-  readonly phaseNow: TRef.TRef<Phase>
   readonly disposing: TRef.TRef<boolean>
   /** Stop notifications for abortable work, when the driver runs their watcher. */
   readonly stopWatch?: StopWatch
 }
 
 /**
- * The phase, for a transaction that does not wait on it.
+ * The phase, read in the caller's transaction.
  *
  * @since 0.1.0
  * @category getters
  */
-export const getPhase = (ds: DriverState): STM.STM<Phase> => TRef.get(ds.phaseNow)
+export const getPhase = (ds: DriverState): STM.STM<Phase> => TRef.get(ds.phase)
 
 /**
- * Sets the phase (both copies).
+ * Sets the phase.
  *
  * @since 0.1.0
  * @category transactions
  */
-export const setPhase = (ds: DriverState, phase: Phase): STM.STM<void> =>
-  STM.zipRight(TRef.set(ds.phase, phase), TRef.set(ds.phaseNow, phase))
+export const setPhase = (ds: DriverState, phase: Phase): STM.STM<void> => TRef.set(ds.phase, phase)
 
 /**
- * Sets the step number of a running phase (`phaseNow` only: see {@link DriverState}).
+ * Sets the step number of a running phase.
  *
  * @since 0.1.0
  * @category transactions
@@ -88,7 +76,7 @@ export const setStep = (
   ds: DriverState,
   phase: Extract<Phase, { readonly _tag: "Running" }>,
   step: number
-): STM.STM<void> => TRef.set(ds.phaseNow, { ...phase, step })
+): STM.STM<void> => TRef.set(ds.phase, { ...phase, step })
 
 /**
  * The cause recorded for the current activity, if any.

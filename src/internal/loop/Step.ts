@@ -19,16 +19,14 @@ import * as SafeDecode from "../../domain/SafeDecode.js"
 import type { RequestConfig } from "../../domain/Seams.js"
 import type { LlmFailure, RequestHeader, StreamChunk, ToolCallBlock } from "../../domain/Values.js"
 import { StreamChunk as StreamChunkSchema } from "../../domain/Values.js"
-import { peek } from "../state/Peek.js"
-import { appendDrafts, appendNow, commit, delivered, dieOnFailure } from "../state/SessionState.js"
+import { appendDrafts, commit, dieOnFailure } from "../state/SessionState.js"
 import type { Draft, LogSnapshot } from "../state/SessionState.js"
-import { abortable, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
+import { abortable, causeRecorded, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
 import * as Assembler from "./Assembler.js"
 import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
-import { CAUSE, isCause, loopTx } from "./LoopTransaction.js"
-import { causeOf } from "./Phase.js"
+import { isCause, loopTx } from "./LoopTransaction.js"
 import * as RequestView from "./RequestView.js"
 import { DEFAULT_MAX_RETRY_DELAY, refuseRetryDelay } from "./RetryPolicy.js"
 import type { StepResult } from "./StepResult.js"
@@ -125,9 +123,8 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       // A header to log is checked like any caller's event (a request hook can put anything in the
       // configuration): an invalid one is not written and fails the step (INVALID_EVENT).
       const decided = reason === undefined
-        // Nothing to write: the committed log and phase, read together without a transaction (the
-        // generator runs in one synchronous step up to its next yield).
-        ? Option.isSome(causeOf(peek(ds.phaseNow))) ? CAUSE : readMessages(peek(session.log))
+        // Nothing to write: the committed log, read with the cause in one transaction.
+        ? yield* loopTx(ctx, STM.map(TRef.get(session.log), readMessages))
         : yield* Effect.catchTag(
           loopTx(
             ctx,
@@ -261,16 +258,24 @@ const runAttempt = (
       drafts: (length: number) => ReadonlyArray<Draft>,
       then: (events: ReadonlyArray<SessionEvent>) => A
     ) =>
-      Effect.withFiberRuntime<A>((fiber) => {
-        if (Option.isSome(causeOf(peek(ctx.ds.phaseNow)))) return Effect.interrupt
-        const written = appendNow(ctx.ds.session, drafts, fiber)
-        if (written === undefined) return Effect.interrupt
-        if (written instanceof InvalidEvent) {
-          invalid = ownFailure("INVALID_EVENT", written.message)
-          return Effect.interrupt
+      Effect.flatMap(
+        Effect.either(
+          loopTx(
+            ctx,
+            STM.flatMap(
+              TRef.get(ctx.ds.session.log),
+              ({ events }) => appendDrafts(ctx.ds.session, drafts(events.length), true)
+            )
+          )
+        ),
+        (written): Effect.Effect<A> => {
+          if (Either.isLeft(written)) {
+            invalid = ownFailure("INVALID_EVENT", written.left.message)
+            return Effect.interrupt
+          }
+          return isCause(written.right) ? Effect.interrupt : Effect.succeed(then(written.right))
         }
-        return delivered(ctx.ds.session, then(written))
-      })
+      )
 
     // Chunks received but not yet logged, with the assembler state they lead to. They are logged
     // together (one transaction per pulled batch of the stream), so `assembler` and `chunkSeqs`
@@ -371,19 +376,26 @@ const runAttempt = (
       const failure = ownFailure("NO_FINISH", "the model stream ended without a finish chunk")
       return finishWith(errorFinish(failure), failure)
     }
+    // The stream failed, or interrupted itself (an interruption without a recorded cause, a failure
+    // of the stream like any other, 4.5 Q5).
+    const streamFailed = (cause: Cause.Cause<unknown>) => {
+      if (settled !== undefined) return Effect.void // the finish chunk fixed the outcome
+      const error = Cause.isInterruptedOnly(cause) ? undefined : originalError(Exit.failCause(cause))
+      const failure = error instanceof ModelError
+        ? error.failure
+        : ownFailure("UNKNOWN", error === undefined ? "the model stream was interrupted" : messageOf(error))
+      return finishWith(errorFinish(failure), failure)
+    }
     const consume = Effect.matchCauseEffect(pulled, {
       onFailure: (cause) => {
         if (Option.getOrUndefined(Cause.failureOption(cause)) === STOP) return noFinish() // stop pulling
-        // An interruption is a cancel only with a cause recorded; otherwise the stream interrupted
-        // itself, a failure of the stream like any other (4.5 Q5).
-        const canceled = Cause.isInterruptedOnly(cause) && Option.isSome(causeNow(ctx.ds))
-        if (canceled || invalid !== undefined) return Effect.failCause(cause)
-        if (settled !== undefined) return Effect.void // the finish chunk fixed the outcome
-        const error = Cause.isInterruptedOnly(cause) ? undefined : originalError(Exit.failCause(cause))
-        const failure = error instanceof ModelError
-          ? error.failure
-          : ownFailure("UNKNOWN", error === undefined ? "the model stream was interrupted" : messageOf(error))
-        return finishWith(errorFinish(failure), failure)
+        if (invalid !== undefined) return Effect.failCause(cause)
+        // An interruption is a cancel only with a cause recorded.
+        if (!Cause.isInterruptedOnly(cause)) return streamFailed(cause)
+        return Effect.flatMap(
+          causeRecorded(ctx.ds),
+          (canceled) => canceled ? Effect.failCause(cause) : streamFailed(cause)
+        )
       },
       onSuccess: noFinish
     })

@@ -13,10 +13,18 @@ import { acceptCallerMessage } from "../../domain/Message.js"
 import type { ToolCallInfo } from "../../domain/Seams.js"
 import type { NormalizedToolOutput, ToolContext, ToolOutput } from "../../domain/Tool.js"
 import type { ToolCallBlock, UserMessage } from "../../domain/Values.js"
-import { peek } from "../state/Peek.js"
-import { appendDrafts, commit, commitAppendNowOrDie, commitOrDie, publish } from "../state/SessionState.js"
+import { appendDrafts, commit, commitOrDie, publish } from "../state/SessionState.js"
 import type { Draft } from "../state/SessionState.js"
-import { abortable, awaitCause, causeNow, checkpoint, checkpointNow, defectsOf, quietDone } from "./Activity.js"
+import {
+  abortable,
+  awaitCause,
+  causeRecorded,
+  checkpoint,
+  checkpointNow,
+  defectsOf,
+  quietDone,
+  stopReported
+} from "./Activity.js"
 import { originalError } from "./Failure.js"
 import { hookDefaults } from "./HooksRunner.js"
 import type { LoopContext } from "./LoopContext.js"
@@ -195,7 +203,7 @@ export const runTools = (
           }
           call.params = replaced.right
         }
-        if (Option.isSome(causeNow(ds))) {
+        if (yield* causeRecorded(ds)) {
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
           return true
         }
@@ -209,7 +217,13 @@ export const runTools = (
         // The body starts at once, on this stack, and runs until it first suspends: a synchronous
         // body has ended when `runBody` returns, with no scheduler round trip before its exit is
         // seen. Its fiber is no child of this one: it is in the driver's FiberSet while it runs.
-        const fiber = ctx.runBody(Effect.suspend(() => tool.execute(call.params, context)))
+        // Whether a cause was recorded when the body ended is read by the body's fiber as it ends.
+        const fiber = ctx.runBody(
+          Effect.onExit(Effect.suspend(() => tool.execute(call.params, context)), () =>
+            Effect.map(causeRecorded(ds), (recorded) => {
+              call.endedAfterCause = recorded
+            }))
+        )
         call.fiber = fiber
         // Whether the body ended on this stack, before `runBody` returned.
         const endedAtOnce = fiber.unsafePoll() !== null
@@ -217,7 +231,6 @@ export const runTools = (
         // wrapped around the body for it.
         fiber.addObserver((exit) => {
           call.exit = exit
-          call.endedAfterCause = Option.isSome(causeNow(ds))
           settled.ended(call.index, endedAtOnce)
         })
         return true
@@ -249,14 +262,18 @@ export const runTools = (
       const output = outcomeOutput(ref(call), outcome)
       // Without a ToolPost listener the output stands as it is.
       if (!runsToolPost(outcome) || ctx.hooks.isQuiet("toolPost")) return commitOutput(call, outcome, output)
-      const abortedNow = Option.isSome(causeNow(ds))
       return Effect.flatMap(
-        Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow })),
+        Effect.flatMap(causeRecorded(ds), (abortedNow) =>
+          Effect.exit(ctx.hooks.toolPost({ ...infoOf(call), output, aborted: abortedNow }))),
         (posted) => {
-          if (Exit.isFailure(posted)) return Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
+          if (Exit.isFailure(posted)) {
+            return Effect.fail(new SchedulerFailure(originalError(posted), defectsOf(posted)))
+          }
           // Only a replaced output needs checking: the one handed in is valid (checked and normalized).
           const problem = posted.value === output ? undefined : normalizedOutputProblem(posted.value)
-          if (problem === undefined) return commitOutput(call, outcome, posted.value)
+          if (problem === undefined) {
+            return commitOutput(call, outcome, posted.value)
+          }
           const invalid = ToolOutcome.InvalidOutput({ detail: problem })
           return commitOutput(call, invalid, outcomeOutput(ref(call), invalid))
         }
@@ -290,15 +307,18 @@ export const runTools = (
       const finalOutput = output
       // COMMIT step 4: the final output (after ToolPost) decides, whatever the body's own outcome.
       const conclude = (use: { readonly output: NormalizedToolOutput }) => {
-        if (use.output.concludesTurn && !use.output.isError) concluded = true
+        if (use.output.concludesTurn && !use.output.isError) {
+          concluded = true
+        }
       }
-      // Without contexts the result is the whole change: one append, without a transaction.
+      // Without contexts the result is the whole change: one append.
       if (contexts.length === 0) {
-        return Effect.withFiberRuntime((fiber) =>
-          commitAppendNowOrDie(session, () => [resultDraft(call, finalOutcome, finalOutput)], fiber, () => {
+        return Effect.map(
+          commitOrDie(session, appendDrafts(session, [resultDraft(call, finalOutcome, finalOutput)], true)),
+          () => {
             conclude({ output: finalOutput })
             call.committed = true
-          })
+          }
         )
       }
       return Effect.map(
@@ -335,7 +355,9 @@ export const runTools = (
                     outcome: "canceled"
                   }
                 }], true)
-                for (const message of use.contexts) notifications.push({ type: "agent/inbox/discarded", message })
+                for (const message of use.contexts) {
+                  notifications.push({ type: "agent/inbox/discarded", message })
+                }
               }
               yield* publish(session, notifications)
             }
@@ -352,33 +374,39 @@ export const runTools = (
       STM.map(TRef.get(session.log), ({ fold }) => {
         const seen = new Set<string>()
         for (const m of contexts) {
-          if (seen.has(m.id)) return `context id ${m.id} repeated`
+          if (seen.has(m.id)) {
+            return `context id ${m.id} repeated`
+          }
           seen.add(m.id)
           const state = stateOf(fold.known, m.id)
-          if (state !== undefined) return `context id ${m.id} is already known (${state})`
+          if (state !== undefined) {
+            return `context id ${m.id} is already known (${state})`
+          }
         }
         return undefined
       })
 
-    const inFlight = () => calls.filter((c) => c.fiber !== undefined)
-
-    const poisoned = () => Option.isSome(peek(session.poisoned))
+    const inFlight = () =>
+      calls.filter((c) => c.fiber !== undefined)
 
     // Waits until a body has ended, a cause is recorded or the session is poisoned (its activity
     // stops: SPEC 6.3). Bodies started before it already ran until they first suspended.
     const nextSettled: Effect.Effect<"settled" | "cause" | "poisoned"> = Effect.suspend(() => {
       if (settled.pending()) return Effect.succeed("settled" as const)
-      if (poisoned()) return Effect.succeed("poisoned" as const)
-      const watch = ds.stopWatch
-      if (watch !== undefined && !watch.stopped) {
-        return Effect.flatMap(settled.signalOrStop(watch), (woken) =>
-          woken === "stop" && Option.isSome(causeNow(ds)) ? Effect.succeed("cause" as const) : nextSettled)
-      }
-      return Effect.flatMap(
-        Effect.raceFirst(Effect.as(settled.signal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
-        (woken) =>
-          woken === "cause" ? Effect.succeed("cause" as const) : nextSettled
-      )
+      return Effect.flatMap(STM.commit(TRef.get(session.poisoned)), (poisoned) => {
+        if (Option.isSome(poisoned)) return Effect.succeed("poisoned" as const)
+        const watch = ds.stopWatch
+        if (watch !== undefined && !watch.stopped) {
+          return Effect.flatMap(settled.signalOrStop(watch), (woken) =>
+            woken === "stop"
+              ? Effect.flatMap(causeRecorded(ds), (cause) => cause ? Effect.succeed("cause" as const) : nextSettled)
+              : nextSettled)
+        }
+        return Effect.flatMap(
+          Effect.raceFirst(Effect.as(settled.signal, "settled" as const), Effect.as(awaitCause(ds), "cause" as const)),
+          (woken) => woken === "cause" ? Effect.succeed("cause" as const) : nextSettled
+        )
+      })
     })
 
     // Classifies bodies that ended, oldest first, by their exit and whether a cause was recorded
@@ -399,7 +427,9 @@ export const runTools = (
     const interruptRunning = Effect.suspend(() =>
       Effect.forEach(inFlight(), (call) =>
         Effect.flatMap(Fiber.interrupt(call.fiber!), (exit) =>
-          Effect.sync(() => settle(call, exit, true))), { discard: true })
+          Effect.sync(() => settle(call, exit, true))), {
+        discard: true
+      })
     )
 
     const commitReady = Effect.gen(function*() {
@@ -417,7 +447,9 @@ export const runTools = (
           yield* commitReady
           continue
         }
-        if (!stopped && Option.isSome(causeNow(ds))) {
+        // A stop the watcher reported starts no further call (a START's own transaction finds a
+        // cause recorded since, and starts nothing either).
+        if (!stopped && stopReported(ds)) {
           stopped = true
         }
         const groupOpen = nextStart < calls.length && !stopped
@@ -499,7 +531,7 @@ export const runTools = (
         yield* writePair(call, ToolOutcome.AbortedBeforeDispatch())
       }
     }
-    if (Option.isSome(causeNow(ds))) {
+    if (yield* causeRecorded(ds)) {
       return { _tag: "Aborted", defects }
     }
     return concluded ? { _tag: "Completed" } : { _tag: "Continue" }

@@ -21,13 +21,12 @@ import { repairClosers } from "../../domain/Repair.js"
 import { enteredByDefault } from "../../domain/Seams.js"
 import type { TurnEndReason, UserMessage } from "../../domain/Values.js"
 import { claimSTM } from "../state/InboxOps.js"
-import { peek, poke } from "../state/Peek.js"
-import { appendDrafts, appendNow, commit, commitAppendNowOrDie, commitOrDie, delivered } from "../state/SessionState.js"
+import { appendDrafts, commit, commitOrDie } from "../state/SessionState.js"
 import type { Draft } from "../state/SessionState.js"
 import {
   abortable,
   abortableUnless,
-  causeNow,
+  causeRecorded,
   currentDefectSink,
   currentStopping,
   defectsOf,
@@ -47,7 +46,6 @@ type StepDecision =
   | { readonly _tag: "Close"; readonly reason: TurnEndReason; readonly report?: TurnErrorReport }
 
 const OPEN: StepDecision = { _tag: "Open" }
-const NOTHING: ReadonlyArray<UserMessage> = []
 
 /**
  * Runs turn `turn`, whose `turn/start` and initial claim (`batch`) are already committed, until
@@ -166,56 +164,41 @@ export const runTurn = (
         { type: "step/start", data: { turn, step } },
         ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
       ]
-      // The transaction, built only when the step does not open directly (below).
-      const txStep = () =>
-        commitOrDie(
-          session,
-          STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> =>
-            STM.flatMap(TRef.get(session.log), ({ fold }) => {
-              const decision = decide(phase, fold.known)
-              if (decision._tag === "Close") {
-                return STM.as(closeTurn(ds, turn, decision.reason, decision.report), false)
-              }
-              const appended = appendDrafts(session, drafts(), true)
-              // Appending leaves the phase as read above.
-              return phase._tag === "Running"
-                ? STM.zipRight(appended, STM.as(setStep(ds, phase, step), true))
-                : STM.as(appended, true)
-            }))
-        )
-      // The step opens without a transaction when it changes only the log and the step number
-      // (`phaseNow`, which no transaction waits on): the same decision on the committed values,
-      // read and written in one synchronous step. Closing the turn takes the transaction.
-      const opened = yield* Effect.withFiberRuntime((fiber) => {
-        const phase = peek(ds.phaseNow)
-        if (decide(phase, peek(session.log).fold.known)._tag === "Close") return txStep()
-        const written = appendNow(session, drafts, fiber)
-        if (written === undefined) return Effect.interrupt
-        if (written instanceof InvalidEvent) return Effect.die(written)
-        if (phase._tag === "Running") poke(ds.phaseNow, { ...phase, step }, fiber)
-        return delivered(session, true)
-      })
-      if (!opened) return
+      // TX-STEP: close the turn, or open the step (its step/start, the entered messages, the step number).
+      const opened = yield* commitOrDie(
+        session,
+        STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> =>
+          STM.flatMap(TRef.get(session.log), ({ fold }) => {
+            const decision = decide(phase, fold.known)
+            if (decision._tag === "Close") {
+              return STM.as(closeTurn(ds, turn, decision.reason, decision.report), false)
+            }
+            const appended = appendDrafts(session, drafts(), true)
+            // Appending leaves the phase as read above.
+            return phase._tag === "Running"
+              ? STM.zipRight(appended, STM.as(setStep(ds, phase, step), true))
+              : STM.as(appended, true)
+          }))
+      )
+      if (!opened) {
+        return
+      }
       k = step
       // 4. The step, then its step/end (also after an abort or a failure).
       const result = yield* runStep(ctx, turn, step)
       const endDrafts = (): ReadonlyArray<Draft> => [{ type: "step/end", data: { turn, step } }]
-      const stepEnd = () => appendDrafts(session, endDrafts(), true)
+      const stepEnd = () =>
+        appendDrafts(session, endDrafts(), true)
       let next: ReadonlyArray<UserMessage> | undefined
       if (result._tag === "Continue") {
         // Nothing runs between step/end and the boundary of a step that continues: one transaction.
         lastStop = undefined
-        // With no cause and nothing steered the boundary claims nothing: step/end is the whole
-        // change, appended without a transaction (as `loopAppendOrDie` does).
-        next = yield* Effect.withFiberRuntime<ReadonlyArray<UserMessage> | undefined>((fiber) => {
-          if (Option.isSome(causeOf(peek(ds.phaseNow))) || peek(session.log).fold.inbox.nextStep.length > 0) {
-            return commitOrDie(session, STM.zipRight(stepEnd(), boundaryTx(undefined)))
-          }
-          return commitAppendNowOrDie(session, endDrafts, fiber, () => NOTHING)
-        })
+        next = yield* commitOrDie(session, STM.zipRight(stepEnd(), boundaryTx(undefined)))
       } else {
         yield* commitOrDie(session, stepEnd())
-        if (result._tag === "Aborted") return yield* close(completed, { step, defects: result.defects })
+        if (result._tag === "Aborted") {
+          return yield* close(completed, { step, defects: result.defects })
+        }
         if (result._tag === "Failed") {
           return yield* close(errorReason(result.failure), { step, error: result.error, defects: result.defects ?? [] })
         }
@@ -226,15 +209,15 @@ export const runTurn = (
           session,
           STM.map(
             STM.zip(TRef.get(session.log), getPhase(ds)),
-            ([{ fold }, phase]) => fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
+            ([{ fold }, phase]) =>
+              fold.inbox.nextStep.length === 0 && Option.isNone(causeOf(phase))
           )
         )
         if (quiet) {
           const stopping = yield* abortableUnless(
             ds,
             ctx.hooks.isQuiet("turnStopping"),
-            Effect.locally(ctx.hooks.turnStopping({ sessionId, turn, step }), currentStopping, () =>
-              Option.isSome(causeNow(ds)))
+            Effect.locally(ctx.hooks.turnStopping({ sessionId, turn, step }), currentStopping, causeRecorded(ds))
           )
           if (stopping._tag === "Aborted") {
             return yield* close(completed, { step, defects: defectsOf(stopping.exit) })

@@ -7,7 +7,6 @@
  *
  * @since 0.1.0
  */
-import type { Fiber } from "effect"
 import { Effect, Either, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../../domain/DriverEvent.js"
 import { AgentDisposed, DuplicateMessage, PersistenceError } from "../../domain/Errors.js"
@@ -19,9 +18,8 @@ import type { LogState } from "../../domain/LogState.js"
 import { pendingOf } from "../../domain/Splice.js"
 import type { InboxTarget, UserMessage } from "../../domain/Values.js"
 import * as Outbox from "./Outbox.js"
-import { modifyNow, peek } from "./Peek.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "./SessionState.js"
-import { acknowledgeAt, announce, appendDrafts, appendPure, guardWritable, publish } from "./SessionState.js"
+import { appendDrafts, appendPure, commitAcknowledgedAt, guardWritable, publish } from "./SessionState.js"
 import * as WakeMarks from "./WakeMarks.js"
 
 /**
@@ -177,9 +175,9 @@ export const locateSTM = (
   })
 
 /**
- * A caller's insertion of one message at the end (or start) of `target`, as one interpreter step
- * and its continuation: the writability check of `guardWritable` (disposed, then poisoned), the
- * identity check, the splice, and the log's last seq at the end (for `commitAcknowledgedAt`). A
+ * A caller's insertion of one message at the end (or start) of `target`: the writability check of
+ * `guardWritable` (disposed, then poisoned), then in one step on the log the identity check, the
+ * splice, and the log's last seq at the end (for `commitAcknowledgedAt`). A
  * duplicate id is returned as a value, to be acknowledged after durability; an `InvalidEvent` of
  * the splice is a defect of tiller's own draft.
  *
@@ -192,16 +190,17 @@ export const deliverSTM = (
   message: UserMessage,
   at: "end" | "start"
 ): STM.STM<Acknowledged, AgentDisposed | PersistenceError> =>
-  STM.flatMap(
-    TRef.modify(state.log, (snapshot) => deliverTo(state, snapshot, target, message, at)),
-    (delivered): STM.STM<Acknowledged, AgentDisposed | PersistenceError> =>
-      isAcknowledged(delivered)
-        ? Either.isLeft(delivered[0])
-          ? STM.succeed(delivered)
-          : Outbox.publishing(state.outbox, [{ type: "agent/inbox/inserted", message }], delivered)
-        : delivered instanceof InvalidEvent
-        ? STM.die(delivered)
-        : STM.fail(delivered)
+  STM.zipRight(
+    guardWritable(state),
+    STM.flatMap(
+      TRef.modify(state.log, (snapshot) => deliverTo(state, snapshot, target, message, at)),
+      (delivered): STM.STM<Acknowledged> =>
+        isAcknowledged(delivered)
+          ? Either.isLeft(delivered[0])
+            ? STM.succeed(delivered)
+            : Outbox.publishing(state.outbox, [{ type: "agent/inbox/inserted", message }], delivered)
+          : STM.die(delivered)
+    )
   )
 
 // The log step of a delivery: what it answers and the log it leaves (the same when nothing is written).
@@ -211,40 +210,13 @@ const deliverTo = (
   target: InboxTarget,
   message: UserMessage,
   at: "end" | "start"
-): readonly [Delivered, LogSnapshot] => {
-  // Peeked, as `guardWritable` does: no earlier step of the transaction read or wrote them.
-  if (peek(state.disposed)) return [new AgentDisposed({ sessionId: state.sessionId }), snapshot]
-  const poisoned = peek(state.poisoned)
-  if (Option.isSome(poisoned)) return [poisoned.value, snapshot]
+): readonly [Acknowledged | InvalidEvent, LogSnapshot] => {
   const duplicate = duplicateIn(snapshot.fold, [message])
   if (Option.isSome(duplicate)) return [[Either.left(duplicate.value), snapshot.events.length - 1], snapshot]
   const start = at === "end" ? pendingOf(snapshot.fold.inbox, target).length : 0
   const result = appendPure(state, snapshot, [spliceDraft(spliceData(target, start, 0, [message]))], true)
   if (result instanceof InvalidEvent) return [result, snapshot]
-  announce(state, snapshot, result.events)
   return [[Either.void, result.snapshot.events.length - 1], result.snapshot]
-}
-
-/**
- * {@link deliverSTM} without a transaction, for a session nobody observes: its transaction would
- * then change the log alone, in one step (see `poke`). The answer is the transaction's.
- *
- * @since 0.1.0
- * @category combinators
- */
-export const deliverNow = (
-  state: SessionStateShape,
-  target: InboxTarget,
-  message: UserMessage,
-  at: "end" | "start",
-  fiber: Fiber.RuntimeFiber<unknown, unknown>
-): Effect.Effect<Acknowledged, AgentDisposed | PersistenceError> => {
-  const delivered = modifyNow(state.log, (snapshot) => deliverTo(state, snapshot, target, message, at), fiber)
-  return isAcknowledged(delivered)
-    ? Effect.succeed(delivered)
-    : delivered instanceof InvalidEvent
-    ? Effect.die(delivered)
-    : Effect.fail(delivered)
 }
 
 /**
@@ -261,22 +233,15 @@ export const insertAcknowledged = (
   at: "end" | "start"
 ): Effect.Effect<void, InvalidEvent | DuplicateMessage | AgentDisposed | PersistenceError> =>
   Either.isRight(accepted)
-    ? acknowledgeAt<void, AgentDisposed | PersistenceError, DuplicateMessage>(
+    ? commitAcknowledgedAt<void, AgentDisposed | PersistenceError, DuplicateMessage>(
       state,
-      // With nobody to notify when it runs, the transaction would change the log alone (`deliverNow`).
-      Effect.withFiberRuntime((fiber) =>
-        state.outbox.subscribers.size === 0
-          ? deliverNow(state, target, accepted.right, at, fiber)
-          : STM.commit(deliverSTM(state, target, accepted.right, at))
-      )
+      deliverSTM(state, target, accepted.right, at)
     )
     : STM.commit(STM.zipRight(guardWritable(state), STM.fail(accepted.left)))
 
 type Acknowledged = readonly [Either.Either<void, DuplicateMessage>, number]
 
-type Delivered = Acknowledged | AgentDisposed | PersistenceError | InvalidEvent
-
-const isAcknowledged = (delivered: Delivered): delivered is Acknowledged => Array.isArray(delivered)
+const isAcknowledged = (delivered: Acknowledged | InvalidEvent): delivered is Acknowledged => Array.isArray(delivered)
 
 /**
  * Discards everything pending: `CAN(ns)` then `CAN(nt)`, each only when non-empty.

@@ -6,12 +6,15 @@
  *
  * The `state/` room: the STM state of an open session and the operations every transaction
  * composes: this module (log, fold, appends, commits), the inbox operations (`InboxOps`), the
- * notification outbox (`Outbox`), wake marks (`WakeMarks`) and the plain reads of committed
- * `TRef` values (`Peek`).
+ * notification outbox (`Outbox`) and wake marks (`WakeMarks`).
+ *
+ * Every change to the log is an STM transaction committed through this module's `commit` family,
+ * which hands the committed log to the session's writer after the commit (never from inside a
+ * transaction, which may still fail or retry).
  *
  * @since 0.1.0
  */
-import type { Clock, Fiber } from "effect"
+import type { Clock } from "effect"
 import { Context, Effect, Either, Option, STM, TRef } from "effect"
 import type { DriverEvent } from "../../domain/DriverEvent.js"
 import { AgentDisposed, InvalidEvent, PersistenceError } from "../../domain/Errors.js"
@@ -26,7 +29,6 @@ import * as DurableWaiters from "../durability/DurableWaiters.js"
 import type { StoreShape } from "../durability/Store.js"
 import * as WriterSignal from "../durability/WriterSignal.js"
 import * as Outbox from "./Outbox.js"
-import { modifyNow, peek } from "./Peek.js"
 import type { WakeMarks } from "./WakeMarks.js"
 
 /**
@@ -71,14 +73,8 @@ export interface SessionStateShape {
   readonly clock: Clock.Clock
   readonly log: TRef.TRef<LogSnapshot>
   readonly marks: TRef.TRef<WakeMarks>
-  /** Read by transactions that never wait (appends, guards); no transaction waits on it. */
+  /** The storage failure that poisoned the session (SPEC 6.3), set once by its writer. */
   readonly poisoned: TRef.TRef<Option.Option<PersistenceError>>
-  /**
-   * Set together with `poisoned`, for transactions that wait (`STM.retry`) on the poison. STM re-runs
-   * a waiting transaction whenever a committed transaction read a `TRef` it waits on, so waiters
-   * never read the `TRef` every append reads.
-   */
-  readonly poisonedWatch: TRef.TRef<boolean>
   readonly disposed: TRef.TRef<boolean>
   readonly closed: TRef.TRef<boolean>
   readonly outbox: Outbox.Outbox
@@ -111,20 +107,17 @@ export class SessionState extends Context.Tag("tiller/internal/SessionState")<Se
 /**
  * Fails when the session no longer accepts writes: disposed first, then poisoned (SPEC 3.1).
  *
- * Both flags are peeked (see `Peek`), which costs one interpreter step instead of four: a caller
- * uses this guard before its transaction writes anything, no transaction that writes either flag
- * guards afterwards, and no transaction that waits (`STM.retry`) guards. A transaction runs in one
- * synchronous step, so the peeked values are the ones a `TRef.get` would read.
- *
  * @since 0.1.0
  * @category guards
  */
 export const guardWritable = (state: SessionStateShape): STM.STM<void, AgentDisposed | PersistenceError> =>
-  STM.suspend((): STM.STM<void, AgentDisposed | PersistenceError> => {
-    if (peek(state.disposed)) return STM.fail(new AgentDisposed({ sessionId: state.sessionId }))
-    const poisoned = peek(state.poisoned)
-    return Option.isSome(poisoned) ? STM.fail(poisoned.value) : STM.void
-  })
+  STM.flatMap(TRef.get(state.disposed), (disposed): STM.STM<void, AgentDisposed | PersistenceError> =>
+    disposed
+      ? STM.fail(new AgentDisposed({ sessionId: state.sessionId }))
+      : STM.flatMap(
+        TRef.get(state.poisoned),
+        (poisoned) => Option.isSome(poisoned) ? STM.fail(poisoned.value) : STM.void
+      ))
 
 /**
  * Appends drafts to the in-memory log inside the caller's transaction. Each event gets the next
@@ -140,51 +133,20 @@ export const appendDrafts = (
   drafts: ReadonlyArray<Draft>,
   trusted: boolean
 ): STM.STM<ReadonlyArray<SessionEvent>, InvalidEvent> =>
-  // A poisoned session appends nothing more; the activity that tried is stopped (SPEC 6.3). The
-  // flag is peeked: the one transaction that sets it appends nothing, and no appending one waits.
-  STM.suspend(() =>
-    Option.isSome(peek(state.poisoned))
+  STM.flatMap(TRef.get(state.poisoned), (poisoned) =>
+    // A poisoned session appends nothing more; the activity that tried is stopped (SPEC 6.3).
+    Option.isSome(poisoned)
       ? STM.interrupt
       : drafts.length === 0
       ? STM.succeed([])
       : STM.flatMap(
         // One interpreter step reads and writes the log (a read, a write and a notification would be five).
-        TRef.modify(state.log, (snapshot) => appendTo(state, snapshot, drafts, trusted)),
+        TRef.modify(state.log, (snapshot): readonly [ReadonlyArray<SessionEvent> | InvalidEvent, LogSnapshot] => {
+          const result = appendPure(state, snapshot, drafts, trusted)
+          return result instanceof InvalidEvent ? [result, snapshot] : [result.events, result.snapshot]
+        }),
         (result) => result instanceof InvalidEvent ? STM.fail(result) : STM.succeed(result)
-      )
-  )
-
-// The log step of an append: the events appended (or the violation, nothing written) and the log
-// it leaves, with the writer told of the new events.
-const appendTo = (
-  state: SessionStateShape,
-  snapshot: LogSnapshot,
-  drafts: ReadonlyArray<Draft>,
-  trusted: boolean
-): readonly [ReadonlyArray<SessionEvent> | InvalidEvent, LogSnapshot] => {
-  const result = appendPure(state, snapshot, drafts, trusted)
-  if (result instanceof InvalidEvent) return [result, snapshot]
-  announce(state, snapshot, result.events)
-  return [result.events, result.snapshot]
-}
-
-/**
- * What {@link appendDrafts} commits for a transaction that changes nothing else, done without a
- * transaction: the same checks, fold and writer signal, the log replaced as a commit would (see
- * `poke`). `drafts` receives the log's length (the first new seq), so an event may cite the ones
- * before it. `undefined` when the session is poisoned (nothing appended).
- *
- * @since 0.1.0
- * @category combinators
- */
-export const appendNow = (
-  state: SessionStateShape,
-  drafts: (length: number) => ReadonlyArray<Draft>,
-  fiber: Fiber.RuntimeFiber<unknown, unknown>
-): ReadonlyArray<SessionEvent> | InvalidEvent | undefined =>
-  Option.isSome(peek(state.poisoned))
-    ? undefined
-    : modifyNow(state.log, (snapshot) => appendTo(state, snapshot, drafts(snapshot.events.length), true), fiber)
+      ))
 
 /**
  * A log with drafts appended, and the events appended.
@@ -199,7 +161,7 @@ export interface Appended {
 
 /**
  * Appends drafts to a log snapshot without a transaction (see {@link appendDrafts}); the first
- * violation instead. A transaction that writes the result to `log` also calls {@link announce}.
+ * violation instead.
  *
  * @since 0.1.0
  * @category combinators
@@ -248,19 +210,6 @@ export const appendPure = (
 }
 
 /**
- * Tells the writer about events a transaction appends to `before`, from inside that transaction:
- * the writer runs after it commits (its resumption is scheduled), or re-reads the log.
- *
- * @since 0.1.0
- * @category combinators
- */
-export const announce = (state: SessionStateShape, before: LogSnapshot, events: ReadonlyArray<SessionEvent>): void => {
-  if (events.length === 0) return
-  const last = before.events.length - 1
-  WriterSignal.appended(state.writer, state.waiters.durable, last, last + events.length, events[0]!.time)
-}
-
-/**
  * The seq of the last event in the log (−1 when empty), read in the caller's transaction.
  *
  * @since 0.1.0
@@ -279,40 +228,34 @@ export const publish = (state: SessionStateShape, notifications: ReadonlyArray<D
   Outbox.publish(state.outbox, notifications)
 
 /**
- * Commits a transaction of the session, then delivers the notifications it (or anyone) queued.
+ * Commits a transaction of the session and hands the log it committed to the session's writer
+ * (`WriterSignal.committed`): every transaction that may append commits through here (or through
+ * {@link commit} and the acknowledged commits built on it), so the writer learns of new events
+ * after their commit and only then.
+ *
+ * @since 0.1.0
+ * @category combinators
+ */
+export const commitLogged = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A, E> =>
+  Effect.map(STM.commit(STM.zip(transaction, TRef.get(state.log))), ([value, log]) => {
+    WriterSignal.committed(state.writer, state.waiters.durable, log.events)
+    return value
+  })
+
+/**
+ * Commits a transaction of the session ({@link commitLogged}), then delivers the notifications it
+ * (or anyone) queued.
  *
  * @since 0.1.0
  * @category combinators
  */
 export const commit = <A, E>(state: SessionStateShape, transaction: STM.STM<A, E>): Effect.Effect<A, E> =>
-  Effect.flatMap(STM.commit(transaction), (value) =>
+  Effect.flatMap(commitLogged(state, transaction), (value) =>
     // Nothing queued (the common case): the value as it is, without a delivery step.
     delivered(state, value))
 
 /**
- * The Effect of {@link appendNow} of tiller's own drafts, run where the caller's transaction would
- * commit: a poisoned session interrupts, an invalid draft is a defect, queued notifications are
- * delivered, and the answer is `answer` of the events appended (one step, where `Effect.orDie` and
- * a `map` would add three).
- *
- * @since 0.1.0
- * @category combinators
- */
-export const commitAppendNowOrDie = <A>(
-  state: SessionStateShape,
-  drafts: (length: number) => ReadonlyArray<Draft>,
-  fiber: Fiber.RuntimeFiber<unknown, unknown>,
-  answer: (events: ReadonlyArray<SessionEvent>) => A
-): Effect.Effect<A> => {
-  const result = appendNow(state, drafts, fiber)
-  if (result === undefined) return Effect.interrupt
-  if (result instanceof InvalidEvent) return Effect.die(result)
-  return delivered(state, answer(result))
-}
-
-/**
- * `value`, after the notifications anyone queued are delivered: how a change made without a
- * transaction ends where {@link commit} would deliver.
+ * `value`, after the notifications anyone queued are delivered.
  *
  * @since 0.1.0
  * @category combinators
@@ -384,16 +327,10 @@ export const commitAcknowledged = <A, E, E2>(
 export const commitAcknowledgedAt = <A, E, E2>(
   state: SessionStateShape,
   transaction: STM.STM<readonly [Either.Either<A, E2>, number], E>
-): Effect.Effect<A, E | E2 | PersistenceError> => acknowledgeAt(state, STM.commit(transaction))
+): Effect.Effect<A, E | E2 | PersistenceError> => acknowledgeAt(state, commitLogged(state, transaction))
 
-/**
- * {@link commitAcknowledgedAt} for a change already made by `committed` (a transaction's commit, or
- * the same change made without one): its answer once the log up to the returned seq is durable.
- *
- * @since 0.1.0
- * @category durability
- */
-export const acknowledgeAt = <A, E, E2>(
+// The answer of a committed change once the log up to the returned seq is durable.
+const acknowledgeAt = <A, E, E2>(
   state: SessionStateShape,
   committed: Effect.Effect<readonly [Either.Either<A, E2>, number], E>
 ): Effect.Effect<A, E | E2 | PersistenceError> =>

@@ -1,13 +1,12 @@
 import { afterAll, describe, expect, it } from "@effect/vitest"
 import Database from "better-sqlite3"
-import { Clock, Duration, Effect, Exit, Fiber, Layer, Option, Scheduler, Scope } from "effect"
+import { Clock, Duration, Effect, Exit, Fiber, Layer, Option, Scheduler, Scope, TRef } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { SessionId } from "../../../src/domain/Ids.js"
 import { openSessionState } from "../../../src/internal/durability/SessionOpen.js"
 import * as WriterSignal from "../../../src/internal/durability/WriterSignal.js"
-import { peek } from "../../../src/internal/state/Peek.js"
 import { awaitDurable, SessionState } from "../../../src/internal/state/SessionState.js"
 import { SqliteSessionStore } from "../../../src/layers/SqliteStore.js"
 import { Inbox } from "../../../src/services/Inbox.js"
@@ -93,7 +92,12 @@ describe("Writer: synchronous writes on the memory store", () => {
         // A waiter that writes synchronously while the writer is parked in the yield.
         yield* Fiber.join(yield* Effect.fork(awaitDurable(state, last)))
         yield* Effect.repeatN(Effect.yieldNow(), 20)
-        return { timerStarted, last, durable: yield* log.durableSeq, poisoned: Option.isSome(peek(state.poisoned)) }
+        return {
+          timerStarted,
+          last,
+          durable: yield* log.durableSeq,
+          poisoned: Option.isSome(yield* TRef.get(state.poisoned))
+        }
       }).pipe(
         Effect.provide(freshSession({ durability: { batchSize: 1 } })),
         Effect.withScheduler(trapScheduler(() => writer?.windowMs !== undefined))
@@ -198,7 +202,7 @@ describe("Writer: synchronous writes on the SQLite store", () => {
         cause: { error: { _tag: "PersistenceError", operation: "append" } }
       })
       expect(yield* log.durableSeq).toBe(durable)
-      expect(Option.isSome(peek(state.poisoned))).toBe(true)
+      expect(Option.isSome(yield* TRef.get(state.poisoned))).toBe(true)
       const stored = yield* Effect.flatMap(SessionStore, (store) => store.load(SessionId.make("s1")))
       expect(stored.events).toStrictEqual((yield* log.events).slice(0, durable + 1))
     }).pipe(Effect.provide(onSqlite(filename)))

@@ -11,7 +11,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Effect, Runtime } from "effect"
+import { Effect, Queue } from "effect"
 import * as NodeModule from "node:module"
 import { Worker } from "node:worker_threads"
 
@@ -69,7 +69,9 @@ export const make = (
   workerSource = WORKER_SOURCE
 ): Effect.Effect<Checkpointer, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const runtime = yield* Effect.runtime<never>()
+    // The worker reports a failure from its own callbacks; one fiber of the scope runs `fallback`.
+    const failures = yield* Queue.dropping<void>(1)
+    yield* Effect.forkScoped(Effect.zipRight(Queue.take(failures), fallback))
     let worker: Worker | undefined
     let failed = false
     let closing = false
@@ -82,7 +84,7 @@ export const make = (
       failed = true
       void worker?.terminate()
       worker = undefined
-      Runtime.runFork(runtime)(fallback)
+      Queue.unsafeOffer(failures, undefined)
     }
 
     const start = (): Worker | undefined => {

@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Cause, Duration, Effect, Either, Exit, Option, ParseResult, STM, Stream, TRef } from "effect"
+import { Cause, Data, Duration, Effect, Either, Exit, Option, ParseResult, STM, Stream, TRef } from "effect"
 import { InvalidEvent, ModelError } from "../../domain/Errors.js"
 import type { SessionEvent } from "../../domain/Event.js"
 import { acceptsStreamChunkJson } from "../../domain/EventDecoder.js"
@@ -199,11 +199,19 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
     }
   })
 
-type AttemptOutcome =
-  | { readonly _tag: "Stopped"; readonly finish: "stop" | "max-tokens"; readonly calls: ReadonlyArray<ToolCallBlock> }
-  | { readonly _tag: "ErrorFinish"; readonly failure: LlmFailure }
-  | { readonly _tag: "Aborted"; readonly defects: ReadonlyArray<unknown> }
-  | { readonly _tag: "Failed"; readonly failure: LlmFailure; readonly error: unknown }
+// How one streamed attempt of a step ended.
+type AttemptOutcome = Data.TaggedEnum<{
+  /** A finish chunk stopped the stream (its kind and the assistant message's tool calls). */
+  Stopped: { readonly finish: "stop" | "max-tokens"; readonly calls: ReadonlyArray<ToolCallBlock> }
+  /** A finish chunk of kind error: the attempt failed, and may be retried. */
+  ErrorFinish: { readonly failure: LlmFailure }
+  /** A cause was recorded during the attempt. */
+  Aborted: { readonly defects: ReadonlyArray<unknown> }
+  /** The attempt failed outside the model's finish (an invalid draft, a broken stream). */
+  Failed: { readonly failure: LlmFailure; readonly error: unknown }
+}>
+
+const AttemptOutcome = Data.taggedEnum<AttemptOutcome>()
 
 const decodeChunk = SafeDecode.decodeUnknownEither(StreamChunkSchema, { onExcessProperty: "error" })
 
@@ -296,7 +304,7 @@ const runAttempt = (
 
     const finishWith = (chunk: StreamChunk, failure: LlmFailure) =>
       Effect.map(flush([chunkDraft(turn, step, attempt, chunk)]), () => {
-        settled = { _tag: "ErrorFinish", failure }
+        settled = AttemptOutcome.ErrorFinish({ failure })
       })
 
     const finishMessage = (chunk: StreamChunk, kind: "stop" | "max-tokens") => {
@@ -320,11 +328,10 @@ const runAttempt = (
           sourceEventSeqs: seqs
         }]
       }, () => {
-        settled = {
-          _tag: "Stopped",
+        settled = AttemptOutcome.Stopped({
           finish: kind,
           calls: assembled.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
-        }
+        })
       })
     }
 
@@ -405,19 +412,19 @@ const runAttempt = (
     const run = chunks !== undefined
       ? { _tag: "Done" as const, exit: yield* Effect.exit(consume) }
       : yield* abortable(ctx.ds, consume)
-    if (invalid !== undefined) return { _tag: "Failed", failure: invalid, error: invalid }
+    if (invalid !== undefined) return AttemptOutcome.Failed({ failure: invalid, error: invalid })
     if (run._tag === "Aborted" || Exit.isInterrupted(run.exit)) {
       const defects = defectsOf(run.exit)
       // The assistant message stands when it was recorded before the cause (K7 follows).
       if (settled !== undefined && settled._tag === "Stopped") return settled
       if (settled === undefined) yield* writeInterruptedPrefix(ctx, turn, step, attempt, assembler, origin, chunkSeqs)
-      return { _tag: "Aborted", defects }
+      return AttemptOutcome.Aborted({ defects })
     }
     if (Exit.isFailure(run.exit)) {
       const error = originalError(run.exit)
-      return { _tag: "Failed", failure: toLlmFailure(error), error }
+      return AttemptOutcome.Failed({ failure: toLlmFailure(error), error })
     }
-    return settled ?? { _tag: "Failed", failure: ownFailure("NO_FINISH", "no finish"), error: undefined }
+    return settled ?? AttemptOutcome.Failed({ failure: ownFailure("NO_FINISH", "no finish"), error: undefined })
   })
 
 // The model's response to `request`; a model that throws instead of answering fails that response

@@ -421,19 +421,22 @@ export const make = (
       })).pipe(Effect.locally(currentActivity, identity))
     )
     const driver = makeDriver(ds, identity, scope)
-    // The poison transaction stops the activity: phase Idle and one live error (SPEC 6.3).
-    session.owner.onPoison = (error) =>
-      STM.gen(function*() {
-        const phase = yield* getPhase(ds)
-        const turn = phase._tag === "Running" ? phase.turn : phase.lastTurn
-        const step = phase._tag === "Running" ? phase.step : 0
-        yield* setPhase(ds, { _tag: "Idle", lastTurn: turn })
-        const events: Array<DriverEvent> = [{ type: "agent/error", turn, step, error }]
-        if (phase._tag === "Running") events.push({ type: "agent/status", status: "idle" })
-        yield* publish(session, events)
-      })
-    session.owner.phase = STM.map(getPhase(ds), (phase) =>
-      phase._tag === "Idle" ? "idle" : phase._tag === "Running" ? "running" : "maintenance")
+    // The session's owner from now on: its part of the poison transaction stops the activity (phase
+    // Idle and one live error, SPEC 6.3), and its phase is what `SessionLog.append` consults (SPEC 6.7).
+    yield* STM.commit(TRef.set(session.owner, {
+      onPoison: (error) =>
+        STM.gen(function*() {
+          const phase = yield* getPhase(ds)
+          const turn = phase._tag === "Running" ? phase.turn : phase.lastTurn
+          const step = phase._tag === "Running" ? phase.step : 0
+          yield* setPhase(ds, { _tag: "Idle", lastTurn: turn })
+          const events: Array<DriverEvent> = [{ type: "agent/error", turn, step, error }]
+          if (phase._tag === "Running") events.push({ type: "agent/status", status: "idle" })
+          yield* publish(session, events)
+        }),
+      phase: STM.map(getPhase(ds), (phase) =>
+        phase._tag === "Idle" ? "idle" : phase._tag === "Running" ? "running" : "maintenance")
+    }))
     // Disposal (SPEC 3.7) steps 1-2; the session layer then seals, flushes and ends the streams.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {

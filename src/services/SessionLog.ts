@@ -199,7 +199,7 @@ export const makeSessionLog = (state: Context.Tag.Service<SessionState>): Contex
         // The log's own rules first (inside a turn such a bracket is R6), tried on the snapshot.
         const tried = appendPure(state, yield* readLog, [draft], false)
         if (tried instanceof InvalidEvent) return yield* STM.fail(tried)
-        if ((yield* state.owner.phase) !== "maintenance") {
+        if ((yield* (yield* TRef.get(state.owner)).phase) !== "maintenance") {
           return yield* STM.fail(
             new InvalidEvent({
               type: draft.type,

@@ -12,7 +12,7 @@
  * @since 0.1.0
  */
 import type { Scope } from "effect"
-import { Effect, Either, Option, STM, TRef } from "effect"
+import { Effect, Either, Option, TRef } from "effect"
 import {
   type AgentBusy,
   MalformedLog,
@@ -30,7 +30,7 @@ import { advance, initialLogState } from "../../domain/LogState.js"
 import { repairClosers } from "../../domain/Repair.js"
 import * as Outbox from "../state/Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "../state/SessionState.js"
-import { appendDrafts, awaitDurable, commitLogged } from "../state/SessionState.js"
+import { appendDrafts, awaitDurable, commitLogged, noOwner } from "../state/SessionState.js"
 import * as WakeMarks from "../state/WakeMarks.js"
 import { decodeStored, isDecoded } from "./DecodedEvents.js"
 import * as DurableWaiters from "./DurableWaiters.js"
@@ -198,7 +198,7 @@ export const openSessionState = (
       outbox: yield* Outbox.make,
       waiters: DurableWaiters.make(snapshot.events.length - 1),
       writer: makeSignal(snapshot.events, options.durability?.batchSize),
-      owner: { onPoison: () => STM.void, phase: STM.succeed("idle") }
+      owner: yield* TRef.make(noOwner)
     }
     yield* Effect.addFinalizer(() => Effect.sync(() => stopWritingNow(state.writer)))
     yield* Effect.forkScoped(runWriter(state, options.durability))

@@ -121,7 +121,7 @@ export const runWriter = (state: SessionStateShape, options: DurabilityOptions =
       yield* STM.commit(
         STM.zipRight(
           TRef.set(state.poisoned, Option.some(error)),
-          state.owner.onPoison(error)
+          STM.flatMap(TRef.get(state.owner), (owner) => owner.onPoison(error))
         )
       )
       DurableWaiters.poison(state.waiters, error)

@@ -80,8 +80,8 @@ export interface SessionStateShape {
   readonly outbox: Outbox.Outbox
   readonly waiters: DurableWaiters.DurableWaiters
   readonly writer: WriterSignal.WriterSignal
-  /** Set once by the driver that owns the session. */
-  readonly owner: SessionOwner
+  /** The driver that owns the session, once one does (`Driver.make` sets it, in a transaction). */
+  readonly owner: TRef.TRef<SessionOwner>
 }
 
 /**
@@ -92,9 +92,17 @@ export interface SessionStateShape {
  * @category models
  */
 export interface SessionOwner {
-  onPoison: (error: PersistenceError) => STM.STM<void>
-  phase: STM.STM<"idle" | "running" | "maintenance">
+  readonly onPoison: (error: PersistenceError) => STM.STM<void>
+  readonly phase: STM.STM<"idle" | "running" | "maintenance">
 }
+
+/**
+ * A session without a driver: nothing to stop on a poison, and always idle.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const noOwner: SessionOwner = { onPoison: () => STM.void, phase: STM.succeed("idle") }
 
 /**
  * The state of the session being served (internal; never exported from the package root).

@@ -152,7 +152,10 @@ export const runTools = (
         if (isCause(logged)) return false
         call.callSeq = logged[0]!.seq
         // The checkpoint covers this call's own tool/call (D13); later caller events are acknowledged by their callers.
-        const reached = checkpointNow(ds, call.callSeq) ?? (yield* checkpoint(ds, call.callSeq))
+        // Whether anything ran since the tool/call's transaction read the cause (a wait, a listener).
+        const atOnce = checkpointNow(ds, call.callSeq)
+        let waited = atOnce === undefined
+        const reached = atOnce ?? (yield* checkpoint(ds, call.callSeq))
         if (reached._tag === "Aborted") {
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
           return true
@@ -169,6 +172,7 @@ export const runTools = (
           return true
         }
         call.params = decoded.right
+        if (!ctx.hooks.isQuiet("toolPre")) waited = true
         const pre = ctx.hooks.isQuiet("toolPre")
           ? quietDone(hookDefaults.toolPre)
           : yield* abortable(ds, ctx.hooks.toolPre(infoOf(call)))
@@ -203,7 +207,9 @@ export const runTools = (
           }
           call.params = replaced.right
         }
-        if (yield* causeRecorded(ds)) {
+        // A cause recorded while something ran since (the transaction above read none): the body
+        // never starts.
+        if (waited && (yield* causeRecorded(ds))) {
           call.outcome = ToolOutcome.AbortedBeforeDispatch()
           return true
         }
@@ -531,7 +537,9 @@ export const runTools = (
         yield* writePair(call, ToolOutcome.AbortedBeforeDispatch())
       }
     }
-    if (yield* causeRecorded(ds)) {
+    // With a cause recorded the turn closes aborted at its boundary either way; the defects of an
+    // aborted batch are published with it (SPEC 3.10 case 2), which only `Aborted` carries.
+    if (defects.length > 0 && (yield* causeRecorded(ds))) {
       return { _tag: "Aborted", defects }
     }
     return concluded ? { _tag: "Completed" } : { _tag: "Continue" }

@@ -10,7 +10,6 @@
  *
  * @since 0.1.0
  */
-import * as PgClient from "@effect/sql-pg/PgClient"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { Scope } from "effect"
 import type { ConfigError } from "effect"
@@ -101,6 +100,11 @@ export const make = (
   options: PgSessionStoreOptions
 ): Effect.Effect<SessionStore["Type"], PersistenceError, Scope.Scope> =>
   Effect.gen(function*() {
+    // Imported when a store is built, so that a bundle holding this module (the CLI) starts without the driver.
+    const PgClient = yield* Effect.tryPromise({
+      try: () => import("@effect/sql-pg/PgClient"),
+      catch: (cause) => new PersistenceError({ sessionId: SqlStore.ALL_SESSIONS, operation: "open", cause })
+    })
     const client = yield* Layer.build(PgClient.layer({
       url: redacted(options.url),
       host: options.host,

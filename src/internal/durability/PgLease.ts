@@ -16,6 +16,7 @@ import type * as SqlClient from "@effect/sql/SqlClient"
 import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, ExecutionStrategy, Exit, Scope } from "effect"
+import * as os from "node:os"
 import { AgentBusy } from "../../domain/Errors.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { ProcessLease } from "./ProcessLease.js"
@@ -23,12 +24,34 @@ import { PG_TABLES } from "./SqlSchema.js"
 import { persistenceError } from "./SqlStore.js"
 
 // The seed of the key hash, so that tiller's keys differ from another application's on the same database.
-const KEY = "hashtextextended($1, 7411)"
+const KEY = "hashtextextended($1, 7411)" // (also in SELECT_HOLDER)
 // A transaction-level lock outside a transaction block lasts for the statement: taken and released at once.
 const CHECK = `SELECT pg_try_advisory_xact_lock(${KEY}) AS free`
 const LOCK = `SELECT pg_try_advisory_lock(${KEY}) AS locked`
 const UNLOCK = `SELECT pg_advisory_unlock(${KEY}) AS unlocked`
+const SET_NAME = "SELECT set_config('application_name', $1, false)"
 const SELECT_LENGTH = `SELECT length FROM ${PG_TABLES.sessions} WHERE id = $1`
+
+/**
+ * The `application_name` of a lease connection: `tiller <pid>@<host>` (at most 63 bytes, as the server keeps it).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const HOLDER_NAME = `tiller ${process.pid}@${os.hostname()}`.slice(0, 63)
+
+/**
+ * The holder of the lease on a session, as its lease connection names it (see `HOLDER_NAME`):
+ * one text parameter, the session id; one row `{ holder }` while a lease connection holds it.
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const SELECT_HOLDER = "WITH k AS (SELECT hashtextextended($1, 7411) AS key) " +
+  "SELECT a.application_name AS holder FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid, k " +
+  "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 " +
+  "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) " +
+  "AND l.classid::bigint = ((k.key >> 32) & 4294967295) AND l.objid::bigint = (k.key & 4294967295)"
 
 /**
  * The lease across processes over `sql`, its connection reserved in (a child of) `scope`.
@@ -46,6 +69,8 @@ export const make = (sql: SqlClient.SqlClient, scope: Scope.Scope): Effect.Effec
       if (current !== undefined) return Effect.succeed(current.connection)
       return Effect.flatMap(Scope.fork(scope, ExecutionStrategy.sequential), (child) =>
         sql.reserve.pipe(
+          // The holder's name, as `tiller sessions` on another host shows it.
+          Effect.tap((connection) => connection.execute(SET_NAME, [HOLDER_NAME], undefined)),
           Scope.extend(child),
           Effect.tap((connection) => Effect.sync(() => void (current = { connection, scope: child }))),
           Effect.onError((cause) => Scope.close(child, Exit.failCause(cause)))

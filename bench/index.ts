@@ -5,7 +5,8 @@
  * storage on SQLite beside raw better-sqlite3 (W2 ingest, W3 acknowledged injects, W4 resume) and
  * the footprint of many sessions (W5), then W1 side by side with peer agent loops, like-for-like
  * (`bench/w1/`, one child process per run; the peers install into `bench/node_modules` on first use).
- * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint`, `--only=compaction`,
+ * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=postgres` (W2, W3 and W4 on
+ * PostgreSQL beside raw `pg`, `bench/postgres.ts`), `--only=footprint`, `--only=compaction`,
  * `--only=caching` (prompt caching through each adapter, `bench/caching.ts`) or `--only=peers` runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
  * workload alone, for a `node --cpu-prof` run of the bundle (`node bench/cpuprofile.mjs` summarises
  * the profile). `--write` also writes the report to
@@ -34,6 +35,8 @@ import { idle, running } from "./footprint.js"
 import { injectClaimRun } from "./inbox.js"
 import type { LoopThroughput, TurnLatency } from "./loop.js"
 import { floor, percentile, turnLatency, w1 } from "./loop.js"
+import type { PgFigures } from "./postgres.js"
+import { postgres } from "./postgres.js"
 import type { ChunkMemory } from "./sessionLog.js"
 import { chunkAppendRun, chunkMemory, publicAppendRun } from "./sessionLog.js"
 import type { IngestFigures, InjectFigures, InjectRun, ResumeFigures } from "./storage.js"
@@ -197,7 +200,19 @@ const resumeRunsOf = (s: Sizes) => (events: number): number =>
   s.resumeRuns[s.resumeSizes.indexOf(events)] ?? s.storageRuns
 const writeResults = args.has("--write")
 
-type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "compaction" | "caching" | "peers"
+type Group =
+  | "log"
+  | "loop"
+  | "w1"
+  | "storage"
+  | "w2"
+  | "w3"
+  | "w4"
+  | "postgres"
+  | "footprint"
+  | "compaction"
+  | "caching"
+  | "peers"
 const groups: ReadonlyArray<Group> = [
   "log",
   "loop",
@@ -206,6 +221,7 @@ const groups: ReadonlyArray<Group> = [
   "w2",
   "w3",
   "w4",
+  "postgres",
   "footprint",
   "compaction",
   "caching",
@@ -225,6 +241,7 @@ const runsLatency = only === undefined || only === "loop"
 const runsIngest = only === undefined || only === "storage" || only === "w2"
 const runsInjects = only === undefined || only === "storage" || only === "w3"
 const runsResume = only === undefined || only === "storage" || only === "w4"
+const runsPostgres = only === undefined || only === "postgres"
 const runsFootprint = only === undefined || only === "footprint"
 const runsCompaction = only === undefined || only === "compaction"
 const runsCaching = only === undefined || only === "caching"
@@ -374,6 +391,17 @@ const benchmarks = (s: Sizes): Effect.Effect<Figures, unknown> =>
     const loop = runsW1 ? yield* agentLoop(s) : undefined
     const latency = runsLatency ? yield* latencyOf(s) : undefined
     const storageFigures = runsIngest || runsInjects || runsResume ? yield* storage(s) : undefined
+    const postgresFigures = runsPostgres
+      ? yield* postgres({
+        ingestEvents: s.label === "quick" ? 10_000 : 100_000,
+        callers: s.injectCallers,
+        sessions: s.injectSessions,
+        perCaller: s.injectsPerCaller,
+        runs: s.label === "quick" ? 1 : 3,
+        resumeSizes: s.label === "quick" ? [1_000, 10_000] : [10_000, 100_000, 1_000_000],
+        resumeRuns: s.label === "quick" ? [1, 1] : [7, 5, 3]
+      }, (line) => Effect.sync(() => console.error(line)))
+      : undefined
     const footprintFigures = runsFootprint ? yield* footprint(s) : undefined
     const compactionFigures = runsCompaction ? yield* compaction(s) : undefined
     if (runsCaching) {
@@ -389,6 +417,7 @@ const benchmarks = (s: Sizes): Effect.Effect<Figures, unknown> =>
       loop,
       latency,
       storage: storageFigures,
+      postgres: postgresFigures,
       footprint: footprintFigures,
       compaction: compactionFigures,
       caching: cachingFigures,
@@ -529,6 +558,7 @@ interface Figures {
   readonly loop: { readonly floor: LoopThroughput; readonly agents: ReadonlyArray<LoopThroughput> } | undefined
   readonly latency: TurnLatency | undefined
   readonly storage: StorageFigures | undefined
+  readonly postgres: PgFigures | undefined
   readonly footprint: FootprintFigures | undefined
   readonly compaction: CompactionFigures | undefined
   readonly caching: ReadonlyArray<CachingFigures> | undefined
@@ -1115,11 +1145,75 @@ const report = (s: Sizes, when: string, figures: Figures): string =>
     ...(figures.loop === undefined ? [] : loopReport(figures.loop.floor, figures.loop.agents)),
     ...(figures.latency === undefined ? [] : latencyReport(figures.latency)),
     ...(figures.storage === undefined ? [] : storageReport(s, figures.storage)),
+    ...(runsPostgres ? postgresReport(figures.postgres) : []),
     ...(figures.footprint === undefined ? [] : footprintReport(figures.footprint)),
     ...(figures.compaction === undefined ? [] : compactionReport(figures.compaction)),
     ...(figures.caching === undefined ? [] : cachingReport(figures.caching)),
     ...(figures.peers === undefined ? [] : [renderW1Compare(figures.peers)])
   ].join("\n")
+
+/** W2 on PostgreSQL: tiller's ingest rate over raw multi-row inserts'. */
+const PG_INGEST_RATIO_TARGET = 0.5
+/** W3 on PostgreSQL: tiller's acks/s over raw autocommit inserts', and tiller's p99 latency. */
+const PG_INJECT_RATIO_TARGET = 5
+const PG_INJECT_P99_TARGET_MS = 20
+
+const pgRatios = (figures: PgFigures) => {
+  const ingest = median(figures.ingest.raw) / median(figures.ingest.tiller)
+  const inject = median(figures.injects.raw.map((r) => r.millis)) / median(figures.injects.tiller.map((r) => r.millis))
+  const p99 = median(figures.injects.tiller.map((r) => percentile(r.latencies, 0.99)))
+  const resume = figures.resume.map((r) => ({
+    events: r.events,
+    tiller: median(r.tiller),
+    raw: median(r.raw),
+    ratio: median(r.tiller) / median(r.raw)
+  }))
+  const perUnit = resume.map((r) => r.tiller / r.events)
+  const linearity = perUnit.length > 1 ? perUnit[perUnit.length - 1]! / perUnit[0]! : 1
+  return { ingest, inject, p99, resume, linearity }
+}
+
+const postgresMet = (figures: PgFigures): boolean => {
+  const r = pgRatios(figures)
+  return r.ingest >= PG_INGEST_RATIO_TARGET && r.inject >= PG_INJECT_RATIO_TARGET &&
+    r.p99 <= PG_INJECT_P99_TARGET_MS && r.resume.every((x) => x.ratio <= RESUME_RATIO_TARGET) &&
+    r.linearity <= RESUME_LINEARITY_TARGET
+}
+
+const postgresReport = (figures: PgFigures | undefined): ReadonlyArray<string> => {
+  if (figures === undefined) {
+    return [
+      "## Storage on PostgreSQL",
+      "",
+      "skipped: no PostgreSQL server (install postgresql or set TILLER_TEST_PG_URL)",
+      ""
+    ]
+  }
+  const r = pgRatios(figures)
+  const met = (ok: boolean) => (ok ? "met" : "MISSED")
+  const ms = (x: number) => `${x.toFixed(1)} ms`
+  return [
+    "## Storage on PostgreSQL (`--only=postgres`)",
+    "",
+    `On ${figures.server}; each run on a fresh database; medians of the runs; raw = the \`pg\` driver on the same server.`,
+    "",
+    `- W2 ingest, ${figures.ingest.events} chunk events: tiller ${ms(median(figures.ingest.tiller))}, raw multi-row ` +
+    `(1,000 rows per transaction) ${ms(median(figures.ingest.raw))}: ratio ${r.ingest.toFixed(2)}x ` +
+    `(target >= ${PG_INGEST_RATIO_TARGET}x, ${met(r.ingest >= PG_INGEST_RATIO_TARGET)})`,
+    `- W3 acknowledged injects, ${figures.injects.callers} callers into ${figures.injects.sessions} sessions, ` +
+    `${figures.injects.injects} injects: tiller ${ms(median(figures.injects.tiller.map((x) => x.millis)))}, raw ` +
+    `single-row autocommit ${ms(median(figures.injects.raw.map((x) => x.millis)))}: ratio ${r.inject.toFixed(2)}x ` +
+    `(target >= ${PG_INJECT_RATIO_TARGET}x, ${met(r.inject >= PG_INJECT_RATIO_TARGET)}); tiller p99 ${ms(r.p99)} ` +
+    `(target <= ${PG_INJECT_P99_TARGET_MS} ms, ${met(r.p99 <= PG_INJECT_P99_TARGET_MS)})`,
+    ...r.resume.map((x) =>
+      `- W4 resume of ${x.events} events: tiller ${ms(x.tiller)}, raw SELECT + JSON.parse ${ms(x.raw)}: ` +
+      `ratio ${x.ratio.toFixed(2)}x (target <= ${RESUME_RATIO_TARGET}x, ${met(x.ratio <= RESUME_RATIO_TARGET)})`
+    ),
+    `- W4 linearity: time per event at the largest size over the smallest ${r.linearity.toFixed(2)} ` +
+    `(target <= ${RESUME_LINEARITY_TARGET}, ${met(r.linearity <= RESUME_LINEARITY_TARGET)})`,
+    ""
+  ]
+}
 
 const loadAtStart = loadAverage()
 
@@ -1152,6 +1246,7 @@ const main = Effect.gen(function*() {
   const allMet = primitivesMet &&
     (figures.loop === undefined || figures.loop.agents.every((r) => r.stepsPerSecond >= STEP_TARGET)) &&
     (figures.storage === undefined || storageMet(figures.storage)) &&
+    (figures.postgres === undefined || postgresMet(figures.postgres)) &&
     (figures.compaction === undefined || stepRatio(figures.compaction.steps) <= COMPACTED_STEP_RATIO_TARGET)
   // A peer that cannot run is reported in the table; tiller failing to run W1 is a defect.
   const tillerFailures = (figures.peers?.outcomes ?? []).flatMap((o) =>

@@ -24,6 +24,7 @@ import * as ChatInput from "./ChatInput.js"
 import { CliError, ExitWith } from "./CliError.js"
 import { compactOpen } from "./Compact.js"
 import * as Compositions from "./Compositions.js"
+import * as Database from "./Database.js"
 import * as ForkPoint from "./ForkPoint.js"
 import * as InputHistory from "./InputHistory.js"
 import * as Output from "./Output.js"
@@ -140,7 +141,7 @@ export const chat = (
       `tiller chat · session ${sessionId} (${
         log.firstLiveSeq === 0 ? "new" : `resumed: ${turns} turn${turns === 1 ? "" : "s"}, ${log.firstLiveSeq} events`
       })`,
-      `db ${options.db} · model ${options.model} · tools: ${
+      `db ${Database.label(options.db)} · model ${options.model} · tools: ${
         options.toolNames.length === 0 ? "none" : options.toolNames.join(", ")
       }`,
       "Type a message, or /help for the commands."

@@ -20,6 +20,7 @@ import * as BuiltinTools from "./BuiltinTools.js"
 import { chat, runOnce } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
 import { compactSession } from "./Compact.js"
+import * as Database from "./Database.js"
 import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
 import * as ForkPoint from "./ForkPoint.js"
@@ -31,7 +32,9 @@ import { timeline } from "./Timeline.js"
 import { traceSession, withLiveTelemetry } from "./Trace.js"
 
 const db = Options.text("db").pipe(
-  Options.withDescription(`The SQLite file that holds the sessions (env TILLER_DB; default ${Environment.DEFAULT_DB})`),
+  Options.withDescription(
+    `The SQLite file, or postgres:// URL of the PostgreSQL database, that holds the sessions (env TILLER_DB; default ${Environment.DEFAULT_DB})`
+  ),
   Options.withFallbackConfig(Config.string("TILLER_DB")),
   Options.withDefault(Environment.DEFAULT_DB)
 )
@@ -209,11 +212,15 @@ const resumeCommand = Command.make("resume", {
         const list = (yield* reader.list).filter((s) => !isEmpty(s) && s.damage === undefined).sort((a, b) =>
           b.updatedAt - a.updatedAt
         )
-        if (list.length === 0) return yield* new CliError({ reason: `no session to resume in ${globals.db}` })
+        if (list.length === 0) {
+          return yield* new CliError({ reason: `no session to resume in ${Database.label(globals.db)}` })
+        }
         return list[0]!.sessionId
       }))
       const store = yield* SessionStore
-      if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
+      if (!(yield* store.exists(id))) {
+        return yield* new CliError({ reason: `no session ${id} in ${Database.label(globals.db)}` })
+      }
       const prices = yield* pricesOf(globals)
       yield* withLiveTelemetry(
         id,
@@ -268,10 +275,12 @@ const handoffCommand = Command.make("handoff", {
   withSessions((globals) =>
     Effect.gen(function*() {
       const store = yield* SessionStore
-      if (!(yield* store.exists(id))) return yield* new CliError({ reason: `no session ${id} in ${globals.db}` })
+      if (!(yield* store.exists(id))) {
+        return yield* new CliError({ reason: `no session ${id} in ${Database.label(globals.db)}` })
+      }
       const child = Option.isSome(as) ? as.value : yield* newSessionId
       if (yield* store.exists(child)) {
-        return yield* new CliError({ reason: `a session ${child} already exists in ${globals.db}` })
+        return yield* new CliError({ reason: `a session ${child} already exists in ${Database.label(globals.db)}` })
       }
       const snapshot = yield* SessionReference.snapshot(id).pipe(
         Effect.mapError((error) => new CliError({ reason: error.message }))
@@ -354,7 +363,7 @@ const sessionsCommand = Command.make("sessions", {
       }
       const hidden = stored.length - list.length
       const note = hidden === 0 ? "" : ` (${hidden} empty session${hidden === 1 ? "" : "s"} left out; --all lists them)`
-      if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}${note}`])
+      if (list.length === 0) return yield* Output.lines([`no sessions in ${Database.label(globals.db)}${note}`])
       const width = Math.max(2, ...list.map((s) => s.sessionId.length))
       yield* Output.lines([
         `${"ID".padEnd(width)}  TURNS  EVENTS  STATUS         UPDATED                   TITLE`,

@@ -12,6 +12,7 @@ import type { CompactionReport } from "../services/Compaction.js"
 import { Compaction } from "../services/Compaction.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { CliError } from "./CliError.js"
+import * as Database from "./Database.js"
 import * as Output from "./Output.js"
 
 const format = (n: number) => n.toLocaleString("en-US")
@@ -75,7 +76,9 @@ export const compactOpen = <S>(context: Context.Context<S>, focus: string | unde
  */
 export const compactSession = (id: SessionId, focus: string | undefined, db: string) =>
   Effect.scoped(Effect.gen(function*() {
-    if (!(yield* (yield* SessionStore).exists(id))) return yield* new CliError({ reason: `no session ${id} in ${db}` })
+    if (!(yield* (yield* SessionStore).exists(id))) {
+      return yield* new CliError({ reason: `no session ${id} in ${Database.label(db)}` })
+    }
     const context = yield* (yield* Sessions).open(id)
     const line = yield* compactOpen(context, focus)
     yield* Output.lines([`session ${id}: ${line}`])

@@ -22,6 +22,7 @@ import type { DeliveryError } from "../services/Driver.js"
 import { Driver } from "../services/Driver.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { CliError } from "./CliError.js"
+import * as Database from "./Database.js"
 import * as Output from "./Output.js"
 
 /**
@@ -135,7 +136,7 @@ export const setup = (
       )
     const askPermission = (question: PermissionQuestion) =>
       askLine(`permission: ${question.outcome.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
-    const transcriptDir = options.db === ":memory:"
+    const transcriptDir = options.db === ":memory:" || Database.isPostgres(options.db)
       ? path.join(process.cwd(), ".tiller", "transcripts")
       : path.join(path.dirname(path.resolve(options.db)), "transcripts")
     yield* HookBridge.register({

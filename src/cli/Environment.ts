@@ -6,13 +6,14 @@
  */
 import { FileSystem, Path } from "@effect/platform"
 import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
-import { Config, ConfigError, Effect, Either, Layer, Option } from "effect"
+import { Config, ConfigError, Effect, Either, Layer, Option, Redacted } from "effect"
 import type { PersistenceError } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import { parseDuration, resolveTimeouts } from "../internal/providers/ProviderTimeouts.js"
 import * as DemoModel from "../layers/DemoModel.js"
 import * as OpenAiCompatibleModel from "../layers/OpenAiCompatibleModel.js"
 import type { PermissionMode } from "../layers/Permissions.js"
+import { PgSessionStore } from "../layers/PgSessionStore.js"
 import * as ProviderModels from "../layers/ProviderModels.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
@@ -22,6 +23,7 @@ import { SessionStore } from "../services/SessionStore.js"
 import { Tools } from "../services/Tools.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { CliError } from "./CliError.js"
+import * as Database from "./Database.js"
 import { describeFileError } from "./FileErrors.js"
 
 /**
@@ -245,7 +247,7 @@ const maxRetryDelay = Effect.gen(function*() {
 /** Creates the directory of the database file (the store creates the file itself). */
 const ensureDirectory = (db: string) =>
   Effect.gen(function*() {
-    if (db === ":memory:") return
+    if (db === ":memory:" || Database.isPostgres(db)) return
     const fs = yield* FileSystem.FileSystem
     const path = yield* Path.Path
     const directory = path.dirname(path.resolve(db))
@@ -308,7 +310,11 @@ export const layer = (
         ...(maxSteps === undefined ? {} : { maxSteps })
       }).pipe(
         Layer.provideMerge(Layer.merge(model.layer, tools)),
-        Layer.provideMerge(SqliteSessionStore.layer({ filename: options.db }))
+        Layer.provideMerge(
+          Database.isPostgres(options.db)
+            ? PgSessionStore.layer({ url: Redacted.make(options.db) })
+            : SqliteSessionStore.layer({ filename: options.db })
+        )
       )
     })
   )

@@ -9,17 +9,19 @@
  */
 import { FileSystem } from "@effect/platform"
 import { Effect, Ref } from "effect"
+import * as Database from "./Database.js"
 import { describeFileError } from "./FileErrors.js"
 import * as LineEditor from "./LineEditor.js"
 import * as Output from "./Output.js"
 
 /**
- * The history file of database `db`; none for an in-memory database.
+ * The history file of database `db`; none for an in-memory database or a PostgreSQL server.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const fileOf = (db: string): string | undefined => (db === ":memory:" ? undefined : `${db}.history`)
+export const fileOf = (db: string): string | undefined =>
+  db === ":memory:" || Database.isPostgres(db) ? undefined : `${db}.history`
 
 /**
  * The entries of a history file's text, oldest first: lines that are not a JSON string are skipped;

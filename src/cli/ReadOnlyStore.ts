@@ -1,13 +1,14 @@
 /**
- * The database as the read-only commands (`sessions`, `log`, `check`) see it: opened read-only,
- * never created, never migrated, and read row by row, so that one damaged row costs only what
+ * The database as the read-only commands (`sessions`, `log`, `check`) see it: opened read-only
+ * (a SQLite file, or a PostgreSQL database given by its URL), never created, never migrated, and read row by row, so that one damaged row costs only what
  * follows it (the events before it are still shown, the other sessions still listed).
  *
  * @since 0.1.0
  */
-import Database from "better-sqlite3"
+import * as SqlClient from "@effect/sql/SqlClient"
+import Sqlite from "better-sqlite3"
 import type { Scope } from "effect"
-import { Effect, Either } from "effect"
+import { Context, Effect, Either, Layer, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import { MalformedLog } from "../domain/Errors.js"
@@ -15,9 +16,13 @@ import type { UnsupportedLogVersion } from "../domain/Errors.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { decodeOwnedJson } from "../internal/durability/DecodedEvents.js"
+import { SELECT_HOLDER } from "../internal/durability/PgLease.js"
 import { alive } from "../internal/durability/SqliteLease.js"
+import { PG_TABLES } from "../internal/durability/SqlSchema.js"
+import { persistenceError } from "../internal/durability/SqlStore.js"
 import { checkStoredHeader } from "../internal/durability/StoredHeader.js"
 import { CliError } from "./CliError.js"
+import * as Database from "./Database.js"
 
 /**
  * A stored session read as far as it decodes: `events` is the prefix before `damage`, if any.
@@ -184,6 +189,102 @@ const summary = (id: SessionId, read: ReadSession): Listed => {
 const sqliteFailure = (db: string) => (cause: unknown) =>
   new CliError({ reason: `cannot read ${db}: ${cause instanceof Error ? cause.message : String(cause)}` })
 
+/** The queries a reader runs, on SQLite or PostgreSQL. */
+interface Queries {
+  readonly session: (
+    id: SessionId
+  ) => Effect.Effect<{ readonly header: unknown; readonly length: number } | undefined, CliError>
+  readonly sessions: Effect.Effect<
+    ReadonlyArray<{ readonly id: string; readonly header: unknown; readonly length: number }>,
+    CliError
+  >
+  readonly rows: (id: SessionId) => Effect.Effect<ReadonlyArray<Row>, CliError>
+  readonly holder: (id: SessionId) => Effect.Effect<Holder | undefined, CliError>
+}
+
+/** A reader over `queries`. */
+const readerOver = (queries: Queries): Reader => {
+  const readSession = (id: SessionId, header: unknown, length: number) =>
+    Effect.map(queries.rows(id), (rows): ReadSession => {
+      const decoded = headerOf(id, header)
+      if (Either.isLeft(decoded)) {
+        const placeholder: SessionHeader = {
+          formatVersion: 1,
+          sessionId: id,
+          createdAt: 0,
+          seedLength: 0
+        } as SessionHeader
+        return { header: placeholder, events: [], damage: decoded.left }
+      }
+      return { header: decoded.right, ...decodeRows(id, rows, length) }
+    })
+  const load = (id: SessionId) =>
+    Effect.gen(function*() {
+      const session = yield* queries.session(id)
+      if (session === undefined) return yield* new CliError({ reason: `no session ${id} in this database` })
+      return yield* readSession(id, session.header, session.length)
+    })
+  const list = Effect.flatMap(queries.sessions, (rows) =>
+    Effect.forEach(rows, (row) => {
+      const id = SessionId.make(row.id)
+      return Effect.map(readSession(id, row.header, row.length), (read) => summary(id, read))
+    }))
+  return { exists: true, list, load, holder: queries.holder }
+}
+
+const EMPTY: Reader = {
+  exists: false,
+  list: Effect.succeed([]),
+  load: (id) => Effect.fail(new CliError({ reason: `no session ${id} in this database` })),
+  holder: () => Effect.succeed(undefined)
+}
+
+/**
+ * A PostgreSQL database read-only: only SELECTs, never a migration; a database without tiller's
+ * tables reads as one without sessions. The holder of a session is the lease connection holding its
+ * advisory lock, named `tiller <pid>@<host>`.
+ */
+const openPg = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =>
+  Effect.gen(function*() {
+    const failure = (cause: unknown) => {
+      const error = persistenceError("*", "read")(cause)
+      return new CliError({ reason: `cannot read ${Database.label(db)}: ${String(error.cause)}` })
+    }
+    const PgClient = yield* Effect.tryPromise({ try: () => import("@effect/sql-pg/PgClient"), catch: failure })
+    const client = yield* Layer.build(
+      PgClient.layer({ url: Redacted.make(db), maxConnections: 2, applicationName: "tiller (read-only)" })
+    ).pipe(Effect.catchAllDefect(Effect.fail), Effect.mapError(failure))
+    const sql = Context.get(client, SqlClient.SqlClient)
+    const query = <A>(text: string, ...params: ReadonlyArray<unknown>) =>
+      Effect.mapError(sql.unsafe<A & object>(text, params) as Effect.Effect<ReadonlyArray<A>, unknown>, failure)
+    const [tables] = yield* query<{ readonly found: boolean }>(
+      "SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AS found",
+      PG_TABLES.sessions,
+      PG_TABLES.events
+    )
+    if (tables?.found !== true) return EMPTY
+    return readerOver({
+      session: (id) =>
+        Effect.map(
+          query<{ readonly header: unknown; readonly length: number }>(
+            `SELECT header, length FROM ${PG_TABLES.sessions} WHERE id = $1`,
+            id
+          ),
+          (rows) => rows[0]
+        ),
+      sessions: query(`SELECT id, header, length FROM ${PG_TABLES.sessions} ORDER BY ${PG_TABLES.position}`),
+      rows: (id) => query<Row>(`SELECT seq, row FROM ${PG_TABLES.events} WHERE session_id = $1 ORDER BY seq`, id),
+      holder: (id) =>
+        Effect.map(query<{ readonly holder: string }>(SELECT_HOLDER, id), (rows) => {
+          const named = /^tiller (\d+)@(.*)$/.exec(rows[0]?.holder ?? "")
+          if (rows.length === 0) return undefined
+          if (named === null) return { pid: 0, host: "a process that is not named" }
+          const holder = { pid: Number(named[1]), host: named[2]! }
+          return holder.pid === process.pid && holder.host === os.hostname() ? undefined : holder
+        })
+    })
+  })
+
 /**
  * Opens `db` read-only for the current scope. A missing file is not created: it reads as a
  * database without sessions. A file that is not a tiller database is refused and left unchanged.
@@ -193,17 +294,11 @@ const sqliteFailure = (db: string) => (cause: unknown) =>
  */
 export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =>
   Effect.gen(function*() {
-    if (db !== ":memory:" && !fs.existsSync(db)) {
-      return {
-        exists: false,
-        list: Effect.succeed([]),
-        load: (id) => Effect.fail(new CliError({ reason: `no session ${id} in this database` })),
-        holder: () => Effect.succeed(undefined)
-      }
-    }
+    if (Database.isPostgres(db)) return yield* openPg(db)
+    if (db !== ":memory:" && !fs.existsSync(db)) return EMPTY
     const connection = yield* Effect.acquireRelease(
       Effect.try({
-        try: () => new Database(db, { readonly: true, fileMustExist: true, timeout: 5000 }),
+        try: () => new Sqlite(db, { readonly: true, fileMustExist: true, timeout: 5000 }),
         catch: sqliteFailure(db)
       }),
       (connection) => Effect.sync(() => connection.close())
@@ -216,41 +311,6 @@ export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =
     if (tables.length < 2) {
       return yield* new CliError({ reason: `${db} is not a tiller database (it has no sessions and events tables)` })
     }
-    const readSession = (id: SessionId, header: unknown, length: number) =>
-      Effect.map(
-        query<Row>("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq", id),
-        (rows): ReadSession => {
-          const decoded = headerOf(id, header)
-          if (Either.isLeft(decoded)) {
-            const placeholder: SessionHeader = {
-              formatVersion: 1,
-              sessionId: id,
-              createdAt: 0,
-              seedLength: 0
-            } as SessionHeader
-            return { header: placeholder, events: [], damage: decoded.left }
-          }
-          return { header: decoded.right, ...decodeRows(id, rows, length) }
-        }
-      )
-    const load = (id: SessionId) =>
-      Effect.gen(function*() {
-        const [session] = yield* query<{ readonly header: unknown; readonly length: number }>(
-          "SELECT header, length FROM sessions WHERE id = ?",
-          id
-        )
-        if (session === undefined) return yield* new CliError({ reason: `no session ${id} in this database` })
-        return yield* readSession(id, session.header, session.length)
-      })
-    const list = Effect.gen(function*() {
-      const rows = yield* query<{ readonly id: string; readonly header: unknown; readonly length: number }>(
-        "SELECT id, header, length FROM sessions ORDER BY rowid"
-      )
-      return yield* Effect.forEach(rows, (row) => {
-        const id = SessionId.make(row.id)
-        return Effect.map(readSession(id, row.header, row.length), (read) => summary(id, read))
-      })
-    })
     const holder = (id: SessionId) =>
       Effect.gen(function*() {
         const hasLeases = yield* query<{ readonly name: string }>(
@@ -263,5 +323,17 @@ export const open = (db: string): Effect.Effect<Reader, CliError, Scope.Scope> =
         }
         return lease
       })
-    return { exists: true, list, load, holder }
+    return readerOver({
+      session: (id) =>
+        Effect.map(
+          query<{ readonly header: unknown; readonly length: number }>(
+            "SELECT header, length FROM sessions WHERE id = ?",
+            id
+          ),
+          (rows) => rows[0]
+        ),
+      sessions: query("SELECT id, header, length FROM sessions ORDER BY rowid"),
+      rows: (id) => query<Row>("SELECT seq, row FROM events WHERE session_id = ? ORDER BY seq", id),
+      holder
+    })
   })

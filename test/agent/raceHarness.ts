@@ -66,8 +66,12 @@ const immediate = Effect.async<void>((resume) => {
   return Effect.sync(() => clearImmediate(handle))
 })
 
-/** Builds a virtual clock starting at time 0. */
-export const makeVirtualClock = (): VirtualClock => {
+/**
+ * Builds a virtual clock starting at time 0. `storeIdle` says whether the store has no operation in
+ * flight: a store that waits on real I/O (a database server) is waited for before the program
+ * counts as settled.
+ */
+export const makeVirtualClock = (storeIdle: () => boolean = () => true): VirtualClock => {
   let now = 0
   let order = 0
   const sleepers: Array<Sleeper> = []
@@ -104,7 +108,14 @@ export const makeVirtualClock = (): VirtualClock => {
     currentTimeNanos: Effect.sync(() => BigInt(now) * 1_000_000n),
     sleep
   }
-  const settle = immediate
+  const storeWait = Effect.async<void>((resume) => {
+    const handle = setTimeout(() => resume(Effect.void), 1)
+    return Effect.sync(() => clearTimeout(handle))
+  })
+  const settle: Effect.Effect<void> = Effect.flatMap(
+    immediate,
+    () => (storeIdle() ? Effect.void : Effect.zipRight(storeWait, settle))
+  )
   const fireNext = Effect.flatMap(settle, () => {
     const next = earliest()
     if (next === undefined) return Effect.succeed(false)
@@ -349,6 +360,8 @@ export interface RaceEnvShape {
   readonly runs: Map<string, RunState>
   /** A session id no program of this environment has used. */
   readonly freshSessionId: () => SessionId
+  /** Whether the store has no operation in flight. */
+  readonly storeIdle: () => boolean
 }
 
 const runOf = (runs: Map<string, RunState>, sessionId: string): RunState => {
@@ -405,29 +418,74 @@ const noteTool = (runs: Map<string, RunState>) =>
       })
   })
 
-/** Builds the shared environment (in the caller's scope). */
-export const makeRaceEnv: Effect.Effect<RaceEnvShape, never, Scope.Scope> = Effect.gen(function*() {
-  const runs = new Map<string, RunState>()
-  const stores = yield* Layer.build(SessionStore.layerMemory)
-  const tools = yield* Layer.build(Tools.layer({ tools: [noteTool(runs)] }))
-  const dependencies = Layer.mergeAll(
-    Layer.succeedContext(stores),
-    Layer.succeedContext(tools),
-    Layer.succeed(Model, modelOf(runs))
-  )
-  let sessions = 0
-  return {
-    store: Context.get(stores, SessionStore),
-    dependencies,
-    runs,
-    freshSessionId: () => SessionId.make(`race-${sessions++}`)
+/** The store with every operation counted while in flight (its synchronous append left out). */
+const countingStore = (store: SessionStore["Type"]) => {
+  let inFlight = 0
+  const track = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, E> =>
+    Effect.acquireUseRelease(Effect.sync(() => inFlight++), () => effect, () => Effect.sync(() => inFlight--))
+  const lease = store.processLease
+  const counted: SessionStore["Type"] = {
+    create: (header, events) => track(store.create(header, events)),
+    load: (id) => track(store.load(id)),
+    append: (id, events) => track(store.append(id, events)),
+    exists: (id) => track(store.exists(id)),
+    list: track(store.list),
+    ...(lease === undefined ? {} : {
+      processLease: {
+        check: (id) => track(lease.check(id)),
+        acquire: (id, length) => track(lease.acquire(id, length)),
+        release: (id) => track(lease.release(id))
+      }
+    })
   }
-})
+  return { counted, idle: () => inFlight === 0 }
+}
+
+/** Builds the shared environment (in the caller's scope) over `storeLayer` (default: a memory store). */
+export const makeRaceEnvWith = (
+  storeLayer?: Layer.Layer<SessionStore, unknown>
+): Effect.Effect<RaceEnvShape, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    if (storeLayer === undefined) return yield* makeRaceEnv
+    const built = Context.get(yield* Effect.orDie(Layer.build(storeLayer)), SessionStore)
+    const { counted, idle } = countingStore(built)
+    const env = yield* makeRaceEnvOver(Context.make(SessionStore, counted))
+    return { ...env, storeIdle: idle }
+  })
+
+/** Builds the shared environment (in the caller's scope). */
+export const makeRaceEnv: Effect.Effect<RaceEnvShape, never, Scope.Scope> = Effect.flatMap(
+  Layer.build(SessionStore.layerMemory),
+  makeRaceEnvOver
+)
+
+function makeRaceEnvOver(stores: Context.Context<SessionStore>): Effect.Effect<RaceEnvShape, never, Scope.Scope> {
+  return Effect.gen(function*() {
+    const runs = new Map<string, RunState>()
+    const tools = yield* Layer.build(Tools.layer({ tools: [noteTool(runs)] }))
+    const dependencies = Layer.mergeAll(
+      Layer.succeedContext(stores),
+      Layer.succeedContext(tools),
+      Layer.succeed(Model, modelOf(runs))
+    )
+    let sessions = 0
+    return {
+      store: Context.get(stores, SessionStore),
+      dependencies,
+      runs,
+      freshSessionId: () => SessionId.make(`race-${sessions++}`),
+      storeIdle: () => true
+    }
+  })
+}
 
 /** The shared environment as a service, built once per test file. */
 export class RaceEnv extends Context.Tag("test/RaceEnv")<RaceEnv, RaceEnvShape>() {
   /** One environment for every program of a file. */
   static readonly layer: Layer.Layer<RaceEnv> = Layer.scoped(RaceEnv, makeRaceEnv)
+  /** One environment over another store (each program counts as settled only when the store is idle). */
+  static readonly layerWith = (storeLayer: Layer.Layer<SessionStore, unknown>): Layer.Layer<RaceEnv> =>
+    Layer.scoped(RaceEnv, makeRaceEnvWith(storeLayer))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -484,7 +542,7 @@ const driveUntilDone = (vc: VirtualClock, effect: Effect.Effect<void>): Effect.E
 
 /** Runs one program on a fresh session of the shared store and returns what the oracle checks. */
 export const runProgram = (env: RaceEnvShape, program: RaceProgram): Effect.Effect<RaceRecord> => {
-  const vc = makeVirtualClock()
+  const vc = makeVirtualClock(env.storeIdle)
   const sessionId = env.freshSessionId()
   const run: RunState = {
     program,
@@ -1070,12 +1128,24 @@ export const undercovered = (seen: ReadonlyMap<string, number>, min: number): Re
  * one), then the coverage check over them: each half must reach every required situation on its
  * own, so the coverage check runs twice on independent programs.
  */
-export const raceSuite = (part: 1 | 2): void => {
+export const raceSuite = (
+  part: 1 | 2,
+  options: {
+    /** Another store than a memory store, and how many programs in all (both parts) run on it. */
+    readonly store?: {
+      readonly name: string
+      readonly layer: Layer.Layer<SessionStore, unknown>
+      readonly runs: number
+    }
+  } = {}
+): void => {
   const seed = replaySeed()
-  const numRuns = seed === undefined ? Math.ceil(totalRuns() / 2) : 1
+  const numRuns = seed === undefined ? Math.ceil((options.store?.runs ?? totalRuns()) / 2) : 1
   const seen = new Map<string, number>()
+  const env = options.store === undefined ? RaceEnv.layer : RaceEnv.layerWith(options.store.layer)
+  const on = options.store === undefined ? "" : ` on ${options.store.name}`
 
-  layer(RaceEnv.layer)(`race property, part ${part}`, (it) => {
+  layer(env)(`race property${on}, part ${part}`, (it) => {
     it.effect.prop(
       "random programs: the log checks, every accepted message is accounted for once, no wake is stranded",
       [seed === undefined ? FastCheck.integer({ min: 0, max: 0x7fffffff }).noBias() : FastCheck.constant(seed)],

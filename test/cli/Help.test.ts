@@ -39,7 +39,9 @@ describe("tiller --help", () => {
         const chat = yield* tiller(dir, ["chat", "--help"], piped)
         expect(chat.stdout).toContain("$ tiller chat [--session ID] [--max-steps N]\n")
         // The global options are listed under the subcommand too.
-        expect(chat.stdout).toMatch(/GLOBAL OPTIONS[^\n]*\n\n--db FILE\n\n {2}The SQLite file that holds the sessions/)
+        expect(chat.stdout).toMatch(
+          /GLOBAL OPTIONS[^\n]*\n\n--db FILE\n\n {2}The SQLite file, or postgres:\/\/ URL of the PostgreSQL database, that holds the sessions/
+        )
         expect(chat.stdout).toContain("--model NAME")
         const run = yield* tiller(dir, ["run", "--help"], piped)
         expect(run.stdout).toContain(

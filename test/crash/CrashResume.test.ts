@@ -1,5 +1,5 @@
 /**
- * SIGKILL crash test of SQLite sessions (SPEC D13, G8, 6.4, 6.5). A child process runs a scripted
+ * SIGKILL crash test of SQLite and PostgreSQL sessions (SPEC D13, G8, 6.4, 6.5). A child process runs a scripted
  * session while concurrent callers followup, steer, inject, remove and cancel, reporting each
  * operation once its Effect completed; the parent SIGKILLs the child at a random moment, resumes the
  * file in-process and checks that the log is valid, that every acknowledged operation is in it
@@ -10,6 +10,7 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Option } from "effect"
+import type { Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -21,6 +22,7 @@ import {
   Driver,
   Inbox,
   MessageId,
+  PgSessionStore,
   repairClosers,
   ScriptedModel,
   SessionId,
@@ -30,6 +32,7 @@ import {
   Tools,
   userMessage
 } from "../../src/index.js"
+import { describePostgres, testPostgres } from "../fixtures/postgres.js"
 import type { Ledger } from "./accounting.js"
 import { audit, emptyLedger, record, tally, textOf } from "./accounting.js"
 import type { ChildCommand, KillPlan } from "./launch.js"
@@ -87,6 +90,10 @@ const expectNone = (what: string, problems: ReadonlyArray<unknown>) => {
 
 const turnEndKinds = (events: ReadonlyArray<SessionEvent>) =>
   events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason.kind)
+
+/** The store of a chain: a SQLite file, or a PostgreSQL database given by its URL. */
+const storeOf = (file: string) =>
+  file.startsWith("postgres://") ? PgSessionStore.layer({ url: file }) : SqliteSessionStore.layer({ filename: file })
 
 /**
  * Resumes `file` in-process and checks it against `ledger`, then runs one more follow-up to
@@ -150,12 +157,12 @@ const verify = (file: string, ledger: Ledger, trial: number) =>
         ).length
       }
     }).pipe(Effect.provide(agent))
-  }).pipe(Effect.provide(SqliteSessionStore.layer({ filename: file })))
+  }).pipe(Effect.provide(storeOf(file)))
 
-/** Crashes one session file `crashes` times in a row, verifying after each kill. */
-const crashChain = (child: ChildCommand, dir: string, chain: number, firstTrial: number, crashes: number) =>
+/** Crashes one session file (or database) `crashes` times in a row, verifying after each kill. */
+const crashChain = (child: ChildCommand, database: DatabaseOf, chain: number, firstTrial: number, crashes: number) =>
   Effect.gen(function*() {
-    const file = path.join(dir, `session-${chain}.db`)
+    const file = yield* database(chain)
     const ledger = emptyLedger()
     const facts: Array<TrialFacts> = []
     let lastReadyMs = 0
@@ -192,23 +199,33 @@ const crashChain = (child: ChildCommand, dir: string, chain: number, firstTrial:
     return { facts, ledger }
   })
 
+/** Where chain `n` keeps its session: a SQLite file, or a fresh PostgreSQL database's URL. */
+type DatabaseOf = (chain: number) => Effect.Effect<string>
+
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "tiller-crash-"))),
   (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
 )
 
-describe("SIGKILL and resume on SQLite", () => {
+/** The crash test on one store kind. */
+const crashTest = (database: Effect.Effect<DatabaseOf, never, Scope.Scope>) =>
   it.scopedLive(
     `${TRIALS} kills at random moments: every acknowledged operation survives exactly once and the session goes on`,
     () =>
       Effect.gen(function*() {
         const child = yield* prepareChild
-        const dir = yield* tempDir
+        const databaseOf = yield* database
         const chains = Array.from({ length: Math.ceil(TRIALS / CRASHES_PER_FILE) }, (_, c) => c)
         const results = yield* Effect.forEach(
           chains,
           (c) =>
-            crashChain(child, dir, c, c * CRASHES_PER_FILE, Math.min(CRASHES_PER_FILE, TRIALS - c * CRASHES_PER_FILE)),
+            crashChain(
+              child,
+              databaseOf,
+              c,
+              c * CRASHES_PER_FILE,
+              Math.min(CRASHES_PER_FILE, TRIALS - c * CRASHES_PER_FILE)
+            ),
           { concurrency: PARALLEL_FILES }
         )
         const facts = results.flatMap((r) => r.facts)
@@ -236,4 +253,13 @@ describe("SIGKILL and resume on SQLite", () => {
       }),
     TRIALS * 12_000
   )
+
+describe("SIGKILL and resume on SQLite", () => {
+  crashTest(Effect.map(tempDir, (dir) => (chain: number) => Effect.succeed(path.join(dir, `session-${chain}.db`))))
+})
+
+const server = await testPostgres()
+
+describePostgres(server, "SIGKILL and resume", (server) => {
+  crashTest(Effect.succeed(() => Effect.promise(() => server.freshUrl())))
 })

@@ -13,6 +13,7 @@ import {
   Driver,
   Inbox,
   MessageId,
+  PgSessionStore,
   ScriptedModel,
   SessionId,
   SqliteSessionStore,
@@ -115,7 +116,9 @@ const main = Effect.gen(function*() {
   if (
     filename === undefined || session === undefined || (mode !== "create" && mode !== "resume") || prefix === undefined
   ) {
-    return yield* Effect.dieMessage("usage: child <database file> <session id> <create|resume> <seed> <id prefix>")
+    return yield* Effect.dieMessage(
+      "usage: child <database file or postgres:// URL> <session id> <create|resume> <seed> <id prefix>"
+    )
   }
   const random = mulberry32(Number(seedText))
   const sessionId = SessionId.make(session)
@@ -124,7 +127,9 @@ const main = Effect.gen(function*() {
     model: { provider: "scripted", model: "crash" }
   }).pipe(
     Layer.provide(Layer.mergeAll(
-      SqliteSessionStore.layer({ filename }),
+      filename.startsWith("postgres://")
+        ? PgSessionStore.layer({ url: filename })
+        : SqliteSessionStore.layer({ filename }),
       ScriptedModel.layer(script(random)),
       Tools.layer({ tools: [napTool] })
     ))

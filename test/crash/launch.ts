@@ -61,7 +61,7 @@ const bundleChild = Effect.promise(async () => {
     platform: "node",
     format: "cjs",
     target: "node20",
-    external: ["better-sqlite3"],
+    external: ["better-sqlite3", "pg-native"],
     write: false,
     logLevel: "warning"
   })

@@ -278,7 +278,7 @@ describe("HookBridge", () => {
       )
     })
 
-    it.live("updatedInput replaces the arguments (the next hook sees them too); an invalid one is INVALID_ARGUMENTS", () => {
+    it.live("updatedInput replaces the arguments (hooks run in parallel: each sees the model's); an invalid one is INVALID_ARGUMENTS", () => {
       calls.length = 0
       const dir = project({
         ".tiller/settings.json": settings({
@@ -298,7 +298,7 @@ describe("HookBridge", () => {
           expect(textOf(first!.message.content[0].content)).toBe("ran: make --dry-run")
           expect(second!.error).toEqual({ name: "ToolArgumentsError", code: "INVALID_ARGUMENTS" })
           expect(textOf(second!.message.content[0].content)).toContain("arguments replaced by a ToolPre listener")
-          expect(fs.readFileSync(path.join(dir, "seen.txt"), "utf8")).toBe("make --dry-run\n42\n")
+          expect(fs.readFileSync(path.join(dir, "seen.txt"), "utf8")).toBe("make\nbad\n")
           expect(hookRuns(events).filter((r) => r.hook === "./rewrite.sh").map((r) => r.updatedInput)).toEqual([
             { command: "make --dry-run" },
             { command: 42 }
@@ -598,13 +598,26 @@ describe("HookBridge", () => {
         expect(commandsFor(own, "Stop").map((h) => h.command)).toEqual(["tiller"])
       }))
 
-    it.effect("a malformed settings file is a HookConfigError naming the file; a missing one has no hooks", () =>
+    it.effect("a malformed settings file is skipped with a warning naming it (the others still load); a missing one has no hooks", () =>
       Effect.gen(function*() {
-        const dir = project({ ".claude/settings.json": "{ hooks: " })
-        const error = yield* Effect.flip(HookBridge.load({ cwd: dir, claudeSettings: true, home: dir }))
-        expect(error).toBeInstanceOf(HookConfigError)
-        expect(error.message).toContain(path.join(dir, ".claude", "settings.json"))
-        expect(error.message).toContain("is not valid JSON")
+        const dir = project({
+          ".claude/settings.json": "{ hooks: ",
+          ".claude/settings.local.json": JSON.stringify({ hooks: { Stop: [{ hooks: "not an array" }] } }),
+          ".tiller/settings.json": settings({ Stop: [{ command: "./ok.sh" }] })
+        })
+        const warnings: Array<string> = []
+        const loaded = yield* HookBridge.load({
+          cwd: dir,
+          claudeSettings: true,
+          home: project({}),
+          warn: (w) => Effect.sync(() => warnings.push(w))
+        })
+        expect(commandsFor(loaded, "Stop").map((h) => h.command)).toEqual(["./ok.sh"])
+        expect(warnings).toEqual([
+          expect.stringMatching(/settings\.json is not valid JSON \(.*\); its hooks are skipped$/),
+          `${path.join(dir, ".claude", "settings.local.json")} is malformed (hooks.Stop[0].hooks must be an array); its hooks are skipped`
+        ])
+        expect(warnings[0]).toContain(path.join(dir, ".claude", "settings.json"))
         const none = yield* HookBridge.load({ cwd: project({}) })
         expect(none.PreToolUse).toEqual([])
         const badMatcher = yield* Effect.flip(
@@ -773,7 +786,7 @@ describe("HookBridge", () => {
           const texts = results(events).map((r) => textOf(r.message.content[0].content))
           expect(texts).toEqual([
             "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
-            "Error: tool call denied: Access to .env is not allowed: it may hold secrets",
+            `Error: tool call denied: Access to ${path.join(dir, ".env")} is not allowed: it may hold secrets`,
             "contents of README.md",
             "ran: rg TODO src"
           ])

@@ -954,10 +954,14 @@ describe("HookBridge", () => {
         ScriptedModel.text("first answer"),
         ScriptedModel.text("tests ran")
       ]
-      return withBridge(
+      return Effect.zipLeft(withBridge(
         dir,
         script,
         Effect.gen(function*() {
+          // The SessionStart script wrote its variables to CLAUDE_ENV_FILE, where Bash finds them.
+          expect(fs.readFileSync(path.join(dir, ".tiller", "session-env", "s.sh"), "utf8")).toBe(
+            `export PROJECT_MODE=development\nexport PROJECT_ROOT="${dir}"\n`
+          )
           yield* prompt("p1", "find the TODOs")
           const events = yield* prompt("p2", "my password: hunter2")
           const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
@@ -1002,7 +1006,61 @@ describe("HookBridge", () => {
           clean(events)
         }),
         { claudeSettings: true, home: dir }
+      ), // The Node SessionEnd script ran when the bridge closed.
+      Effect.sync(() =>
+        expect(fs.readFileSync(path.join(dir, ".claude", "sessions.log"), "utf8")).toBe(
+          "{\"session\":\"s\",\"reason\":\"other\",\"event\":\"SessionEnd\"}\n"
+        )
+      ))
+    })
+
+    it.live("the PreCompact backup script copies the transcript before a compaction and says so", () => {
+      const dir = claudeProject()
+      const notices: Array<unknown> = []
+      const script = [
+        ScriptedModel.response({
+          toolCalls: [{ id: "c1", name: "Bash", arguments: { command: `cat ${"x".repeat(4000)}` } }]
+        }),
+        ScriptedModel.text("ok")
+      ]
+      const layer = HookBridge.layer({
+        cwd: dir,
+        claudeSettings: true,
+        home: dir,
+        notify: (n) => Effect.sync(() => notices.push(n))
+      }).pipe(
+        Layer.provideMerge(
+          Agent.layer({
+            sessionId: SessionId.make("s"),
+            model: { provider: "p", model: "m" },
+            compaction: { contextWindow: 100_000, summary: false, protectRecentTokens: 0, minimumPruneTokens: 1 }
+          }).pipe(
+            Layer.provideMerge(
+              Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer(script), Tools.layer({ tools }))
+            )
+          )
+        )
       )
+      return Effect.scoped(Effect.provide(
+        Effect.gen(function*() {
+          yield* prompt("p1", "list")
+          const done = yield* (yield* Compaction).compactWith({})
+          expect(done.pruned).toBe(1)
+          const backup = fs.readFileSync(path.join(dir, ".claude", "backups", "before-manual-compact.jsonl"), "utf8")
+          const lines = backup.trim().split("\n").map((l) => JSON.parse(l))
+          expect(lines.filter((l) => l.message.content === "list")).toHaveLength(1)
+          expect(lines.flatMap((l) => l.type === "assistant" ? l.message.content.map((b: any) => b.type) : [])).toContain(
+            "tool_use"
+          )
+          expect(notices).toContainEqual({
+            event: "PreCompact",
+            hook: "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/pre_compact_backup.sh",
+            kind: "systemMessage",
+            text: "Transcript backed up before the manual compaction"
+          })
+        }),
+        layer
+      ))
     })
   })
 })

@@ -533,10 +533,15 @@ const forkCommand = Command.make("fork", {
     )
   )
 
-const compactCommand = Command.make("compact", {
-  id: sessionId,
-  focus: Options.text("focus").pipe(Options.withDescription("What the summary should keep in view"), Options.optional)
-}, ({ focus, id }) => withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), compositionsOf(globals)))).pipe(
+const compactCommand = Command.make(
+  "compact",
+  {
+    id: sessionId,
+    focus: Options.text("focus").pipe(Options.withDescription("What the summary should keep in view"), Options.optional)
+  },
+  ({ focus, id }) =>
+    withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), compositionsOf(globals)))
+).pipe(
   Command.withDescription(
     "Compact a stored session's context now: summarise its older history (or prune old tool results), losslessly"
   )

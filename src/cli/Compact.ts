@@ -77,7 +77,11 @@ export const compactOpen = <S>(context: Context.Context<S>, focus: string | unde
  * @since 0.1.0
  * @category commands
  */
-export const compactSession = (id: SessionId, focus: string | undefined, compositions: Compositions.CompositionOptions) =>
+export const compactSession = (
+  id: SessionId,
+  focus: string | undefined,
+  compositions: Compositions.CompositionOptions
+) =>
   Effect.scoped(Effect.gen(function*() {
     const db = compositions.db
     if (!(yield* (yield* SessionStore).exists(id))) return yield* new CliError({ reason: `no session ${id} in ${db}` })

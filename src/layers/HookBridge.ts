@@ -120,7 +120,9 @@ const contextMessage = (event: HookEvent, context: FromHook) =>
   newUserMessage({ text: context.text, source: { kind: "hook", hook: context.hook, event } })
 
 /** The text of the log's last assistant message and its model, if any. */
-const lastAnswer = (events: ReadonlyArray<SessionEvent>): { readonly text: string; readonly model: string } | undefined => {
+const lastAnswer = (
+  events: ReadonlyArray<SessionEvent>
+): { readonly text: string; readonly model: string } | undefined => {
   for (let i = events.length - 1; i >= 0; i--) {
     const event = events[i]!
     if (event.type !== "assistant/message") continue
@@ -147,8 +149,7 @@ const loadWithWarnings = (options: HookBridgeOptions) =>
     const fromFiles = yield* loadSettings(files)
     const warnings = [...fromFiles.warnings]
     const inline = yield* Effect.try({
-      try: () =>
-        (options.settings ?? []).map((document, i) => parseSettings(document, `settings[${i}]`, warnings)),
+      try: () => (options.settings ?? []).map((document, i) => parseSettings(document, `settings[${i}]`, warnings)),
       catch: (e) => e instanceof HookConfigError ? e : new HookConfigError({ path: "settings", reason: String(e) })
     })
     return { settings: mergeSettings([fromFiles.settings, ...inline]), warnings }
@@ -217,7 +218,8 @@ export const register = (
             ...merged.systemMessages.map((m) => ({ ...m, kind: "systemMessage" as const })),
             ...(merged.stop === undefined ? [] : [{ ...merged.stop, kind: "stopReason" as const }])
           ],
-          (notice) => Effect.ignore(options.notify!({ event, hook: notice.hook, kind: notice.kind, text: notice.text })),
+          (notice) =>
+            Effect.ignore(options.notify!({ event, hook: notice.hook, kind: notice.kind, text: notice.text })),
           { discard: true }
         )
     // A `continue: false` outside a prompt's pre-step stops the running turn, keeping pending input.

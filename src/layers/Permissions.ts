@@ -226,7 +226,10 @@ export const register = (
     const readDenials = resolved.rules.filter((r) => r.behavior === "deny" && r.tool === "Read")
     if (readDenials.length > 0) {
       // The searches print real paths; a rule written against the working directory as given sees both.
-      const realCwd = yield* Effect.orElseSucceed(Effect.tryPromise(() => NodeFs.realpath(places.cwd)), () => places.cwd)
+      const realCwd = yield* Effect.orElseSucceed(
+        Effect.tryPromise(() => NodeFs.realpath(places.cwd)),
+        () => places.cwd
+      )
       const denied = (file: string): boolean => {
         const relative = path.relative(realCwd, file)
         const paths = realCwd !== places.cwd && !relative.startsWith("..") && !path.isAbsolute(relative)

@@ -616,7 +616,9 @@ describe("HookBridge", () => {
         expect(commandsFor(loaded, "Stop").map((h) => h.command)).toEqual(["./ok.sh"])
         expect(warnings).toEqual([
           expect.stringMatching(/settings\.json is not valid JSON \(.*\); its hooks are skipped$/),
-          `${path.join(dir, ".claude", "settings.local.json")} is malformed (hooks.Stop[0].hooks must be an array); its hooks are skipped`
+          `${
+            path.join(dir, ".claude", "settings.local.json")
+          } is malformed (hooks.Stop[0].hooks must be an array); its hooks are skipped`
         ])
         expect(warnings[0]).toContain(path.join(dir, ".claude", "settings.json"))
         const none = yield* HookBridge.load({ cwd: project({}) })
@@ -762,7 +764,10 @@ describe("HookBridge", () => {
       })
       return withBridge(
         dir,
-        [ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }), ScriptedModel.text("ok")],
+        [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }),
+          ScriptedModel.text("ok")
+        ],
         Effect.gen(function*() {
           const events = yield* prompt("p1", "list")
           expect(hookRuns(events).map((r) => [r.hook, r.exitCode, r.permissionDecision])).toEqual([
@@ -770,7 +775,9 @@ describe("HookBridge", () => {
             ["./deny.sh", 0, "deny"],
             ["./ask.sh", 0, "ask"]
           ])
-          expect(textOf(results(events)[0]!.message.content[0].content)).toBe("Error: tool call denied: deny from a hook")
+          expect(textOf(results(events)[0]!.message.content[0].content)).toBe(
+            "Error: tool call denied: deny from a hook"
+          )
           expect(calls).toEqual([])
           expect(userMessages(events).slice(1).map((m) => textOf(m.content))).toEqual([
             "first context",
@@ -853,7 +860,13 @@ describe("HookBridge", () => {
           tool_input: { file_path: file },
           tool_response: {
             type: "text",
-            file: { filePath: file, content: "export const a = 1\nexport const b = 2", numLines: 2, startLine: 1, totalLines: 2 }
+            file: {
+              filePath: file,
+              content: "export const a = 1\nexport const b = 2",
+              numLines: 2,
+              startLine: 1,
+              totalLines: 2
+            }
           }
         })
         expect(seen[1].tool_response).toEqual({
@@ -863,7 +876,11 @@ describe("HookBridge", () => {
           replaceAll: false,
           userModified: false
         })
-        expect(seen[2].tool_response).toEqual({ type: "create", filePath: path.join(dir, "src", "new.ts"), content: "x\n" })
+        expect(seen[2].tool_response).toEqual({
+          type: "create",
+          filePath: path.join(dir, "src", "new.ts"),
+          content: "x\n"
+        })
         expect(seen[3].tool_response.type).toBe("update")
         expect(seen[4]).toEqual({
           tool_name: "Bash",
@@ -879,9 +896,15 @@ describe("HookBridge", () => {
         expect(seen[6].tool_input).toEqual({ pattern: "export", path: path.join(dir, "src"), output_mode: "content" })
         expect(seen[6].tool_response).toMatchObject({ mode: "content", numFiles: 1, numLines: 2 })
         expect(seen[6].tool_response.content).toBe(
-          `${path.join(real, "src", "a.ts")}:1:export const a = 10\n${path.join(real, "src", "a.ts")}:2:export const b = 2`
+          `${path.join(real, "src", "a.ts")}:1:export const a = 10\n${
+            path.join(real, "src", "a.ts")
+          }:2:export const b = 2`
         )
-        expect(seen[7].tool_response).toEqual({ mode: "files_with_matches", filenames: [path.join(real, "src", "a.ts")], numFiles: 1 })
+        expect(seen[7].tool_response).toEqual({
+          mode: "files_with_matches",
+          filenames: [path.join(real, "src", "a.ts")],
+          numFiles: 1
+        })
       }))
 
     it.live("`if` runs a command only for calls its permission rule matches; `once` runs it once per session; other fields are reported once", () => {
@@ -954,64 +977,68 @@ describe("HookBridge", () => {
         ScriptedModel.text("first answer"),
         ScriptedModel.text("tests ran")
       ]
-      return Effect.zipLeft(withBridge(
-        dir,
-        script,
-        Effect.gen(function*() {
-          // The SessionStart script wrote its variables to CLAUDE_ENV_FILE, where Bash finds them.
-          expect(fs.readFileSync(path.join(dir, ".tiller", "session-env", "s.sh"), "utf8")).toBe(
-            `export PROJECT_MODE=development\nexport PROJECT_ROOT="${dir}"\n`
+      return Effect.zipLeft(
+        withBridge(
+          dir,
+          script,
+          Effect.gen(function*() {
+            // The SessionStart script wrote its variables to CLAUDE_ENV_FILE, where Bash finds them.
+            expect(fs.readFileSync(path.join(dir, ".tiller", "session-env", "s.sh"), "utf8")).toBe(
+              `export PROJECT_MODE=development\nexport PROJECT_ROOT="${dir}"\n`
+            )
+            yield* prompt("p1", "find the TODOs")
+            const events = yield* prompt("p2", "my password: hunter2")
+            const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+            expect(ends[0]).toEqual({ kind: "completed" })
+            expect(ends[1]).toEqual({
+              kind: "blocked",
+              message:
+                "Security policy violation: Prompt contains potential secrets. Please rephrase your request without sensitive information."
+            })
+            const messages = userMessages(events)
+            // SessionStart context (pending since startup), the prompt, UserPromptSubmit's plain stdout.
+            expect(messages.slice(0, 3).map((m) => [m.source.kind, (m.source as any).event ?? ""])).toEqual([
+              ["hook", "SessionStart"],
+              ["user", ""],
+              ["hook", "UserPromptSubmit"]
+            ])
+            expect(textOf(messages[0]!.content)).toBe(
+              "Project notes: the main branch is protected; open a pull request."
+            )
+            expect(textOf(messages[2]!.content)).toMatch(/^Current time: \d{4}-/)
+            const texts = results(events).map((r) => textOf(r.message.content[0].content))
+            expect(texts).toEqual([
+              "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
+              `Error: tool call denied: Access to ${path.join(dir, ".env")} is not allowed: it may hold secrets`,
+              "contents of README.md",
+              "ran: rg TODO src"
+            ])
+            expect(calls.map((c) => c.params)).toEqual([{ file_path: "README.md" }, {
+              command: "rg TODO src",
+              description: "search"
+            }])
+            expect(hookRuns(events).filter((r) => r.permissionDecision === "allow")).toEqual([
+              expect.objectContaining({ callId: "c3", permissionDecisionReason: "Documentation file auto-approved" })
+            ])
+            expect(fs.readFileSync(path.join(dir, ".claude", "bash-command-log.txt"), "utf8")).toBe(
+              "rg TODO src - search\n"
+            )
+            // PostToolUse context after the batch, then the Stop hook's steer continues the turn once.
+            const later = messages.slice(3)
+            expect(later.map((m) => [(m.source as any).event, textOf(m.content)])).toEqual([
+              ["PostToolUse", "Check the command output for errors before going on."],
+              ["Stop", "Run the tests before you stop."]
+            ])
+            clean(events)
+          }),
+          { claudeSettings: true, home: dir }
+        ), // The Node SessionEnd script ran when the bridge closed.
+        Effect.sync(() =>
+          expect(fs.readFileSync(path.join(dir, ".claude", "sessions.log"), "utf8")).toBe(
+            "{\"session\":\"s\",\"reason\":\"other\",\"event\":\"SessionEnd\"}\n"
           )
-          yield* prompt("p1", "find the TODOs")
-          const events = yield* prompt("p2", "my password: hunter2")
-          const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
-          expect(ends[0]).toEqual({ kind: "completed" })
-          expect(ends[1]).toEqual({
-            kind: "blocked",
-            message:
-              "Security policy violation: Prompt contains potential secrets. Please rephrase your request without sensitive information."
-          })
-          const messages = userMessages(events)
-          // SessionStart context (pending since startup), the prompt, UserPromptSubmit's plain stdout.
-          expect(messages.slice(0, 3).map((m) => [m.source.kind, (m.source as any).event ?? ""])).toEqual([
-            ["hook", "SessionStart"],
-            ["user", ""],
-            ["hook", "UserPromptSubmit"]
-          ])
-          expect(textOf(messages[0]!.content)).toBe("Project notes: the main branch is protected; open a pull request.")
-          expect(textOf(messages[2]!.content)).toMatch(/^Current time: \d{4}-/)
-          const texts = results(events).map((r) => textOf(r.message.content[0].content))
-          expect(texts).toEqual([
-            "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
-            `Error: tool call denied: Access to ${path.join(dir, ".env")} is not allowed: it may hold secrets`,
-            "contents of README.md",
-            "ran: rg TODO src"
-          ])
-          expect(calls.map((c) => c.params)).toEqual([{ file_path: "README.md" }, {
-            command: "rg TODO src",
-            description: "search"
-          }])
-          expect(hookRuns(events).filter((r) => r.permissionDecision === "allow")).toEqual([
-            expect.objectContaining({ callId: "c3", permissionDecisionReason: "Documentation file auto-approved" })
-          ])
-          expect(fs.readFileSync(path.join(dir, ".claude", "bash-command-log.txt"), "utf8")).toBe(
-            "rg TODO src - search\n"
-          )
-          // PostToolUse context after the batch, then the Stop hook's steer continues the turn once.
-          const later = messages.slice(3)
-          expect(later.map((m) => [(m.source as any).event, textOf(m.content)])).toEqual([
-            ["PostToolUse", "Check the command output for errors before going on."],
-            ["Stop", "Run the tests before you stop."]
-          ])
-          clean(events)
-        }),
-        { claudeSettings: true, home: dir }
-      ), // The Node SessionEnd script ran when the bridge closed.
-      Effect.sync(() =>
-        expect(fs.readFileSync(path.join(dir, ".claude", "sessions.log"), "utf8")).toBe(
-          "{\"session\":\"s\",\"reason\":\"other\",\"event\":\"SessionEnd\"}\n"
         )
-      ))
+      )
     })
 
     it.live("the PreCompact backup script copies the transcript before a compaction and says so", () => {
@@ -1049,9 +1076,10 @@ describe("HookBridge", () => {
           const backup = fs.readFileSync(path.join(dir, ".claude", "backups", "before-manual-compact.jsonl"), "utf8")
           const lines = backup.trim().split("\n").map((l) => JSON.parse(l))
           expect(lines.filter((l) => l.message.content === "list")).toHaveLength(1)
-          expect(lines.flatMap((l) => l.type === "assistant" ? l.message.content.map((b: any) => b.type) : [])).toContain(
-            "tool_use"
-          )
+          expect(lines.flatMap((l) => l.type === "assistant" ? l.message.content.map((b: any) => b.type) : []))
+            .toContain(
+              "tool_use"
+            )
           expect(notices).toContainEqual({
             event: "PreCompact",
             hook: "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/pre_compact_backup.sh",

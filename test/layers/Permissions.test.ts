@@ -137,7 +137,9 @@ describe("Permissions on the searches", () => {
         layer
       )
       const results = events.filter((e) => e.type === "tool/result").map((e) => (e as EventOf<"tool/result">).data)
-      const texts = results.map((r) => r.message.content[0].content.map((b) => (b.type === "text" ? b.text : "")).join(""))
+      const texts = results.map((r) =>
+        r.message.content[0].content.map((b) => (b.type === "text" ? b.text : "")).join("")
+      )
       for (const text of texts.slice(0, 5)) {
         expect(text).not.toContain("sk-secret-value")
         expect(text).not.toContain("sk-second-secret")

@@ -63,7 +63,10 @@ export const mergeAnswers = (runs: ReadonlyArray<HookRun>): MergedAnswer => {
     const from = (text: string): FromHook => ({ hook: hook.command, text })
     if (answer.block !== undefined) blocks.push(from(answer.block))
     if (answer.stop !== undefined) stop ??= from(answer.stop)
-    if (answer.permission !== undefined && (permission === undefined || RANK[answer.permission] > RANK[permission.decision])) {
+    if (
+      answer.permission !== undefined &&
+      (permission === undefined || RANK[answer.permission] > RANK[permission.decision])
+    ) {
       permission = {
         decision: answer.permission,
         hook: hook.command,

@@ -151,7 +151,12 @@ export const parseSettings = (document: unknown, origin: string, warnings?: Arra
         let rule: PermissionRule | undefined
         if (condition !== undefined) {
           if (typeof condition !== "string") return fail(`${where}.if must be a permission rule such as "Bash(git *)"`)
-          const parsed = parseRule(condition, "allow", `${origin}: ${where}.if`, path.isAbsolute(origin) ? path.dirname(path.dirname(origin)) : path.resolve("."))
+          const parsed = parseRule(
+            condition,
+            "allow",
+            `${origin}: ${where}.if`,
+            path.isAbsolute(origin) ? path.dirname(path.dirname(origin)) : path.resolve(".")
+          )
           if (parsed._tag === "Left") return fail(`${where}.if: ${parsed.left}`)
           rule = parsed.right
         }

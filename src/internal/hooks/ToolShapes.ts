@@ -57,7 +57,9 @@ const unnumbered = (text: string): string => {
 
 /** The result lines of `Grep`'s output: neither its `Found N files` head nor its bracketed notes. */
 const resultLines = (text: string): string =>
-  text.split("\n").filter((line) => !line.startsWith("[") && !/^Found \d+ files?$/.test(line) && line !== "No matches found")
+  text.split("\n").filter((line) =>
+    !line.startsWith("[") && !/^Found \d+ files?$/.test(line) && line !== "No matches found"
+  )
     .join("\n")
 
 const str = (value: unknown): string => (typeof value === "string" ? value : "")

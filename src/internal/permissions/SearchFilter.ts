@@ -36,7 +36,11 @@ export const filterSearch = (
   const named = Array.isArray(response["filenames"])
     ? response["filenames"].filter((f): f is string => typeof f === "string")
     : []
-  const mode = tool === "Glob" ? "files" : typeof response["mode"] === "string" ? response["mode"] : "files_with_matches"
+  const mode = tool === "Glob"
+    ? "files"
+    : typeof response["mode"] === "string"
+    ? response["mode"]
+    : "files_with_matches"
   // Whole-path lines (Glob, files_with_matches) are checked directly; other lines by their file's prefix.
   const hidden = new Set<string>()
   const candidates = mode === "files" || mode === "files_with_matches"
@@ -63,7 +67,10 @@ export const filterSearch = (
     content = [tool === "Glob" ? "No files found" : "No matches found", ...kept.filter((l) => l.startsWith("["))]
       .join("\n")
   } else if (mode === "files_with_matches") {
-    content = [`Found ${results.length} file${results.length === 1 ? "" : "s"}`, ...kept.filter((l) => !/^Found \d+ files?$/.test(l))]
+    content = [
+      `Found ${results.length} file${results.length === 1 ? "" : "s"}`,
+      ...kept.filter((l) => !/^Found \d+ files?$/.test(l))
+    ]
       .join("\n")
   } else {
     content = kept.join("\n")

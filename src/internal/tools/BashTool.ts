@@ -118,7 +118,10 @@ export const makeBash = (workspace: Workspace): ToolDefinition<typeof Parameters
           content: text === "" ? "(no output)" : text,
           isError: status !== undefined,
           // Claude Code's Bash response (stdout is the first outputChars of the text: stderr is merged into it).
-          meta: { toolResponse: { stderr: "", interrupted: result.timedOut, isImage: false }, outputChars: output.length }
+          meta: {
+            toolResponse: { stderr: "", interrupted: result.timedOut, isImage: false },
+            outputChars: output.length
+          }
         }
       })
   })

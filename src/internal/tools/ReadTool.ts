@@ -137,7 +137,10 @@ export const makeRead = (workspace: Workspace): ToolDefinition<typeof Parameters
           toolResponse: {
             type: "text",
             file: {
-              numLines: Math.max(0, Math.min(Math.max(1, Math.floor(limit ?? DEFAULT_LINES)), totalLines - startLine + 1)),
+              numLines: Math.max(
+                0,
+                Math.min(Math.max(1, Math.floor(limit ?? DEFAULT_LINES)), totalLines - startLine + 1)
+              ),
               startLine,
               totalLines
             }

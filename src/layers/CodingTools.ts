@@ -49,7 +49,7 @@ export interface CodingToolsOptions {
   readonly ripgrep?: string
   /** A session's logged events, so a reopened session remembers what it read before (default: memory only). */
   readonly history?: ReadHistory
-  /** The directory of the sessions' `CLAUDE_ENV_FILE`s (default `<cwd>/.tiller/session-env`, as the hook bridge's). */
+  /** The directory of the sessions' `CLAUDE_ENV_FILE`s (default `~/.tiller/session-env/<hash of cwd>`, as the hook bridge's). */
   readonly envDir?: string
 }
 

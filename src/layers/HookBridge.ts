@@ -93,7 +93,7 @@ export interface HookBridgeOptions {
   readonly maxOutputBytes?: number
   /** The directory of the session's JSONL transcript (default `<cwd>/.tiller/transcripts`). */
   readonly transcriptDir?: string
-  /** The directory of the sessions' `CLAUDE_ENV_FILE`s (default `<cwd>/.tiller/session-env`, where `CodingTools`' `Bash` reads them). */
+  /** The directory of the sessions' `CLAUDE_ENV_FILE`s (default `~/.tiller/session-env/<hash of cwd>`, where `CodingTools`' `Bash` reads them). */
   readonly envDir?: string
   /** Answers a `PreToolUse` `ask` (the chat asks the user); without it, `ask` is a deny (a headless run). */
   readonly ask?: (question: HookQuestion) => Effect.Effect<boolean>

@@ -14,6 +14,7 @@ import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
 import { runCommand, scrubbedEnvironment } from "../../src/internal/hooks/Command.js"
+import { defaultEnvDir, sessionEnvFile } from "../../src/internal/hooks/EnvFile.js"
 import { readAnswer } from "../../src/internal/hooks/Protocol.js"
 import { commandsFor, parseSettings } from "../../src/internal/hooks/Settings.js"
 import { Agent } from "../../src/layers/Agent.js"
@@ -983,7 +984,7 @@ describe("HookBridge", () => {
           script,
           Effect.gen(function*() {
             // The SessionStart script wrote its variables to CLAUDE_ENV_FILE, where Bash finds them.
-            expect(fs.readFileSync(path.join(dir, ".tiller", "session-env", "s.sh"), "utf8")).toBe(
+            expect(fs.readFileSync(sessionEnvFile(defaultEnvDir(dir), "s"), "utf8")).toBe(
               `export PROJECT_MODE=development\nexport PROJECT_ROOT="${dir}"\n`
             )
             yield* prompt("p1", "find the TODOs")

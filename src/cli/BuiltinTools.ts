@@ -67,13 +67,18 @@ export const clock = Tool.make("clock", {
 })
 
 /**
- * The built-in tools over `root` and the added directories.
+ * The built-in tools over `root` and the added directories; `history` lets a reopened session's
+ * coding tools remember the files it read before (see `CodingTools`).
  *
  * @since 0.1.0
  * @category constructors
  */
 export const make = (
   root: string,
-  addDirs: ReadonlyArray<string> = []
+  addDirs: ReadonlyArray<string> = [],
+  history?: CodingTools.CodingToolsOptions["history"]
 ): Effect.Effect<ReadonlyArray<ToolDefinition<any>>> =>
-  Effect.map(CodingTools.make({ cwd: root, addDirs }), (coding) => [...coding, clock, wait])
+  Effect.map(
+    CodingTools.make({ cwd: root, addDirs, ...(history === undefined ? {} : { history }) }),
+    (coding) => [...coding, clock, wait]
+  )

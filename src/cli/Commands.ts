@@ -165,7 +165,8 @@ const pricesOf = (globals: GlobalOptions) => PriceSettings.load(Option.getOrUnde
 const compositionsOf = (globals: GlobalOptions) => ({
   claudeHooks: globals.claudeHooks === true,
   db: globals.db,
-  permissions: { mode: Environment.permissionModeOf(globals), allow: globals.allow ?? [] }
+  permissions: { mode: Environment.permissionModeOf(globals), allow: globals.allow ?? [] },
+  model: Environment.modelNameOf(globals.model)
 })
 
 const chatCommand = Command.make(
@@ -541,10 +542,15 @@ const forkCommand = Command.make("fork", {
     )
   )
 
-const compactCommand = Command.make("compact", {
-  id: sessionId,
-  focus: Options.text("focus").pipe(Options.withDescription("What the summary should keep in view"), Options.optional)
-}, ({ focus, id }) => withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), globals.db))).pipe(
+const compactCommand = Command.make(
+  "compact",
+  {
+    id: sessionId,
+    focus: Options.text("focus").pipe(Options.withDescription("What the summary should keep in view"), Options.optional)
+  },
+  ({ focus, id }) =>
+    withSessions((globals) => compactSession(id, Option.getOrUndefined(focus), compositionsOf(globals)))
+).pipe(
   Command.withDescription(
     "Compact a stored session's context now: summarise its older history (or prune old tool results), losslessly"
   )

@@ -7,11 +7,13 @@
  */
 import { Context, Effect, Option } from "effect"
 import type { SessionId } from "../domain/Ids.js"
+import { HookBridge } from "../layers/HookBridge.js"
 import { Sessions } from "../layers/Sessions.js"
 import type { CompactionReport } from "../services/Compaction.js"
 import { Compaction } from "../services/Compaction.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { CliError } from "./CliError.js"
+import * as Compositions from "./Compositions.js"
 import * as Database from "./Database.js"
 import * as Output from "./Output.js"
 
@@ -70,16 +72,32 @@ export const compactOpen = <S>(context: Context.Context<S>, focus: string | unde
 
 /**
  * `tiller compact ID [--focus TEXT]`: opens the stored session, compacts it and prints what it did.
+ * The session's `PreCompact` hooks run (a block vetoes), then its `PostCompact` and `SessionStart`
+ * (source `compact`) hooks, as Claude Code's `/compact` runs them; its other hooks do not.
  *
  * @since 0.1.0
  * @category commands
  */
-export const compactSession = (id: SessionId, focus: string | undefined, db: string) =>
+export const compactSession = (
+  id: SessionId,
+  focus: string | undefined,
+  compositions: Compositions.CompositionOptions
+) =>
   Effect.scoped(Effect.gen(function*() {
+    const db = compositions.db
     if (!(yield* (yield* SessionStore).exists(id))) {
       return yield* new CliError({ reason: `no session ${id} in ${Database.label(db)}` })
     }
     const context = yield* (yield* Sessions).open(id)
+    const { bridge } = yield* Compositions.bridgeOptions(compositions)
+    yield* HookBridge.register({
+      ...bridge,
+      lifecycle: false,
+      notify: (notice) => Output.errorLine(Compositions.noticeLine(notice))
+    }).pipe(
+      Effect.provide(context),
+      Effect.mapError((error) => new CliError({ reason: error.message }))
+    )
     const line = yield* compactOpen(context, focus)
     yield* Output.lines([`session ${id}: ${line}`])
   }))

@@ -13,7 +13,7 @@ import * as path from "node:path"
 import type { SessionId } from "../domain/Ids.js"
 import type { UserMessage } from "../domain/Values.js"
 import { HookBridge } from "../layers/HookBridge.js"
-import type { HookQuestion } from "../layers/HookBridge.js"
+import type { HookBridgeOptions, HookNotice, HookQuestion } from "../layers/HookBridge.js"
 import { Permissions } from "../layers/Permissions.js"
 import type { PermissionMode, PermissionQuestion } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
@@ -38,6 +38,8 @@ export interface CompositionOptions {
   readonly db: string
   /** `--permission-mode` (or `--dangerously-skip-permissions`) and `--allow`. */
   readonly permissions?: { readonly mode?: PermissionMode | undefined; readonly allow: ReadonlyArray<string> }
+  /** The model's name, as `SessionStart` hooks see it. */
+  readonly model?: string
 }
 
 /**
@@ -99,6 +101,48 @@ const noteOf = (snapshot: UserMessage): string => {
 }
 
 /**
+ * The line that shows a hook's `systemMessage` or stop reason.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const noticeLine = (notice: HookNotice): string =>
+  notice.kind === "systemMessage"
+    ? `(${notice.event} hook: ${notice.text})`
+    : `(${notice.event} hook stopped the turn: ${notice.text})`
+
+/**
+ * The hook bridge's options for a session command (the permission mode hooks are told is the
+ * option's, else the settings' default), and the permissions' own.
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const bridgeOptions = (options: CompositionOptions) =>
+  Effect.gen(function*() {
+    const permissionOptions = {
+      cwd: process.cwd(),
+      claudeSettings: options.claudeHooks,
+      ...(options.permissions?.mode === undefined ? {} : { mode: options.permissions.mode }),
+      rules: { allow: options.permissions?.allow ?? [] }
+    }
+    const { mode } = yield* Permissions.load(permissionOptions).pipe(
+      Effect.mapError((error) => new CliError({ reason: error.message }))
+    )
+    const bridge: HookBridgeOptions = {
+      cwd: process.cwd(),
+      claudeSettings: options.claudeHooks,
+      transcriptDir: options.db === ":memory:" || Database.isPostgres(options.db)
+        ? path.join(process.cwd(), ".tiller", "transcripts")
+        : path.join(path.dirname(path.resolve(options.db)), "transcripts"),
+      permissionMode: mode,
+      ...(options.model === undefined ? {} : { model: options.model }),
+      warn: (warning) => Output.errorLine(`warning: ${warning}`)
+    }
+    return { bridge, permissionOptions }
+  })
+
+/**
  * Registers the hook bridge on the open session `context` in the current scope and returns its
  * reference helpers. `interactive`: a hook's `ask` becomes a question answered by the next line.
  *
@@ -136,23 +180,17 @@ export const setup = (
       )
     const askPermission = (question: PermissionQuestion) =>
       askLine(`permission: ${question.outcome.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
-    const transcriptDir = options.db === ":memory:" || Database.isPostgres(options.db)
-      ? path.join(process.cwd(), ".tiller", "transcripts")
-      : path.join(path.dirname(path.resolve(options.db)), "transcripts")
+    const { bridge, permissionOptions } = yield* bridgeOptions(options)
     yield* HookBridge.register({
-      cwd: process.cwd(),
-      claudeSettings: options.claudeHooks,
-      transcriptDir,
-      ...(options.interactive ? { ask } : {})
+      ...bridge,
+      // The chat shows these from the log as they come; a headless run prints them on stderr.
+      ...(options.interactive ? { ask } : { notify: (notice) => Output.errorLine(noticeLine(notice)) })
     }).pipe(
       Effect.provide(context),
       Effect.mapError((error) => new CliError({ reason: error.message }))
     )
     yield* Permissions.register({
-      cwd: process.cwd(),
-      claudeSettings: options.claudeHooks,
-      ...(options.permissions?.mode === undefined ? {} : { mode: options.permissions.mode }),
-      rules: { allow: options.permissions?.allow ?? [] },
+      ...permissionOptions,
       warn: (warning) => Output.errorLine(warning),
       ...(options.interactive ? { ask: askPermission } : {})
     }).pipe(

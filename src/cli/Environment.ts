@@ -289,13 +289,18 @@ export const layer = (
         )
         if (info.type !== "Directory") return yield* new CliError({ reason: `--add-dir ${dir}: not a directory` })
       }
-      const builtin = options.noTools ? [] : yield* BuiltinTools.make(process.cwd(), options.addDir ?? [])
-      // read_session reads the same store the sessions live in.
-      const tools = options.readSession === true
-        ? Layer.unwrapEffect(
-          Effect.map(SessionReference.readSessionTool(), (tool) => Tools.layer({ tools: [...builtin, tool] }))
+      // The coding tools find what a reopened session read in its stored log; read_session reads
+      // the same store the sessions live in.
+      const tools = Layer.unwrapEffect(Effect.gen(function*() {
+        const store = yield* SessionStore
+        const builtin = options.noTools ? [] : yield* BuiltinTools.make(
+          process.cwd(),
+          options.addDir ?? [],
+          (id) => Effect.map(store.load(id as SessionId), (loaded) => loaded.events)
         )
-        : Tools.layer({ tools: builtin })
+        const readSession = options.readSession === true ? [yield* SessionReference.readSessionTool()] : []
+        return Tools.layer({ tools: [...builtin, ...readSession] })
+      }))
       // Context management is always on: the window from --context-window, else the table's.
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
       const compaction = contextWindow === undefined ? {} : { contextWindow }
@@ -318,6 +323,18 @@ export const layer = (
       )
     })
   )
+
+/**
+ * The model's own name in a `--model` value (`anthropic:claude-sonnet-4-5` names
+ * `claude-sonnet-4-5`; `demo` names itself), as hooks are told it.
+ *
+ * @since 0.1.0
+ * @category parsing
+ */
+export const modelNameOf = (name: string): string => {
+  const colon = name.indexOf(":")
+  return colon < 0 ? name : name.slice(colon + 1).trim()
+}
 
 /**
  * Loads a stored session's header and events without opening it (no lease, no repair, no writes).

@@ -498,9 +498,14 @@ export const chatView = (seedLength = 0): {
           readonly event?: string
           readonly error?: { readonly message?: string }
           readonly systemMessage?: string
+          readonly stop?: string
         }
         if (data.error?.message !== undefined) return line(`  (hook error, ignored: ${data.error.message})`)
-        return data.systemMessage === undefined ? "" : line(`  (${data.event ?? "hook"} hook: ${data.systemMessage})`)
+        const hook = data.event ?? "hook"
+        return [
+          ...(data.systemMessage === undefined ? [] : [line(`  (${hook} hook: ${data.systemMessage})`)]),
+          ...(data.stop === undefined ? [] : [line(`  (${hook} hook stopped the turn: ${data.stop})`)])
+        ].join("")
       }
       default:
         return ""

@@ -3,8 +3,11 @@
  * them: `Read`, `Write`, `Edit`, `Glob`, `Grep` and `Bash`. Their paths are confined to the working
  * directory and the added directories (a symbolic link leaving them is refused, and so is a file
  * with several hard links); `Edit`, and `Write` over an existing file, need a `Read` of the file in
- * the same session; `Bash` runs in its own process group without provider keys in its
- * environment. The reading tools run in parallel; `Write`, `Edit` and `Bash` run alone.
+ * the same session (with `history`, also a read a restarted process finds in the session's log);
+ * `Bash` runs in its own process group without provider keys in its environment, with the
+ * variables a `SessionStart` hook wrote to `CLAUDE_ENV_FILE`. Each result's `meta.toolResponse`
+ * holds the small fields of Claude Code's response shape, which the hook bridge completes for
+ * hooks. The reading tools run in parallel; `Write`, `Edit` and `Bash` run alone.
  *
  * ```ts
  * const tools = CodingTools.layer({ cwd: "/work/project", addDirs: ["/work/shared"] })
@@ -14,12 +17,15 @@
  * @since 0.1.0
  */
 import { Effect, Layer } from "effect"
+import * as path from "node:path"
 import type { ToolDefinition } from "../domain/Tool.js"
+import { defaultEnvDir } from "../internal/hooks/EnvFile.js"
 import { makeBash, scrubEnvironment } from "../internal/tools/BashTool.js"
 import { makeConfinement } from "../internal/tools/Confine.js"
 import { makeEdit } from "../internal/tools/EditTool.js"
 import { makeGlob } from "../internal/tools/GlobTool.js"
 import { makeGrep } from "../internal/tools/GrepTool.js"
+import type { ReadHistory } from "../internal/tools/ReadRecord.js"
 import { makeReadRecord } from "../internal/tools/ReadRecord.js"
 import { makeRead } from "../internal/tools/ReadTool.js"
 import { makeWrite } from "../internal/tools/WriteTool.js"
@@ -41,6 +47,10 @@ export interface CodingToolsOptions {
   readonly env?: Readonly<Record<string, string | undefined>>
   /** The ripgrep executable behind `Grep` and `Glob` (default `rg` on the PATH). */
   readonly ripgrep?: string
+  /** A session's logged events, so a reopened session remembers what it read before (default: memory only). */
+  readonly history?: ReadHistory
+  /** The directory of the sessions' `CLAUDE_ENV_FILE`s (default `~/.tiller/session-env/<hash of cwd>`, as the hook bridge's). */
+  readonly envDir?: string
 }
 
 /**
@@ -62,9 +72,10 @@ export const make = (options: CodingToolsOptions = {}): Effect.Effect<ReadonlyAr
     const confinement = yield* makeConfinement(options.cwd ?? process.cwd(), options.addDirs ?? [])
     const workspace = {
       confinement,
-      record: makeReadRecord(),
+      record: makeReadRecord(options.history),
       env: scrubEnvironment(options.env ?? process.env),
-      ripgrep: options.ripgrep ?? "rg"
+      ripgrep: options.ripgrep ?? "rg",
+      envDir: options.envDir ?? defaultEnvDir(path.resolve(options.cwd ?? process.cwd()))
     }
     return [
       makeBash(workspace),

@@ -4,54 +4,70 @@
  * at tiller's seams, so existing hook scripts run unchanged:
  *
  * - `SessionStart` (startup / resume) when the bridge starts: context is injected, pending until
- *   the next waking input;
+ *   the next waking input; `CLAUDE_ENV_FILE` names the file whose `export` lines `Bash` applies;
  * - `UserPromptSubmit` in the pre-step of a boundary that claimed a prompt: a block rejects the step
  *   (the turn ends `blocked`), context enters beside the prompt;
- * - `PreToolUse` in the tool pre-execute waterfall: deny, `updatedInput`, `ask`;
+ * - `PreToolUse` in the tool pre-execute waterfall: deny, `updatedInput`, `ask`, context after the
+ *   batch's results;
  * - `PostToolUse` in the tool post-execute waterfall: context after the batch's results, a block's
  *   reason with the result;
- * - `Stop` among the turn-stopping listeners: a block continues the turn with the reason as a steer;
+ * - `Stop` among the turn-stopping listeners: a block continues the turn with the reason as a steer,
+ *   unless a `continue: false` stops it;
  * - `PreCompact` / `PostCompact` on the agent's `Compaction`, when it has one: a block vetoes the
  *   compaction, context becomes summary instructions (Pre) or compaction context (Post);
  * - `SessionEnd` when the bridge's scope closes.
  *
- * Every command run is recorded as an ignorable `hook/run` event; injected context is a
- * `UserMessage` with `source {kind: "hook", hook, event}`.
+ * The commands of one event run in parallel and their answers merge as Claude Code merges them
+ * (`internal/hooks/Merge.ts`); tools are shown by Claude Code's names with its input and response
+ * shapes. Every command run is recorded as an ignorable `hook/run` event; injected context is a
+ * `UserMessage` with `source {kind: "hook", hook, event}`; `systemMessage`s and stop reasons go to
+ * `notify`. A malformed settings file is skipped with a warning, as Claude Code skips it.
  *
  * @since 0.1.0
  */
 import type { Scope } from "effect"
 import { Duration, Effect, Layer, Option } from "effect"
+import * as NodeFs from "node:fs/promises"
+import * as os from "node:os"
 import * as path from "node:path"
 import { HookConfigError } from "../domain/Errors.js"
+import type { EventOf, SessionEvent } from "../domain/Event.js"
 import type { Json } from "../domain/Json.js"
 import { newUserMessage } from "../domain/Message.js"
 import { CancelCause } from "../domain/Values.js"
 import type { UserMessage } from "../domain/Values.js"
-import type { HookRun, RunnerContext } from "../internal/hooks/Runner.js"
+import { defaultEnvDir, sessionEnvFile } from "../internal/hooks/EnvFile.js"
+import type { FromHook, MergedAnswer } from "../internal/hooks/Merge.js"
+import { mergeAnswers } from "../internal/hooks/Merge.js"
+import type { RunnerContext } from "../internal/hooks/Runner.js"
 import { HOOK_RUN_EVENT, runEvent } from "../internal/hooks/Runner.js"
 import type { HookEvent, HookSettings } from "../internal/hooks/Settings.js"
 import { loadSettings, mergeSettings, parseSettings, settingsFiles } from "../internal/hooks/Settings.js"
+import type { HookQuestion } from "../internal/hooks/ToolHooks.js"
+import { makeToolHooks } from "../internal/hooks/ToolHooks.js"
 import { makeTranscript } from "../internal/hooks/Transcript.js"
+import type { PermissionMode } from "../internal/permissions/Rules.js"
 import { Compaction, PreCompactDecision } from "../services/Compaction.js"
 import { Driver } from "../services/Driver.js"
-import { Hooks, ToolPreDecision } from "../services/Hooks.js"
+import { Hooks } from "../services/Hooks.js"
 import { PreStep, PreStepDecision } from "../services/PreStep.js"
 import { SessionLog } from "../services/SessionLog.js"
 
 export type { HookCommand, HookEvent, HookGroup, HookSettings } from "../internal/hooks/Settings.js"
+export type { HookQuestion } from "../internal/hooks/ToolHooks.js"
 
 /**
- * A `PreToolUse` hook's request for confirmation, as the bridge's `ask` sees it.
+ * What a hook tells the user rather than the model: a `systemMessage`, or the `stopReason` of a
+ * `continue: false`.
  *
  * @since 0.1.0
  * @category models
  */
-export interface HookQuestion {
+export interface HookNotice {
+  readonly event: HookEvent
   readonly hook: string
-  readonly tool: string
-  readonly input: unknown
-  readonly reason: string
+  readonly kind: "systemMessage" | "stopReason"
+  readonly text: string
 }
 
 /**
@@ -77,10 +93,22 @@ export interface HookBridgeOptions {
   readonly maxOutputBytes?: number
   /** The directory of the session's JSONL transcript (default `<cwd>/.tiller/transcripts`). */
   readonly transcriptDir?: string
+  /** The directory of the sessions' `CLAUDE_ENV_FILE`s (default `~/.tiller/session-env/<hash of cwd>`, where `CodingTools`' `Bash` reads them). */
+  readonly envDir?: string
   /** Answers a `PreToolUse` `ask` (the chat asks the user); without it, `ask` is a deny (a headless run). */
   readonly ask?: (question: HookQuestion) => Effect.Effect<boolean>
   /** The most times `Stop` hooks may continue one turn (default 10); beyond it the turn stops. */
   readonly maxStopContinuations?: number
+  /** The model's name, as `SessionStart` hooks see it (default: the model of the log's last answer). */
+  readonly model?: string
+  /** The session's permission mode, as every hook's `permission_mode` says (default `default`). */
+  readonly permissionMode?: PermissionMode
+  /** Told each skipped settings file and each ignored field, once (default: logged as a warning). */
+  readonly warn?: (warning: string) => Effect.Effect<void>
+  /** Shows a hook's `systemMessage` or stop reason to the user (they are recorded in the log either way). */
+  readonly notify?: (notice: HookNotice) => Effect.Effect<void>
+  /** Run `SessionStart` (startup / resume) now and `SessionEnd` at the end (default true); `tiller compact` runs only the compaction's hooks. */
+  readonly lifecycle?: boolean
 }
 
 /** The text of a message's text blocks. */
@@ -88,30 +116,27 @@ const textOf = (message: UserMessage): string =>
   message.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("\n")
 
 /** A hook's context as a message of its own. */
-const contextMessage = (hook: string, event: HookEvent, text: string) =>
-  newUserMessage({ text, source: { kind: "hook", hook, event } })
+const contextMessage = (event: HookEvent, context: FromHook) =>
+  newUserMessage({ text: context.text, source: { kind: "hook", hook: context.hook, event } })
 
-/** The first blocking reason among the runs, if any. */
-const blockOf = (runs: ReadonlyArray<HookRun>): string | undefined =>
-  runs.find((r) => r.answer.block !== undefined)?.answer.block
-
-/** A tool call's arguments as a hook's `tool_input`: the raw JSON object, else the decoded parameters. */
-const toolInputOf = (raw: string, params: unknown): unknown => {
-  if (raw === "") return {}
-  try {
-    return JSON.parse(raw)
-  } catch {
-    return params
+/** The text of the log's last assistant message and its model, if any. */
+const lastAnswer = (
+  events: ReadonlyArray<SessionEvent>
+): { readonly text: string; readonly model: string } | undefined => {
+  for (let i = events.length - 1; i >= 0; i--) {
+    const event = events[i]!
+    if (event.type !== "assistant/message") continue
+    const { message } = (event as EventOf<"assistant/message">).data
+    return {
+      text: message.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("\n"),
+      model: message.source.model
+    }
   }
+  return undefined
 }
 
-/**
- * Reads the bridge's settings: the files its options select, then the inline documents.
- *
- * @since 0.1.0
- * @category constructors
- */
-export const loadHookSettings = (options: HookBridgeOptions = {}): Effect.Effect<HookSettings, HookConfigError> =>
+/** The settings the options select, and the warnings about the files skipped and fields ignored. */
+const loadWithWarnings = (options: HookBridgeOptions) =>
   Effect.gen(function*() {
     const cwd = options.cwd ?? process.cwd()
     const files = options.noFiles === true
@@ -122,11 +147,26 @@ export const loadHookSettings = (options: HookBridgeOptions = {}): Effect.Effect
         ...(options.home === undefined ? {} : { home: options.home })
       })
     const fromFiles = yield* loadSettings(files)
+    const warnings = [...fromFiles.warnings]
     const inline = yield* Effect.try({
-      try: () => (options.settings ?? []).map((document, i) => parseSettings(document, `settings[${i}]`)),
+      try: () => (options.settings ?? []).map((document, i) => parseSettings(document, `settings[${i}]`, warnings)),
       catch: (e) => e instanceof HookConfigError ? e : new HookConfigError({ path: "settings", reason: String(e) })
     })
-    return mergeSettings([fromFiles, ...inline])
+    return { settings: mergeSettings([fromFiles.settings, ...inline]), warnings }
+  })
+
+/**
+ * Reads the bridge's settings: the files its options select (a malformed one skipped, with a
+ * warning to `warn`), then the inline documents (a malformed one fails with `HookConfigError`).
+ *
+ * @since 0.1.0
+ * @category constructors
+ */
+export const loadHookSettings = (options: HookBridgeOptions = {}): Effect.Effect<HookSettings, HookConfigError> =>
+  Effect.gen(function*() {
+    const { settings, warnings } = yield* loadWithWarnings(options)
+    for (const warning of warnings) yield* (options.warn ?? Effect.logWarning)(warning)
+    return settings
   })
 
 /**
@@ -151,10 +191,15 @@ export const register = (
       sessionId: log.sessionId,
       cwd
     })
+    const envFile = sessionEnvFile(options.envDir ?? defaultEnvDir(cwd), log.sessionId)
     const ctx: RunnerContext = {
       settings,
       sessionId: log.sessionId,
       cwd,
+      home: options.home ?? os.homedir(),
+      permissionMode: options.permissionMode ?? "default",
+      envFile,
+      ran: new Set(),
       defaultTimeout: Duration.decode(options.defaultTimeout ?? "60 seconds"),
       maxOutputBytes: options.maxOutputBytes ?? 1024 * 1024,
       transcript,
@@ -162,14 +207,29 @@ export const register = (
       record: (data: Json) => Effect.ignore(log.append({ type: HOOK_RUN_EVENT, data, ignorable: true }))
     }
     const has = (event: HookEvent) => settings[event].length > 0
+    const lifecycle = options.lifecycle !== false
 
-    // A `continue: false` outside a prompt's pre-step stops the running turn, keeping pending input.
-    const stopTurn = (runs: ReadonlyArray<HookRun>) => {
-      const stop = runs.find((r) => r.answer.stop !== undefined)?.answer.stop
-      return stop === undefined
+    // What every event does with a merged answer: its systemMessages and stop reason go to the user.
+    const notifyOf = (event: HookEvent, merged: MergedAnswer) =>
+      options.notify === undefined
         ? Effect.void
-        : Effect.ignore(driver.cancel(CancelCause.hook(stop), { keepInbox: true }))
-    }
+        : Effect.forEach(
+          [
+            ...merged.systemMessages.map((m) => ({ ...m, kind: "systemMessage" as const })),
+            ...(merged.stop === undefined ? [] : [{ ...merged.stop, kind: "stopReason" as const }])
+          ],
+          (notice) =>
+            Effect.ignore(options.notify!({ event, hook: notice.hook, kind: notice.kind, text: notice.text })),
+          { discard: true }
+        )
+    // A `continue: false` outside a prompt's pre-step stops the running turn, keeping pending input.
+    const after = (event: HookEvent, merged: MergedAnswer) =>
+      Effect.zipRight(
+        notifyOf(event, merged),
+        merged.stop === undefined
+          ? Effect.void
+          : Effect.ignore(driver.cancel(CancelCause.hook(merged.stop.text), { keepInbox: true }))
+      )
 
     if (has("UserPromptSubmit")) {
       yield* preStep.register((input, next) =>
@@ -178,17 +238,14 @@ export const register = (
           const contexts = new Map<string, Array<UserMessage>>()
           for (const prompt of prompts) {
             const runs = yield* runEvent(ctx, "UserPromptSubmit", {
-              fields: () => ({ prompt: textOf(prompt) }),
-              stopWhen: (a) => a.block !== undefined || a.stop !== undefined,
+              fields: { prompt: textOf(prompt) },
               recordExtra: { turn: input.turn, step: input.step, messageId: prompt.id }
             })
-            const refusal = blockOf(runs) ?? runs.find((r) => r.answer.stop !== undefined)?.answer.stop
+            const merged = mergeAnswers(runs)
+            yield* notifyOf("UserPromptSubmit", merged)
+            const refusal = merged.block?.text ?? merged.stop?.text
             if (refusal !== undefined) return PreStepDecision.reject(refusal)
-            const own: Array<UserMessage> = []
-            for (const run of runs) {
-              if (run.answer.additionalContext === undefined) continue
-              own.push(yield* contextMessage(run.hook.command, "UserPromptSubmit", run.answer.additionalContext))
-            }
+            const own = yield* Effect.forEach(merged.contexts, (c) => contextMessage("UserPromptSubmit", c))
             if (own.length > 0) contexts.set(prompt.id, own)
           }
           const decision = yield* next()
@@ -199,108 +256,15 @@ export const register = (
       )
     }
 
-    if (has("PreToolUse")) {
-      yield* hooks.onToolPre((info, next) =>
-        Effect.gen(function*() {
-          let input = toolInputOf(info.arguments, info.params)
-          let replaced = false
-          const runs = yield* runEvent(ctx, "PreToolUse", {
-            subject: info.name,
-            fields: (previous) => {
-              const update = previous[previous.length - 1]?.answer.updatedInput
-              if (update !== undefined) {
-                input = update
-                replaced = true
-              }
-              return { tool_name: info.name, tool_input: input, tool_use_id: info.callId }
-            },
-            stopWhen: (a) =>
-              a.block !== undefined || a.permission === "deny" || a.permission === "ask" || a.stop !== undefined,
-            recordExtra: { turn: info.turn, step: info.step, callId: info.callId, tool: info.name }
-          })
-          const last = runs[runs.length - 1]
-          if (last?.answer.updatedInput !== undefined) {
-            input = last.answer.updatedInput
-            replaced = true
-          }
-          yield* stopTurn(runs)
-          for (const run of runs) {
-            const { answer } = run
-            const reason = answer.permissionReason ?? answer.block ?? answer.stop
-            if (answer.block !== undefined || answer.permission === "deny" || answer.stop !== undefined) {
-              return ToolPreDecision.deny(reason ?? `denied by the PreToolUse hook ${run.hook.command}`)
-            }
-            if (answer.permission === "ask") {
-              const question = {
-                hook: run.hook.command,
-                tool: info.name,
-                input,
-                reason: reason ?? `the hook ${run.hook.command} asks before ${info.name} runs`
-              }
-              const allowed = options.ask === undefined ? false : yield* options.ask(question)
-              yield* ctx.record({
-                event: "PreToolUse",
-                hook: run.hook.command,
-                callId: info.callId,
-                ask: allowed ? "allowed" : "denied",
-                headless: options.ask === undefined
-              })
-              if (!allowed) {
-                return ToolPreDecision.deny(
-                  options.ask === undefined
-                    ? `${question.reason} (needs confirmation; denied in a headless run)`
-                    : `${question.reason} (the user said no)`
-                )
-              }
-            }
-          }
-          const decision = yield* next()
-          return replaced && decision._tag === "Allow" && decision.params === undefined
-            ? ToolPreDecision.allowWith(input)
-            : decision
-        })
-      )
-    }
-
-    if (has("PostToolUse")) {
-      yield* hooks.onToolPost((input, next) =>
-        Effect.gen(function*() {
-          const output = yield* next()
-          // As in Claude Code, PostToolUse follows a call that ran and succeeded.
-          if (output.isError || input.aborted) return output
-          const runs = yield* runEvent(ctx, "PostToolUse", {
-            subject: input.name,
-            fields: () => ({
-              tool_name: input.name,
-              tool_input: toolInputOf(input.arguments, input.params),
-              tool_use_id: input.callId,
-              tool_response: {
-                content: output.content.map((b) => (b.type === "text" ? b.text : "[image]")).join("\n"),
-                is_error: output.isError
-              }
-            }),
-            stopWhen: (a) => a.block !== undefined || a.stop !== undefined,
-            recordExtra: { turn: input.turn, step: input.step, callId: input.callId, tool: input.name }
-          })
-          yield* stopTurn(runs)
-          const contexts: Array<UserMessage> = []
-          for (const run of runs) {
-            if (run.answer.additionalContext === undefined) continue
-            contexts.push(yield* contextMessage(run.hook.command, "PostToolUse", run.answer.additionalContext))
-          }
-          const block = runs.find((r) => r.answer.block !== undefined)
-          return {
-            ...output,
-            content: block === undefined
-              ? output.content
-              : [...output.content, {
-                type: "text" as const,
-                text: `PostToolUse hook feedback: ${block.answer.block}`
-              }],
-            additionalContexts: [...output.additionalContexts, ...contexts]
-          }
-        })
-      )
+    if (has("PreToolUse") || has("PostToolUse")) {
+      const tools = makeToolHooks({
+        runner: ctx,
+        after,
+        contextMessage,
+        ...(options.ask === undefined ? {} : { ask: options.ask })
+      }, has)
+      if (has("PreToolUse")) yield* hooks.onToolPre(tools.pre)
+      yield* hooks.onToolPost(tools.post)
     }
 
     if (has("Stop")) {
@@ -310,23 +274,24 @@ export const register = (
         Effect.gen(function*() {
           const count = continued.get(input.turn) ?? 0
           const runs = yield* runEvent(ctx, "Stop", {
-            fields: () => ({ stop_hook_active: count > 0 }),
-            stopWhen: (a) => a.block !== undefined,
+            fields: { stop_hook_active: count > 0, last_assistant_message: lastAnswer(yield* log.events)?.text ?? "" },
             recordExtra: { turn: input.turn, step: input.step }
           })
-          const block = runs.find((r) => r.answer.block !== undefined)
-          if (block === undefined) return
+          const merged = mergeAnswers(runs)
+          yield* notifyOf("Stop", merged)
+          // `continue: false` wins over a block: the turn stops (with its reason shown to the user).
+          if (merged.stop !== undefined || merged.block === undefined) return
           if (count >= limit) {
             yield* ctx.record({
               event: "Stop",
-              hook: block.hook.command,
+              hook: merged.block.hook,
               turn: input.turn,
               ignored: `more than ${limit} continuations of one turn`
             })
             return
           }
           continued.set(input.turn, count + 1)
-          yield* Effect.ignore(driver.steer(yield* contextMessage(block.hook.command, "Stop", block.answer.block!)))
+          yield* Effect.ignore(driver.steer(yield* contextMessage("Stop", merged.block)))
         })
       )
     }
@@ -340,16 +305,15 @@ export const register = (
           const trigger = input.trigger === "manual" ? "manual" : "auto"
           const runs = yield* runEvent(ctx, "PreCompact", {
             subject: trigger,
-            fields: () => ({ trigger, custom_instructions: input.focus ?? "" }),
-            stopWhen: (a) => a.block !== undefined,
+            fields: { trigger, custom_instructions: input.focus ?? "" },
             recordExtra: { turn: input.turn, trigger: input.trigger }
           })
-          const block = blockOf(runs)
-          if (block !== undefined) return PreCompactDecision.veto(block)
+          const merged = mergeAnswers(runs)
+          yield* notifyOf("PreCompact", merged)
+          const veto = merged.block?.text ?? merged.stop?.text
+          if (veto !== undefined) return PreCompactDecision.veto(veto)
           const decision = yield* next()
-          const instructions = runs.flatMap((
-            r
-          ) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))
+          const instructions = merged.contexts.map((c) => c.text)
           return decision._tag === "Proceed" && instructions.length > 0
             ? PreCompactDecision.proceed([...instructions, ...decision.instructions])
             : decision
@@ -363,40 +327,51 @@ export const register = (
           const downstream = yield* next()
           const trigger = input.trigger === "manual" ? "manual" : "auto"
           const recordExtra = { turn: input.turn, trigger: input.trigger }
-          const post = yield* runEvent(ctx, "PostCompact", {
-            subject: trigger,
-            fields: () => ({ trigger, pruned: input.report.pruned, summarised: input.report.summarised !== undefined }),
-            recordExtra
-          })
-          const start = yield* runEvent(ctx, "SessionStart", {
-            subject: "compact",
-            fields: () => ({ source: "compact" }),
-            recordExtra
-          })
-          return [
-            ...downstream,
-            ...[...post, ...start].flatMap((
-              r
-            ) => (r.answer.additionalContext === undefined ? [] : [r.answer.additionalContext]))
-          ]
+          const post = mergeAnswers(
+            yield* runEvent(ctx, "PostCompact", {
+              subject: trigger,
+              fields: { trigger, pruned: input.report.pruned, summarised: input.report.summarised !== undefined },
+              recordExtra
+            })
+          )
+          yield* notifyOf("PostCompact", post)
+          const start = mergeAnswers(yield* runSessionStart("compact", recordExtra))
+          yield* notifyOf("SessionStart", start)
+          return [...downstream, ...[...post.contexts, ...start.contexts].map((c) => c.text)]
         })
       )
     }
 
-    if (has("SessionEnd")) {
+    if (lifecycle && has("SessionEnd")) {
       yield* Effect.addFinalizer(() =>
-        Effect.asVoid(runEvent(ctx, "SessionEnd", { fields: () => ({ reason: "other" }) }))
+        Effect.flatMap(
+          runEvent(ctx, "SessionEnd", { fields: { reason: "other" } }),
+          (runs) => notifyOf("SessionEnd", mergeAnswers(runs))
+        )
       )
     }
 
-    if (has("SessionStart")) {
-      const source = log.firstLiveSeq === 0 ? "startup" : "resume"
-      const runs = yield* runEvent(ctx, "SessionStart", { subject: source, fields: () => ({ source }) })
-      for (const run of runs) {
-        if (run.answer.additionalContext === undefined) continue
-        yield* Effect.ignore(
-          driver.inject(yield* contextMessage(run.hook.command, "SessionStart", run.answer.additionalContext))
-        )
+    function runSessionStart(source: "startup" | "resume" | "compact", recordExtra?: Record<string, Json>) {
+      return Effect.gen(function*() {
+        const model = options.model ?? lastAnswer(yield* log.events)?.model
+        // The file a hook writes `export` lines to; a new session starts with an empty one.
+        yield* Effect.promise(async () => {
+          await NodeFs.mkdir(path.dirname(envFile), { recursive: true }).catch(() => undefined)
+          if (source === "startup") await NodeFs.writeFile(envFile, "").catch(() => undefined)
+        })
+        return yield* runEvent(ctx, "SessionStart", {
+          subject: source,
+          fields: { source, ...(model === undefined ? {} : { model }) },
+          ...(recordExtra === undefined ? {} : { recordExtra })
+        })
+      })
+    }
+
+    if (lifecycle && has("SessionStart")) {
+      const merged = mergeAnswers(yield* runSessionStart(log.firstLiveSeq === 0 ? "startup" : "resume"))
+      yield* notifyOf("SessionStart", merged)
+      for (const context of merged.contexts) {
+        yield* Effect.ignore(driver.inject(yield* contextMessage("SessionStart", context)))
       }
     }
   })
@@ -420,7 +395,7 @@ export const HookBridge = {
     Layer.scopedDiscard(register(options)),
   /** Registers the bridge in the current scope (see {@link register}). */
   register,
-  /** Reads the settings the options select, failing with `HookConfigError` on a malformed file. */
+  /** Reads the settings the options select (a malformed file skipped with a warning; see {@link loadHookSettings}). */
   load: loadHookSettings,
   /** The type of the ignorable extension event that records each command's run. */
   RUN_EVENT: HOOK_RUN_EVENT

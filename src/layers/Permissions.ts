@@ -8,7 +8,8 @@
  * asks the user) and, without one, is refused with a result saying how to allow it.
  *
  * The decision is a value (`PermissionOutcome`), computed by a pure function; only answering an
- * `ask` has effects, through `ask`, so a durable approval can take its place.
+ * `ask` has effects, through `ask`, so a durable approval can take its place. A `Read` deny rule
+ * also hides its files from what `Glob` and `Grep` return (`internal/permissions/SearchFilter.ts`).
  *
  * @since 0.1.0
  */
@@ -32,7 +33,8 @@ import type {
   PermissionRequest,
   PermissionRule
 } from "../internal/permissions/Rules.js"
-import { EDIT_TOOLS, evaluate, PERMISSION_MODES, READ_TOOLS } from "../internal/permissions/Rules.js"
+import { covers, EDIT_TOOLS, evaluate, PERMISSION_MODES, READ_TOOLS } from "../internal/permissions/Rules.js"
+import { filterSearch, SEARCH_TOOLS } from "../internal/permissions/SearchFilter.js"
 import { Hooks, ToolPreDecision } from "../services/Hooks.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 
@@ -221,6 +223,26 @@ export const register = (
         return yield* next()
       })
     )
+    const readDenials = resolved.rules.filter((r) => r.behavior === "deny" && r.tool === "Read")
+    if (readDenials.length > 0) {
+      // The searches print real paths; a rule written against the working directory as given sees both.
+      const realCwd = yield* Effect.orElseSucceed(
+        Effect.tryPromise(() => NodeFs.realpath(places.cwd)),
+        () => places.cwd
+      )
+      const denied = (file: string): boolean => {
+        const relative = path.relative(realCwd, file)
+        const paths = realCwd !== places.cwd && !relative.startsWith("..") && !path.isAbsolute(relative)
+          ? [file, path.join(places.cwd, relative)]
+          : [file]
+        return readDenials.some((rule) => covers(rule, { tool: "Read", input: { file_path: file }, paths }, places))
+      }
+      yield* hooks.onToolPost((input, next) =>
+        SEARCH_TOOLS.includes(input.name)
+          ? Effect.map(next(), (output) => filterSearch(input.name, output, denied))
+          : next()
+      )
+    }
     return resolved
   })
 

@@ -3,7 +3,7 @@
  * trigger, what it replaced and the tokens before and after; and the chat's status line share.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { describeCompaction, spentNote, statusLine } from "../../src/cli/Timeline.js"
+import { chatView, describeCompaction, spentNote, statusLine } from "../../src/cli/Timeline.js"
 import * as Cost from "../../src/domain/Cost.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import * as Prices from "../../src/domain/Prices.js"
@@ -99,5 +99,17 @@ describe("Timeline: compaction brackets", () => {
         "no price for model llama3.1 · 10,200 in (10,000 cache read) / 50 out tokens"
       )
     expect(spentNote(Cost.tallyOf(usage, "demo", "demo", Prices.PRICES))).toBeUndefined()
+  })
+})
+
+describe("Timeline: hooks in the chat", () => {
+  it("a hook's systemMessage and the stop reason of its continue false are shown as they come", () => {
+    const view = chatView()
+    expect(view.render(event("hook/run", { event: "PostToolUse", hook: "./lint.sh", systemMessage: "lint is clean" })))
+      .toBe("  (PostToolUse hook: lint is clean)\n")
+    expect(view.render(event("hook/run", { event: "Stop", hook: "./stop.sh", stop: "the budget is spent" }))).toBe(
+      "  (Stop hook stopped the turn: the budget is spent)\n"
+    )
+    expect(view.render(event("hook/run", { event: "Stop", hook: "./stop.sh", exitCode: 0 }))).toBe("")
   })
 })

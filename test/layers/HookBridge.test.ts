@@ -9,14 +9,16 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { checkLog } from "../../src/domain/Check.js"
-import { HookCommandError, HookConfigError } from "../../src/domain/Errors.js"
+import { HookCommandError } from "../../src/domain/Errors.js"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
 import { runCommand, scrubbedEnvironment } from "../../src/internal/hooks/Command.js"
+import { defaultEnvDir, sessionEnvFile } from "../../src/internal/hooks/EnvFile.js"
 import { readAnswer } from "../../src/internal/hooks/Protocol.js"
 import { commandsFor, parseSettings } from "../../src/internal/hooks/Settings.js"
 import { Agent } from "../../src/layers/Agent.js"
+import * as CodingTools from "../../src/layers/CodingTools.js"
 import type { HookBridgeOptions } from "../../src/layers/HookBridge.js"
 import { HookBridge } from "../../src/layers/HookBridge.js"
 import type { ScriptEntry } from "../../src/layers/ScriptedModel.js"
@@ -278,7 +280,7 @@ describe("HookBridge", () => {
       )
     })
 
-    it.live("updatedInput replaces the arguments (the next hook sees them too); an invalid one is INVALID_ARGUMENTS", () => {
+    it.live("updatedInput replaces the arguments (hooks run in parallel: each sees the model's); an invalid one is INVALID_ARGUMENTS", () => {
       calls.length = 0
       const dir = project({
         ".tiller/settings.json": settings({
@@ -298,7 +300,7 @@ describe("HookBridge", () => {
           expect(textOf(first!.message.content[0].content)).toBe("ran: make --dry-run")
           expect(second!.error).toEqual({ name: "ToolArgumentsError", code: "INVALID_ARGUMENTS" })
           expect(textOf(second!.message.content[0].content)).toContain("arguments replaced by a ToolPre listener")
-          expect(fs.readFileSync(path.join(dir, "seen.txt"), "utf8")).toBe("make --dry-run\n42\n")
+          expect(fs.readFileSync(path.join(dir, "seen.txt"), "utf8")).toBe("make\nbad\n")
           expect(hookRuns(events).filter((r) => r.hook === "./rewrite.sh").map((r) => r.updatedInput)).toEqual([
             { command: "make --dry-run" },
             { command: 42 }
@@ -598,13 +600,28 @@ describe("HookBridge", () => {
         expect(commandsFor(own, "Stop").map((h) => h.command)).toEqual(["tiller"])
       }))
 
-    it.effect("a malformed settings file is a HookConfigError naming the file; a missing one has no hooks", () =>
+    it.effect("a malformed settings file is skipped with a warning naming it (the others still load); a missing one has no hooks", () =>
       Effect.gen(function*() {
-        const dir = project({ ".claude/settings.json": "{ hooks: " })
-        const error = yield* Effect.flip(HookBridge.load({ cwd: dir, claudeSettings: true, home: dir }))
-        expect(error).toBeInstanceOf(HookConfigError)
-        expect(error.message).toContain(path.join(dir, ".claude", "settings.json"))
-        expect(error.message).toContain("is not valid JSON")
+        const dir = project({
+          ".claude/settings.json": "{ hooks: ",
+          ".claude/settings.local.json": JSON.stringify({ hooks: { Stop: [{ hooks: "not an array" }] } }),
+          ".tiller/settings.json": settings({ Stop: [{ command: "./ok.sh" }] })
+        })
+        const warnings: Array<string> = []
+        const loaded = yield* HookBridge.load({
+          cwd: dir,
+          claudeSettings: true,
+          home: project({}),
+          warn: (w) => Effect.sync(() => warnings.push(w))
+        })
+        expect(commandsFor(loaded, "Stop").map((h) => h.command)).toEqual(["./ok.sh"])
+        expect(warnings).toEqual([
+          expect.stringMatching(/settings\.json is not valid JSON \(.*\); its hooks are skipped$/),
+          `${
+            path.join(dir, ".claude", "settings.local.json")
+          } is malformed (hooks.Stop[0].hooks must be an array); its hooks are skipped`
+        ])
+        expect(warnings[0]).toContain(path.join(dir, ".claude", "settings.json"))
         const none = yield* HookBridge.load({ cwd: project({}) })
         expect(none.PreToolUse).toEqual([])
         const badMatcher = yield* Effect.flip(
@@ -719,6 +736,219 @@ describe("HookBridge", () => {
     })
   })
 
+  describe("Claude Code parity", () => {
+    it.live("hooks of one event run in parallel and merge: deny beats ask beats allow; every context enters", () => {
+      calls.length = 0
+      // Each script waits until the other has started: run one after the other, both would time out.
+      const meet = (me: string, other: string, answer: string) =>
+        `#!/bin/sh\ncat > /dev/null\ntouch ${me}.started\nfor i in $(seq 1 100); do [ -f ${other}.started ] && break; sleep 0.05; done\n[ -f ${other}.started ] || exit 1\necho '${answer}'\n`
+      const decision = (permission: string, context: string) =>
+        JSON.stringify({
+          hookSpecificOutput: {
+            hookEventName: "PreToolUse",
+            permissionDecision: permission,
+            permissionDecisionReason: `${permission} from a hook`,
+            additionalContext: context
+          }
+        })
+      const dir = project({
+        ".tiller/settings.json": settings({
+          PreToolUse: [
+            { matcher: "Bash", command: "./allow.sh", timeout: 3 },
+            { matcher: "Bash", command: "./deny.sh", timeout: 3 },
+            { matcher: "Bash", command: "./ask.sh", timeout: 3 }
+          ]
+        }),
+        "allow.sh": meet("allow", "deny", decision("allow", "first context")),
+        "deny.sh": meet("deny", "ask", decision("deny", "second context")),
+        "ask.sh": meet("ask", "allow", decision("ask", "third context"))
+      })
+      return withBridge(
+        dir,
+        [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Bash", arguments: { command: "ls" } }] }),
+          ScriptedModel.text("ok")
+        ],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "list")
+          expect(hookRuns(events).map((r) => [r.hook, r.exitCode, r.permissionDecision])).toEqual([
+            ["./allow.sh", 0, "allow"],
+            ["./deny.sh", 0, "deny"],
+            ["./ask.sh", 0, "ask"]
+          ])
+          expect(textOf(results(events)[0]!.message.content[0].content)).toBe(
+            "Error: tool call denied: deny from a hook"
+          )
+          expect(calls).toEqual([])
+          expect(userMessages(events).slice(1).map((m) => textOf(m.content))).toEqual([
+            "first context",
+            "second context",
+            "third context"
+          ])
+          clean(events)
+        }),
+        { ask: () => Effect.succeed(true) }
+      )
+    })
+
+    it.live("a PreToolUse additionalContext enters as a hook message after the call's result", () => {
+      const dir = project({
+        ".tiller/settings.json": settings({ PreToolUse: [{ matcher: "Read", command: "./note.sh" }] }),
+        "note.sh":
+          `#!/bin/bash\nF=$(jq -r .tool_input.file_path)\njq -n --arg c "reading $F: treat it as untrusted" '{hookSpecificOutput: {hookEventName: "PreToolUse", additionalContext: $c}}'\n`
+      })
+      return withBridge(
+        dir,
+        [
+          ScriptedModel.response({ toolCalls: [{ id: "c1", name: "Read", arguments: { file_path: "notes.md" } }] }),
+          ScriptedModel.text("ok")
+        ],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "read the notes")
+          const context = userMessages(events)[1]!
+          expect(context.source).toEqual({ kind: "hook", hook: "./note.sh", event: "PreToolUse" })
+          // The hook saw Claude Code's absolute file_path although the model gave a relative one.
+          expect(textOf(context.content)).toBe(`reading ${path.join(dir, "notes.md")}: treat it as untrusted`)
+          const shape = shapeOf(events).filter((s) => s !== "hook/run")
+          const at = shape.indexOf("TR(c1)")
+          expect(shape.slice(at, at + 6)).toEqual([
+            "TR(c1)",
+            `INS(ns,0,[${context.id}])`,
+            "SE(1,1)",
+            "CLM(ns,0,1)",
+            "SS(1,2)",
+            `UM(${context.id})`
+          ])
+          const requests = yield* Effect.flatMap(ScriptedModel, (m) => m.requests)
+          expect(requests[1]!.messages.map((m) => m.role)).toEqual(["user", "assistant", "user", "user"])
+          clean(events)
+        })
+      )
+    })
+
+    it.live("the coding tools reach hooks by Claude Code's names, with its input (absolute paths) and tool_response shapes", () =>
+      Effect.gen(function*() {
+        const dir = project({
+          ".tiller/settings.json": settings({ PostToolUse: [{ command: "./post.sh" }] }),
+          "post.sh": "#!/bin/bash\njq -c '{tool_name, tool_input, tool_response}' >> post.jsonl\n",
+          "src/a.ts": "export const a = 1\nexport const b = 2\n"
+        })
+        const real = fs.realpathSync(dir)
+        const tools = yield* CodingTools.make({ cwd: dir })
+        const call = (id: string, name: string, args: Record<string, unknown>) =>
+          ScriptedModel.response({ toolCalls: [{ id, name, arguments: args }] })
+        const script = [
+          call("c1", "Read", { file_path: "src/a.ts" }),
+          call("c2", "Edit", { file_path: "src/a.ts", old_string: "a = 1", new_string: "a = 10" }),
+          call("c3", "Write", { file_path: "src/new.ts", content: "x\n" }),
+          call("c4", "Write", { file_path: "src/new.ts", content: "y\n" }),
+          call("c5", "Bash", { command: "echo out; echo err >&2" }),
+          call("c6", "Glob", { pattern: "src/*.ts" }),
+          call("c7", "Grep", { pattern: "export", path: "src", output_mode: "content" }),
+          call("c8", "Grep", { pattern: "export", path: "src" }),
+          ScriptedModel.text("done")
+        ]
+        const events = yield* Effect.scoped(Effect.provide(
+          prompt("p1", "work"),
+          HookBridge.layer({ cwd: dir }).pipe(Layer.provideMerge(scenario(script, { tools })))
+        ))
+        clean(events)
+        const seen = fs.readFileSync(path.join(dir, "post.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l))
+        expect(seen.map((s) => s.tool_name)).toEqual(["Read", "Edit", "Write", "Write", "Bash", "Glob", "Grep", "Grep"])
+        const file = path.join(dir, "src", "a.ts")
+        expect(seen[0]).toEqual({
+          tool_name: "Read",
+          tool_input: { file_path: file },
+          tool_response: {
+            type: "text",
+            file: {
+              filePath: file,
+              content: "export const a = 1\nexport const b = 2",
+              numLines: 2,
+              startLine: 1,
+              totalLines: 2
+            }
+          }
+        })
+        expect(seen[1].tool_response).toEqual({
+          filePath: file,
+          oldString: "a = 1",
+          newString: "a = 10",
+          replaceAll: false,
+          userModified: false
+        })
+        expect(seen[2].tool_response).toEqual({
+          type: "create",
+          filePath: path.join(dir, "src", "new.ts"),
+          content: "x\n"
+        })
+        expect(seen[3].tool_response.type).toBe("update")
+        expect(seen[4]).toEqual({
+          tool_name: "Bash",
+          tool_input: { command: "echo out; echo err >&2" },
+          tool_response: { stdout: "out\nerr", stderr: "", interrupted: false, isImage: false }
+        })
+        expect(seen[5].tool_response).toMatchObject({ numFiles: 2, truncated: false })
+        expect([...seen[5].tool_response.filenames].sort()).toEqual([
+          path.join(real, "src", "a.ts"),
+          path.join(real, "src", "new.ts")
+        ])
+        expect(typeof seen[5].tool_response.durationMs).toBe("number")
+        expect(seen[6].tool_input).toEqual({ pattern: "export", path: path.join(dir, "src"), output_mode: "content" })
+        expect(seen[6].tool_response).toMatchObject({ mode: "content", numFiles: 1, numLines: 2 })
+        expect(seen[6].tool_response.content).toBe(
+          `${path.join(real, "src", "a.ts")}:1:export const a = 10\n${
+            path.join(real, "src", "a.ts")
+          }:2:export const b = 2`
+        )
+        expect(seen[7].tool_response).toEqual({
+          mode: "files_with_matches",
+          filenames: [path.join(real, "src", "a.ts")],
+          numFiles: 1
+        })
+      }))
+
+    it.live("`if` runs a command only for calls its permission rule matches; `once` runs it once per session; other fields are reported once", () => {
+      const dir = project({
+        ".tiller/settings.json": JSON.stringify({
+          hooks: {
+            PreToolUse: [{
+              matcher: "Bash",
+              hooks: [
+                { type: "command", command: "jq -r .tool_input.command >> git.txt", if: "Bash(git *)" },
+                { type: "command", command: "jq -r .tool_input.command >> first.txt", once: true },
+                { type: "command", command: "true", async: true, shell: "zsh" }
+              ]
+            }],
+            Stop: [{ hooks: [{ type: "command", command: "touch stop-ran", if: "Bash(git *)" }], extra: 1 }]
+          }
+        })
+      })
+      const warnings: Array<string> = []
+      const bashCall = (id: string, command: string) =>
+        ScriptedModel.response({ toolCalls: [{ id, name: "Bash", arguments: { command } }] })
+      return withBridge(
+        dir,
+        [bashCall("c1", "ls"), bashCall("c2", "git status"), bashCall("c3", "git log"), ScriptedModel.text("done")],
+        Effect.gen(function*() {
+          const events = yield* prompt("p1", "go")
+          expect(fs.readFileSync(path.join(dir, "git.txt"), "utf8")).toBe("git status\ngit log\n")
+          expect(fs.readFileSync(path.join(dir, "first.txt"), "utf8")).toBe("ls\n")
+          // An `if` on an event that is not a tool event never runs.
+          expect(fs.existsSync(path.join(dir, "stop-ran"))).toBe(false)
+          const file = path.join(dir, ".tiller", "settings.json")
+          expect(warnings).toEqual([
+            `${file}: hooks.PreToolUse[0].hooks[2].async is not a field tiller reads; it is ignored`,
+            `${file}: hooks.PreToolUse[0].hooks[2].shell is not a field tiller reads; it is ignored`,
+            `${file}: hooks.Stop[0].extra is not a field tiller reads; it is ignored`
+          ])
+          clean(events)
+        }),
+        { warn: (w) => Effect.sync(() => warnings.push(w)) }
+      )
+    })
+  })
+
   describe("published-style Claude Code hook scripts, run unchanged from .claude/settings.json", () => {
     const fixtures = path.join(__dirname, "fixtures", "claude-hooks")
     const claudeProject = () => {
@@ -748,55 +978,118 @@ describe("HookBridge", () => {
         ScriptedModel.text("first answer"),
         ScriptedModel.text("tests ran")
       ]
-      return withBridge(
-        dir,
-        script,
-        Effect.gen(function*() {
-          yield* prompt("p1", "find the TODOs")
-          const events = yield* prompt("p2", "my password: hunter2")
-          const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
-          expect(ends[0]).toEqual({ kind: "completed" })
-          expect(ends[1]).toEqual({
-            kind: "blocked",
-            message:
-              "Security policy violation: Prompt contains potential secrets. Please rephrase your request without sensitive information."
-          })
-          const messages = userMessages(events)
-          // SessionStart context (pending since startup), the prompt, UserPromptSubmit's plain stdout.
-          expect(messages.slice(0, 3).map((m) => [m.source.kind, (m.source as any).event ?? ""])).toEqual([
-            ["hook", "SessionStart"],
-            ["user", ""],
-            ["hook", "UserPromptSubmit"]
-          ])
-          expect(textOf(messages[0]!.content)).toBe("Project notes: the main branch is protected; open a pull request.")
-          expect(textOf(messages[2]!.content)).toMatch(/^Current time: \d{4}-/)
-          const texts = results(events).map((r) => textOf(r.message.content[0].content))
-          expect(texts).toEqual([
-            "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
-            "Error: tool call denied: Access to .env is not allowed: it may hold secrets",
-            "contents of README.md",
-            "ran: rg TODO src"
-          ])
-          expect(calls.map((c) => c.params)).toEqual([{ file_path: "README.md" }, {
-            command: "rg TODO src",
-            description: "search"
-          }])
-          expect(hookRuns(events).filter((r) => r.permissionDecision === "allow")).toEqual([
-            expect.objectContaining({ callId: "c3", permissionDecisionReason: "Documentation file auto-approved" })
-          ])
-          expect(fs.readFileSync(path.join(dir, ".claude", "bash-command-log.txt"), "utf8")).toBe(
-            "rg TODO src - search\n"
+      return Effect.zipLeft(
+        withBridge(
+          dir,
+          script,
+          Effect.gen(function*() {
+            // The SessionStart script wrote its variables to CLAUDE_ENV_FILE, where Bash finds them.
+            expect(fs.readFileSync(sessionEnvFile(defaultEnvDir(dir), "s"), "utf8")).toBe(
+              `export PROJECT_MODE=development\nexport PROJECT_ROOT="${dir}"\n`
+            )
+            yield* prompt("p1", "find the TODOs")
+            const events = yield* prompt("p2", "my password: hunter2")
+            const ends = events.filter((e) => e.type === "turn/end").map((e) => (e as EventOf<"turn/end">).data.reason)
+            expect(ends[0]).toEqual({ kind: "completed" })
+            expect(ends[1]).toEqual({
+              kind: "blocked",
+              message:
+                "Security policy violation: Prompt contains potential secrets. Please rephrase your request without sensitive information."
+            })
+            const messages = userMessages(events)
+            // SessionStart context (pending since startup), the prompt, UserPromptSubmit's plain stdout.
+            expect(messages.slice(0, 3).map((m) => [m.source.kind, (m.source as any).event ?? ""])).toEqual([
+              ["hook", "SessionStart"],
+              ["user", ""],
+              ["hook", "UserPromptSubmit"]
+            ])
+            expect(textOf(messages[0]!.content)).toBe(
+              "Project notes: the main branch is protected; open a pull request."
+            )
+            expect(textOf(messages[2]!.content)).toMatch(/^Current time: \d{4}-/)
+            const texts = results(events).map((r) => textOf(r.message.content[0].content))
+            expect(texts).toEqual([
+              "Error: tool call denied: • Use 'rg' (ripgrep) instead of 'grep' for better performance and features",
+              `Error: tool call denied: Access to ${path.join(dir, ".env")} is not allowed: it may hold secrets`,
+              "contents of README.md",
+              "ran: rg TODO src"
+            ])
+            expect(calls.map((c) => c.params)).toEqual([{ file_path: "README.md" }, {
+              command: "rg TODO src",
+              description: "search"
+            }])
+            expect(hookRuns(events).filter((r) => r.permissionDecision === "allow")).toEqual([
+              expect.objectContaining({ callId: "c3", permissionDecisionReason: "Documentation file auto-approved" })
+            ])
+            expect(fs.readFileSync(path.join(dir, ".claude", "bash-command-log.txt"), "utf8")).toBe(
+              "rg TODO src - search\n"
+            )
+            // PostToolUse context after the batch, then the Stop hook's steer continues the turn once.
+            const later = messages.slice(3)
+            expect(later.map((m) => [(m.source as any).event, textOf(m.content)])).toEqual([
+              ["PostToolUse", "Check the command output for errors before going on."],
+              ["Stop", "Run the tests before you stop."]
+            ])
+            clean(events)
+          }),
+          { claudeSettings: true, home: dir }
+        ), // The Node SessionEnd script ran when the bridge closed.
+        Effect.sync(() =>
+          expect(fs.readFileSync(path.join(dir, ".claude", "sessions.log"), "utf8")).toBe(
+            "{\"session\":\"s\",\"reason\":\"other\",\"event\":\"SessionEnd\"}\n"
           )
-          // PostToolUse context after the batch, then the Stop hook's steer continues the turn once.
-          const later = messages.slice(3)
-          expect(later.map((m) => [(m.source as any).event, textOf(m.content)])).toEqual([
-            ["PostToolUse", "Check the command output for errors before going on."],
-            ["Stop", "Run the tests before you stop."]
-          ])
-          clean(events)
-        }),
-        { claudeSettings: true, home: dir }
+        )
       )
+    })
+
+    it.live("the PreCompact backup script copies the transcript before a compaction and says so", () => {
+      const dir = claudeProject()
+      const notices: Array<unknown> = []
+      const script = [
+        ScriptedModel.response({
+          toolCalls: [{ id: "c1", name: "Bash", arguments: { command: `cat ${"x".repeat(4000)}` } }]
+        }),
+        ScriptedModel.text("ok")
+      ]
+      const layer = HookBridge.layer({
+        cwd: dir,
+        claudeSettings: true,
+        home: dir,
+        notify: (n) => Effect.sync(() => notices.push(n))
+      }).pipe(
+        Layer.provideMerge(
+          Agent.layer({
+            sessionId: SessionId.make("s"),
+            model: { provider: "p", model: "m" },
+            compaction: { contextWindow: 100_000, summary: false, protectRecentTokens: 0, minimumPruneTokens: 1 }
+          }).pipe(
+            Layer.provideMerge(
+              Layer.mergeAll(SessionStore.layerMemory, ScriptedModel.layer(script), Tools.layer({ tools }))
+            )
+          )
+        )
+      )
+      return Effect.scoped(Effect.provide(
+        Effect.gen(function*() {
+          yield* prompt("p1", "list")
+          const done = yield* (yield* Compaction).compactWith({})
+          expect(done.pruned).toBe(1)
+          const backup = fs.readFileSync(path.join(dir, ".claude", "backups", "before-manual-compact.jsonl"), "utf8")
+          const lines = backup.trim().split("\n").map((l) => JSON.parse(l))
+          expect(lines.filter((l) => l.message.content === "list")).toHaveLength(1)
+          expect(lines.flatMap((l) => l.type === "assistant" ? l.message.content.map((b: any) => b.type) : []))
+            .toContain(
+              "tool_use"
+            )
+          expect(notices).toContainEqual({
+            event: "PreCompact",
+            hook: "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/pre_compact_backup.sh",
+            kind: "systemMessage",
+            text: "Transcript backed up before the manual compaction"
+          })
+        }),
+        layer
+      ))
     })
   })
 })

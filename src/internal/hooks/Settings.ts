@@ -1,6 +1,8 @@
 /**
  * Hook configurations in the Claude Code shape: `{hooks: {Event: [{matcher, hooks: [{type:
- * "command", command, timeout}]}]}}`, read from settings files and merged in file order.
+ * "command", command, timeout, if, once}]}]}}`, read from settings files and merged in file order.
+ * As Claude Code does, a settings file that cannot be read or is malformed is skipped with a
+ * warning; fields tiller does not know are reported once, by a warning, and ignored.
  *
  * @since 0.1.0
  */
@@ -9,6 +11,8 @@ import * as fs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
 import { HookConfigError } from "../../domain/Errors.js"
+import type { PermissionRule } from "../permissions/Rules.js"
+import { parseRule } from "../permissions/Rules.js"
 
 /**
  * The hook events tiller maps onto its seams.
@@ -45,6 +49,10 @@ export interface HookCommand {
   readonly command: string
   /** Seconds; absent: the bridge's default. */
   readonly timeout?: number
+  /** `if`: a permission rule (`Bash(git *)`, `Edit(src/**)`) the tool call must match; on other events the command never runs. */
+  readonly if?: PermissionRule
+  /** `once`: the command runs at most once per session. */
+  readonly once?: boolean
   readonly origin: string
 }
 
@@ -83,14 +91,20 @@ const isRecord = (value: unknown): value is Record<string, unknown> =>
 
 const isHookEvent = (name: string): name is HookEvent => (HOOK_EVENTS as ReadonlyArray<string>).includes(name)
 
+/** The fields of a command entry tiller reads (`statusMessage` is a spinner text: nothing to show it in). */
+const COMMAND_FIELDS: ReadonlySet<string> = new Set(["type", "command", "timeout", "if", "once", "statusMessage"])
+/** The fields of a matcher group. */
+const GROUP_FIELDS: ReadonlySet<string> = new Set(["matcher", "hooks"])
+
 /**
  * Reads the `hooks` of one parsed settings document. Events tiller does not run and hook types
- * other than `command` are skipped (Claude Code has more of both); a malformed entry is an error.
+ * other than `command` are skipped (Claude Code has more of both); a malformed entry is an error;
+ * each field tiller does not know (for one, `async`) is named once in `warnings`.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const parseSettings = (document: unknown, origin: string): HookSettings => {
+export const parseSettings = (document: unknown, origin: string, warnings?: Array<string>): HookSettings => {
   const fail = (reason: string): never => {
     throw new HookConfigError({ path: origin, reason })
   }
@@ -99,12 +113,17 @@ export const parseSettings = (document: unknown, origin: string): HookSettings =
   if (hooks === undefined) return emptySettings
   if (!isRecord(hooks)) return fail("`hooks` must be an object mapping event names to matcher groups")
   const result: Record<string, Array<HookGroup>> = Object.fromEntries(HOOK_EVENTS.map((event) => [event, []]))
+  const unknown = new Map<string, string>()
+  const noteUnknown = (object: Record<string, unknown>, known: ReadonlySet<string>, at: string) => {
+    for (const name of Object.keys(object)) if (!known.has(name) && !unknown.has(name)) unknown.set(name, at)
+  }
   for (const [event, groups] of Object.entries(hooks)) {
     if (!Array.isArray(groups)) return fail(`hooks.${event} must be an array of matcher groups`)
     if (!isHookEvent(event)) continue
     groups.forEach((group, i) => {
       const at = `hooks.${event}[${i}]`
       if (!isRecord(group)) return fail(`${at} must be an object with matcher and hooks`)
+      noteUnknown(group, GROUP_FIELDS, at)
       const matcher = group["matcher"]
       if (matcher !== undefined && typeof matcher !== "string") return fail(`${at}.matcher must be a string`)
       if (typeof matcher === "string" && matcher !== "" && matcher !== "*") {
@@ -117,6 +136,7 @@ export const parseSettings = (document: unknown, origin: string): HookSettings =
         const where = `${at}.hooks[${j}]`
         if (!isRecord(entry)) return fail(`${where} must be an object`)
         if (entry["type"] !== "command") return
+        noteUnknown(entry, COMMAND_FIELDS, where)
         const command = entry["command"]
         if (typeof command !== "string" || command.trim() === "") {
           return fail(`${where}.command must be a non-empty string`)
@@ -125,10 +145,34 @@ export const parseSettings = (document: unknown, origin: string): HookSettings =
         if (timeout !== undefined && (typeof timeout !== "number" || !Number.isFinite(timeout) || timeout <= 0)) {
           return fail(`${where}.timeout must be a positive number of seconds`)
         }
-        commands.push(Object.freeze({ command, origin, ...(timeout === undefined ? {} : { timeout }) }))
+        const once = entry["once"]
+        if (once !== undefined && typeof once !== "boolean") return fail(`${where}.once must be a boolean`)
+        const condition = entry["if"]
+        let rule: PermissionRule | undefined
+        if (condition !== undefined) {
+          if (typeof condition !== "string") return fail(`${where}.if must be a permission rule such as "Bash(git *)"`)
+          const parsed = parseRule(
+            condition,
+            "allow",
+            `${origin}: ${where}.if`,
+            path.isAbsolute(origin) ? path.dirname(path.dirname(origin)) : path.resolve(".")
+          )
+          if (parsed._tag === "Left") return fail(`${where}.if: ${parsed.left}`)
+          rule = parsed.right
+        }
+        commands.push(Object.freeze({
+          command,
+          origin,
+          ...(timeout === undefined ? {} : { timeout }),
+          ...(rule === undefined ? {} : { if: rule }),
+          ...(once === true ? { once } : {})
+        }))
       })
       if (commands.length > 0) result[event]!.push(Object.freeze({ matcher, hooks: Object.freeze(commands) }))
     })
+  }
+  for (const [name, at] of unknown) {
+    warnings?.push(`${origin}: ${at}.${name} is not a field tiller reads; it is ignored`)
   }
   return Object.freeze(result) as unknown as HookSettings
 }
@@ -186,8 +230,9 @@ export const commandsFor = (settings: HookSettings, event: HookEvent, subject?: 
   for (const group of settings[event]) {
     if (!matches(group.matcher, subject)) continue
     for (const hook of group.hooks) {
-      if (seen.has(hook.command)) continue
-      seen.add(hook.command)
+      const key = `${hook.command}\u0000${hook.if?.text ?? ""}`
+      if (seen.has(key)) continue
+      seen.add(key)
       out.push(hook)
     }
   }
@@ -215,33 +260,51 @@ export const settingsFiles = (
 ]
 
 /**
- * Reads and merges the hook settings of `files`; a missing file has no hooks, an unreadable or
- * malformed one fails with `HookConfigError` naming it.
+ * The merged settings of some files and the warnings about them.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface LoadedSettings {
+  readonly settings: HookSettings
+  /** A skipped file (unreadable or malformed) or an ignored field, one line each. */
+  readonly warnings: ReadonlyArray<string>
+}
+
+/**
+ * Reads and merges the hook settings of `files`. A missing file has no hooks; one that cannot be
+ * read or is malformed is skipped, as Claude Code skips it, with a warning naming it.
  *
  * @since 0.1.0
  * @category constructors
  */
-export const loadSettings = (files: ReadonlyArray<string>): Effect.Effect<HookSettings, HookConfigError> =>
+export const loadSettings = (files: ReadonlyArray<string>): Effect.Effect<LoadedSettings> =>
   Effect.map(
     Effect.forEach(files, (file) =>
-      Effect.tryPromise({
-        try: async () => {
-          let text: string
-          try {
-            text = await fs.readFile(file, "utf8")
-          } catch (e) {
-            if ((e as NodeJS.ErrnoException).code === "ENOENT") return emptySettings
-            throw new HookConfigError({ path: file, reason: `cannot be read (${(e as Error).message})` })
-          }
-          let document: unknown
-          try {
-            document = JSON.parse(text)
-          } catch (e) {
-            throw new HookConfigError({ path: file, reason: `is not valid JSON (${(e as Error).message})` })
-          }
-          return parseSettings(document, file)
-        },
-        catch: (e) => e instanceof HookConfigError ? e : new HookConfigError({ path: file, reason: String(e) })
+      Effect.promise(async (): Promise<LoadedSettings> => {
+        const warnings: Array<string> = []
+        const skipped = (reason: string): LoadedSettings => ({
+          settings: emptySettings,
+          warnings: [`${file} ${reason}; its hooks are skipped`]
+        })
+        let text: string
+        try {
+          text = await fs.readFile(file, "utf8")
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code === "ENOENT") return { settings: emptySettings, warnings }
+          return skipped(`cannot be read (${(e as Error).message})`)
+        }
+        let document: unknown
+        try {
+          document = JSON.parse(text)
+        } catch (e) {
+          return skipped(`is not valid JSON (${(e as Error).message})`)
+        }
+        try {
+          return { settings: parseSettings(document, file, warnings), warnings }
+        } catch (e) {
+          return skipped(`is malformed (${e instanceof HookConfigError ? e.reason : String(e)})`)
+        }
       })),
-    mergeSettings
+    (all) => ({ settings: mergeSettings(all.map((a) => a.settings)), warnings: all.flatMap((a) => a.warnings) })
   )

@@ -112,8 +112,10 @@ export const mergePermissions = (all: ReadonlyArray<PermissionSettings>): Permis
 }
 
 /**
- * Reads the permission settings of `files` (a missing file has none); an unreadable or malformed
- * file fails with `PermissionConfigError` naming it: a deny rule is never skipped silently.
+ * Reads the permission settings of `files` (a missing file has none). A file that cannot be read or
+ * is not JSON is skipped, as Claude Code skips it, with a warning naming it (the hooks of the same
+ * file are skipped too); a file whose `permissions` are malformed fails with `PermissionConfigError`
+ * naming it: a rule the user wrote is never dropped on a typo.
  *
  * @since 0.1.0
  * @category constructors
@@ -125,25 +127,26 @@ export const loadPermissions = (
   Effect.map(
     Effect.forEach(files, (file) =>
       Effect.flatMap(
-        Effect.tryPromise({
-          try: async () => {
-            try {
-              return await fs.readFile(file, "utf8")
-            } catch (e) {
-              if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined
-              throw e
-            }
-          },
-          catch: (e) => new PermissionConfigError({ path: file, reason: `cannot be read (${(e as Error).message})` })
+        Effect.promise(async (): Promise<string | { readonly skipped: string } | undefined> => {
+          try {
+            return await fs.readFile(file, "utf8")
+          } catch (e) {
+            if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined
+            return { skipped: `cannot be read (${(e as Error).message})` }
+          }
         }),
         (text) => {
+          const skip = (reason: string) =>
+            Effect.succeed<PermissionSettings>({
+              rules: [],
+              warnings: [`${file} ${reason}; its permission rules are skipped`]
+            })
           if (text === undefined) return Effect.succeed<PermissionSettings>({ rules: [], warnings: [] })
-          const document = Either.try({
-            try: () => JSON.parse(text) as unknown,
-            catch: (e) =>
-              new PermissionConfigError({ path: file, reason: `is not valid JSON (${(e as Error).message})` })
-          })
-          return Either.isLeft(document) ? Effect.fail(document.left) : parsePermissions(document.right, file, root)
+          if (typeof text !== "string") return skip(text.skipped)
+          const document = Either.try({ try: () => JSON.parse(text) as unknown, catch: (e) => (e as Error).message })
+          return Either.isLeft(document)
+            ? skip(`is not valid JSON (${document.left})`)
+            : parsePermissions(document.right, file, root)
         }
       )),
     mergePermissions

@@ -247,6 +247,20 @@ const bashAllowed = (
   return first
 }
 
+/**
+ * Whether `rule` covers one call, whatever its behavior (a hook's `if` condition is such a rule).
+ *
+ * @since 0.1.0
+ * @category predicates
+ */
+export const covers = (rule: PermissionRule, request: PermissionRequest, places: PermissionPlaces): boolean => {
+  const command = request.tool === "Bash" && isRecord(request.input) && typeof request.input.command === "string"
+    ? request.input.command
+    : undefined
+  const parts = command === undefined ? [] : splitCommand(command, { lenient: true }) ?? []
+  return ruleCovers(rule, request, places, parts)
+}
+
 const describe = (rule: PermissionRule): string =>
   `the ${rule.behavior} rule ${JSON.stringify(rule.text)} (${rule.origin})`
 

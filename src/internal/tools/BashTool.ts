@@ -9,8 +9,10 @@
  * @since 0.1.0
  */
 import { Duration, Effect, Schema } from "effect"
+import * as NodeFs from "node:fs/promises"
 import type { ToolDefinition } from "../../domain/Tool.js"
 import { scrubbedEnvironment } from "../hooks/Command.js"
+import { sessionEnvFile } from "../hooks/EnvFile.js"
 import { refuse } from "./Confine.js"
 import { runProcess } from "./Process.js"
 import type { Workspace } from "./Workspace.js"
@@ -51,6 +53,9 @@ export const MAX_OUTPUT_CHARS = 30_000
 export const scrubEnvironment = (env: NodeJS.ProcessEnv): NodeJS.ProcessEnv =>
   Object.fromEntries(Object.entries(scrubbedEnvironment(env, {})).filter(([name]) => !/^TILLER_/i.test(name)))
 
+/** `text` as one single-quoted shell word. */
+const shellQuote = (text: string): string => `'${text.replace(/'/g, "'\\''")}'`
+
 const Parameters = Schema.Struct({
   command: Schema.String.annotations({ description: "The command to run (with bash -c)" }),
   timeout: Schema.optional(
@@ -77,7 +82,7 @@ export const makeBash = (workspace: Workspace): ToolDefinition<typeof Parameters
       "Glob and Grep over cat, sed, echo >, find and grep.",
     parameters: Parameters,
     mode: "exclusive",
-    execute: ({ command, timeout }) =>
+    execute: ({ command, timeout }, ctx) =>
       Effect.gen(function*() {
         if (command.trim() === "") return refuse("refused: the command is empty")
         if (timeout !== undefined && (!Number.isFinite(timeout) || timeout <= 0)) {
@@ -86,9 +91,14 @@ export const makeBash = (workspace: Workspace): ToolDefinition<typeof Parameters
           )
         }
         const limit = Math.min(Math.round(timeout ?? DEFAULT_TIMEOUT_MS), MAX_TIMEOUT_MS)
+        // The variables a SessionStart hook wrote to CLAUDE_ENV_FILE apply to every command of the session.
+        const envFile = workspace.envDir === undefined ? undefined : sessionEnvFile(workspace.envDir, ctx.sessionId)
+        const sourced = envFile !== undefined && (yield* Effect.promise(() =>
+          NodeFs.stat(envFile).then((stats) => stats.isFile() && stats.size > 0, () => false)
+        ))
         const result = yield* runProcess({
           file: "bash",
-          args: ["-c", command],
+          args: ["-c", sourced ? `. ${shellQuote(envFile)} >/dev/null 2>&1\n${command}` : command],
           cwd: workspace.confinement.cwd,
           env: workspace.env,
           timeout: Duration.millis(limit),
@@ -104,6 +114,14 @@ export const makeBash = (workspace: Workspace): ToolDefinition<typeof Parameters
           ? `[ended by signal ${result.signal}]`
           : `[exit code ${result.code}]`
         const text = [output, ...(status === undefined ? [] : [status])].filter((part) => part !== "").join("\n")
-        return { content: text === "" ? "(no output)" : text, isError: status !== undefined }
+        return {
+          content: text === "" ? "(no output)" : text,
+          isError: status !== undefined,
+          // Claude Code's Bash response (stdout is the first outputChars of the text: stderr is merged into it).
+          meta: {
+            toolResponse: { stderr: "", interrupted: result.timedOut, isImage: false },
+            outputChars: output.length
+          }
+        }
       })
   })

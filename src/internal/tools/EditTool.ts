@@ -56,7 +56,7 @@ export const makeEdit = (workspace: Workspace): ToolDefinition<typeof Parameters
         }
         const real = yield* workspace.confinement.existing(file_path)
         const { bytes, stats } = yield* readRegularFile(real, file_path, MAX_FILE_BYTES, { name: "Edit", list: "Glob" })
-        const refusal = workspace.record.refusal(ctx.sessionId, real, stats, file_path)
+        const refusal = yield* workspace.record.refusal(ctx.sessionId, real, stats, file_path)
         if (refusal !== undefined) return refuse(refusal)
         if (bytes.length > MAX_FILE_BYTES) {
           return refuse(`refused: ${file_path} is larger than ${MAX_FILE_BYTES} bytes; Edit changes smaller files only`)
@@ -76,9 +76,12 @@ export const makeEdit = (workspace: Workspace): ToolDefinition<typeof Parameters
           ? text.split(old_string).join(new_string)
           : text.replace(old_string, () => new_string)
         const written = yield* writeRegularFile(real, file_path, updated, "Edit")
-        workspace.record.saw(ctx.sessionId, real, written)
-        return replace_all === true && count > 1
-          ? `The file ${file_path} has been updated: ${count} occurrences replaced.`
-          : `The file ${file_path} has been updated.`
+        const seen = workspace.record.saw(ctx.sessionId, real, written)
+        return {
+          content: replace_all === true && count > 1
+            ? `The file ${file_path} has been updated: ${count} occurrences replaced.`
+            : `The file ${file_path} has been updated.`,
+          meta: { toolResponse: { replaceAll: replace_all === true, userModified: false }, seen }
+        }
       }).pipe(Effect.merge)
   })

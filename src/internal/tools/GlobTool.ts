@@ -5,7 +5,7 @@
  *
  * @since 0.1.0
  */
-import { Effect, Schema } from "effect"
+import { Clock, Effect, Schema } from "effect"
 import type { ToolDefinition } from "../../domain/Tool.js"
 import { ripgrep } from "./Ripgrep.js"
 import type { Workspace } from "./Workspace.js"
@@ -46,6 +46,7 @@ export const makeGlob = (workspace: Workspace): ToolDefinition<typeof Parameters
     execute: ({ path: requested, pattern }) =>
       Effect.gen(function*() {
         const root = yield* workspace.confinement.existing(requested ?? ".")
+        const started = yield* Clock.currentTimeMillis
         const files: Array<string> = []
         let more = false
         yield* ripgrep(workspace, "Glob", ["--files", "--sortr", "modified", "--glob", pattern, "--", root], (line) => {
@@ -57,11 +58,17 @@ export const makeGlob = (workspace: Workspace): ToolDefinition<typeof Parameters
           files.push(line)
           return true
         })
-        if (files.length === 0) return "No files found"
-        return more
-          ? `${
-            files.join("\n")
-          }\n(Results are truncated to the ${MAX_FILES} newest: use a more specific path or pattern.)`
-          : files.join("\n")
+        const durationMs = (yield* Clock.currentTimeMillis) - started
+        // Claude Code's Glob response.
+        const meta = { toolResponse: { filenames: files, numFiles: files.length, durationMs, truncated: more } }
+        if (files.length === 0) return { content: "No files found", meta }
+        return {
+          content: more
+            ? `${
+              files.join("\n")
+            }\n(Results are truncated to the ${MAX_FILES} newest: use a more specific path or pattern.)`
+            : files.join("\n"),
+          meta
+        }
       }).pipe(Effect.merge)
   })

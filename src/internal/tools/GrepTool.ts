@@ -133,6 +133,28 @@ const argsOf = (params: Params, root: string): Array<string> => {
 }
 
 /**
+ * Claude Code's Grep response without its `content` (the hook bridge reads that from the text).
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const grepResponse = (
+  mode: "content" | "files_with_matches" | "count",
+  entries: ReadonlyArray<string>,
+  files: ReadonlySet<string>
+) =>
+  mode === "files_with_matches"
+    ? { mode, filenames: [...entries], numFiles: entries.length }
+    : mode === "count"
+    ? {
+      mode,
+      filenames: [...files],
+      numFiles: files.size,
+      numMatches: entries.reduce((sum, line) => sum + (Number(line.slice(line.lastIndexOf(":") + 1)) || 0), 0)
+    }
+    : { mode, filenames: [...files], numFiles: files.size, numLines: entries.filter((e) => e !== "--").length }
+
+/**
  * The `Grep` tool over `workspace`.
  *
  * @since 0.1.0
@@ -176,6 +198,8 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
         }
         // Content mode: per file, the last line number shown, to mark gaps between context groups.
         let lastLine: { readonly file: string; readonly line: number } | undefined
+        // The files the shown entries come from (content and count modes).
+        const files = new Set<string>()
         const onLine = (line: string): boolean => {
           if (line === "") return true
           if (mode === "files_with_matches") {
@@ -186,7 +210,10 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
           if (mode === "count") {
             const colon = line.lastIndexOf(":")
             const file = line.slice(0, colon)
-            if (!isLinked(file)) return keep(line)
+            if (!isLinked(file)) {
+              files.add(file)
+              return keep(line)
+            }
             skipped.add(file)
             return true
           }
@@ -204,6 +231,7 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
             gap && entries.length > 0 && (params["-A"] ?? params["-B"] ?? params["-C"]) !== undefined && !keep("--")
           ) return false
           lastLine = { file, line: number }
+          files.add(file)
           const separator = message.type === "match" ? ":" : "-"
           const whole = textOf(message.data.lines).replace(/\r?\n$/, "")
           const text = whole.length > MAX_LINE_CHARS
@@ -223,10 +251,11 @@ export const makeGrep = (workspace: Workspace): ToolDefinition<typeof Parameters
             ? []
             : [`[${skipped.size} file${skipped.size === 1 ? "" : "s"} with several hard links left out]`])
         ]
-        if (entries.length === 0) return ["No matches found", ...notes].join("\n")
+        const meta = { toolResponse: grepResponse(mode, entries, files) }
+        if (entries.length === 0) return { content: ["No matches found", ...notes].join("\n"), meta }
         const head = mode === "files_with_matches"
           ? [`Found ${entries.length} file${entries.length === 1 ? "" : "s"}`]
           : []
-        return [...head, ...entries, ...notes].join("\n")
+        return { content: [...head, ...entries, ...notes].join("\n"), meta }
       }).pipe(Effect.merge)
   })

@@ -93,6 +93,12 @@ export const numberLines = (text: string, offset: number, limit: number): string
   return out.join("\n")
 }
 
+/** The number of lines of `text` (a last line without its newline counts). */
+const lineCount = (text: string): number => {
+  const lines = text.split("\n")
+  return lines.length > 1 && lines[lines.length - 1] === "" ? lines.length - 1 : lines.length
+}
+
 /**
  * The `Read` tool over `workspace`.
  *
@@ -120,14 +126,34 @@ export const makeRead = (workspace: Workspace): ToolDefinition<typeof Parameters
         if (looksBinary(bytes)) {
           return refuse(`refused: ${file_path} is a binary file (${stats.size} bytes); Read shows only text files`)
         }
-        workspace.record.saw(ctx.sessionId, real, stats)
-        if (bytes.length === 0) return `[${file_path} is empty]`
+        const seen = workspace.record.saw(ctx.sessionId, real, stats)
         const whole = bytes.length <= MAX_FILE_BYTES
         const end = whole ? bytes.length : utf8Boundary(bytes, MAX_FILE_BYTES)
         const text = new TextDecoder("utf-8").decode(bytes.subarray(0, end))
-        const numbered = numberLines(text, offset ?? 1, limit ?? DEFAULT_LINES)
-        return whole
-          ? numbered
-          : `${numbered}\n[only the first ${end} of ${stats.size} bytes of ${file_path} are read; use Grep to find text beyond them]`
+        const startLine = Math.max(1, Math.floor(offset ?? 1))
+        const totalLines = bytes.length === 0 ? 0 : lineCount(text)
+        // Claude Code's Read response; its file's path and text are filled in from the input and the lines.
+        const meta = {
+          toolResponse: {
+            type: "text",
+            file: {
+              numLines: Math.max(
+                0,
+                Math.min(Math.max(1, Math.floor(limit ?? DEFAULT_LINES)), totalLines - startLine + 1)
+              ),
+              startLine,
+              totalLines
+            }
+          },
+          seen
+        }
+        if (bytes.length === 0) return { content: `[${file_path} is empty]`, meta }
+        const numbered = numberLines(text, startLine, limit ?? DEFAULT_LINES)
+        return {
+          content: whole
+            ? numbered
+            : `${numbered}\n[only the first ${end} of ${stats.size} bytes of ${file_path} are read; use Grep to find text beyond them]`,
+          meta
+        }
       }).pipe(Effect.merge)
   })

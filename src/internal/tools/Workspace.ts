@@ -22,6 +22,8 @@ export interface Workspace {
   readonly env: NodeJS.ProcessEnv
   /** The ripgrep executable behind `Grep` and `Glob`. */
   readonly ripgrep: string
+  /** Where each session's `CLAUDE_ENV_FILE` is, whose variables `Bash` applies (absent: none is). */
+  readonly envDir?: string
 }
 
 /**

@@ -34,7 +34,7 @@ export const checkSeen = (workspace: Workspace, session: string, target: string,
       try: () => NodeFs.stat(target),
       catch: (error) => refuse(`cannot stat ${shown}: ${describeFileError(error)}`)
     })
-    const refusal = workspace.record.refusal(session, target, stats, shown)
+    const refusal = yield* workspace.record.refusal(session, target, stats, shown)
     if (refusal !== undefined) return yield* Effect.fail(refuse(refusal))
   })
 
@@ -64,10 +64,13 @@ export const makeWrite = (workspace: Workspace): ToolDefinition<typeof Parameter
           })
         }
         const stats = yield* writeRegularFile(target, file_path, content, "Write")
-        workspace.record.saw(ctx.sessionId, target, stats)
+        const seen = workspace.record.saw(ctx.sessionId, target, stats)
         const lines = content === "" ? 0 : content.split("\n").length - (content.endsWith("\n") ? 1 : 0)
-        return exists
-          ? `The file ${file_path} has been updated (${lines} line${lines === 1 ? "" : "s"}).`
-          : `File created successfully at: ${file_path} (${lines} line${lines === 1 ? "" : "s"})`
+        return {
+          content: exists
+            ? `The file ${file_path} has been updated (${lines} line${lines === 1 ? "" : "s"}).`
+            : `File created successfully at: ${file_path} (${lines} line${lines === 1 ? "" : "s"})`,
+          meta: { toolResponse: { type: exists ? "update" : "create" }, seen }
+        }
       }).pipe(Effect.merge)
   })

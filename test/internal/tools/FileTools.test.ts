@@ -3,6 +3,7 @@ import { Duration, Effect, Fiber } from "effect"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as path from "node:path"
+import type { SessionEvent } from "../../../src/domain/Event.js"
 import { DEFAULT_LINES, MAX_LINE_CHARS, numberLines } from "../../../src/internal/tools/ReadTool.js"
 import { fifo, tempDir } from "../../cli/harness.js"
 import { codingTools, text } from "./toolHarness.js"
@@ -167,6 +168,43 @@ describe("Write", () => {
 })
 
 describe("Edit", () => {
+  it.scopedLive("the read record survives a restart: a reopened session's tools find its Read in the log", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const file = path.join(dir, "code.ts")
+      fs.writeFileSync(file, "const a = 1\n")
+      const before = yield* codingTools(dir)
+      const read = yield* before.run("Read", { file_path: file })
+      // The log of session s as the loop writes it: the Read's result with its meta.
+      const log = [{
+        seq: 7,
+        time: 0,
+        type: "tool/result",
+        data: { turn: 1, step: 1, message: {}, meta: read.meta }
+      }] as unknown as ReadonlyArray<SessionEvent>
+      // A new process: an empty memory. Without the log, the edit is refused; with it, it runs.
+      const forgetful = yield* codingTools(dir)
+      expect(text(yield* forgetful.call("Edit", { file_path: file, old_string: "1", new_string: "2" })))
+        .toContain("has not been read in this session")
+      const asked: Array<string> = []
+      const restarted = yield* codingTools(dir, {
+        history: (session) => Effect.sync(() => (asked.push(session), session === "s" ? log : []))
+      })
+      expect(text(yield* restarted.call("Edit", { file_path: file, old_string: "1", new_string: "2" }, "other")))
+        .toContain("has not been read in this session")
+      expect(yield* restarted.call("Edit", { file_path: file, old_string: "1", new_string: "2" })).toEqual({
+        content: `The file ${file} has been updated.`
+      })
+      expect(fs.readFileSync(file, "utf8")).toBe("const a = 2\n")
+      // The log is read once per session; a file changed since the logged read is refused.
+      yield* restarted.call("Edit", { file_path: file, old_string: "2", new_string: "3" })
+      expect(asked).toEqual(["other", "s"])
+      fs.writeFileSync(file, "changed elsewhere\n")
+      const third = yield* codingTools(dir, { history: () => Effect.succeed(log) })
+      expect(text(yield* third.call("Edit", { file_path: file, old_string: "changed", new_string: "x" })))
+        .toContain("changed since it was last read")
+    }))
+
   it.scopedLive("replaces a unique string in a file read in this session", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir

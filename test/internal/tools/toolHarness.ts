@@ -12,17 +12,20 @@ export const contextOf = (session = "s") => ({
   deferContext: () => Effect.void
 })
 
-/** The coding tools over `root`: `call(name, params, session?)` runs one, as a plain output. */
+/** The coding tools over `root`: `call(name, params, session?)` runs one, as a plain output without its `meta` (`run` keeps it). */
 export const codingTools = (root: string, options: CodingTools.CodingToolsOptions = {}) =>
   Effect.map(CodingTools.make({ cwd: root, ...options }), (tools) => {
     const byName = new Map<string, ToolDefinition<any>>(tools.map((t) => [t.name, t]))
+    const run = (name: string, params: unknown, session = "s"): Effect.Effect<ToolOutput> =>
+      Effect.map(
+        Effect.orDie(byName.get(name)!.execute(params, contextOf(session))),
+        (output) => (typeof output === "string" ? { content: output } : output)
+      )
     return {
       tools,
+      run,
       call: (name: string, params: unknown, session = "s"): Effect.Effect<ToolOutput> =>
-        Effect.map(
-          Effect.orDie(byName.get(name)!.execute(params, contextOf(session))),
-          (output) => (typeof output === "string" ? { content: output } : output)
-        )
+        Effect.map(run(name, params, session), ({ meta: _meta, ...output }) => output)
     }
   })
 

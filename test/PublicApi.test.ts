@@ -632,8 +632,8 @@ describe("SPEC 8.1 / 8.2 API", () => {
 
   it("8.1: type-level literals (LOG_FORMAT_VERSION: 1, RuleId, AgentStatus, KnownIdState, InboxTarget)", () => {
     const v: 1 = LOG_FORMAT_VERSION
-    // @ts-expect-error R20 is not a RuleId
-    const r20: RuleId = "R20"
+    // @ts-expect-error R21 is not a RuleId
+    const r20: RuleId = "R21"
     // @ts-expect-error not an AgentStatus
     const s: AgentStatus = "busy"
     // @ts-expect-error not a KnownIdState

@@ -17,6 +17,36 @@ import type { Json } from "./Json.js"
 export const APPROVAL_INTERRUPTED = "APPROVAL_INTERRUPTED"
 
 /**
+ * A question for a tool call of the open step (what `Driver.requestApproval` records).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ApprovalQuestion {
+  readonly turn: number
+  readonly step: number
+  readonly callId: string
+  readonly tool: string
+  readonly input: unknown
+  /** Why it asks: the rule, the mode, or the hook's reason. */
+  readonly reason: string
+  readonly source: ApprovalSource
+}
+
+/**
+ * An answer as a caller gives it: the decision and who gave it, why, and an "always" rule.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface GivenAnswer {
+  readonly decision: "allow" | "deny"
+  readonly by: string
+  readonly reason?: string | undefined
+  readonly rule?: string | undefined
+}
+
+/**
  * A request that waits for an answer.
  *
  * @since 0.1.0

@@ -192,8 +192,6 @@ export const chat = (
       })
 
     const handle = (line: string): Effect.Effect<boolean, CliError> => {
-      // A hook waiting for a yes or no (a PreToolUse `ask`) takes this line as its answer.
-      if (compositions.answer(line)) return Effect.succeed(true)
       const trimmed = line.trim()
       if (trimmed === "") return Effect.succeed(true)
       const space = trimmed.search(/\s/)
@@ -224,7 +222,8 @@ export const chat = (
       const action: Effect.Effect<boolean, unknown> = (() => {
         switch (command) {
           case undefined:
-            return referencing
+            // y, n [REASON] or always answers the oldest pending approval (SPEC 4.12).
+            return Effect.flatMap(compositions.answer(trimmed), (answered) => answered ? Effect.succeed(true) : referencing)
           case "/ref":
             if (rest === "") return usage("/ref ID [--upto SEQ]")
             return Effect.flatMap(compositions.ref(rest), (note) => Effect.as(acknowledge(note), true))
@@ -396,8 +395,14 @@ export const chat = (
 
     yield* Effect.gen(function*() {
       yield* Stream.runForEachWhile(input.events, onInput)
-      // No line can answer a hook's question any more.
-      compositions.endOfInput()
+      // A call still waiting for approval is answered by another process or the chat ends (Ctrl-C).
+      const waiting = yield* driver.pendingApprovals
+      if (waiting.length > 0 && (yield* driver.status) === "running") {
+        yield* Output.errorLine(
+          `input ended while ${waiting.map((w) => w.callId).join(", ")} waits for approval: answer with ` +
+            `tiller approve ${Output.shellWord(sessionId)} CALL --allow|--deny, or Ctrl-C to cancel the turn`
+        )
+      }
       yield* driver.whenIdle
       yield* caughtUp
       yield* saved(log)

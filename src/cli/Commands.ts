@@ -1,6 +1,6 @@
 /**
  * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`,
- * `resume` and `compact`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
+ * `resume`, `compact` and `approve`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
  *
  * @since 0.1.0
  */
@@ -17,6 +17,7 @@ import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
 import { SessionStore } from "../services/SessionStore.js"
 import * as BuiltinTools from "./BuiltinTools.js"
+import { approve } from "./Approve.js"
 import { chat, runOnce } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
 import { compactSession } from "./Compact.js"
@@ -532,6 +533,25 @@ const forkCommand = Command.make("fork", {
     )
   )
 
+const approveCommand = Command.make("approve", {
+  id: sessionId,
+  call: Args.text({ name: "CALL" }).pipe(
+    Args.withDescription("The tool call id (default: the only pending one; tiller log ID shows them)"),
+    Args.optional
+  ),
+  allow: Options.boolean("allow").pipe(Options.withDescription("Run the call")),
+  deny: Options.boolean("deny").pipe(Options.withDescription("Refuse the call: its result is an error saying so")),
+  reason: Options.text("reason").pipe(
+    Options.withDescription("Why (shown to the model with a refusal, and in the log)"),
+    Options.optional
+  )
+}, ({ allow, call, deny, id, reason }) =>
+  withSessions((globals) => approve({ id, call, allow, deny, reason, db: globals.db }), { agent: false })).pipe(
+    Command.withDescription(
+      "Answer a tool call that waits for approval in session ID, from any process: --allow runs it, --deny refuses it"
+    )
+  )
+
 const compactCommand = Command.make("compact", {
   id: sessionId,
   focus: Options.text("focus").pipe(Options.withDescription("What the summary should keep in view"), Options.optional)
@@ -601,6 +621,7 @@ export const command = tiller.pipe(
     forkCommand,
     resumeCommand,
     compactCommand,
+    approveCommand,
     handoffCommand,
     traceCommand,
     exportCommand
@@ -616,6 +637,7 @@ const SUBCOMMANDS: ReadonlySet<string> = new Set([
   "fork",
   "resume",
   "compact",
+  "approve",
   "handoff",
   "trace",
   "export"

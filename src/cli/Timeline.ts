@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
+import { describeAnswer } from "../domain/Approvals.js"
 import * as Cost from "../domain/Cost.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { PriceTable } from "../domain/Prices.js"
@@ -398,6 +399,14 @@ export const timeline = (
             return entry("inbox", JSON.stringify(data))
         }
       }
+      case "approval/request": {
+        const data = (event as EventOf<"approval/request">).data
+        return entry("approval", `asked for ${data.tool} ${JSON.stringify(data.input)} (${data.callId}): ${data.reason}`)
+      }
+      case "approval/answer": {
+        const data = (event as EventOf<"approval/answer">).data
+        return entry("approval", `${data.callId} ${describeAnswer(data)}`)
+      }
       case "session/end-seed":
         // A fork's first end-seed closes its copied seed; every later one marks a reopening.
         return header.parent !== undefined && event.seq === header.seedLength
@@ -491,6 +500,17 @@ export const chatView = (seedLength = 0): {
       case "llm/retry": {
         const data = (event as EventOf<"llm/retry">).data
         return line(`  (retrying in ${data.delayMs} ms: ${data.failure.message})`)
+      }
+      case "approval/request": {
+        const data = (event as EventOf<"approval/request">).data
+        return line(
+          `  ? approve ${data.tool} ${JSON.stringify(data.input)}? ${data.reason}. ` +
+            `Answer y, n [REASON] or always (or: tiller approve ID ${data.callId} --allow|--deny)`
+        )
+      }
+      case "approval/answer": {
+        const data = (event as EventOf<"approval/answer">).data
+        return line(`  · ${data.callId} ${describeAnswer(data)}`)
       }
       case "hook/run": {
         // A hook's error or its message for the user (its decisions show as their effects).

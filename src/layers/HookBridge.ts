@@ -49,6 +49,10 @@ export type { HookCommand, HookEvent, HookGroup, HookSettings } from "../interna
  */
 export interface HookQuestion {
   readonly hook: string
+  /** The call that waits, in its turn and step (a durable approval names them). */
+  readonly callId: string
+  readonly turn: number
+  readonly step: number
   readonly tool: string
   readonly input: unknown
   readonly reason: string
@@ -233,6 +237,9 @@ export const register = (
             if (answer.permission === "ask") {
               const question = {
                 hook: run.hook.command,
+                callId: info.callId,
+                turn: info.turn,
+                step: info.step,
                 tool: info.name,
                 input,
                 reason: reason ?? `the hook ${run.hook.command} asks before ${info.name} runs`

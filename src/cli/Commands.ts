@@ -329,14 +329,15 @@ const sessionJson = (s: ReadOnlyStore.Listed) => ({
   events: s.events,
   title: s.title === undefined ? null : s.title.split("\n")[0]!.slice(0, 200),
   forkOf: s.header?.parent === undefined ? null : { id: s.header.parent.sessionId, seq: s.header.parent.boundary },
-  damage: s.damage === undefined ? null : s.damage.message
+  damage: s.damage === undefined ? null : s.damage.message,
+  approvals: s.approvals.map((p) => ({ callId: p.callId, tool: p.tool, input: p.input, reason: p.reason, seq: p.seq }))
 })
 
 const sessionsCommand = Command.make("sessions", {
   all: Options.boolean("all").pipe(Options.withDescription("Also list empty sessions (no turn, nothing pending)")),
   json: Options.boolean("json").pipe(
     Options.withDescription(
-      "Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf, damage, usage (tokens) and cost (usd, models without a price)"
+      "Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf, damage, approvals (the calls waiting for one), usage (tokens) and cost (usd, models without a price)"
     )
   )
 }, ({ all, json }) =>
@@ -358,10 +359,10 @@ const sessionsCommand = Command.make("sessions", {
       if (list.length === 0) return yield* Output.lines([`no sessions in ${globals.db}${note}`])
       const width = Math.max(2, ...list.map((s) => s.sessionId.length))
       yield* Output.lines([
-        `${"ID".padEnd(width)}  TURNS  EVENTS  STATUS         UPDATED                   TITLE`,
+        `${"ID".padEnd(width)}  TURNS  EVENTS  STATUS             UPDATED                   TITLE`,
         ...list.map((s) =>
           `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ${
-            s.status.padEnd(13)
+            s.status.padEnd(17)
           }  ` +
           `${new Date(s.updatedAt).toISOString()}  ${(s.title ?? "").split("\n")[0]!.slice(0, 60)}` +
           (s.header?.parent !== undefined

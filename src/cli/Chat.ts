@@ -146,6 +146,14 @@ export const chat = (
       "Type a message, or /help for the commands."
     ])
     yield* Output.write(out)
+    // Tool calls that wait for approval since before this process opened the session (SPEC 4.12).
+    const waiting = (yield* driver.pendingApprovals).filter((p) => p.seq < log.firstLiveSeq)
+    if (waiting.length > 0) {
+      yield* Output.lines(waiting.map((p) =>
+        `  ? approve ${p.tool} ${JSON.stringify(p.input)}? ${p.reason} (pending since seq ${p.seq}, ` +
+        `call ${p.callId}). Answer y, n [REASON] or always, or: tiller approve ${Output.shellWord(sessionId)} ${p.callId} --allow|--deny`
+      ))
+    }
     lastStatus = yield* driver.status
     yield* Output.lines([yield* status(lastStatus, view.position())])
 

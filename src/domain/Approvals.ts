@@ -47,6 +47,19 @@ export interface GivenAnswer {
 }
 
 /**
+ * Options of an approval given through `Driver.approve`: who answers (default `"api"`), why, and an
+ * allow rule in Claude Code's syntax that the session keeps ("always").
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ApproveOptions {
+  readonly by?: string
+  readonly reason?: string
+  readonly always?: string
+}
+
+/**
  * A request that waits for an answer.
  *
  * @since 0.1.0

@@ -9,7 +9,7 @@
  * @since 0.1.0
  */
 import { Cause, Duration, Effect, Either, Schedule, STM, TRef } from "effect"
-import type { ApprovalQuestion, GivenAnswer, PendingApproval } from "../../domain/Approvals.js"
+import type { ApprovalQuestion, ApproveOptions, GivenAnswer, PendingApproval } from "../../domain/Approvals.js"
 import { answerAfter, describeAnswer, foldApprovals } from "../../domain/Approvals.js"
 import type { AgentDisposed, PersistenceError } from "../../domain/Errors.js"
 import { ApprovalNotPending } from "../../domain/Errors.js"
@@ -210,19 +210,6 @@ export const settleInterrupted = (
     })
     yield* Effect.ignore(deliver(message))
   })
-
-/**
- * Options of an approval given through the API: who answers (default `"api"`), why, and an allow
- * rule in Claude Code's syntax that the session keeps ("always").
- *
- * @since 0.1.0
- * @category models
- */
-export interface ApproveOptions {
-  readonly by?: string
-  readonly reason?: string
-  readonly always?: string
-}
 
 /**
  * The approval operations a driver offers (see `Driver`): answers, the pending requests, the

@@ -1,9 +1,10 @@
 /**
  * The compositions the CLI's session commands add to an open session: the hook bridge (settings
  * from `.tiller/settings.json`, with `--claude-hooks` also from `.claude/` and `~/.claude/`; a
- * `PreToolUse` `ask` is a question in the chat and a deny in `run`), the permissions (the mode and
- * the rules of the same settings files and `--allow`; an `ask` is a question in the chat and a
- * refusal in `run`) and cross-session references
+ * `PreToolUse` `ask` is a durable approval in the chat and a deny in `run`), the permissions (the
+ * mode and the rules of the same settings files and `--allow`; an `ask` is a durable approval
+ * (SPEC 4.12) in the chat, answered with y / n / always or by `tiller approve`, and a refusal in
+ * `run`) and cross-session references
  * (`@ID` or `@ID@SEQ` in a line attaches a snapshot of that session; `/ref ID [--upto SEQ]`).
  *
  * @since 0.1.0
@@ -130,7 +131,7 @@ const noteOf = (snapshot: UserMessage): string => {
 
 /**
  * Registers the hook bridge on the open session `context` in the current scope and returns its
- * reference helpers. `interactive`: a hook's `ask` becomes a question answered by the next line.
+ * reference helpers. `interactive`: an `ask` becomes a durable approval request.
  *
  * @since 0.1.0
  * @category constructors

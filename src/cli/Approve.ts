@@ -38,7 +38,9 @@ const RECORD_POLL = Duration.millis(100)
 
 /** One pending request, as a line of the command's output. */
 const describePending = (p: PendingApproval) =>
-  `${p.callId}  ${p.tool} ${JSON.stringify(p.input)}  (${p.reason}${p.interrupted ? "; asked before the session stopped" : ""})`
+  `${p.callId}  ${p.tool} ${JSON.stringify(p.input)}  (${p.reason}${
+    p.interrupted ? "; asked before the session stopped" : ""
+  })`
 
 /**
  * The request `call` names, or the only pending one; a readable refusal otherwise.
@@ -83,7 +85,9 @@ export const approve = (command: ApproveCommand) =>
     if (chosen instanceof CliError) return yield* chosen
     const store = yield* SessionStore
     const mailbox = store.approvalMailbox
-    if (mailbox === undefined) return yield* new CliError({ reason: "this store takes no approvals from other processes" })
+    if (mailbox === undefined) {
+      return yield* new CliError({ reason: "this store takes no approvals from other processes" })
+    }
     const answer: ApprovalAnswerData = {
       callId: chosen.callId,
       decision: command.allow ? "allow" : "deny",

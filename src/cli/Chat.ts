@@ -155,7 +155,9 @@ export const chat = (
     if (waiting.length > 0) {
       yield* Output.lines(waiting.map((p) =>
         `  ? approve ${p.tool} ${JSON.stringify(p.input)}? ${p.reason} (pending since seq ${p.seq}, ` +
-        `call ${p.callId}). Answer y, n [REASON] or always, or: tiller approve ${Output.shellWord(sessionId)} ${p.callId} --allow|--deny`
+        `call ${p.callId}). Answer y, n [REASON] or always, or: tiller approve ${
+          Output.shellWord(sessionId)
+        } ${p.callId} --allow|--deny`
       ))
     }
     lastStatus = yield* driver.status
@@ -165,12 +167,18 @@ export const chat = (
       Effect.gen(function*() {
         let text = ""
         let ended = false
-        if (input.terminal !== undefined) input.progress.contextShare((yield* usage)?.fraction)
+        if (input.terminal !== undefined) {
+          input.progress.contextShare((yield* usage)?.fraction)
+        }
         for (const event of events) {
           input.progress.observe(event)
           text += view.render(event)
-          if (event.type === "turn/start") lastStatus = "running"
-          if (event.type === "turn/end") ended = true
+          if (event.type === "turn/start") {
+            lastStatus = "running"
+          }
+          if (event.type === "turn/end") {
+            ended = true
+          }
         }
         // A turn ended and no next turn started in this chunk: say so if the agent is idle now.
         if (ended && !view.position().inTurn && (yield* driver.status) === "idle") {
@@ -188,7 +196,8 @@ export const chat = (
     )
     // A note on a line of its own (also when streamed text is mid-line), then the status line.
     const acknowledge = (note: string) =>
-      Effect.flatMap(currentStatus, (status) => Output.write(view.line(`(${note}) ${status}`)))
+      Effect.flatMap(currentStatus, (status) =>
+        Output.write(view.line(`(${note}) ${status}`)))
 
     const deliver = (text: string, source?: MessageSource) =>
       newUserMessage(source === undefined ? { text } : { text, source })
@@ -235,17 +244,25 @@ export const chat = (
         switch (command) {
           case undefined:
             // y, n [REASON] or always answers the oldest pending approval (SPEC 4.12).
-            return Effect.flatMap(compositions.answer(trimmed), (answered) => answered ? Effect.succeed(true) : referencing)
+            return Effect.flatMap(compositions.answer(trimmed), (answered) =>
+              answered ? Effect.succeed(true) : referencing)
           case "/ref":
-            if (rest === "") return usage("/ref ID [--upto SEQ]")
-            return Effect.flatMap(compositions.ref(rest), (note) => Effect.as(acknowledge(note), true))
+            if (rest === "") {
+              return usage("/ref ID [--upto SEQ]")
+            }
+            return Effect.flatMap(compositions.ref(rest), (note) =>
+              Effect.as(acknowledge(note), true))
           case "/quit":
           case "/exit":
             return Effect.succeed(false)
           case "/help":
             return Effect.as(Output.lines(HELP), true)
           case "/status":
-            return Effect.as(Effect.flatMap(currentStatus, (status) => Output.write(view.line(status))), true)
+            return Effect.as(
+              Effect.flatMap(currentStatus, (status) =>
+                Output.write(view.line(status))),
+              true
+            )
           case "/queue":
             if (rest === "") return usage("/queue TEXT")
             return wake(Effect.flatMap(deliver(rest), driver.followup), "queued for a later turn")
@@ -266,8 +283,10 @@ export const chat = (
           case "/pending":
             if (rest !== "") return usage("/pending")
             return Effect.as(
-              Effect.flatMap(inbox.snapshot, (snapshot) =>
-                Output.lines(PendingInput.describe(PendingInput.numbered(snapshot)))),
+              Effect.flatMap(
+                inbox.snapshot,
+                (snapshot) => Output.lines(PendingInput.describe(PendingInput.numbered(snapshot)))
+              ),
               true
             )
           case "/drop":
@@ -293,9 +312,7 @@ export const chat = (
               typeof item === "string"
                 ? Effect.as(Output.errorLine(item), true)
                 : Effect.as(
-                  Effect.sync(() =>
-                    terminal.prefill(`/edit ${item.number} ${PendingInput.textOfItem(item)}`)
-                  ),
+                  Effect.sync(() => terminal.prefill(`/edit ${item.number} ${PendingInput.textOfItem(item)}`)),
                   true
                 ))
           }

@@ -16,8 +16,8 @@ import { Permissions } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
 import { SessionStore } from "../services/SessionStore.js"
-import * as BuiltinTools from "./BuiltinTools.js"
 import { approve } from "./Approve.js"
+import * as BuiltinTools from "./BuiltinTools.js"
 import { chat, runOnce } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
 import { compactSession } from "./Compact.js"
@@ -534,24 +534,28 @@ const forkCommand = Command.make("fork", {
     )
   )
 
-const approveCommand = Command.make("approve", {
-  id: sessionId,
-  call: Args.text({ name: "CALL" }).pipe(
-    Args.withDescription("The tool call id (default: the only pending one; tiller log ID shows them)"),
-    Args.optional
-  ),
-  allow: Options.boolean("allow").pipe(Options.withDescription("Run the call")),
-  deny: Options.boolean("deny").pipe(Options.withDescription("Refuse the call: its result is an error saying so")),
-  reason: Options.text("reason").pipe(
-    Options.withDescription("Why (shown to the model with a refusal, and in the log)"),
-    Options.optional
-  )
-}, ({ allow, call, deny, id, reason }) =>
-  withSessions((globals) => approve({ id, call, allow, deny, reason, db: globals.db }), { agent: false })).pipe(
-    Command.withDescription(
-      "Answer a tool call that waits for approval in session ID, from any process: --allow runs it, --deny refuses it"
+const approveCommand = Command.make(
+  "approve",
+  {
+    id: sessionId,
+    call: Args.text({ name: "CALL" }).pipe(
+      Args.withDescription("The tool call id (default: the only pending one; tiller log ID shows them)"),
+      Args.optional
+    ),
+    allow: Options.boolean("allow").pipe(Options.withDescription("Run the call")),
+    deny: Options.boolean("deny").pipe(Options.withDescription("Refuse the call: its result is an error saying so")),
+    reason: Options.text("reason").pipe(
+      Options.withDescription("Why (shown to the model with a refusal, and in the log)"),
+      Options.optional
     )
+  },
+  ({ allow, call, deny, id, reason }) =>
+    withSessions((globals) => approve({ id, call, allow, deny, reason, db: globals.db }), { agent: false })
+).pipe(
+  Command.withDescription(
+    "Answer a tool call that waits for approval in session ID, from any process: --allow runs it, --deny refuses it"
   )
+)
 
 const compactCommand = Command.make("compact", {
   id: sessionId,

@@ -75,7 +75,9 @@ export const parseAnswer = (
   if (match === null) return undefined
   const word = match[1]!.toLowerCase()
   if (word === "n" || word === "no") {
-    return match[2] === undefined ? { decision: "deny", always: false } : { decision: "deny", always: false, reason: match[2] }
+    return match[2] === undefined
+      ? { decision: "deny", always: false }
+      : { decision: "deny", always: false, reason: match[2] }
   }
   return match[2] === undefined ? { decision: "allow", always: word === "always" } : undefined
 }
@@ -88,7 +90,9 @@ export const parseAnswer = (
  * @category parsing
  */
 export const alwaysRuleFor = (tool: string, input: unknown): string => {
-  const command = typeof input === "object" && input !== null ? (input as { readonly command?: unknown }).command : undefined
+  const command = typeof input === "object" && input !== null
+    ? (input as { readonly command?: unknown }).command
+    : undefined
   if (tool === "Bash" && typeof command === "string" && !/[()]/.test(command)) return `Bash(${command})`
   if (tool === "Edit" || tool === "Write" || tool === "MultiEdit" || tool === "NotebookEdit") return "Edit"
   return tool

@@ -401,7 +401,10 @@ export const timeline = (
       }
       case "approval/request": {
         const data = (event as EventOf<"approval/request">).data
-        return entry("approval", `asked for ${data.tool} ${JSON.stringify(data.input)} (${data.callId}): ${data.reason}`)
+        return entry(
+          "approval",
+          `asked for ${data.tool} ${JSON.stringify(data.input)} (${data.callId}): ${data.reason}`
+        )
       }
       case "approval/answer": {
         const data = (event as EventOf<"approval/answer">).data

@@ -213,11 +213,16 @@ export const register = (
     const hooks = yield* Hooks
     const driver = options.approvals === true ? Option.getOrUndefined(yield* Effect.serviceOption(Driver)) : undefined
     if (options.approvals === true && driver === undefined) {
-      return yield* Effect.dieMessage("Permissions: approvals need the session's Driver in context (compose over Agent.layer)")
+      return yield* Effect.dieMessage(
+        "Permissions: approvals need the session's Driver in context (compose over Agent.layer)"
+      )
     }
     const places = { cwd: path.resolve(options.cwd ?? process.cwd()), home: options.home ?? os.homedir() }
     // The session's "always" rules, parsed once per change of the list (it only grows).
-    let sessionRules: { readonly texts: number; readonly rules: ReadonlyArray<PermissionRule> } = { texts: 0, rules: [] }
+    let sessionRules: { readonly texts: number; readonly rules: ReadonlyArray<PermissionRule> } = {
+      texts: 0,
+      rules: []
+    }
     const withSessionRules = Effect.gen(function*() {
       if (driver === undefined) return resolved
       const texts = yield* driver.approvalRules

@@ -49,8 +49,8 @@ import {
 import * as SqliteLease from "../internal/durability/SqliteLease.js"
 import { ALL_SESSIONS, isFile, open, SYNCHRONOUS } from "../internal/durability/SqliteOpen.js"
 import { encodeRows, eventsOf, eventsOfText, headerOf, parseJson, rowBytes } from "../internal/durability/SqliteRows.js"
-import { decodeHeader } from "../internal/durability/StoredHeader.js"
 import type { ApprovalMailbox } from "../internal/durability/Store.js"
+import { decodeHeader } from "../internal/durability/StoredHeader.js"
 import type { SyncAppend } from "../internal/durability/SyncAppend.js"
 import { SessionStore } from "../services/SessionStore.js"
 

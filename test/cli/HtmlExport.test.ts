@@ -333,11 +333,17 @@ describe("the HTML export of durable approvals", () => {
     Effect.gen(function*() {
       const { events, header } = yield* approvalSession
       const { rows } = pageModel(embedded(renderHtml(header, events)))
-      const approvals = rows.filter((r) => r.label === "approval asked" || r.label === "approved" || r.label === "refused")
+      const approvals = rows.filter((r) =>
+        r.label === "approval asked" || r.label === "approved" || r.label === "refused"
+      )
       expect(approvals.map((r) => [r.label, r.text, r.cls])).toEqual([
         ["approval asked", "Bash {\"command\":\"make\"}: Bash needs approval in default mode (mode)", "k-approval"],
         ["approved", "approved by alice (always: Bash(make))", "k-approval"],
-        ["approval asked", "Bash {\"command\":\"rm -rf build\"}: Bash needs approval in default mode (mode)", "k-approval"],
+        [
+          "approval asked",
+          "Bash {\"command\":\"rm -rf build\"}: Bash needs approval in default mode (mode)",
+          "k-approval"
+        ],
         ["refused", "refused by bob: not today", "err"]
       ])
       const denied = rows.find((r) => r.kind === "tool" && r.result?.includes("refused by bob") === true)

@@ -110,7 +110,9 @@ describe("Timeline: durable approvals", () => {
       const { events, header } = yield* approvalSession
       const log = timeline(header)
       const lines = events.flatMap((e) => log.render(e))
-      const approvals = lines.filter((l) => /^ *\d+  \S+  approval /.test(l)).map((l) => l.replace(/^.*? approval +/, ""))
+      const approvals = lines.filter((l) => /^ *\d+ {2}\S+ {2}approval /.test(l)).map((l) =>
+        l.replace(/^.*? approval +/, "")
+      )
       expect(approvals).toEqual([
         "asked for Bash {\"command\":\"make\"} (c1): Bash needs approval in default mode",
         "c1 approved by alice (always: Bash(make))",

@@ -75,7 +75,9 @@ describe("approvals in the log", () => {
     expect(rules(calling().push(request("c1")).push(answer("c1", "allow")).push(answer("c1", "deny")).events))
       .toEqual([["R20", "approval/answer for c1, which is already answered"]])
     // A cancel while it waited: the call's result closes the request.
-    const closed = calling().push(request("c1")).toolResult("c1", { error: { name: "AbortError", code: "ABORTED_BEFORE_DISPATCH" } })
+    const closed = calling().push(request("c1")).toolResult("c1", {
+      error: { name: "AbortError", code: "ABORTED_BEFORE_DISPATCH" }
+    })
     expect(foldApprovals(closed.events).pending).toEqual([])
     expect(rules(closed.push(answer("c1", "allow")).events)).toEqual([
       ["R20", "approval/answer for c1, whose call already has a result"]

@@ -200,7 +200,15 @@ const fixtureEvents = (): Array<SessionEvent> => [
     type: "approval/request",
     seq: 29,
     time: 9,
-    data: { turn: 1, step: 1, callId: "c1", tool: "Bash", input: { command: "ls", n: [1, null] }, reason: "r", source: "rule" }
+    data: {
+      turn: 1,
+      step: 1,
+      callId: "c1",
+      tool: "Bash",
+      input: { command: "ls", n: [1, null] },
+      reason: "r",
+      source: "rule"
+    }
   } as unknown as SessionEvent,
   {
     type: "approval/request",
@@ -208,7 +216,12 @@ const fixtureEvents = (): Array<SessionEvent> => [
     time: 9,
     data: { turn: 2, step: 3, callId: "c2", tool: "Edit", input: null, reason: "", source: "hook" }
   } as unknown as SessionEvent,
-  { type: "approval/answer", seq: 30, time: 9, data: { callId: "c1", decision: "allow", by: "api" } } as unknown as SessionEvent,
+  {
+    type: "approval/answer",
+    seq: 30,
+    time: 9,
+    data: { callId: "c1", decision: "allow", by: "api" }
+  } as unknown as SessionEvent,
   {
     type: "approval/answer",
     seq: 30,

@@ -48,7 +48,11 @@ export const sessionRules = (state: SessionStateShape): Effect.Effect<ReadonlyAr
 // The answer to the request at `seq`, once it is in the log.
 const awaitAnswer = (state: SessionStateShape, callId: string, seq: number) =>
   STM.commit(STM.flatMap(eventsOf(state), (events) => {
-    const answer = answerAfter(events.buffer.length === events.length ? events.buffer : GrowOnly.toArray(events), callId, seq)
+    const answer = answerAfter(
+      events.buffer.length === events.length ? events.buffer : GrowOnly.toArray(events),
+      callId,
+      seq
+    )
     return answer === undefined ? STM.retry : STM.succeed(answer)
   }))
 
@@ -182,10 +186,14 @@ export const settleInterrupted = (
     const call = `${waiting.tool} call ${waiting.callId} ${JSON.stringify(waiting.input)}`
     let text: string
     if (given.decision === "deny") {
-      text = `The ${call}, which waited for approval when the session stopped, was ${describeAnswer(given)}. It did not run.`
+      text = `The ${call}, which waited for approval when the session stopped, was ${
+        describeAnswer(given)
+      }. It did not run.`
     } else {
       const tool = registry.lookup(waiting.tool)
-      const params = tool === undefined ? Either.left(`unknown tool ${waiting.tool}`) : decodeArguments(tool, JSON.stringify(waiting.input))
+      const params = tool === undefined
+        ? Either.left(`unknown tool ${waiting.tool}`)
+        : decodeArguments(tool, JSON.stringify(waiting.input))
       const outcome = tool === undefined || Either.isLeft(params)
         ? `Error: ${Either.isLeft(params) ? params.left : "no tool"}`
         : yield* tool.execute(params.right, {
@@ -202,7 +210,9 @@ export const settleInterrupted = (
           }),
           Effect.catchAllCause((cause) => Effect.succeed(`Error: ${toolFailureText(Cause.squash(cause))}`))
         )
-      text = `The ${call}, which waited for approval when the session stopped, was ${describeAnswer(given)} and has run now. Its result:\n${outcome}`
+      text = `The ${call}, which waited for approval when the session stopped, was ${
+        describeAnswer(given)
+      } and has run now. Its result:\n${outcome}`
     }
     const message = yield* newUserMessage({
       text,

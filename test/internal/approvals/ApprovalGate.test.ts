@@ -213,63 +213,71 @@ describe("durable approvals", () => {
     Effect.gen(function*() {
       ran.length = 0
       // The crash image: taken while the call waits (the request is durable), then the process is gone.
-      const crash = yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(user("p1", "build"))
-        yield* waitPending
-        return yield* Effect.flatMap(MemoryStoreControl, (control) => control.snapshot)
-      }).pipe(Effect.provide(fresh([callBash("make")]))))
+      const crash = yield* Effect.scoped(
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.followup(user("p1", "build"))
+          yield* waitPending
+          return yield* Effect.flatMap(MemoryStoreControl, (control) => control.snapshot)
+        }).pipe(Effect.provide(fresh([callBash("make")])))
+      )
       expect(ran).toEqual([])
-      yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
-        const [pending] = yield* driver.pendingApprovals
-        expect(pending).toMatchObject({ callId: "c1", tool: "Bash", input: { command: "make" }, interrupted: true })
-        expect(yield* driver.status).toBe("idle")
-        const repaired = results(yield* logEvents)[0]!
-        expect(repaired.error).toEqual({ name: "ApprovalInterruptedError", code: "APPROVAL_INTERRUPTED" })
-        expect(textOf(repaired)).toContain("waited for approval")
-        yield* driver.approve("c1", { by: "carol" })
-        // The call ran, and the follow-up that carries its result opened a turn.
-        expect(ran).toEqual(["make"])
-        yield* driver.whenIdle
-        const events = yield* logEvents
-        const told = userTexts(events).at(-1)!
-        expect(told).toContain("approved by carol and has run now")
-        expect(told).toContain("ran: make")
-        expect(events.at(-1)).toMatchObject({ type: "turn/end", data: { turn: 2, reason: { kind: "completed" } } })
-        expect(yield* driver.pendingApprovals).toEqual([])
-        expect(checkLog(events, { closed: true })).toEqual([])
-      }).pipe(
-        Effect.provide(
-          agent([ScriptedModel.text("thanks")], { resume: true }).pipe(
-            Layer.provideMerge(SessionStore.layerMemoryFrom(crash))
+      yield* Effect.scoped(
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          const [pending] = yield* driver.pendingApprovals
+          expect(pending).toMatchObject({ callId: "c1", tool: "Bash", input: { command: "make" }, interrupted: true })
+          expect(yield* driver.status).toBe("idle")
+          const repaired = results(yield* logEvents)[0]!
+          expect(repaired.error).toEqual({ name: "ApprovalInterruptedError", code: "APPROVAL_INTERRUPTED" })
+          expect(textOf(repaired)).toContain("waited for approval")
+          yield* driver.approve("c1", { by: "carol" })
+          // The call ran, and the follow-up that carries its result opened a turn.
+          expect(ran).toEqual(["make"])
+          yield* driver.whenIdle
+          const events = yield* logEvents
+          const told = userTexts(events).at(-1)!
+          expect(told).toContain("approved by carol and has run now")
+          expect(told).toContain("ran: make")
+          expect(events.at(-1)).toMatchObject({ type: "turn/end", data: { turn: 2, reason: { kind: "completed" } } })
+          expect(yield* driver.pendingApprovals).toEqual([])
+          expect(checkLog(events, { closed: true })).toEqual([])
+        }).pipe(
+          Effect.provide(
+            agent([ScriptedModel.text("thanks")], { resume: true }).pipe(
+              Layer.provideMerge(SessionStore.layerMemoryFrom(crash))
+            )
           )
         )
-      ))
+      )
     }))
 
   it.live("after a crash, deny tells the model the call was refused and runs nothing", () =>
     Effect.gen(function*() {
       ran.length = 0
-      const crash = yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.followup(user("p1", "build"))
-        yield* waitPending
-        return yield* Effect.flatMap(MemoryStoreControl, (control) => control.snapshot)
-      }).pipe(Effect.provide(fresh([callBash("make")]))))
-      yield* Effect.scoped(Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* driver.deny("c1", "too late now")
-        yield* driver.whenIdle
-        expect(ran).toEqual([])
-        expect(userTexts(yield* logEvents).at(-1)).toContain("refused by api: too late now. It did not run.")
-      }).pipe(
-        Effect.provide(
-          agent([ScriptedModel.text("understood")], { resume: true }).pipe(
-            Layer.provideMerge(SessionStore.layerMemoryFrom(crash))
+      const crash = yield* Effect.scoped(
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.followup(user("p1", "build"))
+          yield* waitPending
+          return yield* Effect.flatMap(MemoryStoreControl, (control) => control.snapshot)
+        }).pipe(Effect.provide(fresh([callBash("make")])))
+      )
+      yield* Effect.scoped(
+        Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* driver.deny("c1", "too late now")
+          yield* driver.whenIdle
+          expect(ran).toEqual([])
+          expect(userTexts(yield* logEvents).at(-1)).toContain("refused by api: too late now. It did not run.")
+        }).pipe(
+          Effect.provide(
+            agent([ScriptedModel.text("understood")], { resume: true }).pipe(
+              Layer.provideMerge(SessionStore.layerMemoryFrom(crash))
+            )
           )
         )
-      ))
+      )
     }))
 
   it.live("an answer another process leaves in the store's mailbox reaches the waiting call", () =>

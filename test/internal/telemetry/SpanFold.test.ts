@@ -35,7 +35,11 @@ describe("SpanFold: durable approvals", () => {
       expect(c2.at(-1)).toMatchObject({ _tag: "End", error: { type: "DENIED" } })
       const c1 = onSpan("tool:c1")
       expect(c1.find((a) => a._tag === "Event" && a.name === "tiller.approval.answer")).toMatchObject({
-        attributes: { "tiller.approval.decision": "allow", "tiller.approval.by": "alice", "tiller.approval.rule": "Bash(make)" }
+        attributes: {
+          "tiller.approval.decision": "allow",
+          "tiller.approval.by": "alice",
+          "tiller.approval.rule": "Bash(make)"
+        }
       })
       expect(c1.at(-1)).toMatchObject({ _tag: "End" })
       expect(c1.at(-1)).not.toHaveProperty("error")

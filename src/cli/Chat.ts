@@ -152,12 +152,11 @@ export const chat = (
     yield* Output.write(out)
     // Tool calls that wait for approval since before this process opened the session (SPEC 4.12).
     const waiting = (yield* driver.pendingApprovals).filter((p) => p.seq < log.firstLiveSeq)
+    const approveHint = `tiller approve ${Output.shellWord(sessionId)}`
     if (waiting.length > 0) {
       yield* Output.lines(waiting.map((p) =>
-        `  ? approve ${p.tool} ${JSON.stringify(p.input)}? ${p.reason} (pending since seq ${p.seq}, ` +
-        `call ${p.callId}). Answer y, n [REASON] or always, or: tiller approve ${
-          Output.shellWord(sessionId)
-        } ${p.callId} --allow|--deny`
+        `  ? approve ${p.tool} ${JSON.stringify(p.input)}? ${p.reason} (pending since seq ${p.seq}, call ` +
+        `${p.callId}). Answer y, n [REASON] or always, or: ${approveHint} ${p.callId} --allow|--deny`
       ))
     }
     lastStatus = yield* driver.status

@@ -423,15 +423,18 @@ export const chat = (
 
     yield* Effect.gen(function*() {
       yield* Stream.runForEachWhile(input.events, onInput)
-      // A call still waiting for approval is answered by another process or the chat ends (Ctrl-C).
-      const waiting = yield* driver.pendingApprovals
-      if (waiting.length > 0 && (yield* driver.status) === "running") {
-        yield* Output.errorLine(
-          `input ended while ${waiting.map((w) => w.callId).join(", ")} waits for approval: answer with ` +
-            `tiller approve ${Output.shellWord(sessionId)} CALL --allow|--deny, or Ctrl-C to cancel the turn`
-        )
-      }
-      yield* driver.whenIdle
+      // Nobody is left to answer in this chat: a call of the running turn that waits for approval, now
+      // or later in the turn, is refused (one asked before the session stopped stays pending).
+      const refuseWaiting = Effect.flatMap(driver.pendingApprovals, (waiting) =>
+        Effect.forEach(
+          waiting.filter((w) => !w.interrupted),
+          (w) => Effect.ignore(driver.deny(w.callId, "the chat's input ended", { by: "the chat" })),
+          { discard: true }
+        ))
+      yield* Effect.raceFirst(
+        driver.whenIdle,
+        Effect.zipRight(refuseWaiting, Effect.sleep("50 millis")).pipe(Effect.forever)
+      )
       yield* caughtUp
       yield* saved(log)
     }).pipe(

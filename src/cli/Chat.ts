@@ -189,9 +189,9 @@ export const chat = (
 
     // The driver's status, the latest turn and step and the pending lists now (the view may lag).
     const currentStatus = Effect.map(
-      Effect.all([driver.status, log.events, inbox.snapshot, usage]),
-      ([status, events, pending, used]) =>
-        statusLine(status, { ...latestPosition(events), pending }, used, spentOf(events))
+      Effect.all([driver.status, log.events, inbox.snapshot, usage, driver.pendingApprovals]),
+      ([status, events, pending, used, approvals]) =>
+        statusLine(status, { ...latestPosition(events), pending }, used, spentOf(events), approvals)
     )
     // A note on a line of its own (also when streamed text is mid-line), then the status line.
     const acknowledge = (note: string) =>

@@ -547,7 +547,8 @@ export const spentNote = (tally: Cost.Tally): string | undefined =>
 
 /**
  * The chat's status line; with `usage`, the share of the context window in use (`ctx 63%`); with
- * `spent`, what the session has cost so far (see `spentNote`).
+ * `spent`, what the session has cost so far (see `spentNote`); with `approvals`, the calls that wait
+ * for an answer (`awaiting approval: c1`).
  *
  * @since 0.1.0
  * @category formatting
@@ -556,12 +557,16 @@ export const statusLine = (
   status: "idle" | "running",
   position: ReturnType<Renderer["position"]>,
   usage?: { readonly fraction: number },
-  spent?: string
+  spent?: string,
+  approvals?: ReadonlyArray<{ readonly callId: string }>
 ): string => {
   const where = status === "running"
     ? `turn ${position.turn}${position.step > 0 ? ` step ${position.step}` : ""}`
     : `${position.turn} turn${position.turn === 1 ? "" : "s"}`
   const ctx = usage === undefined ? "" : ` · ctx ${Math.round(usage.fraction * 100)}%`
   const cost = spent === undefined ? "" : ` · ${spent}`
-  return `[${status} · ${where} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step${ctx}${cost}]`
+  const awaiting = approvals === undefined || approvals.length === 0
+    ? ""
+    : ` · awaiting approval: ${approvals.map((a) => a.callId).join(", ")}`
+  return `[${status} · ${where}${awaiting} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step${ctx}${cost}]`
 }

@@ -205,7 +205,7 @@ describe("durable approvals", () => {
       expect(results(events)[0]!.error?.code).toBe("ABORTED_BEFORE_DISPATCH")
       expect(yield* driver.pendingApprovals).toEqual([])
       expect(ran).toEqual([])
-      expect(Effect.runSync(Effect.flip(driver.approve("c1")))).toMatchObject({ reason: "answered" })
+      expect(yield* Effect.flip(driver.approve("c1"))).toMatchObject({ reason: "answered" })
       expect(checkLog(events, { closed: true })).toEqual([])
     }).pipe(Effect.scoped, Effect.provide(fresh([callBash("make"), ScriptedModel.text("ok")]))))
 

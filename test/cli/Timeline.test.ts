@@ -126,8 +126,10 @@ describe("Timeline: durable approvals", () => {
       )
       expect(shown).toContain("  · c2 refused by bob: not today\n")
       expect(shown).toContain("tool call denied: permission refused by bob: not today")
-      expect(statusLine("running", { turn: 1, step: 1, pending: emptyInbox, inTurn: true } as never, undefined, undefined, [
-        { callId: "c2" }
-      ])).toBe("[running · turn 1 step 1 · awaiting approval: c2 · pending: 0 queued, 0 next-step]")
+      expect(
+        statusLine("running", { turn: 1, step: 1, pending: emptyInbox, inTurn: true } as never, undefined, undefined, [
+          { callId: "c2" }
+        ])
+      ).toBe("[running · turn 1 step 1 · awaiting approval: c2 · pending: 0 queued, 0 next-step]")
     }))
 })

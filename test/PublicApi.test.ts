@@ -166,6 +166,8 @@ describe("SPEC 8 public API", () => {
     expect(LOG_FORMAT_VERSION).toBe(1)
     expect([...CORE_EVENT_TYPES].sort()).toEqual([
       "agent/inbox/spliced",
+      "approval/answer",
+      "approval/request",
       "assistant/chunk",
       "assistant/message",
       "compaction/end",
@@ -603,7 +605,8 @@ describe("SPEC 8.1 / 8.2 API", () => {
     const ok = (schema: any, value: unknown) => Either.isRight(Schema.decodeUnknownEither(schema)(value))
     expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r", rule: "R19" })).toBe(true)
     expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r" })).toBe(true)
-    expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r", rule: "R20" })).toBe(false)
+    expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r", rule: "R20" })).toBe(true)
+    expect(ok(InvalidEvent, { _tag: "InvalidEvent", type: "t", reason: "r", rule: "R21" })).toBe(false)
     expect(ok(AgentBusy, { _tag: "AgentBusy", sessionId: "s", operation: "runMaintenance", phase: "disposing" })).toBe(
       true
     )
@@ -632,8 +635,8 @@ describe("SPEC 8.1 / 8.2 API", () => {
 
   it("8.1: type-level literals (LOG_FORMAT_VERSION: 1, RuleId, AgentStatus, KnownIdState, InboxTarget)", () => {
     const v: 1 = LOG_FORMAT_VERSION
-    // @ts-expect-error R20 is not a RuleId
-    const r20: RuleId = "R20"
+    // @ts-expect-error R21 is not a RuleId
+    const r20: RuleId = "R21"
     // @ts-expect-error not an AgentStatus
     const s: AgentStatus = "busy"
     // @ts-expect-error not a KnownIdState

@@ -62,6 +62,10 @@ const HELP = [
   "  /compact [FOCUS] compact the context now (between turns): summarise older history, FOCUS steering it",
   "  /help           this help",
   "  /quit           wait until the agent is idle, then exit (end of input does the same)",
+  "  y | n [REASON] | always",
+  "                  answer the oldest tool call that waits for approval (always: also allow calls like",
+  "                  it for the rest of the session); tiller approve ID CALL --allow|--deny answers from",
+  "                  another terminal, also after a restart",
   "  /TOOL ARG       a line naming a tool is sent as a message (the demo model calls the tool,",
   "                  e.g. /wait 3000 keeps the turn running for 3 s so that it can be steered)",
   "Keys on a terminal: Enter sends; Alt-Enter, Ctrl-J or a line ending in \\ continues the message on a",
@@ -147,6 +151,15 @@ export const chat = (
       "Type a message, or /help for the commands."
     ])
     yield* Output.write(out)
+    // Tool calls that wait for approval since before this process opened the session (SPEC 4.12).
+    const waiting = (yield* driver.pendingApprovals).filter((p) => p.seq < log.firstLiveSeq)
+    const approveHint = `tiller approve ${Output.shellWord(sessionId)}`
+    if (waiting.length > 0) {
+      yield* Output.lines(waiting.map((p) =>
+        `  ? approve ${p.tool} ${JSON.stringify(p.input)}? ${p.reason} (pending since seq ${p.seq}, call ` +
+        `${p.callId}). Answer y, n [REASON] or always, or: ${approveHint} ${p.callId} --allow|--deny`
+      ))
+    }
     lastStatus = yield* driver.status
     yield* Output.lines([yield* status(lastStatus, view.position())])
 
@@ -154,12 +167,18 @@ export const chat = (
       Effect.gen(function*() {
         let text = ""
         let ended = false
-        if (input.terminal !== undefined) input.progress.contextShare((yield* usage)?.fraction)
+        if (input.terminal !== undefined) {
+          input.progress.contextShare((yield* usage)?.fraction)
+        }
         for (const event of events) {
           input.progress.observe(event)
           text += view.render(event)
-          if (event.type === "turn/start") lastStatus = "running"
-          if (event.type === "turn/end") ended = true
+          if (event.type === "turn/start") {
+            lastStatus = "running"
+          }
+          if (event.type === "turn/end") {
+            ended = true
+          }
         }
         // A turn ended and no next turn started in this chunk: say so if the agent is idle now.
         if (ended && !view.position().inTurn && (yield* driver.status) === "idle") {
@@ -171,13 +190,14 @@ export const chat = (
 
     // The driver's status, the latest turn and step and the pending lists now (the view may lag).
     const currentStatus = Effect.map(
-      Effect.all([driver.status, log.events, inbox.snapshot, usage]),
-      ([status, events, pending, used]) =>
-        statusLine(status, { ...latestPosition(events), pending }, used, spentOf(events))
+      Effect.all([driver.status, log.events, inbox.snapshot, usage, driver.pendingApprovals]),
+      ([status, events, pending, used, approvals]) =>
+        statusLine(status, { ...latestPosition(events), pending }, used, spentOf(events), approvals)
     )
     // A note on a line of its own (also when streamed text is mid-line), then the status line.
     const acknowledge = (note: string) =>
-      Effect.flatMap(currentStatus, (status) => Output.write(view.line(`(${note}) ${status}`)))
+      Effect.flatMap(currentStatus, (status) =>
+        Output.write(view.line(`(${note}) ${status}`)))
 
     const deliver = (text: string, source?: MessageSource) =>
       newUserMessage(source === undefined ? { text } : { text, source })
@@ -193,8 +213,6 @@ export const chat = (
       })
 
     const handle = (line: string): Effect.Effect<boolean, CliError> => {
-      // A hook waiting for a yes or no (a PreToolUse `ask`) takes this line as its answer.
-      if (compositions.answer(line)) return Effect.succeed(true)
       const trimmed = line.trim()
       if (trimmed === "") return Effect.succeed(true)
       const space = trimmed.search(/\s/)
@@ -225,17 +243,26 @@ export const chat = (
       const action: Effect.Effect<boolean, unknown> = (() => {
         switch (command) {
           case undefined:
-            return referencing
+            // y, n [REASON] or always answers the oldest pending approval (SPEC 4.12).
+            return Effect.flatMap(compositions.answer(trimmed), (answered) =>
+              answered ? Effect.succeed(true) : referencing)
           case "/ref":
-            if (rest === "") return usage("/ref ID [--upto SEQ]")
-            return Effect.flatMap(compositions.ref(rest), (note) => Effect.as(acknowledge(note), true))
+            if (rest === "") {
+              return usage("/ref ID [--upto SEQ]")
+            }
+            return Effect.flatMap(compositions.ref(rest), (note) =>
+              Effect.as(acknowledge(note), true))
           case "/quit":
           case "/exit":
             return Effect.succeed(false)
           case "/help":
             return Effect.as(Output.lines(HELP), true)
           case "/status":
-            return Effect.as(Effect.flatMap(currentStatus, (status) => Output.write(view.line(status))), true)
+            return Effect.as(
+              Effect.flatMap(currentStatus, (status) =>
+                Output.write(view.line(status))),
+              true
+            )
           case "/queue":
             if (rest === "") return usage("/queue TEXT")
             return wake(Effect.flatMap(deliver(rest), driver.followup), "queued for a later turn")
@@ -256,8 +283,10 @@ export const chat = (
           case "/pending":
             if (rest !== "") return usage("/pending")
             return Effect.as(
-              Effect.flatMap(inbox.snapshot, (snapshot) =>
-                Output.lines(PendingInput.describe(PendingInput.numbered(snapshot)))),
+              Effect.flatMap(
+                inbox.snapshot,
+                (snapshot) => Output.lines(PendingInput.describe(PendingInput.numbered(snapshot)))
+              ),
               true
             )
           case "/drop":
@@ -283,9 +312,7 @@ export const chat = (
               typeof item === "string"
                 ? Effect.as(Output.errorLine(item), true)
                 : Effect.as(
-                  Effect.sync(() =>
-                    terminal.prefill(`/edit ${item.number} ${PendingInput.textOfItem(item)}`)
-                  ),
+                  Effect.sync(() => terminal.prefill(`/edit ${item.number} ${PendingInput.textOfItem(item)}`)),
                   true
                 ))
           }
@@ -397,9 +424,18 @@ export const chat = (
 
     yield* Effect.gen(function*() {
       yield* Stream.runForEachWhile(input.events, onInput)
-      // No line can answer a hook's question any more.
-      compositions.endOfInput()
-      yield* driver.whenIdle
+      // Nobody is left to answer in this chat: a call of the running turn that waits for approval, now
+      // or later in the turn, is refused (one asked before the session stopped stays pending).
+      const refuseWaiting = Effect.flatMap(driver.pendingApprovals, (waiting) =>
+        Effect.forEach(
+          waiting.filter((w) => !w.interrupted),
+          (w) => Effect.ignore(driver.deny(w.callId, "the chat's input ended", { by: "the chat" })),
+          { discard: true }
+        ))
+      yield* Effect.raceFirst(
+        driver.whenIdle,
+        Effect.zipRight(refuseWaiting, Effect.sleep("50 millis")).pipe(Effect.forever)
+      )
       yield* caughtUp
       yield* saved(log)
     }).pipe(

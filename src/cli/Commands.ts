@@ -1,6 +1,6 @@
 /**
  * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`,
- * `resume` and `compact`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
+ * `resume`, `compact` and `approve`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
  *
  * @since 0.1.0
  */
@@ -16,6 +16,7 @@ import { Permissions } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
 import { SessionStore } from "../services/SessionStore.js"
+import { approve } from "./Approve.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { chat, runOnce } from "./Chat.js"
 import { CliError, ExitWith } from "./CliError.js"
@@ -338,14 +339,15 @@ const sessionJson = (s: ReadOnlyStore.Listed) => ({
   events: s.events,
   title: s.title === undefined ? null : s.title.split("\n")[0]!.slice(0, 200),
   forkOf: s.header?.parent === undefined ? null : { id: s.header.parent.sessionId, seq: s.header.parent.boundary },
-  damage: s.damage === undefined ? null : s.damage.message
+  damage: s.damage === undefined ? null : s.damage.message,
+  approvals: s.approvals.map((p) => ({ callId: p.callId, tool: p.tool, input: p.input, reason: p.reason, seq: p.seq }))
 })
 
 const sessionsCommand = Command.make("sessions", {
   all: Options.boolean("all").pipe(Options.withDescription("Also list empty sessions (no turn, nothing pending)")),
   json: Options.boolean("json").pipe(
     Options.withDescription(
-      "Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf, damage, usage (tokens) and cost (usd, models without a price)"
+      "Print one JSON array: per session its id, status, lastUsed, turns, events, title, forkOf, damage, approvals (the calls waiting for one), usage (tokens) and cost (usd, models without a price)"
     )
   )
 }, ({ all, json }) =>
@@ -367,10 +369,10 @@ const sessionsCommand = Command.make("sessions", {
       if (list.length === 0) return yield* Output.lines([`no sessions in ${Database.label(globals.db)}${note}`])
       const width = Math.max(2, ...list.map((s) => s.sessionId.length))
       yield* Output.lines([
-        `${"ID".padEnd(width)}  TURNS  EVENTS  STATUS         UPDATED                   TITLE`,
+        `${"ID".padEnd(width)}  TURNS  EVENTS  STATUS             UPDATED                   TITLE`,
         ...list.map((s) =>
           `${s.sessionId.padEnd(width)}  ${String(s.turns).padStart(5)}  ${String(s.events).padStart(6)}  ${
-            s.status.padEnd(13)
+            s.status.padEnd(17)
           }  ` +
           `${new Date(s.updatedAt).toISOString()}  ${(s.title ?? "").split("\n")[0]!.slice(0, 60)}` +
           (s.header?.parent !== undefined
@@ -542,6 +544,29 @@ const forkCommand = Command.make("fork", {
     )
   )
 
+const approveCommand = Command.make(
+  "approve",
+  {
+    id: sessionId,
+    call: Args.text({ name: "CALL" }).pipe(
+      Args.withDescription("The tool call id (default: the only pending one; tiller log ID shows them)"),
+      Args.optional
+    ),
+    allow: Options.boolean("allow").pipe(Options.withDescription("Run the call")),
+    deny: Options.boolean("deny").pipe(Options.withDescription("Refuse the call: its result is an error saying so")),
+    reason: Options.text("reason").pipe(
+      Options.withDescription("Why (shown to the model with a refusal, and in the log)"),
+      Options.optional
+    )
+  },
+  ({ allow, call, deny, id, reason }) =>
+    withSessions((globals) => approve({ id, call, allow, deny, reason, db: globals.db }), { agent: false })
+).pipe(
+  Command.withDescription(
+    "Answer a tool call that waits for approval in session ID, from any process: --allow runs it, --deny refuses it"
+  )
+)
+
 const compactCommand = Command.make(
   "compact",
   {
@@ -616,6 +641,7 @@ export const command = tiller.pipe(
     forkCommand,
     resumeCommand,
     compactCommand,
+    approveCommand,
     handoffCommand,
     traceCommand,
     exportCommand
@@ -631,6 +657,7 @@ const SUBCOMMANDS: ReadonlySet<string> = new Set([
   "fork",
   "resume",
   "compact",
+  "approve",
   "handoff",
   "trace",
   "export"

@@ -1,21 +1,22 @@
 /**
  * The compositions the CLI's session commands add to an open session: the hook bridge (settings
  * from `.tiller/settings.json`, with `--claude-hooks` also from `.claude/` and `~/.claude/`; a
- * `PreToolUse` `ask` is a question in the chat and a deny in `run`), the permissions (the mode and
- * the rules of the same settings files and `--allow`; an `ask` is a question in the chat and a
- * refusal in `run`) and cross-session references
+ * `PreToolUse` `ask` is a durable approval in the chat and a deny in `run`), the permissions (the
+ * mode and the rules of the same settings files and `--allow`; an `ask` is a durable approval
+ * (SPEC 4.12) in the chat, answered with y / n / always or by `tiller approve`, and a refusal in
+ * `run`) and cross-session references
  * (`@ID` or `@ID@SEQ` in a line attaches a snapshot of that session; `/ref ID [--upto SEQ]`).
  *
  * @since 0.1.0
  */
-import { Context, Deferred, Effect, Exit, Scope } from "effect"
+import { Context, Effect, Scope } from "effect"
 import * as path from "node:path"
 import type { SessionId } from "../domain/Ids.js"
 import type { UserMessage } from "../domain/Values.js"
 import { HookBridge } from "../layers/HookBridge.js"
 import type { HookBridgeOptions, HookNotice, HookQuestion } from "../layers/HookBridge.js"
 import { Permissions } from "../layers/Permissions.js"
-import type { PermissionMode, PermissionQuestion } from "../layers/Permissions.js"
+import type { PermissionMode } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import type { SessionServices } from "../layers/Sessions.js"
 import type { DeliveryError } from "../services/Driver.js"
@@ -49,10 +50,8 @@ export interface CompositionOptions {
  * @category models
  */
 export interface Compositions {
-  /** Takes `line` as the answer to a hook's pending question, if one is waiting: `true` then. */
-  readonly answer: (line: string) => boolean
-  /** The input ended: a pending question and every later one are answered no. */
-  readonly endOfInput: () => void
+  /** Takes `line` (y, n [REASON], always) as the answer to the oldest pending approval, if one waits: `true` then. */
+  readonly answer: (line: string) => Effect.Effect<boolean>
   /** Snapshots of the stored sessions that `text` mentions (`@ID`, `@ID@SEQ`), each announced. */
   readonly mentioned: (text: string) => Effect.Effect<ReadonlyArray<UserMessage>, CliError>
   /** Delivers `message` with `references` beside it (see `SessionReference.deliver`). */
@@ -63,6 +62,43 @@ export interface Compositions {
   ) => Effect.Effect<void, DeliveryError>
   /** `/ref ID [--upto SEQ]`: injects a snapshot of ID for the next step; returns the acknowledgement. */
   readonly ref: (args: string) => Effect.Effect<string, CliError | DeliveryError>
+}
+
+/**
+ * A chat line read as an approval answer: `y`/`yes`, `n`/`no` with an optional reason, `always`;
+ * `undefined` for any other line.
+ *
+ * @since 0.1.0
+ * @category parsing
+ */
+export const parseAnswer = (
+  line: string
+): { readonly decision: "allow" | "deny"; readonly always: boolean; readonly reason?: string } | undefined => {
+  const match = /^\s*(y|yes|n|no|always)(?:\s+(.*\S))?\s*$/i.exec(line)
+  if (match === null) return undefined
+  const word = match[1]!.toLowerCase()
+  if (word === "n" || word === "no") {
+    return match[2] === undefined
+      ? { decision: "deny", always: false }
+      : { decision: "deny", always: false, reason: match[2] }
+  }
+  return match[2] === undefined ? { decision: "allow", always: word === "always" } : undefined
+}
+
+/**
+ * The allow rule an "always" answer records for a call: the exact command for `Bash`, every edit
+ * for the edit tools, the tool itself otherwise (Claude Code's syntax).
+ *
+ * @since 0.1.0
+ * @category parsing
+ */
+export const alwaysRuleFor = (tool: string, input: unknown): string => {
+  const command = typeof input === "object" && input !== null
+    ? (input as { readonly command?: unknown }).command
+    : undefined
+  if (tool === "Bash" && typeof command === "string" && !/[()]/.test(command)) return `Bash(${command})`
+  if (tool === "Edit" || tool === "Write" || tool === "MultiEdit" || tool === "NotebookEdit") return "Edit"
+  return tool
 }
 
 /** `@ID` or `@ID@SEQ`, not inside a word or an e-mail address. */
@@ -144,7 +180,7 @@ export const bridgeOptions = (options: CompositionOptions) =>
 
 /**
  * Registers the hook bridge on the open session `context` in the current scope and returns its
- * reference helpers. `interactive`: a hook's `ask` becomes a question answered by the next line.
+ * reference helpers. `interactive`: an `ask` becomes a durable approval request.
  *
  * @since 0.1.0
  * @category constructors
@@ -157,29 +193,17 @@ export const setup = (
     const store = yield* SessionStore
     const driver = Context.get(context, Driver)
     const own = driver.sessionId
-    let pending: Deferred.Deferred<boolean> | undefined
-    let ended = false
-    // One question at a time: a second one waits until the first is answered.
-    const asking = yield* Effect.makeSemaphore(1)
-    const askLine = (prompt: string) =>
-      asking.withPermits(1)(Effect.gen(function*() {
-        if (ended) return false
-        const answer = yield* Deferred.make<boolean>()
-        pending = answer
-        yield* Output.lines([prompt])
-        return yield* Effect.ensuring(
-          Deferred.await(answer),
-          Effect.sync(() => {
-            if (pending === answer) pending = undefined
-          })
-        )
-      }))
+    // A hook's `ask` is a durable approval too (SPEC 4.12): answered in the chat or by `tiller approve`.
     const ask = (question: HookQuestion) =>
-      askLine(
-        `hook ${question.hook} asks: ${question.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`
-      )
-    const askPermission = (question: PermissionQuestion) =>
-      askLine(`permission: ${question.outcome.reason}. Run ${question.tool} ${JSON.stringify(question.input)}? [y/N]`)
+      driver.requestApproval({
+        turn: question.turn,
+        step: question.step,
+        callId: question.callId,
+        tool: question.tool,
+        input: question.input,
+        reason: `the hook ${question.hook} asks: ${question.reason}`,
+        source: "hook"
+      }).pipe(Effect.map((answer) => answer.decision === "allow"), Effect.orElseSucceed(() => false))
     const { bridge, permissionOptions } = yield* bridgeOptions(options)
     yield* HookBridge.register({
       ...bridge,
@@ -192,18 +216,27 @@ export const setup = (
     yield* Permissions.register({
       ...permissionOptions,
       warn: (warning) => Output.errorLine(warning),
-      ...(options.interactive ? { ask: askPermission } : {})
+      ...(options.interactive ? { approvals: true } : {})
     }).pipe(
       Effect.provide(context),
       Effect.mapError((error) => new CliError({ reason: error.message }))
     )
-    const answer = (line: string): boolean => {
-      const waiting = pending
-      if (waiting === undefined) return false
-      pending = undefined
-      Deferred.unsafeDone(waiting, Exit.succeed(/^\s*y(es)?\s*$/i.test(line)))
-      return true
-    }
+    // y / n [REASON] / always answers the oldest pending approval; any other line is input.
+    const answer = (line: string) =>
+      Effect.gen(function*() {
+        const parsed = parseAnswer(line)
+        if (parsed === undefined) return false
+        const [oldest] = yield* driver.pendingApprovals
+        if (oldest === undefined) return false
+        const answered = parsed.decision === "deny"
+          ? driver.deny(oldest.callId, parsed.reason ?? "", { by: "the user in the chat" })
+          : driver.approve(oldest.callId, {
+            by: "the user in the chat",
+            ...(parsed.always ? { always: alwaysRuleFor(oldest.tool, oldest.input) } : {})
+          })
+        yield* answered.pipe(Effect.catchAll((error) => Output.errorLine(`tiller: ${error.message}`)))
+        return true
+      })
     const mentioned = (text: string) =>
       Effect.gen(function*() {
         const snapshots: Array<UserMessage> = []
@@ -233,9 +266,5 @@ export const setup = (
         yield* driver.inject(snapshot)
         return `${noteOf(snapshot).slice(1, -1)}; enters with the next step`
       })
-    const endOfInput = () => {
-      ended = true
-      answer("no")
-    }
-    return { answer, endOfInput, mentioned, deliver, ref }
+    return { answer, mentioned, deliver, ref }
   })

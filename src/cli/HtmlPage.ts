@@ -295,6 +295,12 @@ function tillerFold(header) {
       case "session/end-seed":
         add({ kind: "other", depth: 1, seqs: [e.seq], label: "session", text: header.parent && e.seq === header.seedLength ? "end of the copied seed (fork of " + header.parent.sessionId + ")" : "the session was opened again" });
         break;
+      case "approval/request":
+        add({ kind: "tool", seqs: [e.seq], label: "approval asked", cls: "k-approval", text: d.tool + " " + JSON.stringify(d.input) + ": " + d.reason + " (" + d.source + ")", note: "call " + d.callId });
+        break;
+      case "approval/answer":
+        add({ kind: "tool", seqs: [e.seq], label: d.decision === "allow" ? "approved" : "refused", cls: d.decision === "allow" ? "k-approval" : "err", text: (d.decision === "allow" ? "approved" : "refused") + " by " + d.by + (d.reason ? ": " + d.reason : "") + (d.rule ? " (always: " + d.rule + ")" : ""), note: "call " + d.callId });
+        break;
       case "hook/run":
         add({ kind: "hook", seqs: [e.seq], label: "hook " + (d.event || ""), text: (d.hook || "") + (d.permissionDecision ? " → " + d.permissionDecision : "") + (d.block ? " → block" : "") + (d.stop ? " → stop" : "") + (d.permissionDecisionReason ? ": " + d.permissionDecisionReason : "") + (d.error ? " (error " + d.error.code + ")" : "") });
         break;

@@ -11,6 +11,8 @@ import type { Scope } from "effect"
 import { Context, Effect, Either, Layer, Redacted } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
+import type { PendingApproval } from "../domain/Approvals.js"
+import { foldApprovals } from "../domain/Approvals.js"
 import { MalformedLog } from "../domain/Errors.js"
 import type { UnsupportedLogVersion } from "../domain/Errors.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
@@ -50,8 +52,13 @@ export interface Listed {
   readonly updatedAt: number
   readonly turns: number
   readonly events: number
-  /** idle, pending input (the inbox holds items), interrupted (the last turn was cancelled or left open). */
-  readonly status: "idle" | "pending input" | "interrupted"
+  /**
+   * idle, pending input (the inbox holds items), interrupted (the last turn was cancelled or left
+   * open), awaiting approval (a tool call waits for `tiller approve` or an answer in the chat).
+   */
+  readonly status: "idle" | "pending input" | "interrupted" | "awaiting approval"
+  /** The tool calls that wait for approval, oldest first. */
+  readonly approvals: ReadonlyArray<PendingApproval>
   readonly damage?: MalformedLog | UnsupportedLogVersion
 }
 
@@ -174,6 +181,7 @@ const summary = (id: SessionId, read: ReadSession): Listed => {
     }
   }
   const last = read.events[read.events.length - 1]
+  const approvals = foldApprovals(read.events).pending
   return {
     sessionId: id,
     header: read.header,
@@ -181,7 +189,8 @@ const summary = (id: SessionId, read: ReadSession): Listed => {
     updatedAt: last?.time ?? read.header.createdAt,
     turns,
     events: read.events.length,
-    status: statusOf(read.header, read.events),
+    status: approvals.length > 0 ? "awaiting approval" : statusOf(read.header, read.events),
+    approvals,
     ...(read.damage !== undefined ? { damage: read.damage } : {})
   }
 }

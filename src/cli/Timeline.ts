@@ -7,6 +7,7 @@
  * @since 0.1.0
  */
 import { Either } from "effect"
+import { describeAnswer } from "../domain/Approvals.js"
 import * as Cost from "../domain/Cost.js"
 import type { EventOf, SessionEvent, SessionHeader } from "../domain/Event.js"
 import type { PriceTable } from "../domain/Prices.js"
@@ -398,6 +399,17 @@ export const timeline = (
             return entry("inbox", JSON.stringify(data))
         }
       }
+      case "approval/request": {
+        const data = (event as EventOf<"approval/request">).data
+        return entry(
+          "approval",
+          `asked for ${data.tool} ${JSON.stringify(data.input)} (${data.callId}): ${data.reason}`
+        )
+      }
+      case "approval/answer": {
+        const data = (event as EventOf<"approval/answer">).data
+        return entry("approval", `${data.callId} ${describeAnswer(data)}`)
+      }
       case "session/end-seed":
         // A fork's first end-seed closes its copied seed; every later one marks a reopening.
         return header.parent !== undefined && event.seq === header.seedLength
@@ -492,6 +504,17 @@ export const chatView = (seedLength = 0): {
         const data = (event as EventOf<"llm/retry">).data
         return line(`  (retrying in ${data.delayMs} ms: ${data.failure.message})`)
       }
+      case "approval/request": {
+        const data = (event as EventOf<"approval/request">).data
+        return line(
+          `  ? approve ${data.tool} ${JSON.stringify(data.input)}? ${data.reason}. ` +
+            `Answer y, n [REASON] or always (or: tiller approve ID ${data.callId} --allow|--deny)`
+        )
+      }
+      case "approval/answer": {
+        const data = (event as EventOf<"approval/answer">).data
+        return line(`  · ${data.callId} ${describeAnswer(data)}`)
+      }
       case "hook/run": {
         // A hook's error or its message for the user (its decisions show as their effects).
         const data = event.data as {
@@ -529,7 +552,8 @@ export const spentNote = (tally: Cost.Tally): string | undefined =>
 
 /**
  * The chat's status line; with `usage`, the share of the context window in use (`ctx 63%`); with
- * `spent`, what the session has cost so far (see `spentNote`).
+ * `spent`, what the session has cost so far (see `spentNote`); with `approvals`, the calls that wait
+ * for an answer (`awaiting approval: c1`).
  *
  * @since 0.1.0
  * @category formatting
@@ -538,12 +562,16 @@ export const statusLine = (
   status: "idle" | "running",
   position: ReturnType<Renderer["position"]>,
   usage?: { readonly fraction: number },
-  spent?: string
+  spent?: string,
+  approvals?: ReadonlyArray<{ readonly callId: string }>
 ): string => {
   const where = status === "running"
     ? `turn ${position.turn}${position.step > 0 ? ` step ${position.step}` : ""}`
     : `${position.turn} turn${position.turn === 1 ? "" : "s"}`
   const ctx = usage === undefined ? "" : ` · ctx ${Math.round(usage.fraction * 100)}%`
   const cost = spent === undefined ? "" : ` · ${spent}`
-  return `[${status} · ${where} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step${ctx}${cost}]`
+  const awaiting = approvals === undefined || approvals.length === 0
+    ? ""
+    : ` · awaiting approval: ${approvals.map((a) => a.callId).join(", ")}`
+  return `[${status} · ${where}${awaiting} · pending: ${position.pending.nextTurn.length} queued, ${position.pending.nextStep.length} next-step${ctx}${cost}]`
 }

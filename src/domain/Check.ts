@@ -22,7 +22,7 @@ export interface LogViolation {
 const noDeclared: ReadonlySet<string> = new Set()
 
 /**
- * Checks a log against the relational rules R1-R19; `[]` means valid. Pure, total and linear; an
+ * Checks a log against the relational rules R1-R20; `[]` means valid. Pure, total and linear; an
  * open final turn is fine unless `closed: true`.
  *
  * @since 0.1.0

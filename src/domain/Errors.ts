@@ -33,7 +33,8 @@ export const RuleId = Schema.Literal(
   "R16",
   "R17",
   "R18",
-  "R19"
+  "R19",
+  "R20"
 )
 
 /**
@@ -424,5 +425,27 @@ export class SessionReferenceError extends Schema.TaggedError<SessionReferenceEr
 ) {
   override get message(): string {
     return `cannot reference session ${this.source}: ${this.reason}`
+  }
+}
+
+/**
+ * An answer to an approval that is not pending: no request names the call (`unknown`), or its
+ * request was answered already or closed by the call's result (`answered`). Nothing is recorded.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class ApprovalNotPending extends Schema.TaggedError<ApprovalNotPending>("tiller/ApprovalNotPending")(
+  "ApprovalNotPending",
+  {
+    sessionId: Schema.String,
+    callId: Schema.String,
+    reason: Schema.Literal("unknown", "answered")
+  }
+) {
+  override get message(): string {
+    return this.reason === "unknown"
+      ? `session ${this.sessionId} has no approval request for tool call ${this.callId}`
+      : `the approval request for tool call ${this.callId} of session ${this.sessionId} is no longer pending`
   }
 }

@@ -167,7 +167,54 @@ export const CompactionEnd = compaction("compaction/end", {
 })
 
 /**
- * The 16 core event types (SPEC 2.4).
+ * Where an approval request came from: a permission rule, the permission mode, or a hook.
+ *
+ * @since 0.1.0
+ * @category schemas
+ */
+export const ApprovalSource = Schema.Literal("rule", "mode", "hook")
+/** Where an approval request came from. @since 0.1.0 @category models */
+export type ApprovalSource = typeof ApprovalSource.Type
+
+/**
+ * `approval/request`: a tool call of the open step waits for a yes or no (SPEC 4.6, 4.12).
+ *
+ * @since 0.1.0
+ * @category schemas
+ */
+export const ApprovalRequest = plain(
+  "approval/request",
+  Schema.Struct({
+    ...TurnStep,
+    callId: Schema.String,
+    tool: Schema.String,
+    input: JsonValue,
+    reason: Schema.String,
+    source: ApprovalSource
+  })
+)
+
+/**
+ * The payload of `approval/answer`: the decision, who gave it, why, and the rule "always" recorded.
+ *
+ * @since 0.1.0
+ * @category schemas
+ */
+export const ApprovalAnswerData = Schema.Struct({
+  callId: Schema.String,
+  decision: Schema.Literal("allow", "deny"),
+  by: Schema.NonEmptyString,
+  reason: optional(Schema.String),
+  rule: optional(Schema.NonEmptyString)
+})
+/** The payload of `approval/answer`. @since 0.1.0 @category models */
+export type ApprovalAnswerData = typeof ApprovalAnswerData.Type
+
+/** `approval/answer`: the answer to a pending `approval/request` (SPEC 4.12). @since 0.1.0 @category schemas */
+export const ApprovalAnswer = plain("approval/answer", ApprovalAnswerData)
+
+/**
+ * The 18 core event types (SPEC 2.4).
  *
  * @since 0.1.0
  * @category constants
@@ -188,7 +235,9 @@ export const CORE_EVENT_TYPES: ReadonlyArray<string> = Object.freeze([
   "session/end-seed",
   "compaction/start",
   "compaction/summary",
-  "compaction/end"
+  "compaction/end",
+  "approval/request",
+  "approval/answer"
 ])
 
 const coreTypes: ReadonlySet<string> = new Set(CORE_EVENT_TYPES)
@@ -238,6 +287,8 @@ export const SessionEvent = Schema.Union(
   CompactionStart,
   CompactionSummary,
   CompactionEnd,
+  ApprovalRequest,
+  ApprovalAnswer,
   ExtensionEvent
 )
 /** Any event of the durable log. @since 0.1.0 @category models */
@@ -266,6 +317,8 @@ export type CoreEvent =
   | typeof CompactionStart.Type
   | typeof CompactionSummary.Type
   | typeof CompactionEnd.Type
+  | typeof ApprovalRequest.Type
+  | typeof ApprovalAnswer.Type
 
 /**
  * Narrows an event to the core union (extension events have non-core types).

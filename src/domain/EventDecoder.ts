@@ -284,6 +284,20 @@ const payloads: ReadonlyMap<string, PayloadCheck> = new Map<string, PayloadCheck
     return removed >= 0 && outcome >= 0 && keyCount(d) === 3 + removed + outcome
   }],
   ["session/end-seed", (d) => isObject(d) && keyCount(d) === 0],
+  [
+    "approval/request",
+    (d) =>
+      isObject(d) && isTurnStep(d) && isString(d["callId"]) && isString(d["tool"]) && d["input"] !== undefined &&
+      isJson(d["input"]) && isString(d["reason"]) &&
+      (d["source"] === "rule" || d["source"] === "mode" || d["source"] === "hook") && keyCount(d) === 7
+  ],
+  ["approval/answer", (d) => {
+    if (!isObject(d) || !isString(d["callId"]) || (d["decision"] !== "allow" && d["decision"] !== "deny")) return false
+    if (!isNonEmptyString(d["by"])) return false
+    const reason = optionalField(d, "reason", isString)
+    const rule = optionalField(d, "rule", isNonEmptyString)
+    return reason >= 0 && rule >= 0 && keyCount(d) === 3 + reason + rule
+  }],
   ["compaction/start", (d) => isCompaction(d)],
   ["compaction/summary", (d) => isCompaction(d)],
   ["compaction/end", (d) => {

@@ -42,7 +42,7 @@ export interface Violation {
  * @category models
  */
 export interface FoldOptions {
-  /** Run the relational rules R1-R17 (the agent option `invariants: "check"`). */
+  /** Run the relational rules R1-R18 and R20 (the agent option `invariants: "check"`). */
   readonly relations: boolean
   /** Declared extension event types. */
   readonly eventTypes: ReadonlySet<string>

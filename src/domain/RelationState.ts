@@ -62,7 +62,18 @@ export interface Relations {
   readonly headerSeen: boolean
   readonly bracket: { readonly turn: number | null } | undefined
   readonly step: StepRelations | undefined
+  /** The approval requests by call id (R20): waiting for an answer, answered, or closed by the call's result. */
+  readonly approvals: ReadonlyMap<string, ApprovalState>
 }
+
+/**
+ * Where an approval request stands (R20): `waiting` (answerable), `answered`, or `closed` (its call
+ * got a result without an answer: the turn was cancelled while it waited).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ApprovalState = "waiting" | "answered" | "closed"
 
 /**
  * The state before the first event.
@@ -81,7 +92,8 @@ export const initialRelations: Relations = {
   claimedForStep: new Set(),
   headerSeen: false,
   bracket: undefined,
-  step: undefined
+  step: undefined,
+  approvals: new Map()
 }
 
 /**
@@ -157,7 +169,8 @@ export const copy = (s: Relations): Mutable<Relations> => ({
   claimedForStep: s.claimedForStep,
   headerSeen: s.headerSeen,
   bracket: s.bracket,
-  step: s.step
+  step: s.step,
+  approvals: s.approvals
 })
 
 /**

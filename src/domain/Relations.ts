@@ -1,10 +1,11 @@
 /**
- * The relational rules R1-R17 of SPEC 5.2 as an incremental state machine: one `relate` call per
+ * The relational rules R1-R17 and R20 of SPEC 5.2 as an incremental state machine: one `relate` call per
  * event, constant work per event apart from the event's own payload. The state the rules fold lives
  * in `RelationState`.
  *
  * @since 0.1.0
  */
+import { APPROVAL_INTERRUPTED } from "./Approvals.js"
 import type { RuleId } from "./Errors.js"
 import type { CoreEvent, SessionEvent, SpliceData } from "./Event.js"
 import { isCoreEvent } from "./Event.js"
@@ -271,7 +272,33 @@ const relateCore = (
       const nextStep = copyStep(step)
       nextStep.answered = answered
       nextStep.lastResultIndex = Math.max(index, step.lastResultIndex)
-      return withStep(s, nextStep)
+      const next = withStep(s, nextStep)
+      // A result closes a request still waiting, unless it says the session stopped while it waited.
+      if (s.approvals.get(callId) !== "waiting" || d.error?.code === APPROVAL_INTERRUPTED) return next
+      return patched(next, { approvals: new Map(s.approvals).set(callId, "closed") })
+    }
+    case "approval/request": {
+      const d = event.data
+      const step = stepEnclosed(s, d.turn, d.step, "approval/request", out)
+      if (step === undefined) return s
+      if (!step.callSeqs.has(d.callId)) {
+        violate(out, "R20", `approval/request for ${d.callId}, which has no tool/call in the step`)
+      } else if (step.answered.has(d.callId)) {
+        violate(out, "R20", `approval/request for ${d.callId} after its tool/result`)
+      } else if (s.approvals.get(d.callId) === "waiting") {
+        violate(out, "R20", `a second approval/request for ${d.callId}`)
+      }
+      return patched(s, { approvals: new Map(s.approvals).set(d.callId, "waiting") })
+    }
+    case "approval/answer": {
+      const { callId } = event.data
+      const state = s.approvals.get(callId)
+      if (state === undefined) violate(out, "R20", `approval/answer for ${callId}, which has no approval/request`)
+      else if (state === "answered") violate(out, "R20", `approval/answer for ${callId}, which is already answered`)
+      else if (state === "closed") {
+        violate(out, "R20", `approval/answer for ${callId}, whose call already has a result`)
+      }
+      return patched(s, { approvals: new Map(s.approvals).set(callId, "answered") })
     }
     case "request/header": {
       if (!s.stepOpen) violate(out, "R5", `request/header with no open step`)

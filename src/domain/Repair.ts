@@ -3,6 +3,7 @@
  *
  * @since 0.1.0
  */
+import { APPROVAL_INTERRUPTED } from "./Approvals.js"
 import type { EventOf, SessionEvent } from "./Event.js"
 import { REPAIR_ID_PREFIX } from "./Ids.js"
 import type { MessageId } from "./Ids.js"
@@ -10,6 +11,8 @@ import type { ToolCallBlock, ToolResultMessage } from "./Values.js"
 
 const OUTCOME_UNKNOWN =
   "Error: the session was interrupted while this tool call was running; its outcome is unknown. Check the current state before retrying anything with side effects."
+const APPROVAL_WAITING =
+  "Error: the session was interrupted while this tool call waited for approval; it did not run. The request is still pending: if it is approved the call runs and its result follows in a message."
 const NOT_STARTED =
   "Error: the session was interrupted before this tool call started; it did not run and may be retried."
 
@@ -49,6 +52,8 @@ export const repairClosers = (events: ReadonlyArray<SessionEvent>): ReadonlyArra
     let calls: ReadonlyArray<ToolCallBlock> = []
     const callSeqs = new Map<string, number>()
     const answered = new Set<string>()
+    // Calls whose approval request has no answer: their body never started.
+    const waiting = new Set<string>()
     for (let i = stepStart + 1; i < events.length; i++) {
       const e = events[i]!
       if (e.type === "assistant/message") {
@@ -58,6 +63,10 @@ export const repairClosers = (events: ReadonlyArray<SessionEvent>): ReadonlyArra
           : d.message.content.filter((b): b is ToolCallBlock => b.type === "tool-call")
       } else if (e.type === "tool/call") {
         callSeqs.set((e as EventOf<"tool/call">).data.callId, e.seq)
+      } else if (e.type === "approval/request") {
+        waiting.add((e as EventOf<"approval/request">).data.callId)
+      } else if (e.type === "approval/answer") {
+        waiting.delete((e as EventOf<"approval/answer">).data.callId)
       } else if (e.type === "tool/result" && (e as EventOf<"tool/result">).surfaceOp === "append") {
         answered.add((e as EventOf<"tool/result">).data.message.content[0].toolCallId)
       }
@@ -65,6 +74,7 @@ export const repairClosers = (events: ReadonlyArray<SessionEvent>): ReadonlyArra
     for (const call of calls) {
       if (answered.has(call.id)) continue
       const callSeq = callSeqs.get(call.id)
+      const approval = callSeq !== undefined && waiting.has(call.id)
       const message: ToolResultMessage = {
         id: `${REPAIR_ID_PREFIX}${call.id}-${seq}` as MessageId,
         role: "user",
@@ -72,12 +82,17 @@ export const repairClosers = (events: ReadonlyArray<SessionEvent>): ReadonlyArra
           type: "tool-result",
           toolCallId: call.id,
           isError: true,
-          content: [{ type: "text", text: callSeq === undefined ? NOT_STARTED : OUTCOME_UNKNOWN }]
+          content: [{
+            type: "text",
+            text: callSeq === undefined ? NOT_STARTED : approval ? APPROVAL_WAITING : OUTCOME_UNKNOWN
+          }]
         }],
         source: { kind: "tool", callId: call.id }
       }
       const error = callSeq === undefined
         ? { name: "ToolNotStartedError", code: "TOOL_NOT_STARTED" }
+        : approval
+        ? { name: "ApprovalInterruptedError", code: APPROVAL_INTERRUPTED }
         : { name: "ToolOutcomeUnknownError", code: "TOOL_OUTCOME_UNKNOWN" }
       const result: EventOf<"tool/result"> = callSeq === undefined
         ? { type: "tool/result", seq, time, data: { turn, step, message, error }, surfaceOp: "append" }

@@ -3,10 +3,22 @@
  *
  * @since 0.1.0
  */
+export { answerAfter, APPROVAL_INTERRUPTED, describeAnswer, foldApprovals } from "./Approvals.js"
+export type { ApprovalQuestion, ApprovalsView, ApproveOptions, GivenAnswer, PendingApproval } from "./Approvals.js"
 export * from "./Check.js"
 export type { DriverEvent } from "./DriverEvent.js"
 export * from "./Errors.js"
-export { CORE_EVENT_TYPES, LOG_FORMAT_VERSION, SessionEvent, SessionHeader, SurfaceOp } from "./Event.js"
+export {
+  ApprovalAnswer,
+  ApprovalAnswerData,
+  ApprovalRequest,
+  ApprovalSource,
+  CORE_EVENT_TYPES,
+  LOG_FORMAT_VERSION,
+  SessionEvent,
+  SessionHeader,
+  SurfaceOp
+} from "./Event.js"
 export { MessageId, SessionId } from "./Ids.js"
 export type { Json } from "./Json.js"
 export { newUserMessage, userMessage } from "./Message.js"

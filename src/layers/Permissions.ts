@@ -4,8 +4,9 @@
  * deny}` from the settings files the hook bridge reads (`.tiller/settings.json`; with
  * `claudeSettings` also `~/.claude/settings.json`, `.claude/settings.json`,
  * `.claude/settings.local.json`) and from the options (the CLI's `--allow`). A denied call gets an
- * error result whose text names the rule or the mode; an `ask` goes to the `ask` option (the chat
- * asks the user) and, without one, is refused with a result saying how to allow it.
+ * error result whose text names the rule or the mode; with `approvals` an `ask` is a durable
+ * approval request answered through the `Driver` (SPEC 4.12), else it goes to the `ask` option and,
+ * without one, is refused with a result saying how to allow it.
  *
  * The decision is a value (`PermissionOutcome`), computed by a pure function; only answering an
  * `ask` has effects, through `ask`, so a durable approval can take its place. A `Read` deny rule
@@ -13,11 +14,12 @@
  *
  * @since 0.1.0
  */
-import { Effect, Layer } from "effect"
+import { Effect, Either, Layer, Option } from "effect"
 import type { Scope } from "effect"
 import * as NodeFs from "node:fs/promises"
 import * as os from "node:os"
 import * as path from "node:path"
+import { describeAnswer } from "../domain/Approvals.js"
 import { PermissionConfigError } from "../domain/Errors.js"
 import { settingsFiles } from "../internal/hooks/Settings.js"
 import type { PermissionSettings } from "../internal/permissions/PermissionSettings.js"
@@ -35,6 +37,7 @@ import type {
 } from "../internal/permissions/Rules.js"
 import { covers, EDIT_TOOLS, evaluate, PERMISSION_MODES, READ_TOOLS } from "../internal/permissions/Rules.js"
 import { filterSearch, SEARCH_TOOLS } from "../internal/permissions/SearchFilter.js"
+import { Driver } from "../services/Driver.js"
 import { Hooks, ToolPreDecision } from "../services/Hooks.js"
 import type { ToolCallInfo } from "../services/Hooks.js"
 
@@ -84,8 +87,15 @@ export interface PermissionsOptions {
   readonly settings?: ReadonlyArray<unknown>
   /** Read no settings files, only `settings` and `rules`. */
   readonly noFiles?: boolean
-  /** Answers an `ask` (`true`: run the call); without it an `ask` is refused (a headless run). */
+  /** Answers an `ask` (`true`: run the call); without it (and without `approvals`) an `ask` is refused (a headless run). */
   readonly ask?: (question: PermissionQuestion) => Effect.Effect<boolean>
+  /**
+   * Durable approvals: an `ask` records `approval/request` in the session's log and the call waits
+   * for `Driver.approve` / `Driver.deny` (or `tiller approve` from another process), across a
+   * restart too (SPEC 4.12). Allow rules recorded by "always" answers apply for the session.
+   * Takes precedence over `ask`.
+   */
+  readonly approvals?: boolean
   /** Told each settings entry that was ignored (a `bypassPermissions` default in a file). */
   readonly warn?: (warning: string) => Effect.Effect<void>
 }
@@ -203,13 +213,50 @@ export const register = (
     const resolved = yield* load(options)
     if (options.warn !== undefined) { for (const warning of resolved.warnings) yield* options.warn(warning) }
     const hooks = yield* Hooks
+    const driver = options.approvals === true ? Option.getOrUndefined(yield* Effect.serviceOption(Driver)) : undefined
+    if (options.approvals === true && driver === undefined) {
+      return yield* Effect.dieMessage(
+        "Permissions: approvals need the session's Driver in context (compose over Agent.layer)"
+      )
+    }
     const places = { cwd: path.resolve(options.cwd ?? process.cwd()), home: options.home ?? os.homedir() }
+    // The session's "always" rules, parsed once per change of the list (it only grows).
+    let sessionRules: { readonly texts: number; readonly rules: ReadonlyArray<PermissionRule> } = {
+      texts: 0,
+      rules: []
+    }
+    const withSessionRules = Effect.gen(function*() {
+      if (driver === undefined) return resolved
+      const texts = yield* driver.approvalRules
+      if (texts.length === 0) return resolved
+      if (texts.length !== sessionRules.texts) {
+        const parsed = Either.getOrElse(
+          parseRules(texts, "allow", "an approval answered always", places.cwd),
+          () => sessionRules.rules
+        )
+        sessionRules = { texts: texts.length, rules: parsed }
+      }
+      return { ...resolved, rules: [...resolved.rules, ...sessionRules.rules] }
+    })
     yield* hooks.onToolPre((info, next) =>
       Effect.gen(function*() {
         const input = inputOf(info)
-        const outcome = yield* decide(resolved, { tool: info.name, input }, places)
+        const outcome = yield* decide(yield* withSessionRules, { tool: info.name, input }, places)
         if (outcome.behavior === "deny") return ToolPreDecision.deny(`permission denied: ${outcome.reason}`)
-        if (outcome.behavior === "ask") {
+        if (outcome.behavior === "ask" && driver !== undefined) {
+          const answer = yield* driver.requestApproval({
+            turn: info.turn,
+            step: info.step,
+            callId: info.callId,
+            tool: info.name,
+            input,
+            reason: outcome.reason,
+            source: outcome.rule === undefined ? "mode" : "rule"
+          })
+          if (answer.decision === "deny") {
+            return ToolPreDecision.deny(`permission ${describeAnswer(answer)} (it asked: ${outcome.reason})`)
+          }
+        } else if (outcome.behavior === "ask") {
           if (options.ask === undefined) {
             return ToolPreDecision.deny(
               `permission needed: ${outcome.reason}, and nobody can approve it in a headless run; ${

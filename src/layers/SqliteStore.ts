@@ -33,9 +33,9 @@
 import type { Connection } from "@effect/sql/SqlConnection"
 import type { SqlError } from "@effect/sql/SqlError"
 import type { Scope } from "effect"
-import { Cause, Duration, Effect, Either, Exit, Layer, Option } from "effect"
+import { Cause, Duration, Effect, Either, Exit, Layer, Option, Schema } from "effect"
 import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../domain/Errors.js"
-import { SessionEvent, SessionHeader } from "../domain/Event.js"
+import { ApprovalAnswerData, SessionEvent, SessionHeader } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import * as Checkpointer from "../internal/durability/Checkpointer.js"
 import { seqProblem } from "../internal/durability/Contiguity.js"
@@ -50,6 +50,7 @@ import {
 import * as SqliteLease from "../internal/durability/SqliteLease.js"
 import { ALL_SESSIONS, isFile, open, SYNCHRONOUS } from "../internal/durability/SqliteOpen.js"
 import { encodeRows, eventsOf, eventsOfText, headerOf, parseJson, rowBytes } from "../internal/durability/SqliteRows.js"
+import type { ApprovalMailbox } from "../internal/durability/Store.js"
 import { decodeHeader } from "../internal/durability/StoredHeader.js"
 import type { SyncAppend } from "../internal/durability/SyncAppend.js"
 import { SessionStore } from "../services/SessionStore.js"
@@ -101,6 +102,9 @@ const SELECT_EVENTS = "SELECT seq, row FROM events WHERE session_id = ? ORDER BY
 const SELECT_EXISTS = "SELECT 1 AS found FROM sessions WHERE id = ?"
 // rowid order is insertion order: sessions are never deleted.
 const SELECT_HEADERS = "SELECT id, header FROM sessions ORDER BY rowid"
+const POST_ANSWER = "INSERT OR REPLACE INTO approval_answers (session_id, call_id, answer) VALUES (?, ?, ?)"
+const TAKE_ANSWERS = "DELETE FROM approval_answers WHERE session_id = ? RETURNING rowid, answer"
+const decodeAnswer = Schema.decodeEither(Schema.parseJson(ApprovalAnswerData))
 
 // The nine INSERT texts (internal/durability/SqliteDirect), few enough to stay in the client's prepared-statement cache.
 const INSERT_EVENTS: ReadonlyMap<number, string> = new Map(
@@ -514,6 +518,27 @@ export const make = (
       },
       acknowledgements: false
     }
+    // Approval answers from other processes: one row per (session, call); taking deletes them.
+    const approvalMailbox: ApprovalMailbox = {
+      post: (id, answer) =>
+        query(POST_ANSWER, [id, answer.callId, JSON.stringify(answer)]).pipe(
+          Effect.asVoid,
+          refail(id, "approve"),
+          Effect.withSpan("SessionStore.approvalMailbox.post")
+        ),
+      take: (id) =>
+        query(TAKE_ANSWERS, [id]).pipe(
+          Effect.map((rows) =>
+            (rows as ReadonlyArray<{ readonly answer: string; readonly rowid: number }>).slice()
+              .sort((a, b) => a.rowid - b.rowid)
+              .flatMap((row) => {
+                const decoded = decodeAnswer(row.answer)
+                return Either.isRight(decoded) ? [decoded.right] : []
+              })
+          ),
+          refail(id, "approvals")
+        )
+    }
     const store: SessionStore["Type"] = {
       create,
       load,
@@ -521,6 +546,7 @@ export const make = (
       exists,
       list,
       localLease: makeLocalLease(),
+      approvalMailbox,
       processLease: SqliteLease.make({ conn, query, transaction }),
       ...(appendNow === undefined ? {} : { appendNow })
     }

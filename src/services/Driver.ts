@@ -7,16 +7,18 @@
 import type { Queue, Scope } from "effect"
 import { Duration, FiberSet, Layer } from "effect"
 import { Cause, Context, Effect, Either, Exit, Fiber, FiberRef, Option, STM, Stream, TRef } from "effect"
+import type { ApprovalQuestion, ApproveOptions, PendingApproval } from "../domain/Approvals.js"
 import type { DriverEvent } from "../domain/DriverEvent.js"
-import type { DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
+import type { ApprovalNotPending, DuplicateMessage, InvalidEvent } from "../domain/Errors.js"
 import { AgentBusy, AgentDisposed, MaintenanceAborted, PersistenceError } from "../domain/Errors.js"
-import type { EventOf, SessionEvent } from "../domain/Event.js"
+import type { ApprovalAnswerData, EventOf, SessionEvent } from "../domain/Event.js"
 import * as GrowOnly from "../domain/GrowOnly.js"
 import type { SessionId } from "../domain/Ids.js"
 import { acceptCallerMessage } from "../domain/Message.js"
 import type { AgentStatus, CancelCause, InboxTarget, UserMessage } from "../domain/Values.js"
 import { copyCancelCause, describeCause } from "../domain/Values.js"
 import type { RequestHeader } from "../domain/Values.js"
+import * as ApprovalGate from "../internal/approvals/ApprovalGate.js"
 import { currentActivity, watchStops } from "../internal/loop/Activity.js"
 import { HooksRunner } from "../internal/loop/HooksRunner.js"
 import type { LoopContext } from "../internal/loop/LoopContext.js"
@@ -24,6 +26,7 @@ import type { DriverState, Phase } from "../internal/loop/Phase.js"
 import { causeOf, getPhase, lastTurnOf, latchedPending, openTurn, setPhase } from "../internal/loop/Phase.js"
 import { makeStopWatch } from "../internal/loop/StopWatch.js"
 import { ToolRegistry } from "../internal/loop/ToolRegistry.js"
+import type { ToolRegistryShape } from "../internal/loop/ToolRegistry.js"
 import { runTurnClosing } from "../internal/loop/Turn.js"
 import { acceptAt, clearSTM, deliverSTM, insertAcknowledged } from "../internal/state/InboxOps.js"
 import * as Outbox from "../internal/state/Outbox.js"
@@ -84,6 +87,28 @@ export class Driver extends Context.Tag("tiller/Driver")<Driver, {
   readonly events: Stream.Stream<DriverEvent>
   /** A queue fed with every notification committed after this returns (it keeps them past disposal). */
   readonly subscribe: Effect.Effect<Queue.Dequeue<DriverEvent>, never, Scope.Scope>
+  /**
+   * Asks for a yes or no on a tool call of the open step: records `approval/request` (durable),
+   * then waits for its answer while the turn stays running (SPEC 4.12); interrupted by a cancel.
+   */
+  readonly requestApproval: (
+    question: ApprovalQuestion
+  ) => Effect.Effect<ApprovalAnswerData, PersistenceError | AgentDisposed>
+  /** Approves a pending call, durably; `always` records an allow rule for the session. */
+  readonly approve: (
+    callId: string,
+    options?: ApproveOptions
+  ) => Effect.Effect<void, ApprovalNotPending | PersistenceError | AgentDisposed>
+  /** Refuses a pending call, durably: its result is an error saying who refused it and why. */
+  readonly deny: (
+    callId: string,
+    reason?: string,
+    options?: { readonly by?: string }
+  ) => Effect.Effect<void, ApprovalNotPending | PersistenceError | AgentDisposed>
+  /** The approval requests that wait for an answer, oldest first. */
+  readonly pendingApprovals: Effect.Effect<ReadonlyArray<PendingApproval>>
+  /** The allow rules that "always" answers recorded for the session. */
+  readonly approvalRules: Effect.Effect<ReadonlyArray<string>>
 }>() {
   /**
    * The driver of the session in the context ({@link make}).
@@ -119,7 +144,12 @@ const statusOf = (ds: DriverState) =>
  * @since 0.1.0
  * @category constructors
  */
-export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope): Context.Tag.Service<Driver> => {
+export const makeDriver = (
+  ds: DriverState,
+  identity: object,
+  scope: Scope.Scope,
+  registry?: ToolRegistryShape
+): Context.Tag.Service<Driver> => {
   const session = ds.session
   const sessionId = session.sessionId
 
@@ -312,10 +342,12 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
       })
     )
 
+  const followup = (m: UserMessage) => send(m, "next-turn", true)
+  const { watchOpenRequests: _, ...approvals } = ApprovalGate.operations(session, registry, followup)
   return {
     sessionId,
     send,
-    followup: (m) => send(m, "next-turn", true),
+    followup,
     steer: (m) => send(m, "next-step", true),
     inject: (m) => send(m, "next-step", false),
     cancel,
@@ -324,7 +356,8 @@ export const makeDriver = (ds: DriverState, identity: object, scope: Scope.Scope
     statusChanges,
     runMaintenance,
     events,
-    subscribe
+    subscribe,
+    ...approvals
   }
 }
 
@@ -420,7 +453,10 @@ export const make = (
         return yield* Effect.forever(Effect.flatMap(nextTurn, ({ batch, turn }) => runTurnClosing(ctx, turn, batch)))
       })).pipe(Effect.locally(currentActivity, identity))
     )
-    const driver = makeDriver(ds, identity, scope)
+    const driver = makeDriver(ds, identity, scope, registry)
+    // Requests still pending from before this process opened the session: answers left by another
+    // process are taken while they wait (SPEC 4.12).
+    yield* Effect.forkScoped(ApprovalGate.operations(session, registry, driver.followup).watchOpenRequests)
     // The session's owner from now on: its part of the poison transaction stops the activity (phase
     // Idle and one live error, SPEC 6.3), and its phase is what `SessionLog.append` consults (SPEC 6.7).
     yield* STM.commit(TRef.set(session.owner, {

@@ -139,6 +139,8 @@ const isAcceptedType = (type: string, surfaceOp: unknown): boolean => {
     case "llm/retry":
     case "agent/inbox/spliced":
     case "session/end-seed":
+    case "approval/request":
+    case "approval/answer":
       return false
     default:
       return true

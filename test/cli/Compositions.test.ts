@@ -79,7 +79,8 @@ describe("CLI compositions", () => {
       })
       const chat = yield* converse(dir, ["chat", "--session", "q"])
       yield* chat.send("/wait 10")
-      yield* chat.waitFor("asks: waiting needs a human. Run wait {\"ms\":\"10\"}? [y/N]")
+      yield* chat.waitFor("? approve wait {\"ms\":\"10\"}? the hook")
+      yield* chat.waitFor("asks: waiting needs a human. Answer y, n [REASON] or always")
       yield* chat.send("y")
       yield* chat.waitFor("── turn 1 completed")
       expect((yield* chat.end).code).toBe(0)
@@ -100,12 +101,12 @@ describe("CLI compositions", () => {
       const chat = yield* converse(dir, ["chat", "--session", "p"])
       yield* chat.send("/Bash echo approved > approved.txt")
       yield* chat.waitFor(
-        "permission: Bash needs approval in default mode. Run Bash {\"command\":\"echo approved > approved.txt\"}? [y/N]"
+        "? approve Bash {\"command\":\"echo approved > approved.txt\"}? Bash needs approval in default mode."
       )
       yield* chat.send("y")
       yield* chat.waitFor("── turn 1 completed")
       yield* chat.send("/Bash echo refused > refused.txt")
-      yield* chat.waitFor("Run Bash {\"command\":\"echo refused > refused.txt\"}? [y/N]")
+      yield* chat.waitFor("? approve Bash {\"command\":\"echo refused > refused.txt\"}?")
       yield* chat.send("n")
       yield* chat.waitFor("── turn 2 completed")
       expect((yield* chat.end).code).toBe(0)

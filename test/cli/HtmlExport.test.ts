@@ -10,6 +10,7 @@ import { gunzipSync } from "node:zlib"
 import { embeddedEvents, renderHtml } from "../../src/cli/HtmlExport.js"
 import { PAGE_SCRIPT } from "../../src/cli/HtmlPage.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
+import { approvalSession } from "../fixtures/approvalSession.js"
 import { miniDocument } from "../fixtures/miniDom.js"
 import { runSeenSession, seenAgent } from "../fixtures/scriptedSession.js"
 
@@ -324,5 +325,30 @@ describe("the HTML export's page", () => {
       details.open = true
       details.dispatch("toggle")
       expect(clock.textContent).toContain(big)
+    }))
+})
+
+describe("the HTML export of durable approvals", () => {
+  it.live("each request and its answer is a row of its call: what asked, who answered and why", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* approvalSession
+      const { rows } = pageModel(embedded(renderHtml(header, events)))
+      const approvals = rows.filter((r) =>
+        r.label === "approval asked" || r.label === "approved" || r.label === "refused"
+      )
+      expect(approvals.map((r) => [r.label, r.text, r.cls])).toEqual([
+        ["approval asked", "Bash {\"command\":\"make\"}: Bash needs approval in default mode (mode)", "k-approval"],
+        ["approved", "approved by alice (always: Bash(make))", "k-approval"],
+        [
+          "approval asked",
+          "Bash {\"command\":\"rm -rf build\"}: Bash needs approval in default mode (mode)",
+          "k-approval"
+        ],
+        ["refused", "refused by bob: not today", "err"]
+      ])
+      const denied = rows.find((r) => r.kind === "tool" && r.result?.includes("refused by bob") === true)
+      expect(denied?.result).toBe(
+        "Error: tool call denied: permission refused by bob: not today (it asked: Bash needs approval in default mode)"
+      )
     }))
 })

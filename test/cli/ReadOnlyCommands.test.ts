@@ -191,6 +191,7 @@ describe("read-only commands", () => {
             "title",
             "forkOf",
             "damage",
+            "approvals",
             "usage",
             "cost"
           ])

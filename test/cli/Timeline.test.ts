@@ -3,11 +3,13 @@
  * trigger, what it replaced and the tokens before and after; and the chat's status line share.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { chatView, describeCompaction, spentNote, statusLine } from "../../src/cli/Timeline.js"
+import { Effect } from "effect"
+import { chatView, describeCompaction, spentNote, statusLine, timeline } from "../../src/cli/Timeline.js"
 import * as Cost from "../../src/domain/Cost.js"
 import type { SessionEvent } from "../../src/domain/Event.js"
 import * as Prices from "../../src/domain/Prices.js"
 import { emptyInbox } from "../../src/domain/Splice.js"
+import { approvalSession } from "../fixtures/approvalSession.js"
 
 const event = (type: string, data: unknown): SessionEvent =>
   ({ type, data, seq: 1, time: 0 }) as unknown as SessionEvent
@@ -112,4 +114,34 @@ describe("Timeline: hooks in the chat", () => {
     )
     expect(view.render(event("hook/run", { event: "Stop", hook: "./stop.sh", exitCode: 0 }))).toBe("")
   })
+})
+
+describe("Timeline: durable approvals", () => {
+  it.live("tiller log shows each request and its answer; the chat view asks and says who answered", () =>
+    Effect.gen(function*() {
+      const { events, header } = yield* approvalSession
+      const log = timeline(header)
+      const lines = events.flatMap((e) => log.render(e))
+      const approvals = lines.filter((l) => /^ *\d+ {2}\S+ {2}approval /.test(l)).map((l) =>
+        l.replace(/^.*? approval +/, "")
+      )
+      expect(approvals).toEqual([
+        "asked for Bash {\"command\":\"make\"} (c1): Bash needs approval in default mode",
+        "c1 approved by alice (always: Bash(make))",
+        "asked for Bash {\"command\":\"rm -rf build\"} (c2): Bash needs approval in default mode",
+        "c2 refused by bob: not today"
+      ])
+      const view = chatView()
+      const shown = events.map((e) => view.render(e)).join("")
+      expect(shown).toContain(
+        "  ? approve Bash {\"command\":\"rm -rf build\"}? Bash needs approval in default mode. Answer y, n [REASON] or always"
+      )
+      expect(shown).toContain("  · c2 refused by bob: not today\n")
+      expect(shown).toContain("tool call denied: permission refused by bob: not today")
+      expect(
+        statusLine("running", { turn: 1, step: 1, pending: emptyInbox, inTurn: true } as never, undefined, undefined, [
+          { callId: "c2" }
+        ])
+      ).toBe("[running · turn 1 step 1 · awaiting approval: c2 · pending: 0 queued, 0 next-step]")
+    }))
 })

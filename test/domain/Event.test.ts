@@ -120,7 +120,17 @@ const coreEvents: ReadonlyArray<Record<string, unknown>> = [
   env("session/end-seed", {}),
   env("compaction/start", { turn: null, strategy: "summary", budget: { tokens: 1000 } }),
   env("compaction/summary", { turn: 2, summary: "we talked", covered: [0, 12], nested: { a: [null, true] } }),
-  env("compaction/end", { turn: 3, error: { message: "model failed" }, attempts: 2 })
+  env("compaction/end", { turn: 3, error: { message: "model failed" }, attempts: 2 }),
+  env("approval/request", {
+    turn: 1,
+    step: 1,
+    callId: "call_1",
+    tool: "Bash",
+    input: { command: "make" },
+    reason: "Bash needs approval in default mode",
+    source: "mode"
+  }),
+  env("approval/answer", { callId: "call_1", decision: "deny", by: "bob", reason: "not now" })
 ]
 
 describe("SessionEvent round trip", () => {
@@ -360,9 +370,9 @@ describe("SessionEvent rejections", () => {
 })
 
 describe("CORE_EVENT_TYPES", () => {
-  it("lists the 16 distinct core types", () => {
-    expect(CORE_EVENT_TYPES).toHaveLength(16)
-    expect(new Set(CORE_EVENT_TYPES).size).toBe(16)
+  it("lists the 18 distinct core types", () => {
+    expect(CORE_EVENT_TYPES).toHaveLength(18)
+    expect(new Set(CORE_EVENT_TYPES).size).toBe(18)
     for (const type of CORE_EVENT_TYPES) expect(isCoreType(type)).toBe(true)
     expect(isCoreType("myext/x")).toBe(false)
     expect(Object.isFrozen(CORE_EVENT_TYPES)).toBe(true)

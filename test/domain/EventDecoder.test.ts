@@ -196,6 +196,38 @@ const fixtureEvents = (): Array<SessionEvent> => [
   event.compaction(27, "summary", 3, { summary: "s", kept: [1, 2] }),
   event.compaction(27, "end", 3, { error: { message: "failed" } }),
   event.compaction(27, "end", null, { anything: { goes: true } }),
+  {
+    type: "approval/request",
+    seq: 29,
+    time: 9,
+    data: {
+      turn: 1,
+      step: 1,
+      callId: "c1",
+      tool: "Bash",
+      input: { command: "ls", n: [1, null] },
+      reason: "r",
+      source: "rule"
+    }
+  } as unknown as SessionEvent,
+  {
+    type: "approval/request",
+    seq: 29,
+    time: 9,
+    data: { turn: 2, step: 3, callId: "c2", tool: "Edit", input: null, reason: "", source: "hook" }
+  } as unknown as SessionEvent,
+  {
+    type: "approval/answer",
+    seq: 30,
+    time: 9,
+    data: { callId: "c1", decision: "allow", by: "api" }
+  } as unknown as SessionEvent,
+  {
+    type: "approval/answer",
+    seq: 30,
+    time: 9,
+    data: { callId: "c1", decision: "deny", by: "bob", reason: "no", rule: "Bash(ls)" }
+  } as unknown as SessionEvent,
   event.extension(28, "plugin/note", { text: "n" }),
   event.extension(28, "plugin/declared", [1, "two", null], false),
   event.extension(28, "x", null)

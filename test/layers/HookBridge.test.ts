@@ -330,6 +330,9 @@ describe("HookBridge", () => {
         })
         expect(questions).toEqual([{
           hook: "./ask.sh",
+          callId: "c1",
+          turn: 1,
+          step: 1,
           tool: "Bash",
           input: { command: "deploy" },
           reason: "deploys need a human"

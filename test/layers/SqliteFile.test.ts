@@ -144,7 +144,8 @@ describe("§8.10 SqliteSessionStore options and file", () => {
       }))
       raw(filename, (db) => {
         db.exec("DROP TABLE leases")
-        db.prepare("DELETE FROM tiller_migrations WHERE migration_id = 2").run()
+        db.exec("DROP TABLE approval_answers")
+        db.prepare("DELETE FROM tiller_migrations WHERE migration_id >= 2").run()
       })
       yield* Effect.scoped(Effect.gen(function*() {
         yield* Layer.build(
@@ -160,6 +161,7 @@ describe("§8.10 SqliteSessionStore options and file", () => {
         (db) => db.prepare("SELECT name FROM sqlite_master WHERE type = 'table'").all().map((r) => r.name)
       )
       expect(tables).toContain("leases")
+      expect(tables).toContain("approval_answers")
       const loaded = yield* Effect.flatMap(SessionStore, (s) => s.load(S)).pipe(
         Effect.provide(SqliteSessionStore.layer({ filename }))
       )

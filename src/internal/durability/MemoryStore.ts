@@ -9,14 +9,14 @@
  */
 import { Chunk, Deferred, Effect, Either, Exit, HashMap, Option, Ref } from "effect"
 import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "../../domain/Errors.js"
-import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
+import type { ApprovalAnswerData, SessionEvent, SessionHeader } from "../../domain/Event.js"
 import * as GrowOnly from "../../domain/GrowOnly.js"
 import type { SessionId } from "../../domain/Ids.js"
 import { freezeCopy } from "../../domain/Json.js"
 import { seqProblem } from "./Contiguity.js"
 import { decodeStoredValue } from "./DecodedEvents.js"
 import { makeLocalLease } from "./LocalLease.js"
-import type { StoreShape } from "./Store.js"
+import type { ApprovalMailbox, StoreShape } from "./Store.js"
 import { checkStoredHeader } from "./StoredHeader.js"
 import type { SyncAppend } from "./SyncAppend.js"
 
@@ -219,7 +219,33 @@ export const makeMemoryStore = (
       },
       acknowledgements: true
     }
-    const store: StoreShape = { create, load, append, exists, list, appendNow, localLease: makeLocalLease() }
+    // Approval answers left by another "process" (a second agent or a test over the same store).
+    const answers = new Map<string, Map<string, ApprovalAnswerData>>()
+    const approvalMailbox: ApprovalMailbox = {
+      post: (id, answer) =>
+        Effect.sync(() => {
+          const forSession = answers.get(id) ?? new Map<string, ApprovalAnswerData>()
+          forSession.delete(answer.callId)
+          forSession.set(answer.callId, answer)
+          answers.set(id, forSession)
+        }),
+      take: (id) =>
+        Effect.sync(() => {
+          const forSession = answers.get(id)
+          answers.delete(id)
+          return forSession === undefined ? [] : Array.from(forSession.values())
+        })
+    }
+    const store: StoreShape = {
+      create,
+      load,
+      append,
+      exists,
+      list,
+      appendNow,
+      approvalMailbox,
+      localLease: makeLocalLease()
+    }
 
     const control = {
       failAppends: Effect.fn("MemoryStoreControl.failAppends")(function*(n: number) {

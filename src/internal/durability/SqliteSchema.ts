@@ -1,5 +1,5 @@
 /**
- * The SQLite store's schema: the `sessions`, `events` and `leases` tables, created by numbered
+ * The SQLite store's schema: the `sessions`, `events`, `leases` and `approval_answers` tables, created by numbered
  * migrations that `@effect/sql`'s `Migrator` applies once per database file.
  *
  * @since 0.1.0
@@ -36,6 +36,18 @@ const MIGRATIONS = {
         session_id TEXT PRIMARY KEY NOT NULL,
         pid INTEGER NOT NULL,
         host TEXT NOT NULL
+      ) STRICT`
+  }),
+  // Answers to approval requests left by a process that does not hold the session (`tiller approve`);
+  // the holder takes them into its log (see `ApprovalMailbox`).
+  "3_approval_answers": Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql`
+      CREATE TABLE approval_answers (
+        session_id TEXT NOT NULL,
+        call_id TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        PRIMARY KEY (session_id, call_id)
       ) STRICT`
   })
 }

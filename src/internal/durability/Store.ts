@@ -12,7 +12,7 @@ import type {
   SessionNotFound,
   UnsupportedLogVersion
 } from "../../domain/Errors.js"
-import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
+import type { ApprovalAnswerData, SessionEvent, SessionHeader } from "../../domain/Event.js"
 import type { SessionId } from "../../domain/Ids.js"
 import type { LocalLease } from "./LocalLease.js"
 import type { ProcessLease } from "./ProcessLease.js"
@@ -58,4 +58,23 @@ export interface StoreShape {
   readonly localLease?: LocalLease
   /** A store whose data other processes may open (a SQLite file) offers its lease across processes here. */
   readonly processLease?: ProcessLease
+  /**
+   * Answers to approval requests left by a process that does not hold the session (`tiller
+   * approve`), taken by the one that does; the memory and SQLite stores offer it.
+   */
+  readonly approvalMailbox?: ApprovalMailbox
+}
+
+/**
+ * A per-session mailbox of approval answers: another process posts, the session's owner takes
+ * (each answer once) and records it in the log.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface ApprovalMailbox {
+  /** Leaves an answer for the owner of the session (a later answer for the same call replaces it). */
+  readonly post: (id: SessionId, answer: ApprovalAnswerData) => Effect.Effect<void, PersistenceError>
+  /** Takes every answer left for the session, oldest first. */
+  readonly take: (id: SessionId) => Effect.Effect<ReadonlyArray<ApprovalAnswerData>, PersistenceError>
 }

@@ -28,6 +28,10 @@ import { hookToolInput, hookToolResponse } from "./ToolShapes.js"
  */
 export interface HookQuestion {
   readonly hook: string
+  /** The call that waits, in its turn and step (a durable approval names them). */
+  readonly callId: string
+  readonly turn: number
+  readonly step: number
   readonly tool: string
   readonly input: unknown
   readonly reason: string
@@ -102,6 +106,9 @@ export const makeToolHooks = (ctx: ToolHooksContext, has: (event: HookEvent) => 
       if (permission?.decision === "ask") {
         const question = {
           hook: permission.hook,
+          callId: info.callId,
+          turn: info.turn,
+          step: info.step,
           tool: info.name,
           input,
           reason: permission.reason ?? `the hook ${permission.hook} asks before ${info.name} runs`

@@ -166,6 +166,47 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
     out.push(error === undefined ? { _tag: "End", key, time } : { _tag: "End", key, time, error })
   }
 
+  // A request is an event of its call's span (pending until answered); the answer another event, with
+  // the decision, who gave it and how long the call waited on the span. An answer given after the
+  // session stopped (the call's span is closed) is an event of the turn, or of the next one.
+  const requested = new Map<string, number>()
+  const approvalActions = (
+    out: Array<SpanAction>,
+    e: EventOf<"approval/request"> | EventOf<"approval/answer">
+  ) => {
+    const key = `tool:${e.data.callId}`
+    if (e.type === "approval/request") {
+      requested.set(e.data.callId, e.time)
+      const attributes = {
+        "tiller.approval.reason": e.data.reason,
+        "tiller.approval.source": e.data.source,
+        "gen_ai.tool.call.id": e.data.callId,
+        "tiller.seq": e.seq
+      }
+      if (!open.has(key)) return turnEvent(out, "tiller.approval.request", e.time, attributes)
+      out.push({ _tag: "Attributes", key, attributes: { "tiller.approval.status": "pending" } })
+      out.push({ _tag: "Event", key, name: "tiller.approval.request", time: e.time, attributes })
+      return
+    }
+    const since = requested.get(e.data.callId)
+    const attributes = {
+      "tiller.approval.decision": e.data.decision,
+      "tiller.approval.by": e.data.by,
+      ...(e.data.reason === undefined ? {} : { "tiller.approval.answer_reason": e.data.reason }),
+      ...(e.data.rule === undefined ? {} : { "tiller.approval.rule": e.data.rule }),
+      ...(since === undefined ? {} : { "tiller.approval.wait_ms": Math.max(0, e.time - since) }),
+      "gen_ai.tool.call.id": e.data.callId,
+      "tiller.seq": e.seq
+    }
+    if (!open.has(key)) return turnEvent(out, "tiller.approval.answer", e.time, attributes)
+    out.push({
+      _tag: "Attributes",
+      key,
+      attributes: { "tiller.approval.status": e.data.decision === "allow" ? "approved" : "refused", ...attributes }
+    })
+    out.push({ _tag: "Event", key, name: "tiller.approval.answer", time: e.time, attributes })
+  }
+
   const modelAttributes = (): Record<string, AttributeValue> => ({
     ...(provider === undefined ? {} : { "gen_ai.provider.name": provider }),
     ...(model === undefined ? {} : { "gen_ai.request.model": model })
@@ -419,6 +460,11 @@ export const makeSpanFold = (options: SpanFoldOptions): SpanFold => {
             ...(content ? { "gen_ai.tool.call.arguments": data.arguments } : {})
           }
         })
+        break
+      }
+      case "approval/request":
+      case "approval/answer": {
+        approvalActions(out, e as EventOf<"approval/request"> | EventOf<"approval/answer">)
         break
       }
       case "tool/result": {

@@ -64,6 +64,8 @@ export type {
   PermissionsOptions,
   ResolvedPermissions
 } from "./layers/Permissions.js"
+export { PgSessionStore } from "./layers/PgSessionStore.js"
+export type { PgSessionStoreOptions } from "./layers/PgStore.js"
 export type { EntryOptions, PartialSpec, ResponseSpec, ScriptEntry } from "./layers/ScriptedModel.js"
 export { ReadSessionParameters, SessionReference } from "./layers/SessionReference.js"
 export type { SnapshotError, SnapshotOptions } from "./layers/SessionReference.js"

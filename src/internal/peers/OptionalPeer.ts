@@ -36,6 +36,17 @@ export const SQLITE: OptionalPeers = {
 }
 
 /**
+ * The PostgreSQL store's optional peers (`pg` comes with `@effect/sql-pg`).
+ *
+ * @since 0.1.0
+ * @category constants
+ */
+export const POSTGRES: OptionalPeers = {
+  feature: "the PostgreSQL store",
+  packages: [["@effect/sql-pg", "^0.53.0"], ["@effect/sql", "^0.52.1"]]
+}
+
+/**
  * OTLP export's optional peer.
  *
  * @since 0.1.0

@@ -16,6 +16,7 @@ import * as fs from "node:fs"
 import { createServer } from "node:http"
 import { ClusterSessions } from "../layers/ClusterSessions.js"
 import * as ClusterTimings from "../layers/ClusterTimings.js"
+import { PgSessionStore } from "../layers/PgSessionStore.js"
 import * as SessionHttp from "../layers/SessionHttp.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
 import type { SessionStore } from "../services/SessionStore.js"
@@ -90,7 +91,10 @@ export const readTokens = (tokenFile: string | undefined): Effect.Effect<Readonl
  */
 export const storeLayer = (db: string): Layer.Layer<SessionStore, CliError> =>
   isPostgresUrl(db)
-    ? Layer.fail(new CliError({ reason: "this build has no PostgreSQL session store: give --db a SQLite file" }))
+    ? Layer.mapError(
+      PgSessionStore.layer({ url: Redacted.make(db), applicationName: "tiller-serve", maxConnections: 20 }),
+      (error) => new CliError({ reason: error.message })
+    )
     : Layer.mapError(SqliteSessionStore.layer({ filename: db }), (error) => new CliError({ reason: error.message }))
 
 /**

@@ -17,8 +17,13 @@ import { Duration } from "effect"
  */
 export const defaults: Partial<ShardingConfig["Type"]> = {
   // A runner that stops refreshing is out of the cluster after this time (its heartbeat expires).
-  shardLockExpiration: Duration.seconds(3),
-  shardLockRefreshInterval: Duration.millis(750),
+  // Lock refreshes time out after min(refresh, expiration / 3): under load a shorter one makes a
+  // live runner drop its shards.
+  shardLockExpiration: Duration.seconds(6),
+  shardLockRefreshInterval: Duration.millis(1500),
+  // A runner that dies is found by its peers' pings (refused at once) before its heartbeat expires.
+  // Fewer shards than the 300 of `@effect/cluster`: fewer lock rows refreshed each time.
+  shardsPerGroup: 64,
   // How often a runner reads the runner list and takes or releases shards.
   refreshAssignmentsInterval: Duration.millis(250),
   // How often a runner asks its peers whether they are alive (a dead one refuses at once).

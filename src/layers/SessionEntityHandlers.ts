@@ -92,6 +92,7 @@ export const layer = (
   return SessionEntity.toLayer(
     Effect.gen(function*() {
       const address = yield* Entity.CurrentAddress
+      const cluster = yield* Effect.context<Sharding | Entity.CurrentAddress>()
       const sessionId = SessionId.make(address.entityId)
       const opened = yield* Effect.either(acquireAgent({ ...agentOptions, open: sessionId }))
       if (Either.isLeft(opened)) {
@@ -131,11 +132,21 @@ export const layer = (
           }))
 
       // Kept alive (and moved with its shard, the keep-alive being a persisted message) while the
-      // agent runs; passivated after `maxIdleTime` once idle.
+      // agent runs; passivated after `maxIdleTime` once idle. A delivery that started a turn asks
+      // for it before its reply, so no acknowledged chain is left without a keep-alive.
+      let keptAlive = false
+      const keepAlive = (running: boolean) =>
+        Effect.suspend(() => {
+          if (running === keptAlive) return Effect.void
+          keptAlive = running
+          return Effect.provide(Entity.keepAlive(running), cluster)
+        })
       yield* driver.statusChanges.pipe(
-        Stream.runForEach((status) => Entity.keepAlive(status === "running")),
+        Stream.runForEach((status) => keepAlive(status === "running")),
         Effect.forkScoped
       )
+      const thenKeepAlive = <A, E>(operation: Effect.Effect<A, E>) =>
+        Effect.tap(operation, () => Effect.flatMap(driver.status, (status) => keepAlive(status === "running")))
 
       if (chainInterrupted(yield* log.events, log.firstLiveSeq)) {
         yield* Effect.ignoreLogged(driver.continuePending)
@@ -155,11 +166,11 @@ export const layer = (
       })
 
       return SessionEntity.of({
-        Followup: ({ payload }) => idempotent(payload.message, driver.followup(payload.message)),
-        Steer: ({ payload }) => idempotent(payload.message, driver.steer(payload.message)),
+        Followup: ({ payload }) => thenKeepAlive(idempotent(payload.message, driver.followup(payload.message))),
+        Steer: ({ payload }) => thenKeepAlive(idempotent(payload.message, driver.steer(payload.message))),
         Inject: ({ payload }) => idempotent(payload.message, driver.inject(payload.message)),
         Send: ({ payload }) =>
-          idempotent(
+          thenKeepAlive(idempotent(
             payload.message,
             driver.send(
               payload.message,
@@ -167,7 +178,7 @@ export const layer = (
               payload.wakeup,
               payload.at === undefined ? undefined : { at: payload.at }
             )
-          ),
+          )),
         Cancel: ({ payload }) =>
           driver.cancel(
             { kind: "user" },

@@ -6,6 +6,7 @@
  * the footprint of many sessions (W5), then W1 side by side with peer agent loops, like-for-like
  * (`bench/w1/`, one child process per run; the peers install into `bench/node_modules` on first use).
  * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=footprint`, `--only=compaction`,
+ * `--only=cluster` (sessions on a cluster: failover, throughput, RPC/HTTP overhead, `bench/cluster.ts`; run only on request),
  * `--only=caching` (prompt caching through each adapter, `bench/caching.ts`) or `--only=peers` runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
  * workload alone, for a `node --cpu-prof` run of the bundle (`node bench/cpuprofile.mjs` summarises
  * the profile). `--write` also writes the report to
@@ -197,7 +198,19 @@ const resumeRunsOf = (s: Sizes) => (events: number): number =>
   s.resumeRuns[s.resumeSizes.indexOf(events)] ?? s.storageRuns
 const writeResults = args.has("--write")
 
-type Group = "log" | "loop" | "w1" | "storage" | "w2" | "w3" | "w4" | "footprint" | "compaction" | "caching" | "peers"
+type Group =
+  | "log"
+  | "loop"
+  | "w1"
+  | "storage"
+  | "w2"
+  | "w3"
+  | "w4"
+  | "footprint"
+  | "compaction"
+  | "caching"
+  | "peers"
+  | "cluster"
 const groups: ReadonlyArray<Group> = [
   "log",
   "loop",
@@ -209,12 +222,18 @@ const groups: ReadonlyArray<Group> = [
   "footprint",
   "compaction",
   "caching",
-  "peers"
+  "peers",
+  "cluster"
 ]
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="))?.slice("--only=".length)
 const only = groups.find((g) => g === onlyArg)
 if (onlyArg !== undefined && only === undefined) {
   throw new Error(`--only=${onlyArg}: expected one of ${groups.join(", ")}`)
+}
+// The cluster benchmarks (`bench/cluster.ts`) start PostgreSQL and runner processes: run alone.
+if (only === "cluster") {
+  await (await import("./cluster.js")).main()
+  process.exit(0)
 }
 if (only !== undefined && writeResults) {
   throw new Error("--write records a complete run; it cannot be combined with --only")

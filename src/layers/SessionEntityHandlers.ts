@@ -8,7 +8,7 @@
 import * as Entity from "@effect/cluster/Entity"
 import type { Sharding } from "@effect/cluster/Sharding"
 import type { Duration, Layer } from "effect"
-import { Context, Effect, Either, STM, Stream, TRef } from "effect"
+import { Context, Effect, Either, ExecutionStrategy, Exit, Scope, STM, Stream, TRef } from "effect"
 import type { DuplicateMessage } from "../domain/Errors.js"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
@@ -94,8 +94,12 @@ export const layer = (
       const address = yield* Entity.CurrentAddress
       const cluster = yield* Effect.context<Sharding | Entity.CurrentAddress>()
       const sessionId = SessionId.make(address.entityId)
-      const opened = yield* Effect.either(acquireAgent({ ...agentOptions, open: sessionId }))
+      // The attempt has a scope of its own, closed when it fails: a retried activation must not find
+      // the failed attempt's lease still held (the entity's scope outlives its build's retries).
+      const attempt = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
+      const opened = yield* Effect.either(Scope.extend(acquireAgent({ ...agentOptions, open: sessionId }), attempt))
       if (Either.isLeft(opened)) {
+        yield* Scope.close(attempt, Exit.void)
         const error = opened.left
         // A lease still held by a dying owner, or storage away: the cluster retries the activation.
         if (error._tag === "AgentBusy" || error._tag === "PersistenceError") {

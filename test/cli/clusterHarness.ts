@@ -8,7 +8,17 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 
-const ROOT = path.resolve(import.meta.dirname, "../..")
+// The repository: the nearest directory above this module (or its bundle) holding bin/tiller.mjs.
+const findRoot = (from: string): string => {
+  let dir = from
+  while (!fs.existsSync(path.join(dir, "bin", "tiller.mjs"))) {
+    const parent = path.dirname(dir)
+    if (parent === dir) return process.cwd()
+    dir = parent
+  }
+  return dir
+}
+const ROOT = findRoot(import.meta.dirname)
 
 /** The bearer token the test runners accept. */
 export const TOKEN = "cluster-test-token"

@@ -1,6 +1,7 @@
 /**
- * Benchmarks of sessions on a cluster (`npm run bench -- --only=cluster`), on a throwaway
- * PostgreSQL (or `TILLER_TEST_PG_URL`) with `tiller serve` runners as child processes and the
+ * Benchmarks of sessions on a cluster (`npm run bench -- --only=cluster`), on the PostgreSQL server
+ * `TILLER_TEST_PG_URL` names (a fresh database per figure, dropped at the end; the tests' throwaway
+ * helper lives in a vitest-only module), with `tiller serve` runners as child processes and the
  * timings tiller ships (`layers/ClusterTimings.ts`):
  * - failover: SIGKILL a runner, then followups to sessions across the cluster; the time from the
  *   kill to the acknowledgement of the slowest (a session that moved: its followup is acknowledged
@@ -13,12 +14,12 @@ import * as RunnerAddress from "@effect/cluster/RunnerAddress"
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import * as PgClient from "@effect/sql-pg/PgClient"
 import { Context, Effect, Layer, Option, Redacted, Scope } from "effect"
+import pg from "pg"
+import { Agent, Driver, PgSessionStore, SessionId, Sessions, SessionStore, Tools, userMessage } from "../src/index.js"
 import { ClusterSessions } from "../src/layers/ClusterSessions.js"
 import * as ClusterTimings from "../src/layers/ClusterTimings.js"
 import * as DemoModel from "../src/layers/DemoModel.js"
-import { Agent, Driver, PgSessionStore, SessionId, Sessions, SessionStore, Tools, userMessage } from "../src/index.js"
 import { freePort, makeCluster, request } from "../test/cli/clusterHarness.js"
-import { testPostgres } from "../test/fixtures/postgres.js"
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const pick = <A>(items: ReadonlyArray<A>): A => items[Math.floor(Math.random() * items.length)]!
@@ -50,15 +51,17 @@ const drive = async (send: (session: string, id: string) => Promise<boolean>, pr
 
 // Steps started in `sessions` (the `step/start` events of their logs).
 const stepsIn = (url: string, sessions: ReadonlyArray<string>) =>
-  Effect.runPromise(Effect.gen(function*() {
-    const store = yield* SessionStore
-    let steps = 0
-    yield* Effect.forEach(sessions, (s) =>
-      Effect.map(Effect.option(store.load(SessionId.make(s))), (loaded) => {
-        if (Option.isSome(loaded)) steps += loaded.value.events.filter((e) => e.type === "step/start").length
-      }), { concurrency: 8 })
-    return steps
-  }).pipe(Effect.provide(PgSessionStore.layer({ url }))))
+  Effect.runPromise(
+    Effect.gen(function*() {
+      const store = yield* SessionStore
+      let steps = 0
+      yield* Effect.forEach(sessions, (s) =>
+        Effect.map(Effect.option(store.load(SessionId.make(s))), (loaded) => {
+          if (Option.isSome(loaded)) steps += loaded.value.events.filter((e) => e.type === "step/start").length
+        }), { concurrency: 8 })
+      return steps
+    }).pipe(Effect.provide(PgSessionStore.layer({ url })))
+  )
 
 const failover = async (url: string) => {
   const cluster = await makeCluster(url, 3)
@@ -125,17 +128,21 @@ const inProcessThroughput = async (url: string) => {
     Layer.provide(DemoModel.layer),
     Layer.provide(Tools.layer())
   )
-  const result = await Effect.runPromise(Effect.gen(function*() {
-    const sessions = yield* Sessions
-    const scope = yield* Scope.make()
-    const send = (session: string, id: string) =>
-      Effect.runPromise(Effect.gen(function*() {
-        const agent = yield* sessions.open(SessionId.make(session))
-        yield* Context.get(agent, Driver).followup(userMessage({ id, text: "go" }))
-        return true
-      }).pipe(Scope.extend(scope), Effect.catchAll(() => Effect.succeed(false))))
-    return yield* Effect.promise(() => drive(send, "p"))
-  }).pipe(Effect.provide(sessionsLayer)))
+  const result = await Effect.runPromise(
+    Effect.gen(function*() {
+      const sessions = yield* Sessions
+      const scope = yield* Scope.make()
+      const send = (session: string, id: string) =>
+        Effect.runPromise(
+          Effect.gen(function*() {
+            const agent = yield* sessions.open(SessionId.make(session))
+            yield* Context.get(agent, Driver).followup(userMessage({ id, text: "go" }))
+            return true
+          }).pipe(Scope.extend(scope), Effect.catchAll(() => Effect.succeed(false)))
+        )
+      return yield* Effect.promise(() => drive(send, "p"))
+    }).pipe(Effect.provide(sessionsLayer))
+  )
   const steps = await stepsIn(url, result.sessions)
   return { ...result, steps }
 }
@@ -144,21 +151,23 @@ const latencies = async (url: string) => {
   const N = 200
   const store = PgSessionStore.layer({ url })
   // Direct: one agent on the PostgreSQL store.
-  const direct = await Effect.runPromise(Effect.gen(function*() {
-    const driver = yield* Driver
-    const out: Array<number> = []
-    for (let i = 0; i < N; i++) {
-      const t = performance.now()
-      yield* driver.followup(userMessage({ id: `d-${i}`, text: "go" }))
-      out.push(performance.now() - t)
-      yield* driver.whenIdle
-    }
-    return out
-  }).pipe(Effect.provide(
-    Agent.layer({ open: SessionId.make("lat-direct") }).pipe(
-      Layer.provide(Layer.mergeAll(store, DemoModel.layer, Tools.layer()))
-    )
-  )))
+  const direct = await Effect.runPromise(
+    Effect.gen(function*() {
+      const driver = yield* Driver
+      const out: Array<number> = []
+      for (let i = 0; i < N; i++) {
+        const t = performance.now()
+        yield* driver.followup(userMessage({ id: `d-${i}`, text: "go" }))
+        out.push(performance.now() - t)
+        yield* driver.whenIdle
+      }
+      return out
+    }).pipe(Effect.provide(
+      Agent.layer({ open: SessionId.make("lat-direct") }).pipe(
+        Layer.provide(Layer.mergeAll(store, DemoModel.layer, Tools.layer()))
+      )
+    ))
+  )
   // Entity RPC: a runner in this process.
   const port = await freePort()
   const runner = ClusterSessions.layer().pipe(
@@ -171,18 +180,20 @@ const latencies = async (url: string) => {
     Layer.provide(DemoModel.layer),
     Layer.provide(Tools.layer())
   )
-  const rpc = await Effect.runPromise(Effect.gen(function*() {
-    const session = yield* ClusterSessions.client(SessionId.make("lat-rpc"))
-    yield* Effect.sleep("2 seconds")
-    const out: Array<number> = []
-    for (let i = 0; i < N; i++) {
-      const t = performance.now()
-      yield* session.followup(userMessage({ id: `r-${i}`, text: "go" }))
-      out.push(performance.now() - t)
-      yield* session.whenIdle
-    }
-    return out
-  }).pipe(Effect.provide(runner)))
+  const rpc = await Effect.runPromise(
+    Effect.gen(function*() {
+      const session = yield* ClusterSessions.client(SessionId.make("lat-rpc"))
+      yield* Effect.sleep("2 seconds")
+      const out: Array<number> = []
+      for (let i = 0; i < N; i++) {
+        const t = performance.now()
+        yield* session.followup(userMessage({ id: `r-${i}`, text: "go" }))
+        out.push(performance.now() - t)
+        yield* session.whenIdle
+      }
+      return out
+    }).pipe(Effect.provide(runner))
+  )
   // HTTP: one runner process.
   const cluster = await makeCluster(url, 1)
   const http: Array<number> = []
@@ -192,7 +203,9 @@ const latencies = async (url: string) => {
     await request(runnerPort, "POST", "/sessions/lat-http/followup", { body: JSON.stringify({ text: "warm" }) })
     for (let i = 0; i < N; i++) {
       const t = performance.now()
-      await request(runnerPort, "POST", "/sessions/lat-http/followup", { body: JSON.stringify({ id: `h-${i}`, text: "go" }) })
+      await request(runnerPort, "POST", "/sessions/lat-http/followup", {
+        body: JSON.stringify({ id: `h-${i}`, text: "go" })
+      })
       http.push(performance.now() - t)
       await sleep(20)
     }
@@ -208,8 +221,40 @@ const latencies = async (url: string) => {
  * @since 0.1.0
  */
 export const main = async (): Promise<void> => {
-  const server = await testPostgres()
-  if (server === undefined) throw new Error("the cluster benchmarks need PostgreSQL (see test/fixtures/postgres.ts)")
+  const admin = process.env.TILLER_TEST_PG_URL
+  if (admin === undefined) {
+    throw new Error(
+      "the cluster benchmarks need TILLER_TEST_PG_URL=postgres://… (a server where databases may be created)"
+    )
+  }
+  const created: Array<string> = []
+  const query = async (text: string) => {
+    const client = new pg.Client({ connectionString: admin })
+    await client.connect()
+    try {
+      await client.query(text)
+    } finally {
+      await client.end()
+    }
+  }
+  const server = {
+    freshUrl: async () => {
+      const name = `tiller_bench_${process.pid}_${created.length}`
+      await query(`CREATE DATABASE ${name}`)
+      created.push(name)
+      const url = new URL(admin)
+      url.pathname = `/${name}`
+      return url.toString()
+    }
+  }
+  try {
+    await run(server)
+  } finally {
+    for (const name of created) await query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`).catch(() => undefined)
+  }
+}
+
+const run = async (server: { readonly freshUrl: () => Promise<string> }): Promise<void> => {
   console.error("cluster: followup latency (direct Driver, entity RPC, HTTP) ...")
   const lat = await latencies(await server.freshUrl())
   console.error(`cluster: failover, ${FAILOVER_KILLS} kills of 1 of 3 runners ...`)
@@ -227,10 +272,12 @@ export const main = async (): Promise<void> => {
     `| entity RPC (persisted, in-process runner) | ${ms(pct(lat.rpc, 50))} | ${ms(pct(lat.rpc, 99))} |`,
     `| HTTP POST /sessions/{id}/followup | ${ms(pct(lat.http, 50))} | ${ms(pct(lat.http, 99))} |`,
     "",
-    `Failover (kill to the slowest acknowledged followup of 90 sessions on 3 runners), ${fail.length} kills: ` +
-    `p50 ${ms(pct(fail, 50))}, p99 ${ms(pct(fail, 99))}, max ${ms(Math.max(...fail))} (target p99 <= 5000 ms: ${
-      pct(fail, 99) <= 5000 ? "met" : "missed"
-    })`,
+    fail.length === 0 ?
+      "Failover: not run (TILLER_BENCH_KILLS=0)" :
+      `Failover (kill to the slowest acknowledged followup of 90 sessions on 3 runners), ${fail.length} kills: ` +
+      `p50 ${ms(pct(fail, 50))}, p99 ${ms(pct(fail, 99))}, max ${ms(Math.max(...fail))} (target p99 <= 5000 ms: ${
+        pct(fail, 99) <= 5000 ? "met" : "missed"
+      })`,
     "",
     `| ${SESSIONS} sessions, ${CLIENTS} callers, ${WINDOW_MS / 1000} s | acknowledged followups/s | steps/s |`,
     "|---|---|---|",

@@ -5,13 +5,8 @@
  *
  * @since 0.1.0
  */
-export { ClusterSessions, client, followLog, retryDelivery } from "./layers/ClusterSessions.js"
-export type {
-  ClusterDeliveryError,
-  ClusterError,
-  OwnerError,
-  SessionClient
-} from "./layers/ClusterSessions.js"
+export { client, ClusterSessions, followLog, retryDelivery } from "./layers/ClusterSessions.js"
+export type { ClusterDeliveryError, ClusterError, OwnerError, SessionClient } from "./layers/ClusterSessions.js"
 export * as ClusterTimings from "./layers/ClusterTimings.js"
 export * as SessionEntity from "./layers/SessionEntity.js"
 export type { SessionEntityOptions } from "./layers/SessionEntityHandlers.js"

@@ -628,9 +628,11 @@ const serveCommand = Command.make("serve", {
 }, (o) =>
   Effect.flatMap(tiller, (globals) =>
     Effect.zipRight(
-      Output.errorLine(`tiller serve: http://${o.host}:${o.port} (runner ${o.runnerHost}:${
-        Option.getOrElse(o.runnerPort, () => o.port + 1)
-      })`),
+      Output.errorLine(
+        `tiller serve: http://${o.host}:${o.port} (runner ${o.runnerHost}:${
+          Option.getOrElse(o.runnerPort, () => o.port + 1)
+        })`
+      ),
       Serve.layer({
         db: globals.db,
         clusterDb: Option.getOrUndefined(o.clusterDb),

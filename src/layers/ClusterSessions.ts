@@ -109,7 +109,11 @@ export const followLog = (
   sessionId: SessionId,
   fromSeq = 0,
   options?: { readonly interval?: Duration.DurationInput }
-): Stream.Stream<SessionEvent, PersistenceError | SessionNotFound | MalformedLog | UnsupportedLogVersion, SessionStore> =>
+): Stream.Stream<
+  SessionEvent,
+  PersistenceError | SessionNotFound | MalformedLog | UnsupportedLogVersion,
+  SessionStore
+> =>
   Stream.unwrap(Effect.map(SessionStore, (store) =>
     Stream.paginateEffect(fromSeq, (next) =>
       Effect.gen(function*() {
@@ -146,8 +150,10 @@ export const client = (sessionId: SessionId): Effect.Effect<SessionClient, never
             ...(options?.keepInbox === undefined ? {} : { keepInbox: options.keepInbox })
           })),
       removePending: (messageId, options) =>
-        Effect.flatMap(operationIdOf(options?.operationId), (operationId) =>
-          entity.RemovePending({ operationId, messageId })),
+        Effect.flatMap(
+          operationIdOf(options?.operationId),
+          (operationId) => entity.RemovePending({ operationId, messageId })
+        ),
       clearPending: (options) =>
         Effect.flatMap(operationIdOf(options?.operationId), (operationId) => entity.ClearPending({ operationId })),
       status: entity.Status(),

@@ -37,11 +37,9 @@ export interface SessionEntityOptions extends AgentOptions {
   readonly maxIdleTime?: Duration.DurationInput
 }
 
-const textOf = (m: UserMessage): string =>
-  m.content.map((block) => (block.type === "text" ? block.text : "")).join("")
+const textOf = (m: UserMessage): string => m.content.map((block) => (block.type === "text" ? block.text : "")).join("")
 
-const sameMessage = (a: UserMessage, b: UserMessage): boolean =>
-  JSON.stringify(a.content) === JSON.stringify(b.content)
+const sameMessage = (a: UserMessage, b: UserMessage): boolean => JSON.stringify(a.content) === JSON.stringify(b.content)
 
 // The stored copy of message `id`: entered on the surface, or inserted into the inbox.
 const storedMessage = (events: ReadonlyArray<SessionEvent>, id: string): UserMessage | undefined => {
@@ -129,11 +127,15 @@ export const layer = (
       // A redelivered message whose first delivery was applied before its reply was stored: the
       // same message in the log is its acknowledgement; another message under that id is refused.
       const idempotent = (m: UserMessage, delivery: Effect.Effect<void, DeliveryError>) =>
-        Effect.catchTag(delivery, "DuplicateMessage", (duplicate: DuplicateMessage) =>
-          Effect.flatMap(log.events, (events) => {
-            const stored = storedMessage(events, m.id)
-            return stored !== undefined && sameMessage(stored, m) ? Effect.void : Effect.fail(duplicate)
-          }))
+        Effect.catchTag(
+          delivery,
+          "DuplicateMessage",
+          (duplicate: DuplicateMessage) =>
+            Effect.flatMap(log.events, (events) => {
+              const stored = storedMessage(events, m.id)
+              return stored !== undefined && sameMessage(stored, m) ? Effect.void : Effect.fail(duplicate)
+            })
+        )
 
       // Kept alive (and moved with its shard, the keep-alive being a persisted message) while the
       // agent runs; passivated after `maxIdleTime` once idle. A delivery that started a turn asks

@@ -129,7 +129,7 @@ export const make = (
         }
         const text = yield* request.text.pipe(
           HttpIncomingMessage.withMaxBodySize(Option.some(maxBodyBytes)),
-          Effect.catchAll(() => Effect.fail(rejected(413, "PayloadTooLarge", `the body exceeds ${maxBodyBytes} bytes`)))
+          Effect.mapError(() => rejected(413, "PayloadTooLarge", `the body exceeds ${maxBodyBytes} bytes`))
         )
         if (Buffer.byteLength(text, "utf8") > maxBodyBytes) {
           return yield* rejected(413, "PayloadTooLarge", `the body exceeds ${maxBodyBytes} bytes`)
@@ -164,7 +164,8 @@ export const make = (
           return yield* rejected(400, "InvalidRequest", "invalid message id")
         }
         const message = yield* Effect.try({
-          try: () => userMessage({ id: messageId, text }),
+          try: () =>
+            userMessage({ id: messageId, text }),
           catch: (error) => rejected(400, "InvalidRequest", error instanceof Error ? error.message : "invalid message")
         })
         yield* session[operation](message)
@@ -228,15 +229,20 @@ export const make = (
           const given = yield* decode(CancelBody, body)
           const operationId = given.operationId ?? crypto.randomUUID()
           yield* stored(id)
-          yield* session.cancel({ operationId, ...(given.keepInbox === undefined ? {} : { keepInbox: given.keepInbox }) })
+          yield* session.cancel({
+            operationId,
+            ...(given.keepInbox === undefined ? {} : { keepInbox: given.keepInbox })
+          })
           return HttpServerResponse.unsafeJson({ operationId }, { status: 202 })
         }
         return yield* deliver(session, operation as "followup" | "steer" | "inject", body)
       })
 
-    return Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
+    // The handler itself is the result (an Effect run once per request).
+    const handler = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
       route(request).pipe(
         Effect.provide(context),
         Effect.catchAll((error) => Effect.succeed(errorResponse(error)))
       ))
+    return handler
   })

@@ -132,8 +132,12 @@ export const makeCluster = async (dbUrl: string, count: number, extraArgs: Reado
     healthy,
     /** Starts every runner and waits until each answers. */
     startAll: async () => {
-      for (const runner of runners) start(runner)
-      for (const runner of runners) await healthy(runner)
+      // The first runner creates the cluster's tables; runners started together on a new database
+      // would race on that migration.
+      start(runners[0]!)
+      await healthy(runners[0]!)
+      for (const runner of runners.slice(1)) start(runner)
+      for (const runner of runners.slice(1)) await healthy(runner)
     },
     /** SIGKILLs a runner and waits for its exit. */
     kill: async (runner: RunnerProcess) => {

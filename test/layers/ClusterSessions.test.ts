@@ -5,9 +5,9 @@
 import * as TestRunner from "@effect/cluster/TestRunner"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Stream } from "effect"
+import { checkLog, SessionId, SessionStore, Tools, userMessage } from "../../src/index.js"
 import { ClusterSessions } from "../../src/layers/ClusterSessions.js"
 import * as DemoModel from "../../src/layers/DemoModel.js"
-import { checkLog, SessionId, SessionStore, Tools, userMessage } from "../../src/index.js"
 
 const cluster = ClusterSessions.layer({ maxIdleTime: "1 minute" }).pipe(
   Layer.provideMerge(TestRunner.layer),

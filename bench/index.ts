@@ -7,6 +7,7 @@
  * (`bench/w1/`, one child process per run; the peers install into `bench/node_modules` on first use).
  * `--only=log`, `--only=loop`, `--only=w1`, `--only=storage`, `--only=postgres` (W2, W3 and W4 on
  * PostgreSQL beside raw `pg`, `bench/postgres.ts`), `--only=footprint`, `--only=compaction`,
+ * `--only=cluster` (sessions on a cluster: failover, throughput, RPC/HTTP overhead, `bench/cluster.ts`; run only on request),
  * `--only=caching` (prompt caching through each adapter, `bench/caching.ts`) or `--only=peers` runs one group; `--only=w1` (the floor and W1), `--only=w2`, `--only=w3` and `--only=w4` run one
  * workload alone, for a `node --cpu-prof` run of the bundle (`node bench/cpuprofile.mjs` summarises
  * the profile). `--write` also writes the report to
@@ -213,6 +214,7 @@ type Group =
   | "compaction"
   | "caching"
   | "peers"
+  | "cluster"
 const groups: ReadonlyArray<Group> = [
   "log",
   "loop",
@@ -225,12 +227,18 @@ const groups: ReadonlyArray<Group> = [
   "footprint",
   "compaction",
   "caching",
-  "peers"
+  "peers",
+  "cluster"
 ]
 const onlyArg = process.argv.slice(2).find((a) => a.startsWith("--only="))?.slice("--only=".length)
 const only = groups.find((g) => g === onlyArg)
 if (onlyArg !== undefined && only === undefined) {
   throw new Error(`--only=${onlyArg}: expected one of ${groups.join(", ")}`)
+}
+// The cluster benchmarks (`bench/cluster.ts`) start PostgreSQL and runner processes: run alone.
+if (only === "cluster") {
+  await (await import("./cluster.js")).main()
+  process.exit(0)
 }
 if (only !== undefined && writeResults) {
   throw new Error("--write records a complete run; it cannot be combined with --only")

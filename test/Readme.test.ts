@@ -35,7 +35,10 @@ const compilerOptions = (): ts.CompilerOptions => {
     noEmit: true,
     // A README block shows a piece of an app: a name it defines need not be used in it.
     noUnusedLocals: false,
-    paths: { tiller: [path.join(ROOT, "src", "index.ts")] }
+    paths: {
+      tiller: [path.join(ROOT, "src", "index.ts")],
+      "tiller/cluster": [path.join(ROOT, "src", "cluster.ts")]
+    }
   }
 }
 

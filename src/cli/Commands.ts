@@ -6,7 +6,7 @@
  */
 import { Args, Command, Options } from "@effect/cli"
 import type { FileSystem, Path } from "@effect/platform"
-import { Config, Effect, Either, Option, Schema } from "effect"
+import { Config, Effect, Either, Layer, Option, Schema } from "effect"
 import { checkLog } from "../domain/Check.js"
 import * as Cost from "../domain/Cost.js"
 import { SessionId } from "../domain/Ids.js"
@@ -29,6 +29,7 @@ import { exportHtml } from "./HtmlExport.js"
 import * as Output from "./Output.js"
 import * as PriceSettings from "./PriceSettings.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
+import * as Serve from "./Serve.js"
 import { timeline } from "./Timeline.js"
 import { traceSession, withLiveTelemetry } from "./Trace.js"
 
@@ -625,6 +626,70 @@ const exportCommand = Command.make("export", {
     )
   )
 
+const serveCommand = Command.make("serve", {
+  port: Options.integer("port").pipe(
+    Options.withPseudoName("N"),
+    Options.withDescription("The HTTP port of the session API")
+  ),
+  host: Options.text("host").pipe(
+    Options.withDescription("The HTTP address to listen on (default 127.0.0.1)"),
+    Options.withDefault("127.0.0.1")
+  ),
+  runnerPort: Options.integer("runner-port").pipe(
+    Options.withPseudoName("N"),
+    Options.withDescription("The TCP port other runners reach this one on (default: --port + 1)"),
+    Options.optional
+  ),
+  runnerHost: Options.text("runner-host").pipe(
+    Options.withDescription("The address other runners reach this one at (default 127.0.0.1)"),
+    Options.withDefault("127.0.0.1")
+  ),
+  clusterDb: Options.text("cluster-db").pipe(
+    Options.withPseudoName("URL"),
+    Options.withDescription("The PostgreSQL database of the cluster's storage (default: --db when it is postgres://)"),
+    Options.optional
+  ),
+  tokenFile: Options.text("token-file").pipe(
+    Options.withPseudoName("FILE"),
+    Options.withDescription(`Bearer tokens, one per line (default: the ${Serve.TOKEN_ENV} variable)`),
+    Options.optional
+  ),
+  maxBody: Options.integer("max-body").pipe(
+    Options.withPseudoName("BYTES"),
+    Options.withDescription("The largest request body accepted (default 65536)"),
+    Options.optional
+  ),
+  maxIdle: Options.integer("max-idle").pipe(
+    Options.withPseudoName("SECONDS"),
+    Options.withDescription("An idle session's entity passivates after this time (default 60)"),
+    Options.optional
+  ),
+  maxSteps
+}, (o) =>
+  Effect.flatMap(tiller, (globals) =>
+    Effect.zipRight(
+      Output.errorLine(
+        `tiller serve: http://${o.host}:${o.port} (runner ${o.runnerHost}:${
+          Option.getOrElse(o.runnerPort, () => o.port + 1)
+        })`
+      ),
+      Serve.layer({
+        db: globals.db,
+        clusterDb: Option.getOrUndefined(o.clusterDb),
+        model: globals.model,
+        host: o.host,
+        port: o.port,
+        runnerHost: o.runnerHost,
+        runnerPort: Option.getOrElse(o.runnerPort, () => o.port + 1),
+        tokenFile: Option.getOrUndefined(o.tokenFile),
+        maxBodyBytes: Option.getOrUndefined(o.maxBody),
+        maxIdleTime: Option.getOrUndefined(Option.map(o.maxIdle, (seconds) => `${seconds} seconds` as const)),
+        maxSteps: Option.getOrUndefined(o.maxSteps)
+      }).pipe(Layer.launch)
+    ))).pipe(
+    Command.withDescription("Run a cluster runner that serves sessions over HTTP/JSON (PostgreSQL for the cluster)")
+  )
+
 /**
  * The whole command tree.
  *
@@ -644,7 +709,8 @@ export const command = tiller.pipe(
     approveCommand,
     handoffCommand,
     traceCommand,
-    exportCommand
+    exportCommand,
+    serveCommand
   ])
 )
 
@@ -660,7 +726,8 @@ const SUBCOMMANDS: ReadonlySet<string> = new Set([
   "approve",
   "handoff",
   "trace",
-  "export"
+  "export",
+  "serve"
 ])
 const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools", "--claude-hooks", "--read-session"])
 const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window", "--prices"]

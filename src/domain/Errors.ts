@@ -269,6 +269,24 @@ export class ForkError extends Schema.TaggedError<ForkError>("tiller/ForkError")
 }
 
 /**
+ * An HTTP request to a session server that was refused before anything changed: its status (4xx),
+ * a stable code (`Unauthorized`, `MalformedJson`, `InvalidRequest`, `UnknownOperation`,
+ * `PayloadTooLarge`, ...) and why.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class RequestRejected extends Schema.TaggedError<RequestRejected>("tiller/RequestRejected")("RequestRejected", {
+  status: Schema.Int,
+  code: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `${this.code}: ${this.reason}`
+  }
+}
+
+/**
  * No session is stored under this id.
  *
  * @since 0.1.0

@@ -73,6 +73,8 @@ export class Driver extends Context.Tag("tiller/Driver")<Driver, {
     cause: CancelCause,
     options?: { readonly keepInbox?: boolean }
   ) => Effect.Effect<void, PersistenceError | AgentDisposed>
+  /** Opens a turn for the pending inbox when idle: a chain whose previous owner stopped mid-way goes on; `false` when nothing was opened. */
+  readonly continuePending: Effect.Effect<boolean, PersistenceError | AgentDisposed>
   /** Resolves when the agent is idle (or disposed or poisoned). */
   readonly whenIdle: Effect.Effect<void>
   /** The public status. */
@@ -226,6 +228,19 @@ export const makeDriver = (
     ).pipe(Effect.withSpan("Driver.cancel"))
   }
 
+  const continuePending = commitAcknowledged(
+    session,
+    STM.gen(function*() {
+      yield* guardWritable(session)
+      const phase = yield* getPhase(ds)
+      if (phase._tag !== "Idle" || (yield* TRef.get(ds.disposing))) return Either.right(false)
+      const { inbox } = (yield* TRef.get(session.log)).fold
+      if (inbox.nextTurn.length === 0 && inbox.nextStep.length === 0) return Either.right(false)
+      yield* orDie(openTurn(ds, phase.lastTurn + 1, true))
+      return Either.right(true)
+    })
+  ).pipe(Effect.withSpan("Driver.continuePending"))
+
   const whenIdle: Effect.Effect<void> = Effect.flatMap(
     FiberRef.get(currentActivity),
     (activity) =>
@@ -351,6 +366,7 @@ export const makeDriver = (
     steer: (m) => send(m, "next-step", true),
     inject: (m) => send(m, "next-step", false),
     cancel,
+    continuePending,
     whenIdle,
     status: STM.commit(statusOf(ds)),
     statusChanges,

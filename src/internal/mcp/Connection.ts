@@ -101,6 +101,8 @@ export interface Connection {
   readonly protocolVersion: string | undefined
   /** The server's process id (stdio). */
   readonly pid: number | undefined
+  /** Whether the connection is still open (false once the server exited or hung up). */
+  readonly isOpen: () => boolean
   /** The last lines the server wrote to stderr (stdio). */
   readonly stderr: () => string
   readonly listTools: Effect.Effect<ReadonlyArray<ListedTool>, McpError>
@@ -149,6 +151,7 @@ export const open = (
     const failure = (reason: string) => new McpError({ server, reason })
     let stderr = ""
     let closing = false
+    let open = true
     const client = new Client({ name: "tiller", version: "0.1.0" }, {
       capabilities: { elicitation: { form: {} } },
       versionNegotiation: { mode: "auto", probe: { timeoutMs: Math.min(5000, config.startupTimeoutMs) } },
@@ -179,6 +182,7 @@ export const open = (
       })
     }
     client.onclose = () => {
+      open = false
       if (!closing) {
         const tail = stderr.trim().split("\n").slice(-3).join(" | ")
         hooks.onClosed(`the server's connection ended${tail === "" ? "" : ` (stderr: ${tail})`}`)
@@ -269,6 +273,7 @@ export const open = (
     return {
       protocolVersion: client.getNegotiatedProtocolVersion(),
       pid: transport instanceof StdioClientTransport ? transport.pid ?? undefined : undefined,
+      isOpen: () => open,
       stderr: () => stderr,
       listTools: Effect.suspend(() => listTools),
       callTool,

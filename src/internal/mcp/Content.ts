@@ -102,16 +102,32 @@ export const contentBlocks = (content: ReadonlyArray<McpContentBlock>): Readonly
     }
   })
 
-/** Whether `content` already carries `structured` as the JSON of one of its text blocks. */
-const rendersStructured = (content: ReadonlyArray<Block>, structured: string): boolean =>
-  content.some((b) => {
-    if (b.type !== "text") return false
+/** The scalar leaves of a JSON value, as text. */
+const leaves = (value: Json): ReadonlyArray<string> =>
+  value === null || typeof value !== "object"
+    ? [String(value)]
+    : Array.isArray(value)
+    ? value.flatMap(leaves)
+    : Object.values(value).flatMap(leaves)
+
+/**
+ * Whether `content` already tells the model what `structured` says: one of its text blocks is
+ * that JSON, or every scalar of it appears in the text.
+ */
+const rendersStructured = (content: ReadonlyArray<Block>, structured: Json): boolean => {
+  const texts = content.flatMap((b) => (b.type === "text" ? [b.text] : []))
+  const json = JSON.stringify(structured)
+  const same = texts.some((t) => {
     try {
-      return JSON.stringify(JSON.parse(b.text)) === structured
+      return JSON.stringify(JSON.parse(t)) === json
     } catch {
       return false
     }
   })
+  if (same) return true
+  const all = texts.join("\n")
+  return texts.length > 0 && leaves(structured).every((leaf) => all.includes(leaf))
+}
 
 /**
  * A tool result as a tool output; `extra` (the server and tool, elicitations) goes into `meta`
@@ -126,8 +142,7 @@ export const toolOutput = (result: McpToolResult, extra: { readonly [key: string
   if (result.structuredContent !== undefined && jsonProblem(result.structuredContent, "structuredContent") === undefined) {
     const structured = result.structuredContent as Json
     meta["structuredContent"] = structured
-    const rendered = JSON.stringify(structured)
-    if (!rendersStructured(blocks, rendered)) blocks.push(text(`structured content: ${JSON.stringify(structured, null, 2)}`))
+    if (!rendersStructured(blocks, structured)) blocks.push(text(`structured content: ${JSON.stringify(structured, null, 2)}`))
   }
   if (blocks.length === 0) blocks.push(text(result.isError === true ? "(the tool failed with no content)" : "(no content)"))
   return { content: blocks, ...(result.isError === true ? { isError: true } : {}), meta: { [META_KEY]: meta } }

@@ -71,6 +71,9 @@ interface ServerState {
   /** The tools after the allow and deny lists, as last listed. */
   tools: ReadonlyArray<ListedTool>
   prompts: ReadonlyArray<ListedPrompt>
+  /** How many times the server said its tools changed, and the count the last listing covers. */
+  changes: number
+  listedChanges: number
   /** The elicitation records of the calls running now. */
   readonly running: Set<Array<Json>>
 }
@@ -107,6 +110,8 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
         error: undefined,
         tools: [],
         prompts: [],
+        changes: 0,
+        listedChanges: 0,
         running: new Set()
       })
     }
@@ -194,11 +199,16 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
     const filterTools = (s: ServerState, tools: ReadonlyArray<ListedTool>) =>
       tools.filter((t) => permitted(t.name, { allow: s.config.allowTools, deny: s.config.denyTools }))
 
-    const hooksOf = (server: string, generation: number): Connections.ConnectionHooks => ({
-      onToolsChanged: () => Queue.unsafeOffer(signals, { _tag: "ToolsChanged", server, generation }),
-      onClosed: (reason) => Queue.unsafeOffer(signals, { _tag: "Closed", server, generation, reason }),
+    const hooksOf = (s: ServerState, generation: number): Connections.ConnectionHooks => ({
+      onToolsChanged: () => {
+        s.changes++
+        Queue.unsafeOffer(signals, { _tag: "ToolsChanged", server: s.config.name, generation })
+      },
+      onClosed: (reason) => Queue.unsafeOffer(signals, { _tag: "Closed", server: s.config.name, generation, reason }),
       onElicitation: (request) =>
-        new Promise((resolve) => Queue.unsafeOffer(signals, { _tag: "Elicit", server, request, resolve }))
+        new Promise((resolve) =>
+          Queue.unsafeOffer(signals, { _tag: "Elicit", server: s.config.name, request, resolve })
+        )
     })
 
     const drop = (s: ServerState) =>
@@ -216,10 +226,12 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
         const generation = ++s.generation
         const scope = yield* Scope.fork(layerScope, ExecutionStrategy.sequential)
         const started = yield* Effect.exit(Effect.gen(function*() {
-          const connection = yield* Connections.open(s.config, hooksOf(s.config.name, generation)).pipe(
+          const connection = yield* Connections.open(s.config, hooksOf(s, generation)).pipe(
             Scope.extend(scope)
           )
+          const changes = s.changes
           const tools = yield* connection.listTools
+          s.listedChanges = changes
           const prompts = yield* Effect.orElseSucceed(connection.listPrompts, () => [])
           return { connection, tools, prompts }
         }))
@@ -245,8 +257,11 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
       s.lock.withPermits(1)(Effect.gen(function*() {
         const live = s.live
         if (live === undefined || live.closed || live.generation !== generation) return
+        const changes = s.changes
+        if (s.listedChanges === changes) return
         const tools = yield* Effect.either(live.connection.listTools)
         if (Either.isLeft(tools)) return
+        s.listedChanges = changes
         s.tools = filterTools(s, tools.right)
         yield* syncTools
         yield* PubSub.publish(events, { _tag: "ToolsChanged", server: s.config.name, tools: s.tools.length })
@@ -307,6 +322,8 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
             _tag: "Event",
             event: { _tag: "Progress", server, tool, callId, ...update }
           })).pipe(Effect.ensuring(Effect.sync(() => s.running.delete(record))))
+        // A list change the call caused reaches the next request: the tools are listed again first.
+        if (s.changes !== s.listedChanges && s.live !== undefined) yield* refreshTools(s, s.live.generation)
         return toolOutput(result, { server, tool, ...(record.length === 0 ? {} : { elicitations: record }) })
       }).pipe(Effect.withSpan("Mcp.call", { attributes: { server, tool } }))
 
@@ -390,6 +407,7 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
         ...(s.live?.connection.protocolVersion === undefined
           ? {}
           : { protocolVersion: s.live.connection.protocolVersion }),
+        ...(s.live?.connection.pid === undefined ? {} : { pid: s.live.connection.pid }),
         ...(s.error === undefined ? {} : { error: s.error })
       }))
     ).pipe(Effect.withSpan("Mcp.servers"))

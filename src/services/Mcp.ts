@@ -30,6 +30,8 @@ export interface McpServerInfo {
   readonly tools: number
   readonly prompts: number
   readonly protocolVersion?: string
+  /** The process id of a running stdio server. */
+  readonly pid?: number
   /** Why it failed or ended, with the last lines of its stderr. */
   readonly error?: string
 }

@@ -155,7 +155,7 @@ export const open = (
     const client = new Client({ name: "tiller", version: "0.1.0" }, {
       capabilities: { elicitation: { form: {} } },
       versionNegotiation: { mode: "auto", probe: { timeoutMs: Math.min(5000, config.startupTimeoutMs) } },
-      listChanged: { tools: { autoRefresh: false, onChanged: () => hooks.onToolsChanged() } }
+      listChanged: { tools: { autoRefresh: false, debounceMs: 0, onChanged: () => hooks.onToolsChanged() } }
     })
     client.setRequestHandler("elicitation/create", async (request) => {
       const params = request.params as { readonly message?: string; readonly requestedSchema?: Json }

@@ -17,12 +17,15 @@ import * as ProviderModels from "../layers/ProviderModels.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
+import { McpServers } from "../layers/McpServers.js"
+import type { Mcp } from "../services/Mcp.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { Tools } from "../services/Tools.js"
 import * as BuiltinTools from "./BuiltinTools.js"
 import { CliError } from "./CliError.js"
 import { describeFileError } from "./FileErrors.js"
+import * as McpSettings from "./McpSettings.js"
 
 /**
  * The options every command accepts.
@@ -55,6 +58,8 @@ export interface GlobalOptions {
   readonly maxSteps?: Option.Option<number>
   /** `--prices FILE`: model prices over tiller's table and the settings' (see `PriceSettings`). */
   readonly prices?: Option.Option<string>
+  /** `--mcp FILE`: MCP configuration files read after the project's (see `McpSettings`). */
+  readonly mcp?: ReadonlyArray<string>
 }
 
 /**
@@ -258,14 +263,17 @@ const ensureDirectory = (db: string) =>
 
 /**
  * `Sessions` and the `SessionStore` under it, as the global options select them; the built-in
- * tools are confined to the process's working directory.
+ * tools are confined to the process's working directory. With `mcp` (the default) the configured
+ * MCP servers start with the layer and their tools join the built-in ones; without, `Mcp` has no
+ * servers.
  *
  * @since 0.1.0
  * @category layers
  */
 export const layer = (
-  options: GlobalOptions
-): Layer.Layer<Sessions | SessionStore, CliError | PersistenceError, FileSystem.FileSystem | Path.Path> =>
+  options: GlobalOptions,
+  extra: { readonly mcp?: boolean } = {}
+): Layer.Layer<Sessions | SessionStore | Mcp, CliError | PersistenceError, FileSystem.FileSystem | Path.Path> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const model = yield* resolveModel(options.model)
@@ -296,6 +304,11 @@ export const layer = (
         : Tools.layer({ tools: builtin })
       // Context management is always on: the window from --context-window, else the table's.
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
+      const mcpConfig = extra.mcp === false ? McpSettings.EMPTY : yield* McpSettings.load(options.mcp ?? [])
+      const toolsAndMcp = McpServers.layer(mcpConfig, {
+        model: model.header.model,
+        ...(contextWindow === undefined ? {} : { contextWindow })
+      }).pipe(Layer.provideMerge(tools))
       const compaction = contextWindow === undefined ? {} : { contextWindow }
       // The model may read back what compaction took out of its context (read_history).
       const maxSteps = Option.getOrUndefined(options.maxSteps ?? Option.none())
@@ -307,7 +320,7 @@ export const layer = (
         readHistory: true,
         ...(maxSteps === undefined ? {} : { maxSteps })
       }).pipe(
-        Layer.provideMerge(Layer.merge(model.layer, tools)),
+        Layer.provideMerge(Layer.merge(model.layer, toolsAndMcp)),
         Layer.provideMerge(SqliteSessionStore.layer({ filename: options.db }))
       )
     })

@@ -262,7 +262,9 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
         const tools = yield* Effect.either(live.connection.listTools)
         if (Either.isLeft(tools)) return
         s.listedChanges = changes
+        const before = JSON.stringify(s.tools)
         s.tools = filterTools(s, tools.right)
+        if (JSON.stringify(s.tools) === before) return
         yield* syncTools
         yield* PubSub.publish(events, { _tag: "ToolsChanged", server: s.config.name, tools: s.tools.length })
       }))

@@ -77,7 +77,13 @@ if (import.meta.url === `file://${process.argv[1]}`) {
     for (const s of servers) console.log(`server ${s.name}: ${s.state}, ${s.tools} tools, protocol ${s.protocolVersion}`)
     for (const m of history) {
       const text = m.content.map((b) =>
-        "text" in b ? b.text : b.type === "tool-call" ? `[call ${b.name}]` : `[result ${JSON.stringify(b.content)}]`
+        "text" in b
+          ? b.text
+          : b.type === "tool-call"
+          ? `[call ${b.name}]`
+          : b.type === "tool-result"
+          ? `[result ${JSON.stringify(b.content)}]`
+          : `[${b.type}]`
       ).join(" ")
       console.log(`${m.role.padEnd(9)} ${m.source.kind.padEnd(12)} ${text.slice(0, 120)}`)
     }

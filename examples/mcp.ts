@@ -66,7 +66,10 @@ export const program = Effect.gen(function*() {
 })
 
 /** The layers of the example: an agent over a memory store, the scripted model, the MCP server's tools. */
-export const McpLive = Agent.layer({ open: SessionId.make("mcp-example"), model: { provider: "demo", model: "scripted" } })
+export const McpLive = Agent.layer({
+  open: SessionId.make("mcp-example"),
+  model: { provider: "demo", model: "scripted" }
+})
   .pipe(
     Layer.provideMerge(servers),
     Layer.provideMerge(Layer.mergeAll(Tools.layer(), SessionStore.layerMemory, model))
@@ -74,7 +77,9 @@ export const McpLive = Agent.layer({ open: SessionId.make("mcp-example"), model:
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   Effect.runPromise(Effect.scoped(Effect.provide(program, McpLive))).then(({ history, servers }) => {
-    for (const s of servers) console.log(`server ${s.name}: ${s.state}, ${s.tools} tools, protocol ${s.protocolVersion}`)
+    for (const s of servers) {
+      console.log(`server ${s.name}: ${s.state}, ${s.tools} tools, protocol ${s.protocolVersion}`)
+    }
     for (const m of history) {
       const text = m.content.map((b) =>
         "text" in b

@@ -604,33 +604,55 @@ const exportCommand = Command.make("export", {
 /** The MCP configuration of the global options. */
 const mcpConfigOf = (globals: GlobalOptions) => McpSettings.load(globals.mcp ?? [])
 
-const mcpListCommand = Command.make("list", {}, () =>
-  Effect.flatMap(tiller, (globals) => Effect.flatMap(mcpConfigOf(globals), McpCommand.list))).pipe(
-    Command.withDescription(
-      "List the configured MCP servers: transport, state, tool and prompt counts, protocol revision; exit code 1 when one fails to start"
-    )
+const mcpListCommand = Command.make(
+  "list",
+  {},
+  () => Effect.flatMap(tiller, (globals) => Effect.flatMap(mcpConfigOf(globals), McpCommand.list))
+).pipe(
+  Command.withDescription(
+    "List the configured MCP servers: transport, state, tool and prompt counts, protocol revision; exit code 1 when one fails to start"
   )
+)
 
 const serverArg = Args.text({ name: "SERVER" }).pipe(Args.withDescription("A server's name under mcpServers"))
 
-const mcpToolsCommand = Command.make("tools", { server: serverArg }, ({ server }) =>
-  Effect.flatMap(tiller, (globals) =>
-    Effect.flatMap(mcpConfigOf(globals), (config) => McpCommand.tools(config, server)))).pipe(
-    Command.withDescription("List one MCP server's tools: the name the model sees (mcp__SERVER__TOOL) and the server's")
-  )
+const mcpToolsCommand = Command.make(
+  "tools",
+  { server: serverArg },
+  ({ server }) =>
+    Effect.flatMap(
+      tiller,
+      (globals) => Effect.flatMap(mcpConfigOf(globals), (config) => McpCommand.tools(config, server))
+    )
+).pipe(
+  Command.withDescription("List one MCP server's tools: the name the model sees (mcp__SERVER__TOOL) and the server's")
+)
 
-const mcpCallCommand = Command.make("call", {
-  server: serverArg,
-  tool: Args.text({ name: "TOOL" }).pipe(Args.withDescription("The tool's name as the server gives it")),
-  json: Args.text({ name: "JSON" }).pipe(Args.withDescription("The arguments, one JSON object"), Args.withDefault("{}"))
-}, ({ json, server, tool }) =>
-  Effect.flatMap(tiller, (globals) =>
-    Effect.flatMap(mcpConfigOf(globals), (config) => McpCommand.call(config, server, tool, json)))).pipe(
-    Command.withDescription("Call one tool of an MCP server and print its result; exit code 1 when the tool reports an error")
+const mcpCallCommand = Command.make(
+  "call",
+  {
+    server: serverArg,
+    tool: Args.text({ name: "TOOL" }).pipe(Args.withDescription("The tool's name as the server gives it")),
+    json: Args.text({ name: "JSON" }).pipe(
+      Args.withDescription("The arguments, one JSON object"),
+      Args.withDefault("{}")
+    )
+  },
+  ({ json, server, tool }) =>
+    Effect.flatMap(
+      tiller,
+      (globals) => Effect.flatMap(mcpConfigOf(globals), (config) => McpCommand.call(config, server, tool, json))
+    )
+).pipe(
+  Command.withDescription(
+    "Call one tool of an MCP server and print its result; exit code 1 when the tool reports an error"
   )
+)
 
 const mcpCommand = Command.make("mcp").pipe(
-  Command.withDescription("The MCP servers of .mcp.json, .tiller/mcp.json and --mcp: list, tools SERVER, call SERVER TOOL JSON"),
+  Command.withDescription(
+    "The MCP servers of .mcp.json, .tiller/mcp.json and --mcp: list, tools SERVER, call SERVER TOOL JSON"
+  ),
   Command.withSubcommands([mcpListCommand, mcpToolsCommand, mcpCallCommand])
 )
 

@@ -62,7 +62,9 @@ export const injectMentioned = (
     const mentions = resourceMentionsIn(text, names)
     const messages: Array<UserMessage> = []
     for (const { server, uri } of mentions) {
-      messages.push(yield* Effect.mapError(mcp.resource(server, uri), (error) => new CliError({ reason: error.message })))
+      messages.push(
+        yield* Effect.mapError(mcp.resource(server, uri), (error) => new CliError({ reason: error.message }))
+      )
     }
     for (const message of messages) yield* driver.inject(message)
     return mentions.map(({ server, uri }) => `(resource ${uri} of MCP server ${server} entered as context)`)

@@ -87,9 +87,13 @@ export const call = (config: McpConfig, server: string, tool: string, json: stri
           (error) => new CliError({ reason: error.message })
         ))
     )
-    const blocks = typeof output.content === "string" ? [{ type: "text" as const, text: output.content }] : output.content
-    yield* Output.lines(blocks.map((b) =>
-      b.type === "text" ? b.text : `[image ${b.mediaType}, ${Math.floor(b.data.length * 3 / 4)} bytes]`
-    ))
+    const blocks = typeof output.content === "string"
+      ? [{ type: "text" as const, text: output.content }]
+      : output.content
+    yield* Output.lines(
+      blocks.map((b) =>
+        b.type === "text" ? b.text : `[image ${b.mediaType}, ${Math.floor(b.data.length * 3 / 4)} bytes]`
+      )
+    )
     if (output.isError === true) return yield* new ExitWith({ code: 1 })
   })

@@ -28,25 +28,27 @@ export const PROJECT_FILES: ReadonlyArray<string> = [".mcp.json", path.join(".ti
  */
 export const EMPTY: McpConfig = { servers: [], toolSearchShare: DEFAULT_TOOL_SEARCH_SHARE }
 
-const readFile = (file: string, required: boolean) =>
-  Effect.gen(function*() {
-    const text = yield* Effect.try({
-      try: () => fs.readFileSync(file, "utf8"),
-      catch: (error) => error as NodeJS.ErrnoException
-    }).pipe(
-      Effect.map((t): string | undefined => t),
-      Effect.catchAll((error) =>
-        !required && error.code === "ENOENT"
-          ? Effect.succeed(undefined)
-          : Effect.fail(new CliError({ reason: `MCP configuration ${file}: ${error.message}` }))
-      )
-    )
-    if (text === undefined) return undefined
-    return yield* Either.match(parseFile(text), {
-      onLeft: (reason) => Effect.fail(new CliError({ reason: `MCP configuration ${file}: ${reason}` })),
-      onRight: (parsed): Effect.Effect<McpConfigFile | undefined> => Effect.succeed(parsed)
-    })
+/** The text of `file`; `undefined` when it is absent and not `required`. */
+const readText = (file: string, required: boolean): Effect.Effect<string | undefined, CliError> =>
+  Effect.suspend(() => {
+    try {
+      return Effect.succeed(fs.readFileSync(file, "utf8"))
+    } catch (error) {
+      const e = error as { readonly code?: string; readonly message?: string }
+      return !required && e.code === "ENOENT"
+        ? Effect.succeed(undefined)
+        : Effect.fail(new CliError({ reason: `MCP configuration ${file}: ${e.message ?? String(error)}` }))
+    }
   })
+
+const readFile = (file: string, required: boolean) =>
+  Effect.flatMap(readText(file, required), (text) =>
+    text === undefined
+      ? Effect.succeed(undefined)
+      : Either.match(parseFile(text), {
+        onLeft: (reason) => Effect.fail(new CliError({ reason: `MCP configuration ${file}: ${reason}` })),
+        onRight: (parsed): Effect.Effect<McpConfigFile | undefined> => Effect.succeed(parsed)
+      }))
 
 /**
  * The configuration of the project files in `cwd` and the `--mcp` files.

@@ -13,14 +13,34 @@
  *
  * @since 0.1.0
  */
-import { Cause, Effect, Either, ExecutionStrategy, Exit, FiberSet, Layer, Option, PubSub, Queue, Schema, Scope, Stream } from "effect"
+import {
+  Cause,
+  Effect,
+  Either,
+  ExecutionStrategy,
+  Exit,
+  FiberSet,
+  Layer,
+  Option,
+  PubSub,
+  Queue,
+  Schema,
+  Scope,
+  Stream
+} from "effect"
 import { McpError } from "../domain/Errors.js"
 import type { Json } from "../domain/Json.js"
 import { newUserMessage } from "../domain/Message.js"
 import type { ToolDefinition, ToolOutput } from "../domain/Tool.js"
 import { contextWindowOf } from "../internal/compaction/Budget.js"
 import type { McpConfig, McpServerConfig } from "../internal/mcp/Config.js"
-import type { Connection, ElicitationAnswer, ElicitationRequest, ListedPrompt, ListedTool } from "../internal/mcp/Connection.js"
+import type {
+  Connection,
+  ElicitationAnswer,
+  ElicitationRequest,
+  ListedPrompt,
+  ListedTool
+} from "../internal/mcp/Connection.js"
 import * as Connections from "../internal/mcp/Connection.js"
 import { contentBlocks, META_KEY, resourceBlocks, toolOutput } from "../internal/mcp/Content.js"
 import { PREFIX, uniqueToolNames } from "../internal/mcp/Names.js"
@@ -275,7 +295,11 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
           return PubSub.publish(events, signal.event)
         case "ToolsChanged": {
           const s = states.get(signal.server)
-          return s === undefined ? Effect.void : FiberSet.run(fibers, refreshTools(s, signal.generation), { propagateInterruption: false }).pipe(Effect.asVoid)
+          return s === undefined
+            ? Effect.void
+            : FiberSet.run(fibers, refreshTools(s, signal.generation), { propagateInterruption: false }).pipe(
+              Effect.asVoid
+            )
         }
         case "Closed": {
           const s = states.get(signal.server)
@@ -283,7 +307,12 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
           s.live.closed = true
           s.error = signal.reason
           return Effect.zipRight(
-            FiberSet.run(fibers, s.lock.withPermits(1)(Effect.suspend(() => s.live?.generation === signal.generation ? drop(s) : Effect.void))),
+            FiberSet.run(
+              fibers,
+              s.lock.withPermits(1)(
+                Effect.suspend(() => s.live?.generation === signal.generation ? drop(s) : Effect.void)
+              )
+            ),
             PubSub.publish(events, { _tag: "Closed", server: signal.server, reason: signal.reason })
           )
         }
@@ -374,7 +403,10 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
         const name = command.replace(/^\//, "")
         const info = promptInfos().find((p) => p.command === name)
         if (info === undefined) {
-          return yield* new McpError({ server: name.slice(PREFIX.length).split("__")[0] ?? "", reason: `no prompt ${name}` })
+          return yield* new McpError({
+            server: name.slice(PREFIX.length).split("__")[0] ?? "",
+            reason: `no prompt ${name}`
+          })
         }
         const args = parsePromptArguments(text, info.arguments)
         if (Either.isLeft(args)) {
@@ -403,7 +435,9 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
       [...states.values()].map((s) => ({
         name: s.config.name,
         transport: s.config.transport._tag,
-        state: s.live !== undefined && !s.live.closed && s.live.connection.isOpen() ? "connected" as const : "failed" as const,
+        state: s.live !== undefined && !s.live.closed && s.live.connection.isOpen()
+          ? "connected" as const
+          : "failed" as const,
         tools: s.tools.length,
         prompts: s.prompts.length,
         ...(s.live?.connection.protocolVersion === undefined

@@ -66,7 +66,9 @@ export interface McpPromptInfo {
   /** The command name without its slash. */
   readonly command: string
   readonly description: string
-  readonly arguments: ReadonlyArray<{ readonly name: string; readonly description?: string; readonly required: boolean }>
+  readonly arguments: ReadonlyArray<
+    { readonly name: string; readonly description?: string; readonly required: boolean }
+  >
 }
 
 /**

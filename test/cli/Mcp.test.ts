@@ -54,53 +54,59 @@ describe("tiller mcp", () => {
       expect(unset.stderr).toContain("${MEMORY_DIR} is not set")
     }), TIMEOUT)
 
-  it.scopedLive("run: a resource mention enters as context, the model's tool calls and results are in the log (stdio and HTTP)", () =>
-    Effect.gen(function*() {
-      const dir = yield* project
-      const url = yield* everythingHttp
-      const extra = path.join(dir, "http.json")
-      fs.writeFileSync(extra, JSON.stringify({ mcpServers: { web: { type: "http", url } } }))
-      const mention = yield* tiller(dir, [
-        "run",
-        "--session",
-        "s1",
-        "Read @everything:demo://resource/static/document/features.md."
-      ], { env: env(dir) })
-      expect(mention.code, mention.stderr).toBe(0)
-      expect(mention.stderr).toContain("entered as context")
-      const run = yield* tiller(dir, ["run", "--mcp", extra, "--session", "s1", `/mcp__web__get-sum {"a":2,"b":3}`], {
-        env: env(dir)
-      })
-      expect(run.code, run.stderr).toBe(0)
-      const events = yield* logOf(dir, "s1")
-      const entered = events.filter((e) => e.type === "user/message").map((e) => e.data.source)
-      expect(entered[0]).toEqual({
-        kind: "mcp-resource",
-        server: "everything",
-        uri: "demo://resource/static/document/features.md"
-      })
-      // Three servers' definitions exceed 10% of the demo model's window: the model loads the tool
-      // through the tool search, then calls it.
-      const calls = events.filter((e) => e.type === "tool/call")
-      expect(calls.map((e) => e.data.name)).toEqual(["mcp__search_tools", "mcp__web__get-sum"])
-      const headers = events.filter((e) => e.type === "request/header").map((e) => e.data.header.tools.map((t: any) => t.name))
-      expect(headers.at(-2)).not.toContain("mcp__web__get-sum")
-      expect(headers.at(-1)).toContain("mcp__web__get-sum")
-      const result = events.filter((e) => e.type === "tool/result").at(-1)!
-      expect(JSON.stringify(result.data.message.content)).toContain("The sum of 2 and 3 is 5.")
-      expect(result.data.meta.mcp).toEqual({ server: "web", tool: "get-sum" })
-      // A prompt command: the server's prompt is the turn's prompt.
-      const prompt = yield* tiller(dir, ["run", "--session", "s2", "/mcp__everything__args-prompt city=Paris"], {
-        env: env(dir)
-      })
-      expect(prompt.code, prompt.stderr).toBe(0)
-      const second = yield* logOf(dir, "s2")
-      const message = second.find((e) => e.type === "user/message")!
-      expect(message.data.source).toEqual({
-        kind: "mcp-prompt",
-        server: "everything",
-        prompt: "args-prompt",
-        arguments: { city: "Paris" }
-      })
-    }), TIMEOUT)
+  it.scopedLive(
+    "run: a resource mention enters as context, the model's tool calls and results are in the log (stdio and HTTP)",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* project
+        const url = yield* everythingHttp
+        const extra = path.join(dir, "http.json")
+        fs.writeFileSync(extra, JSON.stringify({ mcpServers: { web: { type: "http", url } } }))
+        const mention = yield* tiller(dir, [
+          "run",
+          "--session",
+          "s1",
+          "Read @everything:demo://resource/static/document/features.md."
+        ], { env: env(dir) })
+        expect(mention.code, mention.stderr).toBe(0)
+        expect(mention.stderr).toContain("entered as context")
+        const run = yield* tiller(dir, ["run", "--mcp", extra, "--session", "s1", `/mcp__web__get-sum {"a":2,"b":3}`], {
+          env: env(dir)
+        })
+        expect(run.code, run.stderr).toBe(0)
+        const events = yield* logOf(dir, "s1")
+        const entered = events.filter((e) => e.type === "user/message").map((e) => e.data.source)
+        expect(entered[0]).toEqual({
+          kind: "mcp-resource",
+          server: "everything",
+          uri: "demo://resource/static/document/features.md"
+        })
+        // Three servers' definitions exceed 10% of the demo model's window: the model loads the tool
+        // through the tool search, then calls it.
+        const calls = events.filter((e) => e.type === "tool/call")
+        expect(calls.map((e) => e.data.name)).toEqual(["mcp__search_tools", "mcp__web__get-sum"])
+        const headers = events.filter((e) => e.type === "request/header").map((e) =>
+          e.data.header.tools.map((t: any) => t.name)
+        )
+        expect(headers.at(-2)).not.toContain("mcp__web__get-sum")
+        expect(headers.at(-1)).toContain("mcp__web__get-sum")
+        const result = events.filter((e) => e.type === "tool/result").at(-1)!
+        expect(JSON.stringify(result.data.message.content)).toContain("The sum of 2 and 3 is 5.")
+        expect(result.data.meta.mcp).toEqual({ server: "web", tool: "get-sum" })
+        // A prompt command: the server's prompt is the turn's prompt.
+        const prompt = yield* tiller(dir, ["run", "--session", "s2", "/mcp__everything__args-prompt city=Paris"], {
+          env: env(dir)
+        })
+        expect(prompt.code, prompt.stderr).toBe(0)
+        const second = yield* logOf(dir, "s2")
+        const message = second.find((e) => e.type === "user/message")!
+        expect(message.data.source).toEqual({
+          kind: "mcp-prompt",
+          server: "everything",
+          prompt: "args-prompt",
+          arguments: { city: "Paris" }
+        })
+      }),
+    TIMEOUT
+  )
 })

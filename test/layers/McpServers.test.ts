@@ -1,13 +1,13 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Stream } from "effect"
+import * as fs from "node:fs"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
-import * as fs from "node:fs"
 import type { EventOf, SessionEvent } from "../../src/domain/Event.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
-import type { McpServerConfig } from "../../src/internal/mcp/Config.js"
 import { CancelCause } from "../../src/domain/Values.js"
+import type { McpServerConfig } from "../../src/internal/mcp/Config.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { McpServers } from "../../src/layers/McpServers.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
@@ -104,97 +104,109 @@ const runTurn = (text: string) =>
   })
 
 describe("McpServers over the reference servers (stdio)", () => {
-  it.scopedLive("a scripted model calls tools of server-everything, -filesystem and -memory in real turns", () =>
-    Effect.gen(function*() {
-      const dir = yield* tempDir
-      fs.writeFileSync(path.join(dir, "notes.txt"), "alpha beta gamma\n")
-      const script = [
-        ScriptedModel.response({
-          toolCalls: [
-            call("sum", "mcp__everything__get-sum", { a: 2, b: 3 }),
-            call("image", "mcp__everything__get-tiny-image", {}),
-            call("weather", "mcp__everything__get-structured-content", { location: "New York" }),
-            call("read", "mcp__filesystem__read_text_file", { path: path.join(dir, "notes.txt") }),
-            call("remember", "mcp__memory__create_entities", {
-              entities: [{ name: "tiller", entityType: "project", observations: ["runs agents"] }]
-            })
-          ]
-        }),
-        ScriptedModel.response({ toolCalls: [call("graph", "mcp__memory__read_graph", {})] }),
-        ScriptedModel.text("done")
-      ]
-      const events = yield* runTurn("go").pipe(
-        Effect.provide(agentWith([everything(), filesystem(dir), memory(path.join(dir, "memory.jsonl"))], script))
-      )
-      const byCall = results(events)
-      expect(byCall.get("sum")!.text).toBe("The sum of 2 and 3 is 5.")
-      expect(byCall.get("image")!.types).toContain("image")
-      const weather = byCall.get("weather")!
-      expect((weather.meta as any).mcp.structuredContent).toHaveProperty("temperature")
-      expect((weather.meta as any).mcp).toMatchObject({ server: "everything", tool: "get-structured-content" })
-      expect(byCall.get("read")!.text).toBe("alpha beta gamma\n")
-      expect(byCall.get("graph")!.text).toContain("runs agents")
-      expect([...byCall.values()].every((r) => !r.isError)).toBe(true)
-      // The first request offered every server's tools, their JSON Schemas passed through.
-      const header = events.find((e): e is EventOf<"request/header"> => e.type === "request/header")!
-      const sum = header.data.header.tools.find((t) => t.name === "mcp__everything__get-sum")!
-      expect(sum.parameters).toMatchObject({ type: "object", required: ["a", "b"] })
-      expect(header.data.header.tools.some((t) => t.name === "mcp__filesystem__read_text_file")).toBe(true)
-      expect(header.data.header.tools.some((t) => t.name === "mcp__memory__read_graph")).toBe(true)
-    }), 60_000)
+  it.scopedLive(
+    "a scripted model calls tools of server-everything, -filesystem and -memory in real turns",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        fs.writeFileSync(path.join(dir, "notes.txt"), "alpha beta gamma\n")
+        const script = [
+          ScriptedModel.response({
+            toolCalls: [
+              call("sum", "mcp__everything__get-sum", { a: 2, b: 3 }),
+              call("image", "mcp__everything__get-tiny-image", {}),
+              call("weather", "mcp__everything__get-structured-content", { location: "New York" }),
+              call("read", "mcp__filesystem__read_text_file", { path: path.join(dir, "notes.txt") }),
+              call("remember", "mcp__memory__create_entities", {
+                entities: [{ name: "tiller", entityType: "project", observations: ["runs agents"] }]
+              })
+            ]
+          }),
+          ScriptedModel.response({ toolCalls: [call("graph", "mcp__memory__read_graph", {})] }),
+          ScriptedModel.text("done")
+        ]
+        const events = yield* runTurn("go").pipe(
+          Effect.provide(agentWith([everything(), filesystem(dir), memory(path.join(dir, "memory.jsonl"))], script))
+        )
+        const byCall = results(events)
+        expect(byCall.get("sum")!.text).toBe("The sum of 2 and 3 is 5.")
+        expect(byCall.get("image")!.types).toContain("image")
+        const weather = byCall.get("weather")!
+        expect((weather.meta as any).mcp.structuredContent).toHaveProperty("temperature")
+        expect((weather.meta as any).mcp).toMatchObject({ server: "everything", tool: "get-structured-content" })
+        expect(byCall.get("read")!.text).toBe("alpha beta gamma\n")
+        expect(byCall.get("graph")!.text).toContain("runs agents")
+        expect([...byCall.values()].every((r) => !r.isError)).toBe(true)
+        // The first request offered every server's tools, their JSON Schemas passed through.
+        const header = events.find((e): e is EventOf<"request/header"> => e.type === "request/header")!
+        const sum = header.data.header.tools.find((t) => t.name === "mcp__everything__get-sum")!
+        expect(sum.parameters).toMatchObject({ type: "object", required: ["a", "b"] })
+        expect(header.data.header.tools.some((t) => t.name === "mcp__filesystem__read_text_file")).toBe(true)
+        expect(header.data.header.tools.some((t) => t.name === "mcp__memory__read_graph")).toBe(true)
+      }),
+    60_000
+  )
 })
 
 describe("McpServers: failures, cancellation, limits", () => {
-  it.scopedLive("a server killed mid-call: the call ends as an error result, the server is reported and restarted on next use", () =>
-    Effect.gen(function*() {
-      const script = [
-        ScriptedModel.response({
-          toolCalls: [call("slow", "mcp__everything__trigger-long-running-operation", { duration: 20, steps: 20 })]
-        }),
-        ScriptedModel.response({ toolCalls: [call("sum", "mcp__everything__get-sum", { a: 1, b: 1 })] }),
-        ScriptedModel.text("done")
-      ]
-      const { events, killed, after } = yield* Effect.gen(function*() {
-        const mcp = yield* Mcp
-        const [before] = yield* mcp.servers
-        yield* onFirstProgress(Effect.sync(() => process.kill(before!.pid!, "SIGKILL")))
-        const started = Date.now()
-        const events = yield* runTurn("go")
-        expect(Date.now() - started).toBeLessThan(15_000)
-        const [after] = yield* mcp.servers
-        return { events, killed: before!.pid, after: after! }
-      }).pipe(Effect.provide(agentWith([everything()], script)))
-      const byCall = results(events)
-      expect(byCall.get("slow")!.isError).toBe(true)
-      expect(byCall.get("slow")!.text).toContain("closed the connection")
-      // The next call started the server again.
-      expect(byCall.get("sum")!.text).toBe("The sum of 1 and 1 is 2.")
-      expect(after.state).toBe("connected")
-      expect(after.pid).not.toBe(killed)
-    }), 60_000)
+  it.scopedLive(
+    "a server killed mid-call: the call ends as an error result, the server is reported and restarted on next use",
+    () =>
+      Effect.gen(function*() {
+        const script = [
+          ScriptedModel.response({
+            toolCalls: [call("slow", "mcp__everything__trigger-long-running-operation", { duration: 20, steps: 20 })]
+          }),
+          ScriptedModel.response({ toolCalls: [call("sum", "mcp__everything__get-sum", { a: 1, b: 1 })] }),
+          ScriptedModel.text("done")
+        ]
+        const { events, killed, after } = yield* Effect.gen(function*() {
+          const mcp = yield* Mcp
+          const [before] = yield* mcp.servers
+          yield* onFirstProgress(Effect.sync(() => process.kill(before!.pid!, "SIGKILL")))
+          const started = Date.now()
+          const events = yield* runTurn("go")
+          expect(Date.now() - started).toBeLessThan(15_000)
+          const [after] = yield* mcp.servers
+          return { events, killed: before!.pid, after: after! }
+        }).pipe(Effect.provide(agentWith([everything()], script)))
+        const byCall = results(events)
+        expect(byCall.get("slow")!.isError).toBe(true)
+        expect(byCall.get("slow")!.text).toContain("closed the connection")
+        // The next call started the server again.
+        expect(byCall.get("sum")!.text).toBe("The sum of 1 and 1 is 2.")
+        expect(after.state).toBe("connected")
+        expect(after.pid).not.toBe(killed)
+      }),
+    60_000
+  )
 
-  it.scopedLive("cancelling the turn cancels the running call; the server goes on serving", () =>
-    Effect.gen(function*() {
-      const script = [
-        ScriptedModel.response({
-          toolCalls: [call("slow", "mcp__everything__trigger-long-running-operation", { duration: 20, steps: 20 })]
-        }),
-        ScriptedModel.text("after the cancel")
-      ]
-      const { ended, sum, elapsed } = yield* Effect.gen(function*() {
-        const driver = yield* Driver
-        yield* onFirstProgress(driver.cancel(CancelCause.user))
-        const started = Date.now()
-        const events = yield* runTurn("go")
-        const elapsed = Date.now() - started
-        const ended = events.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").at(-1)!
-        const sum = yield* (yield* Mcp).call("everything", "get-sum", { a: 4, b: 5 })
-        return { ended, sum, elapsed }
-      }).pipe(Effect.provide(agentWith([everything()], script)))
-      expect(ended.data.reason.kind).toBe("aborted")
-      expect(elapsed).toBeLessThan(15_000)
-      expect(sum.content).toEqual([{ type: "text", text: "The sum of 4 and 5 is 9." }])
-    }), 60_000)
+  it.scopedLive(
+    "cancelling the turn cancels the running call; the server goes on serving",
+    () =>
+      Effect.gen(function*() {
+        const script = [
+          ScriptedModel.response({
+            toolCalls: [call("slow", "mcp__everything__trigger-long-running-operation", { duration: 20, steps: 20 })]
+          }),
+          ScriptedModel.text("after the cancel")
+        ]
+        const { ended, sum, elapsed } = yield* Effect.gen(function*() {
+          const driver = yield* Driver
+          yield* onFirstProgress(driver.cancel(CancelCause.user))
+          const started = Date.now()
+          const events = yield* runTurn("go")
+          const elapsed = Date.now() - started
+          const ended = events.filter((e): e is EventOf<"turn/end"> => e.type === "turn/end").at(-1)!
+          const sum = yield* (yield* Mcp).call("everything", "get-sum", { a: 4, b: 5 })
+          return { ended, sum, elapsed }
+        }).pipe(Effect.provide(agentWith([everything()], script)))
+        expect(ended.data.reason.kind).toBe("aborted")
+        expect(elapsed).toBeLessThan(15_000)
+        expect(sum.content).toEqual([{ type: "text", text: "The sum of 4 and 5 is 9." }])
+      }),
+    60_000
+  )
 
   it.scopedLive("a slow call past the server's timeout ends as an error result", () =>
     Effect.gen(function*() {
@@ -228,89 +240,105 @@ describe("McpServers: failures, cancellation, limits", () => {
       expect((result.meta as any).mcp).toMatchObject({ server: "filesystem", tool: "read_text_file" })
     }), 60_000)
 
-  it.scopedLive("a tool-list change: the next request offers the new tool and its header records it", () =>
-    Effect.gen(function*() {
-      const script = [
-        ScriptedModel.response({ toolCalls: [call("add", "mcp__changing__add_tool", {})] }),
-        ScriptedModel.response({ toolCalls: [call("late", "mcp__changing__late_tool", {})] }),
-        ScriptedModel.text("done")
-      ]
-      const events = yield* runTurn("go").pipe(Effect.provide(agentWith([changing], script)))
-      expect(headers(events)).toEqual([
-        { reason: "initial", tools: ["mcp__changing__add_tool"] },
-        { reason: "change", tools: ["mcp__changing__add_tool", "mcp__changing__late_tool"] }
-      ])
-      expect(results(events).get("late")!.text).toBe("late tool ran")
-    }), 60_000)
+  it.scopedLive(
+    "a tool-list change: the next request offers the new tool and its header records it",
+    () =>
+      Effect.gen(function*() {
+        const script = [
+          ScriptedModel.response({ toolCalls: [call("add", "mcp__changing__add_tool", {})] }),
+          ScriptedModel.response({ toolCalls: [call("late", "mcp__changing__late_tool", {})] }),
+          ScriptedModel.text("done")
+        ]
+        const events = yield* runTurn("go").pipe(Effect.provide(agentWith([changing], script)))
+        expect(headers(events)).toEqual([
+          { reason: "initial", tools: ["mcp__changing__add_tool"] },
+          { reason: "change", tools: ["mcp__changing__add_tool", "mcp__changing__late_tool"] }
+        ])
+        expect(results(events).get("late")!.text).toBe("late tool ran")
+      }),
+    60_000
+  )
 
-  it.scopedLive("an elicitation in a headless run is declined and recorded in the result's meta", () =>
-    Effect.gen(function*() {
-      const script = [
-        ScriptedModel.response({ toolCalls: [call("ask", "mcp__everything__trigger-elicitation-request", {})] }),
-        ScriptedModel.text("done")
-      ]
-      const events = yield* runTurn("go").pipe(Effect.provide(agentWith([everything()], script)))
-      const ask = results(events).get("ask")!
-      expect(ask.text).toContain("declined")
-      expect((ask.meta as any).mcp.elicitations).toEqual([
-        expect.objectContaining({ action: "decline", message: expect.any(String) })
-      ])
-    }), 60_000)
+  it.scopedLive(
+    "an elicitation in a headless run is declined and recorded in the result's meta",
+    () =>
+      Effect.gen(function*() {
+        const script = [
+          ScriptedModel.response({ toolCalls: [call("ask", "mcp__everything__trigger-elicitation-request", {})] }),
+          ScriptedModel.text("done")
+        ]
+        const events = yield* runTurn("go").pipe(Effect.provide(agentWith([everything()], script)))
+        const ask = results(events).get("ask")!
+        expect(ask.text).toContain("declined")
+        expect((ask.meta as any).mcp.elicitations).toEqual([
+          expect.objectContaining({ action: "decline", message: expect.any(String) })
+        ])
+      }),
+    60_000
+  )
 })
 
 describe("McpServers: context and prompts", () => {
-  it.scopedLive("a resource enters through inject() as one user message with an mcp-resource source; a prompt becomes a message", () =>
-    Effect.gen(function*() {
-      const script = [ScriptedModel.text("noted"), ScriptedModel.text("answered")]
-      const { history, prompt } = yield* Effect.gen(function*() {
-        const mcp = yield* Mcp
-        const driver = yield* Driver
-        const resource = yield* mcp.resource("everything", "demo://resource/static/document/features.md")
-        yield* driver.inject(resource)
-        yield* runTurn("what does it say?")
-        const prompt = yield* mcp.prompt("mcp__everything__args-prompt", "Paris")
-        yield* driver.followup(prompt)
-        yield* driver.whenIdle
-        return { history: yield* (yield* SessionLog).messages, prompt }
-      }).pipe(Effect.provide(agentWith([everything()], script)))
-      const context = history[0]!
-      expect(context.role).toBe("user")
-      expect(context.source).toEqual({
-        kind: "mcp-resource",
-        server: "everything",
-        uri: "demo://resource/static/document/features.md"
-      })
-      expect(JSON.stringify(context.content)).toContain("Everything Server - Features")
-      expect(history[1]!.id).toBe("what does it say?")
-      expect(prompt.source).toEqual({
-        kind: "mcp-prompt",
-        server: "everything",
-        prompt: "args-prompt",
-        arguments: { city: "Paris" }
-      })
-      expect(prompt.content).toEqual([{ type: "text", text: "What's weather in Paris?" }])
-      expect(history.map((m) => m.id)).toContain(prompt.id)
-    }), 60_000)
+  it.scopedLive(
+    "a resource enters through inject() as one user message with an mcp-resource source; a prompt becomes a message",
+    () =>
+      Effect.gen(function*() {
+        const script = [ScriptedModel.text("noted"), ScriptedModel.text("answered")]
+        const { history, prompt } = yield* Effect.gen(function*() {
+          const mcp = yield* Mcp
+          const driver = yield* Driver
+          const resource = yield* mcp.resource("everything", "demo://resource/static/document/features.md")
+          yield* driver.inject(resource)
+          yield* runTurn("what does it say?")
+          const prompt = yield* mcp.prompt("mcp__everything__args-prompt", "Paris")
+          yield* driver.followup(prompt)
+          yield* driver.whenIdle
+          return { history: yield* (yield* SessionLog).messages, prompt }
+        }).pipe(Effect.provide(agentWith([everything()], script)))
+        const context = history[0]!
+        expect(context.role).toBe("user")
+        expect(context.source).toEqual({
+          kind: "mcp-resource",
+          server: "everything",
+          uri: "demo://resource/static/document/features.md"
+        })
+        expect(JSON.stringify(context.content)).toContain("Everything Server - Features")
+        expect(history[1]!.id).toBe("what does it say?")
+        expect(prompt.source).toEqual({
+          kind: "mcp-prompt",
+          server: "everything",
+          prompt: "args-prompt",
+          arguments: { city: "Paris" }
+        })
+        expect(prompt.content).toEqual([{ type: "text", text: "What's weather in Paris?" }])
+        expect(history.map((m) => m.id)).toContain(prompt.id)
+      }),
+    60_000
+  )
 })
 
 describe("McpServers: tool search", () => {
-  it.scopedLive("definitions over the window's share are offered through the search tool, which loads them on demand", () =>
-    Effect.gen(function*() {
-      const script = [
-        ScriptedModel.response({ toolCalls: [call("find", "mcp__search_tools", { query: "sum of two numbers" })] }),
-        ScriptedModel.response({ toolCalls: [call("sum", "mcp__everything__get-sum", { a: 20, b: 22 })] }),
-        ScriptedModel.text("done")
-      ]
-      const events = yield* runTurn("go").pipe(
-        Effect.provide(agentWith([everything()], script, { toolSearchShare: 0.1, contextWindow: 8_000 }))
-      )
-      const offered = headers(events)
-      expect(offered[0]).toEqual({ reason: "initial", tools: ["mcp__search_tools"] })
-      expect(offered[1]!.reason).toBe("change")
-      expect(offered[1]!.tools).toContain("mcp__everything__get-sum")
-      expect(results(events).get("find")!.text).toContain("mcp__everything__get-sum")
-      expect(results(events).get("sum")!.text).toBe("The sum of 20 and 22 is 42.")
-    }), 60_000)
+  it.scopedLive(
+    "definitions over the window's share are offered through the search tool, which loads them on demand",
+    () =>
+      Effect.gen(function*() {
+        const script = [
+          ScriptedModel.response({ toolCalls: [call("find", "mcp__search_tools", { query: "sum of two numbers" })] }),
+          ScriptedModel.response({ toolCalls: [call("sum", "mcp__everything__get-sum", { a: 20, b: 22 })] }),
+          ScriptedModel.text("done")
+        ]
+        const events = yield* runTurn("go").pipe(
+          Effect.provide(agentWith([everything()], script, { toolSearchShare: 0.1, contextWindow: 8_000 }))
+        )
+        const offered = headers(events)
+        expect(offered[0]).toEqual({ reason: "initial", tools: ["mcp__search_tools"] })
+        expect(offered[1]!.reason).toBe("change")
+        expect(offered[1]!.tools).toContain("mcp__everything__get-sum")
+        expect(results(events).get("find")!.text).toContain("mcp__everything__get-sum")
+        expect(results(events).get("sum")!.text).toBe("The sum of 20 and 22 is 42.")
+      }),
+    60_000
+  )
 })
 
 describe("McpServers over Streamable HTTP", () => {

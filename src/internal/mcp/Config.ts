@@ -180,7 +180,8 @@ const serverOf = (
 ): Either.Either<McpServerConfig, string> =>
   Either.gen(function*() {
     const fail = (reason: string) => Either.left(`server ${name}: ${reason}`)
-    const one = (text: string, field: string) => Either.mapLeft(expand(text, env), (r) => `server ${name}: ${field}: ${r}`)
+    const one = (text: string, field: string) =>
+      Either.mapLeft(expand(text, env), (r) => `server ${name}: ${field}: ${r}`)
     const common = {
       name,
       startupTimeoutMs: entry.startupTimeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,

@@ -40,7 +40,9 @@ export interface ListedTool {
 export interface ListedPrompt {
   readonly name: string
   readonly description: string
-  readonly arguments: ReadonlyArray<{ readonly name: string; readonly description?: string; readonly required: boolean }>
+  readonly arguments: ReadonlyArray<
+    { readonly name: string; readonly description?: string; readonly required: boolean }
+  >
 }
 
 /**
@@ -163,7 +165,9 @@ export const open = (
         message: params.message ?? "",
         requestedSchema: params.requestedSchema ?? {}
       })
-      return answer.action === "accept" ? { action: "accept", content: { ...answer.content } } : { action: answer.action }
+      return answer.action === "accept"
+        ? { action: "accept", content: { ...answer.content } }
+        : { action: answer.action }
     })
     const transport = config.transport._tag === "stdio"
       ? new StdioClientTransport({
@@ -264,12 +268,14 @@ export const open = (
         )
     )
     const getPrompt = (name: string, args: Readonly<Record<string, string>>) =>
-      request(`the prompt ${name}`, (signal, timeout) =>
-        client.getPrompt({ name, arguments: { ...args } }, { signal, timeout })).pipe(
-          Effect.map((result) =>
-            result.messages.map((m) => ({ role: m.role, content: m.content as unknown as McpContentBlock }))
-          )
+      request(
+        `the prompt ${name}`,
+        (signal, timeout) => client.getPrompt({ name, arguments: { ...args } }, { signal, timeout })
+      ).pipe(
+        Effect.map((result) =>
+          result.messages.map((m) => ({ role: m.role, content: m.content as unknown as McpContentBlock }))
         )
+      )
     return {
       protocolVersion: client.getNegotiatedProtocolVersion(),
       pid: transport instanceof StdioClientTransport ? transport.pid ?? undefined : undefined,

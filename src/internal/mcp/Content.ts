@@ -87,7 +87,9 @@ export const contentBlocks = (content: ReadonlyArray<McpContentBlock>): Readonly
       case "text":
         return [text(block.text ?? "")]
       case "image":
-        return block.data === undefined ? [] : [{ type: "image", mediaType: block.mimeType ?? "image/png", data: block.data }]
+        return block.data === undefined
+          ? []
+          : [{ type: "image", mediaType: block.mimeType ?? "image/png", data: block.data }]
       case "audio":
         return [text(`[audio: ${block.mimeType ?? "unknown type"}, not shown]`)]
       case "resource_link":
@@ -139,11 +141,17 @@ const rendersStructured = (content: ReadonlyArray<Block>, structured: Json): boo
 export const toolOutput = (result: McpToolResult, extra: { readonly [key: string]: Json }): ToolOutput => {
   const blocks = [...contentBlocks(result.content ?? [])]
   const meta: Record<string, Json> = { ...extra }
-  if (result.structuredContent !== undefined && jsonProblem(result.structuredContent, "structuredContent") === undefined) {
+  if (
+    result.structuredContent !== undefined && jsonProblem(result.structuredContent, "structuredContent") === undefined
+  ) {
     const structured = result.structuredContent as Json
     meta["structuredContent"] = structured
-    if (!rendersStructured(blocks, structured)) blocks.push(text(`structured content: ${JSON.stringify(structured, null, 2)}`))
+    if (!rendersStructured(blocks, structured)) {
+      blocks.push(text(`structured content: ${JSON.stringify(structured, null, 2)}`))
+    }
   }
-  if (blocks.length === 0) blocks.push(text(result.isError === true ? "(the tool failed with no content)" : "(no content)"))
+  if (blocks.length === 0) {
+    blocks.push(text(result.isError === true ? "(the tool failed with no content)" : "(no content)"))
+  }
   return { content: blocks, ...(result.isError === true ? { isError: true } : {}), meta: { [META_KEY]: meta } }
 }

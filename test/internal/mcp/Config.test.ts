@@ -45,7 +45,9 @@ describe("MCP configuration", () => {
       parsed({ mcpServers: { a: { command: "one" }, b: { command: "b" }, c: { command: "c", disabled: true } } }),
       parsed({ mcpServers: { a: { command: "two", timeoutMs: 5 } }, denyServers: ["b"], toolSearchShare: 0.3 })
     ], {}))
-    expect(config.servers.map((s) => [s.name, s.transport._tag === "stdio" ? s.transport.command : "", s.callTimeoutMs]))
+    expect(
+      config.servers.map((s) => [s.name, s.transport._tag === "stdio" ? s.transport.command : "", s.callTimeoutMs])
+    )
       .toEqual([["a", "two", 5]])
     expect(config.toolSearchShare).toBe(0.3)
     expect(resolve([parsed({ mcpServers: { x: {} } })], {})).toEqual(

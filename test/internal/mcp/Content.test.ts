@@ -29,8 +29,14 @@ describe("MCP tool results as tool outputs", () => {
     const structured = { temperature: 21, sky: "clear" }
     const rendered = toolOutput({ content: [], structuredContent: structured }, extra)
     expect(rendered.meta).toEqual({ mcp: { server: "s", tool: "t", structuredContent: structured } })
-    expect(rendered.content).toEqual([{ type: "text", text: `structured content: ${JSON.stringify(structured, null, 2)}` }])
-    const said = toolOutput({ content: [{ type: "text", text: "21 degrees, clear" }], structuredContent: structured }, extra)
+    expect(rendered.content).toEqual([{
+      type: "text",
+      text: `structured content: ${JSON.stringify(structured, null, 2)}`
+    }])
+    const said = toolOutput(
+      { content: [{ type: "text", text: "21 degrees, clear" }], structuredContent: structured },
+      extra
+    )
     expect(said.content).toEqual([{ type: "text", text: "21 degrees, clear" }])
   })
 })

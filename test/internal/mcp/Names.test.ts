@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
+import { Either } from "effect"
 import { MAX_TOOL_NAME, toolName, uniqueToolNames } from "../../../src/internal/mcp/Names.js"
 import { permitted } from "../../../src/internal/mcp/Patterns.js"
 import { parsePromptArguments } from "../../../src/internal/mcp/PromptArguments.js"
 import { search } from "../../../src/internal/mcp/ToolSearch.js"
-import { Either } from "effect"
 
 describe("MCP tool names", () => {
   it("are mcp__<server>__<tool>, sanitised for the providers", () => {

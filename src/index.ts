@@ -53,6 +53,25 @@ export type {
  */
 export * as OpenAiModel from "./layers/OpenAiModel.js"
 
+export { McpServers } from "./layers/McpServers.js"
+export type { McpServersOptions } from "./layers/McpServers.js"
+export {
+  Mcp,
+  PROMPT_SOURCE_KIND as MCP_PROMPT_SOURCE_KIND,
+  RESOURCE_SOURCE_KIND as MCP_RESOURCE_SOURCE_KIND
+} from "./services/Mcp.js"
+export type {
+  McpConfig,
+  McpElicitation,
+  McpElicitationAnswer,
+  McpEvent,
+  McpPromptInfo,
+  McpServerConfig,
+  McpServerInfo,
+  McpToolInfo,
+  McpTransport
+} from "./services/Mcp.js"
+
 export { Permissions } from "./layers/Permissions.js"
 export type {
   PermissionBehavior,

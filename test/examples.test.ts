@@ -2,6 +2,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { AgentLive, program } from "../examples/agent.js"
 import { FILES, LongSessionLive, program as longSession, WINDOW } from "../examples/long-session.js"
+import { McpLive, program as mcpProgram } from "../examples/mcp.js"
 
 describe("examples/agent.ts", () => {
   it.scoped("one tool, an injected context and a steer", () =>
@@ -38,5 +39,30 @@ describe("examples/long-session.ts", () => {
         expect(r.problems).toEqual([])
       }).pipe(Effect.provide(LongSessionLive)),
     { timeout: 30_000 }
+  )
+})
+
+describe("examples/mcp.ts", () => {
+  it.scopedLive(
+    "an MCP server's tool in a turn, its resource as context, its prompt as the next prompt",
+    () =>
+      Effect.gen(function*() {
+        const { events, history, servers } = yield* mcpProgram
+        // get-env is denied by the configuration.
+        expect(servers).toMatchObject([{ name: "everything", state: "connected", tools: 13 }])
+        expect(history.map((m) => m.source.kind)).toEqual([
+          "mcp-resource",
+          "user",
+          "model",
+          "tool",
+          "model",
+          "mcp-prompt",
+          "model"
+        ])
+        expect(JSON.stringify(history[3]!.content)).toContain("The sum of 19 and 23 is 42.")
+        expect(history[5]!.content).toEqual([{ type: "text", text: "What's weather in Paris?" }])
+        expect(events.filter((e) => e.type === "turn/end").length).toBe(2)
+      }).pipe(Effect.provide(McpLive)),
+    60_000
   )
 })

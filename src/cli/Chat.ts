@@ -19,6 +19,7 @@ import { Sessions } from "../layers/Sessions.js"
 import { Compaction } from "../services/Compaction.js"
 import { Driver } from "../services/Driver.js"
 import { Inbox } from "../services/Inbox.js"
+import { Mcp } from "../services/Mcp.js"
 import { SessionLog } from "../services/SessionLog.js"
 import * as ChatInput from "./ChatInput.js"
 import { CliError, ExitWith } from "./CliError.js"
@@ -27,6 +28,7 @@ import * as Compositions from "./Compositions.js"
 import * as Database from "./Database.js"
 import * as ForkPoint from "./ForkPoint.js"
 import * as InputHistory from "./InputHistory.js"
+import * as McpChat from "./McpChat.js"
 import * as Output from "./Output.js"
 import * as PendingInput from "./PendingInput.js"
 import { CANCEL_GRACE, cancelRunningTurn, follow, saved, terminating, withinGrace } from "./SessionCommand.js"
@@ -48,6 +50,8 @@ const HELP = [
   "  /inject TEXT    add TEXT as context for the next step, without waking the agent",
   "  /ref ID [--upto SEQ]  add a quoted snapshot of session ID (up to SEQ) as context for the next step;",
   "                  @ID or @ID@SEQ inside a line attaches the snapshot beside that line",
+  "  @SERVER:URI     inside a line: the resource URI of MCP server SERVER enters as context before the line",
+  "  /mcp__SERVER__PROMPT ARGS  send MCP server SERVER's prompt (ARGS: NAME=VALUE or the values in order)",
   "  /pending        list the pending input, numbered: next-step items, then the queued prompts",
   "  /drop N         remove pending item N",
   "  /edit N TEXT    rewrite pending item N (on a terminal, /edit N puts its text into the input line)",
@@ -135,6 +139,12 @@ export const chat = (
     // On a terminal, the line editor owns the screen from here on (all output goes through it).
     const input = yield* ChatInput.open(InputHistory.fileOf(options.db))
     let lastStatus: "idle" | "running" = "idle"
+    // The MCP servers, when the command has them.
+    const mcp = Option.getOrUndefined(yield* Effect.serviceOption(Mcp))
+    const mcpServers = mcp === undefined ? [] : yield* mcp.servers
+    const mcpChat = mcp === undefined
+      ? undefined
+      : yield* McpChat.setup(mcp, input.terminal === undefined ? undefined : input.progress)
 
     // The stored prefix only advances the view's fold; events from this process on are printed.
     const stored = yield* log.events
@@ -148,6 +158,11 @@ export const chat = (
       `db ${Database.label(options.db)} · model ${options.model} · tools: ${
         options.toolNames.length === 0 ? "none" : options.toolNames.join(", ")
       }`,
+      ...(mcpServers.length === 0 ? [] : [
+        `mcp: ${
+          mcpServers.map((s) => `${s.name} (${s.state === "connected" ? `${s.tools} tools` : "failed"})`).join(", ")
+        } · @SERVER:URI adds a resource`
+      ]),
       "Type a message, or /help for the commands."
     ])
     yield* Output.write(out)
@@ -213,6 +228,8 @@ export const chat = (
       })
 
     const handle = (line: string): Effect.Effect<boolean, CliError> => {
+      // An MCP server's elicitation waiting for an answer takes this line (approvals are answered below).
+      if (mcpChat?.answer(line) === true) return Effect.succeed(true)
       const trimmed = line.trim()
       if (trimmed === "") return Effect.succeed(true)
       const space = trimmed.search(/\s/)
@@ -232,14 +249,22 @@ export const chat = (
         yield* Effect.flatMap(deliver(trimmed), (m) => driver.send(m, "next-turn", true, { at: "start" }))
         return true
       })
-      // A line that mentions stored sessions (@ID, @ID@SEQ) carries their snapshots beside it.
-      const referencing = Effect.flatMap(compositions.mentioned(trimmed), (references) =>
-        references.length === 0
-          ? lineOrSteer
-          : wake(
-            Effect.flatMap(deliver(trimmed), (m) => compositions.deliver(m, references, "steer")),
-            "steering with references: enters the next step"
-          ))
+      // A line that mentions stored sessions (@ID, @ID@SEQ) carries their snapshots beside it; the
+      // MCP resources it mentions (@SERVER:URI) enter as context first.
+      const mentionedResources = mcp === undefined
+        ? Effect.succeed([])
+        : McpChat.injectMentioned(mcp, driver, trimmed)
+      const referencing = Effect.flatMap(mentionedResources, (notes) =>
+        Effect.zipRight(
+          notes.length === 0 ? Effect.void : Output.errorLine(notes.join("\n")),
+          Effect.flatMap(compositions.mentioned(trimmed), (references) =>
+            references.length === 0
+              ? lineOrSteer
+              : wake(
+                Effect.flatMap(deliver(trimmed), (m) => compositions.deliver(m, references, "steer")),
+                "steering with references: enters the next step"
+              ))
+        ))
       const action: Effect.Effect<boolean, unknown> = (() => {
         switch (command) {
           case undefined:
@@ -332,6 +357,20 @@ export const chat = (
             })
           default:
             if (options.toolNames.includes(command.slice(1))) return lineOrSteer
+            // An MCP server's prompt: its message is sent as a line is; another /mcp__ line (a
+            // tool's name) is a message.
+            if (mcp !== undefined && command.startsWith("/mcp__")) {
+              return Effect.flatMap(McpChat.isPromptCommand(mcp, command), (isPrompt) =>
+                isPrompt
+                  ? wake(
+                    Effect.flatMap(
+                      Effect.mapError(mcp.prompt(command, rest), (error) => new CliError({ reason: error.message })),
+                      driver.steer
+                    ),
+                    "steering: enters the next step"
+                  )
+                  : referencing)
+            }
             return Effect.as(Output.errorLine(`unknown command ${command}; /help lists the commands`), true)
         }
       })()
@@ -424,6 +463,8 @@ export const chat = (
 
     yield* Effect.gen(function*() {
       yield* Stream.runForEachWhile(input.events, onInput)
+      // No line can answer an elicitation any more.
+      mcpChat?.endOfInput()
       // Nobody is left to answer in this chat: a call of the running turn that waits for approval, now
       // or later in the turn, is refused (one asked before the session stopped stays pending).
       const refuseWaiting = Effect.flatMap(driver.pendingApprovals, (waiting) =>
@@ -488,6 +529,7 @@ export const runOnce = (
       : yield* Compositions.setup(context, { ...options.compositions, interactive: false })
     const driver = Context.get(context, Driver)
     const log = Context.get(context, SessionLog)
+    const mcp = Option.getOrUndefined(yield* Effect.serviceOption(Mcp))
     const from = log.firstLiveSeq
     const printer = options.json
       ? yield* follow(log, from, (events) => Output.lines(events.map((event) => JSON.stringify(event))))
@@ -518,7 +560,14 @@ export const runOnce = (
       for (const text of options.contexts) {
         yield* Effect.flatMap(newUserMessage({ text, source: INJECT_SOURCE }), driver.inject)
       }
-      const message = yield* newUserMessage({ text: prompt })
+      // MCP resources the prompt mentions (@SERVER:URI) enter as context before it; a prompt that
+      // is an MCP prompt command (/mcp__SERVER__PROMPT ARGS) is that prompt's message.
+      const notes = mcp === undefined ? [] : yield* McpChat.injectMentioned(mcp, driver, prompt)
+      if (notes.length > 0) yield* Output.errorLine(notes.join("\n"))
+      const words = /^(\S+)\s*([\s\S]*)$/.exec(prompt.trim())
+      const message = mcp !== undefined && words !== null && (yield* McpChat.isPromptCommand(mcp, words[1]!))
+        ? yield* Effect.mapError(mcp.prompt(words[1]!, words[2]!), (error) => new CliError({ reason: error.message }))
+        : yield* newUserMessage({ text: prompt })
       const references = [
         ...(options.references ?? []),
         ...(compositions === undefined ? [] : yield* compositions.mentioned(prompt))

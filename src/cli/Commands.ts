@@ -1,6 +1,7 @@
 /**
  * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`,
- * `resume`, `compact` and `approve`, with the global options `--db`, `--model`, `--no-tools` and `--context-window`.
+ * `resume`, `compact`, `approve`, `serve` and `mcp`, with the global options `--db`, `--model`,
+ * `--no-tools`, `--context-window` and `--mcp`.
  *
  * @since 0.1.0
  */
@@ -15,6 +16,7 @@ import { foldOptionsOf, validateLoaded } from "../internal/durability/SessionOpe
 import { Permissions } from "../layers/Permissions.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
+import type { Mcp } from "../services/Mcp.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { approve } from "./Approve.js"
 import * as BuiltinTools from "./BuiltinTools.js"
@@ -26,6 +28,8 @@ import type { GlobalOptions } from "./Environment.js"
 import * as Environment from "./Environment.js"
 import * as ForkPoint from "./ForkPoint.js"
 import { exportHtml } from "./HtmlExport.js"
+import * as McpCommand from "./McpCommand.js"
+import * as McpSettings from "./McpSettings.js"
 import * as Output from "./Output.js"
 import * as PriceSettings from "./PriceSettings.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
@@ -103,6 +107,14 @@ const prices = Options.text("prices").pipe(
   Options.optional
 )
 
+const mcp = Options.text("mcp").pipe(
+  Options.withPseudoName("FILE"),
+  Options.withDescription(
+    "An MCP configuration file ({\"mcpServers\": {NAME: {command, args, env} or {url, headers}}}) read after .mcp.json and .tiller/mcp.json (repeatable)"
+  ),
+  Options.repeated
+)
+
 const tiller = Command.make("tiller", {
   db,
   model,
@@ -114,7 +126,8 @@ const tiller = Command.make("tiller", {
   permissionMode,
   allow,
   skipPermissions,
-  prices
+  prices,
+  mcp
 }).pipe(
   Command.withDescription("An event-sourced agent runtime: chat with an agent whose session lives in a SQLite file.")
 )
@@ -140,7 +153,9 @@ const sessionOption = Options.text("session").pipe(
  * (`agent: false`) accept any `--model`: they never ask a model.
  */
 const withSessions = <A, E>(
-  body: (globals: GlobalOptions) => Effect.Effect<A, E, Sessions | SessionStore | FileSystem.FileSystem | Path.Path>,
+  body: (
+    globals: GlobalOptions
+  ) => Effect.Effect<A, E, Sessions | SessionStore | Mcp | FileSystem.FileSystem | Path.Path>,
   options: { readonly agent: boolean; readonly maxSteps?: Option.Option<number> } = { agent: true }
 ) =>
   Effect.flatMap(tiller, (globals) =>
@@ -149,7 +164,8 @@ const withSessions = <A, E>(
       Environment.layer(
         options.agent
           ? { ...globals, ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps }) }
-          : { ...globals, model: "demo" }
+          : { ...globals, model: "demo" },
+        { mcp: options.agent }
       )
     ))
 
@@ -690,6 +706,61 @@ const serveCommand = Command.make("serve", {
     Command.withDescription("Run a cluster runner that serves sessions over HTTP/JSON (PostgreSQL for the cluster)")
   )
 
+/** The MCP configuration of the global options. */
+const mcpConfigOf = (globals: GlobalOptions) => McpSettings.load(globals.mcp ?? [])
+
+const mcpListCommand = Command.make(
+  "list",
+  {},
+  () => Effect.flatMap(tiller, (globals) => Effect.flatMap(mcpConfigOf(globals), McpCommand.list))
+).pipe(
+  Command.withDescription(
+    "List the configured MCP servers: transport, state, tool and prompt counts, protocol revision; exit code 1 when one fails to start"
+  )
+)
+
+const serverArg = Args.text({ name: "SERVER" }).pipe(Args.withDescription("A server's name under mcpServers"))
+
+const mcpToolsCommand = Command.make(
+  "tools",
+  { server: serverArg },
+  ({ server }) =>
+    Effect.flatMap(
+      tiller,
+      (globals) => Effect.flatMap(mcpConfigOf(globals), (config) => McpCommand.tools(config, server))
+    )
+).pipe(
+  Command.withDescription("List one MCP server's tools: the name the model sees (mcp__SERVER__TOOL) and the server's")
+)
+
+const mcpCallCommand = Command.make(
+  "call",
+  {
+    server: serverArg,
+    tool: Args.text({ name: "TOOL" }).pipe(Args.withDescription("The tool's name as the server gives it")),
+    json: Args.text({ name: "JSON" }).pipe(
+      Args.withDescription("The arguments, one JSON object"),
+      Args.withDefault("{}")
+    )
+  },
+  ({ json, server, tool }) =>
+    Effect.flatMap(
+      tiller,
+      (globals) => Effect.flatMap(mcpConfigOf(globals), (config) => McpCommand.call(config, server, tool, json))
+    )
+).pipe(
+  Command.withDescription(
+    "Call one tool of an MCP server and print its result; exit code 1 when the tool reports an error"
+  )
+)
+
+const mcpCommand = Command.make("mcp").pipe(
+  Command.withDescription(
+    "The MCP servers of .mcp.json, .tiller/mcp.json and --mcp: list, tools SERVER, call SERVER TOOL JSON"
+  ),
+  Command.withSubcommands([mcpListCommand, mcpToolsCommand, mcpCallCommand])
+)
+
 /**
  * The whole command tree.
  *
@@ -710,7 +781,8 @@ export const command = tiller.pipe(
     handoffCommand,
     traceCommand,
     exportCommand,
-    serveCommand
+    serveCommand,
+    mcpCommand
   ])
 )
 
@@ -727,10 +799,11 @@ const SUBCOMMANDS: ReadonlySet<string> = new Set([
   "handoff",
   "trace",
   "export",
-  "serve"
+  "serve",
+  "mcp"
 ])
 const GLOBAL_FLAGS: ReadonlySet<string> = new Set(["--no-tools", "--claude-hooks", "--read-session"])
-const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window", "--prices"]
+const GLOBAL_VALUED: ReadonlyArray<string> = ["--db", "--model", "--context-window", "--prices", "--mcp"]
 
 /**
  * `argv` with the global options that follow the subcommand moved in front of it, so that

@@ -11,6 +11,7 @@ import type { PersistenceError } from "../domain/Errors.js"
 import type { SessionId } from "../domain/Ids.js"
 import { parseDuration, resolveTimeouts } from "../internal/providers/ProviderTimeouts.js"
 import * as DemoModel from "../layers/DemoModel.js"
+import { McpServers } from "../layers/McpServers.js"
 import * as OpenAiCompatibleModel from "../layers/OpenAiCompatibleModel.js"
 import type { PermissionMode } from "../layers/Permissions.js"
 import { PgSessionStore } from "../layers/PgSessionStore.js"
@@ -18,6 +19,7 @@ import * as ProviderModels from "../layers/ProviderModels.js"
 import { SessionReference } from "../layers/SessionReference.js"
 import { Sessions } from "../layers/Sessions.js"
 import { SqliteSessionStore } from "../layers/SqliteStore.js"
+import type { Mcp } from "../services/Mcp.js"
 import type { Model } from "../services/Model.js"
 import { SessionStore } from "../services/SessionStore.js"
 import { Tools } from "../services/Tools.js"
@@ -25,6 +27,7 @@ import * as BuiltinTools from "./BuiltinTools.js"
 import { CliError } from "./CliError.js"
 import * as Database from "./Database.js"
 import { describeFileError } from "./FileErrors.js"
+import * as McpSettings from "./McpSettings.js"
 
 /**
  * The options every command accepts.
@@ -57,6 +60,8 @@ export interface GlobalOptions {
   readonly maxSteps?: Option.Option<number>
   /** `--prices FILE`: model prices over tiller's table and the settings' (see `PriceSettings`). */
   readonly prices?: Option.Option<string>
+  /** `--mcp FILE`: MCP configuration files read after the project's (see `McpSettings`). */
+  readonly mcp?: ReadonlyArray<string>
 }
 
 /**
@@ -260,14 +265,17 @@ const ensureDirectory = (db: string) =>
 
 /**
  * `Sessions` and the `SessionStore` under it, as the global options select them; the built-in
- * tools are confined to the process's working directory.
+ * tools are confined to the process's working directory. With `mcp` (the default) the configured
+ * MCP servers start with the layer and their tools join the built-in ones; without, `Mcp` has no
+ * servers.
  *
  * @since 0.1.0
  * @category layers
  */
 export const layer = (
-  options: GlobalOptions
-): Layer.Layer<Sessions | SessionStore, CliError | PersistenceError, FileSystem.FileSystem | Path.Path> =>
+  options: GlobalOptions,
+  extra: { readonly mcp?: boolean } = {}
+): Layer.Layer<Sessions | SessionStore | Mcp, CliError | PersistenceError, FileSystem.FileSystem | Path.Path> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const model = yield* resolveModel(options.model)
@@ -303,6 +311,11 @@ export const layer = (
       }))
       // Context management is always on: the window from --context-window, else the table's.
       const contextWindow = Option.getOrUndefined(options.contextWindow ?? Option.none())
+      const mcpConfig = extra.mcp === false ? McpSettings.EMPTY : yield* McpSettings.load(options.mcp ?? [])
+      const toolsAndMcp = McpServers.layer(mcpConfig, {
+        model: model.header.model,
+        ...(contextWindow === undefined ? {} : { contextWindow })
+      }).pipe(Layer.provideMerge(tools))
       const compaction = contextWindow === undefined ? {} : { contextWindow }
       // The model may read back what compaction took out of its context (read_history).
       const maxSteps = Option.getOrUndefined(options.maxSteps ?? Option.none())
@@ -314,7 +327,7 @@ export const layer = (
         readHistory: true,
         ...(maxSteps === undefined ? {} : { maxSteps })
       }).pipe(
-        Layer.provideMerge(Layer.merge(model.layer, tools)),
+        Layer.provideMerge(Layer.merge(model.layer, toolsAndMcp)),
         Layer.provideMerge(
           Database.isPostgres(options.db)
             ? PgSessionStore.layer({ url: Redacted.make(options.db) })

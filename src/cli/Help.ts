@@ -66,6 +66,7 @@ const VALUE_NAMES: ReadonlyArray<readonly [RegExp, string]> = [
   [/--inject text\.\.\./g, "[--inject TEXT]..."],
   [/--add-dir text\.\.\./g, "[--add-dir DIR]..."],
   [/--allow text\.\.\./g, "[--allow RULE]..."],
+  [/--mcp FILE\.\.\./g, "[--mcp FILE]..."],
   [/--permission-mode default \| acceptEdits \| plan \| bypassPermissions/g, "--permission-mode MODE"],
   [/--context-window integer/g, "--context-window TOKENS"],
   [/(--[a-z-]+) text\b/g, "$1 TEXT"],

@@ -33,6 +33,11 @@ export interface Progress {
   readonly observe: (event: SessionEvent) => void
   /** The share of the context window in use (0 … 1), shown as `ctx N%`; undefined hides it. */
   readonly contextShare: (fraction: number | undefined) => void
+  /**
+   * A running tool call's own progress (an MCP server's progress notification), shown beside its
+   * name until its result; `undefined` clears it.
+   */
+  readonly toolProgress: (callId: string, text: string | undefined) => void
   /** The line at `now` (milliseconds), with spinner frame `frame`; undefined while no turn runs. */
   readonly line: (now: number, frame: number) => string | undefined
 }
@@ -57,6 +62,8 @@ export const make = (): Progress => {
   let tokensOut = 0
   let share: number | undefined
   const running = new Map<string, string>()
+  const progressOf = new Map<string, string>()
+  const names = () => [...running].map(([id, name]) => progressOf.has(id) ? `${name} (${progressOf.get(id)})` : name)
   const observe = (event: SessionEvent) => {
     switch (event.type) {
       case "turn/start":
@@ -65,6 +72,7 @@ export const make = (): Progress => {
         tokensIn = 0
         tokensOut = 0
         running.clear()
+        progressOf.clear()
         activity = { kind: "waiting", since: event.time }
         return
       case "turn/end":
@@ -102,6 +110,7 @@ export const make = (): Progress => {
       case "tool/result": {
         const block = (event as EventOf<"tool/result">).data.message.content[0]
         running.delete(block.toolCallId)
+        progressOf.delete(block.toolCallId)
         activity = running.size > 0
           ? {
             kind: "tools",
@@ -128,7 +137,7 @@ export const make = (): Progress => {
         case "streaming":
           return `streaming ${seconds(now - activity.since)}`
         case "tools":
-          return `running ${activity.names.join(", ")} ${seconds(now - activity.since)}`
+          return `running ${names().join(", ")} ${seconds(now - activity.since)}`
         case "retrying":
           return `retrying (attempt ${activity.attempt}) in ${seconds(activity.until - now + 999)}`
       }
@@ -142,7 +151,11 @@ export const make = (): Progress => {
   const contextShare = (fraction: number | undefined) => {
     share = fraction
   }
-  return { observe, contextShare, line }
+  const toolProgress = (callId: string, text: string | undefined) => {
+    if (text === undefined) progressOf.delete(callId)
+    else if (running.has(callId)) progressOf.set(callId, text)
+  }
+  return { observe, contextShare, toolProgress, line }
 }
 
 /**

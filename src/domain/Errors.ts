@@ -467,3 +467,19 @@ export class ApprovalNotPending extends Schema.TaggedError<ApprovalNotPending>("
       : `the approval request for tool call ${this.callId} of session ${this.sessionId} is no longer pending`
   }
 }
+
+/**
+ * An MCP server could not do what was asked: it did not start, a request failed or timed out, or
+ * it is not configured.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class McpError extends Schema.TaggedError<McpError>("tiller/McpError")("McpError", {
+  server: Schema.String,
+  reason: Schema.String
+}) {
+  override get message(): string {
+    return `MCP server ${this.server}: ${this.reason}`
+  }
+}

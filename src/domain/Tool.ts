@@ -71,6 +71,12 @@ export interface ToolDefinition<P extends Schema.Schema.AnyNoContext> {
   readonly description: string
   readonly parameters: P
   readonly mode: ToolMode
+  /**
+   * The parameters' JSON Schema as offered to the model, when the tool brings its own (an MCP
+   * server's tool does): it is passed through instead of the one derived from `parameters`, which
+   * then only decodes the arguments.
+   */
+  readonly jsonSchema?: Json
   /** The body: decoded parameters in, the result's content (or a plain string) out. */
   readonly execute: (params: Schema.Schema.Type<P>, ctx: ToolContext) => Effect.Effect<ToolOutput | string, unknown>
 }

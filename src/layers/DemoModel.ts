@@ -9,6 +9,7 @@
 import { Layer, Stream } from "effect"
 import type { Message, StreamChunk, ToolSchema } from "../domain/Values.js"
 import { SUMMARY_REQUEST_SOURCE_KIND } from "../internal/compaction/Summary.js"
+import { SEARCH_TOOL } from "../internal/mcp/ToolSearch.js"
 import type { ModelRequest } from "../services/Model.js"
 import { Model } from "../services/Model.js"
 
@@ -52,6 +53,32 @@ const toolRequest = (
   return { name, arguments: first === undefined || rest === "" ? "{}" : JSON.stringify({ [first]: rest }) }
 }
 
+// A line naming an MCP tool the request does not offer, when the MCP tool search is offered: a
+// search that loads the tool's definition (the next step calls the tool).
+const searchRequest = (
+  text: string,
+  tools: ReadonlyArray<ToolSchema>
+): { readonly name: string; readonly arguments: string } | undefined => {
+  const match = /^\s*(?:call\s+|\/)(mcp__[\w.-]+)/.exec(text)
+  if (match === null || !tools.some((t) => t.name === SEARCH_TOOL)) return undefined
+  return { name: SEARCH_TOOL, arguments: JSON.stringify({ query: `select:${match[1]}` }) }
+}
+
+// The user line before the newest assistant message, when that message called the MCP tool search.
+const lineBeforeSearch = (messages: ReadonlyArray<Message>): Message | undefined => {
+  let at = messages.length - 1
+  while (at >= 0 && messages[at]!.role !== "assistant") at--
+  const assistant = messages[at]
+  if (assistant === undefined || !assistant.content.some((b) => b.type === "tool-call" && b.name === SEARCH_TOOL)) {
+    return undefined
+  }
+  for (let i = at - 1; i >= 0; i--) {
+    const m = messages[i]!
+    if (m.role === "user" && m.source.kind !== "tool") return m
+  }
+  return undefined
+}
+
 // A compaction's summary request: a short structured summary of the transcript's user lines and tools.
 const summaryOf = (request: string): string => {
   const users = Array.from(request.matchAll(/^\[user\] (.*)$/gm), (m) => m[1]!.slice(0, 80))
@@ -87,8 +114,15 @@ export const respond = (request: ModelRequest): ReadonlyArray<StreamChunk> => {
   if (last?.source.kind === SUMMARY_REQUEST_SOURCE_KIND) return answer(summaryOf(textOf(last)))
   const entered = enteredThisStep(request.messages)
   const newest = entered[entered.length - 1]
-  if (newest !== undefined && newest.role === "user" && newest.source.kind !== "tool") {
-    const call = toolRequest(textOf(newest), request.tools)
+  // The line the model acts on: the newest user line, or, right after the MCP tool search loaded
+  // definitions, the line that asked for a tool not offered before.
+  const asking = newest !== undefined && newest.role === "user" && newest.source.kind !== "tool"
+    ? newest
+    : newest !== undefined && newest.source.kind === "tool"
+    ? lineBeforeSearch(request.messages)
+    : undefined
+  if (asking !== undefined) {
+    const call = toolRequest(textOf(asking), request.tools) ?? searchRequest(textOf(asking), request.tools)
     if (call !== undefined) {
       const id = `demo-${request.turn}-${request.step}`
       return [

@@ -3,11 +3,11 @@
  *
  * @since 0.1.0
  */
-import { Context, Effect, Either, JSONSchema, Layer } from "effect"
-import type { Schema, Scope } from "effect"
+import { Context, Effect, Either, JSONSchema, Layer, Schema } from "effect"
+import type { Scope } from "effect"
 import type { Json } from "../domain/Json.js"
 import { freezeCopy, jsonProblem } from "../domain/Json.js"
-import type { ToolDefinition, ToolMode } from "../domain/Tool.js"
+import type { ToolContext, ToolDefinition, ToolMode, ToolOutput } from "../domain/Tool.js"
 import type { ToolSchema } from "../domain/Values.js"
 import type { ToolRegistryShape } from "../internal/loop/ToolRegistry.js"
 import { ToolRegistry } from "../internal/loop/ToolRegistry.js"
@@ -40,8 +40,32 @@ export const Tool = {
       parameters: spec.parameters,
       mode: spec.mode ?? "exclusive",
       execute: spec.execute
+    }),
+  /**
+   * A frozen tool whose parameters are a JSON Schema (an object schema, such as an MCP server's
+   * `inputSchema`), passed to the model as it is; the body gets the arguments object undecoded.
+   */
+  fromJsonSchema: (name: string, spec: {
+    readonly description: string
+    readonly parameters: Json
+    readonly mode?: ToolMode
+    readonly execute: (
+      args: { readonly [key: string]: unknown },
+      ctx: ToolContext
+    ) => Effect.Effect<ToolOutput | string, unknown>
+  }): ToolDefinition<typeof JsonArguments> =>
+    Object.freeze({
+      name,
+      description: spec.description,
+      parameters: JsonArguments,
+      jsonSchema: spec.parameters,
+      mode: spec.mode ?? "exclusive",
+      execute: spec.execute
     })
 }
+
+/** The arguments of a tool whose parameters are a JSON Schema: any JSON object, checked by the tool's owner. */
+const JsonArguments = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 
 /**
  * Options of {@link Tools.layer}.
@@ -113,7 +137,9 @@ const byCodeUnits = (a: ToolSchema, b: ToolSchema): number => (a.name < b.name ?
 // JSONSchema.make cannot render fails where the tool is registered, not in a later model request.
 const toolSchemaOf = (tool: ToolDefinition<any>): Effect.Effect<ToolSchema> =>
   Effect.suspend(() => {
-    const rendered = Either.try(() => JSONSchema.make(tool.parameters) as unknown as Record<string, unknown>)
+    const rendered = tool.jsonSchema !== undefined
+      ? Either.right<unknown>(tool.jsonSchema)
+      : Either.try<unknown>(() => JSONSchema.make(tool.parameters))
     if (Either.isLeft(rendered)) {
       const reason = rendered.left instanceof Error ? rendered.left.message : String(rendered.left)
       return Effect.dieMessage(`tool ${tool.name}: cannot derive a JSON Schema for its parameters: ${reason}`)

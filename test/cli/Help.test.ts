@@ -28,7 +28,7 @@ describe("tiller --help", () => {
         const top = yield* tiller(dir, ["--help"], piped)
         expect(top.stdout).toContain("$ tiller [--db FILE] [--model NAME]")
         expect(top.stdout).toContain(
-          "[--add-dir DIR]... [--permission-mode MODE] [--allow RULE]... [--dangerously-skip-permissions] [--prices FILE] COMMAND"
+          "[--add-dir DIR]... [--permission-mode MODE] [--allow RULE]... [--dangerously-skip-permissions] [--prices FILE] [--mcp FILE]... COMMAND"
         )
         expect(top.stdout).toMatch(
           /\n--permission-mode MODE\n\n {2}One of the following: default, acceptEdits, plan, bypassPermissions\n\n {2}default: Read, Glob and Grep run/

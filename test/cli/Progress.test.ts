@@ -28,6 +28,20 @@ describe("Progress", () => {
     expect(progress.line(30_000, 4)).toBeUndefined()
   })
 
+  it("shows a running call's own progress (an MCP server's notification) beside its name until its result", () => {
+    const progress = Progress.make()
+    progress.observe(event(0, 0, "turn/start", { turn: 1 }))
+    progress.observe(event(1, 0, "step/start", { turn: 1, step: 1 }))
+    progress.toolProgress("c1", "1/5")
+    progress.observe(event(2, 0, "tool/call", { callId: "c1", name: "mcp__everything__slow", arguments: "{}" }))
+    expect(progress.line(1000, 0)).toContain("running mcp__everything__slow 1 s")
+    progress.toolProgress("c1", "2/5 halfway")
+    expect(progress.line(1000, 0)).toContain("running mcp__everything__slow (2/5 halfway) 1 s")
+    progress.observe(event(3, 2000, "tool/result", { message: { content: [{ toolCallId: "c1" }] } }))
+    progress.observe(event(4, 2000, "tool/call", { callId: "c2", name: "clock", arguments: "{}" }))
+    expect(progress.line(2000, 0)).toContain("running clock 0 s")
+  })
+
   it("is off when stdout is not a terminal, under CI or NO_COLOR, and on a dumb terminal", () => {
     expect(Progress.enabled({}, true)).toBe(true)
     expect(Progress.enabled({}, false)).toBe(false)

@@ -191,3 +191,28 @@ describe("Tools", () => {
       expect(yield* listed).toEqual([])
     }).pipe(Effect.provide(Tools.layer())))
 })
+
+describe("Tool.fromJsonSchema", () => {
+  it.effect("offers its JSON Schema as given ($defs and $ref kept); the body gets the arguments object", () =>
+    Effect.gen(function*() {
+      const parameters = {
+        type: "object",
+        properties: { point: { $ref: "#/$defs/Point" } },
+        required: ["point"],
+        $defs: { Point: { type: "object", properties: { x: { type: "number" } } } }
+      }
+      const tool = Tool.fromJsonSchema("plot", {
+        description: "plots a point",
+        parameters,
+        execute: (args) => Effect.succeed(JSON.stringify(args))
+      })
+      const listed = yield* Effect.flatMap(Tools, (tools) => tools.list).pipe(
+        Effect.provide(Tools.layer({ tools: [tool] }))
+      )
+      expect(listed).toEqual([{ name: "plot", description: "plots a point", parameters }])
+      expect(tool.mode).toBe("exclusive")
+      const out = yield* tool.execute({ point: { x: 1 } }, {} as any)
+      expect(out).toBe(`{"point":{"x":1}}`)
+      expect(Schema.decodeUnknownEither(tool.parameters)([1])._tag).toBe("Left")
+    }))
+})

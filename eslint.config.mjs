@@ -17,7 +17,9 @@ export default defineConfig(
       "coverage/**",
       "scratch/**",
       ".tiller/**",
-      "bench/results/**"
+      "bench/results/**",
+      // Hook scripts written as published Claude Code hooks are (CommonJS, run by node directly).
+      "test/layers/fixtures/claude-hooks/**"
     ]
   },
   js.configs.recommended,

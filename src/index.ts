@@ -42,6 +42,7 @@ export type {
   HookCommand,
   HookEvent,
   HookGroup,
+  HookNotice,
   HookQuestion,
   HookSettings
 } from "./layers/HookBridge.js"

@@ -395,7 +395,7 @@ export const HookBridge = {
     Layer.scopedDiscard(register(options)),
   /** Registers the bridge in the current scope (see {@link register}). */
   register,
-  /** Reads the settings the options select (a malformed file skipped with a warning; see {@link loadHookSettings}). */
+  /** Reads the settings the options select (a malformed file skipped with a warning). */
   load: loadHookSettings,
   /** The type of the ignorable extension event that records each command's run. */
   RUN_EVENT: HOOK_RUN_EVENT

@@ -6,10 +6,15 @@
  * @since 0.1.0
  */
 import * as RunnerAddress from "@effect/cluster/RunnerAddress"
+import * as ShardingConfig from "@effect/cluster/ShardingConfig"
+import * as SqlMessageStorage from "@effect/cluster/SqlMessageStorage"
+import * as SqlRunnerStorage from "@effect/cluster/SqlRunnerStorage"
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
 import type { Duration } from "effect"
 import { Config, Effect, Layer, Option, Redacted } from "effect"
 import * as fs from "node:fs"
@@ -97,6 +102,36 @@ export const storeLayer = (db: string): Layer.Layer<SessionStore, CliError> =>
     )
     : Layer.mapError(SqliteSessionStore.layer({ filename: db }), (error) => new CliError({ reason: error.message }))
 
+// One advisory lock key for the cluster's table setup ("tiller serve migrations").
+const MIGRATION_LOCK = 7_331_000_001
+
+/**
+ * The cluster's tables, created once however many runners start together on a new database:
+ * `@effect/sql`'s migrator creates its own table outside any lock, so runners that migrate at the
+ * same moment fail. The first runner to take a session advisory lock builds the cluster's message
+ * and runner storage (which migrate) and releases both; the others wait for the lock and find the
+ * migrations done.
+ *
+ * @since 0.1.0
+ * @category layers
+ */
+export const clusterTablesReady = (
+  shardingConfig: Partial<ShardingConfig.ShardingConfig["Type"]>
+): Layer.Layer<never, SqlError, SqlClient.SqlClient> =>
+  Layer.effectDiscard(Effect.scoped(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const conn = yield* sql.reserve
+    yield* Effect.acquireRelease(
+      conn.executeRaw("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK]),
+      () => Effect.ignore(conn.executeRaw("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK]))
+    )
+    yield* Effect.scoped(Layer.build(
+      Layer.merge(SqlMessageStorage.layer, SqlRunnerStorage.layer).pipe(
+        Layer.provide(ShardingConfig.layer(shardingConfig))
+      )
+    ))
+  })))
+
 /**
  * The runner: sharding over PostgreSQL, the session entity, the HTTP server. Building it starts
  * serving; closing its scope leaves the cluster (its sessions move to the other runners).
@@ -115,13 +150,13 @@ export const layer = (options: ServeOptions): Layer.Layer<never, CliError> =>
     const tokens = yield* readTokens(options.tokenFile)
     const model = yield* resolveModel(options.model)
     const sql = PgClient.layer({ url: Redacted.make(clusterDb), applicationName: "tiller-serve" })
-    const sharding = NodeClusterSocket.layer({
-      storage: "sql",
-      shardingConfig: ClusterTimings.make({
-        runnerAddress: Option.some(RunnerAddress.make(options.runnerHost, options.runnerPort)),
-        ...(options.maxIdleTime === undefined ? {} : { entityMaxIdleTime: options.maxIdleTime })
-      })
-    }).pipe(Layer.provide(sql))
+    const shardingConfig = ClusterTimings.make({
+      runnerAddress: Option.some(RunnerAddress.make(options.runnerHost, options.runnerPort)),
+      ...(options.maxIdleTime === undefined ? {} : { entityMaxIdleTime: options.maxIdleTime })
+    })
+    const sharding = NodeClusterSocket.layer({ storage: "sql", shardingConfig }).pipe(
+      Layer.provide(Layer.provideMerge(clusterTablesReady(shardingConfig), sql))
+    )
     const entity = ClusterSessions.layer({
       model: model.header,
       ...(options.maxSteps === undefined ? {} : { maxSteps: options.maxSteps })

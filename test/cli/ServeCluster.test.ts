@@ -228,4 +228,24 @@ describePostgres(pg, "tiller serve on a cluster", (server) => {
       }),
     300_000
   )
+
+  it.live(
+    "runners started together on a new database all come up: the cluster's tables are created once",
+    () =>
+      Effect.promise(async () => {
+        const url = await server.freshUrl()
+        const cluster = await makeCluster(url, 3)
+        try {
+          // Every runner is started at once, before any answers (startAll waits for each in turn).
+          await cluster.startAll()
+          expect(cluster.live().length).toBe(3)
+          for (const runner of cluster.runners) {
+            expect((await request(runner.port, "GET", "/health"))?.status).toBe(200)
+          }
+        } finally {
+          await cluster.stopAll()
+        }
+      }),
+    300_000
+  )
 })

@@ -132,12 +132,10 @@ export const makeCluster = async (dbUrl: string, count: number, extraArgs: Reado
     healthy,
     /** Starts every runner and waits until each answers. */
     startAll: async () => {
-      // The first runner creates the cluster's tables; runners started together on a new database
-      // would race on that migration.
-      start(runners[0]!)
-      await healthy(runners[0]!)
-      for (const runner of runners.slice(1)) start(runner)
-      for (const runner of runners.slice(1)) await healthy(runner)
+      // Together, on a new database: the first runner to take the migration lock creates the
+      // cluster's tables (`Serve.clusterTablesReady`).
+      for (const runner of runners) start(runner)
+      for (const runner of runners) await healthy(runner)
     },
     /** SIGKILLs a runner and waits for its exit. */
     kill: async (runner: RunnerProcess) => {

@@ -9,7 +9,7 @@ import { Effect, STM } from "effect"
 import type { UserMessage } from "../src/index.js"
 import { Inbox, userMessage } from "../src/index.js"
 import { claimSTM } from "../src/internal/state/InboxOps.js"
-import { appendDrafts, awaitDurable, lastSeq, SessionState } from "../src/internal/state/SessionState.js"
+import { appendDrafts, awaitDurable, commitLogged, lastSeq, SessionState } from "../src/internal/state/SessionState.js"
 import type { Run } from "./util.js"
 import { sessionLayer, timed } from "./util.js"
 
@@ -38,7 +38,7 @@ export const injectClaimRun = (cycles: number): Effect.Effect<Run, unknown> =>
     const [, millis] = yield* timed(Effect.gen(function*() {
       for (let turn = 1; turn <= cycles; turn++) {
         yield* inbox.append("next-step", messages[turn - 1]!)
-        const claimed = yield* STM.commit(claimTurn(state, turn))
+        const claimed = yield* commitLogged(state, claimTurn(state, turn))
         if (claimed !== 1) return yield* Effect.dieMessage(`turn ${turn} claimed ${claimed} messages, expected 1`)
       }
       yield* awaitDurable(state, yield* STM.commit(lastSeq(state)))

@@ -10,7 +10,7 @@ import { Effect, STM } from "effect"
 import { Inbox, SessionLog, userMessage } from "../src/index.js"
 import { claimSTM } from "../src/internal/state/InboxOps.js"
 import type { Draft } from "../src/internal/state/SessionState.js"
-import { appendDrafts, awaitDurable, SessionState } from "../src/internal/state/SessionState.js"
+import { appendDrafts, awaitDurable, commitLogged, SessionState } from "../src/internal/state/SessionState.js"
 import type { MemorySample, Run } from "./util.js"
 import { currentRss, memorySample, sessionLayer, timed } from "./util.js"
 
@@ -37,22 +37,25 @@ export const openStep: Effect.Effect<number, unknown, SessionState | Inbox> = Ef
   const inbox = yield* Inbox
   const prompt = userMessage({ id: "bench-prompt", text: "Write a long answer." })
   yield* inbox.append("next-turn", prompt)
-  const appended = yield* STM.commit(STM.gen(function*() {
-    yield* appendDrafts(state, [{ type: "turn/start", data: { turn: TURN } }], true)
-    yield* claimSTM(state, TURN, true)
-    return yield* appendDrafts(state, [
-      { type: "step/start", data: { turn: TURN, step: STEP } },
-      { type: "user/message", data: prompt, surfaceOp: "append" },
-      {
-        type: "request/header",
-        data: { header: { provider: "bench", model: "bench-1", tools: [] }, reason: "initial" }
-      },
-      {
-        type: "assistant/chunk",
-        data: { turn: TURN, step: STEP, attempt: ATTEMPT, chunk: { type: "block-start", index: 0, block: "text" } }
-      }
-    ], true)
-  }))
+  const appended = yield* commitLogged(
+    state,
+    STM.gen(function*() {
+      yield* appendDrafts(state, [{ type: "turn/start", data: { turn: TURN } }], true)
+      yield* claimSTM(state, TURN, true)
+      return yield* appendDrafts(state, [
+        { type: "step/start", data: { turn: TURN, step: STEP } },
+        { type: "user/message", data: prompt, surfaceOp: "append" },
+        {
+          type: "request/header",
+          data: { header: { provider: "bench", model: "bench-1", tools: [] }, reason: "initial" }
+        },
+        {
+          type: "assistant/chunk",
+          data: { turn: TURN, step: STEP, attempt: ATTEMPT, chunk: { type: "block-start", index: 0, block: "text" } }
+        }
+      ], true)
+    })
+  )
   return appended[appended.length - 1]!.seq
 })
 
@@ -75,7 +78,7 @@ export const appendChunks = (
       const size = Math.min(perTransaction, events - done)
       const drafts = new Array<Draft>(size)
       for (let j = 0; j < size; j++) drafts[j] = textDelta(done + j)
-      const appended = yield* STM.commit(appendDrafts(state, drafts, true))
+      const appended = yield* commitLogged(state, appendDrafts(state, drafts, true))
       last = appended[appended.length - 1]!.seq
       onProgress?.(done + size)
     }

@@ -298,6 +298,18 @@ export const dieOnFailure = <A, E>(transaction: STM.STM<A, E>): STM.STM<A> =>
  * @category durability
  */
 export const awaitDurable = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
+  Effect.suspend(() =>
+    // Events committed without `commitLogged` (nothing of tiller's own does so) are handed over
+    // here, so that no wait is for events the writer was never given.
+    seq >= state.writer.events.length
+      ? Effect.flatMap(STM.commit(TRef.get(state.log)), (log) => {
+        WriterSignal.committed(state.writer, state.waiters.durable, log.events)
+        return awaitHandedOver(state, seq)
+      })
+      : awaitHandedOver(state, seq)
+  )
+
+const awaitHandedOver = (state: SessionStateShape, seq: number): Effect.Effect<void, PersistenceError> =>
   Effect.suspend(() => {
     // A store that appends synchronously: written from this fiber (see `WriterSignal.writeNow`).
     if (seq > state.waiters.durable) WriterSignal.writeNow(state.writer)

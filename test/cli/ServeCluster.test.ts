@@ -236,8 +236,8 @@ describePostgres(pg, "tiller serve on a cluster", (server) => {
         const url = await server.freshUrl()
         const cluster = await makeCluster(url, 3)
         try {
-          // Every runner is started at once, before any answers (startAll waits for each in turn).
-          await cluster.startAll()
+          // Every runner is started at once, before any answers.
+          await cluster.startTogether()
           expect(cluster.live().length).toBe(3)
           for (const runner of cluster.runners) {
             expect((await request(runner.port, "GET", "/health"))?.status).toBe(200)

@@ -132,8 +132,16 @@ export const makeCluster = async (dbUrl: string, count: number, extraArgs: Reado
     healthy,
     /** Starts every runner and waits until each answers. */
     startAll: async () => {
-      // Together, on a new database: the first runner to take the migration lock creates the
-      // cluster's tables (`Serve.clusterTablesReady`).
+      // The first runner alone, then the others: each kill below is measured against a cluster
+      // whose shards were assigned once (runners started together on a new database are checked
+      // by a test of their own, with `startTogether`).
+      start(runners[0]!)
+      await healthy(runners[0]!)
+      for (const runner of runners.slice(1)) start(runner)
+      for (const runner of runners.slice(1)) await healthy(runner)
+    },
+    /** Starts every runner at once and waits until each answers. */
+    startTogether: async () => {
       for (const runner of runners) start(runner)
       for (const runner of runners) await healthy(runner)
     },

@@ -27,6 +27,7 @@ import { MalformedLog, PersistenceError, SessionExists, SessionNotFound } from "
 import type { SessionEvent, SessionHeader } from "../../domain/Event.js"
 import { SessionId } from "../../domain/Ids.js"
 import { seqProblem } from "./Contiguity.js"
+import { makeLocalLease } from "./LocalLease.js"
 import type { SqlDialect } from "./SqlDialect.js"
 import { encodeRows, eventsOf, headerOf, parseJson } from "./SqliteRows.js"
 import type { StoreShape } from "./Store.js"
@@ -294,5 +295,5 @@ export const make = (
     Effect.withSpan("SessionStore.list")
   )
 
-  return { create, load, append, exists, list, ...extra }
+  return { create, load, append, exists, list, localLease: makeLocalLease(), ...extra }
 }

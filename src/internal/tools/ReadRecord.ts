@@ -9,9 +9,19 @@
  * @since 0.1.0
  */
 import { Effect } from "effect"
-import type { Stats } from "node:fs"
 import type { SessionEvent } from "../../domain/Event.js"
 import type { Json } from "../../domain/Json.js"
+
+/**
+ * What the record reads of a file's stats (a `node:fs` `Stats` has both).
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface FileStats {
+  readonly mtimeMs: number
+  readonly size: number
+}
 
 /**
  * The version of a file a session saw.
@@ -32,9 +42,14 @@ export interface SeenVersion {
  */
 export interface ReadRecord {
   /** Notes that `session` now knows `file` as `stats` describe it; returns the `meta` entry that says so in the log. */
-  readonly saw: (session: string, file: string, stats: Stats) => Json
+  readonly saw: (session: string, file: string, stats: FileStats) => Json
   /** Why `session` may not change `file` (whose current stats are `stats`), or `undefined` when it may. */
-  readonly refusal: (session: string, file: string, stats: Stats, shown: string) => Effect.Effect<string | undefined>
+  readonly refusal: (
+    session: string,
+    file: string,
+    stats: FileStats,
+    shown: string
+  ) => Effect.Effect<string | undefined>
 }
 
 /**

@@ -10,7 +10,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import type { PersistenceError } from "../src/index.js"
 import { Inbox, Session, SessionId, SessionLog, SessionStore } from "../src/index.js"
-import type { OpenError, SessionOptions } from "../src/internal/durability/SessionOpen.js"
+import type { OpenError, SessionOptions } from "../src/internal/session/SessionOpen.js"
 import { SessionState } from "../src/internal/state/SessionState.js"
 
 /**

@@ -89,6 +89,24 @@ const backArrows = (graph: ReadonlyMap<string, ReadonlyArray<string>>): Readonly
       .map((to) => `${from} -> ${to}`)
   )
 
+/** The room of an internal module (`internal/state`), or the module itself outside `internal/`. */
+const room = (file: string): string => {
+  const parts = file.split("/")
+  return parts[0] === "internal" && parts.length > 2 ? `internal/${parts[1]}` : file
+}
+
+/** The graph of `src/internal/`'s rooms: an arrow wherever a module of one imports a module of another. */
+const roomGraph = (graph: ReadonlyMap<string, ReadonlyArray<string>>): ReadonlyMap<string, ReadonlyArray<string>> => {
+  const rooms = new Map<string, Set<string>>()
+  for (const [from, targets] of graph) {
+    if (!from.startsWith("internal/")) continue
+    const arrows = rooms.get(room(from)) ?? new Set<string>()
+    for (const to of targets) if (to.startsWith("internal/") && room(to) !== room(from)) arrows.add(room(to))
+    rooms.set(room(from), arrows)
+  }
+  return new Map([...rooms].map(([name, arrows]) => [name, [...arrows]]))
+}
+
 describe("src/ import graph", () => {
   const graph = importGraph()
 
@@ -108,6 +126,12 @@ describe("src/ import graph", () => {
     expect(backArrows(graph)).toEqual([])
   })
 
+  it("the rooms of src/internal/ import each other one way: no two rooms in a cycle", () => {
+    const rooms = roomGraph(graph)
+    expect(rooms.size).toBeGreaterThan(5)
+    expect(cycles(rooms)).toEqual([])
+  })
+
   it("the walk finds a cycle and a back-arrow when there is one", () => {
     const sample = new Map<string, ReadonlyArray<string>>([
       ["domain/A.ts", ["services/B.ts"]],
@@ -116,5 +140,14 @@ describe("src/ import graph", () => {
     ])
     expect(cycles(sample)).toEqual([["domain/A.ts", "services/B.ts"]])
     expect(backArrows(sample)).toEqual(["domain/A.ts -> services/B.ts", "services/B.ts -> layers/C.ts"])
+    const rooms = roomGraph(
+      new Map([
+        ["internal/state/S.ts", ["internal/durability/W.ts"]],
+        ["internal/durability/W.ts", ["internal/durability/X.ts"]],
+        ["internal/durability/X.ts", ["internal/state/T.ts"]],
+        ["internal/state/T.ts", []]
+      ])
+    )
+    expect(cycles(rooms)).toEqual([["internal/durability", "internal/state"]])
   })
 })

@@ -17,7 +17,7 @@ import type {
 } from "../domain/Errors.js"
 import type { EventOf } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
-import { foldOptionsOf } from "../internal/durability/SessionOpen.js"
+import { foldOptionsOf } from "../internal/session/SessionOpen.js"
 import type { SessionStateShape } from "../internal/state/SessionState.js"
 import { SessionState } from "../internal/state/SessionState.js"
 import type { Driver } from "../services/Driver.js"

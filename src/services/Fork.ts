@@ -11,7 +11,7 @@ import { LOG_FORMAT_VERSION } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
 import { freezeCopy } from "../domain/Json.js"
 import type { FoldOptions } from "../domain/LogState.js"
-import { validateLoaded } from "../internal/durability/SessionOpen.js"
+import { validateLoaded } from "../internal/session/SessionOpen.js"
 import { SessionStore } from "./SessionStore.js"
 
 /**

@@ -2,6 +2,14 @@
  * What a session store does: the operations behind the `SessionStore` service, named here so that the
  * machinery that persists a session can take a store without reaching up to the service.
  *
+ * The `durability/` room: how a log reaches a store and comes back, below any session's state. The
+ * store's shape (this module), its leases (`Lease`, `LocalLease`, `ProcessLease`, `SqliteLease`,
+ * `PgLease`), the writer's signal and durable waiters (`WriterSignal`, `SyncAppend`,
+ * `DurableWaiters`, `Checkpointer`), decoding stored rows (`DecodedEvents`, `StoredHeader`), the seq
+ * rules every store applies (`Contiguity`), the in-memory store (`MemoryStore`), the SQL store with
+ * its dialects and schema (`SqlStore`, `SqlDialect`, `SqlSchema`) and the SQLite file's own
+ * machinery (`SqliteOpen`, `SqliteDirect`, `SqliteRows`, `SqliteSchema`).
+ *
  * @since 0.1.0
  */
 import type { Effect } from "effect"

@@ -2,12 +2,10 @@
  * Opening a session: create a fresh one, or resume a stored one (load, validate with the append
  * rules, repair an open final turn, mark the end of the seed), then start its writer fiber.
  *
- * The `durability/` room: how a session's log reaches its store and comes back. Opening and
- * resuming (this module, `Lease`, `StoredHeader`, `DecodedEvents`), the group-commit writer fiber
- * (`Writer`, `WriterSignal`, `SyncAppend`, `DurableWaiters`, `Checkpointer`), the seq rules every
- * store applies (`Contiguity`), the in-memory store behind `SessionStore.layerMemory`
- * (`MemoryStore`) and the SQLite store's machinery: opening its file (`SqliteOpen`), its lease
- * across processes (`SqliteLease`) and its connection's own calls (`SqliteDirect`).
+ * The `session/` room: an open session's state joined to its store. Opening and resuming (this
+ * module) and the group-commit writer fiber that stores what the state committed (`Writer`). It is
+ * the one room that uses both `state/` (the STM state) and `durability/` (stores, the writer's
+ * signal, waiters, leases), which never import each other's way back.
  *
  * @since 0.1.0
  */
@@ -28,17 +26,17 @@ import { SessionId } from "../../domain/Ids.js"
 import type { FoldOptions, LogState } from "../../domain/LogState.js"
 import { advance, initialLogState } from "../../domain/LogState.js"
 import { repairClosers } from "../../domain/Repair.js"
+import { decodeStored, isDecoded } from "../durability/DecodedEvents.js"
+import * as DurableWaiters from "../durability/DurableWaiters.js"
+import { acquireLocalLease, acquireProcessLease, checkProcessLease } from "../durability/Lease.js"
+import type { StoreShape } from "../durability/Store.js"
+import { makeSignal, stopWritingNow } from "../durability/WriterSignal.js"
 import * as Outbox from "../state/Outbox.js"
 import type { Draft, LogSnapshot, SessionStateShape } from "../state/SessionState.js"
 import { appendDrafts, awaitDurable, commitLogged, noOwner } from "../state/SessionState.js"
 import * as WakeMarks from "../state/WakeMarks.js"
-import { decodeStored, isDecoded } from "./DecodedEvents.js"
-import * as DurableWaiters from "./DurableWaiters.js"
-import { acquireLocalLease, acquireProcessLease, checkProcessLease } from "./Lease.js"
-import type { StoreShape } from "./Store.js"
 import type { DurabilityOptions } from "./Writer.js"
 import { runWriter } from "./Writer.js"
-import { makeSignal, stopWritingNow } from "./WriterSignal.js"
 
 /**
  * Options for opening a session.

@@ -21,11 +21,11 @@ import { Duration, Effect, Either, Option, Schedule, STM, TRef } from "effect"
 import { PersistenceError } from "../../domain/Errors.js"
 import type { SessionEvent } from "../../domain/Event.js"
 import type * as GrowOnly from "../../domain/GrowOnly.js"
+import * as DurableWaiters from "../durability/DurableWaiters.js"
+import type { WriterSignal } from "../durability/WriterSignal.js"
+import { arm, wake } from "../durability/WriterSignal.js"
 import * as Outbox from "../state/Outbox.js"
 import type { SessionStateShape } from "../state/SessionState.js"
-import * as DurableWaiters from "./DurableWaiters.js"
-import type { WriterSignal } from "./WriterSignal.js"
-import { arm, wake } from "./WriterSignal.js"
 
 /**
  * Durability options of a session.

@@ -17,10 +17,13 @@ import { Duration } from "effect"
  */
 export const defaults: Partial<ShardingConfig["Type"]> = {
   // A runner that stops refreshing is out of the cluster after this time (its heartbeat expires).
-  // Lock refreshes time out after min(refresh, expiration / 3): under load a shorter one makes a
-  // live runner drop its shards.
-  shardLockExpiration: Duration.seconds(6),
-  shardLockRefreshInterval: Duration.millis(1500),
+  // On PostgreSQL a dead runner's shard locks (advisory locks) go with its connection at once and
+  // its peers' pings find it within a second, so failover does not wait for this expiry.
+  shardLockExpiration: Duration.seconds(12),
+  // Lock refreshes time out after min(refresh, expiration / 3), and a runner whose refresh times out
+  // drops every shard it holds (its sessions close and reopen elsewhere): 4 s rides out a database
+  // or a CPU that is busy for a few seconds, which 1.5 s did not on 2 loaded cores.
+  shardLockRefreshInterval: Duration.seconds(4),
   // A runner that dies is found by its peers' pings (refused at once) before its heartbeat expires.
   // Fewer shards than the 300 of `@effect/cluster`: fewer lock rows refreshed each time.
   shardsPerGroup: 64,

@@ -7,8 +7,8 @@
  */
 import * as Entity from "@effect/cluster/Entity"
 import type { Sharding } from "@effect/cluster/Sharding"
-import type { Duration, Layer } from "effect"
-import { Context, Effect, Either, ExecutionStrategy, Exit, Scope, STM, Stream, TRef } from "effect"
+import type { Layer } from "effect"
+import { Context, Duration, Effect, Either, ExecutionStrategy, Exit, Schedule, Scope, STM, Stream, TRef } from "effect"
 import type { DuplicateMessage } from "../domain/Errors.js"
 import type { EventOf, SessionEvent } from "../domain/Event.js"
 import { SessionId } from "../domain/Ids.js"
@@ -36,6 +36,10 @@ export interface SessionEntityOptions extends AgentOptions {
   /** An idle session's entity passivates after this time without messages (default 1 minute). */
   readonly maxIdleTime?: Duration.DurationInput
 }
+
+// How often, and for how long, an activation asks again for a lease another owner still holds.
+const LEASE_RETRY = Duration.millis(100)
+const LEASE_WAIT = Duration.seconds(30)
 
 const textOf = (m: UserMessage): string => m.content.map((block) => (block.type === "text" ? block.text : "")).join("")
 
@@ -92,12 +96,25 @@ export const layer = (
       const address = yield* Entity.CurrentAddress
       const cluster = yield* Effect.context<Sharding | Entity.CurrentAddress>()
       const sessionId = SessionId.make(address.entityId)
-      // The attempt has a scope of its own, closed when it fails: a retried activation must not find
+      // Each attempt has a scope of its own, closed when it fails: a retried activation must not find
       // the failed attempt's lease still held (the entity's scope outlives its build's retries).
-      const attempt = yield* Scope.fork(yield* Effect.scope, ExecutionStrategy.sequential)
-      const opened = yield* Effect.either(Scope.extend(acquireAgent({ ...agentOptions, open: sessionId }), attempt))
+      const entityScope = yield* Effect.scope
+      const openOnce = Effect.flatMap(
+        Scope.fork(entityScope, ExecutionStrategy.sequential),
+        (attempt) =>
+          Effect.tapError(
+            Scope.extend(acquireAgent({ ...agentOptions, open: sessionId }), attempt),
+            () => Scope.close(attempt, Exit.void)
+          )
+      )
+      // A previous owner still closing the session (its shard moved while a turn ran) holds the
+      // lease for a moment: the activation waits for it here, instead of failing into the
+      // cluster's own retry, whose delays grow to 10 s.
+      const opened = yield* Effect.either(Effect.retry(openOnce, {
+        schedule: Schedule.upTo(Schedule.spaced(LEASE_RETRY), LEASE_WAIT),
+        while: (error) => error._tag === "AgentBusy"
+      }))
       if (Either.isLeft(opened)) {
-        yield* Scope.close(attempt, Exit.void)
         const error = opened.left
         // A lease still held by a dying owner, or storage away: the cluster retries the activation.
         if (error._tag === "AgentBusy" || error._tag === "PersistenceError") {

@@ -17,13 +17,14 @@ import { Duration } from "effect"
  */
 export const defaults: Partial<ShardingConfig["Type"]> = {
   // A runner that stops refreshing is out of the cluster after this time (its heartbeat expires).
-  // On PostgreSQL a dead runner's shard locks (advisory locks) go with its connection at once and
-  // its peers' pings find it within a second, so failover does not wait for this expiry.
-  shardLockExpiration: Duration.seconds(12),
+  // A dead runner's peers ping it every second and drop it within a few seconds, but the pings run
+  // on one runner (a cluster singleton): when that runner is the one that died, this expiry is
+  // what moves its sessions.
+  shardLockExpiration: Duration.seconds(6),
   // Lock refreshes time out after min(refresh, expiration / 3), and a runner whose refresh times out
-  // drops every shard it holds (its sessions close and reopen elsewhere): 4 s rides out a database
-  // or a CPU that is busy for a few seconds, which 1.5 s did not on 2 loaded cores.
-  shardLockRefreshInterval: Duration.seconds(4),
+  // drops every shard it holds (its sessions close and reopen elsewhere): 2 s, the most a 6 s expiry
+  // allows (1.5 s timed out on 2 loaded cores far more often).
+  shardLockRefreshInterval: Duration.seconds(2),
   // A runner that dies is found by its peers' pings (refused at once) before its heartbeat expires.
   // Fewer shards than the 300 of `@effect/cluster`: fewer lock rows refreshed each time.
   shardsPerGroup: 64,

@@ -73,12 +73,41 @@ const headerOf = (
 })
 
 /**
- * Runs step `k` of turn `n` until it ends; the caller writes `step/end`.
+ * The messages a request sends and the seq of the log's last event, read in one transaction.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface StepMessages {
+  readonly messages: LogSnapshot["fold"]["messages"]
+  readonly lastSeq: number
+}
+
+/**
+ * The messages of a request, as a transaction that read the log finds them.
  *
  * @since 0.1.0
  * @category loop
  */
-export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Effect<StepResult> =>
+export const stepMessages = ({ events, fold }: LogSnapshot): StepMessages => ({
+  messages: fold.messages,
+  lastSeq: events.length - 1
+})
+
+/**
+ * Runs step `k` of turn `n` until it ends; the caller writes `step/end`. `opened` is what the
+ * transaction that opened the step read: the first request sends it when nothing ran in between
+ * (no request listener, no header to log), without a transaction of its own.
+ *
+ * @since 0.1.0
+ * @category loop
+ */
+export const runStep = (
+  ctx: LoopContext,
+  turn: number,
+  step: number,
+  opened: StepMessages
+): Effect.Effect<StepResult> =>
   Effect.gen(function*() {
     const { ds, sessionId } = ctx
     const session = ds.session
@@ -90,7 +119,8 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
       const quiet = ctx.hooks.isQuiet("request")
       let header: RequestHeader
       let reason: "initial" | "resume" | "change" | undefined
-      if (quiet && !first && previous !== undefined && previous.tools === tools) {
+      const unchanged = quiet && !first && previous !== undefined && previous.tools === tools
+      if (unchanged) {
         // Q1-Q2 without a request listener, after a header and with the same tools: the default
         // configuration is the last header's, so the header is that one and nothing is logged.
         header = previous
@@ -119,18 +149,21 @@ export const runStep = (ctx: LoopContext, turn: number, step: number): Effect.Ef
           : "change"
       }
       // Q3: the messages, read with the header's append in one transaction.
-      const readMessages = ({ events, fold }: LogSnapshot) => ({ messages: fold.messages, lastSeq: events.length - 1 })
       // A header to log is checked like any caller's event (a request hook can put anything in the
       // configuration): an invalid one is not written and fails the step (INVALID_EVENT).
-      const decided = reason === undefined
+      const decided = unchanged && attempt === 1
+        // Nothing ran since the step opened: what its transaction read (a cause recorded since stops
+        // the attempt at its first append, which reads the cause, before anything is written).
+        ? opened
+        : reason === undefined
         // Nothing to write: the committed log, read with the cause in one transaction.
-        ? yield* loopTx(ctx, STM.map(TRef.get(session.log), readMessages))
+        ? yield* loopTx(ctx, STM.map(TRef.get(session.log), stepMessages))
         : yield* Effect.catchTag(
           loopTx(
             ctx,
             STM.zipRight(
               appendDrafts(session, [{ type: "request/header", data: { header, reason } }], false),
-              STM.map(TRef.get(session.log), readMessages)
+              STM.map(TRef.get(session.log), stepMessages)
             )
           ),
           "InvalidEvent",

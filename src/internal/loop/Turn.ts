@@ -36,7 +36,8 @@ import { originalError, ownFailure, toLlmFailure } from "./Failure.js"
 import type { LoopContext } from "./LoopContext.js"
 import type { Phase, TurnErrorReport } from "./Phase.js"
 import { causeOf, closeTurn, errorReason, getPhase, setStep } from "./Phase.js"
-import { runStep } from "./Step.js"
+import type { StepMessages } from "./Step.js"
+import { runStep, stepMessages } from "./Step.js"
 import { stepLimitFailure } from "./StepLimit.js"
 
 const completed: TurnEndReason = { kind: "completed" }
@@ -164,28 +165,28 @@ export const runTurn = (
         { type: "step/start", data: { turn, step } },
         ...messages.map((m) => ({ type: "user/message", data: m, surfaceOp: "append" as const }))
       ]
-      // TX-STEP: close the turn, or open the step (its step/start, the entered messages, the step number).
+      // TX-STEP: close the turn, or open the step (its step/start, the entered messages, the step
+      // number) and read the messages its first request sends, should nothing run before it.
       const opened = yield* commitOrDie(
         session,
-        STM.flatMap(getPhase(ds), (phase): STM.STM<boolean, InvalidEvent> =>
+        STM.flatMap(getPhase(ds), (phase): STM.STM<StepMessages | undefined, InvalidEvent> =>
           STM.flatMap(TRef.get(session.log), ({ fold }) => {
             const decision = decide(phase, fold.known)
             if (decision._tag === "Close") {
-              return STM.as(closeTurn(ds, turn, decision.reason, decision.report), false)
+              return STM.as(closeTurn(ds, turn, decision.reason, decision.report), undefined)
             }
             const appended = appendDrafts(session, drafts(), true)
             // Appending leaves the phase as read above.
-            return phase._tag === "Running"
-              ? STM.zipRight(appended, STM.as(setStep(ds, phase, step), true))
-              : STM.as(appended, true)
+            const started = phase._tag === "Running" ? STM.zipRight(appended, setStep(ds, phase, step)) : appended
+            return STM.zipRight(started, STM.map(TRef.get(session.log), stepMessages))
           }))
       )
-      if (!opened) {
+      if (opened === undefined) {
         return
       }
       k = step
       // 4. The step, then its step/end (also after an abort or a failure).
-      const result = yield* runStep(ctx, turn, step)
+      const result = yield* runStep(ctx, turn, step, opened)
       const endDrafts = (): ReadonlyArray<Draft> => [{ type: "step/end", data: { turn, step } }]
       const stepEnd = () =>
         appendDrafts(session, endDrafts(), true)

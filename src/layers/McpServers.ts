@@ -330,6 +330,7 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
                 const record: Json = {
                   message: signal.request.message,
                   action: a.action,
+                  ...(a.action === "accept" ? { content: { ...a.content } } : {}),
                   ...(handler === undefined ? { note: "declined: no one to ask (headless)" } : {})
                 }
                 for (const running of s?.running ?? []) running.push(record)

@@ -159,7 +159,8 @@ export class Mcp extends Context.Tag("tiller/Mcp")<Mcp, {
   /**
    * Answers the servers' elicitations with `handler` while the scope is open (the latest handler
    * answers); with none, every elicitation is declined. Each one is recorded in the `meta` of the
-   * result of the tool call it happened in.
+   * result of the tool call it happened in (`mcp.elicitations`: its message, the action, and for
+   * an accepted one the answer's `content`).
    */
   readonly handleElicitations: (
     handler: (elicitation: McpElicitation) => Effect.Effect<McpElicitationAnswer>

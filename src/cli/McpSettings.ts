@@ -76,6 +76,8 @@ export const load = (
     return yield* Either.match(resolve(parsed, env), {
       onLeft: (reason) => Effect.fail(new CliError({ reason: `MCP configuration: ${reason}` })),
       onRight: (config) =>
-        Effect.succeed(authDir === undefined || authDir === "" ? config : { ...config, authDir: path.resolve(cwd, authDir) })
+        Effect.succeed(
+          authDir === undefined || authDir === "" ? config : { ...config, authDir: path.resolve(cwd, authDir) }
+        )
     })
   })

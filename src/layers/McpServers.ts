@@ -4,7 +4,9 @@
  * (re-registered when the server says its list changed, so the next request offers the new list and
  * its `request/header` records it); a server whose connection ends is reported and started again
  * on its next use. When the definitions would take more than the configured share of the context
- * window, one search tool is offered instead and loads definitions on demand.
+ * window, one search tool is offered instead and loads definitions on demand. An HTTP server with
+ * `oauth` is reached with the tokens `tiller mcp login` stored (in the config's `authDir`); without
+ * them it fails with `McpAuthorizationRequired` and the other servers go on.
  *
  * ```ts
  * const mcp = McpServers.layer({ servers: [...], toolSearchShare: 0.1 })

@@ -37,8 +37,7 @@ export interface LoginOptions {
 /** What the authorization server sent to the redirect URI. */
 type Callback = { readonly code: string; readonly state: string | null; readonly iss: string | null }
 
-const PAGE = (text: string) =>
-  `<!doctype html><meta charset="utf-8"><title>tiller</title><p>${text}</p>`
+const PAGE = (text: string) => `<!doctype html><meta charset="utf-8"><title>tiller</title><p>${text}</p>`
 
 /** A loopback listener on `port` (0: a free one) for the redirect; closed with the scope. */
 const listen = (port: number, server: string) =>

@@ -136,8 +136,7 @@ export const makeProvider = (
       if (verifier === undefined) throw new Error("no PKCE code verifier is stored: start the login again")
       return verifier
     },
-    saveDiscoveryState: (discoveryState: OAuthDiscoveryState) =>
-      update((stored) => ({ ...stored, discoveryState })),
+    saveDiscoveryState: (discoveryState: OAuthDiscoveryState) => update((stored) => ({ ...stored, discoveryState })),
     discoveryState: () => readAuth(file).discoveryState as OAuthDiscoveryState | undefined,
     invalidateCredentials: (scope) =>
       update((stored) => {

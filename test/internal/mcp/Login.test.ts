@@ -44,46 +44,50 @@ const agentWith = (servers: ReadonlyArray<McpServerConfig>, authDir: string, scr
 const textOf = (content: unknown) => JSON.stringify(content)
 
 describe("MCP OAuth: login and connections", () => {
-  it.scopedLive("login stores the tokens in a 0600 file; connections use them and refresh an expired one", () =>
-    Effect.gen(function*() {
-      const server = yield* oauthServer
-      const authDir = path.join(yield* tempDir, "auth")
-      const config = guarded(server.url)
-      const shown: Array<string> = []
-      yield* Effect.scoped(login(config, {
-        authDir,
-        timeoutMs: 10_000,
-        onAuthorizationUrl: (url) => Effect.zipRight(Effect.sync(() => shown.push(url)), approve(url))
-      }))
-      expect(shown).toHaveLength(1)
-      expect(new URL(shown[0]!).searchParams.get("code_challenge_method")).toBe("S256")
-      expect(server.registrations()).toBe(1)
-      expect(server.grants).toEqual(["authorization_code"])
-      const file = authFile(authDir, "guarded", server.url)
-      expect(fs.statSync(file).mode & 0o777).toBe(0o600)
-      expect(fs.statSync(authDir).mode & 0o777).toBe(0o700)
-      const stored = JSON.parse(fs.readFileSync(file, "utf8"))
-      expect(stored.tokens.access_token).toBe(server.accessTokens[0])
-      expect(stored.codeVerifier).toBeUndefined()
+  it.scopedLive(
+    "login stores the tokens in a 0600 file; connections use them and refresh an expired one",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* oauthServer
+        const authDir = path.join(yield* tempDir, "auth")
+        const config = guarded(server.url)
+        const shown: Array<string> = []
+        yield* Effect.scoped(login(config, {
+          authDir,
+          timeoutMs: 10_000,
+          onAuthorizationUrl: (url) => Effect.zipRight(Effect.sync(() => shown.push(url)), approve(url))
+        }))
+        expect(shown).toHaveLength(1)
+        expect(new URL(shown[0]!).searchParams.get("code_challenge_method")).toBe("S256")
+        expect(server.registrations()).toBe(1)
+        expect(server.grants).toEqual(["authorization_code"])
+        const file = authFile(authDir, "guarded", server.url)
+        expect(fs.statSync(file).mode & 0o777).toBe(0o600)
+        expect(fs.statSync(authDir).mode & 0o777).toBe(0o700)
+        const stored = JSON.parse(fs.readFileSync(file, "utf8"))
+        expect(stored.tokens.access_token).toBe(server.accessTokens[0])
+        expect(stored.codeVerifier).toBeUndefined()
 
-      // A later connection uses the stored token, without a login.
-      const first = yield* Effect.flatMap(Mcp, (mcp) => mcp.call("guarded", "whoami", {})).pipe(
-        Effect.provide(withServers([config], authDir))
-      )
-      expect(first.content).toEqual([{ type: "text", text: "authorized caller" }])
-      expect(server.grants).toEqual(["authorization_code"])
+        // A later connection uses the stored token, without a login.
+        const first = yield* Effect.flatMap(Mcp, (mcp) => mcp.call("guarded", "whoami", {})).pipe(
+          Effect.provide(withServers([config], authDir))
+        )
+        expect(first.content).toEqual([{ type: "text", text: "authorized caller" }])
+        expect(server.grants).toEqual(["authorization_code"])
 
-      // The access token expires: the server refuses it, the library refreshes it, the call goes on.
-      server.expireAccessTokens()
-      const second = yield* Effect.flatMap(Mcp, (mcp) => mcp.call("guarded", "whoami", {})).pipe(
-        Effect.provide(withServers([config], authDir))
-      )
-      expect(second.content).toEqual([{ type: "text", text: "authorized caller" }])
-      expect(server.grants).toEqual(["authorization_code", "refresh_token"])
-      const refreshed = JSON.parse(fs.readFileSync(file, "utf8"))
-      expect(refreshed.tokens.access_token).toBe(server.accessTokens[1])
-      expect(fs.statSync(file).mode & 0o777).toBe(0o600)
-    }), 60_000)
+        // The access token expires: the server refuses it, the library refreshes it, the call goes on.
+        server.expireAccessTokens()
+        const second = yield* Effect.flatMap(Mcp, (mcp) => mcp.call("guarded", "whoami", {})).pipe(
+          Effect.provide(withServers([config], authDir))
+        )
+        expect(second.content).toEqual([{ type: "text", text: "authorized caller" }])
+        expect(server.grants).toEqual(["authorization_code", "refresh_token"])
+        const refreshed = JSON.parse(fs.readFileSync(file, "utf8"))
+        expect(refreshed.tokens.access_token).toBe(server.accessTokens[1])
+        expect(fs.statSync(file).mode & 0o777).toBe(0o600)
+      }),
+    60_000
+  )
 
   it.scopedLive(
     "without stored tokens the server fails with McpAuthorizationRequired; the other servers' tools work, no token is logged",
@@ -122,20 +126,23 @@ describe("MCP OAuth: login and connections", () => {
     60_000
   )
 
-  it.scopedLive("tokens the server no longer accepts and cannot refresh ask for a login again", () =>
-    Effect.gen(function*() {
-      const server = yield* oauthServer
-      const authDir = path.join(yield* tempDir, "auth")
-      const config = guarded(server.url)
-      yield* Effect.scoped(login(config, { authDir, timeoutMs: 10_000, onAuthorizationUrl: approve }))
-      const file = authFile(authDir, "guarded", server.url)
-      const stored = JSON.parse(fs.readFileSync(file, "utf8"))
-      fs.writeFileSync(file, JSON.stringify({ ...stored, tokens: { ...stored.tokens, refresh_token: "revoked" } }))
-      server.expireAccessTokens()
-      const error = yield* Effect.flatMap(Mcp, (mcp) => Effect.flip(mcp.call("guarded", "whoami", {}))).pipe(
-        Effect.provide(withServers([config], authDir))
-      )
-      expect(error._tag).toBe("McpAuthorizationRequired")
-    }), 60_000)
+  it.scopedLive(
+    "tokens the server no longer accepts and cannot refresh ask for a login again",
+    () =>
+      Effect.gen(function*() {
+        const server = yield* oauthServer
+        const authDir = path.join(yield* tempDir, "auth")
+        const config = guarded(server.url)
+        yield* Effect.scoped(login(config, { authDir, timeoutMs: 10_000, onAuthorizationUrl: approve }))
+        const file = authFile(authDir, "guarded", server.url)
+        const stored = JSON.parse(fs.readFileSync(file, "utf8"))
+        fs.writeFileSync(file, JSON.stringify({ ...stored, tokens: { ...stored.tokens, refresh_token: "revoked" } }))
+        server.expireAccessTokens()
+        const error = yield* Effect.flatMap(Mcp, (mcp) => Effect.flip(mcp.call("guarded", "whoami", {}))).pipe(
+          Effect.provide(withServers([config], authDir))
+        )
+        expect(error._tag).toBe("McpAuthorizationRequired")
+      }),
+    60_000
+  )
 })
-

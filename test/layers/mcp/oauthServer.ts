@@ -44,7 +44,10 @@ const json = (res: http.ServerResponse, status: number, value: unknown) => {
 /** Starts the server, stopped with the scope. */
 export const oauthServer: Effect.Effect<OAuthServer, never, Scope.Scope> = Effect.gen(function*() {
   const clients = new Map<string, { readonly redirectUris: ReadonlyArray<string> }>()
-  const codes = new Map<string, { readonly clientId: string; readonly challenge: string; readonly redirectUri: string }>()
+  const codes = new Map<
+    string,
+    { readonly clientId: string; readonly challenge: string; readonly redirectUri: string }
+  >()
   const accessTokens: Array<string> = []
   const refreshTokens: Array<string> = []
   const grants: Array<string> = []

@@ -761,7 +761,7 @@ const mcpLoginCommand = Command.make(
     timeout: Options.integer("timeout").pipe(
       Options.withSchema(Schema.Int.pipe(Schema.positive())),
       Options.withPseudoName("SECONDS"),
-      Options.withDescription("The longest wait for the authorization, in seconds"),
+      Options.withDescription("The longest wait for the authorization, in seconds (default 300)"),
       Options.withDefault(300)
     )
   },

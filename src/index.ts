@@ -66,6 +66,8 @@ export type {
   McpElicitation,
   McpElicitationAnswer,
   McpEvent,
+  McpFailure,
+  McpOAuthConfig,
   McpPromptInfo,
   McpServerConfig,
   McpServerInfo,

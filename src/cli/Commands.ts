@@ -754,11 +754,33 @@ const mcpCallCommand = Command.make(
   )
 )
 
+const mcpLoginCommand = Command.make(
+  "login",
+  {
+    server: serverArg,
+    timeout: Options.integer("timeout").pipe(
+      Options.withSchema(Schema.Int.pipe(Schema.positive())),
+      Options.withPseudoName("SECONDS"),
+      Options.withDescription("The longest wait for the authorization, in seconds (default 300)"),
+      Options.withDefault(300)
+    )
+  },
+  ({ server, timeout }) =>
+    Effect.flatMap(
+      tiller,
+      (globals) => Effect.flatMap(mcpConfigOf(globals), (config) => McpCommand.login(config, server, timeout))
+    )
+).pipe(
+  Command.withDescription(
+    "Authorize tiller with an HTTP MCP server configured with \"oauth\": prints the URL to open, waits for the redirect on 127.0.0.1, stores the tokens (mode 0600) in ~/.tiller/mcp-auth (env TILLER_MCP_AUTH_DIR)"
+  )
+)
+
 const mcpCommand = Command.make("mcp").pipe(
   Command.withDescription(
-    "The MCP servers of .mcp.json, .tiller/mcp.json and --mcp: list, tools SERVER, call SERVER TOOL JSON"
+    "The MCP servers of .mcp.json, .tiller/mcp.json and --mcp: list, tools SERVER, call SERVER TOOL JSON, login SERVER"
   ),
-  Command.withSubcommands([mcpListCommand, mcpToolsCommand, mcpCallCommand])
+  Command.withSubcommands([mcpListCommand, mcpToolsCommand, mcpCallCommand, mcpLoginCommand])
 )
 
 /**

@@ -1,11 +1,14 @@
 /**
- * `tiller mcp list`, `tiller mcp tools SERVER` and `tiller mcp call SERVER TOOL JSON`: the
- * configured MCP servers, their tools, and one call as the agent would make it.
+ * `tiller mcp list`, `tiller mcp tools SERVER`, `tiller mcp call SERVER TOOL JSON` and
+ * `tiller mcp login SERVER`: the configured MCP servers, their tools, one call as the agent would
+ * make it, and the OAuth authorization of an HTTP server.
  *
  * @since 0.1.0
  */
 import { Effect, Layer } from "effect"
+import { authFile, defaultAuthDir } from "../internal/mcp/AuthStore.js"
 import type { McpConfig } from "../internal/mcp/Config.js"
+import * as Login from "../internal/mcp/Login.js"
 import { McpServers } from "../layers/McpServers.js"
 import { Mcp } from "../services/Mcp.js"
 import { Tools } from "../services/Tools.js"
@@ -96,4 +99,35 @@ export const call = (config: McpConfig, server: string, tool: string, json: stri
       )
     )
     if (output.isError === true) return yield* new ExitWith({ code: 1 })
+  })
+
+/**
+ * `tiller mcp login SERVER`: prints the URL that authorizes tiller with an HTTP server configured
+ * with `oauth`, waits (up to `timeoutSeconds`) for the authorization server's redirect to a loopback
+ * port, and stores the tokens in the server's file of the auth directory (mode 0600). The tokens
+ * are never printed.
+ *
+ * @since 0.1.0
+ * @category commands
+ */
+export const login = (config: McpConfig, server: string, timeoutSeconds: number) =>
+  Effect.gen(function*() {
+    const entry = config.servers.find((s) => s.name === server)
+    if (entry === undefined) return yield* new CliError({ reason: `no MCP server ${server} is configured` })
+    yield* Effect.scoped(Login.login(entry, {
+      ...(config.authDir === undefined ? {} : { authDir: config.authDir }),
+      timeoutMs: timeoutSeconds * 1000,
+      onAuthorizationUrl: (url) =>
+        Output.lines([
+          `Open this URL to authorize tiller with MCP server ${server}:`,
+          "",
+          `  ${url}`,
+          "",
+          `Waiting up to ${timeoutSeconds} s for the authorization...`
+        ])
+    })).pipe(Effect.mapError((error) => new CliError({ reason: error.message })))
+    const file = entry.transport._tag === "http"
+      ? authFile(config.authDir ?? defaultAuthDir(), server, entry.transport.url)
+      : ""
+    yield* Output.lines([`MCP server ${server}: authorized (tokens stored in ${file})`])
   })

@@ -1,7 +1,8 @@
 /**
  * The MCP configuration of a command: `mcpServers` of `.mcp.json` (the project file other agents
  * read), then `.tiller/mcp.json`, then each `--mcp FILE` (a later file's server replaces an earlier
- * one of the same name), `${VAR}` expanded from the process's environment.
+ * one of the same name), `${VAR}` expanded from the process's environment; the OAuth tokens of HTTP
+ * servers are kept in `TILLER_MCP_AUTH_DIR` when it is set (else `~/.tiller/mcp-auth`).
  *
  * @since 0.1.0
  */
@@ -71,8 +72,12 @@ export const load = (
       const one = yield* readFile(path.resolve(cwd, file), true)
       if (one !== undefined) parsed.push(one)
     }
+    const authDir = env["TILLER_MCP_AUTH_DIR"]
     return yield* Either.match(resolve(parsed, env), {
       onLeft: (reason) => Effect.fail(new CliError({ reason: `MCP configuration: ${reason}` })),
-      onRight: Effect.succeed
+      onRight: (config) =>
+        Effect.succeed(
+          authDir === undefined || authDir === "" ? config : { ...config, authDir: path.resolve(cwd, authDir) }
+        )
     })
   })

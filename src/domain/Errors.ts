@@ -483,3 +483,20 @@ export class McpError extends Schema.TaggedError<McpError>("tiller/McpError")("M
     return `MCP server ${this.server}: ${this.reason}`
   }
 }
+
+/**
+ * An MCP server wants OAuth authorization and tiller holds no usable tokens for it (none stored,
+ * or they can no longer be refreshed): `tiller mcp login SERVER` gets them.
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export class McpAuthorizationRequired extends Schema.TaggedError<McpAuthorizationRequired>(
+  "tiller/McpAuthorizationRequired"
+)("McpAuthorizationRequired", {
+  server: Schema.String
+}) {
+  override get message(): string {
+    return `MCP server ${this.server} needs authorization: run \`tiller mcp login ${this.server}\``
+  }
+}

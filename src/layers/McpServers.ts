@@ -4,7 +4,9 @@
  * (re-registered when the server says its list changed, so the next request offers the new list and
  * its `request/header` records it); a server whose connection ends is reported and started again
  * on its next use. When the definitions would take more than the configured share of the context
- * window, one search tool is offered instead and loads definitions on demand.
+ * window, one search tool is offered instead and loads definitions on demand. An HTTP server with
+ * `oauth` is reached with the tokens `tiller mcp login` stored (in the config's `authDir`); without
+ * them it fails with `McpAuthorizationRequired` and the other servers go on.
  *
  * ```ts
  * const mcp = McpServers.layer({ servers: [...], toolSearchShare: 0.1 })
@@ -47,7 +49,14 @@ import { PREFIX, uniqueToolNames } from "../internal/mcp/Names.js"
 import { permitted } from "../internal/mcp/Patterns.js"
 import { parsePromptArguments } from "../internal/mcp/PromptArguments.js"
 import { definitionTokens, search, SEARCH_TOOL } from "../internal/mcp/ToolSearch.js"
-import type { McpElicitation, McpElicitationAnswer, McpEvent, McpPromptInfo, McpToolInfo } from "../services/Mcp.js"
+import type {
+  McpElicitation,
+  McpElicitationAnswer,
+  McpEvent,
+  McpFailure,
+  McpPromptInfo,
+  McpToolInfo
+} from "../services/Mcp.js"
 import { Mcp, PROMPT_SOURCE_KIND, RESOURCE_SOURCE_KIND } from "../services/Mcp.js"
 import { Tool, Tools } from "../services/Tools.js"
 
@@ -161,12 +170,20 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
         mode: t.tool.readOnly ? "parallel" : "exclusive",
         execute: (args, ctx) =>
           call(t.server, t.tool.name, args, ctx.callId).pipe(
-            Effect.catchTag("McpError", (error) =>
-              Effect.succeed<ToolOutput>({
-                content: error.message,
-                isError: true,
-                meta: { [META_KEY]: { server: t.server, tool: t.tool.name, error: error.reason } }
-              }))
+            Effect.catchTags({
+              McpError: (error) =>
+                Effect.succeed<ToolOutput>({
+                  content: error.message,
+                  isError: true,
+                  meta: { [META_KEY]: { server: t.server, tool: t.tool.name, error: error.reason } }
+                }),
+              McpAuthorizationRequired: (error) =>
+                Effect.succeed<ToolOutput>({
+                  content: error.message,
+                  isError: true,
+                  meta: { [META_KEY]: { server: t.server, tool: t.tool.name, error: "authorization required" } }
+                })
+            })
           )
       })
 
@@ -239,14 +256,14 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
       })
 
     // The live connection of `s`, (re)started when there is none or it ended (serialised per server).
-    const connect = (s: ServerState): Effect.Effect<Connection, McpError> =>
+    const connect = (s: ServerState): Effect.Effect<Connection, McpFailure> =>
       s.lock.withPermits(1)(Effect.gen(function*() {
         if (s.live !== undefined && !s.live.closed && s.live.connection.isOpen()) return s.live.connection
         yield* drop(s)
         const generation = ++s.generation
         const scope = yield* Scope.fork(layerScope, ExecutionStrategy.sequential)
         const started = yield* Effect.exit(Effect.gen(function*() {
-          const connection = yield* Connections.open(s.config, hooksOf(s, generation)).pipe(
+          const connection = yield* Connections.open(s.config, hooksOf(s, generation), config.authDir).pipe(
             Scope.extend(scope)
           )
           const changes = s.changes
@@ -259,9 +276,10 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
           yield* Scope.close(scope, Exit.void)
           const failure = Option.getOrElse(
             Cause.failureOption(started.cause),
-            () => new McpError({ server: s.config.name, reason: `could not start: ${Cause.pretty(started.cause)}` })
+            (): McpFailure =>
+              new McpError({ server: s.config.name, reason: `could not start: ${Cause.pretty(started.cause)}` })
           )
-          s.error = failure.reason
+          s.error = failure._tag === "McpError" ? failure.reason : failure.message
           return yield* failure
         }
         const { connection, prompts, tools } = started.value
@@ -330,6 +348,7 @@ const make = (config: McpConfig, options: McpServersOptions = {}) =>
                 const record: Json = {
                   message: signal.request.message,
                   action: a.action,
+                  ...(a.action === "accept" ? { content: { ...a.content } } : {}),
                   ...(handler === undefined ? { note: "declined: no one to ask (headless)" } : {})
                 }
                 for (const running of s?.running ?? []) running.push(record)

@@ -8,12 +8,21 @@
  */
 import { Context } from "effect"
 import type { Effect, Scope, Stream } from "effect"
-import type { McpError } from "../domain/Errors.js"
+import type { McpAuthorizationRequired, McpError } from "../domain/Errors.js"
 import type { Json } from "../domain/Json.js"
 import type { ToolOutput } from "../domain/Tool.js"
 import type { UserMessage } from "../domain/Values.js"
 
-export type { McpConfig, McpServerConfig, McpTransport } from "../internal/mcp/Config.js"
+export type { McpConfig, McpOAuthConfig, McpServerConfig, McpTransport } from "../internal/mcp/Config.js"
+
+/**
+ * Why a server could not do what was asked: its failure, or a missing authorization (an HTTP
+ * server with `oauth` and no usable tokens; `tiller mcp login SERVER` gets them).
+ *
+ * @since 0.1.0
+ * @category errors
+ */
+export type McpFailure = McpError | McpAuthorizationRequired
 
 /**
  * A server as `tiller mcp list` shows it.
@@ -140,26 +149,27 @@ export class Mcp extends Context.Tag("tiller/Mcp")<Mcp, {
   /** Every configured server with its state. */
   readonly servers: Effect.Effect<ReadonlyArray<McpServerInfo>>
   /** The tools of `server` (after its allow and deny lists), starting it if it is not running. */
-  readonly tools: (server: string) => Effect.Effect<ReadonlyArray<McpToolInfo>, McpError>
+  readonly tools: (server: string) => Effect.Effect<ReadonlyArray<McpToolInfo>, McpFailure>
   /** Calls `tool` (the server's name for it) on `server`, as the agent would; a failure of the tool is an error output. */
   readonly call: (
     server: string,
     tool: string,
     args: { readonly [key: string]: unknown },
     callId?: string
-  ) => Effect.Effect<ToolOutput, McpError>
+  ) => Effect.Effect<ToolOutput, McpFailure>
   /** Reads `uri` from `server` as one context message with source `{kind: "mcp-resource", server, uri}`. */
-  readonly resource: (server: string, uri: string) => Effect.Effect<UserMessage, McpError>
+  readonly resource: (server: string, uri: string) => Effect.Effect<UserMessage, McpFailure>
   /** The prompts of every connected server. */
   readonly prompts: Effect.Effect<ReadonlyArray<McpPromptInfo>>
   /** The message of prompt `command` (`mcp__<server>__<prompt>`) with `args` (`name=value` or positional words). */
-  readonly prompt: (command: string, args: string) => Effect.Effect<UserMessage, McpError>
+  readonly prompt: (command: string, args: string) => Effect.Effect<UserMessage, McpFailure>
   /** What the servers report outside requests, from subscription on (interrupt the stream to stop). */
   readonly events: Stream.Stream<McpEvent>
   /**
    * Answers the servers' elicitations with `handler` while the scope is open (the latest handler
    * answers); with none, every elicitation is declined. Each one is recorded in the `meta` of the
-   * result of the tool call it happened in.
+   * result of the tool call it happened in (`mcp.elicitations`: its message, the action, and for
+   * an accepted one the answer's `content`).
    */
   readonly handleElicitations: (
     handler: (elicitation: McpElicitation) => Effect.Effect<McpElicitationAnswer>

@@ -2,8 +2,9 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
+import { oauthServer } from "../layers/mcp/oauthServer.js"
 import { everythingHttp, serverScript } from "../layers/mcp/servers.js"
-import { tempDir, tiller } from "./harness.js"
+import { converse, tempDir, tiller } from "./harness.js"
 
 const TIMEOUT = 120_000
 
@@ -106,6 +107,57 @@ describe("tiller mcp", () => {
           prompt: "args-prompt",
           arguments: { city: "Paris" }
         })
+      }),
+    TIMEOUT
+  )
+
+  it.scopedLive(
+    "login: the URL is printed, the tokens stored 0600 outside the session database; later commands use and refresh them",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const server = yield* oauthServer
+        const authDir = path.join(dir, "auth")
+        fs.writeFileSync(
+          path.join(dir, ".mcp.json"),
+          JSON.stringify({ mcpServers: { guarded: { type: "http", url: server.url, oauth: true } } })
+        )
+        const env = { TILLER_MCP_AUTH_DIR: authDir }
+        // Without a login: the typed error names the command that gets the tokens.
+        const before = yield* tiller(dir, ["mcp", "call", "guarded", "whoami"], { env })
+        expect(before.code).not.toBe(0)
+        expect(before.stderr).toContain("MCP server guarded needs authorization: run `tiller mcp login guarded`")
+
+        let shown = ""
+        const login = yield* converse(dir, ["mcp", "login", "guarded", "--timeout", "30"], {
+          env,
+          view: (stdout) => (shown = stdout)
+        })
+        yield* login.waitFor("Waiting up to 30 s")
+        const url = /^\s+(http\S+)$/m.exec(shown)![1]!
+        yield* Effect.promise(() => fetch(url).then((response) => response.text()))
+        const done = yield* login.exit
+        expect(done.code, done.stderr).toBe(0)
+        expect(done.stdout).toContain("MCP server guarded: authorized")
+        const [file] = fs.readdirSync(authDir)
+        expect(fs.statSync(path.join(authDir, file!)).mode & 0o777).toBe(0o600)
+
+        const call = yield* tiller(dir, ["mcp", "call", "guarded", "whoami"], { env })
+        expect(call).toMatchObject({ code: 0, stdout: "authorized caller\n" })
+        server.expireAccessTokens()
+        const run = yield* tiller(dir, ["run", "--session", "s1", "/mcp__guarded__whoami {}"], { env })
+        expect(run.code, run.stderr).toBe(0)
+        expect(server.grants).toEqual(["authorization_code", "refresh_token"])
+        const log = yield* tiller(dir, ["log", "s1", "--json"])
+        expect(log.stdout).toContain("authorized caller")
+
+        // No token is in any output, the session log or the files of the session database.
+        const database = fs.readdirSync(path.join(dir, ".tiller")).map((f) =>
+          fs.readFileSync(path.join(dir, ".tiller", f)).toString("latin1")
+        ).join("\n")
+        const seen = [before, done, call, run, log].map((o) => o.stdout + o.stderr).join("\n") + database
+        for (const token of [...server.accessTokens, ...server.refreshTokens]) expect(seen).not.toContain(token)
+        expect(server.accessTokens).toHaveLength(2)
       }),
     TIMEOUT
   )

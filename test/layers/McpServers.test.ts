@@ -270,8 +270,40 @@ describe("McpServers: failures, cancellation, limits", () => {
         const events = yield* runTurn("go").pipe(Effect.provide(agentWith([everything()], script)))
         const ask = results(events).get("ask")!
         expect(ask.text).toContain("declined")
+        const [declined] = (ask.meta as any).mcp.elicitations
+        expect(declined).toEqual({
+          message: expect.any(String),
+          action: "decline",
+          note: "declined: no one to ask (headless)"
+        })
+      }),
+    60_000
+  )
+
+  it.scopedLive(
+    "an accepted elicitation's answers are recorded with it in the result's meta",
+    () =>
+      Effect.gen(function*() {
+        const script = [
+          ScriptedModel.response({ toolCalls: [call("ask", "mcp__everything__trigger-elicitation-request", {})] }),
+          ScriptedModel.text("done")
+        ]
+        const asked: Array<string> = []
+        const events = yield* Effect.gen(function*() {
+          const mcp = yield* Mcp
+          yield* mcp.handleElicitations((elicitation) =>
+            Effect.sync(() => {
+              asked.push(elicitation.server)
+              return { action: "accept", content: { name: "Ada Lovelace", integer: 36 } } as const
+            })
+          )
+          return yield* runTurn("go")
+        }).pipe(Effect.provide(agentWith([everything()], script)))
+        expect(asked).toEqual(["everything"])
+        const ask = results(events).get("ask")!
+        expect(ask.text).toContain("Ada Lovelace")
         expect((ask.meta as any).mcp.elicitations).toEqual([
-          expect.objectContaining({ action: "decline", message: expect.any(String) })
+          { message: expect.any(String), action: "accept", content: { name: "Ada Lovelace", integer: 36 } }
         ])
       }),
     60_000

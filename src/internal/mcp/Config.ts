@@ -2,7 +2,8 @@
  * MCP server configuration in the shape other agents read (`mcpServers` in `.mcp.json`): stdio
  * servers (`command`, `args`, `env`, `cwd`) and Streamable HTTP servers (`url`, `headers`), with
  * `${VAR}` and `${VAR:-default}` expanded in `command`, `args`, `env`, `cwd`, `url` and `headers`,
- * and tiller's own fields: timeouts, allow and deny lists, and the tool-search share.
+ * and tiller's own fields: timeouts, allow and deny lists, the tool-search share, and `oauth` for
+ * an HTTP server that wants OAuth authorization (`true`, or `{clientId?, scopes?, callbackPort?}`).
  *
  * @since 0.1.0
  */
@@ -23,7 +24,29 @@ export type McpTransport =
     readonly env?: Readonly<Record<string, string>>
     readonly cwd?: string
   }
-  | { readonly _tag: "http"; readonly url: string; readonly headers: Readonly<Record<string, string>> }
+  | {
+    readonly _tag: "http"
+    readonly url: string
+    readonly headers: Readonly<Record<string, string>>
+    /** Present when the server is reached with OAuth tokens (`tiller mcp login SERVER` gets them). */
+    readonly oauth?: McpOAuthConfig
+  }
+
+/**
+ * OAuth for one HTTP server: tiller registers itself with the authorization server (dynamic client
+ * registration) unless `clientId` names a registered client.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export interface McpOAuthConfig {
+  /** A client registered beforehand (its redirect URI `http://127.0.0.1:<callbackPort>/callback`). */
+  readonly clientId?: string
+  /** The scopes asked for (default: those the server advertises). */
+  readonly scopes?: ReadonlyArray<string>
+  /** The loopback port the login listens on for the authorization code (default: a free one). */
+  readonly callbackPort?: number
+}
 
 /**
  * One configured server, its variables expanded.
@@ -58,6 +81,8 @@ export interface McpConfig {
    * through one search tool instead (default 0.1).
    */
   readonly toolSearchShare: number
+  /** The directory the OAuth tokens of HTTP servers are kept in (default `~/.tiller/mcp-auth`). */
+  readonly authDir?: string
 }
 
 /**
@@ -96,6 +121,14 @@ const ServerEntry = Schema.Struct({
   cwd: Schema.optional(Schema.String),
   url: Schema.optional(Schema.String),
   headers: Schema.optional(StringRecord),
+  oauth: Schema.optional(Schema.Union(
+    Schema.Boolean,
+    Schema.Struct({
+      clientId: Schema.optional(Schema.NonEmptyString),
+      scopes: Schema.optional(Names),
+      callbackPort: Schema.optional(Schema.Int.pipe(Schema.between(1, 65535)))
+    })
+  )),
   startupTimeoutMs: Schema.optional(Millis),
   timeoutMs: Schema.optional(Millis),
   allowTools: Schema.optional(Names),
@@ -201,9 +234,16 @@ const serverOf = (
         expandRecord(entry.headers ?? {}, env),
         (r) => `server ${name}: headers: ${r}`
       )
-      return { ...common, transport: { _tag: "http", url, headers } }
+      const settings = entry.oauth === true ? {} : entry.oauth === false ? undefined : entry.oauth
+      const oauth: McpOAuthConfig | undefined = settings === undefined ? undefined : {
+        ...(settings.clientId === undefined ? {} : { clientId: settings.clientId }),
+        ...(settings.scopes === undefined ? {} : { scopes: settings.scopes }),
+        ...(settings.callbackPort === undefined ? {} : { callbackPort: settings.callbackPort })
+      }
+      return { ...common, transport: { _tag: "http", url, headers, ...(oauth === undefined ? {} : { oauth }) } }
     }
     if (entry.command === undefined || entry.command === "") return yield* fail("a stdio server needs a command")
+    if (entry.oauth !== undefined && entry.oauth !== false) return yield* fail("oauth is for http servers only")
     const command = yield* one(entry.command, "command")
     const args: Array<string> = []
     for (const [i, arg] of (entry.args ?? []).entries()) args.push(yield* one(arg, `args[${i}]`))

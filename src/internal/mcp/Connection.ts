@@ -4,19 +4,39 @@
  * scoped resource within the server's start-up timeout, speaking the 2026-07-28 revision where the
  * server does and an older one where it does not. Every request is an Effect whose interruption
  * cancels it on the server (`notifications/cancelled`) and which fails after the per-request timeout.
+ * An HTTP server configured with `oauth` is reached with the tokens of its auth-store file (the
+ * library refreshes an expired one); with none stored, or none it can refresh, opening or a request
+ * fails with `McpAuthorizationRequired`.
  *
- * This is the only module that names the client library.
+ * With `OAuth.ts`, this is the only module that names the client library.
  *
  * @since 0.1.0
  */
-import { Client, SdkError, SdkErrorCode, StreamableHTTPClientTransport } from "@modelcontextprotocol/client"
+import {
+  Client,
+  SdkError,
+  SdkErrorCode,
+  StreamableHTTPClientTransport,
+  UnauthorizedError
+} from "@modelcontextprotocol/client"
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio"
 import { Duration, Effect } from "effect"
 import type { Scope } from "effect"
-import { McpError } from "../../domain/Errors.js"
+import { McpAuthorizationRequired, McpError } from "../../domain/Errors.js"
 import type { Json } from "../../domain/Json.js"
+import { authFile, defaultAuthDir, readAuth } from "./AuthStore.js"
 import type { McpServerConfig } from "./Config.js"
 import type { McpContentBlock, McpResourceContents, McpToolResult } from "./Content.js"
+import type { TillerOAuthProvider } from "./OAuth.js"
+import { makeProvider } from "./OAuth.js"
+
+/**
+ * A failure of a connection: the server's or the lack of authorization.
+ *
+ * @since 0.1.0
+ * @category models
+ */
+export type ConnectionError = McpError | McpAuthorizationRequired
 
 /**
  * A tool as a server lists it.
@@ -107,18 +127,18 @@ export interface Connection {
   readonly isOpen: () => boolean
   /** The last lines the server wrote to stderr (stdio). */
   readonly stderr: () => string
-  readonly listTools: Effect.Effect<ReadonlyArray<ListedTool>, McpError>
+  readonly listTools: Effect.Effect<ReadonlyArray<ListedTool>, ConnectionError>
   readonly callTool: (
     name: string,
     args: { readonly [key: string]: unknown },
     onProgress: (update: ProgressUpdate) => void
-  ) => Effect.Effect<McpToolResult, McpError>
-  readonly readResource: (uri: string) => Effect.Effect<ReadonlyArray<McpResourceContents>, McpError>
-  readonly listPrompts: Effect.Effect<ReadonlyArray<ListedPrompt>, McpError>
+  ) => Effect.Effect<McpToolResult, ConnectionError>
+  readonly readResource: (uri: string) => Effect.Effect<ReadonlyArray<McpResourceContents>, ConnectionError>
+  readonly listPrompts: Effect.Effect<ReadonlyArray<ListedPrompt>, ConnectionError>
   readonly getPrompt: (
     name: string,
     args: Readonly<Record<string, string>>
-  ) => Effect.Effect<ReadonlyArray<{ readonly role: string; readonly content: McpContentBlock }>, McpError>
+  ) => Effect.Effect<ReadonlyArray<{ readonly role: string; readonly content: McpContentBlock }>, ConnectionError>
 }
 
 /** The most stderr kept per server, in characters. */
@@ -139,18 +159,30 @@ const reasonOf = (error: unknown, what: string, timeoutMs: number): string => {
 /**
  * Opens a connection to `config`'s server in the current scope; closing the scope closes it
  * (and ends a stdio server's process). Fails when the server does not answer within its start-up
- * timeout.
+ * timeout, or, for a server with `oauth`, when `authDir` (default `~/.tiller/mcp-auth`) holds no
+ * tokens for it.
  *
  * @since 0.1.0
  * @category constructors
  */
 export const open = (
   config: McpServerConfig,
-  hooks: ConnectionHooks
-): Effect.Effect<Connection, McpError, Scope.Scope> =>
+  hooks: ConnectionHooks,
+  authDir?: string
+): Effect.Effect<Connection, ConnectionError, Scope.Scope> =>
   Effect.gen(function*() {
     const server = config.name
     const failure = (reason: string) => new McpError({ server, reason })
+    let provider: TillerOAuthProvider | undefined
+    if (config.transport._tag === "http" && config.transport.oauth !== undefined) {
+      const file = authFile(authDir ?? defaultAuthDir(), server, config.transport.url)
+      if ((yield* Effect.sync(() => readAuth(file))).tokens === undefined) {
+        return yield* new McpAuthorizationRequired({ server })
+      }
+      provider = makeProvider(file, config.transport.url, config.transport.oauth)
+    }
+    // The library asked for a new authorization (no token it could refresh): a login is needed.
+    const unauthorized = (error: unknown) => provider?.needsLogin() === true || error instanceof UnauthorizedError
     let stderr = ""
     let closing = false
     let open = true
@@ -178,7 +210,8 @@ export const open = (
         stderr: "pipe"
       })
       : new StreamableHTTPClientTransport(new URL(config.transport.url), {
-        requestInit: { headers: { ...config.transport.headers } }
+        requestInit: { headers: { ...config.transport.headers } },
+        ...(provider === undefined ? {} : { authProvider: provider })
       })
     if (transport instanceof StdioClientTransport) {
       transport.stderr?.on("data", (chunk: unknown) => {
@@ -199,7 +232,10 @@ export const open = (
     yield* Effect.acquireRelease(
       Effect.tryPromise({
         try: () => client.connect(transport),
-        catch: (error) => failure(reasonOf(error, "connecting", config.startupTimeoutMs))
+        catch: (error): ConnectionError =>
+          unauthorized(error)
+            ? new McpAuthorizationRequired({ server })
+            : failure(reasonOf(error, "connecting", config.startupTimeoutMs))
       }).pipe(
         Effect.timeoutFail({
           duration: Duration.millis(config.startupTimeoutMs),
@@ -208,7 +244,7 @@ export const open = (
         Effect.tapError(() => close),
         Effect.mapError((error) => {
           const tail = stderr.trim().split("\n").slice(-3).join(" | ")
-          return tail === "" ? error : failure(`${error.reason} (stderr: ${tail})`)
+          return tail === "" || error._tag !== "McpError" ? error : failure(`${error.reason} (stderr: ${tail})`)
         })
       ),
       () => close
@@ -217,7 +253,10 @@ export const open = (
     const request = <A>(what: string, run: (signal: AbortSignal, timeout: number) => Promise<A>) =>
       Effect.tryPromise({
         try: (signal) => run(signal, config.callTimeoutMs),
-        catch: (error) => failure(reasonOf(error, what, config.callTimeoutMs))
+        catch: (error): ConnectionError =>
+          unauthorized(error)
+            ? new McpAuthorizationRequired({ server })
+            : failure(reasonOf(error, what, config.callTimeoutMs))
       })
 
     const listTools = request("tools/list", (signal, timeout) => client.listTools(undefined, { signal, timeout })).pipe(

@@ -59,4 +59,36 @@ describe("MCP configuration", () => {
     expect(Either.isLeft(parseFile("{"))).toBe(true)
     expect(Either.isLeft(parseFile(JSON.stringify({ mcpServers: { x: { args: "no" } } })))).toBe(true)
   })
+
+  it("reads oauth of an HTTP server (true, or its client id, scopes and callback port); refuses it on stdio", () => {
+    const config = Either.getOrThrow(resolve([
+      parsed({
+        mcpServers: {
+          plain: { url: "https://a.example/mcp", oauth: true },
+          tuned: {
+            url: "https://b.example/mcp",
+            oauth: { clientId: "tiller-cli", scopes: ["read", "write"], callbackPort: 8765 }
+          },
+          off: { url: "https://c.example/mcp", oauth: false }
+        }
+      })
+    ], {}))
+    expect(config.servers.map((s) => s.transport)).toEqual([
+      { _tag: "http", url: "https://a.example/mcp", headers: {}, oauth: {} },
+      {
+        _tag: "http",
+        url: "https://b.example/mcp",
+        headers: {},
+        oauth: { clientId: "tiller-cli", scopes: ["read", "write"], callbackPort: 8765 }
+      },
+      { _tag: "http", url: "https://c.example/mcp", headers: {} }
+    ])
+    expect(resolve([parsed({ mcpServers: { x: { command: "x", oauth: true } } })], {})).toEqual(
+      Either.left("server x: oauth is for http servers only")
+    )
+    expect(
+      Either.isLeft(parseFile(JSON.stringify({ mcpServers: { x: { url: "https://h", oauth: { callbackPort: 0 } } } })))
+    )
+      .toBe(true)
+  })
 })

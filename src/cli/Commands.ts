@@ -7,8 +7,8 @@
  * @since 0.1.0
  */
 import { Args, Command, Options } from "@effect/cli"
-import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import type { FileSystem, Path } from "@effect/platform"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
 import * as HttpClient from "@effect/platform/HttpClient"
 import { Config, Effect, Either, Layer, Option, Schema } from "effect"
 import { checkLog } from "../domain/Check.js"
@@ -36,10 +36,10 @@ import * as McpSettings from "./McpSettings.js"
 import * as Output from "./Output.js"
 import * as PriceSettings from "./PriceSettings.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
-import * as Serve from "./Serve.js"
 import { chatRemote } from "./RemoteChat.js"
 import { logRemote, runRemote } from "./RemoteRun.js"
 import * as RemoteSession from "./RemoteSession.js"
+import * as Serve from "./Serve.js"
 import { timeline } from "./Timeline.js"
 import { traceSession, withLiveTelemetry } from "./Trace.js"
 
@@ -185,12 +185,16 @@ const withServer = <A, E, R>(
     return yield* body(RemoteSession.make(client, { server: url, token, sessionId: id }))
   }).pipe(Effect.provide(NodeHttpClient.layerUndici))
 
-/** `onServer` with `--server URL`, else `inProcess`. */
-const serverOr = <A, E1, R1, E2, R2>(
+/**
+ * The command on the server at `--server URL` when one is given (`onServer`), else the in-process
+ * command it is applied to (built, never run).
+ */
+const orOnServer = <A, E2, R2>(
   given: Option.Option<string>,
-  onServer: (url: string) => Effect.Effect<A, E1, R1>,
-  inProcess: () => Effect.Effect<A, E2, R2>
-): Effect.Effect<A, E1 | E2, R1 | R2> => Option.isSome(given) ? onServer(given.value) : inProcess()
+  onServer: (url: string) => Effect.Effect<A, E2, R2>
+) =>
+<E1, R1>(inProcess: Effect.Effect<A, E1, R1>): Effect.Effect<A, E1 | E2, R1 | R2> =>
+  Option.isSome(given) ? onServer(given.value) : inProcess
 
 /**
  * Runs `body` with the sessions that the global options select. Commands that open no agent
@@ -231,18 +235,45 @@ const compositionsOf = (globals: GlobalOptions) => ({
   model: Environment.modelNameOf(globals.model)
 })
 
+/** `tiller chat --server URL`. */
+const chatOnServer = (session: Option.Option<SessionId>, tokenFile: Option.Option<string>) => (url: string) =>
+  Effect.flatMap(tiller, (globals) =>
+    Effect.flatMap(
+      Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
+      (id) =>
+        Effect.flatMap(
+          pricesOf(globals),
+          (prices) => withServer(url, tokenFile, id, (remote) => chatRemote(remote, { prices }))
+        )
+    ))
+
+/** `tiller run --server URL`. */
+const runOnServer = (
+  prompt: string,
+  inject: ReadonlyArray<string>,
+  json: boolean,
+  session: Option.Option<SessionId>,
+  tokenFile: Option.Option<string>
+) =>
+(url: string) =>
+  Effect.gen(function*() {
+    const id = Option.isSome(session) ? session.value : yield* newSessionId
+    yield* Output.errorLine(`session ${id}`)
+    yield* withServer(url, tokenFile, id, (remote) => runRemote(remote, prompt, { contexts: inject, json }))
+  })
+
+/** `tiller log --server URL`. */
+const logOnServer = (id: SessionId, json: boolean, tokenFile: Option.Option<string>) => (url: string) =>
+  Effect.flatMap(tiller, (globals) =>
+    Effect.flatMap(
+      pricesOf(globals),
+      (prices) => withServer(url, tokenFile, id, (remote) => logRemote(remote, { json, prices }))
+    ))
+
 const chatCommand = Command.make(
   "chat",
   { session: sessionOption, maxSteps, server, tokenFile: serverTokenFile },
   ({ maxSteps, server, session, tokenFile }) =>
-    serverOr(server, (url) =>
-      Effect.flatMap(tiller, (globals) =>
-        Effect.flatMap(
-          Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
-          (id) =>
-            Effect.flatMap(pricesOf(globals), (prices) =>
-              withServer(url, tokenFile, id, (remote) => chatRemote(remote, { prices })))
-        )), () =>
     withSessions((globals) =>
       Effect.flatMap(
         Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
@@ -259,7 +290,7 @@ const chatCommand = Command.make(
               }),
               prices
             ))
-      ), { agent: true, maxSteps }))
+      ), { agent: true, maxSteps }).pipe(orOnServer(server, chatOnServer(session, tokenFile)))
 ).pipe(
   Command.withDescription(
     "Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"
@@ -308,37 +339,35 @@ const resumeCommand = Command.make("resume", {
     Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one")
   )
 
-const runCommand = Command.make("run", {
-  prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
-  inject: Options.text("inject").pipe(
-    Options.withDescription("Context that enters the turn's first step before the prompt (repeatable)"),
-    Options.repeated
-  ),
-  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
-  session: sessionOption,
-  maxSteps,
-  server,
-  tokenFile: serverTokenFile
-}, ({ inject, json, maxSteps, prompt, server, session, tokenFile }) =>
-  serverOr(server, (url) =>
-    Effect.gen(function*() {
-      const id = Option.isSome(session) ? session.value : yield* newSessionId
-      yield* Output.errorLine(`session ${id}`)
-      yield* withServer(url, tokenFile, id, (remote) => runRemote(remote, prompt, { contexts: inject, json }))
-    }), () =>
-  withSessions((globals) =>
-    Effect.gen(function*() {
-      const id = Option.isSome(session) ? session.value : yield* newSessionId
-      yield* Output.errorLine(`session ${id}`)
-      yield* withLiveTelemetry(
-        id,
-        runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) })
-      )
-    }), { agent: true, maxSteps }))).pipe(
-    Command.withDescription(
-      "One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"
-    )
+const runCommand = Command.make(
+  "run",
+  {
+    prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
+    inject: Options.text("inject").pipe(
+      Options.withDescription("Context that enters the turn's first step before the prompt (repeatable)"),
+      Options.repeated
+    ),
+    json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
+    session: sessionOption,
+    maxSteps,
+    server,
+    tokenFile: serverTokenFile
+  },
+  ({ inject, json, maxSteps, prompt, server, session, tokenFile }) =>
+    withSessions((globals) =>
+      Effect.gen(function*() {
+        const id = Option.isSome(session) ? session.value : yield* newSessionId
+        yield* Output.errorLine(`session ${id}`)
+        yield* withLiveTelemetry(
+          id,
+          runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) })
+        )
+      }), { agent: true, maxSteps }).pipe(orOnServer(server, runOnServer(prompt, inject, json, session, tokenFile)))
+).pipe(
+  Command.withDescription(
+    "One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"
   )
+)
 
 const handoffCommand = Command.make("handoff", {
   id: sessionId,
@@ -468,10 +497,6 @@ const logCommand = Command.make("log", {
   server,
   tokenFile: serverTokenFile
 }, ({ id, json, server, tokenFile }) =>
-  serverOr(server, (url) =>
-    Effect.flatMap(tiller, (globals) =>
-      Effect.flatMap(pricesOf(globals), (prices) =>
-        withServer(url, tokenFile, id, (remote) => logRemote(remote, { json, prices })))), () =>
   withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
@@ -487,7 +512,7 @@ const logCommand = Command.make("log", {
       }
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
     })
-  ))).pipe(
+  ).pipe(orOnServer(server, logOnServer(id, json, tokenFile)))).pipe(
     Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended")
   )
 

@@ -11,17 +11,17 @@
  */
 import type { FileSystem } from "@effect/platform"
 import { Clock, Effect, Fiber, Option, Schedule, Stream, SubscriptionRef } from "effect"
+import * as Cost from "../domain/Cost.js"
 import type { SessionEvent } from "../domain/Event.js"
 import { LOG_FORMAT_VERSION } from "../domain/Event.js"
-import * as Cost from "../domain/Cost.js"
 import { userMessage } from "../domain/Message.js"
 import type { PriceTable } from "../domain/Prices.js"
 import * as Prices from "../domain/Prices.js"
 import * as ChatInput from "./ChatInput.js"
 import type { CliError } from "./CliError.js"
 import * as Output from "./Output.js"
-import type { RemoteSession, ServerError, SessionInfo } from "./RemoteSession.js"
 import { storedEvents } from "./RemoteRun.js"
+import type { RemoteSession, ServerError, SessionInfo } from "./RemoteSession.js"
 import { CANCEL_GRACE, terminating, withinGrace } from "./SessionCommand.js"
 import type { InputEvent } from "./Terminal.js"
 import { chatView, spentNote, statusLine, timeline } from "./Timeline.js"
@@ -71,16 +71,20 @@ export const chatRemote = (
     // Every event seen so far: the stored prefix, then the followed ones.
     const seen: Array<SessionEvent> = [...yield* storedEvents(session, from)]
     for (const event of seen) view.render(event, false)
-    const spentOf = () =>
-      spentNote(Cost.sessionCost(seen, options.prices ?? Prices.PRICES, { from: seedLength }).total)
+    const spentOf = () => spentNote(Cost.sessionCost(seen, options.prices ?? Prices.PRICES, { from: seedLength }).total)
     const statusOf = (info: SessionInfo) =>
-      statusLine(info.status, {
-        ...view.position(),
-        pending: {
-          nextTurn: info.pending.nextTurn.map((item) => userMessage(item)),
-          nextStep: info.pending.nextStep.map((item) => userMessage(item))
-        }
-      }, undefined, spentOf())
+      statusLine(
+        info.status,
+        {
+          ...view.position(),
+          pending: {
+            nextTurn: info.pending.nextTurn.map((item) => userMessage(item)),
+            nextStep: info.pending.nextStep.map((item) => userMessage(item))
+          }
+        },
+        undefined,
+        spentOf()
+      )
     const currentInfo = Effect.flatMap(session.info, (info) =>
       Option.match(info, {
         // A new session the chat has sent nothing to yet.
@@ -138,10 +142,14 @@ export const chatRemote = (
     // Waits until every event stored now has been printed.
     const caughtUp = Effect.flatMap(currentInfo, (info) =>
       printed.changes.pipe(Stream.takeUntil((seq) => seq >= info.events - 1), Stream.runDrain))
-    const whenIdle = Effect.repeat(Effect.map(currentInfo, (info) => info.status === "idle"), {
-      until: (isIdle) => isIdle,
-      schedule: Schedule.spaced(IDLE_POLL)
-    })
+    const whenIdle = Effect.repeat(
+      Effect.map(currentInfo, (info) =>
+        info.status === "idle"),
+      {
+        until: (isIdle) => isIdle,
+        schedule: Schedule.spaced(IDLE_POLL)
+      }
+    )
 
     const acknowledge = (note: string) =>
       Effect.flatMap(currentStatus, (status) => Output.write(view.line(`(${note}) ${status}`)))

@@ -261,7 +261,8 @@ export const make = (
         const request = HttpClientRequest.get(`${server}${path}/events`).pipe(
           HttpClientRequest.setUrlParam("from", String(next)),
           HttpClientRequest.accept("text/event-stream"),
-          next > 0 ? HttpClientRequest.setHeader("last-event-id", String(next - 1)) : (r) => r
+          // Reopened after events: resumed after the last one seen, as an event stream resumes.
+          next > fromSeq ? HttpClientRequest.setHeader("last-event-id", String(next - 1)) : (r) => r
         )
         const opened = yield* Effect.either(execute(request))
         if (Either.isLeft(opened)) return reopen(opened.left, failures, false)

@@ -37,7 +37,9 @@ describe("tiller --help", () => {
           /\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] \[--max-steps N\] \[--server URL\] \[--token-file FILE\] <PROMPT> +One headless turn/
         )
         const chat = yield* tiller(dir, ["chat", "--help"], piped)
-        expect(chat.stdout).toContain("$ tiller chat [--session ID] [--max-steps N] [--server URL] [--token-file FILE]\n")
+        expect(chat.stdout).toContain(
+          "$ tiller chat [--session ID] [--max-steps N] [--server URL] [--token-file FILE]\n"
+        )
         expect(chat.stdout).toMatch(
           /\n--server URL\n\n {2}Talk to a tiller serve server at URL \(http:\/\/HOST:PORT\) instead of opening the session in this process\n/
         )

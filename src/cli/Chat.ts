@@ -33,7 +33,8 @@ import * as Output from "./Output.js"
 import * as PendingInput from "./PendingInput.js"
 import { CANCEL_GRACE, cancelRunningTurn, follow, saved, terminating, withinGrace } from "./SessionCommand.js"
 import type { InputEvent } from "./Terminal.js"
-import { chatView, describeReason, spentNote, statusLine, textOf, timeline } from "./Timeline.js"
+import { chatView, describeReason, spentNote, statusLine, timeline } from "./Timeline.js"
+import { lastTurnOutcome } from "./TurnOutcome.js"
 
 /**
  * The source of a message injected from the CLI.
@@ -536,23 +537,7 @@ export const runOnce = (
       : undefined
 
     // The last turn/end this process appended and the answer of its turn, if any.
-    const outcome = Effect.map(log.events, (all) => {
-      const events = all.slice(from)
-      const lastOf = (type: string, before: number) => {
-        for (let i = before - 1; i >= 0; i--) if (events[i]!.type === type) return i
-        return -1
-      }
-      const endAt = lastOf("turn/end", events.length)
-      if (endAt === -1) return Option.none()
-      const answerAt = lastOf("assistant/message", endAt)
-      const answer = answerAt > lastOf("turn/start", endAt)
-        ? events[answerAt] as EventOf<"assistant/message">
-        : undefined
-      return Option.some({
-        end: events[endAt] as EventOf<"turn/end">,
-        text: answer === undefined ? "" : textOf(answer.data.message.content.filter((b) => b.type === "text"))
-      })
-    })
+    const outcome = Effect.map(log.events, (all) => lastTurnOutcome(all.slice(from)))
     const reportEnd = (end: EventOf<"turn/end">) =>
       Output.errorLine(`turn ${end.data.turn} of session ${sessionId} ended: ${describeReason(end.data.reason)}`)
 

@@ -1,12 +1,15 @@
 /**
  * The `tiller` command tree on `@effect/cli`: `chat`, `run`, `sessions`, `log`, `check`, `fork`,
  * `resume`, `compact`, `approve`, `serve` and `mcp`, with the global options `--db`, `--model`,
- * `--no-tools`, `--context-window` and `--mcp`.
+ * `--no-tools`, `--context-window` and `--mcp`; `chat`, `run` and `log` take `--server URL` to work
+ * on a session of a `tiller serve` server instead of opening it in this process.
  *
  * @since 0.1.0
  */
 import { Args, Command, Options } from "@effect/cli"
 import type { FileSystem, Path } from "@effect/platform"
+import * as NodeHttpClient from "@effect/platform-node/NodeHttpClient"
+import * as HttpClient from "@effect/platform/HttpClient"
 import { Config, Effect, Either, Layer, Option, Schema } from "effect"
 import { checkLog } from "../domain/Check.js"
 import * as Cost from "../domain/Cost.js"
@@ -33,6 +36,9 @@ import * as McpSettings from "./McpSettings.js"
 import * as Output from "./Output.js"
 import * as PriceSettings from "./PriceSettings.js"
 import * as ReadOnlyStore from "./ReadOnlyStore.js"
+import { chatRemote } from "./RemoteChat.js"
+import { logRemote, runRemote } from "./RemoteRun.js"
+import * as RemoteSession from "./RemoteSession.js"
 import * as Serve from "./Serve.js"
 import { timeline } from "./Timeline.js"
 import { traceSession, withLiveTelemetry } from "./Trace.js"
@@ -148,6 +154,48 @@ const sessionOption = Options.text("session").pipe(
   Options.optional
 )
 
+const server = Options.text("server").pipe(
+  Options.withPseudoName("URL"),
+  Options.withDescription(
+    "Talk to a tiller serve server at URL (http://HOST:PORT) instead of opening the session in this process"
+  ),
+  Options.optional
+)
+const serverTokenFile = Options.text("token-file").pipe(
+  Options.withPseudoName("FILE"),
+  Options.withDescription(
+    `With --server: the bearer token, the first line of FILE (default: the ${Serve.TOKEN_ENV} variable)`
+  ),
+  Options.optional
+)
+
+/** Runs `body` on session `id` of the server at `url`, with the token of `--token-file` or the variable. */
+const withServer = <A, E, R>(
+  url: string,
+  tokenFile: Option.Option<string>,
+  id: SessionId,
+  body: (session: RemoteSession.RemoteSession) => Effect.Effect<A, E, R>
+) =>
+  Effect.gen(function*() {
+    if (!/^https?:\/\/[^/\s]+/.test(url)) {
+      return yield* new CliError({ reason: `--server needs an http:// or https:// URL, not ${JSON.stringify(url)}` })
+    }
+    const token = yield* RemoteSession.readToken(Option.getOrUndefined(tokenFile))
+    const client = yield* HttpClient.HttpClient
+    return yield* body(RemoteSession.make(client, { server: url, token, sessionId: id }))
+  }).pipe(Effect.provide(NodeHttpClient.layerUndici))
+
+/**
+ * The command on the server at `--server URL` when one is given (`onServer`), else the in-process
+ * command it is applied to (built, never run).
+ */
+const orOnServer = <A, E2, R2>(
+  given: Option.Option<string>,
+  onServer: (url: string) => Effect.Effect<A, E2, R2>
+) =>
+<E1, R1>(inProcess: Effect.Effect<A, E1, R1>): Effect.Effect<A, E1 | E2, R1 | R2> =>
+  Option.isSome(given) ? onServer(given.value) : inProcess
+
 /**
  * Runs `body` with the sessions that the global options select. Commands that open no agent
  * (`agent: false`) accept any `--model`: they never ask a model.
@@ -187,10 +235,45 @@ const compositionsOf = (globals: GlobalOptions) => ({
   model: Environment.modelNameOf(globals.model)
 })
 
+/** `tiller chat --server URL`. */
+const chatOnServer = (session: Option.Option<SessionId>, tokenFile: Option.Option<string>) => (url: string) =>
+  Effect.flatMap(tiller, (globals) =>
+    Effect.flatMap(
+      Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
+      (id) =>
+        Effect.flatMap(
+          pricesOf(globals),
+          (prices) => withServer(url, tokenFile, id, (remote) => chatRemote(remote, { prices }))
+        )
+    ))
+
+/** `tiller run --server URL`. */
+const runOnServer = (
+  prompt: string,
+  inject: ReadonlyArray<string>,
+  json: boolean,
+  session: Option.Option<SessionId>,
+  tokenFile: Option.Option<string>
+) =>
+(url: string) =>
+  Effect.gen(function*() {
+    const id = Option.isSome(session) ? session.value : yield* newSessionId
+    yield* Output.errorLine(`session ${id}`)
+    yield* withServer(url, tokenFile, id, (remote) => runRemote(remote, prompt, { contexts: inject, json }))
+  })
+
+/** `tiller log --server URL`. */
+const logOnServer = (id: SessionId, json: boolean, tokenFile: Option.Option<string>) => (url: string) =>
+  Effect.flatMap(tiller, (globals) =>
+    Effect.flatMap(
+      pricesOf(globals),
+      (prices) => withServer(url, tokenFile, id, (remote) => logRemote(remote, { json, prices }))
+    ))
+
 const chatCommand = Command.make(
   "chat",
-  { session: sessionOption, maxSteps },
-  ({ maxSteps, session }) =>
+  { session: sessionOption, maxSteps, server, tokenFile: serverTokenFile },
+  ({ maxSteps, server, session, tokenFile }) =>
     withSessions((globals) =>
       Effect.flatMap(
         Option.match(session, { onNone: () => newSessionId, onSome: Effect.succeed }),
@@ -207,7 +290,7 @@ const chatCommand = Command.make(
               }),
               prices
             ))
-      ), { agent: true, maxSteps })
+      ), { agent: true, maxSteps }).pipe(orOnServer(server, chatOnServer(session, tokenFile)))
 ).pipe(
   Command.withDescription(
     "Chat with the agent: a line editor on a terminal, else the lines of stdin, read while the agent runs (/help lists the commands and keys)"
@@ -256,29 +339,35 @@ const resumeCommand = Command.make("resume", {
     Command.withDescription("Continue a stored session in the chat: ID, or --last for the most recently used one")
   )
 
-const runCommand = Command.make("run", {
-  prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
-  inject: Options.text("inject").pipe(
-    Options.withDescription("Context that enters the turn's first step before the prompt (repeatable)"),
-    Options.repeated
-  ),
-  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
-  session: sessionOption,
-  maxSteps
-}, ({ inject, json, maxSteps, prompt, session }) =>
-  withSessions((globals) =>
-    Effect.gen(function*() {
-      const id = Option.isSome(session) ? session.value : yield* newSessionId
-      yield* Output.errorLine(`session ${id}`)
-      yield* withLiveTelemetry(
-        id,
-        runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) })
-      )
-    }), { agent: true, maxSteps })).pipe(
-    Command.withDescription(
-      "One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"
-    )
+const runCommand = Command.make(
+  "run",
+  {
+    prompt: Args.text({ name: "PROMPT" }).pipe(Args.withDescription("The prompt of the turn")),
+    inject: Options.text("inject").pipe(
+      Options.withDescription("Context that enters the turn's first step before the prompt (repeatable)"),
+      Options.repeated
+    ),
+    json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines instead of the answer")),
+    session: sessionOption,
+    maxSteps,
+    server,
+    tokenFile: serverTokenFile
+  },
+  ({ inject, json, maxSteps, prompt, server, session, tokenFile }) =>
+    withSessions((globals) =>
+      Effect.gen(function*() {
+        const id = Option.isSome(session) ? session.value : yield* newSessionId
+        yield* Output.errorLine(`session ${id}`)
+        yield* withLiveTelemetry(
+          id,
+          runOnce(id, prompt, { contexts: inject, json, compositions: compositionsOf(globals) })
+        )
+      }), { agent: true, maxSteps }).pipe(orOnServer(server, runOnServer(prompt, inject, json, session, tokenFile)))
+).pipe(
+  Command.withDescription(
+    "One headless turn (@ID or @ID@SEQ in the prompt attaches a snapshot of that session); exit code 0 when it completed, 1 otherwise"
   )
+)
 
 const handoffCommand = Command.make("handoff", {
   id: sessionId,
@@ -404,8 +493,10 @@ const sessionsCommand = Command.make("sessions", {
 
 const logCommand = Command.make("log", {
   id: sessionId,
-  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines"))
-}, ({ id, json }) =>
+  json: Options.boolean("json").pipe(Options.withDescription("Print the events as JSON lines")),
+  server,
+  tokenFile: serverTokenFile
+}, ({ id, json, server, tokenFile }) =>
   withReader((reader, globals) =>
     Effect.gen(function*() {
       const { damage, events, header } = yield* reader.load(id)
@@ -421,7 +512,7 @@ const logCommand = Command.make("log", {
       }
       if (damage !== undefined) return yield* new CliError({ reason: damage.message })
     })
-  )).pipe(
+  ).pipe(orOnServer(server, logOnServer(id, json, tokenFile)))).pipe(
     Command.withDescription("Print a session's timeline: turns, steps, inbox changes, tool calls, why turns ended")
   )
 

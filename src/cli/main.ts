@@ -24,7 +24,7 @@ import { currentTerminating } from "./SessionCommand.js"
 
 // Options that take a value. @effect/cli drops a repeated option left without one (`run hi --inject`)
 // and would take the next option as the value (`--inject --json`): both are refused here first.
-const VALUE_OPTIONS = new Set(["--db", "--model", "--session", "--inject", "--at", "--as"])
+const VALUE_OPTIONS = new Set(["--db", "--model", "--session", "--inject", "--at", "--as", "--server", "--token-file"])
 
 /** The first value option of `args` without a value after it (or with a blank one), said as a usage error. */
 const missingValue = (args: ReadonlyArray<string>): string | undefined => {

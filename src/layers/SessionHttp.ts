@@ -1,6 +1,6 @@
 /**
  * SessionHttp: the sessions of a cluster over HTTP/JSON. Deliveries answer `202` with the message
- * id once the operation is acknowledged; a status, server-sent events of the log (resumable with
+ * id once the operation is acknowledged; a status (with the session's header), server-sent events of the log (resumable with
  * `Last-Event-ID`) and a health check. Every request needs a bearer token (compared in constant
  * time, never logged); bad input is a typed JSON error with a 4xx status and changes nothing.
  *
@@ -213,7 +213,10 @@ export const make = (
           if (request.method !== "GET") return yield* rejected(405, "MethodNotAllowed", "use GET")
           yield* stored(id)
           const session = yield* client(id)
-          return HttpServerResponse.unsafeJson(yield* session.status)
+          const status = yield* session.status
+          // The header too: a client renders a session's timeline from it and the events.
+          const { header } = yield* store.load(id)
+          return HttpServerResponse.unsafeJson({ ...status, header })
         }
         if (operation === "events") {
           if (request.method !== "GET") return yield* rejected(405, "MethodNotAllowed", "use GET")

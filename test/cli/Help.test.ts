@@ -34,10 +34,15 @@ describe("tiller --help", () => {
           /\n--permission-mode MODE\n\n {2}One of the following: default, acceptEdits, plan, bypassPermissions\n\n {2}default: Read, Glob and Grep run/
         )
         expect(top.stdout).toMatch(
-          /\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] \[--max-steps N\] <PROMPT> +One headless turn/
+          /\n {2}- run \[--inject TEXT\]\.\.\. \[--json\] \[--session ID\] \[--max-steps N\] \[--server URL\] \[--token-file FILE\] <PROMPT> +One headless turn/
         )
         const chat = yield* tiller(dir, ["chat", "--help"], piped)
-        expect(chat.stdout).toContain("$ tiller chat [--session ID] [--max-steps N]\n")
+        expect(chat.stdout).toContain(
+          "$ tiller chat [--session ID] [--max-steps N] [--server URL] [--token-file FILE]\n"
+        )
+        expect(chat.stdout).toMatch(
+          /\n--server URL\n\n {2}Talk to a tiller serve server at URL \(http:\/\/HOST:PORT\) instead of opening the session in this process\n/
+        )
         // The global options are listed under the subcommand too.
         expect(chat.stdout).toMatch(
           /GLOBAL OPTIONS[^\n]*\n\n--db FILE\n\n {2}The SQLite file, or postgres:\/\/ URL of the PostgreSQL database, that holds the sessions/
@@ -45,8 +50,10 @@ describe("tiller --help", () => {
         expect(chat.stdout).toContain("--model NAME")
         const run = yield* tiller(dir, ["run", "--help"], piped)
         expect(run.stdout).toContain(
-          "$ tiller run [--inject TEXT]... [--json] [--session ID] [--max-steps N] <PROMPT>\n"
+          "$ tiller run [--inject TEXT]... [--json] [--session ID] [--max-steps N] [--server URL] [--token-file FILE] <PROMPT>\n"
         )
+        const log = yield* tiller(dir, ["log", "--help"], piped)
+        expect(log.stdout).toContain("$ tiller log [--json] [--server URL] [--token-file FILE] <ID>\n")
         // Help writes nothing: no database appears.
         expect(yield* tiller(dir, ["sessions"])).toMatchObject({ stdout: `no sessions in ./.tiller/sessions.db\n` })
       }),

@@ -114,8 +114,13 @@ const errnoOf = (cause: unknown, depth = 0): string | undefined => {
   return Predicate.hasProperty(cause, "cause") ? errnoOf(cause.cause, depth + 1) : undefined
 }
 
-/** A short reason for a transport failure: the errno in words, else the innermost message. */
-const transportReason = (cause: unknown): string => {
+/**
+ * A short reason for a transport failure: the errno in words, else the innermost message.
+ *
+ * @since 0.1.0
+ * @category formatting
+ */
+export const transportReason = (cause: unknown): string => {
   const errno = errnoOf(cause)
   if (errno !== undefined) return ERRNO_TEXT[errno]!
   let current: unknown = cause

@@ -160,7 +160,7 @@ export const acquireAgent = (
  */
 function layer<const O extends AgentOptions & OpenTarget & { readonly compaction: CompactionOptions }>(
   options: O
-): Layer.Layer<AgentServices<O>, AgentOpenError, AgentRequirements>
+): Layer.Layer<AgentServices<O>, AgentOpenError, SessionStore | Model | Tools>
 /**
  * One agent on a new (`sessionId`), a stored (`resume`), or either (`open`: resumed when stored,
  * else created) session.
@@ -170,10 +170,10 @@ function layer<const O extends AgentOptions & OpenTarget & { readonly compaction
  */
 function layer<const O extends AgentOptions & OpenTarget>(
   options: O
-): Layer.Layer<AgentServices<O>, AgentOpenError, AgentRequirements>
+): Layer.Layer<AgentServices<O>, AgentOpenError, SessionStore | Model | Tools>
 function layer(
   options: AgentOptions & OpenTarget
-): Layer.Layer<Driver | Inbox | SessionLog | PreStep | Hooks, AgentOpenError, AgentRequirements> {
+): Layer.Layer<Driver | Inbox | SessionLog | PreStep | Hooks, AgentOpenError, SessionStore | Model | Tools> {
   return agentLayer(options)
 }
 

@@ -2,14 +2,19 @@
  * Agent.layer options that compose extra services: `compaction` (issue 28).
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Option, Schema } from "effect"
+import { Context, Effect, Layer, Option, Schema } from "effect"
 import { checkLog } from "../../src/domain/Check.js"
 import { SessionId } from "../../src/domain/Ids.js"
 import { userMessage } from "../../src/domain/Message.js"
+import type { AgentOpenError } from "../../src/layers/Agent.js"
 import { Agent } from "../../src/layers/Agent.js"
 import { ScriptedModel } from "../../src/layers/ScriptedModel.js"
 import { Compaction } from "../../src/services/Compaction.js"
 import { Driver } from "../../src/services/Driver.js"
+import { Hooks } from "../../src/services/Hooks.js"
+import { Inbox } from "../../src/services/Inbox.js"
+import type { Model } from "../../src/services/Model.js"
+import { PreStep } from "../../src/services/PreStep.js"
 import { SessionLog } from "../../src/services/SessionLog.js"
 import { SessionStore } from "../../src/services/SessionStore.js"
 import { Tool, Tools } from "../../src/services/Tools.js"
@@ -160,4 +165,43 @@ describe("Agent.layer: the step limit option", () => {
       )
       expect(fine._tag).toBe("Success")
     }).pipe(Effect.provide(environment)))
+})
+
+describe("Agent.layer: a composition of the agent's layers", () => {
+  // What a test reads of one agent, under a tag of its own so that two agents fit in one context.
+  const viewOf = Effect.all({ driver: Driver, inbox: Inbox, log: SessionLog, preStep: PreStep, hooks: Hooks })
+  type View = Effect.Effect.Success<typeof viewOf>
+  class First extends Context.Tag("test/First")<First, View>() {}
+  class Second extends Context.Tag("test/Second")<Second, View>() {}
+
+  it.scoped("two agents composed in one layer build each have their own log, inbox, pre-step, hooks and driver", () =>
+    Effect.gen(function*() {
+      const first = yield* First
+      const second = yield* Second
+      expect([first.log.sessionId, first.driver.sessionId]).toEqual(["one", "one"])
+      expect([second.log.sessionId, second.driver.sessionId]).toEqual(["two", "two"])
+      expect(second.preStep).not.toBe(first.preStep)
+      expect(second.hooks).not.toBe(first.hooks)
+      yield* second.driver.inject(userMessage({ id: "C", text: "context" }))
+      expect((yield* second.inbox.nextStep).map((m) => m.id)).toEqual(["C"])
+      expect(yield* first.inbox.nextStep).toEqual([])
+    }).pipe(Effect.provide(
+      Layer.merge(
+        Layer.effect(First, viewOf).pipe(Layer.provide(Agent.layer({ sessionId: SessionId.make("one") }))),
+        Layer.effect(Second, viewOf).pipe(Layer.provide(Agent.layer({ sessionId: SessionId.make("two") })))
+      ).pipe(Layer.provide(environment))
+    )))
+
+  it("the layer's type names Compaction exactly when the options hold `compaction`", () => {
+    const withIt: Layer.Layer<Compaction | Driver, AgentOpenError, SessionStore | Model | Tools> = Agent.layer({
+      sessionId: SessionId.make("s"),
+      compaction: {}
+    })
+    const without: Layer.Layer<Driver, AgentOpenError, SessionStore | Model | Tools> = Agent.layer({
+      sessionId: SessionId.make("s")
+    })
+    // @ts-expect-error without `compaction` the layer does not provide Compaction
+    const wrong: Layer.Layer<Compaction, AgentOpenError, SessionStore | Model | Tools> = without
+    expect([Layer.isLayer(withIt), Layer.isLayer(wrong)]).toEqual([true, true])
+  })
 })

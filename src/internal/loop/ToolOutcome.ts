@@ -351,24 +351,9 @@ export const decodeArguments = <P extends Schema.Schema.AnyNoContext>(
       return Either.left(`not valid JSON (${failureMessage(e)})`)
     }
   }
+  // Effect's Schema keeps one parser per schema (its own memo), so a decoder costs no rebuild per call.
   return Either.mapLeft(
-    argumentsDecoder(tool.parameters)(parsed),
+    SafeDecode.decodeUnknownEither(tool.parameters, { errors: "all" })(parsed),
     (error) => ParseResult.TreeFormatter.formatErrorSync(error)
   )
-}
-
-// One decoder per parameter Schema, built on its first call.
-const argumentDecoders = new WeakMap<
-  Schema.Schema.AnyNoContext,
-  (input: unknown) => Either.Either<unknown, ParseResult.ParseError>
->()
-const argumentsDecoder = <P extends Schema.Schema.AnyNoContext>(
-  parameters: P
-): (input: unknown) => Either.Either<Schema.Schema.Type<P>, ParseResult.ParseError> => {
-  let decoder = argumentDecoders.get(parameters)
-  if (decoder === undefined) {
-    decoder = SafeDecode.decodeUnknownEither(parameters, { errors: "all" })
-    argumentDecoders.set(parameters, decoder)
-  }
-  return decoder as (input: unknown) => Either.Either<Schema.Schema.Type<P>, ParseResult.ParseError>
 }

@@ -27,7 +27,7 @@ const SESSIONS = Number(process.env.TILLER_CLUSTER_SESSIONS ?? "200")
 const CLIENTS = 12
 // How long a probe is retried after a kill before the test fails, and when the victim is restarted
 // if some probe is still waiting then.
-const PROBE_DEADLINE_MS = 180_000
+const PROBE_DEADLINE_MS = 300_000
 const RESTART_AFTER_MS = 30_000
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -197,7 +197,7 @@ describePostgres(pg, "tiller serve on a cluster", (server) => {
           await cluster.stopAll()
         }
       }),
-    1_500_000
+    2_400_000
   )
 
   it.live(
